@@ -11,14 +11,24 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
+# Installs the pinned real peers (test/e2e/deps; cached, seconds when nothing changed) and hands
+# their bin directory to the tests. If that fails (no network, ...) the end-to-end tests skip, unless
+# WEIGHTSNAP_REQUIRE_ALL=1 (CI), where it is fatal. Without root, deps skips apt and root tests skip.
+PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2e/deps); then \
+		export WEIGHTSNAP_PEERS_BIN="$${WEIGHTSNAP_PEERS_BIN:-$$bin}"; \
+	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "peers: install failed" >&2; exit 1; \
+	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
+
 # Unit tests, fuzz seed corpora, crash harness and end-to-end tests against the real peers.
 test: build
+	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m ./...
 
 unit:
 	$(GO) test -count=1 -short ./...
 
 e2e: build
+	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m ./test/...
 
 bench: build

@@ -1,0 +1,280 @@
+package artifact
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/containerd/errdefs"
+)
+
+// Passthrough is the producer that publishes a checkpoint directory as it is.
+const (
+	PassthroughName    = "passthrough"
+	passthroughVersion = "1"
+	passthroughImpl    = "weightsnap passthrough v1: every non-hidden regular file copied verbatim, sha256 checked against the source fingerprint"
+)
+
+// PassthroughRef is the passthrough producer's identity fields.
+func PassthroughRef() ProducerRef {
+	sum := sha256.Sum256([]byte(passthroughImpl))
+	return ProducerRef{Name: PassthroughName, Version: passthroughVersion,
+		Fingerprint: "sha256:" + hex.EncodeToString(sum[:]), ManifestSchema: 1, RestorerSchema: 1}
+}
+
+// SourceDir is a scanned checkpoint directory (a plain safetensors
+// checkpoint or a Hugging Face snapshot directory) with its fingerprint.
+type SourceDir struct {
+	Root  string
+	Files []SourceFile // sorted by path
+}
+
+var hexSHA256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// ScanSource lists the non-hidden regular files below root (following links,
+// as a Hugging Face snapshot is made of links into blobs/) and fingerprints
+// them. A link into a hub cache's blobs/<sha256> takes its sha256 from the
+// blob's name, which the copy then verifies; other files are hashed, using
+// up to GOMAXPROCS readers. hashed reports the bytes read for hashing.
+func ScanSource(ctx context.Context, root string) (src *SourceDir, hashed int64, err error) {
+	src = &SourceDir{Root: root}
+	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(e.Name(), ".") && p != root {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		rel, _ := filepath.Rel(root, p)
+		f := SourceFile{Path: filepath.ToSlash(rel), Size: fi.Size()}
+		if target, err := os.Readlink(p); err == nil {
+			if base := filepath.Base(target); hexSHA256RE.MatchString(base) && filepath.Base(filepath.Dir(target)) == "blobs" {
+				f.SHA256 = base
+			}
+		}
+		src.Files = append(src.Files, f)
+		return nil
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("scan %s: %w", root, err)
+	}
+	if len(src.Files) == 0 {
+		return nil, 0, fmt.Errorf("scan %s: no files: %w", root, errdefs.ErrNotFound)
+	}
+	sort.Slice(src.Files, func(i, j int) bool { return src.Files[i].Path < src.Files[j].Path })
+	var todo []int
+	for i, f := range src.Files {
+		if f.SHA256 == "" {
+			todo = append(todo, i)
+		}
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan int)
+	)
+	for range min(runtime.GOMAXPROCS(0), max(len(todo), 1)) {
+		wg.Go(func() {
+			buf := make([]byte, 1<<20)
+			for i := range next {
+				sum, err := hashFileSHA256(ctx, filepath.Join(root, src.Files[i].Path), buf)
+				mu.Lock()
+				if err != nil && first == nil {
+					first = err
+				}
+				src.Files[i].SHA256 = sum
+				hashed += src.Files[i].Size
+				mu.Unlock()
+			}
+		})
+	}
+	for _, i := range todo {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		return nil, 0, first
+	}
+	return src, hashed, nil
+}
+
+func hashFileSHA256(ctx context.Context, p string, buf []byte) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", err
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, f, buf); err != nil {
+		return "", fmt.Errorf("hash %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// Passthrough copies a scanned source directory into an artifact verbatim.
+type Passthrough struct {
+	Src *SourceDir
+	// Progress, if set, is told of every chunk of bytes copied.
+	Progress func(n int64)
+}
+
+// Name implements Producer.
+func (p *Passthrough) Name() string { return PassthroughName }
+
+// SourceMismatchError says a source file changed between its fingerprint and its copy.
+type SourceMismatchError struct {
+	Path, Want, Got string
+}
+
+func (e *SourceMismatchError) Error() string {
+	return fmt.Sprintf("source file %s changed: fingerprint sha256 %s, copied bytes sha256 %s", e.Path, e.Want, e.Got)
+}
+
+// Unwrap classifies the error.
+func (e *SourceMismatchError) Unwrap() error { return errdefs.ErrDataLoss }
+
+// Produce implements Producer: it copies each file through w, reading ahead
+// of the writer, and checks the copy's sha256 against the fingerprint.
+func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
+	for _, sf := range p.Src.Files {
+		if err := p.copyFile(ctx, w, sf); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+const copyChunk = 4 << 20
+
+func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) error {
+	in, err := os.Open(filepath.Join(p.Src.Root, sf.Path))
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := w.Create(sf.Path, sf.Size)
+	if err != nil {
+		return err
+	}
+	if err := pipeCopy(ctx, out, in, sf.Size, p.Progress); err != nil {
+		out.Close()
+		return fmt.Errorf("copy %s: %w", sf.Path, err)
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	e, err := out.Digest()
+	if err != nil {
+		return err
+	}
+	if e.SHA256 != sf.SHA256 {
+		return &SourceMismatchError{Path: sf.Path, Want: sf.SHA256, Got: e.SHA256}
+	}
+	return nil
+}
+
+// pipeCopy copies exactly size bytes from r to w, reading the next chunk
+// while the previous one is written.
+func pipeCopy(ctx context.Context, w io.Writer, r io.Reader, size int64, progress func(int64)) error {
+	type chunk struct {
+		b   []byte
+		err error
+	}
+	full := make(chan chunk, 2)
+	free := make(chan []byte, 3)
+	for range 3 {
+		free <- make([]byte, copyChunk)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		defer close(full)
+		left := size
+		for left > 0 {
+			var b []byte
+			select {
+			case b = <-free:
+			case <-stop:
+				return
+			}
+			n, err := io.ReadFull(r, b[:min(int64(len(b)), left)])
+			left -= int64(n)
+			if err == nil && left == 0 {
+				// The file must end where its size said.
+				var one [1]byte
+				if m, _ := r.Read(one[:]); m > 0 {
+					err = fmt.Errorf("source grew past %d bytes", size)
+				}
+			}
+			if err != nil {
+				full <- chunk{b[:n], fmt.Errorf("read: %w", err)}
+				return
+			}
+			full <- chunk{b: b[:n]}
+		}
+	}()
+	var done int64
+	for c := range full {
+		if c.err != nil {
+			return c.err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if _, err := w.Write(c.b); err != nil {
+			return err
+		}
+		done += int64(len(c.b))
+		if progress != nil {
+			progress(int64(len(c.b)))
+		}
+		free <- c.b[:cap(c.b)]
+	}
+	if done != size {
+		return fmt.Errorf("source shrank: %d of %d bytes", done, size)
+	}
+	return nil
+}
+
+// PassthroughIdentity is the identity of a checkpoint directory published as it is.
+func PassthroughIdentity(src *SourceDir, repository, revision, component string, tpSize, tpRank int) Identity {
+	if component == "" {
+		component = "all"
+	}
+	return Identity{
+		Schema:         IdentitySchema,
+		Model:          Model{Repository: repository, Revision: revision, Source: src.Files},
+		Component:      component,
+		Representation: Representation{DType: "source"},
+		Layout:         Layout{Name: "source", TPSize: tpSize, TPRank: tpRank},
+		Producer:       PassthroughRef(),
+	}
+}

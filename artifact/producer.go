@@ -1,0 +1,44 @@
+package artifact
+
+import (
+	"context"
+	"io"
+)
+
+// Writer is the store-scoped writer a producer writes an artifact through.
+// Files are invisible until the store publishes the whole artifact.
+type Writer interface {
+	// Create adds a payload file of exactly size bytes at a relative path.
+	Create(path string, size int64) (FileWriter, error)
+}
+
+// FileWriter writes one payload file. Write appends in order and is hashed
+// while it writes; WriteAt places bytes anywhere (for fetchers that fill one
+// file from several streams), and such a file is hashed by reading it back.
+// Close finishes the file; Digest then returns its hashes.
+type FileWriter interface {
+	io.Writer
+	io.WriterAt
+	Close() error
+	Digest() (FileEntry, error)
+}
+
+// Producer makes an artifact's payload files.
+type Producer interface {
+	// Name is the producer's name, as in ProducerRef.
+	Name() string
+	// Produce writes every payload file through w.
+	Produce(ctx context.Context, w Writer) error
+}
+
+// ProducerFunc adapts a function to a Producer.
+type ProducerFunc struct {
+	ProducerName string
+	Fn           func(ctx context.Context, w Writer) error
+}
+
+// Name implements Producer.
+func (p ProducerFunc) Name() string { return p.ProducerName }
+
+// Produce implements Producer.
+func (p ProducerFunc) Produce(ctx context.Context, w Writer) error { return p.Fn(ctx, w) }

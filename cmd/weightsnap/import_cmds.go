@@ -1,0 +1,109 @@
+package main
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+)
+
+type importResult struct {
+	Digest       string  `json:"digest"`
+	Path         string  `json:"path"`
+	Built        bool    `json:"built"`
+	Bytes        int64   `json:"bytes"`
+	HashedSource int64   `json:"hashed_source_bytes"`
+	Seconds      float64 `json:"seconds"`
+}
+
+func newImportCmd(a *app) *cobra.Command {
+	var repo, rev, component string
+	var tpSize, tpRank int
+	cmd := &cobra.Command{
+		Use:   "import DIR --revision REV",
+		Short: "Publish a safetensors checkpoint directory as it is; prints the identity digest",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			start := time.Now()
+			d, err := a.domain(ctx)
+			if err != nil {
+				return err
+			}
+			src, hashed, err := artifact.ScanSource(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			id := artifact.PassthroughIdentity(src, repo, rev, component, tpSize, tpRank)
+			if err := id.Validate(); err != nil {
+				return err
+			}
+			var total int64
+			for _, f := range src.Files {
+				total += f.Size
+			}
+			pr := newProgress("import", total)
+			lease, res, err := d.GetOrBuild(ctx, id, &artifact.Passthrough{Src: src, Progress: pr.Add})
+			pr.Done()
+			if err != nil {
+				return err
+			}
+			defer lease.Close()
+			out := importResult{Digest: "sha256:" + lease.ID, Path: lease.Dir, Built: res.Built,
+				Bytes: lease.Index.TotalBytes(), HashedSource: hashed, Seconds: time.Since(start).Seconds()}
+			log.G(ctx).WithField("built", res.Built).WithField("seconds", out.Seconds).Debug("import done")
+			if a.jsonOut {
+				return a.printJSON(out)
+			}
+			fmt.Fprintln(a.out, out.Digest)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&rev, "revision", "", "immutable model revision: a 40-hex commit or a digest (required)")
+	f.StringVar(&repo, "repository", "", "model repository name, e.g. org/name")
+	f.StringVar(&component, "component", "all", "component and ownership boundary")
+	f.IntVar(&tpSize, "tp-size", 0, "tensor-parallel size of a pre-sharded checkpoint")
+	f.IntVar(&tpRank, "tp-rank", 0, "tensor-parallel rank of a pre-sharded checkpoint")
+	f.BoolVar(&a.jsonOut, "json", false, "print JSON")
+	cmd.MarkFlagRequired("revision")
+	return cmd
+}
+
+func newDevCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "dev", Short: "Tools for development and benchmarks"}
+	var out, size, dtype string
+	var shards int
+	var seed uint64
+	synthCmd := &cobra.Command{
+		Use:   "synth --out DIR --size SIZE --shards N --dtype D",
+		Short: "Write a deterministic synthetic checkpoint laid out like a Hugging Face model",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			n, err := parseSize(size)
+			if err != nil {
+				return err
+			}
+			pr := newProgress("synth", n)
+			err = synth.Write(cmd.Context(), out, synth.Options{Size: n, Shards: shards, DType: dtype, Seed: seed, Progress: pr.Add})
+			pr.Done()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.out, out)
+			return nil
+		},
+	}
+	f := synthCmd.Flags()
+	f.StringVar(&out, "out", "", "output directory (required)")
+	f.StringVar(&size, "size", "1GiB", "approximate payload size, e.g. 1GiB, 512MiB")
+	f.IntVar(&shards, "shards", 4, "number of safetensors shards")
+	f.StringVar(&dtype, "dtype", "BF16", "safetensors dtype of every tensor")
+	f.Uint64Var(&seed, "seed", 1, "random seed")
+	synthCmd.MarkFlagRequired("out")
+	cmd.AddCommand(synthCmd)
+	return cmd
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+func newStoreCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "store", Short: "Manage the store domain"}
+	p := store.DefaultPolicy()
+	var validation string
+	initCmd := &cobra.Command{
+		Use:   "init",
+		Short: "Create the store domain (or update its policy) and print it",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			p.Validation = store.ValidationMode(validation)
+			d, err := a.domain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if cmd.Flags().NFlag() > 0 {
+				if err := d.SetPolicy(mergePolicy(cmd, d.Policy(), p)); err != nil {
+					return err
+				}
+			}
+			rep, err := d.InspectDomain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			return a.printJSON(rep)
+		},
+	}
+	f := initCmd.Flags()
+	f.StringVar(&validation, "validation", string(p.Validation), "lookup validation: manifest_and_metadata or full_checksum")
+	f.Int64Var(&p.MaxArtifactBytes, "max-artifact-bytes", 0, "largest artifact accepted (0: no limit)")
+	f.Int64Var(&p.MaxStoreBytes, "max-store-bytes", 0, "largest store (0: no limit)")
+	f.Int64Var(&p.MinFreeBytes, "min-free-bytes", 0, "free bytes a build must leave on the filesystem")
+	f.IntVar(&p.CoordinationTimeoutSeconds, "coordination-timeout", p.CoordinationTimeoutSeconds, "seconds to wait for another process's lock")
+	cmd.AddCommand(initCmd)
+	return cmd
+}
+
+// mergePolicy applies only the flags the user set on top of the stored policy.
+func mergePolicy(cmd *cobra.Command, cur, set store.Policy) store.Policy {
+	f := cmd.Flags()
+	if f.Changed("validation") {
+		cur.Validation = set.Validation
+	}
+	if f.Changed("max-artifact-bytes") {
+		cur.MaxArtifactBytes = set.MaxArtifactBytes
+	}
+	if f.Changed("max-store-bytes") {
+		cur.MaxStoreBytes = set.MaxStoreBytes
+	}
+	if f.Changed("min-free-bytes") {
+		cur.MinFreeBytes = set.MinFreeBytes
+	}
+	if f.Changed("coordination-timeout") {
+		cur.CoordinationTimeoutSeconds = set.CoordinationTimeoutSeconds
+	}
+	return cur
+}
+
+func newLsCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the artifacts in the store",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := a.domain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			list, err := d.List(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				if list == nil {
+					list = []*store.ArtifactInfo{}
+				}
+				for _, info := range list {
+					info.Files = nil
+				}
+				return a.printJSON(list)
+			}
+			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSTATE\tREVISION\tCOMPONENT\tLAYOUT\tSIZE\tTENSORS\tCREATED")
+			for _, info := range list {
+				rev, comp, layout := "-", "-", "-"
+				if id := info.Identity; id != nil {
+					rev, comp, layout = short(id.Model.Revision), id.Component, id.Layout.Name
+					if id.Layout.TPSize > 0 {
+						layout += fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
+					}
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", info.ID[:12], info.State, rev, comp, layout,
+					humanBytes(info.TotalBytes), info.TensorCount, info.Created)
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func short(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+func newInspectCmd(a *app) *cobra.Command {
+	var domainFlag bool
+	cmd := &cobra.Command{
+		Use:   "inspect [ID | --domain]",
+		Short: "Show an artifact (by digest or unique prefix), or the whole domain",
+		Args:  cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := a.domain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if domainFlag {
+				rep, err := d.InspectDomain(cmd.Context())
+				if err != nil {
+					return err
+				}
+				return a.printJSON(rep)
+			}
+			if len(args) != 1 {
+				return fmt.Errorf("inspect needs an artifact ID or --domain")
+			}
+			id, err := d.ResolveID(args[0])
+			if err != nil {
+				return err
+			}
+			info, err := d.InspectArtifact(cmd.Context(), id)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(info)
+			}
+			return printArtifact(a, info)
+		},
+	}
+	cmd.Flags().BoolVar(&domainFlag, "domain", false, "inspect the domain: usage and lock activity")
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func printArtifact(a *app, info *store.ArtifactInfo) error {
+	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\n", info.Digest, info.State)
+	if info.Reason != "" {
+		fmt.Fprintf(a.out, "Reason:    %s\n", info.Reason)
+	}
+	if id := info.Identity; id != nil {
+		fmt.Fprintf(a.out, "Model:     %s@%s\nComponent: %s\nDType:     %s\nLayout:    %s (tp %d/%d)\nProducer:  %s %s\n",
+			id.Model.Repository, id.Model.Revision, id.Component, id.Representation.DType,
+			id.Layout.Name, id.Layout.TPRank, id.Layout.TPSize, id.Producer.Name, id.Producer.Version)
+	}
+	fmt.Fprintf(a.out, "Created:   %s\nSize:      %s (%d bytes), %d tensors\nFiles:\n", info.Created, humanBytes(info.TotalBytes), info.TotalBytes, info.TensorCount)
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	for _, f := range info.Files {
+		fmt.Fprintf(tw, "  %s\t%s\t%d tensors\tsha256:%s\n", f.Path, humanBytes(f.Size), f.Tensors, short(f.SHA256))
+	}
+	for _, h := range info.Holders {
+		fmt.Fprintf(tw, "  lock %s\tpid %d\t%s\n", h.Lock, h.PID, h.Mode)
+	}
+	return tw.Flush()
+}
+
+func newVerifyCmd(a *app) *cobra.Command {
+	var full bool
+	cmd := &cobra.Command{
+		Use:   "verify ID",
+		Short: "Validate an artifact; an invalid one is denied and exits non-zero",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := a.domain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			id, err := d.ResolveID(args[0])
+			if err != nil {
+				return err
+			}
+			mode := store.ManifestAndMetadata
+			if full {
+				mode = store.FullChecksum
+			}
+			l, err := d.Lookup(cmd.Context(), id, mode)
+			if err != nil {
+				var de *store.DeniedError
+				if errors.As(err, &de) {
+					return fmt.Errorf("%w (already denied)", err)
+				}
+				return err
+			}
+			defer l.Close()
+			fmt.Fprintf(a.out, "%s: valid (%s, %d files, %s)\n", short(id), mode, len(l.Index.Files), humanBytes(l.Index.TotalBytes()))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&full, "full", false, "check every payload byte (full_checksum)")
+	return cmd
+}
+
+func newRmCmd(a *app) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm ID...",
+		Short: "Remove artifacts; a leased or building one is reported and left alone",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := a.domain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var errs []error
+			for _, ref := range args {
+				id, err := d.ResolveID(ref)
+				if err == nil {
+					err = d.Remove(cmd.Context(), id)
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
+					continue
+				}
+				fmt.Fprintln(a.out, id)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}

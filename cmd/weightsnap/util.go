@@ -1,0 +1,118 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/sys/unix"
+)
+
+func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
+
+// exitCode maps error classes to exit statuses: 2 bad input, 3 not found,
+// 4 invalid data, 5 busy or out of space, 1 anything else.
+func exitCode(err error) int {
+	switch {
+	case errdefs.IsInvalidArgument(err):
+		return 2
+	case errdefs.IsNotFound(err):
+		return 3
+	case errdefs.IsDataLoss(err):
+		return 4
+	case errdefs.IsFailedPrecondition(err), errdefs.IsResourceExhausted(err), errdefs.IsUnavailable(err):
+		return 5
+	}
+	return 1
+}
+
+// parseSize reads sizes such as 1GiB, 512MiB, 100M, 4096.
+func parseSize(s string) (int64, error) {
+	t := strings.TrimSpace(s)
+	mult := int64(1)
+	for _, u := range []struct {
+		suffix string
+		m      int64
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
+		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}} {
+		if strings.HasSuffix(t, u.suffix) {
+			t, mult = strings.TrimSuffix(t, u.suffix), u.m
+			break
+		}
+	}
+	n, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q: %w", s, errdefs.ErrInvalidArgument)
+	}
+	return int64(n * float64(mult)), nil
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// progress reports bytes done of a total: a bar on a terminal, a few plain
+// lines otherwise.
+type progress struct {
+	p     *mpb.Progress
+	bar   *mpb.Bar
+	label string
+	total int64
+	done  int64
+	next  int64
+	start time.Time
+}
+
+func newProgress(label string, total int64) *progress {
+	pr := &progress{label: label, total: total, start: time.Now(), next: total / 4}
+	if isTerminal(os.Stderr) {
+		pr.p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40))
+		pr.bar = pr.p.AddBar(total, mpb.PrependDecorators(decor.Name(label+" "), decor.CountersKibiByte("% .1f / % .1f")),
+			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f"), decor.Percentage(decor.WCSyncSpace)))
+	}
+	return pr
+}
+
+// Add counts n more bytes done.
+func (pr *progress) Add(n int64) {
+	pr.done += n
+	if pr.bar != nil {
+		pr.bar.IncrInt64(n)
+		return
+	}
+	if pr.total > 0 && pr.done >= pr.next && pr.done < pr.total {
+		fmt.Fprintf(os.Stderr, "%s: %s of %s (%d%%)\n", pr.label, humanBytes(pr.done), humanBytes(pr.total), pr.done*100/pr.total)
+		pr.next += pr.total / 4
+	}
+}
+
+// Done finishes the bar.
+func (pr *progress) Done() {
+	if pr.bar != nil {
+		pr.bar.SetTotal(-1, true)
+		pr.p.Wait()
+	}
+}
+

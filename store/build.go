@@ -1,0 +1,128 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// BuildResult says how GetOrBuild got its lease.
+type BuildResult struct {
+	Built   bool          // this call ran the producer
+	Waited  time.Duration // time spent waiting for another process's build
+	Produce time.Duration // time the producer and publication took
+}
+
+// GetOrBuild returns a lease on the artifact of identity, running the
+// producer if no valid artifact exists. Across processes exactly one build
+// of an identity runs at a time; the others wait, within the coordination
+// timeout, and then get the same artifact. A waiter never breaks another
+// process's build lock.
+func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p artifact.Producer) (*Lease, BuildResult, error) {
+	var res BuildResult
+	if err := identity.Validate(); err != nil {
+		return nil, res, err
+	}
+	id, err := identity.Hex()
+	if err != nil {
+		return nil, res, err
+	}
+	if l, err := d.Lookup(ctx, id, ""); err == nil || !isRebuildable(err) {
+		return l, res, err
+	}
+	deadline := time.Now().Add(d.policy.CoordinationTimeout())
+	start := time.Now()
+	bl, err := lockFile(ctx, d.lockPath(id, "build"), unix.LOCK_EX, deadline, "the build lock of "+short(id))
+	if err != nil {
+		return nil, res, err
+	}
+	defer bl.Close()
+	res.Waited = time.Since(start)
+	if l, err := d.Lookup(ctx, id, ""); err == nil || !isRebuildable(err) {
+		return l, res, err
+	}
+	if err := d.clearInvalid(ctx, id, deadline); err != nil {
+		return nil, res, err
+	}
+	d.cleanTemps(ctx, id)
+	start = time.Now()
+	if err := d.produce(ctx, identity, id, p, deadline); err != nil {
+		return nil, res, err
+	}
+	res.Built, res.Produce = true, time.Since(start)
+	l, err := d.Lookup(ctx, id, "")
+	return l, res, err
+}
+
+// isRebuildable says whether a failed lookup leaves room for a build.
+func isRebuildable(err error) bool {
+	return errors.Is(err, ErrMiss) || IsInvalid(err)
+}
+
+func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id string, p artifact.Producer, deadline time.Time) error {
+	b, err := d.newBuild(identity, id)
+	if err != nil {
+		return err
+	}
+	if err := p.Produce(ctx, b); err != nil {
+		b.abort()
+		return fmt.Errorf("producer %s: %w", p.Name(), err)
+	}
+	if err := b.publish(ctx, p.Name(), deadline); err != nil {
+		b.abort()
+		return fmt.Errorf("publish %s: %w", short(id), err)
+	}
+	return nil
+}
+
+// clearInvalid quarantines a denied or invalid artifacts/<id> under the
+// exclusive artifact lock. The caller holds the build lock.
+func (d *Domain) clearInvalid(ctx context.Context, id string, deadline time.Time) error {
+	_, statErr := os.Lstat(d.path(dirArtifacts, id))
+	if errors.Is(statErr, os.ErrNotExist) {
+		if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err // a stale marker that cannot be cleared
+		}
+		return nil
+	}
+	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of invalid "+short(id))
+	if err != nil {
+		return err
+	}
+	defer lk.Close()
+	return d.quarantine(ctx, id, "invalid or denied; rebuilding")
+}
+
+// cleanTemps removes temp builds and cleanup tombstones whose owner is gone:
+// those of id (the caller holds its build lock) and those of any other id
+// whose build lock is free.
+func (d *Domain) cleanTemps(ctx context.Context, id string) {
+	entries, err := os.ReadDir(d.path(dirTmp))
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		owner, _, _ := strings.Cut(strings.TrimPrefix(name, ".cleanup."), ".")
+		if !idRE.MatchString(owner) {
+			continue
+		}
+		if owner != id {
+			lk, ok, _ := tryLock(d.lockPath(owner, "build"), unix.LOCK_EX)
+			if !ok {
+				continue
+			}
+			defer lk.Close()
+		}
+		if err := removeTree(d.path(dirTmp, name)); err == nil {
+			log.G(ctx).WithField("entry", name).Info("removed stale temp build")
+		}
+	}
+}

@@ -1,0 +1,110 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
+	"golang.org/x/sys/unix"
+)
+
+// mountTmpfs mounts a tmpfs of the given size for the test.
+func mountTmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		harness.Skip(t, "mounting a tmpfs needs root")
+	}
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		harness.Skip(t, "cannot mount tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	return dir
+}
+
+func TestImportPastTmpfsCapacity(t *testing.T) {
+	root := mountTmpfs(t, "64m")
+	_, big := checkpoint(t, 100<<20, 2)
+	d := openDomain(t, root)
+	if d.Info().FSType != "tmpfs" {
+		t.Fatalf("fs type %q, want tmpfs", d.Info().FSType)
+	}
+	id := artifact.PassthroughIdentity(big, "", testRevision, "", 0, 0)
+	_, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: big})
+	var ce *store.CapacityError
+	if !errors.As(err, &ce) || !errdefs.IsResourceExhausted(err) {
+		t.Fatalf("import of 100 MiB into 64 MiB: %v, want a CapacityError", err)
+	}
+	if list, _ := d.List(context.Background()); len(list) != 0 {
+		t.Fatalf("%d artifacts visible after a failed build", len(list))
+	}
+	rep, _ := d.InspectDomain(context.Background())
+	if !rep.HostMemory {
+		t.Fatal("tmpfs domain not reported as host memory")
+	}
+	// The next build succeeds and leaves no temp files behind.
+	_, small := checkpoint(t, 1<<20, 1)
+	l, _ := importDir(t, d, small)
+	l.Close()
+	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
+		t.Fatalf("temp entries after the next build: %v", entries)
+	}
+}
+
+func TestCapacityLimitsArePreflighted(t *testing.T) {
+	_, src := checkpoint(t, 2<<20, 1)
+	for _, tc := range []struct {
+		name   string
+		policy store.Policy
+		limit  string
+	}{
+		{"artifact", store.Policy{MaxArtifactBytes: 1 << 20}, "max_artifact_bytes"},
+		{"store", store.Policy{MaxStoreBytes: 1 << 20}, "max_store_bytes"},
+		{"free", store.Policy{MinFreeBytes: 1 << 62}, "min_free_bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.policy
+			p.Validation, p.CoordinationTimeoutSeconds = store.ManifestAndMetadata, 10
+			d, err := store.Open(context.Background(), t.TempDir(), &p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+			_, _, err = d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
+			var ce *store.CapacityError
+			if !errors.As(err, &ce) || ce.Limit != tc.limit {
+				t.Fatalf("got %v, want a CapacityError for %s", err, tc.limit)
+			}
+			if entries, _ := os.ReadDir(filepath.Join(d.Root(), "tmp")); len(entries) != 0 {
+				t.Fatalf("temp entries after a refused build: %v", entries)
+			}
+		})
+	}
+}
+
+func TestChildProcessDoesNotInheritLocks(t *testing.T) {
+	_, src := checkpoint(t, 1<<20, 1)
+	d := openDomain(t, t.TempDir())
+	l, _ := importDir(t, d, src)
+	defer l.Close()
+	out, err := exec.Command("/bin/sh", "-c", "ls -l /proc/self/fd/").CombinedOutput()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(out), ".lock") || strings.Contains(string(out), l.ID) {
+		t.Fatalf("child inherited store descriptors:\n%s", out)
+	}
+	// The child's exit released nothing: the lease still blocks removal.
+	var busy *store.BusyError
+	if err := d.Remove(context.Background(), l.ID); !errors.As(err, &busy) {
+		t.Fatalf("remove while leased after a child ran: %v", err)
+	}
+}

@@ -1,0 +1,214 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+)
+
+// DomainSchema is the version of the domain layout.
+const DomainSchema = 1
+
+// ValidationMode is how much a lookup checks before it returns a lease.
+type ValidationMode string
+
+// Validation modes.
+const (
+	// ManifestAndMetadata checks identity, sizes, tensor keys, shapes, dtypes and offsets.
+	ManifestAndMetadata ValidationMode = "manifest_and_metadata"
+	// FullChecksum also checks every payload hash.
+	FullChecksum ValidationMode = "full_checksum"
+)
+
+// Policy is a domain's validation, capacity and coordination policy (domain-policy.json).
+type Policy struct {
+	Validation                 ValidationMode `json:"validation" toml:"validation"`
+	MaxArtifactBytes           int64          `json:"max_artifact_bytes" toml:"max_artifact_bytes"`
+	MaxStoreBytes              int64          `json:"max_store_bytes" toml:"max_store_bytes"`
+	MinFreeBytes               int64          `json:"min_free_bytes" toml:"min_free_bytes"`
+	CoordinationTimeoutSeconds int            `json:"coordination_timeout_seconds" toml:"coordination_timeout_seconds"`
+}
+
+// DefaultPolicy is the policy of a domain created without one.
+func DefaultPolicy() Policy {
+	return Policy{Validation: ManifestAndMetadata, CoordinationTimeoutSeconds: 600}
+}
+
+func (p Policy) validate() error {
+	switch {
+	case p.Validation != ManifestAndMetadata && p.Validation != FullChecksum:
+		return fmt.Errorf("policy: unknown validation mode %q: %w", p.Validation, errdefs.ErrInvalidArgument)
+	case p.MaxArtifactBytes < 0 || p.MaxStoreBytes < 0 || p.MinFreeBytes < 0:
+		return fmt.Errorf("policy: negative capacity limit: %w", errdefs.ErrInvalidArgument)
+	case p.CoordinationTimeoutSeconds <= 0:
+		return fmt.Errorf("policy: coordination_timeout_seconds must be positive: %w", errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CoordinationTimeout is the bound of every lock wait.
+func (p Policy) CoordinationTimeout() time.Duration {
+	return time.Duration(p.CoordinationTimeoutSeconds) * time.Second
+}
+
+// DomainInfo is domain.json.
+type DomainInfo struct {
+	Schema  int    `json:"schema"`
+	FSType  string `json:"fs_type"`
+	FSMagic string `json:"fs_magic"`
+	Created string `json:"created"`
+	Scope   string `json:"scope"`
+}
+
+// Domain is one store on one local filesystem.
+type Domain struct {
+	root   string
+	info   DomainInfo
+	policy Policy
+}
+
+const (
+	dirArtifacts  = "artifacts"
+	dirLocks      = "locks"
+	dirTmp        = "tmp"
+	dirQuarantine = "quarantine"
+	dirDeny       = "deny"
+)
+
+// Open opens the domain at root, creating it with policy if it does not
+// exist yet (a nil policy means DefaultPolicy). An existing domain keeps its
+// own policy. The root's filesystem must be ext4, xfs, btrfs or tmpfs.
+func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, fmt.Errorf("create store root: %w", err)
+	}
+	fsType, magic, err := checkFilesystem(root)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range []string{dirArtifacts, dirLocks, dirTmp, dirQuarantine, dirDeny} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+			return nil, fmt.Errorf("create store layout: %w", err)
+		}
+	}
+	d := &Domain{root: root}
+	p := DefaultPolicy()
+	if policy != nil {
+		p = *policy
+	}
+	if err := p.validate(); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(p.CoordinationTimeout())
+	lk, err := lockFile(ctx, filepath.Join(root, dirLocks, "domain.lock"), unix.LOCK_EX, deadline, "the domain-init lock")
+	if err != nil {
+		return nil, err
+	}
+	defer lk.Close()
+	info := DomainInfo{Schema: DomainSchema, FSType: fsType, FSMagic: fmt.Sprintf("0x%x", magic),
+		Created: time.Now().UTC().Format(time.RFC3339), Scope: "node"}
+	if err := loadOrCreateJSON(root, "domain.json", &info); err != nil {
+		return nil, err
+	}
+	if info.Schema != DomainSchema {
+		return nil, fmt.Errorf("domain %s has schema %d, this build reads %d: %w", root, info.Schema, DomainSchema, errdefs.ErrNotImplemented)
+	}
+	if err := loadOrCreateJSON(root, "domain-policy.json", &p); err != nil {
+		return nil, err
+	}
+	if err := p.validate(); err != nil {
+		return nil, fmt.Errorf("domain-policy.json: %w", err)
+	}
+	d.info, d.policy = info, p
+	return d, nil
+}
+
+// SetPolicy replaces the domain's stored policy.
+func (d *Domain) SetPolicy(p Policy) error {
+	if err := p.validate(); err != nil {
+		return err
+	}
+	raw, _ := json.MarshalIndent(p, "", "  ")
+	if err := writeFileAtomic(filepath.Join(d.root, "domain-policy.json"), raw); err != nil {
+		return err
+	}
+	d.policy = p
+	return nil
+}
+
+// Root is the domain's directory.
+func (d *Domain) Root() string { return d.root }
+
+// Policy is the domain's policy.
+func (d *Domain) Policy() Policy { return d.policy }
+
+// Info is the domain's domain.json.
+func (d *Domain) Info() DomainInfo { return d.info }
+
+func (d *Domain) path(parts ...string) string {
+	return filepath.Join(append([]string{d.root}, parts...)...)
+}
+
+// loadOrCreateJSON decodes root/name into v, or writes v there if it is absent.
+func loadOrCreateJSON(root, name string, v any) error {
+	p := filepath.Join(root, name)
+	raw, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		raw, _ = json.MarshalIndent(v, "", "  ")
+		return writeFileAtomic(p, raw)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", name, err)
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return fmt.Errorf("%s is corrupt: %w: %w", p, err, errdefs.ErrDataLoss)
+	}
+	return nil
+}
+
+// writeFileAtomic writes a small file through a synced temp file and rename.
+func writeFileAtomic(p string, data []byte) error {
+	tmp := fmt.Sprintf("%s.tmp.%d", p, os.Getpid())
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write %s: %w", p, err)
+	}
+	return syncDir(filepath.Dir(p))
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
+}

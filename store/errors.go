@@ -1,0 +1,130 @@
+// Package store is one storage domain on a local filesystem: locks,
+// publication, lookup, leases with mmap views, validation, deny and
+// quarantine, capacity, cleanup and inspection.
+package store
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+)
+
+// ErrMiss is returned by Lookup when no valid artifact is published under an id.
+var ErrMiss = fmt.Errorf("artifact not in store: %w", errdefs.ErrNotFound)
+
+// UnsupportedFSError refuses a domain root on a filesystem the store cannot trust.
+type UnsupportedFSError struct {
+	Root  string
+	Type  string
+	Magic int64
+}
+
+func (e *UnsupportedFSError) Error() string {
+	return fmt.Sprintf("store root %s is on %s (statfs magic 0x%x): only ext4, xfs, btrfs and tmpfs are supported", e.Root, e.Type, e.Magic)
+}
+
+// Unwrap classifies the error.
+func (e *UnsupportedFSError) Unwrap() error { return errdefs.ErrNotImplemented }
+
+// InvalidError says an artifact failed validation; the artifact is denied.
+type InvalidError struct {
+	ID     string
+	File   string
+	Tensor string
+	Reason string
+}
+
+func (e *InvalidError) Error() string {
+	s := "artifact " + short(e.ID) + " is invalid"
+	if e.File != "" {
+		s += ": file " + e.File
+	}
+	if e.Tensor != "" {
+		s += ": tensor " + e.Tensor
+	}
+	return s + ": " + e.Reason
+}
+
+// Unwrap classifies the error.
+func (e *InvalidError) Unwrap() error { return errdefs.ErrDataLoss }
+
+// CapacityError is a build refused or stopped for lack of space.
+type CapacityError struct {
+	Limit string // max_artifact_bytes, max_store_bytes, min_free_bytes or ENOSPC
+	Need  int64
+	Have  int64
+	Err   error // the underlying ENOSPC, if any
+}
+
+func (e *CapacityError) Error() string {
+	if e.Limit == "ENOSPC" {
+		return fmt.Sprintf("store is out of space: %v", e.Err)
+	}
+	return fmt.Sprintf("store capacity: %s would be exceeded: need %d bytes, limit allows %d", e.Limit, e.Need, e.Have)
+}
+
+// Unwrap classifies the error.
+func (e *CapacityError) Unwrap() []error {
+	return []error{errdefs.ErrResourceExhausted, e.Err}
+}
+
+// BusyError says an artifact is in use (leased or being built) and was left alone.
+type BusyError struct {
+	ID      string
+	Holders []LockHolder
+	What    string
+}
+
+func (e *BusyError) Error() string {
+	s := fmt.Sprintf("artifact %s has an active %s", short(e.ID), e.What)
+	for i, h := range e.Holders {
+		if i == 0 {
+			s += " held by"
+		}
+		s += fmt.Sprintf(" pid %d (%s)", h.PID, h.Mode)
+	}
+	return s
+}
+
+// Unwrap classifies the error.
+func (e *BusyError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// TimeoutError is a coordination wait that ran out; it is retryable.
+type TimeoutError struct {
+	What string
+}
+
+func (e *TimeoutError) Error() string { return "timed out waiting for " + e.What }
+
+// Unwrap classifies the error.
+func (e *TimeoutError) Unwrap() error { return errdefs.ErrUnavailable }
+
+// Retryable reports whether a failure may go away on its own.
+func (e *TimeoutError) Retryable() bool { return true }
+
+// AmbiguousError is an id prefix that names more than one artifact.
+type AmbiguousError struct {
+	Prefix  string
+	Matches int
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("id prefix %q names %d artifacts", e.Prefix, e.Matches)
+}
+
+// Unwrap classifies the error.
+func (e *AmbiguousError) Unwrap() error { return errdefs.ErrInvalidArgument }
+
+// IsInvalid reports whether err says an artifact was found invalid.
+func IsInvalid(err error) bool {
+	var ie *InvalidError
+	return errors.As(err, &ie)
+}
+
+func short(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,198 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// Artifact states in inspection snapshots.
+const (
+	StateReady   = "ready"
+	StateDenied  = "denied"
+	StateInvalid = "invalid"
+)
+
+// ArtifactInfo is a read-only snapshot of one artifact, without validation of payload bytes.
+type ArtifactInfo struct {
+	ID          string             `json:"id"`
+	Digest      string             `json:"digest"`
+	State       string             `json:"state"`
+	Reason      string             `json:"reason,omitempty"`
+	Identity    *artifact.Identity `json:"identity,omitempty"`
+	Created     string             `json:"created,omitempty"`
+	Producer    string             `json:"producer,omitempty"`
+	TotalBytes  int64              `json:"total_bytes"`
+	TensorCount int                `json:"tensor_count"`
+	Files       []FileInfo         `json:"files,omitempty"`
+	Holders     []LockHolder       `json:"lock_holders,omitempty"`
+}
+
+// FileInfo is one payload file in a snapshot.
+type FileInfo struct {
+	Path    string `json:"path"`
+	Size    int64  `json:"size"`
+	SHA256  string `json:"sha256"`
+	Tensors int    `json:"tensors"`
+}
+
+// InspectArtifact returns a snapshot of artifacts/<id>. It takes no lock and
+// checks the metadata only.
+func (d *Domain) InspectArtifact(ctx context.Context, id string) (*ArtifactInfo, error) {
+	if !idRE.MatchString(id) {
+		return nil, errdefs.ErrInvalidArgument
+	}
+	if _, err := os.Lstat(d.path(dirArtifacts, id)); err != nil {
+		return nil, ErrMiss
+	}
+	info := &ArtifactInfo{ID: id, Digest: "sha256:" + id, State: StateReady,
+		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact"))}
+	if err := d.checkDenied(id); err != nil {
+		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason
+	}
+	o, err := d.validateDir(id, ManifestAndMetadata)
+	if err != nil {
+		if info.State == StateReady {
+			info.State, info.Reason = StateInvalid, err.Error()
+		}
+		return info, nil
+	}
+	defer o.close()
+	info.Identity, info.Created, info.Producer = &o.manifest.Identity, o.ready.Created, o.ready.Producer
+	info.TotalBytes, info.TensorCount = o.index.TotalBytes(), o.index.TensorCount()
+	for _, f := range o.index.Files {
+		info.Files = append(info.Files, FileInfo{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Tensors: len(f.Tensors)})
+	}
+	return info, nil
+}
+
+// List returns a snapshot of every artifact directory, sorted by id.
+func (d *Domain) List(ctx context.Context) ([]*ArtifactInfo, error) {
+	ids, err := d.ids()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*ArtifactInfo, 0, len(ids))
+	for _, id := range ids {
+		if info, err := d.InspectArtifact(ctx, id); err == nil {
+			out = append(out, info)
+		}
+	}
+	return out, nil
+}
+
+func (d *Domain) ids() ([]string, error) {
+	entries, err := os.ReadDir(d.path(dirArtifacts))
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, e := range entries {
+		if idRE.MatchString(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	sort.Strings(ids)
+	return ids, nil
+}
+
+// ResolveID turns a full digest, a hex id or a unique hex prefix into an id.
+func (d *Domain) ResolveID(ref string) (string, error) {
+	p := strings.TrimPrefix(ref, "sha256:")
+	if p == "" || strings.Trim(p, "0123456789abcdef") != "" {
+		return "", errors.Join(errdefs.ErrInvalidArgument, errors.New("artifact id must be hex: "+ref))
+	}
+	ids, err := d.ids()
+	if err != nil {
+		return "", err
+	}
+	var match []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, p) {
+			match = append(match, id)
+		}
+	}
+	switch len(match) {
+	case 0:
+		return "", ErrMiss
+	case 1:
+		return match[0], nil
+	}
+	return "", &AmbiguousError{Prefix: p, Matches: len(match)}
+}
+
+// Usage is a count and size of directory entries.
+type Usage struct {
+	Count int   `json:"count"`
+	Bytes int64 `json:"bytes"`
+}
+
+// DomainReport is a read-only snapshot of a domain.
+type DomainReport struct {
+	Root        string       `json:"root"`
+	FSType      string       `json:"fs_type"`
+	HostMemory  bool         `json:"host_memory"` // tmpfs: bytes are host memory, not disk
+	Policy      Policy       `json:"policy"`
+	Ready       Usage        `json:"ready"`
+	Temp        Usage        `json:"temp"`
+	Quarantined Usage        `json:"quarantined"`
+	Denied      Usage        `json:"denied"`
+	FreeBytes   int64        `json:"free_bytes"`
+	Locks       []LockHolder `json:"locks,omitempty"`
+}
+
+// InspectDomain returns a snapshot of the domain's usage and lock activity.
+func (d *Domain) InspectDomain(ctx context.Context) (*DomainReport, error) {
+	r := &DomainReport{Root: d.root, FSType: d.info.FSType, HostMemory: d.info.FSType == "tmpfs", Policy: d.policy}
+	r.Ready = dirUsage(d.path(dirArtifacts))
+	r.Temp = dirUsage(d.path(dirTmp))
+	r.Quarantined = dirUsage(d.path(dirQuarantine))
+	if entries, err := os.ReadDir(d.path(dirDeny)); err == nil {
+		for _, e := range entries {
+			if idRE.MatchString(e.Name()) {
+				r.Denied.Count++
+				r.Denied.Bytes += dirUsage(d.path(dirArtifacts, e.Name())).Bytes
+			}
+		}
+	}
+	r.Ready.Bytes -= r.Denied.Bytes
+	r.Ready.Count -= r.Denied.Count
+	var st unix.Statfs_t
+	if unix.Statfs(d.root, &st) == nil {
+		r.FreeBytes = int64(st.Bavail) * st.Bsize
+	}
+	if locks, err := filepath.Glob(d.path(dirLocks, "*.lock")); err == nil {
+		r.Locks = lockHolders(locks...)
+	}
+	return r, nil
+}
+
+// dirUsage counts the top-level entries of dir and the bytes of all files below it.
+func dirUsage(dir string) Usage {
+	var u Usage
+	entries, _ := os.ReadDir(dir)
+	u.Count = len(entries)
+	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err == nil && e.Type().IsRegular() {
+			if fi, err := e.Info(); err == nil {
+				u.Bytes += fi.Size()
+			}
+		}
+		return nil
+	})
+	return u
+}
+
+// usedBytes is what the published artifacts and temp builds take.
+func (d *Domain) usedBytes() (int64, error) {
+	return dirUsage(d.path(dirArtifacts)).Bytes + dirUsage(d.path(dirTmp)).Bytes, nil
+}
+

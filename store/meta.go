@@ -1,0 +1,117 @@
+package store
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Schema versions of the artifact metadata files.
+const (
+	ManifestSchema = 1
+	ReadySchema    = 1
+)
+
+// Metadata file names inside an artifact directory. READY.json is written last.
+const (
+	fileReady    = "READY.json"
+	fileManifest = "manifest.json"
+	fileIndex    = "index.json"
+)
+
+// Manifest is manifest.json: the identity and the payload files.
+type Manifest struct {
+	Schema         int               `json:"schema"`
+	Identity       artifact.Identity `json:"identity"`
+	IdentityDigest string            `json:"identity_digest"`
+	Files          []ManifestFile    `json:"files"`
+	TotalBytes     int64             `json:"total_bytes"`
+}
+
+// ManifestFile is one payload file in the manifest.
+type ManifestFile struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	BLAKE3 string `json:"blake3"`
+}
+
+// Ready is READY.json: it seals the manifest and index by their digests.
+type Ready struct {
+	Schema         int    `json:"schema"`
+	IdentityDigest string `json:"identity_digest"`
+	ManifestSHA256 string `json:"manifest_sha256"`
+	IndexSHA256    string `json:"index_sha256"`
+	Producer       string `json:"producer"`
+	Created        string `json:"created"`
+}
+
+// decodeStrict decodes one JSON value, refusing unknown fields and trailing data.
+func decodeStrict(doc []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("trailing data")
+	}
+	return nil
+}
+
+// DecodeManifest parses manifest.json strictly and checks it against its identity.
+func DecodeManifest(doc []byte) (*Manifest, error) {
+	var m Manifest
+	if err := decodeStrict(doc, &m); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	if m.Schema != ManifestSchema {
+		return nil, fmt.Errorf("manifest: unsupported schema %d", m.Schema)
+	}
+	if err := m.Identity.Validate(); err != nil {
+		return nil, fmt.Errorf("manifest: %w", err)
+	}
+	dg, err := m.Identity.Digest()
+	if err != nil || dg != m.IdentityDigest {
+		return nil, fmt.Errorf("manifest: identity digest %q does not match the identity", m.IdentityDigest)
+	}
+	var total int64
+	for i, f := range m.Files {
+		if err := artifact.ValidateRelPath(f.Path); err != nil {
+			return nil, fmt.Errorf("manifest: file %d: %w", i, err)
+		}
+		if i > 0 && m.Files[i-1].Path >= f.Path {
+			return nil, fmt.Errorf("manifest: files not sorted at %q", f.Path)
+		}
+		if f.Size < 0 || total+f.Size < total {
+			return nil, fmt.Errorf("manifest: file %q: bad size", f.Path)
+		}
+		total += f.Size
+	}
+	if total != m.TotalBytes {
+		return nil, fmt.Errorf("manifest: total_bytes %d is not the sum of the files (%d)", m.TotalBytes, total)
+	}
+	return &m, nil
+}
+
+// DecodeReady parses READY.json strictly.
+func DecodeReady(doc []byte) (*Ready, error) {
+	var r Ready
+	if err := decodeStrict(doc, &r); err != nil {
+		return nil, fmt.Errorf("READY.json: %w", err)
+	}
+	if r.Schema != ReadySchema {
+		return nil, fmt.Errorf("READY.json: unsupported schema %d", r.Schema)
+	}
+	return &r, nil
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}

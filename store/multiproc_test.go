@@ -1,0 +1,147 @@
+package store_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// Child processes of the multi-process tests run this binary again with
+// WS_STORE_CHILD set to a role.
+func TestMain(m *testing.M) {
+	switch os.Getenv("WS_STORE_CHILD") {
+	case "import":
+		os.Exit(childImport())
+	}
+	os.Exit(m.Run())
+}
+
+// countingProducer appends a line to a counter file each time it runs.
+type countingProducer struct {
+	artifact.Passthrough
+	counter string
+}
+
+func (p *countingProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	f, err := os.OpenFile(p.counter, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "build by pid %d\n", os.Getpid())
+	f.Close()
+	return p.Passthrough.Produce(ctx, w)
+}
+
+// childImport imports WS_SRC into WS_ROOT, prints the leased id and holds
+// the lease until its standard input closes.
+func childImport() int {
+	ctx := context.Background()
+	d, err := store.Open(ctx, os.Getenv("WS_ROOT"), nil)
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	src, _, err := artifact.ScanSource(ctx, os.Getenv("WS_SRC"))
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	l, _, err := d.GetOrBuild(ctx, id, &countingProducer{Passthrough: artifact.Passthrough{Src: src}, counter: os.Getenv("WS_COUNTER")})
+	if err != nil {
+		fmt.Println("error", err)
+		return 1
+	}
+	fmt.Println("leased", l.ID)
+	io.Copy(io.Discard, os.Stdin)
+	l.Close()
+	return 0
+}
+
+func TestEightProcessesOneBuild(t *testing.T) {
+	dir, _ := checkpoint(t, 8<<20, 2)
+	root := t.TempDir()
+	counter := filepath.Join(t.TempDir(), "builds.txt")
+	const n = 8
+	type child struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+		line  string
+	}
+	children := make([]*child, n)
+	var wg sync.WaitGroup
+	for i := range children {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), "WS_STORE_CHILD=import", "WS_ROOT="+root, "WS_SRC="+dir, "WS_COUNTER="+counter)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = io.Discard
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		c := &child{cmd: cmd, stdin: stdin}
+		children[i] = c
+		wg.Go(func() {
+			c.line, _ = bufio.NewReader(stdout).ReadString('\n')
+		})
+	}
+	defer func() {
+		for _, c := range children {
+			c.stdin.Close()
+			c.cmd.Wait()
+		}
+	}()
+	wg.Wait() // every child has printed: all eight hold their leases now
+	var id string
+	for i, c := range children {
+		f := strings.Fields(c.line)
+		if len(f) != 2 || f[0] != "leased" {
+			t.Fatalf("child %d: %q", i, c.line)
+		}
+		if id == "" {
+			id = f[1]
+		}
+		if f[1] != id {
+			t.Fatalf("child %d leased %s, another leased %s", i, f[1], id)
+		}
+	}
+	raw, err := os.ReadFile(counter)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if builds := strings.Count(string(raw), "\n"); builds != 1 {
+		t.Fatalf("%d builds ran, want exactly 1:\n%s", builds, raw)
+	}
+	d := openDomain(t, root)
+	info, err := d.InspectArtifact(context.Background(), id)
+	if err != nil || info.State != store.StateReady {
+		t.Fatalf("inspect: %v %+v", err, info)
+	}
+	shared := map[int]bool{}
+	for _, h := range info.Holders {
+		if h.Mode == "READ" {
+			shared[h.PID] = true
+		}
+	}
+	for i, c := range children {
+		if !shared[c.cmd.Process.Pid] {
+			t.Fatalf("child %d (pid %d) holds no shared artifact lock; holders %+v", i, c.cmd.Process.Pid, info.Holders)
+		}
+	}
+}

@@ -1,0 +1,283 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// Size caps for the metadata files, so a corrupt file cannot exhaust memory.
+const (
+	maxReadyBytes    = 64 << 10
+	maxManifestBytes = 64 << 20
+	maxIndexBytes    = 512 << 20
+)
+
+// LeaseFile is one payload file of a leased artifact: its path, an open
+// read-only descriptor (for hardlinked views and sendfile) and its mapping.
+type LeaseFile struct {
+	Path  string // relative to the artifact directory
+	Abs   string // absolute path in the store
+	File  *os.File
+	Data  []byte // read-only shared mapping; nil for an empty file
+	Entry artifact.FileEntry
+}
+
+// opened is an artifact directory whose metadata was read and whose payload
+// files are open and mapped.
+type opened struct {
+	id       string
+	dir      string
+	ready    *Ready
+	manifest *Manifest
+	index    *artifact.Index
+	files    []*LeaseFile
+}
+
+func (o *opened) close() {
+	for _, f := range o.files {
+		if f.Data != nil {
+			unix.Munmap(f.Data)
+		}
+		f.File.Close()
+	}
+	o.files = nil
+}
+
+// validateDir opens artifacts/<id> and validates it in the given mode. A
+// missing directory is ErrMiss; anything wrong with it is an *InvalidError.
+func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
+	dir := d.path(dirArtifacts, id)
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, ErrMiss
+	}
+	if err != nil {
+		return nil, &InvalidError{ID: id, Reason: fmt.Sprintf("open artifact directory: %v", err)}
+	}
+	defer unix.Close(dfd)
+	bad := func(file, tensor, format string, args ...any) error {
+		return &InvalidError{ID: id, File: file, Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(dfd, &st); err != nil {
+		return nil, bad("", "", "stat: %v", err)
+	}
+	if os.FileMode(st.Mode).Perm() != dirHardened {
+		return nil, bad("", "", "directory mode %o is not the hardened %o (publication unfinished or invalidated)", st.Mode&0o7777, dirHardened)
+	}
+	o := &opened{id: id, dir: dir}
+	readyRaw, err := readSmall(dfd, fileReady, maxReadyBytes)
+	if err != nil {
+		return nil, bad(fileReady, "", "%v", err)
+	}
+	if o.ready, err = DecodeReady(readyRaw); err != nil {
+		return nil, bad(fileReady, "", "%v", err)
+	}
+	manRaw, err := readSmall(dfd, fileManifest, maxManifestBytes)
+	if err != nil {
+		return nil, bad(fileManifest, "", "%v", err)
+	}
+	if sha256Hex(manRaw) != o.ready.ManifestSHA256 {
+		return nil, bad(fileManifest, "", "sha256 does not match READY.json")
+	}
+	if o.manifest, err = DecodeManifest(manRaw); err != nil {
+		return nil, bad(fileManifest, "", "%v", err)
+	}
+	if o.manifest.IdentityDigest != "sha256:"+id || o.ready.IdentityDigest != o.manifest.IdentityDigest {
+		return nil, bad(fileManifest, "", "identity digest %s does not name this directory", o.manifest.IdentityDigest)
+	}
+	idxRaw, err := readSmall(dfd, fileIndex, maxIndexBytes)
+	if err != nil {
+		return nil, bad(fileIndex, "", "%v", err)
+	}
+	if sha256Hex(idxRaw) != o.ready.IndexSHA256 {
+		return nil, bad(fileIndex, "", "sha256 does not match READY.json")
+	}
+	if o.index, err = artifact.DecodeIndex(idxRaw); err != nil {
+		return nil, bad(fileIndex, "", "%v", err)
+	}
+	if err := checkIndexAgainstManifest(o.index, o.manifest); err != nil {
+		return nil, bad(fileIndex, "", "%v", err)
+	}
+	for _, e := range o.index.Files {
+		lf, err := openPayload(dfd, dir, e)
+		if err != nil {
+			o.close()
+			return nil, bad(e.Path, "", "%v", err)
+		}
+		o.files = append(o.files, lf)
+		if err := checkTensorTable(lf); err != nil {
+			o.close()
+			return nil, err.(*InvalidError).with(id)
+		}
+	}
+	if mode == FullChecksum {
+		if err := verifyHashes(o.files); err != nil {
+			o.close()
+			return nil, err.(*InvalidError).with(id)
+		}
+	}
+	return o, nil
+}
+
+func (e *InvalidError) with(id string) *InvalidError { e.ID = id; return e }
+
+func checkIndexAgainstManifest(x *artifact.Index, m *Manifest) error {
+	if x.Identity != m.IdentityDigest || len(x.Files) != len(m.Files) {
+		return fmt.Errorf("index does not describe the manifest's files")
+	}
+	for i, f := range x.Files {
+		mf := m.Files[i]
+		if f.Path != mf.Path || f.Size != mf.Size || f.SHA256 != mf.SHA256 || f.BLAKE3 != mf.BLAKE3 {
+			return fmt.Errorf("index entry %q differs from the manifest", f.Path)
+		}
+	}
+	return nil
+}
+
+// readSmall reads a metadata file relative to the directory fd, refusing links and oversize files.
+func readSmall(dfd int, name string, limit int64) ([]byte, error) {
+	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(raw)) > limit {
+		return nil, fmt.Errorf("larger than %d bytes", limit)
+	}
+	return raw, nil
+}
+
+// openPayload opens a payload file beneath the artifact directory without
+// following any link, checks its type, mode and size, and maps it.
+func openPayload(dfd int, dir string, e artifact.FileEntry) (*LeaseFile, error) {
+	fd, err := unix.Openat2(dfd, e.Path, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = unix.Openat(dfd, e.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), e.Path)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, err
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		f.Close()
+		return nil, fmt.Errorf("not a regular file")
+	case st.Size != e.Size:
+		f.Close()
+		return nil, fmt.Errorf("size %d, index says %d", st.Size, e.Size)
+	case os.FileMode(st.Mode).Perm() != fileHardened:
+		f.Close()
+		return nil, fmt.Errorf("mode %o is not the hardened %o", st.Mode&0o7777, fileHardened)
+	}
+	lf := &LeaseFile{Path: e.Path, Abs: filepath.Join(dir, e.Path), File: f, Entry: e}
+	if e.Size > 0 {
+		lf.Data, err = unix.Mmap(fd, 0, int(e.Size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			f.Close()
+			return nil, fmt.Errorf("map: %w", err)
+		}
+	}
+	return lf, nil
+}
+
+// checkTensorTable re-reads a safetensors header from the mapping and
+// compares it with the index: names, dtypes, shapes and offsets.
+func checkTensorTable(lf *LeaseFile) error {
+	e := lf.Entry
+	if !artifact.IsSafetensors(e.Path) {
+		if len(e.Tensors) != 0 || e.DataStart != 0 {
+			return &InvalidError{File: e.Path, Reason: "tensors indexed in a file that is not safetensors"}
+		}
+		return nil
+	}
+	h, err := artifact.ReadHeader(bytes.NewReader(lf.Data), e.Size)
+	if err != nil {
+		return &InvalidError{File: e.Path, Reason: err.Error()}
+	}
+	if h.DataStart() != e.DataStart || len(h.Tensors) != len(e.Tensors) {
+		return &InvalidError{File: e.Path, Reason: "header does not match the index"}
+	}
+	for i, t := range h.Tensors {
+		x := e.Tensors[i]
+		if t.Name != x.Name || t.DType != x.DType || !slices.Equal(t.Shape, x.Shape) ||
+			h.DataStart()+t.Begin != x.Offset || t.End-t.Begin != x.Length {
+			return &InvalidError{File: e.Path, Tensor: t.Name, Reason: "header entry does not match the index"}
+		}
+	}
+	return nil
+}
+
+// verifyHashes checks every byte of every payload against the index in
+// parallel: the header region and each tensor of a safetensors file, the
+// whole of any other file, all with BLAKE3.
+func verifyHashes(files []*LeaseFile) error {
+	type task struct {
+		file, tensor string
+		data         []byte
+		want         string
+	}
+	var tasks []task
+	for _, lf := range files {
+		e := lf.Entry
+		if len(e.Tensors) == 0 && e.DataStart == 0 {
+			tasks = append(tasks, task{e.Path, "", lf.Data, e.BLAKE3})
+			continue
+		}
+		tasks = append(tasks, task{e.Path, "", lf.Data[:e.DataStart], e.HeaderBLAKE3})
+		for _, t := range e.Tensors {
+			tasks = append(tasks, task{e.Path, t.Name, lf.Data[t.Offset : t.Offset+t.Length], t.BLAKE3})
+		}
+	}
+	// Largest first, so the longest hashes start early.
+	slices.SortStableFunc(tasks, func(a, b task) int { return len(b.data) - len(a.data) })
+	work := make(chan task)
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	for range runtime.GOMAXPROCS(0) {
+		wg.Go(func() {
+			for t := range work {
+				if artifact.BLAKE3Hex(t.data) != t.want {
+					mu.Lock()
+					if first == nil {
+						first = &InvalidError{File: t.file, Tensor: t.tensor, Reason: "BLAKE3 mismatch: the bytes changed"}
+					}
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for _, t := range tasks {
+		work <- t
+	}
+	close(work)
+	wg.Wait()
+	return first
+}
+

@@ -1,0 +1,58 @@
+package store
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+)
+
+// Remove deletes an artifact explicitly. It never waits: an active build or
+// lease is reported as a *BusyError and nothing is unlinked. The directory is
+// first renamed to a tombstone (tmp/.cleanup.<id>.*), so an interrupted
+// removal is finished by the next cleanup or build of that id.
+func (d *Domain) Remove(ctx context.Context, id string) error {
+	if !idRE.MatchString(id) {
+		return fmt.Errorf("artifact id %q is not 64 hex digits", id)
+	}
+	bl, ok, err := tryLock(d.lockPath(id, "build"), unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &BusyError{ID: id, What: "build", Holders: lockHolders(d.lockPath(id, "build"))}
+	}
+	defer bl.Close()
+	al, ok, err := tryLock(d.lockPath(id, "artifact"), unix.LOCK_EX)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &BusyError{ID: id, What: "lease", Holders: lockHolders(d.lockPath(id, "artifact"))}
+	}
+	defer al.Close()
+	if _, err := os.Lstat(d.path(dirArtifacts, id)); errors.Is(err, os.ErrNotExist) {
+		os.Remove(d.path(dirDeny, id))
+		return ErrMiss
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	tomb := d.path(dirTmp, ".cleanup."+id+"."+hex.EncodeToString(rnd[:]))
+	if err := os.Rename(d.path(dirArtifacts, id), tomb); err != nil {
+		return fmt.Errorf("remove %s: %w", short(id), err)
+	}
+	if err := syncDir(d.path(dirArtifacts)); err != nil {
+		return err
+	}
+	if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	d.cleanTemps(ctx, id)
+	log.G(ctx).WithField("id", short(id)).Info("artifact removed")
+	return nil
+}

@@ -1,0 +1,223 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+const testRevision = "0123456789abcdef0123456789abcdef01234567"
+
+// checkpoint synthesises a small model and returns its directory and scan.
+func checkpoint(t testing.TB, size int64, shards int) (string, *artifact.SourceDir) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	src, _, err := artifact.ScanSource(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, src
+}
+
+func openDomain(t testing.TB, root string) *store.Domain {
+	t.Helper()
+	d, err := store.Open(context.Background(), root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func importDir(t testing.TB, d *store.Domain, src *artifact.SourceDir) (*store.Lease, store.BuildResult) {
+	t.Helper()
+	id := artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
+	l, res, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, res
+}
+
+func TestLeaseTensorsEqualSource(t *testing.T) {
+	dir, src := checkpoint(t, 4<<20, 3)
+	d := openDomain(t, t.TempDir())
+	l, res := importDir(t, d, src)
+	defer l.Close()
+	if !res.Built {
+		t.Fatal("first import did not build")
+	}
+	checked := 0
+	for _, sf := range src.Files {
+		raw, err := os.ReadFile(filepath.Join(dir, sf.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !artifact.IsSafetensors(sf.Path) {
+			continue
+		}
+		h, err := artifact.ReadHeader(bytes.NewReader(raw), int64(len(raw)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ti := range h.Tensors {
+			got, e, err := l.Tensor(ti.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := raw[h.DataStart()+ti.Begin : h.DataStart()+ti.End]
+			if !bytes.Equal(got, want) || e.DType != ti.DType {
+				t.Fatalf("tensor %s differs from the source", ti.Name)
+			}
+			checked++
+		}
+	}
+	if checked == 0 || checked != l.Index.TensorCount() {
+		t.Fatalf("checked %d tensors, index has %d", checked, l.Index.TensorCount())
+	}
+	// A second build of the same identity is a hit.
+	l2, res2 := importDir(t, d, src)
+	defer l2.Close()
+	if res2.Built || l2.ID != l.ID {
+		t.Fatalf("second import built=%v id=%s, want a hit on %s", res2.Built, l2.ID, l.ID)
+	}
+}
+
+func TestRemoveLeasedArtifactReportsLease(t *testing.T) {
+	_, src := checkpoint(t, 1<<20, 1)
+	d := openDomain(t, t.TempDir())
+	l, _ := importDir(t, d, src)
+	err := d.Remove(context.Background(), l.ID)
+	var busy *store.BusyError
+	if !errors.As(err, &busy) || busy.What != "lease" {
+		t.Fatalf("remove of a leased artifact: %v, want a lease BusyError", err)
+	}
+	if len(busy.Holders) == 0 || busy.Holders[0].PID != os.Getpid() {
+		t.Fatalf("busy error names holders %+v, want this process", busy.Holders)
+	}
+	for _, f := range l.Files() {
+		if _, err := os.Stat(f.Abs); err != nil {
+			t.Fatalf("payload unlinked while leased: %v", err)
+		}
+	}
+	l.Close()
+	if err := d.Remove(context.Background(), l.ID); err != nil {
+		t.Fatalf("remove after close: %v", err)
+	}
+	if _, err := d.Lookup(context.Background(), l.ID, ""); !errors.Is(err, store.ErrMiss) {
+		t.Fatalf("lookup after remove: %v, want a miss", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(d.Root(), "tmp")); len(entries) != 0 {
+		t.Fatalf("tmp not empty after remove: %v", entries)
+	}
+}
+
+func TestFlippedByteIsDeniedByFullChecksum(t *testing.T) {
+	_, src := checkpoint(t, 2<<20, 2)
+	d := openDomain(t, t.TempDir())
+	l, _ := importDir(t, d, src)
+	id := l.ID
+	var f *store.LeaseFile
+	for _, lf := range l.Files() {
+		if len(lf.Entry.Tensors) > 0 {
+			f = lf
+		}
+	}
+	tensor := f.Entry.Tensors[len(f.Entry.Tensors)/2]
+	off := tensor.Offset + tensor.Length/2
+	l.Close()
+	flipByte(t, f.Abs, off)
+
+	// The metadata check cannot see it; the full checksum names file and tensor.
+	if l, err := d.Lookup(context.Background(), id, store.ManifestAndMetadata); err != nil {
+		t.Fatalf("metadata lookup: %v", err)
+	} else {
+		l.Close()
+	}
+	_, err := d.Lookup(context.Background(), id, store.FullChecksum)
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.File != f.Path || inv.Tensor != tensor.Name || !errdefs.IsDataLoss(err) {
+		t.Fatalf("full checksum: %v, want an InvalidError naming %s and %s", err, f.Path, tensor.Name)
+	}
+	for _, mode := range []store.ValidationMode{store.ManifestAndMetadata, store.FullChecksum} {
+		_, err := d.Lookup(context.Background(), id, mode)
+		var de *store.DeniedError
+		if !errors.As(err, &de) || !errors.Is(err, store.ErrMiss) {
+			t.Fatalf("%s lookup after deny: %v, want a denied miss", mode, err)
+		}
+	}
+	// A build of the same identity quarantines the bad copy and publishes a good one.
+	l2, res := importDir(t, d, src)
+	defer l2.Close()
+	if !res.Built || l2.ID != id {
+		t.Fatalf("rebuild after deny: built=%v", res.Built)
+	}
+	if q, _ := os.ReadDir(filepath.Join(d.Root(), "quarantine")); len(q) != 1 {
+		t.Fatalf("quarantine holds %d entries, want 1", len(q))
+	}
+}
+
+// flipByte inverts one byte of a hardened file and restores its mode.
+func flipByte(t *testing.T, path string, off int64) {
+	t.Helper()
+	dir := filepath.Dir(path)
+	os.Chmod(dir, 0o755)
+	os.Chmod(path, 0o644)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 1)
+	f.ReadAt(b, off)
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	os.Chmod(path, 0o444)
+	os.Chmod(dir, 0o555)
+}
+
+func TestUnsupportedFilesystemIsNamed(t *testing.T) {
+	_, err := store.Open(context.Background(), "/proc/self", nil)
+	var ufs *store.UnsupportedFSError
+	if err == nil {
+		t.Fatal("a store under /proc was accepted")
+	}
+	// MkdirAll of /proc/self succeeds (it exists); statfs names the type.
+	if !errors.As(err, &ufs) || ufs.Type != "proc" {
+		t.Fatalf("store under /proc: %v, want an UnsupportedFSError naming proc", err)
+	}
+}
+
+func TestIdentityMismatchedSourceFails(t *testing.T) {
+	dir, src := checkpoint(t, 1<<20, 1)
+	d := openDomain(t, t.TempDir())
+	// The source changes after its fingerprint was taken.
+	p := filepath.Join(dir, src.Files[len(src.Files)-1].Path)
+	raw, _ := os.ReadFile(p)
+	raw[len(raw)-1] ^= 1
+	os.WriteFile(p, raw, 0o644)
+	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	_, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
+	var mm *artifact.SourceMismatchError
+	if !errors.As(err, &mm) {
+		t.Fatalf("import of a changed source: %v, want a SourceMismatchError", err)
+	}
+	if list, _ := d.List(context.Background()); len(list) != 0 {
+		t.Fatalf("a failed build left %d artifacts", len(list))
+	}
+	if entries, _ := os.ReadDir(filepath.Join(d.Root(), "tmp")); len(entries) != 0 {
+		t.Fatalf("a failed build left temp entries: %v", entries)
+	}
+}

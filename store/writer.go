@@ -1,0 +1,239 @@
+package store
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// build is an invisible temp build of one artifact, written through the
+// store-scoped writer. Only publish makes it visible.
+type build struct {
+	d        *Domain
+	identity artifact.Identity
+	id       string // identity hex
+	dir      string // tmp/<id>.<random>
+	budget   int64  // bytes this artifact may still take (max_artifact_bytes, max_store_bytes)
+
+	mu    sync.Mutex
+	files map[string]*fileWriter
+	total int64
+}
+
+func (d *Domain) newBuild(identity artifact.Identity, id string) (*build, error) {
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	b := &build{d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1,
+		dir: d.path(dirTmp, id+"."+hex.EncodeToString(rnd[:]))}
+	if p := d.policy; p.MaxArtifactBytes > 0 {
+		b.budget = p.MaxArtifactBytes
+	}
+	if p := d.policy; p.MaxStoreBytes > 0 {
+		used, err := d.usedBytes()
+		if err != nil {
+			return nil, err
+		}
+		if left := max(p.MaxStoreBytes-used, 0); b.budget < 0 || left < b.budget {
+			b.budget = left
+		}
+	}
+	if err := os.Mkdir(b.dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create temp build: %w", classifyIO(err))
+	}
+	return b, nil
+}
+
+// Create implements artifact.Writer.
+func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
+	if err := artifact.ValidateRelPath(path); err != nil || isMetadataName(path) {
+		return nil, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
+	}
+	if size < 0 {
+		return nil, fmt.Errorf("payload %q: negative size: %w", path, errdefs.ErrInvalidArgument)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, dup := b.files[path]; dup {
+		return nil, fmt.Errorf("payload %q created twice: %w", path, errdefs.ErrAlreadyExists)
+	}
+	if err := b.preflight(size); err != nil {
+		return nil, err
+	}
+	full := filepath.Join(b.dir, path)
+	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
+		return nil, classifyIO(err)
+	}
+	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, classifyIO(err)
+	}
+	if size > 0 {
+		if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
+			f.Close()
+			return nil, classifyIO(fmt.Errorf("preallocate %s: %w", path, err))
+		}
+	}
+	fw := &fileWriter{path: path, size: size, f: f, hasher: artifact.NewFileHasher(path, size)}
+	b.files[path] = fw
+	b.total += size
+	return fw, nil
+}
+
+// preflight checks the capacity limits and free space for size more bytes.
+func (b *build) preflight(size int64) error {
+	if b.budget >= 0 && b.total+size > b.budget {
+		limit := "max_artifact_bytes"
+		if p := b.d.policy; p.MaxArtifactBytes == 0 || b.budget < p.MaxArtifactBytes {
+			limit = "max_store_bytes"
+		}
+		return &CapacityError{Limit: limit, Need: b.total + size, Have: b.budget}
+	}
+	var st unix.Statfs_t
+	if err := unix.Statfs(b.dir, &st); err != nil {
+		return fmt.Errorf("statfs: %w", err)
+	}
+	free := int64(st.Bavail) * st.Bsize
+	if free-size < b.d.policy.MinFreeBytes {
+		return &CapacityError{Limit: "min_free_bytes", Need: size + b.d.policy.MinFreeBytes, Have: free}
+	}
+	return nil
+}
+
+func isMetadataName(path string) bool {
+	return path == fileReady || path == fileManifest || path == fileIndex
+}
+
+// classifyIO turns ENOSPC and EDQUOT into a typed capacity failure.
+func classifyIO(err error) error {
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		return &CapacityError{Limit: "ENOSPC", Err: err}
+	}
+	return err
+}
+
+// fileWriter is one payload file of a build. Sequential writes are hashed
+// as they are written, overlapped with the write; the first positioned
+// write switches the file to hashing by readback at Close. Close starts the
+// fsync in the background; publication waits for it.
+type fileWriter struct {
+	path   string
+	size   int64
+	f      *os.File
+	hasher *artifact.FileHasher // nil once a positioned write happened
+	pos    int64
+	closed bool
+	synced chan error
+	entry  artifact.FileEntry
+	err    error
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	if w.closed {
+		return 0, os.ErrClosed
+	}
+	if int64(len(p)) > w.size-w.pos {
+		return 0, fmt.Errorf("payload %s: write past the declared size %d: %w", w.path, w.size, errdefs.ErrOutOfRange)
+	}
+	var herr error
+	done := make(chan struct{})
+	if w.hasher != nil {
+		go func() { _, herr = w.hasher.Write(p); close(done) }()
+	} else {
+		close(done)
+	}
+	n, err := w.f.WriteAt(p, w.pos)
+	<-done
+	w.pos += int64(n)
+	if err != nil {
+		return n, classifyIO(err)
+	}
+	if herr != nil {
+		return n, herr
+	}
+	return n, nil
+}
+
+func (w *fileWriter) WriteAt(p []byte, off int64) (int, error) {
+	if w.closed {
+		return 0, os.ErrClosed
+	}
+	if off < 0 || int64(len(p)) > w.size-off {
+		return 0, fmt.Errorf("payload %s: write at %d+%d past the declared size %d: %w", w.path, off, len(p), w.size, errdefs.ErrOutOfRange)
+	}
+	if w.hasher != nil {
+		w.hasher.Abort()
+		w.hasher = nil
+	}
+	n, err := w.f.WriteAt(p, off)
+	return n, classifyIO(err)
+}
+
+// Close finishes the hashes and starts the fsync.
+func (w *fileWriter) Close() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	if w.hasher != nil {
+		w.entry, w.err = w.hasher.Sum()
+	} else {
+		w.entry, w.err = artifact.HashFile(w.f, w.path, w.size)
+	}
+	if w.err != nil {
+		w.f.Close()
+		return w.err
+	}
+	w.synced = make(chan error, 1)
+	go func() {
+		err := w.f.Sync()
+		if cerr := w.f.Close(); err == nil {
+			err = cerr
+		}
+		w.synced <- classifyIO(err)
+	}()
+	return nil
+}
+
+// Digest returns the file's hashes; it is valid after Close.
+func (w *fileWriter) Digest() (artifact.FileEntry, error) {
+	if !w.closed {
+		return artifact.FileEntry{}, fmt.Errorf("payload %s: digest before close: %w", w.path, errdefs.ErrFailedPrecondition)
+	}
+	return w.entry, w.err
+}
+
+// abort discards the temp build.
+func (b *build) abort() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, w := range b.files {
+		if !w.closed {
+			if w.hasher != nil {
+				w.hasher.Abort()
+			}
+			w.f.Close()
+		} else if w.synced != nil {
+			<-w.synced
+		}
+	}
+	removeTree(b.dir)
+}
+
+// removeTree removes a directory tree, first making hardened directories writable.
+func removeTree(dir string) error {
+	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err == nil && e.IsDir() {
+			os.Chmod(p, 0o700)
+		}
+		return nil
+	})
+	return os.RemoveAll(dir)
+}

@@ -1,0 +1,219 @@
+package harness
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ContainerdOptions configures StartContainerd.
+type ContainerdOptions struct {
+	// Registry, when set, is configured for plain HTTP (hosts.toml under HostsDir, used by CRI pulls,
+	// by nerdctl --hosts-dir and by ctr --hosts-dir), and the CRI sandbox image is pinned to
+	// Registry.Ref("pause:3.10"), which PushPause pushes.
+	Registry *Registry
+	// SandboxImage overrides the pinned CRI sandbox image.
+	SandboxImage string
+	// ExtraConfig is appended to the generated config.toml (version 3). It may add new tables, such
+	// as [proxy_plugins.weightsnap]; it must not repeat a table the harness writes (grpc, ttrpc,
+	// debug, plugins."io.containerd.internal.v1.opt", plugins."io.containerd.grpc.v1.cri",
+	// plugins."io.containerd.cri.v1.runtime", plugins."io.containerd.cri.v1.images").
+	ExtraConfig string
+}
+
+// Containerd is a containerd daemon with its own root, state, socket and namespace.
+type Containerd struct {
+	Dir       string // everything lives under here
+	Socket    string // gRPC socket
+	Namespace string // unique namespace used by Ctr and Nerdctl (the CRI uses k8s.io)
+	Root      string
+	State     string
+	HostsDir  string // registry hosts (certs.d layout)
+	Config    string // config.toml path
+	Proc      *Proc
+	Tools     *Tools
+
+	crictlConfig string
+	nerdctlToml  string
+}
+
+// StartContainerd starts containerd (root needed) and waits until it answers. Teardown kills and
+// removes every task, container and CRI pod, stops containerd, kills leftover shims, unmounts
+// everything under Dir and removes it.
+func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
+	t.Helper()
+	RequireRoot(t)
+	tools := Peers(t)
+	dir := TempDir(t)
+	c := &Containerd{
+		Dir:          dir,
+		Socket:       filepath.Join(dir, "c.sock"),
+		Namespace:    "ws-" + randHex(4),
+		Root:         filepath.Join(dir, "root"),
+		State:        filepath.Join(dir, "state"),
+		HostsDir:     filepath.Join(dir, "certs.d"),
+		Config:       filepath.Join(dir, "config.toml"),
+		Tools:        tools,
+		crictlConfig: filepath.Join(dir, "crictl.yaml"),
+		nerdctlToml:  filepath.Join(dir, "nerdctl.toml"),
+	}
+	tracker.Lock()
+	tracker.ctrNSs = append(tracker.ctrNSs, c.Namespace)
+	tracker.Unlock()
+
+	sandbox := opts.SandboxImage
+	if sandbox == "" && opts.Registry != nil {
+		sandbox = opts.Registry.Ref("pause:3.10")
+	}
+	for _, d := range []string{c.HostsDir, filepath.Join(dir, "cni", "net.d"), filepath.Join(dir, "cni", "bin"), filepath.Join(dir, "pods")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if opts.Registry != nil {
+		writeFile(t, filepath.Join(c.HostsDir, opts.Registry.Host, "hosts.toml"), fmt.Sprintf(`server = %q
+
+[host.%q]
+  capabilities = ["pull", "resolve", "push"]
+  skip_verify = true
+`, opts.Registry.URL, opts.Registry.URL))
+	}
+	writeFile(t, c.Config, c.config(sandbox)+"\n"+opts.ExtraConfig+"\n")
+	writeFile(t, c.crictlConfig, fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n", c.Socket, c.Socket))
+	writeFile(t, c.nerdctlToml, "")
+
+	c.Proc = StartProcess(t, dir, "containerd", tools.pathEnv(), tools.Containerd, "--config", c.Config)
+	t.Cleanup(c.teardown) // runs before the process is stopped (cleanups run last-in first-out)
+	if err := c.waitReady(60 * time.Second); err != nil {
+		t.Fatalf("containerd did not start: %v\n%s", err, Tail(c.Proc.Log, 40))
+	}
+	return c
+}
+
+func (c *Containerd) config(sandbox string) string {
+	var pinned string
+	if sandbox != "" {
+		pinned = fmt.Sprintf("\n  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", sandbox)
+	}
+	return fmt.Sprintf(`version = 3
+root = %q
+state = %q
+# NRI listens on a fixed host path; two test daemons would collide.
+disabled_plugins = ["io.containerd.nri.v1.nri"]
+
+[grpc]
+  address = %q
+
+[ttrpc]
+  address = %q
+
+[debug]
+  level = "info"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %q
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+
+[plugins."io.containerd.cri.v1.runtime"]
+  # These machines lack CAP_SYS_RESOURCE: without this every sandbox fails in runc.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.cri.v1.runtime".cni]
+    bin_dirs = [%q]
+    conf_dir = %q
+
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  [plugins."io.containerd.cri.v1.images".registry]
+    config_path = %q
+%s`, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Dir, "opt"),
+		filepath.Join(c.Dir, "cni", "bin"), filepath.Join(c.Dir, "cni", "net.d"), c.HostsDir, pinned)
+}
+
+func (c *Containerd) waitReady(timeout time.Duration) error {
+	var err error
+	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
+		if c.Proc.Exited() {
+			return fmt.Errorf("containerd exited: %v", c.Proc.Err())
+		}
+		if _, err = c.Ctr("version"); err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// Ctr runs ctr against this containerd in its namespace and returns the combined output.
+func (c *Containerd) Ctr(args ...string) (string, error) {
+	return c.ctrIn(c.Namespace, args...)
+}
+
+func (c *Containerd) ctrIn(ns string, args ...string) (string, error) {
+	argv := append([]string{c.Tools.Ctr, "--address", c.Socket, "--namespace", ns}, args...)
+	return run(c.Tools.pathEnv(), c.Dir, argv...)
+}
+
+// Nerdctl runs nerdctl against this containerd in its namespace, with its own data root, the
+// registry hosts directory and plain HTTP allowed, and returns the combined output.
+func (c *Containerd) Nerdctl(args ...string) (string, error) {
+	argv := append([]string{c.Tools.Nerdctl, "--address", c.Socket, "--namespace", c.Namespace,
+		"--data-root", filepath.Join(c.Dir, "nerdctl"), "--hosts-dir", c.HostsDir, "--insecure-registry",
+		"--cni-path", filepath.Join(c.Dir, "cni", "bin"), "--cni-netconfpath", filepath.Join(c.Dir, "cni", "net.d")},
+		args...)
+	return run(c.Tools.pathEnv("NERDCTL_TOML="+c.nerdctlToml), c.Dir, argv...)
+}
+
+// Crictl runs crictl against this containerd's CRI (namespace k8s.io) and returns the combined
+// output.
+func (c *Containerd) Crictl(args ...string) (string, error) {
+	argv := append([]string{c.Tools.Crictl, "--config", c.crictlConfig}, args...)
+	return run(c.Tools.pathEnv(), c.Dir, argv...)
+}
+
+// teardown removes every CRI pod and every task and container in every namespace, while containerd
+// still runs. The harness then stops containerd, kills what still names Dir (shims) and unmounts.
+func (c *Containerd) teardown() {
+	if c.Proc.Exited() {
+		return
+	}
+	if out, err := c.Crictl("pods", "-q"); err == nil && strings.TrimSpace(out) != "" {
+		_, _ = c.Crictl("rmp", "--all", "--force")
+	}
+	out, err := c.ctrIn("default", "namespaces", "list", "-q")
+	if err != nil {
+		return
+	}
+	for _, ns := range strings.Fields(out) {
+		tasks, _ := c.ctrIn(ns, "tasks", "list", "-q")
+		for _, id := range strings.Fields(tasks) {
+			_, _ = c.ctrIn(ns, "tasks", "kill", "--all", "--signal", "SIGKILL", id)
+			_, _ = c.ctrIn(ns, "tasks", "delete", "--force", id)
+		}
+		ctrs, _ := c.ctrIn(ns, "containers", "list", "-q")
+		for _, id := range strings.Fields(ctrs) {
+			_, _ = c.ctrIn(ns, "containers", "delete", id)
+		}
+	}
+	// Kill anything left in this namespace's cgroups (a container whose shim is gone).
+	for _, pid := range inCgroupOf(c.Namespace) {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = os.RemoveAll(filepath.Join("/run/containerd/runc", c.Namespace))
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

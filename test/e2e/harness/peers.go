@@ -1,0 +1,138 @@
+package harness
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// Tools holds the absolute paths of the peers installed by test/e2e/deps.
+type Tools struct {
+	Bin string // the pinned bin directory
+
+	// Built from the Go module proxy into Bin.
+	Containerd, Ctr, Shim, Runc, Nerdctl, Crictl, Oras, Registry, Crane string
+
+	// From Debian packages (found on PATH or in /usr/sbin, /sbin, /bin).
+	Busybox, IP, Ping, Socat, Rsync, B3sum, FiInfo string
+}
+
+// Skip skips the test with reason, or fails it when WEIGHTSNAP_REQUIRE_ALL=1 (CI must never pass by
+// skipping). Use it for every "cannot run here" condition.
+func Skip(t testing.TB, reason string) {
+	t.Helper()
+	if os.Getenv("WEIGHTSNAP_REQUIRE_ALL") == "1" {
+		t.Fatalf("cannot run, and WEIGHTSNAP_REQUIRE_ALL=1 forbids skipping: %s", reason)
+	}
+	t.Skip(reason)
+}
+
+// RequireRoot skips (see Skip) unless the test runs as root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "needs root")
+	}
+}
+
+// BinDir returns the peers' bin directory: $WEIGHTSNAP_PEERS_BIN, or the one test/e2e/deps recorded
+// in ${WEIGHTSNAP_PEERS:-$HOME/.cache/weightsnap/peers}/current.
+func BinDir() (string, error) {
+	if d := os.Getenv("WEIGHTSNAP_PEERS_BIN"); d != "" {
+		return d, nil
+	}
+	root := os.Getenv("WEIGHTSNAP_PEERS")
+	if root == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return "", err
+		}
+		root = filepath.Join(home, ".cache", "weightsnap", "peers")
+	}
+	b, err := os.ReadFile(filepath.Join(root, "current"))
+	if err != nil {
+		return "", fmt.Errorf("peers not installed (run test/e2e/deps): %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// Peers returns the paths of all peers, skipping the test (see Skip) when any is missing.
+func Peers(t testing.TB) *Tools {
+	t.Helper()
+	tools, err := findPeers()
+	if err != nil {
+		Skip(t, err.Error())
+	}
+	return tools
+}
+
+func findPeers() (*Tools, error) {
+	bin, err := BinDir()
+	if err != nil {
+		return nil, err
+	}
+	tl := &Tools{Bin: bin}
+	var missing []string
+	inBin := func(dst *string, name string) {
+		p := filepath.Join(bin, name)
+		if fi, err := os.Stat(p); err != nil || fi.Mode()&0o111 == 0 {
+			missing = append(missing, name)
+			return
+		}
+		*dst = p
+	}
+	inBin(&tl.Containerd, "containerd")
+	inBin(&tl.Ctr, "ctr")
+	inBin(&tl.Shim, "containerd-shim-runc-v2")
+	inBin(&tl.Runc, "runc")
+	inBin(&tl.Nerdctl, "nerdctl")
+	inBin(&tl.Crictl, "crictl")
+	inBin(&tl.Oras, "oras")
+	inBin(&tl.Registry, "registry")
+	inBin(&tl.Crane, "crane")
+	onSystem := func(dst *string, name, pkg string) {
+		for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
+			if p := filepath.Join(dir, name); isExec(p) {
+				*dst = p
+				return
+			}
+		}
+		if p, err := exec.LookPath(name); err == nil {
+			*dst = p
+			return
+		}
+		missing = append(missing, name+" (Debian "+pkg+")")
+	}
+	onSystem(&tl.Busybox, "busybox", "busybox-static")
+	onSystem(&tl.IP, "ip", "iproute2")
+	onSystem(&tl.Ping, "ping", "iputils-ping")
+	onSystem(&tl.Socat, "socat", "socat")
+	onSystem(&tl.Rsync, "rsync", "rsync")
+	onSystem(&tl.B3sum, "b3sum", "b3sum")
+	onSystem(&tl.FiInfo, "fi_info", "libfabric-bin")
+	if len(missing) > 0 {
+		return nil, errors.New("peers missing from " + bin + ": " + strings.Join(missing, ", ") +
+			" (run test/e2e/deps as root)")
+	}
+	return tl, nil
+}
+
+func isExec(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0
+}
+
+// pathEnv returns the environment with the peers' bin directory first on PATH.
+func (tl *Tools) pathEnv(extra ...string) []string {
+	env := []string{"PATH=" + tl.Bin + ":/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	return append(env, extra...)
+}
