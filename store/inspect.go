@@ -195,4 +195,3 @@ func dirUsage(dir string) Usage {
 func (d *Domain) usedBytes() (int64, error) {
 	return dirUsage(d.path(dirArtifacts)).Bytes + dirUsage(d.path(dirTmp)).Bytes, nil
 }
-

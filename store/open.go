@@ -280,4 +280,3 @@ func verifyHashes(files []*LeaseFile) error {
 	wg.Wait()
 	return first
 }
-

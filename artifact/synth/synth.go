@@ -186,4 +186,3 @@ func writeJSON(path string, v any) error {
 	}
 	return os.WriteFile(path, append(raw, '\n'), 0o644)
 }
-

@@ -115,4 +115,3 @@ func (pr *progress) Done() {
 		pr.p.Wait()
 	}
 }
-
