@@ -12,6 +12,14 @@ type Writer interface {
 	Create(path string, size int64) (FileWriter, error)
 }
 
+// Resumer is implemented by writers that may hold the files of an
+// interrupted build of the same artifact.
+type Resumer interface {
+	// Reuse adopts a kept file if it holds exactly size bytes with the given
+	// sha256 (hex), as if it had been created and written; it reports whether it did.
+	Reuse(path string, size int64, sha256 string) (bool, error)
+}
+
 // FileWriter writes one payload file. Write appends in order and is hashed
 // while it writes; WriteAt places bytes anywhere (for fetchers that fill one
 // file from several streams), and such a file is hashed by reading it back.

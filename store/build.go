@@ -51,7 +51,7 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 	if err := d.clearInvalid(ctx, id, deadline); err != nil {
 		return nil, res, err
 	}
-	d.cleanTemps(ctx, id)
+	d.cleanTemps(ctx, id, true)
 	start = time.Now()
 	if err := d.produce(ctx, identity, id, p, deadline); err != nil {
 		return nil, res, err
@@ -71,6 +71,7 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id str
 	if err != nil {
 		return err
 	}
+	b.adoptStale()
 	if err := p.Produce(ctx, b); err != nil {
 		b.abort()
 		return fmt.Errorf("producer %s: %w", p.Name(), err)
@@ -102,8 +103,8 @@ func (d *Domain) clearInvalid(ctx context.Context, id string, deadline time.Time
 
 // cleanTemps removes temp builds and cleanup tombstones whose owner is gone:
 // those of id (the caller holds its build lock) and those of any other id
-// whose build lock is free.
-func (d *Domain) cleanTemps(ctx context.Context, id string) {
+// whose build lock is free. keepOwn leaves id's temp builds for adoption.
+func (d *Domain) cleanTemps(ctx context.Context, id string, keepOwn bool) {
 	entries, err := os.ReadDir(d.path(dirTmp))
 	if err != nil {
 		return
@@ -111,7 +112,7 @@ func (d *Domain) cleanTemps(ctx context.Context, id string) {
 	for _, e := range entries {
 		name := e.Name()
 		owner, _, _ := strings.Cut(strings.TrimPrefix(name, ".cleanup."), ".")
-		if !idRE.MatchString(owner) {
+		if !idRE.MatchString(owner) || (keepOwn && owner == id && !strings.HasPrefix(name, ".cleanup.")) {
 			continue
 		}
 		if owner != id {

@@ -22,6 +22,8 @@ func TestMain(m *testing.M) {
 	switch os.Getenv("WS_STORE_CHILD") {
 	case "import":
 		os.Exit(childImport())
+	case "crash-after-first-file":
+		os.Exit(childCrashAfterFirstFile())
 	}
 	os.Exit(m.Run())
 }
@@ -144,4 +146,84 @@ func TestEightProcessesOneBuild(t *testing.T) {
 			t.Fatalf("child %d (pid %d) holds no shared artifact lock; holders %+v", i, c.cmd.Process.Pid, info.Holders)
 		}
 	}
+}
+
+// childCrashAfterFirstFile builds WS_SRC and dies, as by a crash, right after
+// its first payload file is complete.
+func childCrashAfterFirstFile() int {
+	ctx := context.Background()
+	d, err := store.Open(ctx, os.Getenv("WS_ROOT"), nil)
+	if err != nil {
+		return 1
+	}
+	src, _, err := artifact.ScanSource(ctx, os.Getenv("WS_SRC"))
+	if err != nil {
+		return 1
+	}
+	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	crash := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
+		one := &artifact.Passthrough{Src: &artifact.SourceDir{Root: src.Root, Files: src.Files[:1]}}
+		if err := one.Produce(ctx, w); err != nil {
+			return err
+		}
+		os.Exit(3)
+		return nil
+	}}
+	d.GetOrBuild(ctx, id, crash)
+	return 1
+}
+
+// reusingProducer reuses every kept file it can and copies the rest.
+type reusingProducer struct {
+	src    *artifact.SourceDir
+	reused []string
+}
+
+func (p *reusingProducer) Name() string { return artifact.PassthroughName }
+
+func (p *reusingProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	var rest []artifact.SourceFile
+	for _, f := range p.src.Files {
+		ok, err := w.(artifact.Resumer).Reuse(f.Path, f.Size, f.SHA256)
+		if err != nil {
+			return err
+		}
+		if ok {
+			p.reused = append(p.reused, f.Path)
+		} else {
+			rest = append(rest, f)
+		}
+	}
+	return (&artifact.Passthrough{Src: &artifact.SourceDir{Root: p.src.Root, Files: rest}}).Produce(ctx, w)
+}
+
+func TestInterruptedBuildIsResumed(t *testing.T) {
+	dir, src := checkpoint(t, 2<<20, 2)
+	root := t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "WS_STORE_CHILD=crash-after-first-file", "WS_ROOT="+root, "WS_SRC="+dir)
+	if err := cmd.Run(); cmd.ProcessState.ExitCode() != 3 {
+		t.Fatalf("child did not crash where planned: %v", err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 1 {
+		t.Fatalf("the crash left %d temp builds, want 1", len(entries))
+	}
+	d := openDomain(t, root)
+	p := &reusingProducer{src: src}
+	l, res, err := d.GetOrBuild(context.Background(), artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0), p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if !res.Built || len(p.reused) != 1 || p.reused[0] != src.Files[0].Path {
+		t.Fatalf("reused %v, want exactly %s", p.reused, src.Files[0].Path)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
+		t.Fatalf("temp entries after the resumed build: %v", entries)
+	}
+	full, err := d.Lookup(context.Background(), l.ID, store.FullChecksum)
+	if err != nil {
+		t.Fatalf("resumed artifact is not fully valid: %v", err)
+	}
+	full.Close()
 }

@@ -28,6 +28,9 @@ const (
 // renames it into artifacts/ under the exclusive artifact lock, hardens it and
 // syncs the parents. A competing publication that is already valid wins.
 func (b *build) publish(ctx context.Context, producer string, deadline time.Time) error {
+	if err := b.dropResume(); err != nil {
+		return err
+	}
 	entries := make([]artifact.FileEntry, 0, len(b.files))
 	for _, w := range b.files {
 		if !w.closed {

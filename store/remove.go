@@ -52,7 +52,7 @@ func (d *Domain) Remove(ctx context.Context, id string) error {
 	if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	d.cleanTemps(ctx, id)
+	d.cleanTemps(ctx, id, false)
 	log.G(ctx).WithField("id", short(id)).Info("artifact removed")
 	return nil
 }

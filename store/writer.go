@@ -53,7 +53,7 @@ func (d *Domain) newBuild(identity artifact.Identity, id string) (*build, error)
 
 // Create implements artifact.Writer.
 func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
-	if err := artifact.ValidateRelPath(path); err != nil || isMetadataName(path) {
+	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
 		return nil, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
 	}
 	if size < 0 {

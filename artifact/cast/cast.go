@@ -154,7 +154,7 @@ func F32ToF16(f uint32) uint16 {
 	r := m >> shift
 	rem := m & (1<<shift - 1)
 	half := uint32(1) << (shift - 1)
-	if rem >= half {
+	if rem > half || (rem == half && r&1 == 1) {
 		r++ // may carry into the smallest normal, 0x0400, which is correct
 	}
 	return sign | uint16(r)
