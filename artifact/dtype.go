@@ -1,9 +1,11 @@
 package artifact
 
 import (
+	"cmp"
 	"fmt"
 	"math/bits"
 	"slices"
+	"strings"
 )
 
 // DType describes one safetensors element type.
@@ -94,4 +96,48 @@ func (d DType) tensorBytes(shape []int64) (int64, FormatErrorKind, string) {
 	}
 	// nbits/8 < 2^61, so it always fits in int64.
 	return int64(nbits / 8), "", ""
+}
+
+// stSortTensors sorts by offsets, then by name: empty tensors sharing a begin
+// with a non-empty one come first, so a valid layout is always contiguous.
+func stSortTensors(ts []TensorInfo) {
+	slices.SortFunc(ts, func(a, b TensorInfo) int {
+		return cmp.Or(cmp.Compare(a.Begin, b.Begin), cmp.Compare(a.End, b.End), strings.Compare(a.Name, b.Name))
+	})
+}
+
+// stCheckLayout checks tensors sorted by offsets: contiguous from 0, each
+// exactly as long as its shape and dtype, and (when dataLen >= 0) within the
+// data buffer. It returns the end of the last tensor.
+func stCheckLayout(ts []TensorInfo, dataLen int64) (int64, error) {
+	var prev int64
+	for i := range ts {
+		t := &ts[i]
+		switch {
+		case i == 0 && t.Begin != 0:
+			return 0, stErr(OffsetsOutOfOrder, t.Name, "first tensor begins at %d, not 0", t.Begin)
+		case t.Begin > prev:
+			return 0, stErr(OffsetsOutOfOrder, t.Name, "hole: begins at %d, previous tensor ends at %d", t.Begin, prev)
+		case t.Begin < prev:
+			return 0, stErr(OffsetsOutOfOrder, t.Name, "overlap: begins at %d, previous tensor ends at %d", t.Begin, prev)
+		case t.End < t.Begin:
+			return 0, stErr(OffsetsOutOfOrder, t.Name, "ends at %d before it begins at %d", t.End, t.Begin)
+		case dataLen >= 0 && t.End > dataLen:
+			return 0, stErr(OutOfFile, t.Name, "ends at data offset %d but the data buffer is %d bytes", t.End, dataLen)
+		}
+		dt, ok := LookupDType(t.DType)
+		if !ok {
+			return 0, stErr(UnknownDType, t.Name, "unknown dtype %q", t.DType)
+		}
+		n, kind, why := dt.tensorBytes(t.Shape)
+		if why != "" {
+			return 0, stErr(kind, t.Name, "%s", why)
+		}
+		if n != t.End-t.Begin {
+			return 0, stErr(ShapeMismatch, t.Name, "shape %v of %s is %d bytes, offsets [%d, %d) span %d",
+				t.Shape, t.DType, n, t.Begin, t.End, t.End-t.Begin)
+		}
+		prev = t.End
+	}
+	return prev, nil
 }

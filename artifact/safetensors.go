@@ -2,13 +2,11 @@ package artifact
 
 import (
 	"bytes"
-	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -33,8 +31,10 @@ type TensorInfo struct {
 type Header struct {
 	// HeaderLen is N, the JSON length; the data buffer starts at 8+N.
 	HeaderLen int64
-	// Tensors sorted by Begin.
-	Tensors  []TensorInfo
+	// Tensors sorted by Begin (then End, so empty tensors sharing a Begin
+	// come first, then Name); nil if there are none.
+	Tensors []TensorInfo
+	// Metadata is __metadata__, nil if absent.
 	Metadata map[string]string
 }
 
@@ -89,10 +89,13 @@ func stErr(kind FormatErrorKind, tensor, format string, args ...any) error {
 const stMetadataKey = "__metadata__"
 
 // ReadHeader reads and validates the safetensors header of a file of the given
-// size. It accepts only files the reference implementation accepts, and is
-// stricter in a few places: duplicate keys, unknown entry fields, lone UTF-16
-// surrogate escapes and a header not starting with '{' are rejected. Malformed
-// files yield a *FormatError; I/O errors from r are wrapped.
+// size; it reads only the header, never more than 8+MaxHeaderLen bytes, and
+// checks the length prefix against size before allocating. It accepts only
+// files the reference implementation accepts, and is stricter in places:
+// duplicate keys, unknown entry fields, a null __metadata__, lone UTF-16
+// surrogate escapes and a header not starting with '{' (leading whitespace)
+// are rejected. Malformed files yield a *FormatError; I/O errors from r are
+// wrapped, not FormatErrors.
 func ReadHeader(r io.ReaderAt, size int64) (*Header, error) {
 	if size < 8 {
 		return nil, stErr(HeaderTooShort, "", "file is %d bytes, the length prefix alone is 8", size)
@@ -194,50 +197,6 @@ func stParseHeader(hdr []byte, dataLen int64) (*Header, error) {
 		return nil, stErr(TrailingBytes, "", "tensors end at data offset %d but the data buffer is %d bytes", end, dataLen)
 	}
 	return h, nil
-}
-
-// stSortTensors sorts by offsets, then by name: empty tensors sharing a begin
-// with a non-empty one come first, so a valid layout is always contiguous.
-func stSortTensors(ts []TensorInfo) {
-	slices.SortFunc(ts, func(a, b TensorInfo) int {
-		return cmp.Or(cmp.Compare(a.Begin, b.Begin), cmp.Compare(a.End, b.End), strings.Compare(a.Name, b.Name))
-	})
-}
-
-// stCheckLayout checks tensors sorted by offsets: contiguous from 0, each
-// exactly as long as its shape and dtype, and (when dataLen >= 0) within the
-// data buffer. It returns the end of the last tensor.
-func stCheckLayout(ts []TensorInfo, dataLen int64) (int64, error) {
-	var prev int64
-	for i := range ts {
-		t := &ts[i]
-		switch {
-		case i == 0 && t.Begin != 0:
-			return 0, stErr(OffsetsOutOfOrder, t.Name, "first tensor begins at %d, not 0", t.Begin)
-		case t.Begin > prev:
-			return 0, stErr(OffsetsOutOfOrder, t.Name, "hole: begins at %d, previous tensor ends at %d", t.Begin, prev)
-		case t.Begin < prev:
-			return 0, stErr(OffsetsOutOfOrder, t.Name, "overlap: begins at %d, previous tensor ends at %d", t.Begin, prev)
-		case t.End < t.Begin:
-			return 0, stErr(OffsetsOutOfOrder, t.Name, "ends at %d before it begins at %d", t.End, t.Begin)
-		case dataLen >= 0 && t.End > dataLen:
-			return 0, stErr(OutOfFile, t.Name, "ends at data offset %d but the data buffer is %d bytes", t.End, dataLen)
-		}
-		dt, ok := LookupDType(t.DType)
-		if !ok {
-			return 0, stErr(UnknownDType, t.Name, "unknown dtype %q", t.DType)
-		}
-		n, kind, why := dt.tensorBytes(t.Shape)
-		if why != "" {
-			return 0, stErr(kind, t.Name, "%s", why)
-		}
-		if n != t.End-t.Begin {
-			return 0, stErr(ShapeMismatch, t.Name, "shape %v of %s is %d bytes, offsets [%d, %d) span %d",
-				t.Shape, t.DType, n, t.Begin, t.End, t.End-t.Begin)
-		}
-		prev = t.End
-	}
-	return prev, nil
 }
 
 // stValidJSON checks that hdr is one JSON value (with surrounding JSON

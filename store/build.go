@@ -27,6 +27,9 @@ type BuildResult struct {
 // process's build lock.
 func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p artifact.Producer) (*Lease, BuildResult, error) {
 	var res BuildResult
+	if err := d.failedErr(); err != nil {
+		return nil, res, err
+	}
 	if err := identity.Validate(); err != nil {
 		return nil, res, err
 	}
@@ -122,6 +125,7 @@ func (d *Domain) cleanTemps(ctx context.Context, id string, keepOwn bool) {
 			}
 			defer lk.Close()
 		}
+		faultPoint("cleanup.before-remove")
 		if err := removeTree(d.path(dirTmp, name)); err == nil {
 			log.G(ctx).WithField("entry", name).Info("removed stale temp build")
 		}

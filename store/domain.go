@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -73,6 +74,7 @@ type Domain struct {
 	root   string
 	info   DomainInfo
 	policy Policy
+	failed atomic.Pointer[DomainFailedError]
 }
 
 const (

@@ -128,3 +128,68 @@ func short(id string) string {
 	}
 	return id
 }
+
+// StorageError is an I/O failure of the store itself (not of an artifact's
+// content). It never causes an artifact to be denied or quarantined.
+type StorageError struct {
+	Op  string
+	Err error
+	// OutcomeUncertain: the filesystem refused both the marker and the move
+	// after a publication rename; the entry may or may not resolve later.
+	OutcomeUncertain bool
+}
+
+func (e *StorageError) Error() string {
+	s := "store " + e.Op + ": " + e.Err.Error()
+	if e.OutcomeUncertain {
+		s += " (outcome uncertain)"
+	}
+	return s
+}
+
+// Unwrap classifies the error as retryable unavailability.
+func (e *StorageError) Unwrap() []error { return []error{errdefs.ErrUnavailable, e.Err} }
+
+// Retryable reports whether a failure may go away on its own.
+func (e *StorageError) Retryable() bool { return true }
+
+// PublicationFailedError is a publication that failed after its rename; the
+// entry was contained in quarantine.
+type PublicationFailedError struct {
+	ID  string
+	Err error
+}
+
+func (e *PublicationFailedError) Error() string {
+	return fmt.Sprintf("PUBLICATION_FAILED: artifact %s: %v (contained in quarantine)", short(e.ID), e.Err)
+}
+
+// Unwrap classifies the error.
+func (e *PublicationFailedError) Unwrap() []error { return []error{errdefs.ErrInternal, e.Err} }
+
+// IdentityCollisionError is a publication whose identity is already
+// published, valid, with different bytes.
+type IdentityCollisionError struct {
+	ID string
+}
+
+func (e *IdentityCollisionError) Error() string {
+	return fmt.Sprintf("identity collision: artifact %s is already published with different content", short(e.ID))
+}
+
+// Unwrap classifies the error.
+func (e *IdentityCollisionError) Unwrap() error { return errdefs.ErrConflict }
+
+// DomainFailedError says the domain could persist neither a deny marker nor
+// an invalidation mode for an invalid entry; it refuses further work.
+type DomainFailedError struct {
+	Root string
+	Err  error
+}
+
+func (e *DomainFailedError) Error() string {
+	return fmt.Sprintf("store domain %s failed: cannot mark an invalid artifact: %v", e.Root, e.Err)
+}
+
+// Unwrap classifies the error.
+func (e *DomainFailedError) Unwrap() []error { return []error{errdefs.ErrInternal, e.Err} }

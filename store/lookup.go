@@ -2,16 +2,12 @@ package store
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"regexp"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
@@ -94,6 +90,9 @@ func (d *Domain) Lookup(ctx context.Context, id string, mode ValidationMode) (*L
 	if mode == "" {
 		mode = d.policy.Validation
 	}
+	if err := d.failedErr(); err != nil {
+		return nil, err
+	}
 	if err := d.checkDenied(id); err != nil {
 		return nil, err
 	}
@@ -106,15 +105,15 @@ func (d *Domain) Lookup(ctx context.Context, id string, mode ValidationMode) (*L
 	if err != nil {
 		var ie *InvalidError
 		if errors.As(err, &ie) {
-			if derr := d.deny(ctx, id, ie.Error()); derr != nil {
-				err = errors.Join(err, derr)
-			}
+			return nil, d.invalidate(ctx, id, ie, lk)
 		}
 		lk.Close()
 		return nil, err
 	}
-	// A stronger lookup may have denied the artifact while this one validated.
-	if err := d.checkDenied(id); err != nil {
+	faultPoint("lookup.validated")
+	// A stronger lookup may have denied the artifact, or a cooperating reader
+	// set the invalidation mode, while this one validated.
+	if err := d.recheck(id, o.ino); err != nil {
 		o.close()
 		lk.Close()
 		return nil, err
@@ -122,51 +121,3 @@ func (d *Domain) Lookup(ctx context.Context, id string, mode ValidationMode) (*L
 	return &Lease{ID: id, Dir: o.dir, Ready: o.ready, Manifest: o.manifest, Index: o.index, o: o, lk: lk}, nil
 }
 
-// denyRecord is the content of deny/<id>.
-type denyRecord struct {
-	Reason string `json:"reason"`
-	Time   string `json:"time"`
-	PID    int    `json:"pid"`
-}
-
-func (d *Domain) checkDenied(id string) error {
-	raw, err := os.ReadFile(d.path(dirDeny, id))
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
-	var rec denyRecord
-	if err != nil || json.Unmarshal(raw, &rec) != nil {
-		rec.Reason = "deny marker present"
-	}
-	return &DeniedError{ID: id, Reason: rec.Reason}
-}
-
-// deny writes the external deny marker deny/<id>.
-func (d *Domain) deny(ctx context.Context, id, reason string) error {
-	raw, _ := json.Marshal(denyRecord{Reason: reason, Time: time.Now().UTC().Format(time.RFC3339), PID: os.Getpid()})
-	if err := writeFileAtomic(d.path(dirDeny, id), raw); err != nil {
-		return fmt.Errorf("write deny marker: %w: %w", err, errdefs.ErrUnavailable)
-	}
-	log.G(ctx).WithField("id", short(id)).WithField("reason", reason).Warn("artifact denied")
-	return nil
-}
-
-// quarantine moves artifacts/<id> to quarantine/ and clears its deny marker.
-// The caller holds the exclusive artifact lock.
-func (d *Domain) quarantine(ctx context.Context, id, why string) error {
-	dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
-	if err := os.Rename(d.path(dirArtifacts, id), dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("quarantine %s: %w", short(id), err)
-	}
-	if err := syncDir(d.path(dirArtifacts)); err != nil {
-		return err
-	}
-	if err := syncDir(d.path(dirQuarantine)); err != nil {
-		return err
-	}
-	if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	log.G(ctx).WithField("id", short(id)).WithField("why", why).Info("artifact quarantined")
-	return nil
-}

@@ -36,6 +36,7 @@ type LeaseFile struct {
 // files are open and mapped.
 type opened struct {
 	id       string
+	ino      uint64 // the directory's inode when it was validated
 	dir      string
 	ready    *Ready
 	manifest *Manifest
@@ -62,7 +63,7 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 		return nil, ErrMiss
 	}
 	if err != nil {
-		return nil, &InvalidError{ID: id, Reason: fmt.Sprintf("open artifact directory: %v", err)}
+		return nil, readFailure(id, "", fmt.Errorf("open artifact directory: %w", err))
 	}
 	defer unix.Close(dfd)
 	bad := func(file, tensor, format string, args ...any) error {
@@ -70,22 +71,22 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(dfd, &st); err != nil {
-		return nil, bad("", "", "stat: %v", err)
+		return nil, readFailure(id, "", err)
 	}
 	if os.FileMode(st.Mode).Perm() != dirHardened {
 		return nil, bad("", "", "directory mode %o is not the hardened %o (publication unfinished or invalidated)", st.Mode&0o7777, dirHardened)
 	}
-	o := &opened{id: id, dir: dir}
+	o := &opened{id: id, dir: dir, ino: st.Ino}
 	readyRaw, err := readSmall(dfd, fileReady, maxReadyBytes)
 	if err != nil {
-		return nil, bad(fileReady, "", "%v", err)
+		return nil, readFailure(id, fileReady, err)
 	}
 	if o.ready, err = DecodeReady(readyRaw); err != nil {
 		return nil, bad(fileReady, "", "%v", err)
 	}
 	manRaw, err := readSmall(dfd, fileManifest, maxManifestBytes)
 	if err != nil {
-		return nil, bad(fileManifest, "", "%v", err)
+		return nil, readFailure(id, fileManifest, err)
 	}
 	if sha256Hex(manRaw) != o.ready.ManifestSHA256 {
 		return nil, bad(fileManifest, "", "sha256 does not match READY.json")
@@ -98,7 +99,7 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 	}
 	idxRaw, err := readSmall(dfd, fileIndex, maxIndexBytes)
 	if err != nil {
-		return nil, bad(fileIndex, "", "%v", err)
+		return nil, readFailure(id, fileIndex, err)
 	}
 	if sha256Hex(idxRaw) != o.ready.IndexSHA256 {
 		return nil, bad(fileIndex, "", "sha256 does not match READY.json")
@@ -113,7 +114,7 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 		lf, err := openPayload(dfd, dir, e)
 		if err != nil {
 			o.close()
-			return nil, bad(e.Path, "", "%v", err)
+			return nil, readFailure(id, e.Path, err)
 		}
 		o.files = append(o.files, lf)
 		if err := checkTensorTable(lf); err != nil {
@@ -128,6 +129,19 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 		}
 	}
 	return o, nil
+}
+
+// readFailure classifies an error met while reading an artifact: an I/O
+// failure of the store (retryable, never a reason to deny) or a finding
+// about the artifact's content.
+func readFailure(id, file string, err error) error {
+	for _, transient := range []error{unix.EIO, unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EAGAIN,
+		unix.EINTR, unix.EBUSY, unix.ESTALE, unix.ETIMEDOUT} {
+		if errors.Is(err, transient) {
+			return &StorageError{Op: "read artifact " + short(id) + " " + file, Err: err}
+		}
+	}
+	return &InvalidError{ID: id, File: file, Reason: err.Error()}
 }
 
 func (e *InvalidError) with(id string) *InvalidError { e.ID = id; return e }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -69,49 +70,93 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 	ready := Ready{Schema: ReadySchema, IdentityDigest: digest, ManifestSHA256: sha256Hex(manRaw),
 		IndexSHA256: sha256Hex(idxRaw), Producer: producer, Created: time.Now().UTC().Format(time.RFC3339Nano)}
 	readyRaw, _ := json.Marshal(ready)
+	faultPoint("publish.before-seal")
 	for _, f := range []struct {
-		name string
-		data []byte
-	}{{fileManifest, manRaw}, {fileIndex, idxRaw}, {fileReady, readyRaw}} {
+		name, fault string
+		data        []byte
+	}{{fileManifest, "publish.after-manifest", manRaw}, {fileIndex, "publish.after-index", idxRaw}, {fileReady, "publish.after-ready", readyRaw}} {
 		if err := writeSynced(filepath.Join(b.dir, f.name), f.data); err != nil {
 			return err
 		}
+		faultPoint(f.fault)
 	}
 	if err := syncTree(b.dir); err != nil {
 		return err
 	}
-	return b.d.install(ctx, b.dir, b.id, deadline)
+	return b.d.install(ctx, b.dir, b.id, ready.IndexSHA256, deadline)
 }
 
 // install moves a sealed temp build to artifacts/<id> under the exclusive
-// artifact lock, then hardens it and syncs both parents.
-func (d *Domain) install(ctx context.Context, tmpDir, id string, deadline time.Time) error {
+// artifact lock, hardens it and syncs both parents. A competing publication
+// that is valid with the same index wins without a failure; one with other
+// content is an identity collision; one that cannot be read stays
+// authoritative behind a retryable storage failure. Any failure after the
+// rename is contained in quarantine before PUBLICATION_FAILED is returned.
+func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, deadline time.Time) error {
 	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of "+short(id))
 	if err != nil {
 		return err
 	}
-	defer lk.Close()
+	committed := false
+	defer func() {
+		if err := lk.Close(); err != nil && committed {
+			log.G(ctx).WithError(err).WithField("id", short(id)).Warn("releasing the artifact lock after publication")
+		}
+	}()
 	target := d.path(dirArtifacts, id)
 	if _, err := os.Lstat(target); err == nil {
-		if _, verr := d.validateDir(id, ManifestAndMetadata); verr == nil {
-			log.G(ctx).WithField("id", short(id)).Info("a competing publication is already valid; keeping it")
+		o, verr := d.validateDir(id, ManifestAndMetadata)
+		switch {
+		case verr == nil:
+			same := o.ready.IndexSHA256 == indexSHA256
+			o.close()
+			if !same {
+				return &IdentityCollisionError{ID: id}
+			}
+			log.G(ctx).WithField("id", short(id)).Info("a competing publication with the same content won")
 			removeTree(tmpDir)
 			return nil
+		case !IsInvalid(verr):
+			return &StorageError{Op: "inspect competing publication", Err: verr}
 		}
 		if err := d.quarantine(ctx, id, "replaced by a new publication"); err != nil {
 			return err
 		}
 	}
+	faultPoint("publish.before-rename")
 	if err := os.Rename(tmpDir, target); err != nil {
 		return fmt.Errorf("publish %s: %w", short(id), classifyIO(err))
 	}
-	if err := harden(target); err != nil {
-		return fmt.Errorf("harden %s: %w", short(id), err)
+	faultPoint("publish.after-rename")
+	err = harden(target)
+	faultPoint("publish.after-harden")
+	if err == nil {
+		err = syncDir(d.path(dirArtifacts))
 	}
-	if err := syncDir(d.path(dirArtifacts)); err != nil {
-		return err
+	if err == nil {
+		err = syncDir(d.path(dirTmp))
 	}
-	return syncDir(d.path(dirTmp))
+	if err != nil {
+		return d.contain(ctx, id, err)
+	}
+	faultPoint("publish.after-sync")
+	committed = true
+	return nil
+}
+
+// contain quarantines an entry whose publication failed after its rename.
+// If the filesystem refuses the move, the entry keeps its invalidation mode
+// and gets a deny marker; if it refuses both, the outcome is uncertain.
+func (d *Domain) contain(ctx context.Context, id string, cause error) error {
+	dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
+	qerr := d.moveOut(id, dst, "quarantine", true)
+	if qerr == nil {
+		return &PublicationFailedError{ID: id, Err: cause}
+	}
+	if derr := d.deny(ctx, id, "publication failed: "+cause.Error()); derr != nil {
+		return &StorageError{Op: "contain a failed publication", Err: errors.Join(cause, qerr, derr), OutcomeUncertain: true}
+	}
+	return &PublicationFailedError{ID: id, Err: errors.Join(cause, qerr)}
 }
 
 // harden makes every payload and metadata file read-only, then the directories.
@@ -125,7 +170,11 @@ func harden(dir string) error {
 			dirs = append(dirs, p)
 			return nil
 		}
-		return os.Chmod(p, fileHardened)
+		if err := os.Chmod(p, fileHardened); err != nil {
+			return err
+		}
+		faultPoint("publish.mid-harden")
+		return nil
 	})
 	if err != nil {
 		return err

@@ -43,11 +43,8 @@ func (d *Domain) Remove(ctx context.Context, id string) error {
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	tomb := d.path(dirTmp, ".cleanup."+id+"."+hex.EncodeToString(rnd[:]))
-	if err := os.Rename(d.path(dirArtifacts, id), tomb); err != nil {
+	if err := d.moveOut(id, tomb, "remove", false); err != nil {
 		return fmt.Errorf("remove %s: %w", short(id), err)
-	}
-	if err := syncDir(d.path(dirArtifacts)); err != nil {
-		return err
 	}
 	if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

@@ -151,6 +151,9 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	}
 	n, err := w.f.WriteAt(p, w.pos)
 	<-done
+	if w.pos == 0 {
+		faultPoint("write.mid-payload")
+	}
 	w.pos += int64(n)
 	if err != nil {
 		return n, classifyIO(err)
@@ -192,6 +195,7 @@ func (w *fileWriter) Close() error {
 		return w.err
 	}
 	w.synced = make(chan error, 1)
+	defer faultPoint("write.after-close")
 	go func() {
 		err := w.f.Sync()
 		if cerr := w.f.Close(); err == nil {
@@ -227,13 +231,24 @@ func (b *build) abort() {
 	removeTree(b.dir)
 }
 
-// removeTree removes a directory tree, first making hardened directories writable.
+// removeTree removes a temp build or tombstone tree, first making hardened
+// directories writable. A crash part-way leaves a partial tree that the next
+// cleanup or build of its id finishes.
 func removeTree(dir string) error {
+	removedOne := false
 	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
-		if err == nil && e.IsDir() {
+		switch {
+		case err != nil:
+		case e.IsDir():
 			os.Chmod(p, 0o700)
+		case !removedOne:
+			removedOne = os.Remove(p) == nil
 		}
 		return nil
 	})
-	return os.RemoveAll(dir)
+	faultPoint("remove.mid-delete")
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("remove %s: %w", dir, err)
+	}
+	return nil
 }

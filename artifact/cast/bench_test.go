@@ -28,6 +28,9 @@ func benchConvert(b *testing.B, from, to string) {
 		b.Fatal(err)
 	}
 	dst := make([]byte, n)
+	if err := Convert(dst, src, from, to); err != nil { // builds lookup tables once
+		b.Fatal(err)
+	}
 	b.SetBytes(int64(len(src)))
 	b.ReportAllocs()
 	for b.Loop() {

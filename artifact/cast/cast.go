@@ -189,11 +189,24 @@ var le = binary.LittleEndian
 // loads and stores; a scalar loop handles the tail.
 
 func f32ToBF16Slice(dst, src []byte) {
+	const lanes = 0x0000000100000001 // two 32-bit lanes
+	const abs, nanBias, top = 0x7fffffff * lanes, 0x007fffff * lanes, 0x80000000 * lanes
 	for len(src) >= 16 && len(dst) >= 8 {
 		s, d := (*[16]byte)(src), (*[8]byte)(dst)
 		a, b := le.Uint64(s[0:8]), le.Uint64(s[8:16])
-		le.PutUint64(d[:], uint64(F32ToBF16(uint32(a)))|uint64(F32ToBF16(uint32(a>>32)))<<16|
-			uint64(F32ToBF16(uint32(b)))<<32|uint64(F32ToBF16(uint32(b>>32)))<<48)
+		// A lane's bit 31 becomes set iff its magnitude exceeds 0x7f800000,
+		// i.e. it is a NaN (no carry crosses lanes).
+		if ((a&abs+nanBias)|(b&abs+nanBias))&top != 0 {
+			le.PutUint64(d[:], uint64(F32ToBF16(uint32(a)))|uint64(F32ToBF16(uint32(a>>32)))<<16|
+				uint64(F32ToBF16(uint32(b)))<<32|uint64(F32ToBF16(uint32(b>>32)))<<48)
+		} else {
+			// Round half to even in both lanes at once, as in F32ToBF16;
+			// without NaNs a lane stays below 0xff808000, so no carry
+			// crosses lanes.
+			a += 0x7fff*lanes + (a>>16)&lanes
+			b += 0x7fff*lanes + (b>>16)&lanes
+			le.PutUint64(d[:], (a>>16)&0xffff|(a>>32)&0xffff0000|(b<<16)&0xffff00000000|b&0xffff000000000000)
+		}
 		src, dst = src[16:], dst[8:]
 	}
 	for len(src) >= 4 && len(dst) >= 2 {
