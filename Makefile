@@ -35,9 +35,14 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
+FUZZPKGS := ./artifact/ ./store/
 fuzz:
-	@set -e; for t in $$($(GO) test -list '^Fuzz' ./artifact/ | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) ./artifact/; done
+	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done
+
+# The crash harness with ten times the kills per fault point.
+stress:
+	WEIGHTSNAP_CRASH_ITERATIONS=200 $(GO) test -count=1 -timeout 60m -v -run KillAt ./test/crash/
 
 lint:
 	$(GO) vet ./...

@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
-	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
@@ -102,32 +100,4 @@ func (d *Domain) clearInvalid(ctx context.Context, id string, deadline time.Time
 	}
 	defer lk.Close()
 	return d.quarantine(ctx, id, "invalid or denied; rebuilding")
-}
-
-// cleanTemps removes temp builds and cleanup tombstones whose owner is gone:
-// those of id (the caller holds its build lock) and those of any other id
-// whose build lock is free. keepOwn leaves id's temp builds for adoption.
-func (d *Domain) cleanTemps(ctx context.Context, id string, keepOwn bool) {
-	entries, err := os.ReadDir(d.path(dirTmp))
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		name := e.Name()
-		owner, _, _ := strings.Cut(strings.TrimPrefix(name, ".cleanup."), ".")
-		if !idRE.MatchString(owner) || (keepOwn && owner == id && !strings.HasPrefix(name, ".cleanup.")) {
-			continue
-		}
-		if owner != id {
-			lk, ok, _ := tryLock(d.lockPath(owner, "build"), unix.LOCK_EX)
-			if !ok {
-				continue
-			}
-			defer lk.Close()
-		}
-		faultPoint("cleanup.before-remove")
-		if err := removeTree(d.path(dirTmp, name)); err == nil {
-			log.G(ctx).WithField("entry", name).Info("removed stale temp build")
-		}
-	}
 }

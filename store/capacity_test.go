@@ -19,15 +19,20 @@ import (
 // mountTmpfs mounts a tmpfs of the given size for the test.
 func mountTmpfs(t *testing.T, size string) string {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		harness.Skip(t, "mounting a tmpfs needs root")
-	}
+	requireRoot(t, "mounting a tmpfs")
 	dir := t.TempDir()
 	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
 		harness.Skip(t, "cannot mount tmpfs: "+err.Error())
 	}
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 	return dir
+}
+
+func requireRoot(t *testing.T, what string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		harness.Skip(t, what+" needs root")
+	}
 }
 
 func TestImportPastTmpfsCapacity(t *testing.T) {

@@ -36,18 +36,20 @@ type Policy struct {
 	MaxStoreBytes              int64          `json:"max_store_bytes" toml:"max_store_bytes"`
 	MinFreeBytes               int64          `json:"min_free_bytes" toml:"min_free_bytes"`
 	CoordinationTimeoutSeconds int            `json:"coordination_timeout_seconds" toml:"coordination_timeout_seconds"`
+	// QuarantineMaxAgeSeconds is how long gc keeps quarantined entries for inspection.
+	QuarantineMaxAgeSeconds int `json:"quarantine_max_age_seconds" toml:"quarantine_max_age_seconds"`
 }
 
 // DefaultPolicy is the policy of a domain created without one.
 func DefaultPolicy() Policy {
-	return Policy{Validation: ManifestAndMetadata, CoordinationTimeoutSeconds: 600}
+	return Policy{Validation: ManifestAndMetadata, CoordinationTimeoutSeconds: 600, QuarantineMaxAgeSeconds: 7 * 24 * 3600}
 }
 
 func (p Policy) validate() error {
 	switch {
 	case p.Validation != ManifestAndMetadata && p.Validation != FullChecksum:
 		return fmt.Errorf("policy: unknown validation mode %q: %w", p.Validation, errdefs.ErrInvalidArgument)
-	case p.MaxArtifactBytes < 0 || p.MaxStoreBytes < 0 || p.MinFreeBytes < 0:
+	case p.MaxArtifactBytes < 0 || p.MaxStoreBytes < 0 || p.MinFreeBytes < 0 || p.QuarantineMaxAgeSeconds < 0:
 		return fmt.Errorf("policy: negative capacity limit: %w", errdefs.ErrInvalidArgument)
 	case p.CoordinationTimeoutSeconds <= 0:
 		return fmt.Errorf("policy: coordination_timeout_seconds must be positive: %w", errdefs.ErrInvalidArgument)

@@ -120,4 +120,3 @@ func (d *Domain) Lookup(ctx context.Context, id string, mode ValidationMode) (*L
 	}
 	return &Lease{ID: id, Dir: o.dir, Ready: o.ready, Manifest: o.manifest, Index: o.index, o: o, lk: lk}, nil
 }
-

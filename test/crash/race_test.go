@@ -1,0 +1,74 @@
+package crash
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// TestWeakLookupNeverLeasesAfterStrongDeny interleaves two processes on a
+// corrupted artifact: a manifest_and_metadata lookup paused right after its
+// validation passed, and a full_checksum lookup that denies the artifact
+// meanwhile. The weaker one must not return a lease.
+func TestWeakLookupNeverLeasesAfterStrongDeny(t *testing.T) {
+	s := newSource(t, 1<<20, 2, 42)
+	root := filepath.Join(t.TempDir(), "store")
+	ctx := context.Background()
+	d, err := store.Open(ctx, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := d.GetOrBuild(ctx, s.id, &artifact.Passthrough{Src: s.src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	corrupt(t, root, s.hex)
+
+	gate := t.TempDir()
+	weak := exec.Command(child(t), "lookup-metadata", root, s.dir)
+	weak.Env = append(os.Environ(), "WEIGHTSNAP_FAULT=lookup.validated:wait", "WEIGHTSNAP_FAULT_DIR="+gate)
+	var weakOut strings.Builder
+	weak.Stdout = &weakOut
+	if err := weak.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer weak.Process.Kill()
+	waitFor(t, filepath.Join(gate, "lookup.validated.reached"))
+
+	strongOut, killed := runChild(t, "", "deny", root, s.dir)
+	if killed || !strings.Contains(strongOut, "InvalidError") {
+		t.Fatalf("the full_checksum lookup did not find the corruption: %s", strongOut)
+	}
+	if err := os.WriteFile(filepath.Join(gate, "lookup.validated.go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	weak.Wait()
+	got := weakOut.String()
+	if strings.HasPrefix(got, "ok lease") || !strings.Contains(got, "DeniedError") {
+		t.Fatalf("the weaker lookup after the stronger denied: %q, want a DeniedError", got)
+	}
+	// And a weak lookup that starts after the deny misses at once.
+	if out, _ := runChild(t, "", "lookup-metadata", root, s.dir); !strings.Contains(out, "DeniedError") {
+		t.Fatalf("a later weak lookup: %q, want a DeniedError", out)
+	}
+}
+
+func waitFor(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Fatalf("timed out waiting for %s", path)
+}
