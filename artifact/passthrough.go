@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 )
@@ -41,14 +42,13 @@ type SourceDir struct {
 
 var hexSHA256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// ScanSource lists the non-hidden regular files below root (following links,
-// as a Hugging Face snapshot is made of links into blobs/) and fingerprints
+// ListSource lists the non-hidden regular files below root (following links,
+// as a Hugging Face snapshot is made of links into blobs/) without reading
 // them. A link into a hub cache's blobs/<sha256> takes its sha256 from the
-// blob's name, which the copy then verifies; other files are hashed, using
-// up to GOMAXPROCS readers. hashed reports the bytes read for hashing.
-func ScanSource(ctx context.Context, root string) (src *SourceDir, hashed int64, err error) {
-	src = &SourceDir{Root: root}
-	err = filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
+// blob's name, which the copy then verifies; other files have none yet.
+func ListSource(root string) (*SourceDir, error) {
+	src := &SourceDir{Root: root}
+	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -79,12 +79,51 @@ func ScanSource(ctx context.Context, root string) (src *SourceDir, hashed int64,
 		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("scan %s: %w", root, err)
+		return nil, fmt.Errorf("scan %s: %w", root, err)
 	}
 	if len(src.Files) == 0 {
-		return nil, 0, fmt.Errorf("scan %s: no files: %w", root, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("scan %s: no files: %w", root, errdefs.ErrNotFound)
 	}
 	sort.Slice(src.Files, func(i, j int) bool { return src.Files[i].Path < src.Files[j].Path })
+	return src, nil
+}
+
+// Complete reports whether every file's sha256 is known.
+func (s *SourceDir) Complete() bool {
+	for _, f := range s.Files {
+		if f.SHA256 == "" {
+			return false
+		}
+	}
+	return true
+}
+
+// WithDigests returns the source with each file's sha256 taken from the
+// entries of its copy (same paths and sizes), for a single-pass import.
+func (s *SourceDir) WithDigests(entries []FileEntry) (*SourceDir, error) {
+	byPath := make(map[string]FileEntry, len(entries))
+	for _, e := range entries {
+		byPath[e.Path] = e
+	}
+	out := &SourceDir{Root: s.Root, Files: make([]SourceFile, len(s.Files))}
+	for i, f := range s.Files {
+		e, ok := byPath[f.Path]
+		if !ok || e.Size != f.Size || (f.SHA256 != "" && f.SHA256 != e.SHA256) {
+			return nil, fmt.Errorf("source file %s was not copied as listed: %w", f.Path, errdefs.ErrDataLoss)
+		}
+		f.SHA256 = e.SHA256
+		out.Files[i] = f
+	}
+	return out, nil
+}
+
+// ScanSource lists the files below root (ListSource) and fingerprints those
+// whose sha256 is not known yet, using up to GOMAXPROCS readers. hashed
+// reports the bytes read for hashing.
+func ScanSource(ctx context.Context, root string) (src *SourceDir, hashed int64, err error) {
+	if src, err = ListSource(root); err != nil {
+		return nil, 0, err
+	}
 	var todo []int
 	for i, f := range src.Files {
 		if f.SHA256 == "" {
@@ -155,7 +194,7 @@ type SourceMismatchError struct {
 }
 
 func (e *SourceMismatchError) Error() string {
-	return fmt.Sprintf("source file %s changed: fingerprint sha256 %s, copied bytes sha256 %s", e.Path, e.Want, e.Got)
+	return fmt.Sprintf("source file %s changed: want %s, got %s", e.Path, e.Want, e.Got)
 }
 
 // Unwrap classifies the error.
@@ -180,6 +219,10 @@ func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) err
 		return err
 	}
 	defer in.Close()
+	before, err := in.Stat()
+	if err != nil {
+		return err
+	}
 	out, err := w.Create(sf.Path, sf.Size)
 	if err != nil {
 		return err
@@ -195,10 +238,27 @@ func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) err
 	if err != nil {
 		return err
 	}
-	if e.SHA256 != sf.SHA256 {
+	after, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if !sameFile(before, after) || before.Size() != sf.Size {
+		return &SourceMismatchError{Path: sf.Path, Want: "unchanged", Got: "modified during the copy"}
+	}
+	if sf.SHA256 != "" && e.SHA256 != sf.SHA256 {
 		return &SourceMismatchError{Path: sf.Path, Want: sf.SHA256, Got: e.SHA256}
 	}
 	return nil
+}
+
+// sameFile reports whether two stats of one open file show no change.
+func sameFile(a, b os.FileInfo) bool {
+	sa, okA := a.Sys().(*syscall.Stat_t)
+	sb, okB := b.Sys().(*syscall.Stat_t)
+	if !okA || !okB {
+		return a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
+	}
+	return sa.Size == sb.Size && sa.Mtim == sb.Mtim && sa.Ctim == sb.Ctim && sa.Ino == sb.Ino
 }
 
 // pipeCopy copies exactly size bytes from r to w, reading the next chunk

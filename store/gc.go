@@ -67,7 +67,7 @@ func (d *Domain) cleanTemps(ctx context.Context, id string, keepOwn bool) (temps
 		name := e.Name()
 		tomb := strings.HasPrefix(name, ".cleanup.")
 		owner, _, _ := strings.Cut(strings.TrimPrefix(name, ".cleanup."), ".")
-		if !idRE.MatchString(owner) || (keepOwn && owner == id && !tomb) {
+		if !(idRE.MatchString(owner) || strings.HasPrefix(owner, anonPrefix)) || (keepOwn && owner == id && !tomb) {
 			continue
 		}
 		var lk *lock
@@ -76,6 +76,9 @@ func (d *Domain) cleanTemps(ctx context.Context, id string, keepOwn bool) (temps
 			if lk, ok, _ = tryLock(d.lockPath(owner, "build"), unix.LOCK_EX); !ok {
 				continue
 			}
+		}
+		if strings.HasPrefix(owner, anonPrefix) {
+			os.Remove(d.lockPath(owner, "build"))
 		}
 		p := d.path(dirTmp, name)
 		u := dirUsage(p)

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 type importResult struct {
@@ -15,7 +16,6 @@ type importResult struct {
 	Path         string  `json:"path"`
 	Built        bool    `json:"built"`
 	Bytes        int64   `json:"bytes"`
-	HashedSource int64   `json:"hashed_source_bytes"`
 	Seconds      float64 `json:"seconds"`
 }
 
@@ -33,27 +33,44 @@ func newImportCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			src, hashed, err := artifact.ScanSource(ctx, args[0])
+			src, err := artifact.ListSource(args[0])
 			if err != nil {
-				return err
-			}
-			id := artifact.PassthroughIdentity(src, repo, rev, component, tpSize, tpRank)
-			if err := id.Validate(); err != nil {
 				return err
 			}
 			var total int64
 			for _, f := range src.Files {
 				total += f.Size
 			}
+			identityOf := func(s *artifact.SourceDir) artifact.Identity {
+				return artifact.PassthroughIdentity(s, repo, rev, component, tpSize, tpRank)
+			}
+			if !artifact.IsImmutableRevision(rev) {
+				return identityOf(src).Validate()
+			}
 			pr := newProgress("import", total)
-			lease, res, err := d.GetOrBuild(ctx, id, &artifact.Passthrough{Src: src, Progress: pr.Add})
+			producer := &artifact.Passthrough{Src: src, Progress: pr.Add}
+			var lease *store.Lease
+			var res store.BuildResult
+			if src.Complete() {
+				// Every sha256 is known (a hub snapshot): the identity first, then a build only on a miss.
+				lease, res, err = d.GetOrBuild(ctx, identityOf(src), producer)
+			} else {
+				// One pass: copy, hashing as it goes, then derive the identity from the copy.
+				lease, res, err = d.Import(ctx, producer, func(files []artifact.FileEntry) (artifact.Identity, error) {
+					full, err := src.WithDigests(files)
+					if err != nil {
+						return artifact.Identity{}, err
+					}
+					return identityOf(full), nil
+				})
+			}
 			pr.Done()
 			if err != nil {
 				return err
 			}
 			defer lease.Close()
 			out := importResult{Digest: "sha256:" + lease.ID, Path: lease.Dir, Built: res.Built,
-				Bytes: lease.Index.TotalBytes(), HashedSource: hashed, Seconds: time.Since(start).Seconds()}
+				Bytes: lease.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
 			log.G(ctx).WithField("built", res.Built).WithField("seconds", out.Seconds).Debug("import done")
 			if a.jsonOut {
 				return a.printJSON(out)

@@ -1,0 +1,46 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// BenchmarkImport publishes a 512 MiB, 4-shard checkpoint into a fresh
+// store per iteration, with the source warm in the page cache.
+func BenchmarkImport(b *testing.B) {
+	dir, _ := checkpoint(b, 512<<20, 4)
+	ctx := context.Background()
+	b.SetBytes(512 << 20)
+	for b.Loop() {
+		d := openDomain(b, b.TempDir())
+		src, _, err := artifact.ScanSource(ctx, dir)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l, _, err := d.GetOrBuild(ctx, artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0), &artifact.Passthrough{Src: src})
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Close()
+	}
+}
+
+// BenchmarkVerifyFull validates every payload byte of a warm 512 MiB artifact.
+func BenchmarkVerifyFull(b *testing.B) {
+	_, src := checkpoint(b, 512<<20, 4)
+	d := openDomain(b, b.TempDir())
+	l, _ := importDir(b, d, src)
+	id := l.ID
+	l.Close()
+	b.SetBytes(l.Index.TotalBytes())
+	for b.Loop() {
+		l, err := d.Lookup(context.Background(), id, store.FullChecksum)
+		if err != nil {
+			b.Fatal(err)
+		}
+		l.Close()
+	}
+}
