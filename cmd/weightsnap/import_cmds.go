@@ -12,11 +12,11 @@ import (
 )
 
 type importResult struct {
-	Digest       string  `json:"digest"`
-	Path         string  `json:"path"`
-	Built        bool    `json:"built"`
-	Bytes        int64   `json:"bytes"`
-	Seconds      float64 `json:"seconds"`
+	Digest  string  `json:"digest"`
+	Path    string  `json:"path"`
+	Built   bool    `json:"built"`
+	Bytes   int64   `json:"bytes"`
+	Seconds float64 `json:"seconds"`
 }
 
 func newImportCmd(a *app) *cobra.Command {
