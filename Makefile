@@ -31,8 +31,11 @@ e2e: build
 	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m ./test/...
 
+# Go benchmarks, then the side-by-side comparisons with the real tools (tables with ratios).
+BENCH_SIZE ?= 2GiB
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+	scripts/bench-store.sh $(BENCH_SIZE) 4
 
 FUZZTIME ?= 30s
 FUZZPKGS := ./artifact/ ./store/

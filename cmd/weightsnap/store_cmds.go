@@ -41,6 +41,7 @@ func newStoreCmd(a *app) *cobra.Command {
 	f.Int64Var(&p.MaxStoreBytes, "max-store-bytes", 0, "largest store (0: no limit)")
 	f.Int64Var(&p.MinFreeBytes, "min-free-bytes", 0, "free bytes a build must leave on the filesystem")
 	f.IntVar(&p.CoordinationTimeoutSeconds, "coordination-timeout", p.CoordinationTimeoutSeconds, "seconds to wait for another process's lock")
+	f.IntVar(&p.QuarantineMaxAgeSeconds, "quarantine-max-age", p.QuarantineMaxAgeSeconds, "seconds gc keeps quarantined entries")
 	cmd.AddCommand(initCmd)
 	return cmd
 }
@@ -62,6 +63,9 @@ func mergePolicy(cmd *cobra.Command, cur, set store.Policy) store.Policy {
 	}
 	if f.Changed("coordination-timeout") {
 		cur.CoordinationTimeoutSeconds = set.CoordinationTimeoutSeconds
+	}
+	if f.Changed("quarantine-max-age") {
+		cur.QuarantineMaxAgeSeconds = set.QuarantineMaxAgeSeconds
 	}
 	return cur
 }
@@ -162,9 +166,13 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 		fmt.Fprintf(a.out, "Reason:    %s\n", info.Reason)
 	}
 	if id := info.Identity; id != nil {
-		fmt.Fprintf(a.out, "Model:     %s@%s\nComponent: %s\nDType:     %s\nLayout:    %s (tp %d/%d)\nProducer:  %s %s\n",
+		layout := id.Layout.Name
+		if id.Layout.TPSize > 0 {
+			layout += fmt.Sprintf(" (tp rank %d of %d)", id.Layout.TPRank, id.Layout.TPSize)
+		}
+		fmt.Fprintf(a.out, "Model:     %s@%s\nComponent: %s\nDType:     %s\nLayout:    %s\nProducer:  %s %s\n",
 			id.Model.Repository, id.Model.Revision, id.Component, id.Representation.DType,
-			id.Layout.Name, id.Layout.TPRank, id.Layout.TPSize, id.Producer.Name, id.Producer.Version)
+			layout, id.Producer.Name, id.Producer.Version)
 	}
 	fmt.Fprintf(a.out, "Created:   %s\nSize:      %s (%d bytes), %d tensors\nFiles:\n", info.Created, humanBytes(info.TotalBytes), info.TotalBytes, info.TensorCount)
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
@@ -238,4 +246,31 @@ func newRmCmd(a *app) *cobra.Command {
 			return errors.Join(errs...)
 		},
 	}
+}
+
+func newGCCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "gc",
+		Short: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			d, err := a.domain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			r, err := d.GC(cmd.Context())
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(r)
+			}
+			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\n",
+				r.Temps.Count, humanBytes(r.Temps.Bytes), r.Tombstones.Count, humanBytes(r.Tombstones.Bytes),
+				r.Quarantined.Count, humanBytes(r.Quarantined.Bytes), r.DenyMarkers)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return cmd
 }

@@ -1,0 +1,433 @@
+// Package fingerprint computes the source fingerprint of a canonical
+// checkpoint directory (the artifact.SourceFile list that enters an
+// identity) and keeps a cache of it, so that fingerprinting an unchanged
+// checkpoint reads no source byte.
+//
+// The cache holds one record per source file in a folder of its own (the
+// store keeps it at <root>/fingerprints/). A record is keyed by the file's
+// path, device and inode, size, mtime and ctime in nanoseconds and, for a
+// link, the link's target; it carries the file's sha256 and a checksum of
+// itself. A record whose key differs from the file is stale and is
+// replaced; a record that does not decode or whose checksum fails is
+// corrupt and is rebuilt; any I/O failure of the cache falls back to
+// hashing the source file directly. The cache never changes a result: a
+// scan with it and a scan without it return the same fingerprint.
+//
+// A record written when the file had changed within racyWindow of the
+// hash is "racy" (a later write in the same timestamp tick could go
+// unseen) and is not trusted: the file is hashed again, as git does with
+// racily clean index entries.
+package fingerprint
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Schema is the version of the record encoding.
+const Schema = 1
+
+// DirName is the cache's folder name under a store root.
+const DirName = "fingerprints"
+
+// racyWindow is how close to the start of its hash a file's last change may
+// be before the record is not trusted. It covers coarse filesystem clocks
+// (one jiffy at HZ=100 is 10 ms).
+const racyWindow = 20 * time.Millisecond
+
+// maxRecordBytes caps a record read, so a corrupt record cannot exhaust memory.
+const maxRecordBytes = 8 << 10
+
+// Key is what a record is valid for: a file's path and its stat.
+type Key struct {
+	Path    string `json:"path"` // absolute path as scanned
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size"`
+	MtimeNs int64  `json:"mtime_ns"`
+	CtimeNs int64  `json:"ctime_ns"`
+	Link    string `json:"link,omitempty"` // target of Path when Path is a symbolic link
+}
+
+// record is one cache file.
+type record struct {
+	Schema   int    `json:"schema"`
+	Key      Key    `json:"key"`
+	SHA256   string `json:"sha256"`
+	HashedNs int64  `json:"hashed_ns"` // wall clock when the hash began
+	Checksum string `json:"checksum"`  // sha256 of this record encoded with an empty checksum
+}
+
+// Stats counts what a scan did.
+type Stats struct {
+	Files       int   `json:"files"`
+	Hits        int   `json:"hits"`         // records used: no byte of the file read
+	Misses      int   `json:"misses"`       // no record, a stale or a racy one: file hashed
+	Rebuilt     int   `json:"rebuilt"`      // corrupt records replaced
+	Errors      int   `json:"errors"`       // cache I/O failures (the file was hashed instead)
+	Named       int   `json:"named"`        // hub-cache blob links, named by their sha256
+	HashedBytes int64 `json:"hashed_bytes"` // source bytes read
+}
+
+// Result is a fingerprinted source directory.
+type Result struct {
+	Src   *artifact.SourceDir
+	Keys  map[string]Key // by relative path, as stat'ed when fingerprinted
+	Stats Stats
+}
+
+// Cache is a fingerprint cache in one folder. The zero value and a nil
+// *Cache hash every file.
+type Cache struct {
+	dir string
+}
+
+// New returns a cache kept in dir (created on first write). An empty dir
+// disables the cache.
+func New(dir string) *Cache { return &Cache{dir: dir} }
+
+// Dir is the cache's folder.
+func (c *Cache) Dir() string {
+	if c == nil {
+		return ""
+	}
+	return c.dir
+}
+
+var (
+	hexSHA256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	errChanging = errors.New("changed while it was hashed")
+)
+
+// entry is one file being fingerprinted.
+type entry struct {
+	rel, abs string
+	key      Key
+	file     *artifact.SourceFile
+	rec      string // record path; "" without a cache
+}
+
+// Scan fingerprints the checkpoint at root exactly as artifact.ScanSource
+// does (non-hidden regular files, links followed, hub-cache blob links named
+// by their sha256), using and refreshing the cache.
+func (c *Cache) Scan(ctx context.Context, root string) (*Result, error) {
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	res := &Result{Src: &artifact.SourceDir{Root: root}, Keys: map[string]Key{}}
+	var entries []*entry
+	err = filepath.WalkDir(absRoot, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if strings.HasPrefix(e.Name(), ".") && p != absRoot {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		key, regular, err := stat(p)
+		if err != nil {
+			return err
+		}
+		if !regular {
+			return nil
+		}
+		rel, _ := filepath.Rel(absRoot, p)
+		rel = filepath.ToSlash(rel)
+		entries = append(entries, &entry{rel: rel, abs: p, key: key})
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("fingerprint %s: %w", root, err)
+	}
+	if len(entries) == 0 {
+		return nil, fmt.Errorf("fingerprint %s: no files: %w", root, errdefs.ErrNotFound)
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].rel < entries[j].rel })
+	res.Src.Files = make([]artifact.SourceFile, len(entries))
+	w := c.writer(ctx, &res.Stats)
+	var todo []*entry
+	for i, e := range entries {
+		res.Src.Files[i] = artifact.SourceFile{Path: e.rel, Size: e.key.Size}
+		e.file = &res.Src.Files[i]
+		res.Keys[e.rel] = e.key
+		res.Stats.Files++
+		if e.key.Link != "" {
+			if base := filepath.Base(e.key.Link); hexSHA256RE.MatchString(base) && filepath.Base(filepath.Dir(e.key.Link)) == "blobs" {
+				e.file.SHA256 = base
+				res.Stats.Named++
+				continue
+			}
+		}
+		if w.on {
+			e.rec = filepath.Join(c.dir, recordName(e.abs))
+			if sum, ok := c.lookup(ctx, e, &res.Stats); ok {
+				e.file.SHA256 = sum
+				res.Stats.Hits++
+				continue
+			}
+		}
+		todo = append(todo, e)
+	}
+	if err := hashAll(ctx, todo, w, &res.Stats); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// lookup returns the sha256 from a valid, current, non-racy record.
+func (c *Cache) lookup(ctx context.Context, e *entry, st *Stats) (string, bool) {
+	raw, err := readRecord(e.rec)
+	if errors.Is(err, fs.ErrNotExist) {
+		st.Misses++
+		return "", false
+	}
+	if err != nil {
+		st.Errors++
+		log.G(ctx).WithError(err).WithField("file", e.rel).Warn("fingerprint cache unreadable; hashing the source")
+		return "", false
+	}
+	rec, err := decodeRecord(raw)
+	if err != nil {
+		st.Rebuilt++
+		log.G(ctx).WithError(err).WithField("file", e.rel).Warn("fingerprint record corrupt; rebuilding it")
+		return "", false
+	}
+	if rec.Key != e.key || racy(rec.Key, rec.HashedNs) {
+		st.Misses++
+		return "", false
+	}
+	return rec.SHA256, true
+}
+
+func racy(k Key, hashedNs int64) bool {
+	return max(k.MtimeNs, k.CtimeNs) >= hashedNs-int64(racyWindow)
+}
+
+// recordWriter writes records, once the cache folder exists.
+type recordWriter struct {
+	ctx context.Context
+	c   *Cache
+	on  bool
+	mu  sync.Mutex
+	st  *Stats
+}
+
+func (c *Cache) writer(ctx context.Context, st *Stats) *recordWriter {
+	w := &recordWriter{ctx: ctx, c: c, st: st}
+	if c == nil || c.dir == "" {
+		return w
+	}
+	if err := os.MkdirAll(c.dir, 0o755); err != nil {
+		st.Errors++
+		log.G(ctx).WithError(err).Warn("fingerprint cache unavailable; hashing every source file")
+		return w
+	}
+	w.on = true
+	return w
+}
+
+func (w *recordWriter) write(e *entry, sum string, hashedNs int64) {
+	if !w.on || e.rec == "" {
+		return
+	}
+	rec := record{Schema: Schema, Key: e.key, SHA256: sum, HashedNs: hashedNs}
+	raw := encodeRecord(rec)
+	if err := writeAtomic(e.rec, raw); err != nil {
+		w.mu.Lock()
+		w.st.Errors++
+		w.mu.Unlock()
+		log.G(w.ctx).WithError(err).WithField("file", e.rel).Warn("fingerprint record not written")
+	}
+}
+
+// hashAll hashes the files in todo with up to GOMAXPROCS readers.
+func hashAll(ctx context.Context, todo []*entry, w *recordWriter, st *Stats) error {
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		first error
+		next  = make(chan *entry)
+	)
+	for range min(runtime.GOMAXPROCS(0), max(len(todo), 1)) {
+		wg.Go(func() {
+			buf := make([]byte, 1<<20)
+			for e := range next {
+				hashedNs := time.Now().UnixNano()
+				sum, n, err := hashFile(ctx, e, buf)
+				mu.Lock()
+				st.HashedBytes += n
+				if err != nil && first == nil {
+					first = err
+				}
+				mu.Unlock()
+				if err != nil {
+					continue
+				}
+				e.file.SHA256 = sum
+				w.write(e, sum, hashedNs)
+			}
+		})
+	}
+	for _, e := range todo {
+		if ctx.Err() != nil {
+			break
+		}
+		next <- e
+	}
+	close(next)
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}
+
+// hashFile returns the sha256 of a file and checks it did not change meanwhile.
+func hashFile(ctx context.Context, e *entry, buf []byte) (string, int64, error) {
+	if err := ctx.Err(); err != nil {
+		return "", 0, err
+	}
+	f, err := os.Open(e.abs)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.CopyBuffer(h, f, buf)
+	if err != nil {
+		return "", n, fmt.Errorf("hash %s: %w", e.abs, err)
+	}
+	after, _, err := stat(e.abs)
+	if err != nil {
+		return "", n, err
+	}
+	if after != e.key || n != e.key.Size {
+		return "", n, fmt.Errorf("fingerprint %s: %w: %w", e.abs, errChanging, errdefs.ErrUnavailable)
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// Changed lists the files of a fingerprint whose stat no longer matches: a
+// file that changed after it was fingerprinted.
+func (r *Result) Changed() []string {
+	var out []string
+	for _, f := range r.Src.Files {
+		k := r.Keys[f.Path]
+		now, _, err := stat(k.Path)
+		if err != nil || now != k {
+			out = append(out, f.Path)
+		}
+	}
+	return out
+}
+
+// stat returns the key of the file at p (following links) and whether it is
+// a regular file.
+func stat(p string) (Key, bool, error) {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return Key{}, false, err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return Key{}, false, fmt.Errorf("stat %s: no inode information: %w", p, errdefs.ErrNotImplemented)
+	}
+	k := Key{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size,
+		MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano()}
+	if lfi, err := os.Lstat(p); err == nil && lfi.Mode()&fs.ModeSymlink != 0 {
+		if target, err := os.Readlink(p); err == nil {
+			k.Link = target
+		}
+	}
+	return k, fi.Mode().IsRegular(), nil
+}
+
+// recordName is the record file of an absolute path.
+func recordName(abs string) string {
+	sum := sha256.Sum256([]byte(abs))
+	return hex.EncodeToString(sum[:]) + ".json"
+}
+
+func readRecord(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, maxRecordBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	return raw, nil
+}
+
+func encodeRecord(rec record) []byte {
+	rec.Checksum = ""
+	body, _ := json.Marshal(rec)
+	sum := sha256.Sum256(body)
+	rec.Checksum = "sha256:" + hex.EncodeToString(sum[:])
+	raw, _ := json.Marshal(rec)
+	return raw
+}
+
+func decodeRecord(raw []byte) (record, error) {
+	var rec record
+	if len(raw) > maxRecordBytes {
+		return rec, fmt.Errorf("record larger than %d bytes", maxRecordBytes)
+	}
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return rec, err
+	}
+	if rec.Schema != Schema {
+		return rec, fmt.Errorf("record schema %d, want %d", rec.Schema, Schema)
+	}
+	if !hexSHA256RE.MatchString(rec.SHA256) {
+		return rec, fmt.Errorf("record sha256 %q is not 64 hex digits", rec.SHA256)
+	}
+	want := rec.Checksum
+	if string(encodeRecord(rec)) != string(raw) || want == "" {
+		return rec, fmt.Errorf("record checksum mismatch")
+	}
+	return rec, nil
+}
+
+// writeAtomic writes a record through a temp file and a rename. It is not
+// synced: a record lost or torn by a crash is a miss or a corrupt record,
+// both of which are rebuilt.
+func writeAtomic(p string, data []byte) error {
+	tmp := fmt.Sprintf("%s.tmp.%d.%d", p, os.Getpid(), time.Now().UnixNano())
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if err := os.Rename(tmp, p); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}

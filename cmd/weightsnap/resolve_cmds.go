@@ -1,0 +1,185 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// resolveOpts are the flags of weightsnap resolve.
+type resolveOpts struct {
+	identity, from, revision, repository, component string
+	tpSize, tpRank                                  int
+	layoutSpec, dtype, mode, report, validation     string
+	allowLocalBuild, noFingerprintCache             bool
+	timeout                                         int
+}
+
+func newResolveCmd(a *app) *cobra.Command {
+	var o resolveOpts
+	cmd := &cobra.Command{
+		Use:   "resolve (--identity FILE | --from DIR) [--revision REV] [--tp-size N --tp-rank R --layout-spec FILE] [--dtype D] [--mode M] [--report FILE|-]",
+		Short: "Resolve an exact artifact: print its directory, or the canonical source directory on a fallback",
+		Long: `Resolve an artifact identity: the validated local artifact, then a local producer
+(passthrough, tp-split with --tp-size/--tp-rank/--layout-spec, cast with --dtype),
+then, in preferred mode, the canonical source directory (--from).
+
+The identity is read from --identity FILE, or derived from --from DIR and
+--revision with the producer the other flags name. On success stdout holds the
+artifact directory (or the canonical source directory after a fallback). The
+terminal JSON report goes to --report FILE, or with --report - to stdout after
+the path. In disabled mode nothing under the store root is touched.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runResolve(cmd, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.identity, "identity", "", "identity document (JSON) to resolve")
+	f.StringVar(&o.from, "from", "", "canonical source directory: a safetensors checkpoint or Hugging Face snapshot")
+	f.StringVar(&o.revision, "revision", "", "immutable model revision (a 40-hex commit or a digest), to derive the identity from --from")
+	f.StringVar(&o.repository, "repository", "", "model repository name, e.g. org/name")
+	f.StringVar(&o.component, "component", "all", "component and ownership boundary")
+	f.IntVar(&o.tpSize, "tp-size", 0, "tensor-parallel size: split with the tp-split producer")
+	f.IntVar(&o.tpRank, "tp-rank", 0, "tensor-parallel rank")
+	f.StringVar(&o.layoutSpec, "layout-spec", "", "tp-split layout spec (TOML)")
+	f.StringVar(&o.dtype, "dtype", "", "cast F32/F16/BF16 tensors to F32, F16 or BF16")
+	f.StringVar(&o.mode, "mode", string(resolve.Preferred), "resolution mode: disabled, preferred or required")
+	f.StringVar(&o.report, "report", "", "write the JSON report to FILE, or to stdout with -")
+	f.StringVar(&o.validation, "validation", "", "lookup validation: manifest_and_metadata or full_checksum (default: the domain's policy)")
+	f.BoolVar(&o.allowLocalBuild, "allow-local-build", true, "let local producers build a missing artifact")
+	f.BoolVar(&o.noFingerprintCache, "no-fingerprint-cache", false, "hash every source file instead of using the store's fingerprint cache")
+	f.IntVar(&o.timeout, "coordination-timeout", 0, "seconds to wait for each lock (default: the configured store policy's)")
+	return cmd
+}
+
+// effectiveRoot is the store root a.domain would open.
+func (a *app) effectiveRoot() string {
+	switch {
+	case a.root != "":
+		return a.root
+	case a.cfg.Root != "":
+		return a.cfg.Root
+	}
+	return defaultRoot()
+}
+
+func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
+	ctx := cmd.Context()
+	mode, err := resolve.ParseMode(o.mode)
+	if err != nil {
+		return err
+	}
+	if o.identity == "" && o.from == "" {
+		return fmt.Errorf("resolve: give --identity FILE or --from DIR: %w", errdefs.ErrInvalidArgument)
+	}
+	req := resolve.Request{Source: o.from,
+		Target: producers.Target{Repository: o.repository, Revision: o.revision, Component: o.component}}
+	// Disabled mode reads no identity, spec or store: the source, directly.
+	if mode != resolve.Disabled {
+		if o.identity != "" {
+			raw, err := os.ReadFile(o.identity)
+			if err != nil {
+				return fmt.Errorf("resolve: %w", err)
+			}
+			id, err := artifact.ParseIdentity(raw)
+			if err != nil {
+				return err
+			}
+			req.Identity = &id
+		} else if o.revision == "" {
+			return fmt.Errorf("resolve: --from needs --revision to derive the identity: %w", errdefs.ErrInvalidArgument)
+		}
+		if o.from != "" {
+			if req.Recipe, err = recipeFromFlags(o, req.Identity); err != nil {
+				return err
+			}
+		}
+	}
+	wait := resolve.WaitPolicy{CoordinationTimeoutSeconds: o.timeout}
+	if wait.CoordinationTimeoutSeconds == 0 && a.cfg.Store != nil {
+		wait.CoordinationTimeoutSeconds = a.cfg.Store.CoordinationTimeoutSeconds
+	}
+	rt, err := resolve.New(resolve.Config{
+		Mode: mode, Root: a.effectiveRoot(), Store: a.cfg.Store, Validation: store.ValidationMode(o.validation),
+		Wait: wait, AllowLocalBuild: o.allowLocalBuild, NoFingerprintCache: o.noFingerprintCache,
+		Producers: []producers.Recipe{producers.Passthrough{}},
+	})
+	if err != nil {
+		return err
+	}
+	res, rerr := rt.Resolve(ctx, req)
+	defer res.Close()
+	if rerr == nil {
+		fmt.Fprintln(a.out, res.Path)
+	}
+	if err := a.writeReport(o.report, res.Report); err != nil {
+		return err
+	}
+	return rerr
+}
+
+// recipeFromFlags picks the local producer: tp-split with --tp-size, cast
+// with --dtype, passthrough otherwise; or, with an identity and no such
+// flags, the producer the identity names.
+func recipeFromFlags(o resolveOpts, id *artifact.Identity) (producers.Recipe, error) {
+	name := artifact.PassthroughName
+	switch {
+	case o.tpSize > 0:
+		name = producers.TPSplitName
+	case o.dtype != "" && o.dtype != "source":
+		name = producers.CastName
+	case id != nil:
+		name = id.Producer.Name
+		if o.dtype == "" {
+			o.dtype = id.Representation.DType
+		}
+		if o.tpSize == 0 {
+			o.tpSize, o.tpRank = id.Layout.TPSize, id.Layout.TPRank
+		}
+	}
+	switch name {
+	case producers.TPSplitName:
+		if o.layoutSpec == "" {
+			return nil, fmt.Errorf("resolve: tp-split needs --layout-spec: %w", errdefs.ErrInvalidArgument)
+		}
+		raw, err := os.ReadFile(o.layoutSpec)
+		if err != nil {
+			return nil, fmt.Errorf("resolve: %w", err)
+		}
+		spec, err := tpsplit.ParseSpec(raw)
+		if err != nil {
+			return nil, err
+		}
+		return &producers.TPSplit{Spec: spec, Size: o.tpSize, Rank: o.tpRank, DType: o.dtype}, nil
+	case producers.CastName:
+		return &producers.Cast{DType: o.dtype}, nil
+	case artifact.PassthroughName:
+		return producers.Passthrough{}, nil
+	}
+	return nil, nil // no local producer for this identity: store and canonical only
+}
+
+func (a *app) writeReport(dest string, rep *resolve.Report) error {
+	if dest == "" {
+		return nil
+	}
+	raw, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	raw = append(raw, '\n')
+	if dest == "-" {
+		_, err = a.out.Write(raw)
+		return err
+	}
+	return os.WriteFile(dest, raw, 0o644)
+}

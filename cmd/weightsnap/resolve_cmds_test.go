@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/resolve"
+)
+
+func runCLI(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out bytes.Buffer
+	a := &app{out: &out, errOut: io.Discard}
+	cmd := newRoot(a)
+	cmd.SetArgs(args)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+func TestResolveCommand(t *testing.T) {
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 2, DType: "BF16", Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(30 * time.Millisecond) // past the fingerprint cache's racy window
+	cfg := filepath.Join(base, "config.toml")
+	os.WriteFile(cfg, nil, 0o644)
+	root := filepath.Join(base, "root")
+	spec := filepath.Join(base, "spec.toml")
+	os.WriteFile(spec, []byte("name = \"t\"\n[[rule]]\npattern = \"*.q_proj.weight\"\nsplit = \"column\"\n"), 0o644)
+	common := []string{"--root", root, "--config", cfg, "resolve", "--from", src, "--revision", strings.Repeat("ab", 20)}
+
+	// Disabled: the source, and nothing under the root.
+	out, err := runCLI(t, "--root", filepath.Join(base, "absent"), "--config", cfg, "resolve", "--from", src, "--mode", "disabled")
+	if err != nil || out != src+"\n" {
+		t.Fatalf("disabled: %q %v", out, err)
+	}
+	if _, err := os.Stat(filepath.Join(base, "absent")); !os.IsNotExist(err) {
+		t.Fatal("disabled mode created the root")
+	}
+
+	for _, tc := range []struct {
+		name    string
+		args    []string
+		outcome resolve.Outcome
+		runs    int
+	}{
+		{"tp-split cold", []string{"--tp-size", "2", "--tp-rank", "1", "--layout-spec", spec, "--dtype", "F32"}, resolve.OutcomeBuilt, 1},
+		{"tp-split warm", []string{"--tp-size", "2", "--tp-rank", "1", "--layout-spec", spec, "--dtype", "F32"}, resolve.OutcomeHit, 0},
+		{"passthrough cold", nil, resolve.OutcomeBuilt, 1},
+		{"required miss", []string{"--dtype", "F16", "--mode", "required", "--allow-local-build=false"}, resolve.OutcomeFailed, 0},
+		{"preferred fallback", []string{"--dtype", "F16", "--allow-local-build=false"}, resolve.OutcomeCanonical, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			report := filepath.Join(base, "report.json")
+			out, err := runCLI(t, append(append(append([]string{}, common...), tc.args...), "--report", report)...)
+			var rep resolve.Report
+			raw, _ := os.ReadFile(report)
+			if jerr := json.Unmarshal(raw, &rep); jerr != nil {
+				t.Fatalf("report: %v", jerr)
+			}
+			if rep.Outcome != tc.outcome || rep.Counters.ProducerRuns != tc.runs {
+				t.Fatalf("%+v (err %v)", rep, err)
+			}
+			switch tc.outcome {
+			case resolve.OutcomeFailed:
+				if err == nil || out != "" || exitCode(err) != 3 {
+					t.Fatalf("failure: %q %v", out, err)
+				}
+			case resolve.OutcomeCanonical:
+				if err != nil || out != src+"\n" {
+					t.Fatalf("fallback: %q %v", out, err)
+				}
+			default:
+				if err != nil || out != rep.Path+"\n" || !strings.HasPrefix(rep.Path, filepath.Join(root, "artifacts")) {
+					t.Fatalf("path: %q %v", out, err)
+				}
+			}
+		})
+	}
+}

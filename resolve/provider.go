@@ -1,0 +1,51 @@
+package resolve
+
+import (
+	"context"
+
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Provider is a remote source of exact artifacts: a weight peer or an OCI
+// registry. Resolution asks each configured provider in order (peer, then
+// registry) after the local store misses.
+//
+// Provider uses only artifact and standard types, so package oci and package
+// peer implement it without importing resolve. A provider never writes into
+// the store itself: it returns a producer, which resolution runs under the
+// store's build lock (store.Domain.GetOrBuild) with the store-scoped writer.
+// That producer writes every payload file through the writer (sequential
+// Write where it can, so the store hashes while it writes; WriteAt for
+// multi-stream fetches), verifies each file against the remote digests, and
+// may reuse files kept from an interrupted build (artifact.Resumer).
+//
+// Errors, from Producer or from the producer's Produce, are classified
+// without any resolve type:
+//   - errdefs.ErrNotFound: a clean miss (the provider does not have the identity);
+//   - errdefs.ErrConflict: an identity collision (the remote artifact under
+//     that name or digest carries another identity); always visible;
+//   - errdefs.ErrNotImplemented: an unsupported capability; always visible;
+//   - anything else is a remote failure, retryable when the error (or one it
+//     wraps) has a Retryable() bool method that says so, or wraps
+//     errdefs.ErrUnavailable.
+type Provider interface {
+	// Name names the provider in reports: "peer", "registry".
+	Name() string
+	// Producer returns the producer that fetches the artifact of identity,
+	// or a clean miss. It should answer a miss without transferring payload.
+	Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error)
+}
+
+// ProviderFunc adapts a function to a Provider.
+type ProviderFunc struct {
+	ProviderName string
+	Fn           func(ctx context.Context, identity artifact.Identity) (artifact.Producer, error)
+}
+
+// Name implements Provider.
+func (p ProviderFunc) Name() string { return p.ProviderName }
+
+// Producer implements Provider.
+func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
+	return p.Fn(ctx, identity)
+}
