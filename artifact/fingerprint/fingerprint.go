@@ -93,6 +93,8 @@ type Result struct {
 	Src   *artifact.SourceDir
 	Keys  map[string]Key // by relative path, as stat'ed when fingerprinted
 	Stats Stats
+
+	misses []*entry // files Lookup found no valid record for
 }
 
 // Cache is a fingerprint cache in one folder. The zero value and a nil
@@ -130,6 +132,41 @@ type entry struct {
 // does (non-hidden regular files, links followed, hub-cache blob links named
 // by their sha256), using and refreshing the cache.
 func (c *Cache) Scan(ctx context.Context, root string) (*Result, error) {
+	res, err := c.Lookup(ctx, root)
+	if err != nil {
+		return nil, err
+	}
+	if err := hashAll(ctx, res.misses, c.writer(ctx, &res.Stats), &res.Stats); err != nil {
+		return nil, err
+	}
+	res.misses = nil
+	return res, nil
+}
+
+// Record stores the sha256 of each file Lookup missed, as learned by a
+// single-pass copy (entries by path) that began at startedNs, for the files
+// whose stat has not changed since the Lookup; it fills them into res.Src.
+func (c *Cache) Record(ctx context.Context, res *Result, entries []artifact.FileEntry, startedNs int64) {
+	sums := make(map[string]string, len(entries))
+	for _, e := range entries {
+		sums[e.Path] = e.SHA256
+	}
+	w := c.writer(ctx, &res.Stats)
+	for _, e := range res.misses {
+		sum, ok := sums[e.rel]
+		if now, _, err := stat(e.abs); !ok || err != nil || now != e.key {
+			continue
+		}
+		e.file.SHA256 = sum
+		w.write(e, sum, startedNs)
+	}
+	res.misses = nil
+}
+
+// Lookup fingerprints the checkpoint at root from the cache alone: files
+// without a valid record keep an empty SHA256 (res.Src.Complete() says
+// whether any did), for a caller that hashes them some other way.
+func (c *Cache) Lookup(ctx context.Context, root string) (*Result, error) {
 	absRoot, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
@@ -170,7 +207,6 @@ func (c *Cache) Scan(ctx context.Context, root string) (*Result, error) {
 	sort.Slice(entries, func(i, j int) bool { return entries[i].rel < entries[j].rel })
 	res.Src.Files = make([]artifact.SourceFile, len(entries))
 	w := c.writer(ctx, &res.Stats)
-	var todo []*entry
 	for i, e := range entries {
 		res.Src.Files[i] = artifact.SourceFile{Path: e.rel, Size: e.key.Size}
 		e.file = &res.Src.Files[i]
@@ -191,10 +227,7 @@ func (c *Cache) Scan(ctx context.Context, root string) (*Result, error) {
 				continue
 			}
 		}
-		todo = append(todo, e)
-	}
-	if err := hashAll(ctx, todo, w, &res.Stats); err != nil {
-		return nil, err
+		res.misses = append(res.misses, e)
 	}
 	return res, nil
 }

@@ -260,3 +260,41 @@ func TestRacyRecordIsNotTrusted(t *testing.T) {
 		t.Fatalf("record written after the racy window not trusted: %+v", got.Stats)
 	}
 }
+
+func TestLookupThenRecordFromACopy(t *testing.T) {
+	dir := source(t)
+	want, _, err := artifact.ScanSource(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fingerprint.New(filepath.Join(t.TempDir(), "fp"))
+	started := time.Now().UnixNano()
+	cold, err := c.Lookup(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cold.Src.Complete() || cold.Stats.HashedBytes != 0 || cold.Stats.Misses != 4 {
+		t.Fatalf("cold lookup hashed or completed: %+v", cold.Stats)
+	}
+	// A single-pass copy learned every file's sha256; one entry is wrong
+	// in path, so that file stays unrecorded.
+	var entries []artifact.FileEntry
+	for _, f := range want.Files {
+		entries = append(entries, artifact.FileEntry{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
+	}
+	entries[0].Path = "elsewhere"
+	c.Record(context.Background(), cold, entries, started)
+	settle()
+	warm, err := c.Lookup(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if warm.Stats.Hits != 3 || warm.Stats.Misses != 1 {
+		t.Fatalf("after Record: %+v, want 3 hits and the unrecorded file missing", warm.Stats)
+	}
+	for i, f := range warm.Src.Files {
+		if f.SHA256 != "" && f.SHA256 != want.Files[i].SHA256 {
+			t.Fatalf("%s: recorded %s, want %s", f.Path, f.SHA256, want.Files[i].SHA256)
+		}
+	}
+}

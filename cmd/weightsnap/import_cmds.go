@@ -2,11 +2,13 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/fingerprint"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -33,10 +35,13 @@ func newImportCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			src, err := artifact.ListSource(args[0])
+			// Source fingerprints come from the cache, or from the copy itself.
+			cache := fingerprint.New(filepath.Join(d.Root(), fingerprint.DirName))
+			fp, err := cache.Lookup(ctx, args[0])
 			if err != nil {
 				return err
 			}
+			src := fp.Src
 			var total int64
 			for _, f := range src.Files {
 				total += f.Size
@@ -52,10 +57,11 @@ func newImportCmd(a *app) *cobra.Command {
 			var lease *store.Lease
 			var res store.BuildResult
 			if src.Complete() {
-				// Every sha256 is known (a hub snapshot): the identity first, then a build only on a miss.
+				// Every sha256 is known: the identity first, a build only on a miss.
 				lease, res, err = d.GetOrBuild(ctx, identityOf(src), producer)
 			} else {
 				// One pass: copy, hashing as it goes, then derive the identity from the copy.
+				started := time.Now().UnixNano()
 				lease, res, err = d.Import(ctx, producer, func(files []artifact.FileEntry) (artifact.Identity, error) {
 					full, err := src.WithDigests(files)
 					if err != nil {
@@ -63,6 +69,9 @@ func newImportCmd(a *app) *cobra.Command {
 					}
 					return identityOf(full), nil
 				})
+				if err == nil {
+					cache.Record(ctx, fp, lease.Index.Files, started)
+				}
 			}
 			pr.Done()
 			if err != nil {
