@@ -21,7 +21,8 @@ type lock struct{ f *os.File }
 
 // lockFile takes a flock of kind how (LOCK_SH or LOCK_EX) on path, creating
 // the file, and waits until deadline, polling, since flock cannot be
-// cancelled. A waiter never breaks another process's lock.
+// cancelled; a context deadline bounds the wait too. A waiter never breaks
+// another process's lock.
 func lockFile(ctx context.Context, path string, how int, deadline time.Time, what string) (*lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
@@ -44,6 +45,9 @@ func lockFile(ctx context.Context, path string, how int, deadline time.Time, wha
 		select {
 		case <-ctx.Done():
 			f.Close()
+			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				return nil, &TimeoutError{What: what} // the caller's own wait budget ran out
+			}
 			return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
 		case <-time.After(min(wait, time.Until(deadline))):
 		}

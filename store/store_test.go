@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -219,5 +220,38 @@ func TestIdentityMismatchedSourceFails(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(filepath.Join(d.Root(), "tmp")); len(entries) != 0 {
 		t.Fatalf("a failed build left temp entries: %v", entries)
+	}
+}
+
+func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
+	_, src := checkpoint(t, 1<<20, 1)
+	d := openDomain(t, t.TempDir())
+	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	// A producer that blocks holds the build lock; a second builder with a
+	// short deadline gets a typed, retryable timeout and leaves it alone.
+	started, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		l, _, err := d.GetOrBuild(context.Background(), id, artifact.ProducerFunc{ProducerName: "slow", Fn: func(ctx context.Context, w artifact.Writer) error {
+			close(started)
+			<-release
+			return (&artifact.Passthrough{Src: src}).Produce(ctx, w)
+		}})
+		if err == nil {
+			l.Close()
+		}
+		done <- err
+	}()
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	_, _, err := d.GetOrBuild(ctx, id, &artifact.Passthrough{Src: src})
+	var te *store.TimeoutError
+	if !errors.As(err, &te) || !te.Retryable() {
+		t.Fatalf("waiter past its deadline: %v, want a retryable TimeoutError", err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatalf("the first build was disturbed by the waiter: %v", err)
 	}
 }
