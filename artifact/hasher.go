@@ -14,8 +14,9 @@ import (
 
 // FileHasher computes a payload file's FileEntry from its bytes written in
 // order: sha256 and BLAKE3 of the whole file and, for safetensors files, the
-// BLAKE3 of the header region and of every tensor. The sha256 runs on its own
-// goroutine, overlapped with the BLAKE3 work, so one Write uses two cores.
+// BLAKE3 of the header region and of every tensor. The two whole-file hashes
+// run in lanes of their own, overlapped with the per-tensor hashing, so one
+// Write keeps every core busy.
 type FileHasher struct {
 	entry FileEntry
 	sha   hash.Hash
@@ -29,9 +30,25 @@ type FileHasher struct {
 	pos         int64
 	err         error
 
-	shaIn  chan []byte
-	shaOut chan struct{}
-	once   sync.Once
+	lanes [2]lane // sha256 and the file's BLAKE3
+	once  sync.Once
+}
+
+// lane runs one hash on a goroutine of its own, a buffer at a time.
+type lane struct {
+	in  chan []byte
+	out chan struct{}
+}
+
+func startLane(w io.Writer) lane {
+	l := lane{in: make(chan []byte), out: make(chan struct{})}
+	go func() {
+		for p := range l.in {
+			w.Write(p)
+			l.out <- struct{}{}
+		}
+	}()
+	return l
 }
 
 // NewFileHasher hashes a file of exactly size bytes stored at path.
@@ -42,16 +59,8 @@ func NewFileHasher(path string, size int64) *FileHasher {
 		file:        blake3.New(),
 		part:        blake3.New(),
 		safetensors: IsSafetensors(path),
-		shaIn:       make(chan []byte),
-		shaOut:      make(chan struct{}),
 	}
-	go func() {
-		for p := range h.shaIn {
-			h.sha.Write(p)
-			h.shaOut <- struct{}{}
-		}
-		close(h.shaOut)
-	}()
+	h.lanes = [2]lane{startLane(h.sha), startLane(h.file)}
 	return h
 }
 
@@ -65,10 +74,13 @@ func (h *FileHasher) Write(p []byte) (int, error) {
 		h.err = fmt.Errorf("hash %s: more than the declared %d bytes", h.entry.Path, h.entry.Size)
 		return 0, h.err
 	}
-	h.shaIn <- p
-	h.file.Write(p)
+	for _, l := range h.lanes {
+		l.in <- p
+	}
 	err := h.hashParts(p)
-	<-h.shaOut
+	for _, l := range h.lanes {
+		<-l.out
+	}
 	if err != nil {
 		h.err = err
 		return 0, err
@@ -176,7 +188,11 @@ func (h *FileHasher) Sum() (FileEntry, error) {
 func (h *FileHasher) Abort() { h.stop() }
 
 func (h *FileHasher) stop() {
-	h.once.Do(func() { close(h.shaIn) })
+	h.once.Do(func() {
+		for _, l := range h.lanes {
+			close(l.in)
+		}
+	})
 }
 
 // HashFile computes the FileEntry of a file by reading it in order.

@@ -211,7 +211,7 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	return nil
 }
 
-const copyChunk = 4 << 20
+const copyChunk = 1 << 20
 
 func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) error {
 	in, err := os.Open(filepath.Join(p.Src.Root, sf.Path))

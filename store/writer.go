@@ -23,9 +23,10 @@ type build struct {
 	dir      string // tmp/<id>.<random>
 	budget   int64  // bytes this artifact may still take (max_artifact_bytes, max_store_bytes)
 
-	mu    sync.Mutex
-	files map[string]*fileWriter
-	total int64
+	mu      sync.Mutex
+	files   map[string]*fileWriter
+	total   int64
+	buffers sync.Pool // chunk buffers of the files' write pipelines
 }
 
 func (d *Domain) newBuild(identity artifact.Identity, id string) (*build, error) {
@@ -81,7 +82,7 @@ func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
 			return nil, classifyIO(fmt.Errorf("preallocate %s: %w", path, err))
 		}
 	}
-	fw := &fileWriter{path: path, size: size, f: f, hasher: artifact.NewFileHasher(path, size)}
+	fw := newFileWriter(path, size, f, &b.buffers)
 	b.files[path] = fw
 	b.total += size
 	return fw, nil
@@ -117,93 +118,6 @@ func classifyIO(err error) error {
 		return &CapacityError{Limit: "ENOSPC", Err: err}
 	}
 	return err
-}
-
-// fileWriter is one payload file of a build. Sequential writes are hashed
-// as they are written, overlapped with the write; the first positioned
-// write switches the file to hashing by readback at Close. Close starts the
-// fsync in the background; publication waits for it.
-type fileWriter struct {
-	path   string
-	size   int64
-	f      *os.File
-	hasher *artifact.FileHasher // nil once a positioned write happened
-	pos    int64
-	closed bool
-	synced chan error
-	entry  artifact.FileEntry
-	err    error
-}
-
-func (w *fileWriter) Write(p []byte) (int, error) {
-	if w.closed {
-		return 0, os.ErrClosed
-	}
-	if int64(len(p)) > w.size-w.pos {
-		return 0, fmt.Errorf("payload %s: write past the declared size %d: %w", w.path, w.size, errdefs.ErrOutOfRange)
-	}
-	var herr error
-	done := make(chan struct{})
-	if w.hasher != nil {
-		go func() { _, herr = w.hasher.Write(p); close(done) }()
-	} else {
-		close(done)
-	}
-	n, err := w.f.WriteAt(p, w.pos)
-	<-done
-	if w.pos == 0 {
-		faultPoint("write.mid-payload")
-	}
-	w.pos += int64(n)
-	if err != nil {
-		return n, classifyIO(err)
-	}
-	if herr != nil {
-		return n, herr
-	}
-	return n, nil
-}
-
-func (w *fileWriter) WriteAt(p []byte, off int64) (int, error) {
-	if w.closed {
-		return 0, os.ErrClosed
-	}
-	if off < 0 || int64(len(p)) > w.size-off {
-		return 0, fmt.Errorf("payload %s: write at %d+%d past the declared size %d: %w", w.path, off, len(p), w.size, errdefs.ErrOutOfRange)
-	}
-	if w.hasher != nil {
-		w.hasher.Abort()
-		w.hasher = nil
-	}
-	n, err := w.f.WriteAt(p, off)
-	return n, classifyIO(err)
-}
-
-// Close finishes the hashes and starts the fsync.
-func (w *fileWriter) Close() error {
-	if w.closed {
-		return nil
-	}
-	w.closed = true
-	if w.hasher != nil {
-		w.entry, w.err = w.hasher.Sum()
-	} else {
-		w.entry, w.err = artifact.HashFile(w.f, w.path, w.size)
-	}
-	if w.err != nil {
-		w.f.Close()
-		return w.err
-	}
-	w.synced = make(chan error, 1)
-	defer faultPoint("write.after-close")
-	go func() {
-		err := w.f.Sync()
-		if cerr := w.f.Close(); err == nil {
-			err = cerr
-		}
-		w.synced <- classifyIO(err)
-	}()
-	return nil
 }
 
 // Digest returns the file's hashes; it is valid after Close.

@@ -79,7 +79,6 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 
 [host.%q]
   capabilities = ["pull", "resolve", "push"]
-  skip_verify = true
 `, opts.Registry.URL, opts.Registry.URL))
 	}
 	writeFile(t, c.Config, c.config(sandbox)+"\n"+opts.ExtraConfig+"\n")
@@ -150,7 +149,8 @@ func (c *Containerd) waitReady(timeout time.Duration) error {
 	return err
 }
 
-// Ctr runs ctr against this containerd in its namespace and returns the combined output.
+// Ctr runs ctr against this containerd in its namespace and returns its stdout
+// (the error carries stderr).
 func (c *Containerd) Ctr(args ...string) (string, error) {
 	return c.ctrIn(c.Namespace, args...)
 }
@@ -161,7 +161,8 @@ func (c *Containerd) ctrIn(ns string, args ...string) (string, error) {
 }
 
 // Nerdctl runs nerdctl against this containerd in its namespace, with its own data root, the
-// registry hosts directory and plain HTTP allowed, and returns the combined output.
+// registry hosts directory and plain HTTP allowed, and returns its stdout
+// (the error carries stderr).
 func (c *Containerd) Nerdctl(args ...string) (string, error) {
 	argv := append([]string{c.Tools.Nerdctl, "--address", c.Socket, "--namespace", c.Namespace,
 		"--data-root", filepath.Join(c.Dir, "nerdctl"), "--hosts-dir", c.HostsDir, "--insecure-registry",
@@ -170,8 +171,8 @@ func (c *Containerd) Nerdctl(args ...string) (string, error) {
 	return run(c.Tools.pathEnv("NERDCTL_TOML="+c.nerdctlToml), c.Dir, argv...)
 }
 
-// Crictl runs crictl against this containerd's CRI (namespace k8s.io) and returns the combined
-// output.
+// Crictl runs crictl against this containerd's CRI (namespace k8s.io) and returns its stdout (the
+// error carries stderr).
 func (c *Containerd) Crictl(args ...string) (string, error) {
 	argv := append([]string{c.Tools.Crictl, "--config", c.crictlConfig}, args...)
 	return run(c.Tools.pathEnv(), c.Dir, argv...)

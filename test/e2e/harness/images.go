@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 )
@@ -29,10 +30,9 @@ func PushBusybox(t testing.TB, reg *Registry) string {
 	}
 	ref := reg.Ref("busybox:latest")
 	env := tools.pathEnv()
-	mustRun(t, env, dir, tools.Crane, "append", "--insecure", "--platform", "linux/amd64",
-		"-f", layer, "-t", ref)
-	mustRun(t, env, dir, tools.Crane, "mutate", "--insecure", ref, "--env", "PATH=/bin",
-		"--cmd", "/bin/sh", "-t", ref)
+	mustRun(t, env, dir, tools.Crane, "append", "--insecure", "--oci-empty-base", "-f", layer, "-t", ref)
+	mustRun(t, env, dir, tools.Crane, "mutate", "--insecure", ref, "--set-platform", "linux/"+runtime.GOARCH,
+		"--env", "PATH=/bin", "--cmd", "/bin/sh", "-t", ref)
 	return ref
 }
 

@@ -61,7 +61,8 @@ func nsPids(tools *Tools, name string) []int {
 	return pids
 }
 
-// Exec runs argv inside the namespace (ip netns exec) and returns the combined output.
+// Exec runs argv inside the namespace (ip netns exec) and returns its stdout (the
+// error carries stderr).
 func (ns *NS) Exec(argv ...string) (string, error) {
 	return run(nil, "", append([]string{ns.tools.IP, "netns", "exec", ns.Name}, argv...)...)
 }

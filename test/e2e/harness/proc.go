@@ -142,7 +142,7 @@ func StartProcess(t testing.TB, dir, name string, env []string, argv ...string) 
 		p.Stop()
 		cancel()
 		if t.Failed() {
-			t.Logf("--- tail of %s (%s) ---\n%s", name, logPath, Tail(logPath, 60))
+			t.Logf("--- tail of %s (%s) ---\n%s", name, logPath, Tail(logPath, 40))
 		}
 	})
 	return p
@@ -155,7 +155,7 @@ func Tail(path string, n int) string {
 		return err.Error()
 	}
 	defer f.Close()
-	const max = 64 << 10
+	const max = 8 << 10 // log lines can be long (the registry's are); keep t.Log readable
 	if fi, err := f.Stat(); err == nil && fi.Size() > max {
 		_, _ = f.Seek(fi.Size()-max, io.SeekStart)
 	}
@@ -189,25 +189,26 @@ func keepLogs(t testing.TB, dir string) {
 	}
 }
 
-// Run runs argv in dir (the current directory if "") with CommandTimeout and returns the combined
-// output; the error includes the output.
+// Run runs argv in dir (the current directory if "") with CommandTimeout and returns its standard
+// output; a failure's error includes the standard error (and output).
 func Run(dir string, argv ...string) (string, error) { return run(nil, dir, argv...) }
 
-// run runs a one-shot command with CommandTimeout and returns its combined output; the error
-// includes the output.
+// run runs a one-shot command with CommandTimeout and returns its stdout. Warnings on stderr (ctr
+// warns about cgroup v1 on every call) stay out of the output; the error of a failed command
+// includes both streams.
 func run(env []string, dir string, argv ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), CommandTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Env, cmd.Dir = env, dir
 	cmd.WaitDelay = 5 * time.Second
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	if err != nil {
-		err = fmt.Errorf("%s: %w\n%s", strings.Join(argv, " "), err, out.String())
+		err = fmt.Errorf("%s: %w\nstderr: %s\nstdout: %s", strings.Join(argv, " "), err, stderr.String(), stdout.String())
 	}
-	return out.String(), err
+	return stdout.String(), err
 }
 
 // mustRun is run that fails the test on error.
