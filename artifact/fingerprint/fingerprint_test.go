@@ -246,16 +246,20 @@ func TestCacheFailureHashesDirectly(t *testing.T) {
 func TestRacyRecordIsNotTrusted(t *testing.T) {
 	dir := t.TempDir()
 	c := fingerprint.New(filepath.Join(t.TempDir(), "fp"))
-	written := time.Now()
-	os.WriteFile(filepath.Join(dir, "a.bin"), []byte("fresh"), 0o644)
-	scan(t, c, dir) // hashed within the racy window of the write
-	if time.Since(written) > 15*time.Millisecond {
-		t.Skip("the first scan did not run within the racy window")
-	}
-	settle()
+	p := filepath.Join(dir, "a.bin")
+	os.WriteFile(p, []byte("fresh"), 0o644)
+	// A file changed at or after its hash began: its record is racy.
+	future := time.Now().Add(time.Hour)
+	os.Chtimes(p, future, future)
+	scan(t, c, dir)
 	if got := scan(t, c, dir); got.Stats.Hits != 0 || got.Stats.Misses != 1 {
 		t.Fatalf("racy record trusted: %+v", got.Stats)
 	}
+	// Changed well before the hash: the new record is trusted.
+	past := time.Now().Add(-time.Hour)
+	os.Chtimes(p, past, past) // ctime is now
+	settle()
+	scan(t, c, dir)
 	if got := scan(t, c, dir); got.Stats.Hits != 1 {
 		t.Fatalf("record written after the racy window not trusted: %+v", got.Stats)
 	}
