@@ -1,4 +1,5 @@
 # weightsnap: the two commands that matter are `make demo` and `make test`.
+SHELL   := bash
 GO      ?= go
 BIN     := bin
 PEERS   ?= $(HOME)/.cache/weightsnap/peers
@@ -20,9 +21,12 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
 # Unit tests, fuzz seed corpora, crash harness and end-to-end tests against the real peers.
+# The crash harness runs verbose, filtered, so its count of fault points and kills shows.
 test: build
 	@$(PEERS_DEPS); \
-	$(GO) test -count=1 -timeout 30m ./...
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/crash) && \
+	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | grep -E '^(crash harness|--- |ok|FAIL|panic)'; \
+	exit $${PIPESTATUS[0]}
 
 unit:
 	$(GO) test -count=1 -short ./...
