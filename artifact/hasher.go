@@ -124,7 +124,8 @@ func (h *FileHasher) hashParts(p []byte) error {
 // is complete, and hashes the header region. It returns how much of p it took.
 func (h *FileHasher) bufferHeader(p []byte) (int, error) {
 	want := int64(8)
-	if len(h.prefix) >= 8 {
+	lengthKnown := len(h.prefix) >= 8
+	if lengthKnown {
 		n := int64(leUint64(h.prefix[:8]))
 		if n > MaxHeaderLen || 8+n > h.entry.Size {
 			_, err := ReadHeader(prefixReader(h.prefix), h.entry.Size)
@@ -135,7 +136,7 @@ func (h *FileHasher) bufferHeader(p []byte) (int, error) {
 	take := min(want-int64(len(h.prefix)), int64(len(p)))
 	h.prefix = append(h.prefix, p[:take]...)
 	h.pos += take
-	if int64(len(h.prefix)) < want || want == 8 {
+	if !lengthKnown || int64(len(h.prefix)) < want {
 		return int(take), nil
 	}
 	hdr, err := ReadHeader(prefixReader(h.prefix), h.entry.Size)

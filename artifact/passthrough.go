@@ -211,8 +211,6 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	return nil
 }
 
-const copyChunk = 1 << 20
-
 func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) error {
 	in, err := os.Open(filepath.Join(p.Src.Root, sf.Path))
 	if err != nil {
@@ -227,7 +225,16 @@ func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) err
 	if err != nil {
 		return err
 	}
-	if err := pipeCopy(ctx, out, in, sf.Size, p.Progress); err != nil {
+	_, err = CopyAhead(ctx, in, sf.Size, func(b []byte) error {
+		if _, err := out.Write(b); err != nil {
+			return err
+		}
+		if p.Progress != nil {
+			p.Progress(int64(len(b)))
+		}
+		return nil
+	})
+	if err != nil {
 		out.Close()
 		return fmt.Errorf("copy %s: %w", sf.Path, err)
 	}
@@ -259,69 +266,6 @@ func sameFile(a, b os.FileInfo) bool {
 		return a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
 	}
 	return sa.Size == sb.Size && sa.Mtim == sb.Mtim && sa.Ctim == sb.Ctim && sa.Ino == sb.Ino
-}
-
-// pipeCopy copies exactly size bytes from r to w, reading the next chunk
-// while the previous one is written.
-func pipeCopy(ctx context.Context, w io.Writer, r io.Reader, size int64, progress func(int64)) error {
-	type chunk struct {
-		b   []byte
-		err error
-	}
-	full := make(chan chunk, 2)
-	free := make(chan []byte, 3)
-	for range 3 {
-		free <- make([]byte, copyChunk)
-	}
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		defer close(full)
-		left := size
-		for left > 0 {
-			var b []byte
-			select {
-			case b = <-free:
-			case <-stop:
-				return
-			}
-			n, err := io.ReadFull(r, b[:min(int64(len(b)), left)])
-			left -= int64(n)
-			if err == nil && left == 0 {
-				// The file must end where its size said.
-				var one [1]byte
-				if m, _ := r.Read(one[:]); m > 0 {
-					err = fmt.Errorf("source grew past %d bytes", size)
-				}
-			}
-			if err != nil {
-				full <- chunk{b[:n], fmt.Errorf("read: %w", err)}
-				return
-			}
-			full <- chunk{b: b[:n]}
-		}
-	}()
-	var done int64
-	for c := range full {
-		if c.err != nil {
-			return c.err
-		}
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if _, err := w.Write(c.b); err != nil {
-			return err
-		}
-		done += int64(len(c.b))
-		if progress != nil {
-			progress(int64(len(c.b)))
-		}
-		free <- c.b[:cap(c.b)]
-	}
-	if done != size {
-		return fmt.Errorf("source shrank: %d of %d bytes", done, size)
-	}
-	return nil
 }
 
 // PassthroughIdentity is the identity of a checkpoint directory published as it is.

@@ -16,8 +16,9 @@ type Writer interface {
 // interrupted build of the same artifact.
 type Resumer interface {
 	// Reuse adopts a kept file if it holds exactly size bytes with the given
-	// sha256 (hex), as if it had been created and written; it reports whether it did.
-	Reuse(path string, size int64, sha256 string) (bool, error)
+	// sha256 (hex), as if it had been created, written and closed; it reports
+	// whether it did and, if so, the file's hashes.
+	Reuse(path string, size int64, sha256 string) (FileEntry, bool, error)
 }
 
 // FileWriter writes one payload file. Write appends in order and is hashed

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
@@ -62,6 +63,13 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 	return l, res, err
 }
 
+// interrupted says whether a producer was stopped rather than wrong: a
+// cancelled call or a transfer that may succeed later. Its temp build stays,
+// so the next build of the same identity can reuse what it completed.
+func interrupted(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errdefs.IsUnavailable(err)
+}
+
 // isRebuildable says whether a failed lookup leaves room for a build.
 func isRebuildable(err error) bool {
 	return errors.Is(err, ErrMiss) || IsInvalid(err)
@@ -74,7 +82,11 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id str
 	}
 	b.adoptStale()
 	if err := p.Produce(ctx, b); err != nil {
-		b.abort()
+		if interrupted(err) {
+			b.release() // kept for the next build of this identity to reuse
+		} else {
+			b.abort()
+		}
 		return fmt.Errorf("producer %s: %w", p.Name(), err)
 	}
 	if err := b.publish(ctx, p.Name(), deadline); err != nil {

@@ -205,3 +205,23 @@ func (w *fileWriter) Close() error {
 	}()
 	return nil
 }
+
+// discard stops a file that will not be published: an open one's stages are
+// drained and its descriptor closed; a closed one's fsync is awaited.
+func (w *fileWriter) discard() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.closed {
+		w.closed = true
+		if !w.positioned {
+			w.stages.drain()
+			w.hasher.Abort()
+		}
+		w.f.Close()
+		return
+	}
+	if w.synced != nil {
+		<-w.synced
+		w.synced = nil
+	}
+}

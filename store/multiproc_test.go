@@ -3,6 +3,7 @@ package store_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -184,7 +185,7 @@ func (p *reusingProducer) Name() string { return artifact.PassthroughName }
 func (p *reusingProducer) Produce(ctx context.Context, w artifact.Writer) error {
 	var rest []artifact.SourceFile
 	for _, f := range p.src.Files {
-		ok, err := w.(artifact.Resumer).Reuse(f.Path, f.Size, f.SHA256)
+		_, ok, err := w.(artifact.Resumer).Reuse(f.Path, f.Size, f.SHA256)
 		if err != nil {
 			return err
 		}
@@ -226,4 +227,38 @@ func TestInterruptedBuildIsResumed(t *testing.T) {
 		t.Fatalf("resumed artifact is not fully valid: %v", err)
 	}
 	full.Close()
+}
+
+func TestCancelledBuildIsResumed(t *testing.T) {
+	_, src := checkpoint(t, 2<<20, 2)
+	d := openDomain(t, t.TempDir())
+	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	stopped := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
+		one := &artifact.Passthrough{Src: &artifact.SourceDir{Root: src.Root, Files: src.Files[:1]}}
+		if err := one.Produce(ctx, w); err != nil {
+			return err
+		}
+		// A second file is half written when the call is cancelled.
+		f, err := w.Create(src.Files[1].Path, src.Files[1].Size)
+		if err != nil {
+			return err
+		}
+		f.Write(make([]byte, src.Files[1].Size/2))
+		return context.Canceled
+	}}
+	if _, _, err := d.GetOrBuild(context.Background(), identity, stopped); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled build: %v", err)
+	}
+	if tmp, _ := os.ReadDir(filepath.Join(d.Root(), "tmp")); len(tmp) != 1 {
+		t.Fatalf("a cancelled build kept %d temp builds, want 1", len(tmp))
+	}
+	p := &reusingProducer{src: src}
+	l, _, err := d.GetOrBuild(context.Background(), identity, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if len(p.reused) != 1 || p.reused[0] != src.Files[0].Path {
+		t.Fatalf("reused %v, want only the completed %s", p.reused, src.Files[0].Path)
+	}
 }

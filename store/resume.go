@@ -45,44 +45,44 @@ func modTime(p string) int64 {
 
 // Reuse implements artifact.Resumer: it adopts a payload file kept from an
 // interrupted build if it holds exactly size bytes with the given sha256,
-// checked by reading it back. It reports whether it did.
-func (b *build) Reuse(path string, size int64, sha256 string) (bool, error) {
+// checked by reading it back. It reports whether it did, with the file's hashes.
+func (b *build) Reuse(path string, size int64, sha256 string) (artifact.FileEntry, bool, error) {
 	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
-		return false, fmt.Errorf("payload path %q: not a plain relative path or reserved", path)
+		return artifact.FileEntry{}, false, fmt.Errorf("payload path %q: not a plain relative path or reserved", path)
 	}
 	old := filepath.Join(b.dir, resumeDir, path)
 	f, err := os.Open(old)
 	if errors.Is(err, os.ErrNotExist) {
-		return false, nil
+		return artifact.FileEntry{}, false, nil
 	}
 	if err != nil {
-		return false, err
+		return artifact.FileEntry{}, false, err
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
-		return false, nil
+		return artifact.FileEntry{}, false, nil
 	}
 	entry, err := artifact.HashFile(f, path, size)
 	if err != nil || entry.SHA256 != sha256 {
-		return false, nil
+		return artifact.FileEntry{}, false, nil
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if _, dup := b.files[path]; dup {
-		return false, fmt.Errorf("payload %q created twice", path)
+		return artifact.FileEntry{}, false, fmt.Errorf("payload %q created twice", path)
 	}
 	if err := b.preflight(0); err != nil {
-		return false, err
+		return artifact.FileEntry{}, false, err
 	}
 	if b.budget >= 0 && b.total+size > b.budget {
-		return false, b.preflight(size)
+		return artifact.FileEntry{}, false, b.preflight(size)
 	}
 	full := filepath.Join(b.dir, path)
 	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
-		return false, err
+		return artifact.FileEntry{}, false, err
 	}
 	if err := os.Rename(old, full); err != nil {
-		return false, err
+		return artifact.FileEntry{}, false, err
 	}
 	w := &fileWriter{path: path, size: size, closed: true, entry: entry, synced: make(chan error, 1)}
 	go func() {
@@ -95,7 +95,7 @@ func (b *build) Reuse(path string, size int64, sha256 string) (bool, error) {
 	}()
 	b.files[path] = w
 	b.total += size
-	return true, nil
+	return entry, true, nil
 }
 
 // dropResume removes what the producer did not reuse.

@@ -72,7 +72,8 @@ func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
 	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
 		return nil, classifyIO(err)
 	}
-	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// Read and write: a file filled by positioned writes is hashed by reading it back.
+	f, err := os.OpenFile(full, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, classifyIO(err)
 	}
@@ -130,19 +131,18 @@ func (w *fileWriter) Digest() (artifact.FileEntry, error) {
 
 // abort discards the temp build.
 func (b *build) abort() {
+	b.release()
+	removeTree(b.dir)
+}
+
+// release stops every file's pipeline and waits for its fsync, leaving the
+// temp build on disk.
+func (b *build) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, w := range b.files {
-		if !w.closed {
-			if w.hasher != nil {
-				w.hasher.Abort()
-			}
-			w.f.Close()
-		} else if w.synced != nil {
-			<-w.synced
-		}
+		w.discard()
 	}
-	removeTree(b.dir)
 }
 
 // removeTree removes a temp build or tombstone tree, first making hardened

@@ -289,7 +289,7 @@ func fstat(f *os.File) (syscall.Stat_t, error) {
 // build when the writer offers one with the fingerprint's sha256.
 func (t *transform) copyFile(ctx context.Context, w artifact.Writer, sf artifact.SourceFile) error {
 	if r, ok := w.(artifact.Resumer); ok {
-		if reused, err := r.Reuse(sf.Path, sf.Size, sf.SHA256); err != nil || reused {
+		if _, reused, err := r.Reuse(sf.Path, sf.Size, sf.SHA256); err != nil || reused {
 			return err
 		}
 	}

@@ -101,6 +101,7 @@ func newRoot(a *app) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.root, "root", "", "store root (env WEIGHTSNAP_ROOT; default /var/lib/weightsnap for root, $XDG_DATA_HOME/weightsnap otherwise)")
 	root.PersistentFlags().StringVar(&a.configPath, "config", defaultConfigPath, "configuration file (TOML)")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
+	root.AddCommand(newOCICmds(a)...)
 	root.AddCommand(newResolveCmd(a))
 	return root
 }

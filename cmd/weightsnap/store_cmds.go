@@ -122,11 +122,17 @@ func short(s string) string {
 
 func newInspectCmd(a *app) *cobra.Command {
 	var domainFlag bool
+	var remote func(cmd *cobra.Command, ref string) (bool, error) // oci_cmds.go: registry references
 	cmd := &cobra.Command{
-		Use:   "inspect [ID | --domain]",
-		Short: "Show an artifact (by digest or unique prefix), or the whole domain",
+		Use:   "inspect [ID | REF | --domain]",
+		Short: "Show an artifact (by digest or unique prefix), a remote artifact or weight image, or the whole domain",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 1 && !domainFlag {
+				if done, err := remote(cmd, args[0]); done {
+					return err
+				}
+			}
 			d, err := a.domain(cmd.Context())
 			if err != nil {
 				return err
@@ -157,6 +163,7 @@ func newInspectCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&domainFlag, "domain", false, "inspect the domain: usage and lock activity")
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	remote = addRemoteInspect(a, cmd)
 	return cmd
 }
 

@@ -1,0 +1,76 @@
+package artifact
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestFileHasherMatchesIndexOfWrittenFile(t *testing.T) {
+	var buf bytes.Buffer
+	_, err := WriteSafetensors(&buf, []WriteTensor{
+		{Name: "a", DType: "U8", Shape: []int64{3}, Data: []byte{1, 2, 3}},
+		{Name: "empty", DType: "F32", Shape: []int64{0}, Data: nil},
+		{Name: "b", DType: "F16", Shape: []int64{2, 2}, Data: []byte{1, 2, 3, 4, 5, 6, 7, 8}},
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	// Any split of the writes gives the same entry.
+	var first FileEntry
+	for _, step := range []int{1, 3, 8, 64, len(data)} {
+		h := NewFileHasher("m.safetensors", int64(len(data)))
+		for i := 0; i < len(data); i += step {
+			if _, err := h.Write(data[i:min(i+step, len(data))]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		e, err := h.Sum()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if step == 1 {
+			first = e
+			hdr, _ := ReadHeader(bytes.NewReader(data), int64(len(data)))
+			if e.DataStart != hdr.DataStart() || len(e.Tensors) != 3 || e.BLAKE3 != BLAKE3Hex(data) ||
+				e.HeaderBLAKE3 != BLAKE3Hex(data[:hdr.DataStart()]) {
+				t.Fatalf("entry %+v does not describe the file", e)
+			}
+			for _, te := range e.Tensors {
+				if te.BLAKE3 != BLAKE3Hex(data[te.Offset:te.Offset+te.Length]) {
+					t.Fatalf("tensor %s: wrong BLAKE3", te.Name)
+				}
+			}
+			continue
+		}
+		if e.BLAKE3 != first.BLAKE3 || e.SHA256 != first.SHA256 || e.Tensors[2].BLAKE3 != first.Tensors[2].BLAKE3 {
+			t.Fatalf("writes of %d bytes gave another entry", step)
+		}
+	}
+}
+
+func TestFileHasherRefusesBadHeaders(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data []byte
+	}{
+		{"zero length prefix", make([]byte, 64)},
+		{"length past the end", append([]byte{0xff, 0xff, 0, 0, 0, 0, 0, 0}, make([]byte, 8)...)},
+		{"not JSON", append([]byte{8, 0, 0, 0, 0, 0, 0, 0}, []byte("xxxxxxxx")...)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := NewFileHasher("bad.safetensors", int64(len(tc.data)))
+			_, err := h.Write(tc.data)
+			if err == nil {
+				_, err = h.Sum()
+			} else {
+				h.Abort()
+			}
+			var fe *FormatError
+			if !errors.As(err, &fe) {
+				t.Fatalf("got %v, want a FormatError", err)
+			}
+		})
+	}
+}

@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"text/tabwriter"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/oci"
+)
+
+// newOCICmds returns the registry commands: push, pull and image.
+func newOCICmds(a *app) []*cobra.Command {
+	return []*cobra.Command{newPushCmd(a), newPullCmd(a), newImageCmd(a)}
+}
+
+// remoteFlags are the flags of every command that talks to a registry.
+type remoteFlags struct {
+	plainHTTP    bool
+	insecure     bool
+	dockerConfig string
+}
+
+func (rf *remoteFlags) register(f *pflag.FlagSet) {
+	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk plain HTTP to the registry (local registries)")
+	f.BoolVar(&rf.insecure, "insecure", false, "skip TLS certificate verification")
+	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config with credentials and helpers (default $DOCKER_CONFIG/config.json or ~/.docker/config.json)")
+}
+
+func (rf *remoteFlags) open(ctx context.Context, ref string, conns int) (*oci.Remote, error) {
+	return oci.NewRemote(ctx, ref, oci.RemoteOptions{PlainHTTP: rf.plainHTTP, Insecure: rf.insecure,
+		DockerConfig: rf.dockerConfig, Connections: conns, UserAgent: "weightsnap"})
+}
+
+// syncProgress makes a progress safe to feed from several goroutines.
+type syncProgress struct {
+	mu sync.Mutex
+	pr *progress
+}
+
+func (s *syncProgress) start(label string, total int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pr == nil {
+		s.pr = newProgress(label, total)
+	}
+}
+
+func (s *syncProgress) Add(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pr != nil {
+		s.pr.Add(n)
+	}
+}
+
+func (s *syncProgress) Done() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pr != nil {
+		s.pr.Done()
+	}
+}
+
+func newPushCmd(a *app) *cobra.Command {
+	var rf remoteFlags
+	var o oci.PushOptions
+	cmd := &cobra.Command{
+		Use:   "push ID REF",
+		Short: "Push an artifact to a registry as a ModelPack OCI artifact; prints registry/repo@digest",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			d, err := a.domain(ctx)
+			if err != nil {
+				return err
+			}
+			id, err := d.ResolveID(args[0])
+			if err != nil {
+				return err
+			}
+			l, err := d.Lookup(ctx, id, "")
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			r, err := rf.open(ctx, args[1], o.Concurrency)
+			if err != nil {
+				return err
+			}
+			var pr syncProgress
+			pr.start("push", l.Index.TotalBytes())
+			o.Progress = pr.Add
+			rep, err := oci.Push(ctx, l, r, o)
+			pr.Done()
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(rep)
+			}
+			fmt.Fprintln(a.out, rep.Reference)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	rf.register(f)
+	f.IntVar(&o.Concurrency, "concurrency", oci.DefaultConcurrency, "blobs uploaded at once")
+	f.StringSliceVar(&o.MountFrom, "mount-from", nil, "repositories of the same registry to mount existing blobs from")
+	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
+	return cmd
+}
+
+func newPullCmd(a *app) *cobra.Command {
+	var rf remoteFlags
+	var o oci.PullOptions
+	var chunk, ranges string
+	cmd := &cobra.Command{
+		Use:   "pull REF",
+		Short: "Pull an artifact from a registry into the store; prints the identity digest",
+		Long: `Pull an artifact from a registry into the store.
+
+An artifact weightsnap pushed carries its identity and tensor index. Any other
+artifact whose layers are raw safetensors files (oras push, ModelPack tools) is
+imported as "import" would import its files: --revision is then required.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			switch oci.RangeMode(ranges) {
+			case oci.RangesOn, oci.RangesOff:
+				o.Ranges = oci.RangeMode(ranges)
+			case "auto":
+			default:
+				return fmt.Errorf("--ranges %q: want auto, on or off: %w", ranges, errdefs.ErrInvalidArgument)
+			}
+			n, err := parseSize(chunk)
+			if err != nil {
+				return err
+			}
+			if n <= 0 {
+				return fmt.Errorf("--chunk-size must be positive: %w", errdefs.ErrInvalidArgument)
+			}
+			o.ChunkSize = n
+			d, err := a.domain(ctx)
+			if err != nil {
+				return err
+			}
+			r, err := rf.open(ctx, args[0], o.Concurrency)
+			if err != nil {
+				return err
+			}
+			var pr syncProgress
+			o.OnPlan = func(p *oci.Plan) { pr.start("pull", p.TotalBytes()) }
+			o.Progress = pr.Add
+			l, rep, err := oci.Pull(ctx, d, r, o)
+			pr.Done()
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if a.jsonOut {
+				return a.printJSON(rep)
+			}
+			fmt.Fprintln(a.out, rep.Identity)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	rf.register(f)
+	f.IntVar(&o.Concurrency, "concurrency", oci.DefaultConcurrency, "blob transfers (layers or ranges) in flight")
+	f.IntVar(&o.FilesInFlight, "files", 0, "large files fetched at once: at most this many are partly written if the pull is killed (0: max(2, cores/2))")
+	f.StringVar(&ranges, "ranges", "auto", "fetch large blobs in parallel ranges: auto (remote registries; on loopback only when there are fewer large files than --files), on, off")
+	f.StringVar(&chunk, "chunk-size", "16MiB", "range size when fetching in ranges")
+	f.StringVar(&o.Import.Revision, "revision", "", "immutable model revision of an artifact weightsnap did not write")
+	f.StringVar(&o.Import.Repository, "repository", "", "model repository name of an artifact weightsnap did not write")
+	f.StringVar(&o.Import.Component, "component", "all", "component of an artifact weightsnap did not write")
+	f.IntVar(&o.Import.TPSize, "tp-size", 0, "tensor-parallel size of a pre-sharded foreign artifact")
+	f.IntVar(&o.Import.TPRank, "tp-rank", 0, "tensor-parallel rank of a pre-sharded foreign artifact")
+	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
+	return cmd
+}
+
+func newImageCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "image", Short: "Weight images: ordinary OCI images whose pointer layers name artifacts"}
+	var rf remoteFlags
+	var base, tag, platform string
+	var weights, at []string
+	build := &cobra.Command{
+		Use:   "build --base IMAGE --weights ARTIFACT --at /models/NAME [--weights ... --at ...] -t REF",
+		Short: "Write a weight image: the base's layers plus one pointer layer per artifact; copies no blob",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if len(weights) != len(at) {
+				return fmt.Errorf("%d --weights but %d --at: give one --at per --weights: %w", len(weights), len(at), errdefs.ErrInvalidArgument)
+			}
+			r, err := rf.open(ctx, tag, 4)
+			if err != nil {
+				return err
+			}
+			o := oci.ImageOptions{Base: base, Platform: platform}
+			for i := range weights {
+				o.Weights = append(o.Weights, oci.WeightMount{Ref: weights[i], Target: at[i]})
+			}
+			rep, err := oci.BuildImage(ctx, r, o)
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(rep)
+			}
+			fmt.Fprintln(a.out, rep.Reference)
+			return nil
+		},
+	}
+	f := build.Flags()
+	rf.register(f)
+	f.StringVar(&base, "base", oci.Scratch, `base image reference, or "scratch" for weights only`)
+	f.StringArrayVar(&weights, "weights", nil, "artifact reference (weightsnap-pushed); repeatable")
+	f.StringArrayVar(&at, "at", nil, "absolute directory the preceding --weights is mounted at; repeatable")
+	f.StringVarP(&tag, "tag", "t", "", "reference of the image to write (required)")
+	f.StringVar(&platform, "platform", oci.HostPlatform(), "platform picked from a multi-platform base, and of a scratch image")
+	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
+	build.MarkFlagRequired("tag")
+	build.MarkFlagRequired("weights")
+	cmd.AddCommand(build)
+	return cmd
+}
+
+// isRemoteRef says whether an inspect argument is a registry reference: a
+// local id is hex, optionally after "sha256:", so anything else with a "/"
+// or ":" is remote.
+func isRemoteRef(s string) bool {
+	if rest, ok := strings.CutPrefix(s, "sha256:"); ok && !strings.ContainsAny(rest, "/:@") {
+		return false
+	}
+	return strings.ContainsAny(s, "/:")
+}
+
+// addRemoteInspect gives the inspect command its remote flags and returns
+// the hook that inspects a registry reference; it reports whether it
+// handled the argument.
+func addRemoteInspect(a *app, cmd *cobra.Command) func(cmd *cobra.Command, ref string) (bool, error) {
+	var rf remoteFlags
+	var platform string
+	rf.register(cmd.Flags())
+	cmd.Flags().StringVar(&platform, "platform", oci.HostPlatform(), "platform picked from a multi-platform image (remote references)")
+	return func(cmd *cobra.Command, ref string) (bool, error) {
+		if !isRemoteRef(ref) {
+			return false, nil
+		}
+		ctx := cmd.Context()
+		r, err := rf.open(ctx, ref, 4)
+		if err != nil {
+			return true, err
+		}
+		info, err := oci.InspectRemote(ctx, r, platform)
+		if err != nil {
+			return true, err
+		}
+		if a.jsonOut {
+			return true, a.printJSON(info)
+		}
+		return true, printRemote(a, info, "")
+	}
+}
+
+func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
+	p := func(format string, args ...any) {
+		text := strings.TrimSuffix(fmt.Sprintf(format, args...), "\n")
+		for _, line := range strings.Split(text, "\n") {
+			fmt.Fprintln(a.out, indent+line)
+		}
+	}
+	p("Reference: %s\nManifest:  %s\nKind:      %s\n", info.Ref, info.Manifest, info.Kind)
+	if info.Error != "" {
+		p("Error:     %s\n", info.Error)
+		return nil
+	}
+	if info.ArtifactType != "" {
+		p("Type:      %s\n", info.ArtifactType)
+	}
+	if id := info.Identity; id != nil {
+		p("Identity:  %s\nModel:     %s@%s\nComponent: %s\nDType:     %s\nLayout:    %s (tp %d/%d)\nProducer:  %s %s\n",
+			info.IdentityDigest, id.Model.Repository, id.Model.Revision, id.Component, id.Representation.DType,
+			id.Layout.Name, id.Layout.TPRank, id.Layout.TPSize, id.Producer.Name, id.Producer.Version)
+	}
+	tensors := fmt.Sprint(info.TensorCount)
+	for _, f := range info.Files {
+		if f.Tensors < 0 && strings.HasSuffix(f.Path, ".safetensors") {
+			tensors += "+unknown"
+			break
+		}
+	}
+	p("Size:      %s (%d bytes), %s tensors, %d layers\n", humanBytes(info.TotalBytes), info.TotalBytes, tensors, info.Layers)
+	if len(info.Files) > 0 {
+		p("Files:\n")
+		tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+		for _, f := range info.Files {
+			t := fmt.Sprintf("%d tensors", f.Tensors)
+			if f.Tensors < 0 {
+				t = "-"
+			}
+			fmt.Fprintf(tw, "%s  %s\t%s\t%s\tsha256:%s\n", indent, f.Path, humanBytes(f.Size), t, short(f.SHA256))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	for _, ptr := range info.Pointers {
+		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, short(strings.TrimPrefix(ptr.Identity, "sha256:")), short(strings.TrimPrefix(ptr.Layer, "sha256:")))
+		if ptr.Info != nil {
+			if err := printRemote(a, ptr.Info, indent+"    "); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

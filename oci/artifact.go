@@ -1,0 +1,157 @@
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Artifact is the OCI form of one store artifact: the small blobs (index
+// layer, ModelPack config, manifest) with their bytes, and the descriptors
+// of the payload layers, whose bytes are the store's payload files. It is a
+// pure function of the identity and the index: the same artifact gives the
+// same manifest digest from any host or store root.
+type Artifact struct {
+	Identity       artifact.Identity
+	IdentityDigest string
+	Layers         []ocispec.Descriptor // one per payload file, in index order (sorted by path)
+	Index          []byte               // the index layer: the store's index.json encoding
+	IndexDesc      ocispec.Descriptor
+	Config         []byte
+	ConfigDesc     ocispec.Descriptor
+	Manifest       []byte
+	ManifestDesc   ocispec.Descriptor
+}
+
+// modelConfig is the ModelPack config (application/vnd.cncf.model.config.v1+json).
+// Its objects allow no additional properties, so weightsnap's identity lives
+// in the manifest annotations and the index layer, never here.
+type modelConfig struct {
+	Descriptor modelDescriptor `json:"descriptor"`
+	Config     modelParams     `json:"config"`
+	ModelFS    modelFS         `json:"modelfs"`
+}
+
+type modelDescriptor struct {
+	Name     string `json:"name,omitempty"`
+	Revision string `json:"revision,omitempty"`
+}
+
+type modelParams struct {
+	Format       string `json:"format,omitempty"`
+	Precision    string `json:"precision,omitempty"`
+	Quantization string `json:"quantization,omitempty"`
+}
+
+type modelFS struct {
+	Type    string          `json:"type"`
+	DiffIDs []digest.Digest `json:"diffIds"`
+}
+
+// NewArtifact builds the OCI form of the artifact with identity id and index x.
+func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
+	canon, err := id.CanonicalJSON()
+	if err != nil {
+		return nil, err
+	}
+	idDigest, err := id.Digest()
+	if err != nil {
+		return nil, err
+	}
+	if x.Identity != idDigest {
+		return nil, fmt.Errorf("index names identity %s, the artifact is %s", x.Identity, idDigest)
+	}
+	if len(x.Files) == 0 {
+		return nil, fmt.Errorf("artifact %s has no payload files", idDigest)
+	}
+	a := &Artifact{Identity: id, IdentityDigest: idDigest}
+	allSafetensors := true
+	for _, f := range x.Files {
+		d, err := sha256Digest(f.SHA256)
+		if err != nil {
+			return nil, fmt.Errorf("file %s: %w", f.Path, err)
+		}
+		a.Layers = append(a.Layers, ocispec.Descriptor{
+			MediaType: LayerMediaType(f.Path),
+			Digest:    d,
+			Size:      f.Size,
+			Annotations: map[string]string{
+				AnnotationTitle:    f.Path,
+				AnnotationFilepath: f.Path,
+			},
+		})
+		if !artifact.IsSafetensors(f.Path) && isWeightLike(f.Path) {
+			allSafetensors = false
+		}
+	}
+	if a.Index, err = x.Encode(); err != nil {
+		return nil, err
+	}
+	a.IndexDesc = descriptorOf(MediaTypeIndex, a.Index)
+
+	cfg := modelConfig{
+		Descriptor: modelDescriptor{Name: id.Model.Repository, Revision: id.Model.Revision},
+		ModelFS:    modelFS{Type: "layers"},
+	}
+	if allSafetensors {
+		cfg.Config.Format = "safetensors"
+	}
+	if dt := id.Representation.DType; dt != "" && dt != "source" {
+		cfg.Config.Precision = dt
+	}
+	cfg.Config.Quantization = id.Representation.Quantization
+	for _, l := range a.Layers {
+		cfg.ModelFS.DiffIDs = append(cfg.ModelFS.DiffIDs, l.Digest) // raw layers: diff id = digest
+	}
+	cfg.ModelFS.DiffIDs = append(cfg.ModelFS.DiffIDs, a.IndexDesc.Digest)
+	if a.Config, err = json.Marshal(cfg); err != nil {
+		return nil, err
+	}
+	a.ConfigDesc = descriptorOf(MediaTypeModelConfig, a.Config)
+
+	m := ocispec.Manifest{
+		Versioned:    specs.Versioned{SchemaVersion: 2},
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: ArtifactTypeModel,
+		Config:       a.ConfigDesc,
+		Layers:       append(append([]ocispec.Descriptor(nil), a.Layers...), a.IndexDesc),
+		Annotations: map[string]string{
+			AnnotationIdentityDigest: idDigest,
+			AnnotationIdentity:       string(canon),
+		},
+	}
+	if a.Manifest, err = json.Marshal(m); err != nil {
+		return nil, err
+	}
+	a.ManifestDesc = descriptorOf(ocispec.MediaTypeImageManifest, a.Manifest)
+	a.ManifestDesc.ArtifactType = ArtifactTypeModel
+	return a, nil
+}
+
+// isWeightLike reports whether a path looks like a weight file in a format
+// other than safetensors (then the config does not claim format safetensors).
+func isWeightLike(path string) bool {
+	for _, ext := range []string{".bin", ".pt", ".pth", ".gguf", ".ckpt", ".h5", ".onnx", ".msgpack"} {
+		if len(path) > len(ext) && path[len(path)-len(ext):] == ext {
+			return true
+		}
+	}
+	return false
+}
+
+func descriptorOf(mediaType string, b []byte) ocispec.Descriptor {
+	return ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}
+}
+
+// sha256Digest turns a hex sha256 into an OCI digest, validating it.
+func sha256Digest(hexSum string) (digest.Digest, error) {
+	d := digest.NewDigestFromEncoded(digest.SHA256, hexSum)
+	if err := d.Validate(); err != nil {
+		return "", fmt.Errorf("bad sha256 %q: %w", hexSum, err)
+	}
+	return d, nil
+}

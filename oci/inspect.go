@@ -1,0 +1,175 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// RemoteInfo describes a remote artifact or weight image, read from its
+// manifest and small blobs only: no weight blob is fetched.
+type RemoteInfo struct {
+	Ref            string             `json:"ref"`
+	Manifest       string             `json:"manifest"`
+	MediaType      string             `json:"media_type"`
+	ArtifactType   string             `json:"artifact_type,omitempty"`
+	Kind           string             `json:"kind"` // weightsnap-artifact, foreign-artifact, weight-image, image
+	IdentityDigest string             `json:"identity_digest,omitempty"`
+	Identity       *artifact.Identity `json:"identity,omitempty"`
+	Files          []RemoteFile       `json:"files,omitempty"`
+	TotalBytes     int64              `json:"total_bytes"`
+	TensorCount    int                `json:"tensor_count"`
+	Layers         int                `json:"layers"`
+	Pointers       []RemotePointer    `json:"pointers,omitempty"`
+	Error          string             `json:"error,omitempty"`
+}
+
+// RemoteFile is one payload file of a remote artifact.
+type RemoteFile struct {
+	Path      string `json:"path"`
+	Size      int64  `json:"size"`
+	SHA256    string `json:"sha256"`
+	MediaType string `json:"media_type"`
+	Tensors   int    `json:"tensors"` // -1 when unknown (an artifact weightsnap did not write)
+}
+
+// RemotePointer is one pointer layer of a weight image and the artifact it names.
+type RemotePointer struct {
+	Pointer
+	Layer string      `json:"layer"`
+	Info  *RemoteInfo `json:"artifact_info,omitempty"`
+}
+
+// InspectRemote describes the artifact or weight image at the remote's reference.
+func InspectRemote(ctx context.Context, r *Remote, platform string) (*RemoteInfo, error) {
+	res, err := r.resolveManifest(ctx, platform)
+	if err != nil {
+		return nil, err
+	}
+	m := res.Manifest
+	info := &RemoteInfo{Ref: r.String(), Manifest: res.Desc.Digest.String(), MediaType: m.MediaType,
+		ArtifactType: m.ArtifactType, Layers: len(m.Layers)}
+	if info.ArtifactType == "" {
+		info.ArtifactType = m.Config.MediaType
+		if info.ArtifactType == "application/vnd.oci.image.config.v1+json" || info.ArtifactType == dockerConfig {
+			info.ArtifactType = ""
+		}
+	}
+	if idx, ok := IndexLayer(m); ok {
+		x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), maxIndexBytes)
+		if err != nil {
+			return nil, err
+		}
+		plan, err := PlanWeightsnap(r.String(), m, x)
+		if err != nil {
+			return nil, err
+		}
+		info.Kind = "weightsnap-artifact"
+		id := plan.Identity
+		info.Identity = &id
+		info.IdentityDigest = plan.Index.Identity
+		for i, f := range plan.Index.Files {
+			info.Files = append(info.Files, RemoteFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256,
+				MediaType: plan.Files[i].Layer.MediaType, Tensors: len(f.Tensors)})
+		}
+		info.TotalBytes, info.TensorCount = plan.Index.TotalBytes(), plan.Index.TensorCount()
+		return info, nil
+	}
+	var pointers []RemotePointer
+	for _, l := range m.Layers {
+		if p, ok := PointerFromAnnotations(l); ok {
+			pointers = append(pointers, RemotePointer{Pointer: p, Layer: l.Digest.String()})
+		}
+	}
+	if len(pointers) > 0 {
+		info.Kind = "weight-image"
+		for i := range pointers {
+			p := &pointers[i]
+			ar, err := r.Sibling(p.Artifact)
+			if err == nil {
+				p.Info, err = InspectRemote(ctx, ar, platform)
+			}
+			if err != nil {
+				p.Info = &RemoteInfo{Ref: p.Artifact, Error: err.Error()}
+				continue
+			}
+			p.Files, p.Bytes = len(p.Info.Files), p.Info.TotalBytes
+			info.TotalBytes += p.Info.TotalBytes
+			info.TensorCount += p.Info.TensorCount
+		}
+		info.Pointers = pointers
+		return info, nil
+	}
+	info.Kind = "image"
+	for _, l := range m.Layers {
+		if ClassifyLayer(l) != LayerFile {
+			continue
+		}
+		info.Kind = "foreign-artifact"
+		f := RemoteFile{Path: LayerPath(l), Size: l.Size, SHA256: l.Digest.Encoded(), MediaType: l.MediaType, Tensors: -1}
+		if artifact.IsSafetensors(f.Path) {
+			if n, ok := r.remoteTensorCount(ctx, l); ok {
+				f.Tensors = n
+				info.TensorCount += n
+			}
+		}
+		info.Files = append(info.Files, f)
+		info.TotalBytes += l.Size
+	}
+	if info.Kind == "image" {
+		for _, l := range m.Layers {
+			info.TotalBytes += l.Size
+		}
+	}
+	return info, nil
+}
+
+// String is a short summary, for logs.
+func (i *RemoteInfo) String() string {
+	return fmt.Sprintf("%s %s (%d files, %d bytes)", i.Kind, i.Ref, len(i.Files), i.TotalBytes)
+}
+
+// maxRemoteHeader bounds the safetensors header inspect reads from a registry.
+const maxRemoteHeader = 16 << 20
+
+// remoteTensorCount reads a safetensors layer's header with two ranged
+// requests (the length prefix, then the header) and counts its tensors;
+// ok is false when the registry serves no ranges or the header is bad.
+func (r *Remote) remoteTensorCount(ctx context.Context, desc ocispec.Descriptor) (int, bool) {
+	read := func(off, n int64) ([]byte, bool) {
+		rc, err := r.getBlob(ctx, desc, off, n)
+		if err != nil {
+			return nil, false
+		}
+		defer rc.Close()
+		b := make([]byte, n)
+		_, err = io.ReadFull(rc, b)
+		return b, err == nil
+	}
+	if desc.Size < 8 {
+		return 0, false
+	}
+	prefix, ok := read(0, 8)
+	if !ok {
+		return 0, false
+	}
+	n := int64(binary.LittleEndian.Uint64(prefix))
+	if n <= 0 || n > maxRemoteHeader || 8+n > desc.Size {
+		return 0, false
+	}
+	hdr, ok := read(8, n)
+	if !ok {
+		return 0, false
+	}
+	h, err := artifact.ReadHeader(bytes.NewReader(append(prefix, hdr...)), desc.Size)
+	if err != nil {
+		return 0, false
+	}
+	return len(h.Tensors), true
+}

@@ -1,0 +1,113 @@
+package oci
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"runtime"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// Docker schema 2 media types, converted to their OCI equivalents when an
+// image is rewritten.
+const (
+	dockerManifest     = "application/vnd.docker.distribution.manifest.v2+json"
+	dockerManifestList = "application/vnd.docker.distribution.manifest.list.v2+json"
+	dockerConfig       = "application/vnd.docker.container.image.v1+json"
+	dockerLayer        = "application/vnd.docker.image.rootfs.diff.tar"
+	dockerLayerGzip    = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+	dockerLayerZstd    = "application/vnd.docker.image.rootfs.diff.tar.zstd"
+	dockerForeignGzip  = "application/vnd.docker.image.rootfs.foreign.diff.tar.gzip"
+)
+
+// HostPlatform is linux/<GOARCH>, the platform picked from image indexes.
+func HostPlatform() string { return "linux/" + runtime.GOARCH }
+
+// Resolved is a manifest fetched from a registry.
+type Resolved struct {
+	Desc     ocispec.Descriptor // of the manifest (not of the index it was picked from)
+	Raw      []byte
+	Manifest *ocispec.Manifest
+}
+
+// resolveManifest fetches the remote's manifest; from an image index it
+// picks the manifest of platform ("os/arch[/variant]").
+func (r *Remote) resolveManifest(ctx context.Context, platform string) (*Resolved, error) {
+	desc, raw, err := r.fetchManifest(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var probe struct {
+		MediaType string            `json:"mediaType"`
+		Manifests []json.RawMessage `json:"manifests"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, &ManifestError{Ref: r.String(), Reason: "manifest is not JSON: " + err.Error()}
+	}
+	if probe.MediaType == ocispec.MediaTypeImageIndex || probe.MediaType == dockerManifestList || (probe.MediaType == "" && probe.Manifests != nil) {
+		var idx ocispec.Index
+		if err := json.Unmarshal(raw, &idx); err != nil {
+			return nil, &ManifestError{Ref: r.String(), Reason: "index: " + err.Error()}
+		}
+		pick, err := pickPlatform(r.String(), idx.Manifests, platform)
+		if err != nil {
+			return nil, err
+		}
+		sub, err := r.Sibling(r.Name() + "@" + pick.Digest.String())
+		if err != nil {
+			return nil, err
+		}
+		if desc, raw, err = sub.fetchManifest(ctx); err != nil {
+			return nil, err
+		}
+	}
+	m, err := DecodeManifest(r.String(), raw)
+	if err != nil {
+		return nil, err
+	}
+	return &Resolved{Desc: desc, Raw: raw, Manifest: m}, nil
+}
+
+// pickPlatform chooses the manifest of platform from an index's list.
+func pickPlatform(ref string, ms []ocispec.Descriptor, platform string) (ocispec.Descriptor, error) {
+	if platform == "" {
+		platform = HostPlatform()
+	}
+	parts := strings.Split(platform, "/")
+	if len(parts) < 2 {
+		return ocispec.Descriptor{}, fmt.Errorf("platform %q is not os/arch[/variant]: %w", platform, errdefs.ErrInvalidArgument)
+	}
+	for _, m := range ms {
+		p := m.Platform
+		if p == nil || p.OS != parts[0] || p.Architecture != parts[1] {
+			continue
+		}
+		if len(parts) > 2 && p.Variant != parts[2] {
+			continue
+		}
+		return m, nil
+	}
+	return ocispec.Descriptor{}, &ManifestError{Ref: ref, Reason: "no manifest for platform " + platform}
+}
+
+// ociMediaType maps Docker schema 2 types to OCI ones; others pass unchanged.
+func ociMediaType(mt string) string {
+	switch mt {
+	case dockerManifest:
+		return ocispec.MediaTypeImageManifest
+	case dockerConfig:
+		return ocispec.MediaTypeImageConfig
+	case dockerLayer:
+		return ocispec.MediaTypeImageLayer
+	case dockerLayerGzip:
+		return ocispec.MediaTypeImageLayerGzip
+	case dockerLayerZstd:
+		return ocispec.MediaTypeImageLayerZstd
+	case dockerForeignGzip:
+		return ocispec.MediaTypeImageLayerNonDistributableGzip //nolint:staticcheck // the OCI equivalent
+	}
+	return mt
+}

@@ -1,0 +1,116 @@
+// Package oci is the OCI form of a weight artifact and of a weight image:
+// the ModelPack manifest weightsnap pushes and pulls through any registry
+// with oras-go v2, the import of safetensors artifacts that other tools
+// pushed, and weight images whose pointer layers name artifacts for the
+// snapshotter.
+package oci
+
+import (
+	"strings"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Media types of the artifact form (CNCF ModelPack) and of weightsnap's own layers.
+const (
+	// ArtifactTypeModel is the manifest artifactType of a ModelPack artifact.
+	ArtifactTypeModel = "application/vnd.cncf.model.manifest.v1+json"
+	// MediaTypeModelConfig is the ModelPack config blob.
+	MediaTypeModelConfig = "application/vnd.cncf.model.config.v1+json"
+	// MediaTypeWeightRaw is one uncompressed weight file (*.safetensors).
+	MediaTypeWeightRaw = "application/vnd.cncf.model.weight.v1.raw"
+	// MediaTypeWeightConfigRaw is one uncompressed config, tokenizer or other file.
+	MediaTypeWeightConfigRaw = "application/vnd.cncf.model.weight.config.v1.raw"
+	// MediaTypeIndex is weightsnap's index layer: the store's index.json bytes.
+	MediaTypeIndex = "application/vnd.weightsnap.index.v1+json"
+	// MediaTypePointerLayer is the media type of a weight image's pointer layer.
+	MediaTypePointerLayer = ocispec.MediaTypeImageLayer
+)
+
+// Annotations.
+const (
+	// AnnotationTitle is the file name oras and CRI-O read.
+	AnnotationTitle = ocispec.AnnotationTitle
+	// AnnotationFilepath is ModelPack's relative file path of a layer.
+	AnnotationFilepath = "org.cncf.model.filepath"
+	// AnnotationFilepathLegacy is the pre-CNCF name of AnnotationFilepath.
+	AnnotationFilepathLegacy = "org.cnai.model.filepath"
+	// AnnotationIdentityDigest is the artifact's identity digest, sha256:<hex>.
+	AnnotationIdentityDigest = "org.weightsnap.identity.digest"
+	// AnnotationIdentity is the artifact's canonical identity JSON.
+	AnnotationIdentity = "org.weightsnap.identity"
+	// annotationOrasUnpack marks a layer that oras pushed as a tarred directory.
+	annotationOrasUnpack = "io.deis.oras.content.unpack"
+)
+
+// Labels of a weight image's pointer layer: containerd passes every layer
+// annotation under containerd.io/snapshot/ to the snapshotter's Prepare.
+const (
+	// LabelArtifact is the artifact's manifest, <registry>/<repo>@sha256:<hex>.
+	LabelArtifact = "containerd.io/snapshot/weightsnap.artifact"
+	// LabelIdentity is the artifact's identity digest, sha256:<hex>.
+	LabelIdentity = "containerd.io/snapshot/weightsnap.identity"
+	// LabelTarget is the absolute directory the artifact is mounted at.
+	LabelTarget = "containerd.io/snapshot/weightsnap.target"
+	// maxLabelsBytes is containerd's limit on the labels of one snapshot.
+	maxLabelsBytes = 4096
+)
+
+// LayerMediaType is the ModelPack layer type of a payload file: weights for
+// safetensors files, weight config for everything else (config, tokenizer).
+func LayerMediaType(path string) string {
+	if artifact.IsSafetensors(path) {
+		return MediaTypeWeightRaw
+	}
+	return MediaTypeWeightConfigRaw
+}
+
+// LayerPath is the relative file path a layer names: ModelPack's filepath
+// annotation (current or legacy name), else the title oras writes. It is ""
+// for a layer that names no file.
+func LayerPath(desc ocispec.Descriptor) string {
+	for _, k := range []string{AnnotationFilepath, AnnotationFilepathLegacy, AnnotationTitle} {
+		if p := desc.Annotations[k]; p != "" {
+			return p
+		}
+	}
+	return ""
+}
+
+// LayerKind classifies a layer of an artifact that weightsnap did not write.
+type LayerKind int
+
+// Layer kinds.
+const (
+	// LayerSkip names no file (oras pull skips such layers too).
+	LayerSkip LayerKind = iota
+	// LayerFile is one raw file whose layer digest is the file's sha256.
+	LayerFile
+	// LayerArchive is a tar, compressed or tarred directory: not importable as a file.
+	LayerArchive
+)
+
+// ClassifyLayer says whether a layer holds one raw file. oras labels plain
+// files application/vnd.oci.image.layer.v1.tar even though they are not tar,
+// so an uncompressed type with a file name is taken as the raw file; the
+// ModelPack .tar types, compressed types and oras's tarred directories are
+// archives.
+func ClassifyLayer(desc ocispec.Descriptor) LayerKind {
+	if LayerPath(desc) == "" {
+		return LayerSkip
+	}
+	mt := desc.MediaType
+	switch {
+	case desc.Annotations[annotationOrasUnpack] == "true",
+		strings.HasSuffix(mt, "+gzip"), strings.HasSuffix(mt, "+zstd"), strings.HasSuffix(mt, ".gzip"),
+		strings.HasSuffix(mt, ".zstd"),
+		strings.HasPrefix(mt, "application/vnd.cncf.model.") && strings.HasSuffix(mt, ".tar"),
+		strings.HasPrefix(mt, "application/vnd.cnai.model.") && strings.HasSuffix(mt, ".tar"),
+		mt == "application/vnd.docker.image.rootfs.diff.tar.gzip":
+		return LayerArchive
+	case mt == MediaTypeIndex:
+		return LayerSkip
+	}
+	return LayerFile
+}

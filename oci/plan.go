@@ -1,0 +1,264 @@
+package oci
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Kind is where a pulled artifact's identity comes from.
+type Kind string
+
+// Kinds of artifact a pull handles.
+const (
+	// KindWeightsnap is an artifact weightsnap pushed: identity in the
+	// manifest annotations, tensor index in the index layer.
+	KindWeightsnap Kind = "weightsnap"
+	// KindForeign is any artifact of raw safetensors layers (oras push,
+	// modctl): the identity is the passthrough identity of its files.
+	KindForeign Kind = "foreign"
+)
+
+// Plan is what a pull fetches and the identity it publishes, known before
+// any payload byte moves.
+type Plan struct {
+	Ref      string
+	Kind     Kind
+	Identity artifact.Identity
+	Index    *artifact.Index // KindWeightsnap: the pulled index layer
+	Files    []PlanFile      // sorted by path
+}
+
+// PlanFile is one payload file and the layer that holds it.
+type PlanFile struct {
+	Path   string
+	Size   int64
+	SHA256 string // hex; the layer digest
+	Layer  ocispec.Descriptor
+}
+
+// TotalBytes is the sum of the payload sizes.
+func (p *Plan) TotalBytes() int64 {
+	var n int64
+	for _, f := range p.Files {
+		n += f.Size
+	}
+	return n
+}
+
+// ImportOptions give the identity fields of a foreign artifact (as import's flags do).
+type ImportOptions struct {
+	Repository string
+	Revision   string
+	Component  string
+	TPSize     int
+	TPRank     int
+}
+
+// maxManifestBytes bounds a manifest read (registries commonly cap at 4 MiB).
+const maxManifestBytes = 4 << 20
+
+// maxIndexBytes bounds the index layer (the store's own cap).
+const maxIndexBytes = 512 << 20
+
+// DecodeManifest parses an image manifest strictly enough to trust its layers.
+func DecodeManifest(ref string, raw []byte) (*ocispec.Manifest, error) {
+	var m ocispec.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return nil, &ManifestError{Ref: ref, Reason: "manifest is not JSON: " + err.Error()}
+	}
+	if m.SchemaVersion != 2 {
+		return nil, &ManifestError{Ref: ref, Reason: fmt.Sprintf("manifest schemaVersion %d, want 2", m.SchemaVersion)}
+	}
+	switch m.MediaType {
+	case ocispec.MediaTypeImageManifest, "application/vnd.docker.distribution.manifest.v2+json", "":
+	default:
+		return nil, &ManifestError{Ref: ref, Reason: "not an image manifest: " + m.MediaType}
+	}
+	for i, l := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
+		if err := l.Digest.Validate(); err != nil || l.Size < 0 {
+			return nil, &ManifestError{Ref: ref, Reason: fmt.Sprintf("descriptor %d: bad digest or size", i)}
+		}
+	}
+	return &m, nil
+}
+
+// IndexLayer returns the weightsnap index layer of a manifest, if it has one.
+func IndexLayer(m *ocispec.Manifest) (ocispec.Descriptor, bool) {
+	for _, l := range m.Layers {
+		if l.MediaType == MediaTypeIndex {
+			return l, true
+		}
+	}
+	return ocispec.Descriptor{}, false
+}
+
+// PlanWeightsnap plans the pull of an artifact weightsnap pushed. indexRaw
+// is the index layer's bytes, already checked against its digest. Identity,
+// index and layers must all agree; a disagreement is an *IndexMismatchError.
+func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, error) {
+	idJSON := m.Annotations[AnnotationIdentity]
+	if idJSON == "" {
+		return nil, &ManifestError{Ref: ref, Reason: "index layer without the " + AnnotationIdentity + " annotation"}
+	}
+	id, err := artifact.ParseIdentity([]byte(idJSON))
+	if err != nil {
+		return nil, &ManifestError{Ref: ref, Reason: "identity annotation: " + err.Error()}
+	}
+	idDigest, err := id.Digest()
+	if err != nil {
+		return nil, err
+	}
+	if want := m.Annotations[AnnotationIdentityDigest]; want != idDigest {
+		return nil, &IndexMismatchError{Field: "identity digest annotation", Want: want, Got: idDigest}
+	}
+	x, err := artifact.DecodeIndex(indexRaw)
+	if err != nil {
+		return nil, &ManifestError{Ref: ref, Reason: err.Error()}
+	}
+	if x.Identity != idDigest {
+		return nil, &IndexMismatchError{Field: "identity", Want: x.Identity, Got: idDigest}
+	}
+	byPath := map[string]ocispec.Descriptor{}
+	for _, l := range m.Layers {
+		if l.MediaType == MediaTypeIndex {
+			continue
+		}
+		p := LayerPath(l)
+		if p == "" {
+			return nil, &ManifestError{Ref: ref, Reason: "layer " + l.Digest.String() + " names no file"}
+		}
+		if _, dup := byPath[p]; dup {
+			return nil, &ManifestError{Ref: ref, Reason: "two layers hold " + p}
+		}
+		byPath[p] = l
+	}
+	if len(byPath) != len(x.Files) {
+		return nil, &IndexMismatchError{Field: "file count", Want: fmt.Sprint(len(x.Files)), Got: fmt.Sprint(len(byPath))}
+	}
+	plan := &Plan{Ref: ref, Kind: KindWeightsnap, Identity: id, Index: x}
+	for _, f := range x.Files {
+		l, ok := byPath[f.Path]
+		if !ok {
+			return nil, &IndexMismatchError{Path: f.Path, Field: "layer", Want: "a layer for the file", Got: "none"}
+		}
+		if l.Digest.Algorithm() != "sha256" || l.Digest.Encoded() != f.SHA256 {
+			return nil, &IndexMismatchError{Path: f.Path, Field: "sha256", Want: f.SHA256, Got: l.Digest.String()}
+		}
+		if l.Size != f.Size {
+			return nil, &IndexMismatchError{Path: f.Path, Field: "size", Want: fmt.Sprint(f.Size), Got: fmt.Sprint(l.Size)}
+		}
+		plan.Files = append(plan.Files, PlanFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Layer: l})
+	}
+	return plan, nil
+}
+
+// PlanForeign plans the import of an artifact weightsnap did not write: every
+// layer that names a file (ModelPack filepath or oras title) must be one raw
+// file, at least one a safetensors file, and the identity is the passthrough
+// identity of those files with the given repository, revision and component:
+// a layer digest is the file's sha256, so the identity is known before any
+// payload byte is fetched.
+func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
+	if o.Revision == "" {
+		return nil, &ManifestError{Ref: ref, Reason: "not a weightsnap artifact: --revision is required to import it"}
+	}
+	plan := &Plan{Ref: ref, Kind: KindForeign}
+	seen := map[string]bool{}
+	safetensors := 0
+	for _, l := range m.Layers {
+		switch ClassifyLayer(l) {
+		case LayerSkip:
+			continue
+		case LayerArchive:
+			return nil, &UnsupportedError{Ref: ref, Reason: fmt.Sprintf("layer %s (%s, %s) is an archive; only raw file layers can be imported", LayerPath(l), l.MediaType, l.Digest)}
+		}
+		p := strings.TrimPrefix(LayerPath(l), "./")
+		if err := artifact.ValidateRelPath(p); err != nil {
+			return nil, &ManifestError{Ref: ref, Reason: fmt.Sprintf("layer file name %q: %v", p, err)}
+		}
+		if seen[p] {
+			return nil, &ManifestError{Ref: ref, Reason: "two layers hold " + p}
+		}
+		seen[p] = true
+		if l.Digest.Algorithm() != "sha256" {
+			return nil, &UnsupportedError{Ref: ref, Reason: "layer " + p + " has a " + string(l.Digest.Algorithm()) + " digest; only sha256 is a file fingerprint"}
+		}
+		if artifact.IsSafetensors(p) {
+			safetensors++
+		}
+		plan.Files = append(plan.Files, PlanFile{Path: p, Size: l.Size, SHA256: l.Digest.Encoded(), Layer: l})
+	}
+	if safetensors == 0 {
+		return nil, &UnsupportedError{Ref: ref, Reason: "no layer names a .safetensors file"}
+	}
+	sort.Slice(plan.Files, func(i, j int) bool { return plan.Files[i].Path < plan.Files[j].Path })
+	src := &artifact.SourceDir{}
+	for _, f := range plan.Files {
+		src.Files = append(src.Files, artifact.SourceFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
+	}
+	plan.Identity = artifact.PassthroughIdentity(src, o.Repository, o.Revision, o.Component, o.TPSize, o.TPRank)
+	if err := plan.Identity.Validate(); err != nil {
+		return nil, err
+	}
+	return plan, nil
+}
+
+// CompareEntry checks a file entry the store computed from pulled bytes
+// against the pulled index's entry for the same file.
+func CompareEntry(want, got artifact.FileEntry) error {
+	mis := func(field, w, g string) error {
+		return &IndexMismatchError{Path: want.Path, Field: field, Want: w, Got: g}
+	}
+	switch {
+	case want.Path != got.Path:
+		return mis("path", want.Path, got.Path)
+	case want.Size != got.Size:
+		return mis("size", fmt.Sprint(want.Size), fmt.Sprint(got.Size))
+	case want.SHA256 != got.SHA256:
+		return mis("sha256", want.SHA256, got.SHA256)
+	case want.BLAKE3 != got.BLAKE3:
+		return mis("blake3", want.BLAKE3, got.BLAKE3)
+	case want.DataStart != got.DataStart:
+		return mis("data_start", fmt.Sprint(want.DataStart), fmt.Sprint(got.DataStart))
+	case want.HeaderBLAKE3 != got.HeaderBLAKE3:
+		return mis("header_blake3", want.HeaderBLAKE3, got.HeaderBLAKE3)
+	case len(want.Tensors) != len(got.Tensors):
+		return mis("tensor count", fmt.Sprint(len(want.Tensors)), fmt.Sprint(len(got.Tensors)))
+	}
+	for i, w := range want.Tensors {
+		g := got.Tensors[i]
+		tmis := func(field, a, b string) error {
+			return &IndexMismatchError{Path: want.Path, Tensor: w.Name, Field: field, Want: a, Got: b}
+		}
+		switch {
+		case w.Name != g.Name:
+			return tmis("name", w.Name, g.Name)
+		case w.DType != g.DType:
+			return tmis("dtype", w.DType, g.DType)
+		case !equalShape(w.Shape, g.Shape):
+			return tmis("shape", fmt.Sprint(w.Shape), fmt.Sprint(g.Shape))
+		case w.Offset != g.Offset || w.Length != g.Length:
+			return tmis("offsets", fmt.Sprint(w.Offset, "+", w.Length), fmt.Sprint(g.Offset, "+", g.Length))
+		case w.BLAKE3 != g.BLAKE3:
+			return tmis("blake3", w.BLAKE3, g.BLAKE3)
+		}
+	}
+	return nil
+}
+
+func equalShape(a, b []int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,145 @@
+package oci
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// PointerDir is the directory, relative to a weight image's target
+// directory, that holds its pointer files: the pointer layer of an artifact
+// mounted at /models/x holds /models/x/.weightsnap/pointers/<identity-hex>.json.
+const PointerDir = ".weightsnap/pointers"
+
+// PointerSchema is the version of the pointer file encoding.
+const PointerSchema = 1
+
+// Pointer is the content of a pointer file, and what a pointer layer's
+// annotations carry: which artifact belongs at which directory.
+type Pointer struct {
+	Schema   int    `json:"schema"`
+	Artifact string `json:"artifact"` // registry/repo@sha256:<manifest>
+	Identity string `json:"identity"` // sha256:<hex>
+	Target   string `json:"target"`   // absolute directory in the container
+	Files    int    `json:"files"`
+	Bytes    int64  `json:"bytes"`
+}
+
+// PointerLayer is one built pointer layer: its tar bytes and descriptor.
+type PointerLayer struct {
+	Pointer Pointer
+	Tar     []byte
+	Desc    ocispec.Descriptor // media type, digest, size, annotations
+	DiffID  string             // uncompressed: the same as the digest
+}
+
+// CleanTarget validates a target directory: absolute, clean, not "/", and
+// free of "." and ".." components.
+func CleanTarget(target string) (string, error) {
+	if !strings.HasPrefix(target, "/") {
+		return "", fmt.Errorf("target %q is not absolute", target)
+	}
+	for _, part := range strings.Split(target, "/") {
+		if part == "." || part == ".." {
+			return "", fmt.Errorf("target %q has a %q component", target, part)
+		}
+	}
+	c := path.Clean(target)
+	if c == "/" {
+		return "", fmt.Errorf("target %q is the root directory", target)
+	}
+	if err := artifact.ValidateRelPath(strings.TrimPrefix(c, "/")); err != nil {
+		return "", fmt.Errorf("target %q: %w", target, err)
+	}
+	return c, nil
+}
+
+// PointerPath is the path, inside the image, of the pointer file of p.
+func PointerPath(p Pointer) string {
+	return path.Join(p.Target, PointerDir, strings.TrimPrefix(p.Identity, "sha256:")+".json")
+}
+
+// NewPointerLayer builds the deterministic pointer layer of p: an
+// uncompressed tar of the target directory, its parents, .weightsnap/,
+// .weightsnap/pointers/ and the pointer file, in sorted order, owned by
+// 0:0 with mtime 0 (directories 0755, the file 0444).
+func NewPointerLayer(p Pointer) (*PointerLayer, error) {
+	target, err := CleanTarget(p.Target)
+	if err != nil {
+		return nil, err
+	}
+	p.Target = target
+	if p.Schema == 0 {
+		p.Schema = PointerSchema
+	}
+	if _, err := sha256Digest(strings.TrimPrefix(p.Identity, "sha256:")); err != nil || !strings.HasPrefix(p.Identity, "sha256:") {
+		return nil, fmt.Errorf("pointer identity %q is not sha256:<hex>", p.Identity)
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	body, err := artifact.Canonicalize(raw)
+	if err != nil {
+		return nil, err
+	}
+	body = append(body, '\n')
+
+	file := strings.TrimPrefix(PointerPath(p), "/")
+	var dirs []string
+	for d := path.Dir(file); d != "."; d = path.Dir(d) {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0).UTC()
+	for _, d := range dirs {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: d + "/", Mode: 0o755, ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: file, Mode: 0o444, Size: int64(len(body)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(body); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	pl := &PointerLayer{Pointer: p, Tar: buf.Bytes()}
+	pl.Desc = descriptorOf(MediaTypePointerLayer, pl.Tar)
+	pl.Desc.Annotations = map[string]string{
+		LabelArtifact: p.Artifact,
+		LabelIdentity: p.Identity,
+		LabelTarget:   p.Target,
+	}
+	pl.DiffID = pl.Desc.Digest.String()
+	total := 0
+	for k, v := range pl.Desc.Annotations {
+		total += len(k) + len(v)
+	}
+	if total > maxLabelsBytes/2 {
+		return nil, fmt.Errorf("pointer layer labels take %d bytes, too close to containerd's %d-byte limit", total, maxLabelsBytes)
+	}
+	return pl, nil
+}
+
+// PointerFromAnnotations reads the pointer a layer descriptor carries; ok is
+// false for an ordinary layer.
+func PointerFromAnnotations(desc ocispec.Descriptor) (p Pointer, ok bool) {
+	a := desc.Annotations
+	if a[LabelArtifact] == "" || a[LabelIdentity] == "" || a[LabelTarget] == "" {
+		return Pointer{}, false
+	}
+	return Pointer{Schema: PointerSchema, Artifact: a[LabelArtifact], Identity: a[LabelIdentity], Target: a[LabelTarget]}, true
+}

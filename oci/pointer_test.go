@@ -1,0 +1,157 @@
+package oci
+
+import (
+	"archive/tar"
+	"bytes"
+	"encoding/json"
+	"io"
+	"strings"
+	"testing"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+const testIdentity = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+func testPointer() Pointer {
+	return Pointer{Artifact: "127.0.0.1:5000/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222",
+		Identity: testIdentity, Target: "/models/llama", Files: 3, Bytes: 1 << 30}
+}
+
+// TestPointerLayerDeterministic: same pointer, same bytes; sorted entries owned
+// by root with mtime 0; the pointer file under the target; the labels set.
+func TestPointerLayerDeterministic(t *testing.T) {
+	a, err := NewPointerLayer(testPointer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := NewPointerLayer(testPointer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(a.Tar, b.Tar) || a.Desc.Digest != b.Desc.Digest {
+		t.Fatal("the same pointer gave two different layers")
+	}
+	if a.Desc.MediaType != ocispec.MediaTypeImageLayer || a.DiffID != a.Desc.Digest.String() {
+		t.Fatalf("descriptor %+v", a.Desc)
+	}
+	want := []string{"models/", "models/llama/", "models/llama/.weightsnap/", "models/llama/.weightsnap/pointers/",
+		"models/llama/.weightsnap/pointers/1111111111111111111111111111111111111111111111111111111111111111.json"}
+	tr := tar.NewReader(bytes.NewReader(a.Tar))
+	var got []string
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, h.Name)
+		if h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" || h.ModTime.Unix() != 0 {
+			t.Fatalf("%s: owner %d:%d %q:%q mtime %v", h.Name, h.Uid, h.Gid, h.Uname, h.Gname, h.ModTime)
+		}
+		if h.Typeflag == tar.TypeReg {
+			body, _ := io.ReadAll(tr)
+			var p Pointer
+			if err := json.Unmarshal(body, &p); err != nil || p.Identity != testIdentity || p.Target != "/models/llama" || p.Schema != PointerSchema {
+				t.Fatalf("pointer file %s: %v", body, err)
+			}
+			if h.Mode != 0o444 {
+				t.Fatalf("pointer file mode %o", h.Mode)
+			}
+		} else if h.Mode != 0o755 {
+			t.Fatalf("%s mode %o", h.Name, h.Mode)
+		}
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("entries\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	p, ok := PointerFromAnnotations(a.Desc)
+	if !ok || p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama" {
+		t.Fatalf("labels %v", a.Desc.Annotations)
+	}
+	for _, k := range []string{LabelArtifact, LabelIdentity, LabelTarget} {
+		if !strings.HasPrefix(k, "containerd.io/snapshot/") {
+			t.Fatalf("label %s is not passed to snapshotters", k)
+		}
+	}
+
+	other := testPointer()
+	other.Target = "/models/other"
+	c, _ := NewPointerLayer(other)
+	if c.Desc.Digest == a.Desc.Digest {
+		t.Fatal("another target gave the same layer")
+	}
+}
+
+func TestPointerTargetValidation(t *testing.T) {
+	for _, bad := range []string{"models/x", "/", "/models/../etc", "/models/./x", "", "/a//b/../c"} {
+		p := testPointer()
+		p.Target = bad
+		if _, err := NewPointerLayer(p); err == nil {
+			t.Errorf("target %q accepted", bad)
+		}
+	}
+	if c, err := CleanTarget("/models/x/"); err != nil || c != "/models/x" {
+		t.Fatalf("CleanTarget: %q %v", c, err)
+	}
+	p := testPointer()
+	p.Identity = "blake3:abc"
+	if _, err := NewPointerLayer(p); err == nil {
+		t.Fatal("a non-sha256 identity was accepted")
+	}
+	p = testPointer()
+	p.Target = "/" + strings.Repeat("x", 3000)
+	if _, err := NewPointerLayer(p); err == nil {
+		t.Fatal("labels past containerd's limit were accepted")
+	}
+}
+
+// TestComposeImage: base config copied, diff ids and history appended, the
+// result deterministic; scratch gives a valid config with a platform.
+func TestComposeImage(t *testing.T) {
+	pl, _ := NewPointerLayer(testPointer())
+	base := []byte(`{"architecture":"amd64","os":"linux","config":{"Env":["PATH=/bin"],"Cmd":["/bin/sh"]},"rootfs":{"type":"layers","diff_ids":["sha256:3333333333333333333333333333333333333333333333333333333333333333"]},"history":[{"created_by":"crane append"}],"x-extra":{"kept":true}}`)
+	layers := []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayerGzip, Digest: "sha256:4444444444444444444444444444444444444444444444444444444444444444", Size: 10}}
+	img, err := ComposeImage(base, layers, []*PointerLayer{pl}, map[string]string{"k": "v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, _ := ComposeImage(base, layers, []*PointerLayer{pl}, map[string]string{"k": "v"})
+	if img.ManifestDesc.Digest != again.ManifestDesc.Digest {
+		t.Fatal("composition is not deterministic")
+	}
+	var cfg ocispec.Image
+	if err := json.Unmarshal(img.Config, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.RootFS.DiffIDs) != 2 || cfg.RootFS.DiffIDs[1].String() != pl.DiffID || len(cfg.History) != 2 || cfg.Config.Cmd[0] != "/bin/sh" {
+		t.Fatalf("config %s", img.Config)
+	}
+	if !strings.Contains(string(img.Config), `"x-extra":{"kept":true}`) {
+		t.Fatalf("unknown base config fields were dropped: %s", img.Config)
+	}
+	var m ocispec.Manifest
+	json.Unmarshal(img.Manifest, &m)
+	if len(m.Layers) != 2 || m.Layers[1].Annotations[LabelIdentity] != testIdentity || m.Config.MediaType != ocispec.MediaTypeImageConfig {
+		t.Fatalf("manifest %s", img.Manifest)
+	}
+	if _, err := ComposeImage(base, nil, []*PointerLayer{pl}, nil); err == nil {
+		t.Fatal("a config whose diff ids do not match the layers was accepted")
+	}
+
+	sb, err := scratchBase("linux/amd64")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err = ComposeImage(sb.config, nil, []*PointerLayer{pl}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg = ocispec.Image{}
+	json.Unmarshal(img.Config, &cfg)
+	if cfg.OS != "linux" || cfg.Architecture != "amd64" || len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.Type != "layers" {
+		t.Fatalf("scratch config %s", img.Config)
+	}
+}

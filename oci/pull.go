@@ -1,0 +1,289 @@
+package oci
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/log"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+	"golang.org/x/sync/errgroup"
+)
+
+// PullProducerName is the producer name a pulled artifact's READY.json records.
+const PullProducerName = "oci-pull"
+
+// PullOptions tune a pull.
+type PullOptions struct {
+	// Concurrency is the number of blob transfers (whole layers or ranges of
+	// large ones) in flight; 0 means DefaultConcurrency.
+	Concurrency int
+	// Ranges says when large blobs are fetched as parallel ranges (written
+	// in order) rather than one stream each: RangesAuto (the default) for a
+	// remote registry, and on loopback only when there are fewer large files
+	// than FilesInFlight; RangesOn always; RangesOff never. Ranges are used
+	// only where the registry serves them.
+	Ranges RangeMode
+	// ChunkSize is the range size; 0 means DefaultChunkSize, < 0 turns
+	// ranged fetches off.
+	ChunkSize int64
+	// FilesInFlight is how many large files are fetched at once (their
+	// ranges interleaved), hence how many a killed pull leaves partly
+	// written; 0 means max(2, GOMAXPROCS/2).
+	FilesInFlight int
+	// Buffers is how many ranges may be held in memory, fetched or waiting
+	// for their turn to be written (ChunkSize bytes each); 0 means Concurrency+4.
+	Buffers int
+	// Import gives the identity fields of an artifact weightsnap did not write.
+	Import ImportOptions
+	// OnPlan, if set, is called once the plan is known, before any transfer.
+	OnPlan func(*Plan)
+	// Progress, if set, is told of payload bytes fetched or reused; it is
+	// called from several goroutines at once.
+	Progress func(n int64)
+}
+
+// RangeMode is PullOptions.Ranges.
+type RangeMode string
+
+// Range modes.
+const (
+	RangesAuto RangeMode = ""
+	RangesOn   RangeMode = "on"
+	RangesOff  RangeMode = "off"
+)
+
+// Defaults of PullOptions and PushOptions.
+const (
+	DefaultConcurrency = 8
+	DefaultChunkSize   = 16 << 20
+)
+
+// PullReport says what a pull did.
+type PullReport struct {
+	Ref         string `json:"ref"`
+	Manifest    string `json:"manifest"`
+	Kind        Kind   `json:"kind"`
+	Identity    string `json:"identity"`
+	ID          string `json:"id"`
+	Path        string `json:"path"`
+	Built       bool   `json:"built"`
+	Files       int    `json:"files"`
+	Bytes       int64  `json:"bytes"`
+	Fetched     int64  `json:"fetched_bytes"`
+	Reused      int64  `json:"reused_bytes"`
+	ReusedFiles int    `json:"reused_files"`
+	Ranged      bool   `json:"ranged"`
+	// FetchSeconds is the producer's time (transfers and hashing);
+	// PublishSeconds the store's publication after it (fsync waits included).
+	FetchSeconds   float64 `json:"fetch_seconds"`
+	PublishSeconds float64 `json:"publish_seconds"`
+	Seconds        float64 `json:"seconds"`
+}
+
+// Resolve fetches a remote artifact's manifest (and, for a weightsnap
+// artifact, its small index layer) and plans its pull. No payload byte moves.
+func Resolve(ctx context.Context, r *Remote, o ImportOptions) (*Plan, string, error) {
+	desc, m, err := r.artifactManifest(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	plan, err := r.plan(ctx, m, o)
+	return plan, desc.Digest.String(), err
+}
+
+// artifactManifest fetches and decodes the remote's manifest.
+func (r *Remote) artifactManifest(ctx context.Context) (ocispec.Descriptor, *ocispec.Manifest, error) {
+	desc, raw, err := r.fetchManifest(ctx)
+	if err != nil {
+		return desc, nil, err
+	}
+	m, err := DecodeManifest(r.String(), raw)
+	return desc, m, err
+}
+
+// plan plans the pull of a decoded manifest.
+func (r *Remote) plan(ctx context.Context, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
+	idx, ok := IndexLayer(m)
+	if !ok {
+		return PlanForeign(r.String(), m, o)
+	}
+	x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), maxIndexBytes)
+	if err != nil {
+		return nil, err
+	}
+	return PlanWeightsnap(r.String(), m, x)
+}
+
+// annotatedIdentity is the identity a weightsnap artifact's manifest names.
+func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
+	if _, ok := IndexLayer(m); !ok {
+		return artifact.Identity{}, false
+	}
+	id, err := artifact.ParseIdentity([]byte(m.Annotations[AnnotationIdentity]))
+	if err != nil {
+		return artifact.Identity{}, false
+	}
+	if d, err := id.Digest(); err != nil || d != m.Annotations[AnnotationIdentityDigest] {
+		return artifact.Identity{}, false
+	}
+	return id, true
+}
+
+// Pull materializes a remote artifact in the store and returns a lease on
+// it. Blobs stream from the registry straight into the store's writer,
+// several at once, large ones in parallel ranges; every blob is checked
+// against its sha256 digest and, for a weightsnap artifact, every file's
+// computed index entry (BLAKE3 per tensor) against the pulled index layer,
+// before publication: on any mismatch nothing becomes READY. A pull killed
+// part way resumes from the files it completed.
+func Pull(ctx context.Context, d *store.Domain, r *Remote, o PullOptions) (*store.Lease, *PullReport, error) {
+	start := time.Now()
+	desc, m, err := r.artifactManifest(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	mdigest := desc.Digest.String()
+	// A weightsnap artifact names its identity: a store hit needs nothing more.
+	if id, ok := annotatedIdentity(m); ok {
+		if hex, err := id.Hex(); err == nil {
+			if l, err := d.Lookup(ctx, hex, ""); err == nil {
+				rep := &PullReport{Ref: r.String(), Manifest: mdigest, Kind: KindWeightsnap, Identity: "sha256:" + hex,
+					ID: hex, Path: l.Dir, Files: len(l.Index.Files), Bytes: l.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
+				return l, rep, nil
+			}
+		}
+	}
+	plan, err := r.plan(ctx, m, o.Import)
+	if err != nil {
+		return nil, nil, err
+	}
+	if o.OnPlan != nil {
+		o.OnPlan(plan)
+	}
+	idDigest, _ := plan.Identity.Digest()
+	rep := &PullReport{Ref: r.String(), Manifest: mdigest, Kind: plan.Kind, Identity: idDigest,
+		Files: len(plan.Files), Bytes: plan.TotalBytes()}
+	p := &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}
+	lease, res, err := d.GetOrBuild(ctx, plan.Identity, p)
+	if err != nil {
+		return nil, rep, err
+	}
+	rep.ID, rep.Path, rep.Built = lease.ID, lease.Dir, res.Built
+	rep.Fetched, rep.Reused, rep.ReusedFiles, rep.Ranged = p.fetched.Load(), p.reused.Load(), int(p.reusedFiles.Load()), p.ranged
+	rep.FetchSeconds = p.took.Seconds()
+	rep.PublishSeconds = max(res.Produce-p.took, 0).Seconds()
+	rep.Seconds = time.Since(start).Seconds()
+	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", idDigest).WithField("built", res.Built).
+		WithField("fetched", rep.Fetched).WithField("reused", rep.Reused).Debug("pull done")
+	return lease, rep, nil
+}
+
+// puller is the producer of a pull: it writes every planned file through
+// the store's writer.
+type puller struct {
+	r    *Remote
+	plan *Plan
+	o    PullOptions
+
+	ranged      bool
+	took        time.Duration // Produce's duration
+	openMu      sync.Mutex
+	open        map[*fileTask]struct{} // created in the store, not finished
+	bufs        sync.Pool              // *[]byte range buffers, ChunkSize each
+	fetched     atomic.Int64
+	reused      atomic.Int64
+	reusedFiles atomic.Int64
+}
+
+func (p *puller) Name() string { return PullProducerName }
+
+func (p *puller) progress(n int64) {
+	if p.o.Progress != nil && n > 0 {
+		p.o.Progress(n)
+	}
+}
+
+// Produce implements artifact.Producer.
+func (p *puller) Produce(ctx context.Context, w artifact.Writer) error {
+	start := time.Now()
+	defer func() { p.took = time.Since(start) }()
+	todo, err := p.reuse(ctx, w)
+	if err != nil {
+		return err
+	}
+	if len(todo) > 0 {
+		if err := p.fetchAll(ctx, w, todo); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reuse adopts the files an interrupted build of the same artifact completed,
+// hashing them back in parallel, and returns the files still to fetch.
+func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, error) {
+	rs, ok := w.(artifact.Resumer)
+	if !ok {
+		return p.plan.Files, nil
+	}
+	done := make([]bool, len(p.plan.Files))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, f := range p.plan.Files {
+		g.Go(func() error {
+			if gctx.Err() != nil {
+				return gctx.Err()
+			}
+			entry, ok, err := rs.Reuse(f.Path, f.Size, f.SHA256)
+			if err != nil {
+				return fmt.Errorf("reuse %s: %w", f.Path, err)
+			}
+			if !ok {
+				return nil
+			}
+			if err := p.checkEntry(f, entry); err != nil {
+				return err
+			}
+			done[i] = true
+			p.reused.Add(f.Size)
+			p.reusedFiles.Add(1)
+			p.progress(f.Size)
+			log.G(ctx).WithField("file", f.Path).Debug("reused from an interrupted pull")
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var todo []PlanFile
+	for i, f := range p.plan.Files {
+		if !done[i] {
+			todo = append(todo, f)
+		}
+	}
+	return todo, nil
+}
+
+// checkEntry verifies what the store computed for a file: its sha256 against
+// the layer digest and, for a weightsnap artifact, the whole entry against
+// the pulled index layer.
+func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
+	if got.SHA256 != f.SHA256 {
+		return &DigestMismatchError{What: f.Path, Want: "sha256:" + f.SHA256, Got: "sha256:" + got.SHA256}
+	}
+	if p.plan.Index == nil {
+		return nil
+	}
+	for _, want := range p.plan.Index.Files {
+		if want.Path == f.Path {
+			return CompareEntry(want, got)
+		}
+	}
+	return &IndexMismatchError{Path: f.Path, Field: "entry", Want: "none", Got: "a pulled file"}
+}

@@ -1,0 +1,196 @@
+package oci
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/errdef"
+	"oras.land/oras-go/v2/registry"
+	"oras.land/oras-go/v2/registry/remote"
+	"oras.land/oras-go/v2/registry/remote/auth"
+	"oras.land/oras-go/v2/registry/remote/credentials"
+	"oras.land/oras-go/v2/registry/remote/errcode"
+	"oras.land/oras-go/v2/registry/remote/retry"
+)
+
+// RemoteOptions say how to reach a registry.
+type RemoteOptions struct {
+	// PlainHTTP talks HTTP instead of HTTPS (local test registries).
+	PlainHTTP bool
+	// Insecure skips TLS certificate verification.
+	Insecure bool
+	// DockerConfig is the Docker config file holding credentials and
+	// credential helpers; "" means $DOCKER_CONFIG/config.json or
+	// ~/.docker/config.json, as oras and nerdctl read them.
+	DockerConfig string
+	// Connections sizes the connection pool (parallel transfers); 0 means 16.
+	Connections int
+	// UserAgent is sent with every request.
+	UserAgent string
+}
+
+// Remote is a client for one repository of a registry, with the reference
+// (tag or digest) it was opened with.
+type Remote struct {
+	Repo      *remote.Repository
+	Ref       registry.Reference
+	client    *auth.Client
+	plainHTTP bool
+}
+
+// NewRemote opens the repository of ref ("host[:port]/repo[:tag|@digest]").
+func NewRemote(ctx context.Context, ref string, o RemoteOptions) (*Remote, error) {
+	r, err := registry.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	client := &auth.Client{Client: newHTTPClient(o), Cache: auth.NewCache()}
+	ua := o.UserAgent
+	if ua == "" {
+		ua = "weightsnap"
+	}
+	client.SetUserAgent(ua)
+	var store credentials.Store
+	if o.DockerConfig != "" {
+		store, err = credentials.NewStore(o.DockerConfig, credentials.StoreOptions{})
+	} else {
+		store, err = credentials.NewStoreFromDocker(credentials.StoreOptions{})
+	}
+	if err != nil {
+		log.G(ctx).WithError(err).Warn("docker credentials unavailable; using anonymous access")
+	} else {
+		client.Credential = credentials.Credential(store)
+	}
+	return newRemote(r, client, o.PlainHTTP), nil
+}
+
+func newRemote(r registry.Reference, client *auth.Client, plainHTTP bool) *Remote {
+	repo := &remote.Repository{Client: client, Reference: r, PlainHTTP: plainHTTP}
+	return &Remote{Repo: repo, Ref: r, client: client, plainHTTP: plainHTTP}
+}
+
+// Sibling opens another reference with the same client (credentials, pool).
+func (r *Remote) Sibling(ref string) (*Remote, error) {
+	p, err := registry.ParseReference(ref)
+	if err != nil {
+		return nil, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	return newRemote(p, r.client, r.plainHTTP), nil
+}
+
+// Name is the repository's name with its registry, "host/repo".
+func (r *Remote) Name() string { return r.Ref.Registry + "/" + r.Ref.Repository }
+
+// String is the reference as given.
+func (r *Remote) String() string { return r.Ref.String() }
+
+func newHTTPClient(o RemoteOptions) *http.Client {
+	conns := o.Connections
+	if conns <= 0 {
+		conns = 16
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxIdleConns = 4 * conns
+	tr.MaxIdleConnsPerHost = 2 * conns
+	tr.ReadBufferSize = 256 << 10
+	tr.WriteBufferSize = 256 << 10
+	tr.DisableCompression = true
+	tr.ResponseHeaderTimeout = 5 * time.Minute
+	// One TCP connection per parallel transfer: HTTP/2 would multiplex them all
+	// over one connection and one congestion window.
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: o.Insecure} //nolint:gosec // the user asked for --insecure
+	return &http.Client{Transport: retry.NewTransport(tr)}
+}
+
+// fetchManifest resolves the remote's reference and reads its manifest,
+// verified against its digest.
+func (r *Remote) fetchManifest(ctx context.Context) (ocispec.Descriptor, []byte, error) {
+	desc, rc, err := r.Repo.FetchReference(ctx, r.Ref.ReferenceOrDefault())
+	if err != nil {
+		return ocispec.Descriptor{}, nil, fmt.Errorf("resolve %s: %w", r, classifyRemote(err))
+	}
+	defer rc.Close()
+	raw, err := readVerified(rc, desc, "manifest of "+r.String(), maxManifestBytes)
+	return desc, raw, err
+}
+
+// fetchSmall reads a small blob, verified against its descriptor.
+func (r *Remote) fetchSmall(ctx context.Context, desc ocispec.Descriptor, what string, limit int64) ([]byte, error) {
+	if desc.Size > limit {
+		return nil, &ManifestError{Ref: r.String(), Reason: fmt.Sprintf("%s is %d bytes, more than the %d allowed", what, desc.Size, limit)}
+	}
+	rc, err := r.Repo.Fetch(ctx, desc)
+	if err != nil {
+		return nil, fmt.Errorf("fetch %s: %w", what, classifyRemote(err))
+	}
+	defer rc.Close()
+	return readVerified(rc, desc, what, limit)
+}
+
+// readVerified reads exactly desc.Size bytes and checks their digest.
+func readVerified(r io.Reader, desc ocispec.Descriptor, what string, limit int64) ([]byte, error) {
+	if desc.Size > limit || desc.Size < 0 {
+		return nil, &ManifestError{Ref: what, Reason: fmt.Sprintf("size %d out of bounds", desc.Size)}
+	}
+	raw, err := io.ReadAll(io.LimitReader(r, desc.Size+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", what, err)
+	}
+	if int64(len(raw)) != desc.Size {
+		return nil, &DigestMismatchError{What: what, Want: fmt.Sprintf("%s (%d bytes)", desc.Digest, desc.Size),
+			Got: fmt.Sprintf("%s (%d bytes)", digest.FromBytes(raw), len(raw))}
+	}
+	if got := desc.Digest.Algorithm().FromBytes(raw); got != desc.Digest {
+		return nil, &DigestMismatchError{What: what, Want: desc.Digest.String(), Got: got.String()}
+	}
+	return raw, nil
+}
+
+// classifyRemote maps registry errors onto errdefs classes.
+func classifyRemote(err error) error {
+	var er *errcode.ErrorResponse
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, auth.ErrBasicCredentialNotFound):
+		return &remoteError{fmt.Errorf("%w (log in with docker, nerdctl or oras login)", err), errdefs.ErrUnauthenticated}
+	case errors.Is(err, errdef.ErrNotFound):
+		return &remoteError{err, errdefs.ErrNotFound}
+	case errors.As(err, &er):
+		switch er.StatusCode {
+		case http.StatusNotFound:
+			return &remoteError{err, errdefs.ErrNotFound}
+		case http.StatusUnauthorized:
+			return &remoteError{err, errdefs.ErrUnauthenticated}
+		case http.StatusForbidden:
+			return &remoteError{err, errdefs.ErrPermissionDenied}
+		case http.StatusTooManyRequests:
+			return &remoteError{err, errdefs.ErrUnavailable}
+		}
+		if er.StatusCode >= 500 {
+			return &remoteError{err, errdefs.ErrUnavailable}
+		}
+	}
+	return err
+}
+
+// remoteError is a registry error with its errdefs class; it reads as the
+// registry's own message.
+type remoteError struct {
+	err   error
+	class error
+}
+
+func (e *remoteError) Error() string   { return e.err.Error() }
+func (e *remoteError) Unwrap() []error { return []error{e.err, e.class} }

@@ -1,0 +1,80 @@
+package oci
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+// TestDockerCredentials: credentials come from a Docker config file, as oras
+// and nerdctl read them; without them the registry's 401 is a typed error.
+func TestDockerCredentials(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	f.basicAuth = "alice:s3cret"
+	cfg := filepath.Join(t.TempDir(), "config.json")
+	auth := base64.StdEncoding.EncodeToString([]byte(f.basicAuth))
+	if err := os.WriteFile(cfg, []byte(`{"auths":{"`+f.host()+`":{"auth":"`+auth+`"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	anon := remoteFor(t, f, "private/x:v1")
+	if _, err := Push(ctx, l, anon, PushOptions{}); !errdefs.IsUnauthorized(err) {
+		t.Fatalf("anonymous push: %v", err)
+	}
+	r, err := NewRemote(ctx, f.host()+"/private/x:v1", RemoteOptions{PlainHTTP: true, DockerConfig: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Push(ctx, l, r, PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pl, _, err := Pull(ctx, openStore(t), r, PullOptions{Ranges: RangesOn, ChunkSize: 1 << 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl.Close()
+}
+
+// TestInsecureTLS: a registry with a self-signed certificate needs --insecure.
+func TestInsecureTLS(t *testing.T) {
+	ctx := context.Background()
+	f := &fakeRegistry{}
+	f.init()
+	srv := httptest.NewTLSServer(http.HandlerFunc(f.serve))
+	t.Cleanup(srv.Close)
+	host := strings.TrimPrefix(srv.URL, "https://")
+	cfg := filepath.Join(t.TempDir(), "none.json")
+	strict, _ := NewRemote(ctx, host+"/x/y:v1", RemoteOptions{DockerConfig: cfg})
+	_, _, err := strict.fetchManifest(ctx)
+	if err == nil || errdefs.IsNotFound(err) {
+		t.Fatalf("a self-signed certificate was accepted: %v", err)
+	}
+	loose, _ := NewRemote(ctx, host+"/x/y:v1", RemoteOptions{DockerConfig: cfg, Insecure: true})
+	_, _, err = loose.fetchManifest(ctx)
+	if !errdefs.IsNotFound(err) {
+		t.Fatalf("with --insecure: want not found, got %v", err)
+	}
+	var me *ManifestError
+	if errors.As(err, &me) {
+		t.Fatal(err)
+	}
+}
+
+func TestIsLoopback(t *testing.T) {
+	for h, want := range map[string]bool{"127.0.0.1:5000": true, "localhost:5000": true, "[::1]:5000": true, "localhost": true,
+		"127.0.0.2": true, "registry.example.com": false, "10.0.0.1:5000": false, "ghcr.io": false} {
+		if got := isLoopback(h); got != want {
+			t.Errorf("%s: %v", h, got)
+		}
+	}
+}

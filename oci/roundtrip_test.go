@@ -1,0 +1,392 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+func remoteFor(t testing.TB, f *fakeRegistry, repoTag string) *Remote {
+	t.Helper()
+	r, err := NewRemote(context.Background(), f.host()+"/"+repoTag, RemoteOptions{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// TestPushPullRoundTrip pushes an artifact, pulls it into another store
+// (ranged and single-stream), and checks it is the same, fully valid artifact.
+func TestPushPullRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 20<<20, 3)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	var pushed atomic.Int64
+	rep, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{Progress: func(n int64) { pushed.Add(n) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Uploaded != l.Index.TotalBytes() || pushed.Load() != l.Index.TotalBytes() {
+		t.Fatalf("uploaded %d, progress %d, want %d", rep.Uploaded, pushed.Load(), l.Index.TotalBytes())
+	}
+	// A second push finds every blob and gives the same digest.
+	rep2, err := Push(ctx, l, remoteFor(t, f, "models/x:v2"), PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep2.Manifest != rep.Manifest || rep2.Uploaded != 0 || rep2.Existing != rep.Bytes {
+		t.Fatalf("second push: %+v", rep2)
+	}
+	// Mounting from another repository of the same registry.
+	rep3, err := Push(ctx, l, remoteFor(t, f, "other/y:v1"), PushOptions{MountFrom: []string{"models/x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep3.Mounted != rep.Bytes || rep3.Uploaded != 0 {
+		t.Fatalf("mount push: %+v", rep3)
+	}
+
+	for _, c := range []struct {
+		name     string
+		mode     RangeMode
+		chunk    int64
+		noRanges bool
+		ranged   bool
+	}{{"ranged", RangesOn, 1 << 20, false, true}, {"auto", RangesAuto, 0, false, false}, {"auto-few-files", RangesAuto, 1 << 20, false, true},
+		{"stream", RangesOff, 1 << 20, false, false}, {"no-range-registry", RangesOn, 1 << 20, true, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			f.noRanges = c.noRanges
+			defer func() { f.noRanges = false }()
+			d := openStore(t)
+			var got atomic.Int64
+			o := PullOptions{Ranges: c.mode, ChunkSize: c.chunk, Concurrency: 4, Progress: func(n int64) { got.Add(n) }}
+			if c.name == "auto-few-files" {
+				o.FilesInFlight = 8 // more than the 3 shards: ranges fill the workers
+			}
+			pl, prep, err := Pull(ctx, d, remoteFor(t, f, "models/x:v1"), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pl.Close()
+			if pl.ID != l.ID || !prep.Built || prep.Kind != KindWeightsnap || prep.Ranged != c.ranged || got.Load() != l.Index.TotalBytes() {
+				t.Fatalf("report %+v, progress %d", prep, got.Load())
+			}
+			full, err := d.Lookup(ctx, pl.ID, store.FullChecksum)
+			if err != nil {
+				t.Fatal(err)
+			}
+			full.Close()
+			for i, lf := range pl.Files() {
+				if !bytes.Equal(lf.Data, l.Files()[i].Data) {
+					t.Fatalf("%s differs", lf.Path)
+				}
+			}
+			// Pulling again is a store hit: nothing moves.
+			before := f.served.Load()
+			pl2, prep2, err := Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			pl2.Close()
+			if prep2.Built || f.served.Load()-before > 0 {
+				t.Fatalf("second pull built=%v served %d", prep2.Built, f.served.Load()-before)
+			}
+		})
+	}
+}
+
+// TestPullCorruptBlob: a registry serving a flipped byte fails the pull with
+// a typed digest error, and nothing is published.
+func TestPullCorruptBlob(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 12<<20, 2)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	if _, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var victim digest.Digest
+	var size int64
+	for _, fe := range l.Index.Files {
+		if artifact.IsSafetensors(fe.Path) && fe.Size > size {
+			victim, size = digest.NewDigestFromEncoded(digest.SHA256, fe.SHA256), fe.Size
+		}
+	}
+	if size < 5<<20 {
+		t.Fatalf("largest shard is %d bytes", size)
+	}
+	for _, c := range []struct{ chunk, at int64 }{{1 << 20, 12345}, {-1, 12345}, {1 << 20, 100}, {-1, 100}, {1 << 20, 1<<20 + 5}} {
+		chunk := c.chunk
+		f.corrupt = func(d digest.Digest) int64 {
+			if d == victim {
+				return c.at // in the header (100) or the tensor data
+			}
+			return -1
+		}
+		d := openStore(t)
+		_, _, err := Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{Ranges: RangesOn, ChunkSize: chunk})
+		var de *DigestMismatchError
+		if !errors.As(err, &de) || !errdefs.IsDataLoss(err) {
+			t.Fatalf("chunk %d, byte %d: want a digest mismatch, got %v", chunk, c.at, err)
+		}
+		list, _ := d.List(ctx)
+		if len(list) != 0 {
+			t.Fatalf("chunk %d: %d artifacts after a corrupt pull", chunk, len(list))
+		}
+		if _, err := d.Lookup(ctx, l.ID, ""); !errors.Is(err, store.ErrMiss) {
+			t.Fatalf("lookup after a corrupt pull: %v", err)
+		}
+	}
+}
+
+// TestPullIndexMismatch: an index layer whose tensor BLAKE3 disagrees with
+// the bytes (consistent sha256s) fails the pull before publication.
+func TestPullIndexMismatch(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 2<<20, 1)
+	_, l := imported(t, src)
+	x := *l.Index
+	x.Files = append([]artifact.FileEntry(nil), l.Index.Files...)
+	for i, fe := range x.Files {
+		if len(fe.Tensors) > 0 {
+			fe.Tensors = append([]artifact.TensorEntry(nil), fe.Tensors...)
+			fe.Tensors[0].BLAKE3 = "00" + fe.Tensors[0].BLAKE3[2:]
+			x.Files[i] = fe
+		}
+	}
+	a, err := NewArtifact(l.Identity(), &x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFakeRegistry(t)
+	r := remoteFor(t, f, "models/bad:v1")
+	blobs := []blobSource{{desc: a.IndexDesc, data: a.Index}, {desc: a.ConfigDesc, data: a.Config}}
+	for i, lf := range l.Files() {
+		blobs = append(blobs, blobSource{desc: a.Layers[i], data: lf.Data})
+	}
+	for _, b := range blobs {
+		if _, err := pushBlob(ctx, r, b, nil, newPushProgress(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pushManifest(ctx, r, a.ManifestDesc, a.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	d := openStore(t)
+	_, _, err = Pull(ctx, d, r, PullOptions{})
+	var ie *IndexMismatchError
+	if !errors.As(err, &ie) || ie.Field != "blake3" || !errdefs.IsDataLoss(err) {
+		t.Fatalf("want an index mismatch, got %v", err)
+	}
+	if list, _ := d.List(ctx); len(list) != 0 {
+		t.Fatal("an artifact was published")
+	}
+}
+
+// TestPullForeign imports an artifact pushed the way `oras push` does.
+func TestPullForeign(t *testing.T) {
+	ctx := context.Background()
+	dir, src := checkpoint(t, 3<<20, 2)
+	f := newFakeRegistry(t)
+	r := remoteFor(t, f, "hub/model:main")
+	m := orasManifest(src)
+	cfg := blobSource{desc: ocispec.DescriptorEmptyJSON, data: []byte("{}")}
+	if _, err := pushBlob(ctx, r, cfg, nil, newPushProgress(nil)); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range m.Layers {
+		data, err := os.ReadFile(filepath.Join(dir, l.Annotations[ocispec.AnnotationTitle]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := pushBlob(ctx, r, blobSource{desc: l, data: data}, nil, newPushProgress(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, _ := jsonMarshal(m)
+	if err := pushManifest(ctx, r, descriptorOf(ocispec.MediaTypeImageManifest, raw), raw); err != nil {
+		t.Fatal(err)
+	}
+	d := openStore(t)
+	if _, _, err := Pull(ctx, d, r, PullOptions{}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("pull without --revision: %v", err)
+	}
+	l, rep, err := Pull(ctx, d, r, PullOptions{ChunkSize: 1 << 20, Import: ImportOptions{Repository: "org/model", Revision: testRevision}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	want, _ := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0).Hex()
+	if l.ID != want || rep.Kind != KindForeign {
+		t.Fatalf("imported %s (%s), want the import identity %s", l.ID, rep.Kind, want)
+	}
+	full, err := d.Lookup(ctx, l.ID, store.FullChecksum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full.Close()
+	info, err := InspectRemote(ctx, r, "")
+	if err != nil || info.Kind != "foreign-artifact" || len(info.Files) != len(src.Files) || info.TensorCount != l.Index.TensorCount() {
+		t.Fatalf("inspect: %v %+v", err, info)
+	}
+}
+
+// TestImageBuild composes weight images over a base in another repository
+// (mounted, not copied) and over scratch, and inspects them.
+func TestImageBuild(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 2<<20, 2)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	art := remoteFor(t, f, "models/x:v1")
+	prep, err := Push(ctx, l, art, PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A one-layer base image in library/base.
+	base := remoteFor(t, f, "library/base:1")
+	layer := []byte("not really a tar, but a blob")
+	ld := descriptorOf(ocispec.MediaTypeImageLayer, layer)
+	bcfg := []byte(`{"architecture":"amd64","os":"linux","rootfs":{"type":"layers","diff_ids":["` + ld.Digest.String() + `"]},"config":{"Cmd":["/bin/sh"]}}`)
+	cd := descriptorOf(ocispec.MediaTypeImageConfig, bcfg)
+	for _, b := range []blobSource{{desc: ld, data: layer}, {desc: cd, data: bcfg}} {
+		if _, err := pushBlob(ctx, base, b, nil, newPushProgress(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bm, _ := jsonMarshal(ocispec.Manifest{Versioned: manifestV2(), MediaType: ocispec.MediaTypeImageManifest, Config: cd, Layers: []ocispec.Descriptor{ld}})
+	if err := pushManifest(ctx, base, descriptorOf(ocispec.MediaTypeImageManifest, bm), bm); err != nil {
+		t.Fatal(err)
+	}
+	uploadedBefore := f.uploaded.Load()
+	target := remoteFor(t, f, "apps/llm:v1")
+	rep, err := BuildImage(ctx, target, ImageOptions{Base: base.String(), Weights: []WeightMount{{Ref: art.String(), Target: "/models/x"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.MountedBlobs != 1 || rep.BaseLayers != 1 || len(rep.Pointers) != 1 || rep.Pointers[0].Artifact != art.Name()+"@"+prep.Manifest {
+		t.Fatalf("report %+v", rep)
+	}
+	if up := f.uploaded.Load() - uploadedBefore; up > 16<<10 {
+		t.Fatalf("image build uploaded %d bytes: more than pointers, config and manifest", up)
+	}
+	again, err := BuildImage(ctx, remoteFor(t, f, "apps/llm:v2"), ImageOptions{Base: base.String(), Weights: []WeightMount{{Ref: art.String(), Target: "/models/x"}}})
+	if err != nil || again.Manifest != rep.Manifest {
+		t.Fatalf("rebuild gave %v %v", again, err)
+	}
+	info, err := InspectRemote(ctx, target, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Kind != "weight-image" || len(info.Pointers) != 1 || info.Pointers[0].Info == nil || info.Pointers[0].Info.Kind != "weightsnap-artifact" ||
+		info.TotalBytes != l.Index.TotalBytes() || info.TensorCount != l.Index.TensorCount() {
+		t.Fatalf("inspect %+v", info)
+	}
+
+	scratch, err := BuildImage(ctx, remoteFor(t, f, "apps/weights:v1"), ImageOptions{Base: Scratch, Weights: []WeightMount{{Ref: art.String(), Target: "/w"}}})
+	if err != nil || scratch.BaseLayers != 0 {
+		t.Fatalf("scratch: %+v %v", scratch, err)
+	}
+	// A base in another registry cannot be mounted: refused, not copied.
+	f2 := newFakeRegistry(t)
+	_, err = BuildImage(ctx, remoteFor(t, f2, "apps/llm:v1"), ImageOptions{Base: base.String(), Weights: []WeightMount{{Ref: art.String(), Target: "/models/x"}}})
+	if !errdefs.IsNotImplemented(err) {
+		t.Fatalf("cross-registry base: %v", err)
+	}
+}
+
+// TestPullZeroPrefix: a safetensors blob starting with a zero length prefix
+// fails fast (the store's hasher would not terminate on it).
+func TestPullZeroPrefix(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := newFakeRegistry(t)
+	r := remoteFor(t, f, "evil/zero:v1")
+	data := make([]byte, 6<<20)
+	layer := descriptorOf(ocispec.MediaTypeImageLayer, data)
+	layer.Annotations = map[string]string{ocispec.AnnotationTitle: "model.safetensors"}
+	for _, b := range []blobSource{{desc: ocispec.DescriptorEmptyJSON, data: []byte("{}")}, {desc: layer, data: data}} {
+		if _, err := pushBlob(ctx, r, b, nil, newPushProgress(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, _ := jsonMarshal(ocispec.Manifest{Versioned: manifestV2(), MediaType: ocispec.MediaTypeImageManifest, Config: ocispec.DescriptorEmptyJSON, Layers: []ocispec.Descriptor{layer}})
+	if err := pushManifest(ctx, r, descriptorOf(ocispec.MediaTypeImageManifest, raw), raw); err != nil {
+		t.Fatal(err)
+	}
+	for _, chunk := range []int64{1 << 20, -1} {
+		_, _, err := Pull(ctx, openStore(t), r, PullOptions{Ranges: RangesOn, ChunkSize: chunk, Import: ImportOptions{Revision: testRevision}})
+		if !errdefs.IsInvalidArgument(err) {
+			t.Fatalf("chunk %d: %v", chunk, err)
+		}
+	}
+}
+
+// resumeWriter is a store writer that holds every file of an interrupted
+// build, reporting the given entries for them.
+type resumeWriter struct {
+	entries map[string]artifact.FileEntry
+}
+
+func (w *resumeWriter) Create(string, int64) (artifact.FileWriter, error) {
+	return nil, errors.New("nothing should be fetched")
+}
+
+func (w *resumeWriter) Reuse(path string, size int64, sha string) (artifact.FileEntry, bool, error) {
+	e, ok := w.entries[path]
+	return e, ok && e.Size == size && e.SHA256 == sha, nil
+}
+
+// TestReuseChecksIndex: files reused from an interrupted pull are compared
+// with the pulled index like fetched ones, before publication.
+func TestReuseChecksIndex(t *testing.T) {
+	_, src := checkpoint(t, 2<<20, 2)
+	_, l := imported(t, src)
+	a, err := NewArtifact(l.Identity(), l.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := DecodeManifest("r", a.Manifest)
+	plan, err := PlanWeightsnap("r", m, a.Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &resumeWriter{entries: map[string]artifact.FileEntry{}}
+	for _, e := range l.Index.Files {
+		w.entries[e.Path] = e
+	}
+	p := &puller{plan: plan}
+	if err := p.Produce(context.Background(), w); err != nil {
+		t.Fatalf("a complete, consistent resume: %v", err)
+	}
+	if p.reusedFiles.Load() != int64(len(plan.Files)) {
+		t.Fatalf("reused %d of %d files", p.reusedFiles.Load(), len(plan.Files))
+	}
+	for path, e := range w.entries {
+		if len(e.Tensors) > 0 {
+			e.Tensors = append([]artifact.TensorEntry(nil), e.Tensors...)
+			e.Tensors[0].BLAKE3 = strings.Repeat("0", 64)
+			w.entries[path] = e
+			break
+		}
+	}
+	p = &puller{plan: plan}
+	err = p.Produce(context.Background(), w)
+	var ie *IndexMismatchError
+	if !errors.As(err, &ie) || ie.Field != "blake3" {
+		t.Fatalf("a reused file that disagrees with the index: %v", err)
+	}
+}

@@ -1,0 +1,353 @@
+package oci
+
+// The transfer schedule of a pull: which file or range goes to which worker,
+// the in-order writing of ranges, and the end of each file.
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"runtime"
+	"strings"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sync/errgroup"
+)
+
+// fileTask is one file being fetched. A file fetched in ranges is written
+// in order: ranges arrive in any order, wait in their buffers, and whoever
+// delivers the next one writes it and every parked successor, so the store
+// hashes the file while it writes it.
+type fileTask struct {
+	f      PlanFile
+	p      *puller
+	w      artifact.Writer
+	fw     artifact.FileWriter // created with the first bytes; only one goroutine writes at a time
+	chunks int                 // ranges, 0 for a single stream
+
+	done chan struct{} // closed once the file is complete and checked
+
+	mu      sync.Mutex
+	next    int // the next range to write
+	parked  map[int]parkedRange
+	writing bool
+}
+
+type parkedRange struct {
+	buf *[]byte
+	n   int
+}
+
+// job is one transfer: a whole blob as one stream (n < 0) or range idx.
+type job struct {
+	t      *fileTask
+	idx    int
+	off, n int64
+}
+
+// fetchAll fetches files in plan order through a pool of workers; a large
+// file is cut into ranges when the registry serves them, so a few files are
+// in flight at a time and each completes early (a killed pull then leaves
+// complete files to resume from). Memory is bounded: a worker takes a
+// buffer before it takes a job, so the earliest unwritten range always has
+// one and the writer never waits on a buffer held by a later range.
+func (p *puller) fetchAll(ctx context.Context, w artifact.Writer, files []PlanFile) error {
+	conc := p.o.Concurrency
+	if conc <= 0 {
+		conc = DefaultConcurrency
+	}
+	chunk := p.o.ChunkSize
+	if chunk == 0 {
+		chunk = DefaultChunkSize
+	}
+	if chunk > 0 {
+		chunk = max(chunk, minChunkSize)
+	}
+	if p.useRanges(files, chunk) {
+		for _, f := range files {
+			if f.Size > max(chunk, smallFile) { // probe once, on a blob that would be cut
+				p.ranged = p.r.SupportsRanges(ctx, f.Layer)
+				break
+			}
+		}
+	}
+	p.bufs.New = func() any { b := make([]byte, chunk); return &b }
+	nbuf := p.o.Buffers
+	if nbuf <= 0 {
+		nbuf = conc + 4
+	}
+	tokens := make(chan struct{}, nbuf) // buffers in use: fetching or parked
+	g, gctx := errgroup.WithContext(ctx)
+	jobs := make(chan job)
+	for range conc {
+		g.Go(func() error {
+			for {
+				select {
+				case tokens <- struct{}{}:
+				case <-gctx.Done():
+					return gctx.Err()
+				}
+				j, ok := <-jobs
+				if !ok {
+					return nil
+				}
+				if err := p.run(gctx, j, tokens); err != nil {
+					err = p.diagnose(gctx, j.t.f, err)
+					return fmt.Errorf("fetch %s (%s): %w", j.t.f.Path, j.t.f.Layer.Digest, err)
+				}
+			}
+		})
+	}
+	g.Go(func() error {
+		defer close(jobs)
+		return p.dispatch(gctx, w, files, chunk, jobs)
+	})
+	err := g.Wait()
+	if err != nil {
+		p.closeUnfinished()
+	}
+	return err
+}
+
+// closeUnfinished closes the files a failed fetch left open, once no
+// goroutine writes them any more: Close stops the store writer's stages
+// before the build is discarded.
+func (p *puller) closeUnfinished() {
+	p.openMu.Lock()
+	defer p.openMu.Unlock()
+	for t := range p.open {
+		t.fw.Close()
+		delete(p.open, t)
+	}
+}
+
+// useRanges decides whether large files are cut into ranges. Each file is
+// written, and hashed, in order, so ranges add speed only where one
+// connection is slower than the hashing, or where whole-file streams cannot
+// keep the workers busy. RangesAuto therefore cuts them for a registry that
+// is not on this host's loopback (connections, not hashing, bound a remote
+// pull), and on loopback only when there are fewer large files than
+// FilesInFlight.
+func (p *puller) useRanges(files []PlanFile, chunk int64) bool {
+	switch {
+	case chunk < 0 || p.o.Ranges == RangesOff:
+		return false
+	case p.o.Ranges == RangesOn, !isLoopback(p.r.Ref.Host()):
+		return true
+	}
+	large := 0
+	for _, f := range files {
+		if f.Size > max(chunk, smallFile) {
+			large++
+		}
+	}
+	return large > 0 && large < p.filesInFlight()
+}
+
+func (p *puller) filesInFlight() int {
+	if p.o.FilesInFlight > 0 {
+		return p.o.FilesInFlight
+	}
+	return max(2, runtime.GOMAXPROCS(0)/2)
+}
+
+// dispatch hands out the jobs in plan order. Small files go straight to the
+// workers. Large files open a few at a time (FilesInFlight): each has a
+// feeder that hands out its ranges (or its one stream) and holds its slot
+// until the file is complete, so at any moment at most that many large
+// files are partly written (a killed pull leaves the rest complete, to be
+// reused, or untouched) and their ranges interleave on the workers.
+func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFile, chunk int64, jobs chan<- job) error {
+	open := p.filesInFlight()
+	send := func(j job) error {
+		select {
+		case jobs <- j:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	feeders, fctx := errgroup.WithContext(ctx)
+	feeders.SetLimit(open)
+	for _, f := range files {
+		t := &fileTask{f: f, w: w, p: p, done: make(chan struct{})}
+		switch {
+		case f.Size == 0:
+			if err := t.write(nil); err != nil {
+				return err
+			}
+			if err := p.finish(t); err != nil {
+				return err
+			}
+		case f.Size <= smallFile:
+			if err := send(job{t: t, n: -1}); err != nil {
+				return err
+			}
+		default:
+			js := []job{{t: t, n: -1}}
+			if p.ranged && f.Size > chunk {
+				js = js[:0]
+				for off := int64(0); off < f.Size; off += chunk {
+					js = append(js, job{t: t, idx: len(js), off: off, n: min(chunk, f.Size-off)})
+				}
+				t.chunks, t.parked = len(js), map[int]parkedRange{}
+			}
+			feeders.Go(func() error {
+				for _, j := range js {
+					if err := send(j); err != nil {
+						return err
+					}
+				}
+				select { // the slot is free once the file is complete
+				case <-t.done:
+					return nil
+				case <-fctx.Done():
+					return fctx.Err()
+				}
+			})
+		}
+	}
+	return feeders.Wait()
+}
+
+// minChunkSize is the smallest range fetched.
+const minChunkSize = 64 << 10
+
+// smallFile is the size up to which a file is one stream, never held to
+// FilesInFlight: cheap to fetch again after a kill.
+const smallFile = 4 << 20
+
+// run performs one job; the worker holds one token, which run gives back
+// (a fetched range keeps it until the range is written).
+func (p *puller) run(ctx context.Context, j job, tokens chan struct{}) error {
+	if j.n < 0 {
+		<-tokens
+		if err := p.stream(ctx, j.t); err != nil {
+			return err
+		}
+		return p.finish(j.t)
+	}
+	bp := p.bufs.Get().(*[]byte)
+	if err := p.fetchRange(ctx, j.t, j.off, (*bp)[:j.n]); err != nil {
+		p.bufs.Put(bp)
+		<-tokens
+		return err
+	}
+	return p.deliver(j.t, j.idx, parkedRange{bp, int(j.n)}, tokens)
+}
+
+// deliver parks a fetched range and, unless another worker is writing the
+// file, writes every range that is next in order, then finishes the file
+// after its last range.
+func (p *puller) deliver(t *fileTask, idx int, r parkedRange, tokens chan struct{}) error {
+	t.mu.Lock()
+	t.parked[idx] = r
+	if t.writing {
+		t.mu.Unlock()
+		return nil
+	}
+	t.writing = true
+	for {
+		c, ok := t.parked[t.next]
+		if !ok {
+			t.writing = false
+			t.mu.Unlock()
+			return nil
+		}
+		delete(t.parked, t.next)
+		t.mu.Unlock()
+		err := t.write((*c.buf)[:c.n])
+		p.bufs.Put(c.buf)
+		<-tokens
+		if err != nil {
+			return err
+		}
+		t.mu.Lock()
+		t.next++
+		if t.next == t.chunks {
+			t.mu.Unlock()
+			return p.finish(t)
+		}
+	}
+}
+
+// write appends the next bytes of the file, creating it in the store with
+// its first bytes: a pull killed before a file's first bytes leaves no file
+// of zeros for the next pull's resume to hash.
+func (t *fileTask) write(b []byte) error {
+	if t.fw == nil {
+		if err := checkPrefix(t.f, b); err != nil {
+			return err
+		}
+		fw, err := t.w.Create(t.f.Path, t.f.Size)
+		if err != nil {
+			return &writeError{err}
+		}
+		t.fw = fw
+		t.p.openMu.Lock()
+		t.p.open[t] = struct{}{}
+		t.p.openMu.Unlock()
+	}
+	if len(b) == 0 {
+		return nil
+	}
+	if _, err := t.fw.Write(b); err != nil {
+		return &writeError{err}
+	}
+	return nil
+}
+
+// checkPrefix refuses a safetensors file whose length prefix is zero before
+// any byte reaches the store's hasher (which does not terminate on it). The
+// bytes are remote input: a registry can serve anything.
+func checkPrefix(f PlanFile, first []byte) error {
+	if !artifact.IsSafetensors(f.Path) || len(first) < 8 {
+		return nil
+	}
+	for _, c := range first[:8] {
+		if c != 0 {
+			return nil
+		}
+	}
+	_, err := artifact.ReadHeader(bytes.NewReader(first), f.Size)
+	if err == nil {
+		err = fmt.Errorf("zero safetensors header length: %w", errdefs.ErrInvalidArgument)
+	}
+	return &writeError{fmt.Errorf("%s: %w", f.Path, err)}
+}
+
+// finish closes a fully written file (the store completes its hashes) and
+// checks the result before anything can be published.
+func (p *puller) finish(t *fileTask) error {
+	p.openMu.Lock()
+	delete(p.open, t)
+	p.openMu.Unlock()
+	if err := t.fw.Close(); err != nil {
+		return fmt.Errorf("close %s: %w", t.f.Path, err)
+	}
+	got, err := t.fw.Digest()
+	if err != nil {
+		return fmt.Errorf("hash %s: %w", t.f.Path, err)
+	}
+	if err := p.checkEntry(t.f, got); err != nil {
+		return err
+	}
+	close(t.done)
+	return nil
+}
+
+// isLoopback reports whether a registry host[:port] is this host's loopback.
+func isLoopback(hostport string) bool {
+	h, _, err := net.SplitHostPort(hostport)
+	if err != nil {
+		h = hostport
+	}
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(strings.Trim(h, "[]"))
+	return ip != nil && ip.IsLoopback()
+}

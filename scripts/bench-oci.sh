@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# OCI benchmark, side by side in one run on the same artifact and the same local registry:
+#   weightsnap pull (every blob sha256-checked, BLAKE3 index compared, files fsynced, published)
+#     vs oras pull (and oras pull + sync)
+#   weightsnap push vs oras push (each to a fresh repository, so every blob is uploaded)
+# The registry (distribution) and oras come from the harness's install (test/e2e/deps).
+#
+# Usage: scripts/bench-oci.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 3)
+# Env:   WEIGHTSNAP_PEERS_BIN  the peers' bin directory (default: test/e2e/deps -q)
+#        WEIGHTSNAP            a weightsnap binary to use (default: built from this tree)
+#        BENCH_DIR             where the registry, stores and pulled files live (default /var/tmp)
+#        DROP_CACHES=1         drop the page cache before every transfer (root only)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-2GiB}
+shards=${2:-8}
+reps=${3:-3}
+rev=0123456789abcdef0123456789abcdef01234567
+
+bin=${WEIGHTSNAP_PEERS_BIN:-}
+if [ -z "$bin" ]; then
+	bin=$(test/e2e/deps -q | tail -n 1)
+fi
+oras=$bin/oras
+registry=$bin/registry
+for t in "$oras" "$registry"; do
+	[ -x "$t" ] || { echo "bench-oci: $t missing (run test/e2e/deps)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-bench-oci.XXXXXX")
+regpid=
+cleanup() {
+	if [ -n "$regpid" ]; then
+		kill "$regpid" 2>/dev/null || true
+		wait "$regpid" 2>/dev/null || true
+	fi
+	chmod -R u+w "$work" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+ws=${WEIGHTSNAP:-}
+if [ -z "$ws" ]; then
+	go build -o "$work/bin/" ./cmd/weightsnap
+	ws=$work/bin/weightsnap
+fi
+
+# A registry on a free loopback port, storing on the bench disk.
+port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 5077)
+cat >"$work/registry.yml" <<EOF
+version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $work/registry
+  delete:
+    enabled: true
+http:
+  addr: 127.0.0.1:$port
+EOF
+OTEL_TRACES_EXPORTER=none "$registry" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+regpid=$!
+host=127.0.0.1:$port
+for _ in $(seq 100); do
+	curl -fsS -o /dev/null "http://$host/v2/" 2>/dev/null && break
+	sleep 0.1
+done
+curl -fsS -o /dev/null "http://$host/v2/" || { echo "bench-oci: registry did not start" >&2; cat "$work/registry.log" >&2; exit 1; }
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
+settle() {
+	sync
+	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+}
+# median of the numbers on stdin
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+
+echo "bench-oci: synthesising $size in $shards shards under $work" >&2
+"$ws" dev synth --out "$work/src" --size "$size" --shards "$shards" --dtype BF16 --seed 5 >/dev/null 2>&1
+export WEIGHTSNAP_ROOT=$work/store
+id=$("$ws" import "$work/src" --revision "$rev" --repository bench/model 2>/dev/null)
+bytes=$(du -sb "$work/src" | cut -f1)
+files=$(cd "$work/src" && ls)
+"$ws" push --plain-http "$id" "$host/bench/model:v1" >/dev/null 2>&1
+ref=$host/bench/model:v1
+
+declare -a ws_pull oras_pull oras_pull_sync ws_push oras_push
+for i in $(seq "$reps"); do
+	echo "bench-oci: round $i of $reps" >&2
+	# Alternate who goes first, so neither always meets a warmer cache.
+	for who in $([ $((i % 2)) = 1 ] && echo "ws oras" || echo "oras ws"); do
+		if [ "$who" = ws ]; then
+			rm -rf "$work/pull-store"; settle
+			t=$(now); WEIGHTSNAP_ROOT=$work/pull-store "$ws" pull --plain-http "$ref" >/dev/null 2>&1; ws_pull+=("$(since "$t")")
+			WEIGHTSNAP_ROOT=$work/pull-store "$ws" verify "$id" >/dev/null
+			chmod -R u+w "$work/pull-store"; rm -rf "$work/pull-store"; settle
+			t=$(now); "$ws" push --plain-http "$id" "$host/ws/push$i:v1" >/dev/null 2>&1; ws_push+=("$(since "$t")")
+		else
+			rm -rf "$work/oras-out"; settle
+			t=$(now); "$oras" pull --plain-http -o "$work/oras-out" "$ref" >/dev/null; oras_pull+=("$(since "$t")")
+			sync; oras_pull_sync+=("$(since "$t")")
+			rm -rf "$work/oras-out"; settle
+			# shellcheck disable=SC2086 # one argument per file
+			t=$(now); (cd "$work/src" && "$oras" push --plain-http "$host/oras/push$i:v1" $files >/dev/null); oras_push+=("$(since "$t")")
+		fi
+	done
+done
+
+m_ws_pull=$(printf '%s\n' "${ws_pull[@]}" | median)
+m_oras_pull=$(printf '%s\n' "${oras_pull[@]}" | median)
+m_oras_pull_sync=$(printf '%s\n' "${oras_pull_sync[@]}" | median)
+m_ws_push=$(printf '%s\n' "${ws_push[@]}" | median)
+m_oras_push=$(printf '%s\n' "${oras_push[@]}" | median)
+
+gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+speedup() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+printf '\nweightsnap OCI benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, registry %s on %s\n' \
+	"$size" "$bytes" "$shards" "$(nproc)" "$reps" "$host" "$(stat -f -c %T "$work")"
+printf '%-44s %9s %7s %11s  %s\n' "measure" "seconds" "GB/s" "ws speedup" "goal"
+printf '%-44s %9.2f %7s %11s  %s\n' "weightsnap pull (verify + fsync + publish)" "$m_ws_pull" "$(gbs "$m_ws_pull")" "" ""
+printf '%-44s %9.2f %7s %11s  %s\n' "oras pull" "$m_oras_pull" "$(gbs "$m_oras_pull")" "$(speedup "$m_oras_pull" "$m_ws_pull")" ">= 2x"
+printf '%-44s %9.2f %7s %11s  %s\n' "oras pull + sync" "$m_oras_pull_sync" "$(gbs "$m_oras_pull_sync")" "$(speedup "$m_oras_pull_sync" "$m_ws_pull")" ""
+printf '%-44s %9.2f %7s %11s  %s\n' "weightsnap push" "$m_ws_push" "$(gbs "$m_ws_push")" "" ""
+printf '%-44s %9.2f %7s %11s  %s\n' "oras push" "$m_oras_push" "$(gbs "$m_oras_push")" "$(speedup "$m_oras_push" "$m_ws_push")" ">= 1.2x"
+printf 'runs (s): ws pull %s | oras pull %s | ws push %s | oras push %s\n' \
+	"${ws_pull[*]}" "${oras_pull[*]}" "${ws_push[*]}" "${oras_push[*]}"

@@ -1,0 +1,240 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
+)
+
+// Helpers of the OCI end-to-end tests (oci_test.go): the weightsnap CLI,
+// the oras CLI, and a blob proxy in front of the registry.
+
+const ociRevision = "0123456789abcdef0123456789abcdef01234567"
+
+var ociCLI struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// weightsnapBin builds ./cmd/weightsnap once per test process, into a fixed
+// directory under the system temp dir (overwritten by the next run).
+func weightsnapBin(t *testing.T) string {
+	t.Helper()
+	ociCLI.once.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			ociCLI.err = err
+			return
+		}
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), "weightsnap-e2e-cli-"+hex.EncodeToString(sum[:4]))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			ociCLI.err = err
+			return
+		}
+		out, err := harness.Run(root, "go", "build", "-o", dir+"/", "./cmd/weightsnap")
+		if err != nil {
+			ociCLI.err = fmt.Errorf("go build: %v\n%s", err, out)
+			return
+		}
+		ociCLI.path = filepath.Join(dir, "weightsnap")
+	})
+	if ociCLI.err != nil {
+		t.Fatalf("build the weightsnap CLI: %v", ociCLI.err)
+	}
+	return ociCLI.path
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the test directory")
+		}
+		dir = parent
+	}
+}
+
+// wsTimeout bounds one CLI run.
+var wsTimeout = 3 * time.Minute
+
+// wsResult is one CLI run.
+type wsResult struct {
+	out, errOut string
+	code        int
+}
+
+// ws runs the CLI with the store at root; it fails the test on a run error
+// other than a non-zero exit.
+func ws(t *testing.T, root string, args ...string) wsResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wsTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, weightsnapBin(t), append([]string{"--root", root, "--config", ""}, args...)...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) } // a goroutine dump on timeout
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}       // never outlive the test
+	cmd.WaitDelay = 10 * time.Second
+	cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+t.TempDir())
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	res := wsResult{out: out.String(), errOut: errOut.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		res.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("weightsnap %v: %v", args, err)
+	}
+	return res
+}
+
+// wsOK is ws that fails the test on a non-zero exit and returns stdout.
+func wsOK(t *testing.T, root string, args ...string) string {
+	t.Helper()
+	r := ws(t, root, args...)
+	if r.code != 0 {
+		t.Fatalf("weightsnap %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.out, r.errOut)
+	}
+	return r.out
+}
+
+// ociCheckpoint synthesises a checkpoint and imports it into a new store.
+func ociCheckpoint(t *testing.T, size string, shards int) (dir, root, id string) {
+	t.Helper()
+	base := t.TempDir()
+	dir, root = filepath.Join(base, "ckpt"), filepath.Join(base, "store")
+	wsOK(t, root, "dev", "synth", "--out", dir, "--size", size, "--shards", fmt.Sprint(shards))
+	id = strings.TrimSpace(wsOK(t, root, "import", dir, "--revision", ociRevision, "--repository", "org/tiny"))
+	return dir, root, id
+}
+
+// orasRun runs the oras CLI in dir.
+func orasRun(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	out, err := harness.Run(dir, append([]string{harness.Peers(t).Oras}, args...)...)
+	if err != nil {
+		t.Fatalf("oras %v: %v", args, err)
+	}
+	return out
+}
+
+func sameFiles(t *testing.T, want, got string) {
+	t.Helper()
+	ents, err := os.ReadDir(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		a, err := os.ReadFile(filepath.Join(want, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := os.ReadFile(filepath.Join(got, e.Name()))
+		if err != nil {
+			t.Fatalf("%s missing from the pulled files: %v", e.Name(), err)
+		}
+		if !bytes.Equal(a, b) {
+			t.Fatalf("%s: pulled bytes differ from the source", e.Name())
+		}
+	}
+}
+
+// blobProxy is a reverse proxy in front of the registry that counts blob
+// bytes served, and can stall after a number of bytes or flip a byte.
+type blobProxy struct {
+	srv     *httptest.Server
+	served  atomic.Int64
+	stallAt atomic.Int64 // stall blob bodies once served reaches this (0: never)
+	stalled chan struct{}
+	once    sync.Once
+	corrupt atomic.Pointer[string] // digest whose bodies get byte 100 flipped
+}
+
+func newBlobProxy(t *testing.T, reg *harness.Registry) *blobProxy {
+	u, _ := url.Parse(reg.URL)
+	p := &blobProxy{stalled: make(chan struct{})}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		path := resp.Request.URL.Path
+		if resp.Request.Method != http.MethodGet || !strings.Contains(path, "/blobs/sha256:") {
+			return nil
+		}
+		body := &proxyBody{rc: resp.Body, p: p, ctx: resp.Request.Context()}
+		if c := p.corrupt.Load(); c != nil && strings.HasSuffix(path, *c) {
+			body.flipAt = 100
+		} else {
+			body.flipAt = -1
+		}
+		resp.Body = body
+		return nil
+	}
+	rp.FlushInterval = -1
+	p.srv = httptest.NewServer(rp)
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *blobProxy) host() string { return strings.TrimPrefix(p.srv.URL, "http://") }
+
+type proxyBody struct {
+	ctx    context.Context // ends when the client goes away
+	rc     io.ReadCloser
+	p      *blobProxy
+	pos    int64
+	flipAt int64
+}
+
+func (b *proxyBody) Read(q []byte) (int, error) {
+	if at := b.p.stallAt.Load(); at > 0 && b.p.served.Load() >= at {
+		b.p.once.Do(func() { close(b.p.stalled) })
+		<-b.ctx.Done() // hold the connection until the client dies
+		return 0, b.ctx.Err()
+	}
+	if len(q) > 64<<10 {
+		q = q[:64<<10]
+	}
+	n, err := b.rc.Read(q)
+	if b.flipAt >= b.pos && b.flipAt < b.pos+int64(n) {
+		q[b.flipAt-b.pos] ^= 0xff
+	}
+	b.pos += int64(n)
+	b.p.served.Add(int64(n))
+	return n, err
+}
+
+func (b *proxyBody) Close() error { return b.rc.Close() }
+
+type pullReport struct {
+	Identity    string `json:"identity"`
+	Built       bool   `json:"built"`
+	Bytes       int64  `json:"bytes"`
+	Fetched     int64  `json:"fetched_bytes"`
+	Reused      int64  `json:"reused_bytes"`
+	ReusedFiles int    `json:"reused_files"`
+	Ranged      bool   `json:"ranged"`
+}
