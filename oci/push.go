@@ -52,8 +52,9 @@ type blobSource struct {
 	payload bool                     // counted in reports and progress
 }
 
-// Push uploads a leased artifact to the remote's repository in its OCI form
-// and tags it when the reference has a tag. Payload blobs stream from the
+// Push uploads a leased artifact to the remote's repository in its OCI form,
+// tags it when the reference has a tag, and files it under its identity tag
+// (IdentityTag) for the registry provider of resolution. Payload blobs stream from the
 // lease's files (sendfile where the platform allows); blobs the registry
 // already holds are skipped, and MountFrom repositories are tried before
 // uploading. The manifest goes last, so a reader never sees a manifest whose
@@ -123,6 +124,9 @@ func Push(ctx context.Context, l *store.Lease, r *Remote, o PushOptions) (*PushR
 		return nil, err
 	}
 	if err := pushManifest(ctx, r, a.ManifestDesc, a.Manifest); err != nil {
+		return nil, err
+	}
+	if err := tagIdentity(ctx, r, a); err != nil {
 		return nil, err
 	}
 	rep.Uploaded, rep.Mounted, rep.Existing = uploaded.Load(), mounted.Load(), existing.Load()

@@ -10,6 +10,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -21,6 +22,8 @@ type resolveOpts struct {
 	layoutSpec, dtype, mode, report, validation     string
 	allowLocalBuild, noFingerprintCache             bool
 	timeout                                         int
+	registry                                        string
+	remote                                          remoteFlags
 }
 
 func newResolveCmd(a *app) *cobra.Command {
@@ -28,9 +31,10 @@ func newResolveCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resolve (--identity FILE | --from DIR) [--revision REV] [--tp-size N --tp-rank R --layout-spec FILE] [--dtype D] [--mode M] [--report FILE|-]",
 		Short: "Resolve an exact artifact: print its directory, or the canonical source directory on a fallback",
-		Long: `Resolve an artifact identity: the validated local artifact, then a local producer
-(passthrough, tp-split with --tp-size/--tp-rank/--layout-spec, cast with --dtype),
-then, in preferred mode, the canonical source directory (--from).
+		Long: `Resolve an artifact identity: the validated local artifact, then the registry
+(--registry REPO: the artifact weightsnap push filed under its identity tag), then a
+local producer (passthrough, tp-split with --tp-size/--tp-rank/--layout-spec, cast
+with --dtype), then, in preferred mode, the canonical source directory (--from).
 
 The identity is read from --identity FILE, or derived from --from DIR and
 --revision with the producer the other flags name. On success stdout holds the
@@ -57,6 +61,8 @@ the path. In disabled mode nothing under the store root is touched.`,
 	f.StringVar(&o.validation, "validation", "", "lookup validation: manifest_and_metadata or full_checksum (default: the domain's policy)")
 	f.BoolVar(&o.allowLocalBuild, "allow-local-build", true, "let local producers build a missing artifact")
 	f.BoolVar(&o.noFingerprintCache, "no-fingerprint-cache", false, "hash every source file instead of using the store's fingerprint cache")
+	f.StringVar(&o.registry, "registry", "", "registry repository (host/repo) to fetch the exact artifact from before building locally")
+	o.remote.register(f)
 	f.IntVar(&o.timeout, "coordination-timeout", 0, "seconds to wait for each lock (default: the configured store policy's)")
 	return cmd
 }
@@ -108,10 +114,18 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	if wait.CoordinationTimeoutSeconds == 0 && a.cfg.Store != nil {
 		wait.CoordinationTimeoutSeconds = a.cfg.Store.CoordinationTimeoutSeconds
 	}
+	var providers []resolve.Provider
+	if o.registry != "" && mode != resolve.Disabled {
+		repo, err := o.remote.open(ctx, o.registry, 0)
+		if err != nil {
+			return err
+		}
+		providers = append(providers, &oci.Provider{Repo: repo})
+	}
 	rt, err := resolve.New(resolve.Config{
 		Mode: mode, Root: a.effectiveRoot(), Store: a.cfg.Store, Validation: store.ValidationMode(o.validation),
 		Wait: wait, AllowLocalBuild: o.allowLocalBuild, NoFingerprintCache: o.noFingerprintCache,
-		Producers: []producers.Recipe{producers.Passthrough{}},
+		Providers: providers, Producers: []producers.Recipe{producers.Passthrough{}},
 	})
 	if err != nil {
 		return err

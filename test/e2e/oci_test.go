@@ -289,3 +289,36 @@ func TestOCIWeightImage(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestResolveFromRegistry: a node whose store misses resolves the exact
+// identity from the registry (the identity tag push wrote), with no source.
+func TestResolveFromRegistry(t *testing.T) {
+	harness.Peers(t)
+	reg := harness.StartRegistry(t)
+	_, rootA, id := ociCheckpoint(t, "8MiB", 2)
+	wsOK(t, rootA, "push", "--plain-http", id, reg.Ref("fleet/model:v1"))
+	var info struct {
+		Identity json.RawMessage `json:"identity"`
+	}
+	if err := json.Unmarshal([]byte(wsOK(t, rootA, "inspect", "--json", id)), &info); err != nil {
+		t.Fatal(err)
+	}
+	identityFile := filepath.Join(t.TempDir(), "identity.json")
+	if err := os.WriteFile(identityFile, info.Identity, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rootB := filepath.Join(t.TempDir(), "nodeB")
+	report := filepath.Join(t.TempDir(), "report.json")
+	out := wsOK(t, rootB, "resolve", "--identity", identityFile, "--mode", "required",
+		"--registry", reg.Host+"/fleet/model", "--plain-http", "--report", report)
+	var rep struct {
+		Outcome string `json:"outcome"`
+		Source  string `json:"source"`
+	}
+	raw, _ := os.ReadFile(report)
+	json.Unmarshal(raw, &rep)
+	if rep.Outcome != "fetched" || rep.Source != "registry" || !strings.Contains(out, id[len("sha256:"):]) {
+		t.Fatalf("resolve printed %q, report %s", out, raw)
+	}
+	wsOK(t, rootB, "verify", "--full", id)
+}
