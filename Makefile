@@ -40,6 +40,7 @@ BENCH_SIZE ?= 2GiB
 bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 	scripts/bench-store.sh $(BENCH_SIZE) 4
+	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
 
 FUZZTIME ?= 30s
 FUZZPKGS := ./artifact/ ./store/
