@@ -32,8 +32,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"sort"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -171,58 +169,28 @@ func (c *Cache) Lookup(ctx context.Context, root string) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	res := &Result{Src: &artifact.SourceDir{Root: root}, Keys: map[string]Key{}}
-	var entries []*entry
-	err = filepath.WalkDir(absRoot, func(p string, e fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if strings.HasPrefix(e.Name(), ".") && p != absRoot {
-			if e.IsDir() {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if e.IsDir() {
-			return nil
-		}
-		key, regular, err := stat(p)
-		if err != nil {
-			return err
-		}
-		if !regular {
-			return nil
-		}
-		rel, _ := filepath.Rel(absRoot, p)
-		rel = filepath.ToSlash(rel)
-		entries = append(entries, &entry{rel: rel, abs: p, key: key})
-		return nil
-	})
+	src, err := artifact.ListSource(root) // the files of a checkpoint, hub blob links named
 	if err != nil {
-		return nil, fmt.Errorf("fingerprint %s: %w", root, err)
+		return nil, fmt.Errorf("fingerprint: %w", err)
 	}
-	if len(entries) == 0 {
-		return nil, fmt.Errorf("fingerprint %s: no files: %w", root, errdefs.ErrNotFound)
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].rel < entries[j].rel })
-	res.Src.Files = make([]artifact.SourceFile, len(entries))
+	res := &Result{Src: src, Keys: map[string]Key{}}
 	w := c.writer(ctx, &res.Stats)
-	for i, e := range entries {
-		res.Src.Files[i] = artifact.SourceFile{Path: e.rel, Size: e.key.Size}
-		e.file = &res.Src.Files[i]
+	for i := range src.Files {
+		f := &src.Files[i]
+		e := &entry{rel: f.Path, abs: filepath.Join(absRoot, filepath.FromSlash(f.Path)), file: f}
+		if e.key, _, err = stat(e.abs); err != nil {
+			return nil, fmt.Errorf("fingerprint %s: %w", root, err)
+		}
 		res.Keys[e.rel] = e.key
 		res.Stats.Files++
-		if e.key.Link != "" {
-			if base := filepath.Base(e.key.Link); hexSHA256RE.MatchString(base) && filepath.Base(filepath.Dir(e.key.Link)) == "blobs" {
-				e.file.SHA256 = base
-				res.Stats.Named++
-				continue
-			}
+		if f.SHA256 != "" {
+			res.Stats.Named++
+			continue
 		}
 		if w.on {
 			e.rec = filepath.Join(c.dir, recordName(e.abs))
 			if sum, ok := c.lookup(ctx, e, &res.Stats); ok {
-				e.file.SHA256 = sum
+				f.SHA256 = sum
 				res.Stats.Hits++
 				continue
 			}
