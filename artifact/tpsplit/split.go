@@ -5,16 +5,8 @@ import (
 	"slices"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 )
-
-// dtypeBits gives the element width in bits of each safetensors dtype.
-var dtypeBits = map[string]int{
-	"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
-	"I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-	"I32": 32, "U32": 32, "F32": 32,
-	"I64": 64, "U64": 64, "F64": 64, "C64": 64,
-	"F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-}
 
 // Split is the plan for one tensor: how its full row-major data is divided
 // among TPSize ranks. Build it with Spec.Plan.
@@ -42,7 +34,8 @@ func (s *Spec) Plan(name, dtype string, shape []int64, tpSize int) (Split, error
 	if tpSize < 1 {
 		return Split{}, invalid(name, "tp size %d, want >= 1", tpSize)
 	}
-	nbits, ok := dtypeBits[dtype]
+	dt, ok := artifact.LookupDType(dtype)
+	nbits := dt.Bits
 	if !ok {
 		return Split{}, invalid(name, "unknown dtype %q", dtype)
 	}

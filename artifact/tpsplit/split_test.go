@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 const testSpec = `
@@ -93,7 +94,10 @@ var parityCases = []tensorCase{
 	{"model.scalar", "F32", []int64{}, true, -1, 0},
 }
 
-func elemBytes(dtype string) int { return dtypeBits[dtype] / 8 }
+func elemBytes(dtype string) int {
+	dt, _ := artifact.LookupDType(dtype)
+	return dt.Bits / 8
+}
 
 // reassemble concatenates the shards along dim element by element, using
 // multi-index arithmetic (slow and independent of Extract), into the padded
