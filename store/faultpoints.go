@@ -24,6 +24,7 @@ var FaultPoints = []string{
 	"quarantine.after-unmark",
 	"remove.after-mode",
 	"remove.after-rename",
+	"remove.after-sync",
 	"remove.mid-delete",
 	"cleanup.before-remove",
 	"lookup.validated",
