@@ -43,7 +43,7 @@ bench: build
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
 
 FUZZTIME ?= 30s
-FUZZPKGS := ./artifact/ ./store/
+FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done
