@@ -20,8 +20,21 @@ import (
 
 // Config is the CLI's configuration file (TOML), loaded once.
 type Config struct {
-	Root  string        `toml:"root"`
-	Store *store.Policy `toml:"store"`
+	Root    string         `toml:"root"`
+	Store   *store.Policy  `toml:"store"`
+	Resolve *ResolveConfig `toml:"resolve"`
+}
+
+// ResolveConfig is the [resolve] table: defaults of weightsnap resolve that
+// its flags override.
+type ResolveConfig struct {
+	Mode                       string `toml:"mode"`
+	Validation                 string `toml:"validation"`
+	Registry                   string `toml:"registry"`
+	PlainHTTP                  bool   `toml:"plain_http"`
+	Insecure                   bool   `toml:"insecure"`
+	AllowLocalBuild            *bool  `toml:"allow_local_build"`
+	CoordinationTimeoutSeconds int    `toml:"coordination_timeout_seconds"`
 }
 
 // app is the state shared by every command: flags and configuration.

@@ -78,8 +78,40 @@ func (a *app) effectiveRoot() string {
 	return defaultRoot()
 }
 
+// withConfig fills the options the command line left unset from the
+// configuration file's [resolve] table.
+func (o resolveOpts) withConfig(cmd *cobra.Command, c *ResolveConfig) resolveOpts {
+	if c == nil {
+		return o
+	}
+	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
+	if !set("mode") && c.Mode != "" {
+		o.mode = c.Mode
+	}
+	if !set("validation") && c.Validation != "" {
+		o.validation = c.Validation
+	}
+	if !set("registry") && c.Registry != "" {
+		o.registry = c.Registry
+	}
+	if !set("plain-http") {
+		o.remote.plainHTTP = c.PlainHTTP
+	}
+	if !set("insecure") {
+		o.remote.insecure = c.Insecure
+	}
+	if !set("allow-local-build") && c.AllowLocalBuild != nil {
+		o.allowLocalBuild = *c.AllowLocalBuild
+	}
+	if !set("coordination-timeout") && c.CoordinationTimeoutSeconds > 0 {
+		o.timeout = c.CoordinationTimeoutSeconds
+	}
+	return o
+}
+
 func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	ctx := cmd.Context()
+	o = o.withConfig(cmd, a.cfg.Resolve)
 	mode, err := resolve.ParseMode(o.mode)
 	if err != nil {
 		return err

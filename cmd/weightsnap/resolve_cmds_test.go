@@ -90,3 +90,32 @@ func TestResolveCommand(t *testing.T) {
 		})
 	}
 }
+
+func TestResolveConfigTableAndFlags(t *testing.T) {
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 1, DType: "BF16", Seed: 4}); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(base, "config.toml")
+	root := filepath.Join(base, "root")
+	os.WriteFile(cfg, []byte("[resolve]\nmode = \"disabled\"\n"), 0o644)
+	common := []string{"--root", root, "--config", cfg, "resolve", "--from", src, "--revision", strings.Repeat("ef", 20)}
+	// The table's mode: disabled, the source itself, nothing under the root.
+	if out, err := runCLI(t, common...); err != nil || out != src+"\n" {
+		t.Fatalf("config mode disabled: %q %v", out, err)
+	}
+	if _, err := os.Stat(root); !os.IsNotExist(err) {
+		t.Fatal("disabled mode from the config created the root")
+	}
+	// A flag overrides the table.
+	out, err := runCLI(t, append(common, "--mode", "required")...)
+	if err != nil || !strings.HasPrefix(out, filepath.Join(root, "artifacts")) {
+		t.Fatalf("--mode required over the config: %q %v", out, err)
+	}
+	// Unknown keys in the table are refused.
+	os.WriteFile(cfg, []byte("[resolve]\nbogus = 1\n"), 0o644)
+	if _, err := runCLI(t, common...); err == nil {
+		t.Fatal("an unknown [resolve] key was accepted")
+	}
+}
