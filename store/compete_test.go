@@ -3,9 +3,13 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/weightsnap/weightsnap/artifact"
 )
@@ -84,3 +88,25 @@ func TestCompetingPublishers(t *testing.T) {
 }
 
 func farFuture() time.Time { return time.Now().Add(time.Hour) }
+
+// TestReadFailuresAreNotFindings: an I/O failure of the store while reading
+// an entry is a retryable storage failure, never a reason to deny or
+// quarantine; a missing or malformed file is a finding about the entry.
+func TestReadFailuresAreNotFindings(t *testing.T) {
+	for _, tc := range []struct {
+		err     error
+		storage bool
+	}{
+		{unix.EIO, true}, {unix.EMFILE, true}, {unix.ENOMEM, true}, {unix.ESTALE, true},
+		{unix.ENOENT, false}, {unix.ELOOP, false}, {unix.EXDEV, false}, {errors.New("size 3, index says 4"), false},
+	} {
+		err := readFailure(strings.Repeat("a", 64), "f", fmt.Errorf("open: %w", tc.err))
+		var se *StorageError
+		if got := errors.As(err, &se); got != tc.storage || IsInvalid(err) == tc.storage {
+			t.Fatalf("%v: storage failure %v, invalid %v; want storage %v", tc.err, got, IsInvalid(err), tc.storage)
+		}
+		if tc.storage && !se.Retryable() {
+			t.Fatalf("%v: not retryable", tc.err)
+		}
+	}
+}
