@@ -1,0 +1,57 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
+	"golang.org/x/sys/unix"
+)
+
+// TestContainFailedPublication: a publication that failed after its rename
+// is moved to quarantine before PUBLICATION_FAILED is returned; when the
+// filesystem refuses both the move and the deny marker, the failure is
+// retryable and says the outcome is uncertain.
+func TestContainFailedPublication(t *testing.T) {
+	ctx := context.Background()
+	cause := errors.New("harden: injected")
+	id, _ := testIdentity().Hex()
+	d, err := Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(d.path(dirArtifacts, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	err = d.contain(ctx, id, cause)
+	var pf *PublicationFailedError
+	if !errors.As(err, &pf) || !errors.Is(err, cause) {
+		t.Fatalf("contain: %v, want PUBLICATION_FAILED wrapping the cause", err)
+	}
+	if _, err := os.Lstat(d.path(dirArtifacts, id)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatal("the failed publication is still in artifacts/")
+	}
+
+	if os.Geteuid() != 0 {
+		harness.Skip(t, "read-only mounts need root")
+	}
+	if err := os.Mkdir(d.path(dirArtifacts, id), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []string{d.path(dirArtifacts), d.path(dirDeny)} {
+		if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+		if err := unix.Mount("", dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = d.contain(ctx, id, cause)
+	var se *StorageError
+	if !errors.As(err, &se) || !se.OutcomeUncertain || !se.Retryable() {
+		t.Fatalf("contain on a read-only filesystem: %v, want a retryable, outcome-uncertain storage failure", err)
+	}
+}
