@@ -19,8 +19,8 @@ const ringBuffers = 4
 // concurrently and independently: one hashes the bytes in order, one writes
 // them to the file, so a write throttled by the page cache never stalls the
 // hashing, and the other way round. The first positioned write drains the
-// stages and switches the file to hashing by readback at Close. Close starts
-// the fsync in the background; publication waits for it.
+// stages and switches the file to hashing by readback at Close. The fsync
+// runs in the background, overlapped with later files; publication waits for it.
 type fileWriter struct {
 	path string
 	size int64
@@ -32,10 +32,11 @@ type fileWriter struct {
 	pos        int64 // next sequential offset
 	stages     *stages
 
-	closed bool
-	synced chan error
-	entry  artifact.FileEntry
-	err    error
+	closed    bool
+	startSync func()
+	synced    chan error
+	entry     artifact.FileEntry
+	err       error
 }
 
 func newFileWriter(path string, size int64, f *os.File, pool *sync.Pool) *fileWriter {
@@ -175,7 +176,9 @@ func (w *fileWriter) WriteAt(p []byte, off int64) (int, error) {
 	return n, classifyIO(err)
 }
 
-// Close finishes the hashes and starts the fsync.
+// Close finishes the hashes and prepares the fsync, which the build starts
+// once the next file is created (or at publication): on ext4 an fsync's
+// journal commit would otherwise stall the next file's fallocate.
 func (w *fileWriter) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -196,13 +199,13 @@ func (w *fileWriter) Close() error {
 	}
 	w.synced = make(chan error, 1)
 	defer faultPoint("write.after-close")
-	go func() {
+	w.startSync = func() {
 		err := w.f.Sync()
 		if cerr := w.f.Close(); err == nil {
 			err = cerr
 		}
 		w.synced <- classifyIO(err)
-	}()
+	}
 	return nil
 }
 
@@ -219,6 +222,10 @@ func (w *fileWriter) discard() {
 		}
 		w.f.Close()
 		return
+	}
+	if w.startSync != nil {
+		w.startSync()
+		w.startSync = nil
 	}
 	if w.synced != nil {
 		<-w.synced

@@ -33,6 +33,7 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 		return err
 	}
 	entries := make([]artifact.FileEntry, 0, len(b.files))
+	b.startSyncs()
 	for _, w := range b.files {
 		if !w.closed {
 			return fmt.Errorf("payload %s was never closed: %w", w.path, errdefs.ErrFailedPrecondition)

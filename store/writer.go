@@ -83,6 +83,7 @@ func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
 			return nil, classifyIO(fmt.Errorf("preallocate %s: %w", path, err))
 		}
 	}
+	b.startSyncs()
 	fw := newFileWriter(path, size, f, &b.buffers)
 	b.files[path] = fw
 	b.total += size
@@ -165,4 +166,16 @@ func removeTree(dir string) error {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil
+}
+
+// startSyncs starts the fsync of every closed file whose fsync is pending.
+func (b *build) startSyncs() {
+	for _, w := range b.files {
+		w.mu.Lock()
+		if w.startSync != nil {
+			go w.startSync()
+			w.startSync = nil
+		}
+		w.mu.Unlock()
+	}
 }
