@@ -204,15 +204,25 @@ func (e *SourceMismatchError) Unwrap() error { return errdefs.ErrDataLoss }
 // of the writer, and checks the copy's sha256 against the fingerprint.
 func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	for _, sf := range p.Src.Files {
-		if err := p.copyFile(ctx, w, sf); err != nil {
+		if err := CopyVerbatim(ctx, w, p.Src.Root, sf, p.Progress); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) error {
-	in, err := os.Open(filepath.Join(p.Src.Root, sf.Path))
+// CopyVerbatim copies one source file below root through w as it is. A copy
+// kept from an interrupted build with the fingerprint's sha256 is reused when
+// the writer offers one. The source must not change during the copy, and
+// the copy must have the fingerprint's sha256 when it is known. progress, if
+// set, is told of every chunk copied.
+func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, progress func(int64)) error {
+	if r, ok := w.(Resumer); ok && sf.SHA256 != "" {
+		if _, reused, err := r.Reuse(sf.Path, sf.Size, sf.SHA256); err != nil || reused {
+			return err
+		}
+	}
+	in, err := os.Open(filepath.Join(root, filepath.FromSlash(sf.Path)))
 	if err != nil {
 		return err
 	}
@@ -229,8 +239,8 @@ func (p *Passthrough) copyFile(ctx context.Context, w Writer, sf SourceFile) err
 		if _, err := out.Write(b); err != nil {
 			return err
 		}
-		if p.Progress != nil {
-			p.Progress(int64(len(b)))
+		if progress != nil {
+			progress(int64(len(b)))
 		}
 		return nil
 	})

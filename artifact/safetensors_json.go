@@ -310,7 +310,7 @@ func stParseUint(b []byte) (int64, string) {
 	var v uint64
 	for _, c := range b {
 		if c < '0' || c > '9' {
-			if b[0] == '-' && bytes.IndexAny(b, ".eE") < 0 {
+			if b[0] == '-' && !bytes.ContainsAny(b, ".eE") {
 				return 0, "is negative"
 			}
 			return 0, "is not an integer"

@@ -60,15 +60,6 @@ func identityOf(t testing.TB, r producers.Recipe, dir string) artifact.Identity 
 	return id
 }
 
-func hexOf(t testing.TB, id artifact.Identity) string {
-	t.Helper()
-	h, err := id.Hex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return h
-}
-
 // sourceTensors reads every tensor of a checkpoint directory.
 func sourceTensors(t testing.TB, dir string) map[string]artifact.WriteTensor {
 	t.Helper()

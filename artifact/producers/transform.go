@@ -285,47 +285,9 @@ func fstat(f *os.File) (syscall.Stat_t, error) {
 	return *st, nil
 }
 
-// copyFile copies a file verbatim, adopting a kept copy from an interrupted
-// build when the writer offers one with the fingerprint's sha256.
+// copyFile copies a file verbatim (artifact.CopyVerbatim), counting the bytes read.
 func (t *transform) copyFile(ctx context.Context, w artifact.Writer, sf artifact.SourceFile) error {
-	if r, ok := w.(artifact.Resumer); ok {
-		if _, reused, err := r.Reuse(sf.Path, sf.Size, sf.SHA256); err != nil || reused {
-			return err
-		}
-	}
-	f, st, err := t.open(sf)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	out, err := w.Create(sf.Path, sf.Size)
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, min(int64(chunkSize), max(sf.Size, 1)))
-	n, err := io.CopyBuffer(onlyWriter{out}, io.NewSectionReader(f, 0, sf.Size), buf)
-	t.read.Add(n)
-	if err == nil && n != sf.Size {
-		err = fmt.Errorf("copied %d of %d bytes: %w", n, sf.Size, io.ErrUnexpectedEOF)
-	}
-	if err == nil {
-		err = unchanged(f, sf, st)
-	}
-	if err != nil {
-		out.Close()
-		return err
-	}
-	if err := out.Close(); err != nil {
-		return err
-	}
-	e, err := out.Digest()
-	if err != nil {
-		return err
-	}
-	if e.SHA256 != sf.SHA256 {
-		return &artifact.SourceMismatchError{Path: sf.Path, Want: sf.SHA256, Got: e.SHA256}
-	}
-	return nil
+	return artifact.CopyVerbatim(ctx, w, t.src.Root, sf, func(n int64) { t.read.Add(n) })
 }
 
 // onlyWriter hides WriterAt/ReaderFrom so io.Copy writes in order.
