@@ -1,0 +1,317 @@
+// Package powercut is a test filesystem that loses power: a FUSE loopback
+// over a backing directory which, beside the live tree every process sees,
+// keeps a conservative model of what a disk would still hold after a power
+// cut. A file's bytes (and size) reach the durable image only when that file
+// is fsynced or fdatasynced, its mode only when it is fsynced; create, mkdir,
+// symlink, link, unlink, rmdir and rename reach it only when the directory
+// that holds the new name (the removed name, for unlink and rmdir) is
+// fsynced, each after the earlier operations on the same inode or name.
+// Everything else lives in memory and is lost at the cut.
+//
+// The filesystem counts sync calls and cuts the power right after the k-th
+// one, at a named store fault point (announced by a lookup of
+// .powercut-step.NAME in its root), or when asked; from then on it exposes
+// only the durable image. With a seed, the cut also persists a random subset
+// of what was not yet durable, in an order the model allows: namespace
+// operations closed under their dependencies, modes, and file contents whole,
+// not at all, or torn block by block with either size.
+package powercut
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+)
+
+type kind uint8
+
+const (
+	kindFile kind = iota
+	kindDir
+	kindSymlink
+)
+
+// inodeID names one inode of the model across renames; a backing inode
+// number reused after an unlink gets a new one.
+type inodeID uint64
+
+// inode is what the durable image holds of one inode.
+type inode struct {
+	kind    kind
+	mode    uint32             // permission bits
+	data    []byte             // a file's bytes, a symbolic link's target
+	entries map[string]inodeID // a directory's names
+}
+
+func (n *inode) clone() *inode {
+	c := *n
+	if n.entries != nil {
+		c.entries = make(map[string]inodeID, len(n.entries))
+		for k, v := range n.entries {
+			c.entries[k] = v
+		}
+	}
+	return &c
+}
+
+// nsOp is a namespace operation that is not durable yet.
+type nsOp struct {
+	what    string // create, mkdir, symlink, link, unlink, rmdir, rename
+	dir     inodeID
+	name    string
+	child   inodeID
+	newDir  inodeID // rename only
+	newName string
+	desc    string // how the operation log shows it
+}
+
+// syncedBy is the directory whose fsync makes the operation durable: the one
+// holding the new name, or the removed one.
+func (o *nsOp) syncedBy() inodeID {
+	if o.what == "rename" {
+		return o.newDir
+	}
+	return o.dir
+}
+
+type entryKey struct {
+	dir  inodeID
+	name string
+}
+
+func (o *nsOp) keys() []entryKey {
+	if o.what == "rename" {
+		return []entryKey{{o.dir, o.name}, {o.newDir, o.newName}}
+	}
+	return []entryKey{{o.dir, o.name}}
+}
+
+// dependsOn says whether o must not become durable before the earlier p:
+// both name the same inode or the same directory entry.
+func (o *nsOp) dependsOn(p *nsOp) bool {
+	if o.child == p.child {
+		return true
+	}
+	for _, a := range o.keys() {
+		for _, b := range p.keys() {
+			if a == b {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func (o *nsOp) apply(img map[inodeID]*inode) {
+	switch o.what {
+	case "unlink", "rmdir":
+		removeEntry(img, o.dir, o.name, o.child)
+	case "rename":
+		removeEntry(img, o.dir, o.name, o.child)
+		img[o.newDir].entries[o.newName] = o.child
+	default: // create, mkdir, symlink, link
+		img[o.dir].entries[o.name] = o.child
+	}
+}
+
+func removeEntry(img map[inodeID]*inode, dir inodeID, name string, child inodeID) {
+	if d := img[dir]; d.entries[name] == child {
+		delete(d.entries, name)
+	}
+}
+
+// model is the durable image and the operations that have not reached it.
+// The caller serializes every call.
+type model struct {
+	root    inodeID
+	last    inodeID
+	durable map[inodeID]*inode
+	live    map[uint64]inodeID // backing inode number -> the inode it is now
+	pending []*nsOp
+}
+
+func newModel() *model {
+	return &model{durable: map[inodeID]*inode{}, live: map[uint64]inodeID{}}
+}
+
+// born registers a new inode at backing inode number ino, durable only as
+// an unnamed inode with its creation mode and no content.
+func (m *model) born(ino uint64, k kind, mode uint32, target string) inodeID {
+	m.last++
+	n := &inode{kind: k, mode: mode & 0o7777}
+	switch k {
+	case kindDir:
+		n.entries = map[string]inodeID{}
+	case kindSymlink:
+		n.data = []byte(target)
+	}
+	m.durable[m.last] = n
+	m.live[ino] = m.last
+	return m.last
+}
+
+// idOf is the inode now at backing inode number ino.
+func (m *model) idOf(ino uint64) inodeID {
+	id, ok := m.live[ino]
+	if !ok { // not seen being made; it was never durable
+		id = m.born(ino, kindFile, 0, "")
+	}
+	return id
+}
+
+func (m *model) record(op *nsOp) { m.pending = append(m.pending, op) }
+
+// syncFile is an fsync (datasync: fdatasync) of a file with these contents and mode.
+func (m *model) syncFile(id inodeID, data []byte, mode uint32, datasync bool) {
+	n := m.durable[id]
+	n.data = data
+	if !datasync {
+		n.mode = mode & 0o7777
+	}
+}
+
+// syncDir is an fsync of directory id: every pending operation it decides
+// becomes durable, each after the earlier ones it depends on.
+func (m *model) syncDir(id inodeID, mode uint32, datasync bool) {
+	chosen := make([]bool, len(m.pending))
+	for i, op := range m.pending {
+		if op.syncedBy() == id {
+			m.closure(i, chosen)
+		}
+	}
+	m.persist(m.durable, chosen)
+	if !datasync {
+		m.durable[id].mode = mode & 0o7777
+	}
+	kept := m.pending[:0]
+	for i, op := range m.pending {
+		if !chosen[i] {
+			kept = append(kept, op)
+		}
+	}
+	m.pending = kept
+}
+
+// closure chooses pending operation i and every earlier one it depends on.
+func (m *model) closure(i int, chosen []bool) {
+	if chosen[i] {
+		return
+	}
+	chosen[i] = true
+	for j := i - 1; j >= 0; j-- {
+		if !chosen[j] && m.pending[i].dependsOn(m.pending[j]) {
+			m.closure(j, chosen)
+		}
+	}
+}
+
+// persist applies the chosen operations to img in the order they happened.
+func (m *model) persist(img map[inodeID]*inode, chosen []bool) {
+	for i, op := range m.pending {
+		if chosen[i] {
+			op.apply(img)
+		}
+	}
+}
+
+// liveState is an inode's live mode and (for files) bytes at a cut.
+type liveState struct {
+	mode uint32
+	data []byte
+}
+
+// image is the durable image at a cut: exactly what was synced, or, with r,
+// plus a random subset of what was not, given the live states.
+func (m *model) image(r *rand.Rand, live map[inodeID]liveState) *Image {
+	img := &Image{root: m.root, nodes: make(map[inodeID]*inode, len(m.durable))}
+	for id, n := range m.durable {
+		img.nodes[id] = n.clone()
+	}
+	var lost, kept []string
+	chosen := make([]bool, len(m.pending))
+	if r != nil {
+		for i := range m.pending {
+			if r.IntN(2) == 0 {
+				m.closure(i, chosen)
+			}
+		}
+		m.persist(img.nodes, chosen)
+		kept = img.persistSome(r, live)
+	}
+	for i, op := range m.pending {
+		if chosen[i] {
+			kept = append(kept, op.desc)
+		} else {
+			lost = append(lost, op.desc)
+		}
+	}
+	img.report = reportOf(lost, kept)
+	return img
+}
+
+// persistSome lets each inode whose live mode or bytes differ from the
+// durable ones keep them or not, and a file's bytes also torn: either size,
+// each block from the old or the new contents.
+func (img *Image) persistSome(r *rand.Rand, live map[inodeID]liveState) []string {
+	var kept []string
+	for id, n := range img.nodes {
+		l, ok := live[id]
+		if !ok {
+			continue
+		}
+		if l.mode != n.mode && r.IntN(2) == 0 {
+			kept = append(kept, fmt.Sprintf("mode %o of inode %d", l.mode, id))
+			n.mode = l.mode
+		}
+		if n.kind != kindFile || bytes.Equal(l.data, n.data) {
+			continue
+		}
+		switch r.IntN(3) {
+		case 1:
+			kept = append(kept, fmt.Sprintf("all %d bytes of inode %d", len(l.data), id))
+			n.data = l.data
+		case 2:
+			n.data = torn(r, n.data, l.data)
+			kept = append(kept, fmt.Sprintf("torn bytes of inode %d (%d bytes)", id, len(n.data)))
+		}
+	}
+	return kept
+}
+
+// tornBlock is the unit in which a torn file's blocks persist.
+const tornBlock = 4096
+
+func torn(r *rand.Rand, old, now []byte) []byte {
+	size := len(now)
+	if r.IntN(2) == 0 {
+		size = len(old)
+	}
+	out := make([]byte, size)
+	for off := 0; off < size; off += tornBlock {
+		end := min(off+tornBlock, size)
+		src := old
+		if r.IntN(2) == 0 {
+			src = now
+		}
+		if off < len(src) {
+			copy(out[off:end], src[off:min(end, len(src))])
+		}
+	}
+	return out
+}
+
+func reportOf(lost, kept []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "not durable at the cut (%d):\n", len(lost))
+	for _, s := range lost {
+		fmt.Fprintf(&b, "  - %s\n", s)
+	}
+	if len(kept) > 0 {
+		fmt.Fprintf(&b, "persisted anyway by the random subset (%d):\n", len(kept))
+		for _, s := range kept {
+			fmt.Fprintf(&b, "  + %s\n", s)
+		}
+	}
+	return b.String()
+}
