@@ -101,10 +101,7 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id str
 func (d *Domain) clearInvalid(ctx context.Context, id string, deadline time.Time) error {
 	_, statErr := os.Lstat(d.path(dirArtifacts, id))
 	if errors.Is(statErr, os.ErrNotExist) {
-		if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err // a stale marker that cannot be cleared
-		}
-		return nil
+		return d.unmark(id) // a stale marker; an error if it cannot be cleared
 	}
 	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of invalid "+short(id))
 	if err != nil {

@@ -200,7 +200,7 @@ func (w *fileWriter) Close() error {
 	w.synced = make(chan error, 1)
 	defer faultPoint("write.after-close")
 	w.startSync = func() {
-		err := w.f.Sync()
+		err := syncHardened(w.f)
 		if cerr := w.f.Close(); err == nil {
 			err = cerr
 		}

@@ -88,7 +88,7 @@ func (b *build) Reuse(path string, size int64, sha256 string) (artifact.FileEntr
 	go func() {
 		g, err := os.Open(full)
 		if err == nil {
-			err = g.Sync()
+			err = syncHardened(g)
 			g.Close()
 		}
 		w.synced <- err

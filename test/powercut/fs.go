@@ -77,7 +77,23 @@ func Mount(mountpoint, backing string, opts Options) (*FS, error) {
 	if err != nil {
 		return nil, fmt.Errorf("powercut: mount %s: %w", mountpoint, err)
 	}
+	closeFUSEOnExec()
 	return f, nil
+}
+
+// closeFUSEOnExec marks this process's /dev/fuse descriptors close-on-exec:
+// go-fuse's direct mount opens the device without it, and a child that
+// inherited it would keep the connection alive, so a request held at a cut
+// would never end once the server is gone.
+func closeFUSEOnExec() {
+	fds, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range fds {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			if fd, err := strconv.Atoi(e.Name()); err == nil {
+				syscall.CloseOnExec(fd)
+			}
+		}
+	}
 }
 
 // TracePrefix is what a store built with the "faults" tag needs in
@@ -143,15 +159,21 @@ func (f *FS) logf(format string, args ...any) {
 	f.log = append(f.log, fmt.Sprintf(format, args...))
 }
 
+// inStep adds the last fault point passed to an operation's description.
+func (f *FS) inStep(desc string) string {
+	if f.step == "" {
+		return desc
+	}
+	return desc + " (after " + f.step + ")"
+}
+
 // cutLocked freezes the durable image.
 func (f *FS) cutLocked(why string) {
 	var r *rand.Rand
-	var live map[inodeID]liveState
 	if f.opts.Seed != 0 {
 		r = rand.New(rand.NewPCG(f.opts.Seed, uint64(f.syncs)))
-		live = f.liveStates()
 	}
-	f.image = f.m.image(r, live)
+	f.image = f.m.image(r, f.liveStates())
 	f.image.report = fmt.Sprintf("power cut %s, after %d syncs (last fault point: %s)\n%s", why, f.syncs, f.step, f.image.report)
 	f.logf("POWER CUT %s", why)
 	close(f.cut)
@@ -179,7 +201,8 @@ func (f *FS) liveStates() map[inodeID]liveState {
 		if !ok {
 			return nil
 		}
-		l := liveState{mode: st.Mode & 0o7777}
+		rel, _ := filepath.Rel(f.backing, p)
+		l := liveState{path: rel, mode: st.Mode & 0o7777}
 		if fi.Mode().IsRegular() {
 			l.data, _ = os.ReadFile(p)
 		}

@@ -7,15 +7,15 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
+	e2e "github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// requireFUSE skips (see harness.Skip) where a FUSE filesystem cannot be mounted.
+// requireFUSE skips (see e2e.Skip) where a FUSE filesystem cannot be mounted.
 func requireFUSE(t testing.TB) {
 	t.Helper()
-	harness.RequireRoot(t)
+	e2e.RequireRoot(t)
 	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		harness.Skip(t, "no usable /dev/fuse: "+err.Error())
+		e2e.Skip(t, "no usable /dev/fuse: "+err.Error())
 	} else {
 		f.Close()
 	}

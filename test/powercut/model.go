@@ -21,6 +21,7 @@ import (
 	"bytes"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 )
 
@@ -217,6 +218,7 @@ func (m *model) persist(img map[inodeID]*inode, chosen []bool) {
 
 // liveState is an inode's live mode and (for files) bytes at a cut.
 type liveState struct {
+	path string // relative to the root, for the report
 	mode uint32
 	data []byte
 }
@@ -228,7 +230,6 @@ func (m *model) image(r *rand.Rand, live map[inodeID]liveState) *Image {
 	for id, n := range m.durable {
 		img.nodes[id] = n.clone()
 	}
-	var lost, kept []string
 	chosen := make([]bool, len(m.pending))
 	if r != nil {
 		for i := range m.pending {
@@ -236,9 +237,9 @@ func (m *model) image(r *rand.Rand, live map[inodeID]liveState) *Image {
 				m.closure(i, chosen)
 			}
 		}
-		m.persist(img.nodes, chosen)
-		kept = img.persistSome(r, live)
 	}
+	m.persist(img.nodes, chosen)
+	var lost, kept []string
 	for i, op := range m.pending {
 		if chosen[i] {
 			kept = append(kept, op.desc)
@@ -246,37 +247,52 @@ func (m *model) image(r *rand.Rand, live map[inodeID]liveState) *Image {
 			lost = append(lost, op.desc)
 		}
 	}
-	img.report = reportOf(lost, kept)
+	l, k := img.settle(r, live)
+	img.report = reportOf(append(lost, l...), append(kept, k...))
 	return img
 }
 
-// persistSome lets each inode whose live mode or bytes differ from the
-// durable ones keep them or not, and a file's bytes also torn: either size,
-// each block from the old or the new contents.
-func (img *Image) persistSome(r *rand.Rand, live map[inodeID]liveState) []string {
-	var kept []string
-	for id, n := range img.nodes {
-		l, ok := live[id]
-		if !ok {
-			continue
-		}
-		if l.mode != n.mode && r.IntN(2) == 0 {
-			kept = append(kept, fmt.Sprintf("mode %o of inode %d", l.mode, id))
-			n.mode = l.mode
+// settle decides, for each inode whose live mode or bytes differ from the
+// durable ones, what the image keeps: without r the durable ones; with r,
+// at random, the live mode or not, and a file's live bytes whole, not at
+// all, or torn (either size, each block from the old or the new bytes).
+func (img *Image) settle(r *rand.Rand, live map[inodeID]liveState) (lost, kept []string) {
+	ids := make([]inodeID, 0, len(live))
+	for id := range live {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids) // the same seed draws the same choices
+	for _, id := range ids {
+		n, l := img.nodes[id], live[id]
+		if l.mode != n.mode {
+			d := fmt.Sprintf("mode %o of /%s (durable: %o)", l.mode, l.path, n.mode)
+			if r != nil && r.IntN(2) == 0 {
+				n.mode = l.mode
+				kept = append(kept, d)
+			} else {
+				lost = append(lost, d)
+			}
 		}
 		if n.kind != kindFile || bytes.Equal(l.data, n.data) {
 			continue
 		}
-		switch r.IntN(3) {
+		d := fmt.Sprintf("bytes of /%s (%d live, %d durable)", l.path, len(l.data), len(n.data))
+		choice := 0
+		if r != nil {
+			choice = r.IntN(3)
+		}
+		switch choice {
+		case 0:
+			lost = append(lost, d)
 		case 1:
-			kept = append(kept, fmt.Sprintf("all %d bytes of inode %d", len(l.data), id))
 			n.data = l.data
+			kept = append(kept, "all "+d)
 		case 2:
 			n.data = torn(r, n.data, l.data)
-			kept = append(kept, fmt.Sprintf("torn bytes of inode %d (%d bytes)", id, len(n.data)))
+			kept = append(kept, fmt.Sprintf("torn %s: %d bytes", d, len(n.data)))
 		}
 	}
-	return kept
+	return lost, kept
 }
 
 // tornBlock is the unit in which a torn file's blocks persist.

@@ -80,7 +80,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 func (n *node) created(what, name string, ch *fs.Inode, k kind, mode uint32, target string) {
 	m := n.pc.m
 	child := m.born(ch.StableAttr().Ino, k, mode, target)
-	desc := fmt.Sprintf("%s %s (mode %o)", what, n.show(name), mode&0o7777)
+	desc := n.pc.inStep(fmt.Sprintf("%s %s (mode %o)", what, n.show(name), mode&0o7777))
 	m.record(&nsOp{what: what, dir: m.idOf(n.ino()), name: name, child: child, desc: desc})
 	n.pc.logf("%s", desc)
 }
@@ -134,7 +134,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	errno = n.pc.namespace(func() syscall.Errno {
 		if ch, errno = n.LoopbackNode.Link(ctx, target, name, out); errno == 0 {
 			m := n.pc.m
-			desc := "link " + n.show(name)
+			desc := n.pc.inStep("link " + n.show(name))
 			m.record(&nsOp{what: "link", dir: m.idOf(n.ino()), name: name, child: m.idOf(ch.StableAttr().Ino), desc: desc})
 			n.pc.logf("%s", desc)
 		}
@@ -153,7 +153,7 @@ func (n *node) remove(what, name string, rm func() syscall.Errno) syscall.Errno 
 			return errno
 		}
 		m := n.pc.m
-		desc := what + " " + n.show(name)
+		desc := n.pc.inStep(what + " " + n.show(name))
 		m.record(&nsOp{what: what, dir: m.idOf(n.ino()), name: name, child: m.idOf(ino), desc: desc})
 		n.pc.logf("%s", desc)
 		return 0
@@ -185,7 +185,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return errno
 		}
 		m := n.pc.m
-		desc := fmt.Sprintf("rename %s -> %s", n.show(name), np.show(newName))
+		desc := n.pc.inStep(fmt.Sprintf("rename %s -> %s", n.show(name), np.show(newName)))
 		m.record(&nsOp{what: "rename", dir: m.idOf(n.ino()), name: name, child: m.idOf(ino),
 			newDir: m.idOf(np.ino()), newName: newName, desc: desc})
 		n.pc.logf("%s", desc)
