@@ -176,11 +176,14 @@ func (h *harness) checkImage(img *Image, dir, expect string) (string, error) {
 // and the failures.
 func (h *harness) sweep(sc *scenario, seed uint64) (int, []error) {
 	start := sc.prepare(h.t, h.src)
+	var failures []error
 	full, err := h.cut(sc, start, Options{Seed: seed})
-	if err != nil {
+	switch {
+	case full == nil || !full.returned:
 		return 0, []error{err}
-	}
-	if full.syncs == 0 {
+	case err != nil:
+		failures = append(failures, err)
+	case full.syncs == 0:
 		return 0, []error{fmt.Errorf("%s: the operation made no sync call", sc.name)}
 	}
 	var cuts []Options
@@ -192,7 +195,6 @@ func (h *harness) sweep(sc *scenario, seed uint64) (int, []error) {
 			cuts = append(cuts, Options{CutAtStep: step, Seed: seed})
 		}
 	}
-	var failures []error
 	for _, opts := range cuts {
 		if _, err := h.cut(sc, start, opts); err != nil {
 			failures = append(failures, err)
@@ -256,6 +258,7 @@ func TestHarnessCatchesAMissingParentSync(t *testing.T) {
 		`not durable at the cut.*- rename /tmp/` + h.src.Hex + `\.\w+ -> /artifacts/` + h.src.Hex + ` \(after publish\.before-rename@1\)`)
 	for _, err := range failures {
 		if want.MatchString(err.Error()) {
+			t.Logf("the harness failed, as it should:\n%v", err)
 			return
 		}
 	}
