@@ -231,9 +231,11 @@ func (m *model) image(r *rand.Rand, live map[inodeID]liveState) *Image {
 		img.nodes[id] = n.clone()
 	}
 	chosen := make([]bool, len(m.pending))
+	var c *coin
 	if r != nil {
+		c = newCoin(r)
 		for i := range m.pending {
-			if r.IntN(2) == 0 {
+			if c.heads() {
 				m.closure(i, chosen)
 			}
 		}
@@ -247,16 +249,30 @@ func (m *model) image(r *rand.Rand, live map[inodeID]liveState) *Image {
 			lost = append(lost, op.desc)
 		}
 	}
-	l, k := img.settle(r, live)
+	l, k := img.settle(c, live)
 	img.report = reportOf(append(lost, l...), append(kept, k...))
 	return img
 }
 
+// coin decides what a random cut persists: each thing with one probability,
+// drawn per cut, so that some cuts keep little and some nearly everything.
+type coin struct {
+	r *rand.Rand
+	p float64
+}
+
+func newCoin(r *rand.Rand) *coin {
+	return &coin{r: r, p: [...]float64{0.25, 0.5, 0.75, 0.95}[r.IntN(4)]}
+}
+
+// heads says whether to persist the next thing; a nil coin persists nothing.
+func (c *coin) heads() bool { return c != nil && c.r.Float64() < c.p }
+
 // settle decides, for each inode whose live mode or bytes differ from the
-// durable ones, what the image keeps: without r the durable ones; with r,
-// at random, the live mode or not, and a file's live bytes whole, not at
-// all, or torn (either size, each block from the old or the new bytes).
-func (img *Image) settle(r *rand.Rand, live map[inodeID]liveState) (lost, kept []string) {
+// durable ones, what the image keeps: without c the durable ones; with c,
+// at random, the live mode or not, and a file's live bytes or not, whole or
+// torn (either size, each block from the old or the new bytes).
+func (img *Image) settle(c *coin, live map[inodeID]liveState) (lost, kept []string) {
 	ids := make([]inodeID, 0, len(live))
 	for id := range live {
 		ids = append(ids, id)
@@ -266,7 +282,7 @@ func (img *Image) settle(r *rand.Rand, live map[inodeID]liveState) (lost, kept [
 		n, l := img.nodes[id], live[id]
 		if l.mode != n.mode {
 			d := fmt.Sprintf("mode %o of /%s (durable: %o)", l.mode, l.path, n.mode)
-			if r != nil && r.IntN(2) == 0 {
+			if c.heads() {
 				n.mode = l.mode
 				kept = append(kept, d)
 			} else {
@@ -277,18 +293,14 @@ func (img *Image) settle(r *rand.Rand, live map[inodeID]liveState) (lost, kept [
 			continue
 		}
 		d := fmt.Sprintf("bytes of /%s (%d live, %d durable)", l.path, len(l.data), len(n.data))
-		choice := 0
-		if r != nil {
-			choice = r.IntN(3)
-		}
-		switch choice {
-		case 0:
+		switch {
+		case !c.heads():
 			lost = append(lost, d)
-		case 1:
+		case c.r.IntN(2) == 0:
 			n.data = l.data
 			kept = append(kept, "all "+d)
-		case 2:
-			n.data = torn(r, n.data, l.data)
+		default:
+			n.data = c.torn(n.data, l.data)
 			kept = append(kept, fmt.Sprintf("torn %s: %d bytes", d, len(n.data)))
 		}
 	}
@@ -298,16 +310,18 @@ func (img *Image) settle(r *rand.Rand, live map[inodeID]liveState) (lost, kept [
 // tornBlock is the unit in which a torn file's blocks persist.
 const tornBlock = 4096
 
-func torn(r *rand.Rand, old, now []byte) []byte {
-	size := len(now)
-	if r.IntN(2) == 0 {
-		size = len(old)
+// torn is a file's bytes after a cut that persisted part of a change:
+// either size, each block from the old or the new bytes.
+func (c *coin) torn(old, now []byte) []byte {
+	size := len(old)
+	if c.heads() {
+		size = len(now)
 	}
 	out := make([]byte, size)
 	for off := 0; off < size; off += tornBlock {
 		end := min(off+tornBlock, size)
 		src := old
-		if r.IntN(2) == 0 {
+		if c.heads() {
 			src = now
 		}
 		if off < len(src) {
