@@ -1,11 +1,17 @@
 package powercut
 
 import (
+	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/test/internal/storetest"
 
 	e2e "github.com/weightsnap/weightsnap/test/e2e/harness"
 )
@@ -248,5 +254,26 @@ func TestRandomSubsetsKeepTheOrder(t *testing.T) {
 		if !seen[p] {
 			t.Errorf("no seed left the directory at %q (seen %v)", p, seen)
 		}
+	}
+}
+
+// TestStoreAdmitsItOnlyWithTheTag: this test binary, built without the
+// "powercut" tag like every release binary, refuses the power-cut
+// filesystem as FUSE; the harness's child, built with it, opens a store there.
+func TestStoreAdmitsItOnlyWithTheTag(t *testing.T) {
+	requireFUSE(t)
+	f, mnt := mountTree(t, Options{})
+	_, err := store.Open(context.Background(), mnt, nil)
+	var unsupported *store.UnsupportedFSError
+	if !errors.As(err, &unsupported) || unsupported.Type != "fuse" {
+		t.Fatalf("opening a store on the power-cut filesystem without the tag: %v, want an UnsupportedFSError naming fuse", err)
+	}
+	src := storetest.NewSource(t, 16<<10, 1, 1)
+	out, err := exec.Command(child(t), "gc", mnt, src.Dir).CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "ok gc") {
+		t.Fatalf("the child built with the tag: %v: %s", err, out)
+	}
+	if f.Syncs() == 0 {
+		t.Errorf("the child's store made no sync call creating its domain")
 	}
 }
