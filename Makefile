@@ -20,12 +20,12 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "peers: install failed" >&2; exit 1; \
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
-# Unit tests, fuzz seed corpora, crash harness and end-to-end tests against the real peers.
-# The crash harness runs verbose, filtered, so its count of fault points and kills shows.
+# Unit tests, fuzz seed corpora, crash and power-cut harnesses and end-to-end tests against the
+# real peers. The harnesses run verbose, filtered, so their counts of kills and power cuts show.
 test: build
 	@$(PEERS_DEPS); \
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/crash) && \
-	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | grep -E '^(crash harness|--- |ok|FAIL|panic)'; \
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vE '/test/(crash|powercut)') && \
+	$(GO) test -count=1 -timeout 20m -v ./test/crash/... ./test/powercut/... 2>&1 | grep -E '^(crash harness|power-cut harness|--- |ok|FAIL|panic)'; \
 	exit $${PIPESTATUS[0]}
 
 unit:
@@ -48,9 +48,11 @@ fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done
 
-# The crash harness with ten times the kills per fault point.
+# The crash harness with ten times the kills per fault point; the power-cut harness's random
+# subsets with ten times the seeds.
 stress:
 	WEIGHTSNAP_CRASH_ITERATIONS=200 $(GO) test -count=1 -timeout 60m -v -run KillAt ./test/crash/
+	WEIGHTSNAP_POWERCUT_SEEDS=20 $(GO) test -count=1 -timeout 60m -v -run RandomSubsets ./test/powercut/
 
 lint:
 	$(GO) vet ./...
