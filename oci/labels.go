@@ -24,6 +24,9 @@ type LabelError struct {
 }
 
 func (e *LabelError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("weight layer label %s: %s", e.Label, e.Reason)
+	}
 	return fmt.Sprintf("weight layer label %s=%q: %s", e.Label, e.Value, e.Reason)
 }
 

@@ -67,6 +67,22 @@ func PointerPath(p Pointer) string {
 	return path.Join(p.Target, PointerDir, strings.TrimPrefix(p.Identity, "sha256:")+".json")
 }
 
+// PointerFile is the content of p's pointer file: canonical JSON and a newline.
+func PointerFile(p Pointer) ([]byte, error) {
+	if p.Schema == 0 {
+		p.Schema = PointerSchema
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	body, err := artifact.Canonicalize(raw)
+	if err != nil {
+		return nil, err
+	}
+	return append(body, '\n'), nil
+}
+
 // NewPointerLayer builds the deterministic pointer layer of p: an
 // uncompressed tar of the target directory, its parents, .weightsnap/,
 // .weightsnap/pointers/ and the pointer file, in sorted order, owned by
@@ -84,15 +100,10 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	if _, _, err := ParsePointerLabels(labels); err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(p)
+	body, err := PointerFile(p)
 	if err != nil {
 		return nil, err
 	}
-	body, err := artifact.Canonicalize(raw)
-	if err != nil {
-		return nil, err
-	}
-	body = append(body, '\n')
 
 	file := strings.TrimPrefix(PointerPath(p), "/")
 	var dirs []string
