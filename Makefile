@@ -41,6 +41,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 	scripts/bench-store.sh $(BENCH_SIZE) 4
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
+	scripts/bench-snapshotter.sh 2GiB 4GiB
 
 FUZZTIME ?= 30s
 FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/
@@ -54,6 +55,7 @@ stress:
 
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags bench ./test/e2e/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 demo: build

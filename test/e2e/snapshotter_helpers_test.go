@@ -39,6 +39,7 @@ func startSnapNode(t *testing.T) *snapNode {
 // weightImage is a weight image pushed by a producer node, and its artifact.
 type weightImage struct {
 	ref      string            // the weight image
+	src      string            // the checkpoint directory it was made from
 	artifact string            // the artifact's reference
 	id       string            // identity digest
 	hex      string            // identity hex
@@ -51,8 +52,8 @@ type weightImage struct {
 // busybox with the artifact at target.
 func (n *snapNode) pushWeightImage(t *testing.T, name, size string, shards int, target string) *weightImage {
 	t.Helper()
-	_, root, id := ociCheckpoint(t, size, shards)
-	w := &weightImage{artifact: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
+	src, root, id := ociCheckpoint(t, size, shards)
+	w := &weightImage{src: src, artifact: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
 		files: map[string]string{}}
 	wsOK(t, root, "push", "--plain-http", id, w.artifact)
 	w.ref = strings.TrimSpace(wsOK(t, root, "image", "build", "--plain-http", "--base", n.base,
