@@ -67,9 +67,7 @@ func (l *leases) acquire(ctx context.Context, ptr oci.Pointer) (*held, *resolve.
 	}
 	f := l.flights[hex]
 	if f == nil {
-		f = &flight{done: make(chan struct{})}
-		l.flights[hex] = f
-		go l.fly(hex, f, ptr)
+		f = l.start(hex, ptr)
 	}
 	f.waiters++
 	l.mu.Unlock()
@@ -88,6 +86,32 @@ func (l *leases) acquire(ctx context.Context, ptr oci.Pointer) (*held, *resolve.
 		}
 		return nil, nil, ctx.Err()
 	}
+}
+
+// prefetch starts resolving each pointer that is neither held nor in
+// flight, and does not wait: containerd prepares an image's layers one
+// after the other, so an image's later weight layers (Pointer.Next) resolve
+// while the earlier ones are prepared. A resolution nobody waits for
+// leaves its artifact in the store and lets the lease go.
+func (l *leases) prefetch(ctx context.Context, ptrs []oci.Pointer) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, p := range ptrs {
+		hex := strings.TrimPrefix(p.Identity, "sha256:")
+		if l.held[hex] != nil || l.flights[hex] != nil || l.closed {
+			continue
+		}
+		l.start(hex, p)
+		log.G(ctx).WithField("identity", p.Identity).WithField("artifact", p.Artifact).Debug("resolving a later weight layer ahead")
+	}
+}
+
+// start starts the resolution of ptr; l.mu is held.
+func (l *leases) start(hex string, ptr oci.Pointer) *flight {
+	f := &flight{done: make(chan struct{})}
+	l.flights[hex] = f
+	go l.fly(hex, f, ptr)
+	return f
 }
 
 // fly runs one resolution and hands its lease, pinned once per waiter, to

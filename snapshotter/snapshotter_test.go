@@ -271,3 +271,30 @@ func TestRefusesAnotherFilesystem(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// TestLaterLayersResolveAhead: the Prepare of an image's first weight layer
+// starts resolving the later ones its labels name, so they resolve at the
+// same time although containerd prepares the layers one after the other.
+func TestLaterLayersResolveAhead(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	ids := []string{n.importModel(t, 256<<10, 5), n.importModel(t, 256<<10, 6), n.importModel(t, 256<<10, 7)}
+	n.resolver.delay = 300 * time.Millisecond
+	first := weightLabels(ids[0], "/a", chainID(20))
+	next := oci.Pointer{Artifact: first[oci.LabelArtifact]}
+	first[oci.LabelNext] = ids[1] + "=" + next.Artifact + "," + ids[2] + "=" + next.Artifact
+	n.prepareWeights(t, "extract-a", "", first)
+	second := weightLabels(ids[1], "/b", chainID(21))
+	second[oci.LabelNext] = ids[2] + "=" + next.Artifact
+	n.prepareWeights(t, "extract-b", chainID(20), second)
+	n.prepareWeights(t, "extract-c", chainID(21), weightLabels(ids[2], "/c", chainID(22)))
+	if n.resolver.maxRun != 3 {
+		t.Fatalf("at most %d resolutions ran at once, want 3", n.resolver.maxRun)
+	}
+	if got := n.sn.leases.identities(); len(got) != 3 {
+		t.Fatalf("leases %v", got)
+	}
+	if _, err := n.sn.Stat(ctx, chainID(22)); err != nil {
+		t.Fatal(err)
+	}
+}

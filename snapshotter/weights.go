@@ -78,6 +78,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 		return fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
 	}
 
+	s.leases.prefetch(ctx, ptr.Next)
 	h, rep, err := s.leases.acquire(ctx, ptr)
 	switch {
 	case err != nil:

@@ -36,28 +36,30 @@ func startSnapNode(t *testing.T) *snapNode {
 	return n
 }
 
-// weightImage is a weight image pushed by a producer node, and its artifact.
-type weightImage struct {
-	ref      string            // the weight image
-	src      string            // the checkpoint directory it was made from
-	artifact string            // the artifact's reference
-	id       string            // identity digest
-	hex      string            // identity hex
-	files    map[string]string // payload path -> sha256 hex
-	bytes    int64
+// pushedArtifact is an artifact pushed by a producer node (its own store).
+type pushedArtifact struct {
+	src   string            // the checkpoint directory it was made from
+	ref   string            // its reference
+	id    string            // identity digest
+	hex   string            // identity hex
+	files map[string]string // payload path -> sha256 hex
+	bytes int64
 }
 
-// pushWeightImage imports a synthetic checkpoint on a producer node (its
-// own store), pushes it as an artifact, and builds a weight image over
-// busybox with the artifact at target.
-func (n *snapNode) pushWeightImage(t *testing.T, name, size string, shards int, target string) *weightImage {
+// weightImage is a weight image of one artifact.
+type weightImage struct {
+	ref string
+	*pushedArtifact
+}
+
+// pushArtifact imports a synthetic checkpoint on a producer node and pushes
+// it as models/NAME:v1.
+func (n *snapNode) pushArtifact(t *testing.T, name, size string, shards int) *pushedArtifact {
 	t.Helper()
 	src, root, id := ociCheckpoint(t, size, shards)
-	w := &weightImage{src: src, artifact: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
+	a := &pushedArtifact{src: src, ref: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
 		files: map[string]string{}}
-	wsOK(t, root, "push", "--plain-http", id, w.artifact)
-	w.ref = strings.TrimSpace(wsOK(t, root, "image", "build", "--plain-http", "--base", n.base,
-		"--weights", w.artifact, "--at", target, "-t", n.reg.Ref("apps/"+name+":v1")))
+	wsOK(t, root, "push", "--plain-http", id, a.ref)
 	var info struct {
 		Files []struct {
 			Path   string `json:"path"`
@@ -69,13 +71,33 @@ func (n *snapNode) pushWeightImage(t *testing.T, name, size string, shards int, 
 		t.Fatal(err)
 	}
 	for _, f := range info.Files {
-		w.files[f.Path] = f.SHA256
-		w.bytes += f.Size
+		a.files[f.Path] = f.SHA256
+		a.bytes += f.Size
 	}
-	if len(w.files) == 0 {
+	if len(a.files) == 0 {
 		t.Fatal("the artifact has no files")
 	}
-	return w
+	return a
+}
+
+// buildImage builds the weight image apps/NAME:v1 over busybox, with each
+// artifact at its target ("/models/x", a, "/models/y", b, ...), and
+// returns its digest reference.
+func (n *snapNode) buildImage(t *testing.T, name string, mounts ...any) string {
+	t.Helper()
+	args := []string{"image", "build", "--plain-http", "--base", n.base, "-t", n.reg.Ref("apps/" + name + ":v1")}
+	for i := 0; i < len(mounts); i += 2 {
+		args = append(args, "--weights", mounts[i+1].(*pushedArtifact).ref, "--at", mounts[i].(string))
+	}
+	return strings.TrimSpace(wsOK(t, t.TempDir(), args...))
+}
+
+// pushWeightImage pushes an artifact and a weight image over busybox with
+// the artifact at target.
+func (n *snapNode) pushWeightImage(t *testing.T, name, size string, shards int, target string) *weightImage {
+	t.Helper()
+	a := n.pushArtifact(t, name, size, shards)
+	return &weightImage{ref: n.buildImage(t, name, target, a), pushedArtifact: a}
 }
 
 // run runs a container of img through weightsnap and returns its output.
@@ -131,8 +153,8 @@ func sameInode(t *testing.T, a, b string) {
 }
 
 // weightSnapshotDir is the directory of the committed weight snapshot that
-// holds img's artifact at target, found by its files on the host.
-func (n *snapNode) weightSnapshotDir(t *testing.T, w *weightImage, target string) string {
+// holds an artifact at target, found by its files on the host.
+func (n *snapNode) weightSnapshotDir(t *testing.T, w *pushedArtifact, target string) string {
 	t.Helper()
 	var any string
 	for p := range w.files {

@@ -13,17 +13,21 @@ import (
 )
 
 // TestSnapshotterRunsWeightImage (issue 9, done-when 2): nerdctl runs a
-// weight image through weightsnap; the container sees every weight file
-// with its source digest, containerd's content store holds none of the
-// weight bytes, and each file of the committed weight snapshot on the host
-// is the store file's inode. The lease holds the artifact (rm refuses),
-// survives a daemon restart, and goes with the last snapshot.
+// weight image of two artifacts through weightsnap; the container sees
+// every weight file with its source digest, containerd's content store
+// holds none of the weight bytes, and each file of the committed weight
+// snapshots on the host is the store file's inode. The second artifact
+// resolves ahead, while the first is prepared. The leases hold the
+// artifacts (rm refuses), survive a daemon restart, and go with the last
+// snapshot.
 func TestSnapshotterRunsWeightImage(t *testing.T) {
 	n := startSnapNode(t)
-	w := n.pushWeightImage(t, "tiny", "24MiB", 2, "/models/x")
+	x := n.pushArtifact(t, "x", "24MiB", 2)
+	y := n.pushArtifact(t, "y", "4MiB", 1)
+	img := n.buildImage(t, "xy", "/models/x", x, "/models/y", y)
 
-	// Cold: the snapshotter fetches the artifact from the registry its pointer names.
-	out, err := n.run(w.ref, "sh", "-c", "cd /models/x && sha256sum *")
+	// Cold: the snapshotter fetches the artifacts from the registry their pointers name.
+	out, err := n.run(img, "sh", "-c", "cd /models && sha256sum x/* y/*")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,68 +37,80 @@ func TestSnapshotterRunsWeightImage(t *testing.T) {
 			seen[f[1]] = f[0]
 		}
 	}
-	for p, sum := range w.files {
-		if seen[p] != sum {
-			t.Fatalf("%s: the container read sha256 %q, the source is %s\n%s", p, seen[p], sum, out)
+	for dir, a := range map[string]*pushedArtifact{"x": x, "y": y} {
+		for p, sum := range a.files {
+			if seen[dir+"/"+p] != sum {
+				t.Fatalf("%s/%s: the container read sha256 %q, the source is %s\n%s", dir, p, seen[dir+"/"+p], sum, out)
+			}
 		}
 	}
-	if n.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"}`) != 1 {
+	if n.metric(t, `weightsnap_snapshotter_resolve_seconds_count{outcome="fetched"}`) != 2 {
 		t.Fatalf("metrics:\n%s", must(n.ws.Metrics()))
+	}
+	ahead := logLine(t, n.ws.Proc.Log, "resolving a later weight layer ahead", y.id)
+	firstDone := logLine(t, n.ws.Proc.Log, "prepare weight layer", x.id)
+	if ahead < 0 || firstDone < 0 || ahead > firstDone {
+		t.Fatalf("the second artifact did not start resolving before the first layer was prepared (lines %d, %d):\n%s",
+			ahead, firstDone, harness.Tail(n.ws.Proc.Log, 30))
 	}
 
 	// containerd's content store holds none of the weight bytes.
 	blobs := filepath.Join(n.ctd.Root, "io.containerd.content.v1.content", "blobs", "sha256")
+	weights := map[string]bool{}
+	for _, a := range []*pushedArtifact{x, y} {
+		for _, sum := range a.files {
+			weights[sum] = true
+		}
+	}
 	var stored int64
 	ents, _ := os.ReadDir(blobs)
 	for _, e := range ents {
-		if _, ok := w.filesBySum()[e.Name()]; ok {
+		if weights[e.Name()] {
 			t.Fatalf("content store holds weight blob %s", e.Name())
 		}
 		if fi, err := e.Info(); err == nil {
 			stored += fi.Size()
 		}
 	}
-	if stored >= w.bytes/2 {
-		t.Fatalf("content store holds %d bytes for %d bytes of weights", stored, w.bytes)
+	if stored >= (x.bytes+y.bytes)/2 {
+		t.Fatalf("content store holds %d bytes for %d bytes of weights", stored, x.bytes+y.bytes)
 	}
 
-	// On the host, the committed weight snapshot's files are the store's inodes.
-	dir := n.weightSnapshotDir(t, w, "/models/x")
-	for p := range w.files {
-		sameInode(t, filepath.Join(dir, p), filepath.Join(n.ws.Root, "artifacts", w.hex, p))
+	// On the host, the committed weight snapshots' files are the store's inodes.
+	for target, a := range map[string]*pushedArtifact{"/models/x": x, "/models/y": y} {
+		dir := n.weightSnapshotDir(t, a, target)
+		for p := range a.files {
+			sameInode(t, filepath.Join(dir, p), filepath.Join(n.ws.Root, "artifacts", a.hex, p))
+		}
 	}
-	t.Logf("content store %d bytes, weights %d bytes; weight snapshot %s", stored, w.bytes, dir)
+	t.Logf("content store %d bytes, weights %d bytes", stored, x.bytes+y.bytes)
 
-	// The daemon holds the artifact: rm refuses, also after a restart.
+	// The daemon holds the artifacts: rm refuses, also after a restart.
 	rmRefused := func() {
 		t.Helper()
-		if r := ws(t, n.ws.Root, "rm", w.id); r.code != 5 {
+		if r := ws(t, n.ws.Root, "rm", x.id); r.code != 5 {
 			t.Fatalf("weightsnap rm of a leased artifact: exit %d, want 5 (busy)\n%s%s", r.code, r.out, r.errOut)
 		}
 	}
 	rmRefused()
+	old := n.ws.Proc
 	n.ws.Restart(t)
-	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 1, 10*time.Second)
+	if err := old.Err(); err != nil {
+		t.Fatalf("weightsnapd did not stop cleanly on SIGTERM: %v", err)
+	}
+	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 2, 10*time.Second)
 	rmRefused()
-	// A second run is served from the snapshot: no second Prepare of the weights.
-	if _, err := n.run(w.ref, "ls", "/models/x"); err != nil {
+	// A second run is served from the snapshots.
+	if _, err := n.run(img, "ls", "/models/x", "/models/y"); err != nil {
 		t.Fatal(err)
 	}
 
-	// Removing the image removes its snapshots (containerd's GC), and the lease with them.
-	if _, err := n.ctd.Nerdctl("rmi", w.ref); err != nil {
+	// Removing the image removes its snapshots (containerd's GC), and the leases with them.
+	if _, err := n.ctd.Nerdctl("rmi", img); err != nil {
 		t.Fatal(err)
 	}
 	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 0, 60*time.Second)
-	wsOK(t, n.ws.Root, "rm", w.id)
-}
-
-func (w *weightImage) filesBySum() map[string]string {
-	m := map[string]string{}
-	for p, s := range w.files {
-		m[s] = p
-	}
-	return m
+	wsOK(t, n.ws.Root, "rm", x.id)
 }
 
 func must(s string, err error) string {
@@ -269,4 +285,20 @@ func lastLine(s string) string {
 		}
 	}
 	return lines[len(lines)-1]
+}
+
+// logLine is the number of the first JSON log line with msg about identity, or -1.
+func logLine(t *testing.T, path, msg, identity string) int {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(raw), "\n") {
+		var e struct{ Msg, Identity string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg && e.Identity == identity {
+			return i
+		}
+	}
+	return -1
 }
