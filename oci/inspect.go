@@ -61,12 +61,8 @@ func InspectRemote(ctx context.Context, r *Remote, platform string) (*RemoteInfo
 			info.ArtifactType = ""
 		}
 	}
-	if idx, ok := IndexLayer(m); ok {
-		x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), maxIndexBytes)
-		if err != nil {
-			return nil, err
-		}
-		plan, err := PlanWeightsnap(r.String(), m, x)
+	if _, ok := IndexLayer(m); ok {
+		plan, err := r.plan(ctx, m, ImportOptions{})
 		if err != nil {
 			return nil, err
 		}

@@ -38,17 +38,12 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	if err != nil {
 		return nil, err
 	}
-	_, m, err := r.artifactManifest(ctx)
+	_, plan, err := Resolve(ctx, r, p.Options.Import)
 	if err != nil {
 		return nil, err // errdefs.ErrNotFound for a missing tag: a clean miss
 	}
-	got, ok := annotatedIdentity(m)
-	if gotHex, _ := got.Hex(); !ok || gotHex != hex {
+	if gotHex, _ := plan.Identity.Hex(); plan.Kind != KindWeightsnap || gotHex != hex {
 		return nil, fmt.Errorf("%s names another identity than %s: %w", r, hex[:12], errdefs.ErrConflict)
-	}
-	plan, err := r.plan(ctx, m, p.Options.Import)
-	if err != nil {
-		return nil, err
 	}
 	return &puller{r: r, plan: plan, o: p.Options, open: map[*fileTask]struct{}{}}, nil
 }
