@@ -143,15 +143,10 @@ func (r *Remote) inspectArtifact(ctx context.Context, platform string) (*RemoteI
 			info.ArtifactType = ""
 		}
 	}
-	idx, ok := IndexLayer(m)
-	if !ok {
+	if _, ok := IndexLayer(m); !ok {
 		return info, m, nil
 	}
-	x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), maxIndexBytes)
-	if err != nil {
-		return nil, nil, err
-	}
-	plan, err := PlanWeightsnap(r.String(), m, x)
+	plan, err := r.plan(ctx, m, ImportOptions{})
 	if err != nil {
 		return nil, nil, err
 	}

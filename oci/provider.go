@@ -48,10 +48,11 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 // identity it names and the producer that pulls it: a collision unless it
 // is a weightsnap artifact of the identity digest wanted.
 func (r *Remote) producerFor(ctx context.Context, want string, o PullOptions) (artifact.Identity, artifact.Producer, error) {
-	_, m, err := r.artifactManifest(ctx)
+	res, err := r.resolveManifest(ctx, "")
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
+	m := res.Manifest
 	got, ok := annotatedIdentity(m)
 	if d, _ := got.Digest(); !ok || d != want {
 		return artifact.Identity{}, nil, fmt.Errorf("%s is not the weightsnap artifact of identity %s: %w", r, want, errdefs.ErrConflict)
