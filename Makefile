@@ -21,11 +21,12 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
 # Unit tests, fuzz seed corpora, crash harness and end-to-end tests against the real peers.
-# The crash harness runs verbose, filtered, so its count of fault points and kills shows.
+# The crash harness runs verbose, filtered (scripts/test-filter.awk), so its count of fault
+# points and kills shows, and so does everything a failing test logged.
 test: build
 	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/crash) && \
-	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | grep -E '^(crash harness|--- |ok|FAIL|panic)'; \
+	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | awk -f scripts/test-filter.awk; \
 	exit $${PIPESTATUS[0]}
 
 unit:

@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"context"
+	"errors"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -78,6 +79,9 @@ func ListSource(root string) (*SourceDir, error) {
 		src.Files = append(src.Files, f)
 		return nil
 	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("scan %s: %w: %w", root, err, errdefs.ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", root, err)
 	}
