@@ -304,7 +304,7 @@ func TestPullForeign(t *testing.T) {
 		t.Fatal(err)
 	}
 	full.Close()
-	info, err := InspectRemote(ctx, r, "")
+	info, err := InspectRemote(ctx, r, InspectOptions{})
 	if err != nil || info.Kind != "foreign-artifact" || len(info.Files) != len(src.Files) || info.TensorCount != l.Index.TensorCount() {
 		t.Fatalf("inspect: %v %+v", err, info)
 	}
@@ -353,7 +353,7 @@ func TestImageBuild(t *testing.T) {
 	if err != nil || again.Manifest != rep.Manifest {
 		t.Fatalf("rebuild gave %v %v", again, err)
 	}
-	info, err := InspectRemote(ctx, target, "")
+	info, err := InspectRemote(ctx, target, InspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
