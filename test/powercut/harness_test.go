@@ -207,7 +207,7 @@ func (h *harness) sweep(sc *scenario, seed uint64) (int, []error) {
 // small import and of each lifecycle path, and once after each returned.
 func TestPowerCutAtEverySync(t *testing.T) {
 	h := newHarness(t)
-	points := 0
+	var points []string
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
 			h.t = t
@@ -215,10 +215,17 @@ func TestPowerCutAtEverySync(t *testing.T) {
 			for _, err := range failures {
 				t.Error(err)
 			}
-			points += n
+			points = append(points, fmt.Sprintf("%s %d", sc.name, n))
 		})
 	}
-	fmt.Printf("power-cut harness: %d operations, %d sync points, %d power cuts\n", len(scenarios), points, h.cuts)
+	fmt.Printf("power-cut harness: sync points %s; %d power cuts, %s\n", strings.Join(points, ", "), h.cuts, verdict(t))
+}
+
+func verdict(t *testing.T) string {
+	if t.Failed() {
+		return "the invariant FAILED"
+	}
+	return "the invariant held every time"
 }
 
 // TestPowerCutRandomSubsets cuts the power after every sync and at every
@@ -238,7 +245,7 @@ func TestPowerCutRandomSubsets(t *testing.T) {
 			}
 		})
 	}
-	fmt.Printf("power-cut harness: random subsets, %d seeds, %d power cuts\n", seeds, h.cuts)
+	fmt.Printf("power-cut harness: random subsets at every sync and fault point, %d seeds; %d power cuts, %s\n", seeds, h.cuts, verdict(t))
 }
 
 // TestHarnessCatchesAMissingParentSync leaves out the sync of artifacts/
