@@ -3,11 +3,9 @@
 package store
 
 import (
-	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,8 +13,8 @@ import (
 const powercutFSType = "fuse.powercut"
 
 // testFilesystem admits, in test binaries built with the "powercut" tag
-// only, the power-cut test filesystem: a FUSE mount of type fuse.powercut
-// (named in /proc/self/mountinfo), and no other FUSE filesystem.
+// only, the power-cut test filesystem: a FUSE mount of type fuse.powercut,
+// and no other FUSE filesystem.
 func testFilesystem(dir string, magic int64) (string, bool) {
 	if magic != unix.FUSE_SUPER_MAGIC {
 		return "", false
@@ -25,44 +23,15 @@ func testFilesystem(dir string, magic int64) (string, bool) {
 	if err != nil {
 		return "", false
 	}
-	raw, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
+	mounts, err := mountinfo.GetMounts(mountinfo.ParentsFilter(dir))
+	if err != nil || len(mounts) == 0 {
 		return "", false
 	}
-	best, bestType := "", ""
-	for _, line := range strings.Split(string(raw), "\n") {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPEROPTIONS
-		fields := strings.Fields(line)
-		sep := strings.Index(line, " - ")
-		if len(fields) < 5 || sep < 0 {
-			continue
+	nearest := mounts[0] // the mount holding dir: the longest mount point, the last mounted
+	for _, m := range mounts[1:] {
+		if len(m.Mountpoint) >= len(nearest.Mountpoint) {
+			nearest = m
 		}
-		mnt := unescapeMountinfo(fields[4])
-		after := strings.Fields(line[sep+3:])
-		if len(after) == 0 || len(mnt) < len(best) || !within(dir, mnt) {
-			continue
-		}
-		best, bestType = mnt, after[0]
 	}
-	return powercutFSType, bestType == powercutFSType
-}
-
-func within(dir, mnt string) bool {
-	return dir == mnt || mnt == "/" || strings.HasPrefix(dir, mnt+"/")
-}
-
-// unescapeMountinfo decodes the octal escapes (\040 for a space) of a mountinfo path.
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return powercutFSType, nearest.FSType == powercutFSType
 }

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -39,27 +38,14 @@ func scenarioOf(point string) string {
 	return scenarios[prefix]
 }
 
-var (
-	childOnce sync.Once
-	childBin  string
-	childErr  error
-)
+// childBin is the fault-enabled child binary.
+var childBin = &storetest.Child{Tags: "faults"}
 
-// child builds the fault-enabled child binary once per test binary.
-func child(t *testing.T) string {
-	t.Helper()
-	childOnce.Do(func() { childBin, childErr = storetest.BuildChild("faults") })
-	if childErr != nil {
-		t.Fatal(childErr)
-	}
-	return childBin
-}
+func child(t *testing.T) string { return childBin.Path(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if childBin != "" {
-		os.RemoveAll(filepath.Dir(childBin))
-	}
+	childBin.Remove()
 	os.Exit(code)
 }
 

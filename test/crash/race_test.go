@@ -1,7 +1,6 @@
 package crash
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
@@ -21,16 +18,7 @@ import (
 func TestWeakLookupNeverLeasesAfterStrongDeny(t *testing.T) {
 	s := storetest.NewSource(t, 1<<20, 2, 42)
 	root := filepath.Join(t.TempDir(), "store")
-	ctx := context.Background()
-	d, err := store.Open(ctx, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, _, err := d.GetOrBuild(ctx, s.ID, &artifact.Passthrough{Src: s.Src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
+	s.Publish(t, root)
 	storetest.Corrupt(t, root, s.Hex)
 
 	gate := t.TempDir()

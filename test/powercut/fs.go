@@ -16,10 +16,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// FSType is the type /proc/self/mountinfo shows for the filesystem; the
-// store admits it in binaries built with the "powercut" tag.
-const FSType = "fuse.powercut"
-
 // stepPrefix starts the names whose lookup in the root announces a store
 // fault point (see store's WEIGHTSNAP_FAULT_TRACE).
 const stepPrefix = ".powercut-step."
@@ -72,6 +68,7 @@ func Mount(mountpoint, backing string, opts Options) (*FS, error) {
 	zero, second := time.Duration(0), time.Second
 	f.server, err = fs.Mount(mountpoint, root, &fs.Options{
 		EntryTimeout: &second, AttrTimeout: &second, NegativeTimeout: &zero, // every step lookup arrives
+		// Mounted as type fuse.powercut, which a store built with the "powercut" tag admits.
 		MountOptions: fuse.MountOptions{DirectMountStrict: true, FsName: "powercut", Name: "powercut", DisableXAttrs: true},
 	})
 	if err != nil {

@@ -9,34 +9,20 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
-var (
-	childOnce sync.Once
-	childBin  string
-	childErr  error
-)
+// childBin is the crash harness's child with the fault points and the
+// power-cut filesystem admitted.
+var childBin = &storetest.Child{Tags: "faults,powercut"}
 
-// child builds the harness's child once per test binary: the crash
-// harness's child with the fault points and the power-cut filesystem admitted.
-func child(t *testing.T) string {
-	t.Helper()
-	childOnce.Do(func() { childBin, childErr = storetest.BuildChild("faults,powercut") })
-	if childErr != nil {
-		t.Fatal(childErr)
-	}
-	return childBin
-}
+func child(t *testing.T) string { return childBin.Path(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if childBin != "" {
-		os.RemoveAll(filepath.Dir(childBin))
-	}
+	childBin.Remove()
 	os.Exit(code)
 }
 

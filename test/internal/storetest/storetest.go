@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
@@ -91,20 +92,42 @@ func Corrupt(t testing.TB, root, id string) {
 	os.Chmod(p, 0o444)
 }
 
-// BuildChild builds the harnesses' child (test/crash/child) with the build
-// tags given (comma-separated) into a new temporary directory.
-func BuildChild(tags string) (string, error) {
-	dir, err := os.MkdirTemp("", "ws-store-child")
-	if err != nil {
-		return "", err
+// Child is the harnesses' child (test/crash/child), built once per test
+// binary with Tags (comma-separated) into a temporary directory.
+type Child struct {
+	Tags string
+
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Path builds the child on first use and returns its path.
+func (c *Child) Path(t testing.TB) string {
+	t.Helper()
+	c.once.Do(func() {
+		dir, err := os.MkdirTemp("", "ws-store-child")
+		if err != nil {
+			c.err = err
+			return
+		}
+		c.bin = filepath.Join(dir, "child")
+		out, err := exec.Command("go", "build", "-tags", c.Tags, "-o", c.bin, "github.com/weightsnap/weightsnap/test/crash/child").CombinedOutput()
+		if err != nil {
+			c.err = fmt.Errorf("build child: %v\n%s", err, out)
+		}
+	})
+	if c.err != nil {
+		t.Fatal(c.err)
 	}
-	bin := filepath.Join(dir, "child")
-	out, err := exec.Command("go", "build", "-tags", tags, "-o", bin, "github.com/weightsnap/weightsnap/test/crash/child").CombinedOutput()
-	if err != nil {
-		os.RemoveAll(dir)
-		return "", fmt.Errorf("build child: %v\n%s", err, out)
+	return c.bin
+}
+
+// Remove deletes the built child; a TestMain calls it after the tests.
+func (c *Child) Remove() {
+	if c.bin != "" {
+		os.RemoveAll(filepath.Dir(c.bin))
 	}
-	return bin, nil
 }
 
 // SameBytes says whether every file of a lease holds the bytes of the
