@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,8 +39,8 @@ type FS struct {
 	m       *model
 	rootIno uint64 // the backing root's inode number
 	syncs   int
-	steps   map[string]int
-	step    string // the last fault point passed
+	passes  map[string]int // fault point -> passes so far
+	steps   []string       // the fault points passed, as NAME@N
 	log     []string
 	image   *Image // set at the cut
 
@@ -50,7 +51,7 @@ type FS struct {
 
 // Mount serves the tree at backing, taken as fully durable, on mountpoint.
 func Mount(mountpoint, backing string, opts Options) (*FS, error) {
-	f := &FS{mount: mountpoint, backing: backing, opts: opts, m: newModel(), steps: map[string]int{},
+	f := &FS{mount: mountpoint, backing: backing, opts: opts, m: newModel(), passes: map[string]int{},
 		cut: make(chan struct{}), release: make(chan struct{})}
 	if err := f.m.load(backing); err != nil {
 		return nil, fmt.Errorf("powercut: load %s: %w", backing, err)
@@ -111,13 +112,15 @@ func (f *FS) Syncs() int {
 func (f *FS) Steps() []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []string
-	for _, l := range f.log {
-		if s, ok := strings.CutPrefix(l, "step "); ok {
-			out = append(out, s)
-		}
+	return slices.Clone(f.steps)
+}
+
+// lastStep is the last fault point passed.
+func (f *FS) lastStep() string {
+	if len(f.steps) == 0 {
+		return ""
 	}
-	return out
+	return f.steps[len(f.steps)-1]
 }
 
 // Log is the operation log: namespace operations, mode changes, syncs and
@@ -133,7 +136,7 @@ func (f *FS) Log() string {
 func (f *FS) PowerOff() *Image {
 	f.mu.Lock()
 	if f.image == nil {
-		f.cutLocked("after the operation returned")
+		f.cutLocked("at PowerOff")
 	}
 	img := f.image
 	f.mu.Unlock()
@@ -158,10 +161,10 @@ func (f *FS) logf(format string, args ...any) {
 
 // inStep adds the last fault point passed to an operation's description.
 func (f *FS) inStep(desc string) string {
-	if f.step == "" {
+	if len(f.steps) == 0 {
 		return desc
 	}
-	return desc + " (after " + f.step + ")"
+	return desc + " (after " + f.lastStep() + ")"
 }
 
 // cutLocked freezes the durable image.
@@ -171,7 +174,7 @@ func (f *FS) cutLocked(why string) {
 		r = rand.New(rand.NewPCG(f.opts.Seed, uint64(f.syncs)))
 	}
 	f.image = f.m.image(r, f.liveStates())
-	f.image.report = fmt.Sprintf("power cut %s, after %d syncs (last fault point: %s)\n%s", why, f.syncs, f.step, f.image.report)
+	f.image.report = fmt.Sprintf("power cut %s, after %d syncs (last fault point: %s)\n%s", why, f.syncs, f.lastStep(), f.image.report)
 	f.logf("POWER CUT %s", why)
 	close(f.cut)
 }
@@ -216,19 +219,20 @@ func (f *FS) passStep(name string) syscall.Errno {
 		f.mu.Unlock()
 		return f.hold()
 	}
-	f.steps[name]++
-	f.step = fmt.Sprintf("%s@%d", name, f.steps[name])
-	f.logf("step %s", f.step)
+	f.passes[name]++
+	step := fmt.Sprintf("%s@%d", name, f.passes[name])
+	f.steps = append(f.steps, step)
+	f.logf("step %s", step)
 	want, nth, _ := strings.Cut(f.opts.CutAtStep, "@")
 	n, err := strconv.Atoi(nth)
 	if err != nil {
 		n = 1
 	}
-	if want != name || f.steps[name] != n {
+	if want != name || f.passes[name] != n {
 		f.mu.Unlock()
 		return syscall.ENOENT
 	}
-	f.cutLocked("at fault point " + f.step)
+	f.cutLocked("at fault point " + step)
 	f.mu.Unlock()
 	return f.hold()
 }

@@ -117,19 +117,17 @@ func (h *harness) operate(sc *scenario, start *Image, opts Options, dir string) 
 	}
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
+	r := &run{}
 	select {
-	case <-exited:
+	case <-exited: // a child held at a cut cannot exit
+		r.returned = true
 	case <-f.Cut():
 		cmd.Process.Kill() // the power is off: the child runs no further
 	}
 	img := f.PowerOff() // fails the requests held at the cut, which a killed child still waits for
 	<-exited
-	r := &run{syncs: f.Syncs(), steps: f.Steps(), out: strings.TrimSpace(out.String() + "\n" + logs.String()), log: f.Log(), report: img.Report()}
-	select {
-	case <-f.Cut():
-		r.returned = cmd.ProcessState.Exited() && strings.Contains(r.log, "POWER CUT after the operation returned")
-	default:
-	}
+	r.syncs, r.steps, r.log, r.report = f.Syncs(), f.Steps(), f.Log(), img.Report()
+	r.out = strings.TrimSpace(out.String() + "\n" + logs.String())
 	if r.returned && !strings.HasPrefix(r.out, sc.wantOut) {
 		return r, nil, fmt.Errorf("%s: the operation, not cut, printed %q, want %q\noperation log:\n%s", sc.name, r.out, sc.wantOut, r.log)
 	}
