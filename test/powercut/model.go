@@ -20,6 +20,7 @@ package powercut
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -47,12 +48,7 @@ type inode struct {
 
 func (n *inode) clone() *inode {
 	c := *n
-	if n.entries != nil {
-		c.entries = make(map[string]inodeID, len(n.entries))
-		for k, v := range n.entries {
-			c.entries[k] = v
-		}
-	}
+	c.entries = maps.Clone(n.entries)
 	return &c
 }
 
