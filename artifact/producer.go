@@ -32,6 +32,14 @@ type FileWriter interface {
 	Digest() (FileEntry, error)
 }
 
+// MappedWriter is implemented by file writers that can hand out the file as
+// a shared writable mapping, for fetchers whose transport writes into
+// memory (one-sided RDMA reads). Bytes written through the mapping count as
+// positioned writes; the mapping is valid until Close.
+type MappedWriter interface {
+	Map() ([]byte, error)
+}
+
 // Producer makes an artifact's payload files.
 type Producer interface {
 	// Name is the producer's name, as in ProducerRef.

@@ -2,6 +2,7 @@ package oci
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -211,54 +212,9 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 // CompareEntry checks a file entry the store computed from pulled bytes
 // against the pulled index's entry for the same file.
 func CompareEntry(want, got artifact.FileEntry) error {
-	mis := func(field, w, g string) error {
-		return &IndexMismatchError{Path: want.Path, Field: field, Want: w, Got: g}
-	}
-	switch {
-	case want.Path != got.Path:
-		return mis("path", want.Path, got.Path)
-	case want.Size != got.Size:
-		return mis("size", fmt.Sprint(want.Size), fmt.Sprint(got.Size))
-	case want.SHA256 != got.SHA256:
-		return mis("sha256", want.SHA256, got.SHA256)
-	case want.BLAKE3 != got.BLAKE3:
-		return mis("blake3", want.BLAKE3, got.BLAKE3)
-	case want.DataStart != got.DataStart:
-		return mis("data_start", fmt.Sprint(want.DataStart), fmt.Sprint(got.DataStart))
-	case want.HeaderBLAKE3 != got.HeaderBLAKE3:
-		return mis("header_blake3", want.HeaderBLAKE3, got.HeaderBLAKE3)
-	case len(want.Tensors) != len(got.Tensors):
-		return mis("tensor count", fmt.Sprint(len(want.Tensors)), fmt.Sprint(len(got.Tensors)))
-	}
-	for i, w := range want.Tensors {
-		g := got.Tensors[i]
-		tmis := func(field, a, b string) error {
-			return &IndexMismatchError{Path: want.Path, Tensor: w.Name, Field: field, Want: a, Got: b}
-		}
-		switch {
-		case w.Name != g.Name:
-			return tmis("name", w.Name, g.Name)
-		case w.DType != g.DType:
-			return tmis("dtype", w.DType, g.DType)
-		case !equalShape(w.Shape, g.Shape):
-			return tmis("shape", fmt.Sprint(w.Shape), fmt.Sprint(g.Shape))
-		case w.Offset != g.Offset || w.Length != g.Length:
-			return tmis("offsets", fmt.Sprint(w.Offset, "+", w.Length), fmt.Sprint(g.Offset, "+", g.Length))
-		case w.BLAKE3 != g.BLAKE3:
-			return tmis("blake3", w.BLAKE3, g.BLAKE3)
-		}
+	var m *artifact.EntryMismatch
+	if errors.As(artifact.CompareEntry(want, got), &m) {
+		return &IndexMismatchError{Path: m.Path, Tensor: m.Tensor, Field: m.Field, Want: m.Want, Got: m.Got}
 	}
 	return nil
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

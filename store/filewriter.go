@@ -31,6 +31,7 @@ type fileWriter struct {
 	positioned bool
 	pos        int64 // next sequential offset
 	stages     *stages
+	mapping    []byte // Map's, unmapped at Close
 
 	closed    bool
 	startSync func()
@@ -162,18 +163,25 @@ func (w *fileWriter) WriteAt(p []byte, off int64) (int, error) {
 		w.mu.Unlock()
 		return 0, os.ErrClosed
 	}
-	if !w.positioned {
-		w.positioned = true
-		err := w.stages.drain()
-		w.hasher.Abort()
-		if err != nil {
-			w.mu.Unlock()
-			return 0, err
-		}
+	if err := w.position(); err != nil {
+		w.mu.Unlock()
+		return 0, err
 	}
 	w.mu.Unlock()
 	n, err := w.f.WriteAt(p, off)
 	return n, classifyIO(err)
+}
+
+// position switches the file to positioned writes, hashed by reading it
+// back at Close: it drains the sequential stages. The caller holds w.mu.
+func (w *fileWriter) position() error {
+	if w.positioned {
+		return nil
+	}
+	w.positioned = true
+	err := w.stages.drain()
+	w.hasher.Abort()
+	return err
 }
 
 // Close finishes the hashes and prepares the fsync, which the build starts
@@ -186,6 +194,7 @@ func (w *fileWriter) Close() error {
 		return nil
 	}
 	w.closed = true
+	w.unmap()
 	if w.positioned {
 		w.entry, w.err = artifact.HashFile(w.f, w.path, w.size)
 	} else if w.err = w.stages.drain(); w.err == nil {
@@ -216,6 +225,7 @@ func (w *fileWriter) discard() {
 	defer w.mu.Unlock()
 	if !w.closed {
 		w.closed = true
+		w.unmap()
 		if !w.positioned {
 			w.stages.drain()
 			w.hasher.Abort()

@@ -1,0 +1,370 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// FetchProducerName is the producer name a fetched artifact's READY.json records.
+const FetchProducerName = "peer-fetch"
+
+// FetchOptions tune a fetch.
+type FetchOptions struct {
+	Client ClientConfig
+	// Mode is the data plane; "" is tcp.
+	Mode Mode
+	// Rails is how many rails to ask for; 0 means DefaultRails.
+	Rails int
+	// Tensors, if set, fetches only the tensors whose names match one of
+	// these patterns (path.Match syntax) into an artifact of their own.
+	Tensors []string
+	// Retries is how many failed sessions in a row, without progress, a
+	// fetch survives; 0 means 2 per peer, at least 3.
+	Retries int
+	// OnManifest, if set, is called with the first manifest, before any transfer.
+	OnManifest func(*WeightManifest)
+	// Progress, if set, is told of payload bytes verified or reused; it is
+	// called from several goroutines at once.
+	Progress func(n int64)
+}
+
+// DefaultRails is the rails a fetch asks for by default.
+const DefaultRails = 4
+
+// target is one file being written.
+type target struct {
+	path    string
+	want    artifact.FileEntry // what the store must compute from the bytes written
+	subset  bool               // whole-file digests are the store's to compute
+	fw      artifact.FileWriter
+	mapping []byte // rma: the file mapped for one-sided reads into it
+	pending atomic.Int64
+}
+
+// unit is one range verified on its own: the header region or one tensor
+// of a safetensors shard, or the whole of any other file.
+type unit struct {
+	shard  int   // in the manifest
+	off, n int64 // in the shard
+	dst    *target
+	dstOff int64
+	name   string // tensor name; "" for a header or a whole file
+	blake3 string
+	done   bool // verified; guarded by fetcher.mu
+}
+
+// fetcher is the producer of a fetch: it writes every target through the
+// store's writer from one peer's session, and on a failure from the next
+// peer's, resuming with the ranges not yet verified.
+type fetcher struct {
+	peers    []string
+	request  string
+	o        FetchOptions
+	base     *WeightManifest
+	subset   *subsetPlan
+	identity artifact.Identity
+	sess     *clientSession // opened by the selection; Produce uses it first
+	last     int            // index of the peer used last
+
+	mu      sync.Mutex
+	units   []*unit
+	targets []*target
+	closers sync.WaitGroup
+	closeMu sync.Mutex
+	closeEr error
+	slots   chan struct{}
+
+	fetched, reused atomic.Int64
+	rep             transferStats
+	gens            map[string]string
+	took            time.Duration
+}
+
+// transferStats is what the report says about the transfer.
+type transferStats struct {
+	Peer      string   `json:"peer"`
+	Peers     []string `json:"peers"`
+	Mode      Mode     `json:"mode"`
+	Rails     int      `json:"rails"`
+	Failovers int      `json:"failovers"`
+	Restarts  int      `json:"restarts"`
+}
+
+func (f *fetcher) Name() string { return FetchProducerName }
+
+func (f *fetcher) progress(n int64) {
+	if f.o.Progress != nil && n > 0 {
+		f.o.Progress(n)
+	}
+}
+
+// Produce implements artifact.Producer.
+func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
+	start := time.Now()
+	defer func() { f.took = time.Since(start) }()
+	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
+	err := f.prepare(ctx, w)
+	if err == nil {
+		err = f.fetchAll(ctx)
+	}
+	f.closers.Wait()
+	if err != nil {
+		return err
+	}
+	return f.closeEr
+}
+
+// prepare creates (or reuses) every target and lists the units to fetch.
+func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
+	if f.subset != nil {
+		return f.subset.prepare(f, w)
+	}
+	rs, canReuse := w.(artifact.Resumer)
+	for i, s := range f.base.Shards {
+		t := &target{path: s.Name, want: s.entry()}
+		if canReuse {
+			got, ok, err := rs.Reuse(s.Name, s.Size, s.SHA256)
+			if err != nil {
+				return fmt.Errorf("reuse %s: %w", s.Name, err)
+			}
+			if ok {
+				if err := artifact.CompareEntry(t.want, got); err != nil {
+					return fmt.Errorf("kept file %s: %w: %w", s.Name, err, errdefs.ErrDataLoss)
+				}
+				f.reused.Add(s.Size)
+				f.progress(s.Size)
+				log.G(ctx).WithField("file", s.Name).Debug("peer: reused from an interrupted fetch")
+				continue
+			}
+		}
+		if err := f.create(w, t); err != nil {
+			return err
+		}
+		f.addUnits(t, shardUnits(i, s, t))
+	}
+	return nil
+}
+
+// create creates a target in the store, mapped for the rma plane.
+func (f *fetcher) create(w artifact.Writer, t *target) error {
+	fw, err := w.Create(t.path, t.want.Size)
+	if err != nil {
+		return err
+	}
+	t.fw = fw
+	f.targets = append(f.targets, t)
+	if f.o.Mode == ModeRMA {
+		mw, ok := fw.(artifact.MappedWriter)
+		if !ok {
+			return unsupported(ModeRMA, "the store's writer cannot map its files")
+		}
+		if t.mapping, err = mw.Map(); err != nil {
+			return fmt.Errorf("map %s: %w", t.path, err)
+		}
+	}
+	return nil
+}
+
+// shardUnits are a whole shard's units, written at the same offsets.
+func shardUnits(i int, s WeightShard, t *target) []*unit {
+	if !artifact.IsSafetensors(s.Name) {
+		return []*unit{{shard: i, n: s.Size, dst: t, blake3: s.BLAKE3}}
+	}
+	us := []*unit{{shard: i, n: s.DataStart, dst: t, blake3: s.HeaderBLAKE3}}
+	for _, x := range s.Tensors {
+		us = append(us, &unit{shard: i, off: x.Offset, n: x.Length, dst: t, dstOff: x.Offset, name: x.Name, blake3: x.BLAKE3})
+	}
+	return us
+}
+
+// addUnits records a target's units; empty ones are done at once.
+func (f *fetcher) addUnits(t *target, us []*unit) {
+	t.pending.Store(int64(len(us)))
+	f.units = append(f.units, us...)
+	if len(us) == 0 {
+		f.closeTarget(t)
+	}
+	for _, u := range us {
+		if u.n == 0 { // the manifest's validation checked its hash is the empty one
+			f.markDone(u)
+		}
+	}
+}
+
+// remaining are the units not verified yet, in order.
+func (f *fetcher) remaining() []*unit {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*unit
+	for _, u := range f.units {
+		if !u.done {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// markDone records a verified unit; a target whose units are all verified
+// is closed (the store finishes its digests) in the background.
+func (f *fetcher) markDone(u *unit) {
+	f.mu.Lock()
+	if u.done {
+		f.mu.Unlock()
+		return
+	}
+	u.done = true
+	f.mu.Unlock()
+	f.fetched.Add(u.n)
+	f.progress(u.n)
+	if u.dst.pending.Add(-1) == 0 {
+		f.closeTarget(u.dst)
+	}
+}
+
+func (f *fetcher) closeTarget(t *target) {
+	f.closers.Go(func() {
+		f.slots <- struct{}{}
+		defer func() { <-f.slots }()
+		err := t.fw.Close()
+		var got artifact.FileEntry
+		if err == nil {
+			got, err = t.fw.Digest()
+		}
+		if err == nil {
+			want := t.want
+			if t.subset {
+				want.SHA256, want.BLAKE3 = got.SHA256, got.BLAKE3
+			}
+			if err = artifact.CompareEntry(want, got); err != nil {
+				err = fmt.Errorf("fetched %s: %w: %w", t.path, err, errdefs.ErrDataLoss)
+			}
+		}
+		if err != nil {
+			f.closeMu.Lock()
+			f.closeEr = errors.Join(f.closeEr, err)
+			f.closeMu.Unlock()
+		}
+	})
+}
+
+// retries is how many failed sessions in a row a fetch survives.
+func (f *fetcher) retries() int {
+	if f.o.Retries > 0 {
+		return f.o.Retries
+	}
+	return max(3, 2*len(f.peers))
+}
+
+// fetchAll runs sessions until every unit is verified: the selection's
+// first, then, after a failure of a peer or the wire, the next peer's,
+// with the units still missing.
+func (f *fetcher) fetchAll(ctx context.Context) error {
+	failures := 0
+	for {
+		todo := f.remaining()
+		cs := f.sess
+		f.sess = nil
+		if len(todo) == 0 {
+			if cs != nil {
+				cs.finish()
+			}
+			return nil
+		}
+		var err error
+		if cs == nil {
+			cs, err = f.nextSession(ctx)
+		}
+		before := f.fetched.Load()
+		if err == nil {
+			if err = f.runSession(ctx, cs, todo); err == nil {
+				err = cs.finish()
+			} else {
+				cs.close()
+			}
+		}
+		if err == nil {
+			continue // a last check: nothing left
+		}
+		if !peerFault(err) || ctx.Err() != nil {
+			return err
+		}
+		if f.fetched.Load() > before {
+			failures = 0
+		}
+		if failures++; failures > f.retries() {
+			return fmt.Errorf("giving up after %d failed sessions: %w", failures, err)
+		}
+		f.rep.Failovers++
+		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(time.Duration(failures)*200*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// nextSession opens a session on the next peer after the one used last
+// that serves the same bytes.
+func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
+	var last error
+	for i := range f.peers {
+		k := (f.last + 1 + i) % len(f.peers)
+		cs, err := openSession(ctx, f.o.Client, f.peers[k], f.request)
+		if err != nil {
+			last = err
+			continue
+		}
+		if err := f.base.sameContent(cs.manifest); err != nil {
+			cs.close()
+			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+			continue
+		}
+		f.last = k
+		return cs, nil
+	}
+	return nil, last
+}
+
+// use records the session's peer and detects a restart by its generation.
+func (f *fetcher) use(ctx context.Context, cs *clientSession) {
+	if old, ok := f.gens[cs.addr]; ok && old != cs.manifest.Generation {
+		f.rep.Restarts++
+		log.G(ctx).WithField("peer", cs.addr).WithField("old", short(old)).WithField("new", short(cs.manifest.Generation)).
+			Warn("peer: restarted since its last session: nothing of that session is reused but the verified bytes")
+	}
+	f.gens[cs.addr] = cs.manifest.Generation
+	f.rep.Peer = cs.addr
+	if n := len(f.rep.Peers); n == 0 || f.rep.Peers[n-1] != cs.addr {
+		f.rep.Peers = append(f.rep.Peers, cs.addr)
+	}
+}
+
+// runSession fetches todo over one session's data plane: unit i of todo on
+// rail i % rails.
+func (f *fetcher) runSession(ctx context.Context, cs *clientSession, todo []*unit) error {
+	f.use(ctx, cs)
+	if err := cs.startPlane(ctx, f.o.Mode, f.o.Rails); err != nil {
+		return err
+	}
+	f.rep.Mode, f.rep.Rails = cs.mode, cs.rails
+	byRail := make([][]*unit, cs.rails)
+	for i, u := range todo {
+		byRail[i%cs.rails] = append(byRail[i%cs.rails], u)
+	}
+	log.G(ctx).WithField("peer", cs.addr).WithField("mode", cs.mode).WithField("rails", cs.rails).
+		WithField("units", len(todo)).Debug("peer: fetching")
+	if cs.mode == ModeRMA {
+		return f.runRMA(ctx, cs, byRail)
+	}
+	return f.runTCP(ctx, cs, byRail)
+}
