@@ -30,8 +30,9 @@ type FetchOptions struct {
 	// Retries is how many failed sessions in a row, without progress, a
 	// fetch survives; 0 means 2 per peer, at least 3.
 	Retries int
-	// OnManifest, if set, is called with the first manifest, before any transfer.
-	OnManifest func(*WeightManifest)
+	// OnTotal, if set, is told the payload bytes the fetch will verify or
+	// reuse, once it knows them, before any transfer.
+	OnTotal func(int64)
 	// Progress, if set, is told of payload bytes verified or reused; it is
 	// called from several goroutines at once.
 	Progress func(n int64)
@@ -91,10 +92,10 @@ type fetcher struct {
 
 // transferStats is what the report says about the transfer.
 type transferStats struct {
-	Peer      string   `json:"peer"`
-	Peers     []string `json:"peers"`
-	Mode      Mode     `json:"mode"`
-	Rails     int      `json:"rails"`
+	Peer      string   `json:"peer,omitempty"`
+	Peers     []string `json:"peers,omitempty"`
+	Mode      Mode     `json:"mode,omitempty"`
+	Rails     int      `json:"rails,omitempty"`
 	Failovers int      `json:"failovers"`
 	Restarts  int      `json:"restarts"`
 }
@@ -114,6 +115,14 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
 	err := f.prepare(ctx, w)
 	if err == nil {
+		if f.o.OnTotal != nil {
+			total := f.reused.Load()
+			for _, u := range f.units {
+				total += u.n
+			}
+			f.o.OnTotal(total)
+		}
+		f.progress(f.reused.Load())
 		err = f.fetchAll(ctx)
 	}
 	f.closers.Wait()
@@ -141,7 +150,6 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 					return fmt.Errorf("kept file %s: %w: %w", s.Name, err, errdefs.ErrDataLoss)
 				}
 				f.reused.Add(s.Size)
-				f.progress(s.Size)
 				log.G(ctx).WithField("file", s.Name).Debug("peer: reused from an interrupted fetch")
 				continue
 			}

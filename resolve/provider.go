@@ -49,3 +49,10 @@ func (p ProviderFunc) Name() string { return p.ProviderName }
 func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
 	return p.Fn(ctx, identity)
 }
+
+// TransferReporter is implemented by producers that can say how they moved
+// an artifact (a weight peer's: which peer, which data plane, how many
+// rails, how many bytes); the report's step records it.
+type TransferReporter interface {
+	Transfer() (endpoint, mode string, rails int, bytes int64)
+}

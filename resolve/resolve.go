@@ -308,7 +308,7 @@ func (a *attempt) materialize(step, source string, p artifact.Producer, remote b
 		return a.recover(f)
 	}
 	s := a.rep.step(step, source, StepOK, t, "")
-	s.Bytes = a.rep.BytesMoved - moved
+	s.Bytes, s.Transfer = a.rep.BytesMoved-moved, br.transfer
 	if !br.res.Built { // another process published it meanwhile
 		outcome, source = OutcomeHit, SourceLocal
 		s.Detail = "published by another process while waiting"

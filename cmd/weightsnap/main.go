@@ -23,6 +23,7 @@ type Config struct {
 	Root    string         `toml:"root"`
 	Store   *store.Policy  `toml:"store"`
 	Resolve *ResolveConfig `toml:"resolve"`
+	Peer    *PeerConfig    `toml:"peer"`
 }
 
 // ResolveConfig is the [resolve] table: defaults of weightsnap resolve that
@@ -115,7 +116,7 @@ func newRoot(a *app) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.configPath, "config", defaultConfigPath, "configuration file (TOML)")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
 	root.AddCommand(newOCICmds(a)...)
-	root.AddCommand(newResolveCmd(a))
+	root.AddCommand(newResolveCmd(a), newPeerCmd(a))
 	return root
 }
 

@@ -11,6 +11,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/artifact/tpsplit"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -24,6 +25,8 @@ type resolveOpts struct {
 	timeout                                         int
 	registry                                        string
 	remote                                          remoteFlags
+	peers                                           []string
+	peer                                            peerFlags
 }
 
 func newResolveCmd(a *app) *cobra.Command {
@@ -31,7 +34,8 @@ func newResolveCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resolve (--identity FILE | --from DIR) [--revision REV] [--tp-size N --tp-rank R --layout-spec FILE] [--dtype D] [--mode M] [--report FILE|-]",
 		Short: "Resolve an exact artifact: print its directory, or the canonical source directory on a fallback",
-		Long: `Resolve an artifact identity: the validated local artifact, then the registry
+		Long: `Resolve an artifact identity: the validated local artifact, then the weight
+peers (--peer ADDR, or [peer] peers), then the registry
 (--registry REPO: the artifact weightsnap push filed under its identity tag), then a
 local producer (passthrough, tp-split with --tp-size/--tp-rank/--layout-spec, cast
 with --dtype), then, in preferred mode, the canonical source directory (--from).
@@ -62,6 +66,8 @@ the path. In disabled mode nothing under the store root is touched.`,
 	f.BoolVar(&o.allowLocalBuild, "allow-local-build", true, "let local producers build a missing artifact")
 	f.BoolVar(&o.noFingerprintCache, "no-fingerprint-cache", false, "hash every source file instead of using the store's fingerprint cache")
 	f.StringVar(&o.registry, "registry", "", "registry repository (host/repo) to fetch the exact artifact from before building locally")
+	f.StringSliceVar(&o.peers, "peer", nil, "weight peers to fetch the exact artifact from before the registry (default: [peer] peers)")
+	o.peer.register(f)
 	o.remote.register(f)
 	f.IntVar(&o.timeout, "coordination-timeout", 0, "seconds to wait for each lock (default: the configured store policy's)")
 	return cmd
@@ -147,6 +153,11 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		wait.CoordinationTimeoutSeconds = a.cfg.Store.CoordinationTimeoutSeconds
 	}
 	var providers []resolve.Provider
+	if p, err := a.peerProvider(o); err != nil {
+		return err
+	} else if p != nil && mode != resolve.Disabled {
+		providers = append(providers, p)
+	}
 	if o.registry != "" && mode != resolve.Disabled {
 		repo, err := o.remote.open(ctx, o.registry, 0)
 		if err != nil {
@@ -228,4 +239,29 @@ func (a *app) writeReport(dest string, rep *resolve.Report) error {
 		return err
 	}
 	return os.WriteFile(dest, raw, 0o644)
+}
+
+// peerProvider is the weight-peer provider of resolution, when peers are
+// configured.
+func (a *app) peerProvider(o resolveOpts) (resolve.Provider, error) {
+	c := a.cfg.Peer
+	if c == nil {
+		c = &PeerConfig{}
+	}
+	peers := o.peers
+	if len(peers) == 0 {
+		peers = c.Peers
+	}
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	cl, err := o.peer.merged(c).client()
+	if err != nil {
+		return nil, err
+	}
+	mode, err := peer.ParseMode(c.Mode)
+	if err != nil {
+		return nil, err
+	}
+	return &peer.Provider{Peers: peers, Options: peer.FetchOptions{Client: cl, Mode: mode, Rails: c.Rails}}, nil
 }
