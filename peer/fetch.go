@@ -302,7 +302,10 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 		if err == nil {
 			continue // a last check: nothing left
 		}
-		if !peerFault(err) || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
+		}
+		if !peerFault(err) {
 			return err
 		}
 		if f.fetched.Load() > before {

@@ -1,9 +1,18 @@
 package peer
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 func TestFetchTCP(t *testing.T) {
@@ -23,4 +32,165 @@ func TestFetchTCP(t *testing.T) {
 			verifyFull(t, dst, l.ID)
 		})
 	}
+}
+
+// killAt returns a progress function that runs kill once, in the
+// background, when the fetch has verified more than at bytes.
+func killAt(at int64, kill func()) func(int64) {
+	var n atomic.Int64
+	var once sync.Once
+	return func(k int64) {
+		if n.Add(k) > at {
+			once.Do(func() { go kill() })
+		}
+	}
+}
+
+// testFailover: the peer serving a fetch stops mid-transfer; the fetch
+// resumes from the second peer with what it has not verified and ends
+// READY and valid.
+func testFailover(t *testing.T, mode Mode, cfg ServerConfig) {
+	const size = 96 << 20
+	a, id := seeded(t, size, 4)
+	b, _ := seeded(t, size, 4)
+	la, _ := net.Listen("tcp", "127.0.0.1:0")
+	_, stopA := serveStoppable(t, a, cfg, la)
+	_, addrB := serve(t, b, cfg)
+	dst := openStore(t)
+	l, rep, err := Fetch(context.Background(), dst, []string{la.Addr().String(), addrB}, digestOf(t, id),
+		FetchOptions{Mode: mode, Rails: 2, Progress: killAt(size/3, stopA)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if rep.Failovers < 1 || len(rep.Peers) != 2 || rep.Peer != addrB || rep.Fetched != rep.Bytes {
+		t.Fatalf("report %+v", rep)
+	}
+	verifyFull(t, dst, l.ID)
+}
+
+// testRestart: the only peer restarts mid-transfer; the fetch notices the
+// new generation, uses nothing of the old session but the verified bytes,
+// and ends READY and valid.
+func testRestart(t *testing.T, mode Mode, cfg ServerConfig) {
+	const size = 96 << 20
+	d, id := seeded(t, size, 4)
+	l1, _ := net.Listen("tcp", "127.0.0.1:0")
+	addr := l1.Addr().String()
+	first, stop := serveStoppable(t, d, cfg, l1)
+	var second atomic.Pointer[Server]
+	restart := func() {
+		stop()
+		l2, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		second.Store(serveOn(t, d, cfg, l2))
+	}
+	dst := openStore(t)
+	l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id),
+		FetchOptions{Mode: mode, Rails: 2, Progress: killAt(size/3, restart)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if rep.Restarts != 1 || rep.Failovers < 1 || second.Load() == nil || second.Load().Generation() == first.Generation() {
+		t.Fatalf("report %+v", rep)
+	}
+	verifyFull(t, dst, l.ID)
+}
+
+func TestFailoverTCP(t *testing.T) { testFailover(t, ModeTCP, ServerConfig{}) }
+func TestRestartTCP(t *testing.T)  { testRestart(t, ModeTCP, ServerConfig{}) }
+
+// TestFetchStagedAndList: an allowlisted directory is served as a
+// passthrough artifact of its revision, staged once, and listed.
+func TestFetchStagedAndList(t *testing.T) {
+	dir, src := checkpoint(t, 8<<20, 2)
+	s, addr := serve(t, openStore(t), ServerConfig{Staged: []StagedDir{{Name: "ck", Path: dir, Revision: testRevision, Repository: "org/model"}}})
+	ls, err := (ClientConfig{}).List(context.Background(), addr)
+	if err != nil || ls.Generation != s.Generation() || len(ls.Staged) != 1 || ls.Staged[0].Staged {
+		t.Fatalf("list %+v %v", ls, err)
+	}
+	dst := openStore(t)
+	l, rep, err := Fetch(context.Background(), dst, []string{addr}, "staged:ck", FetchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if want := digestOf(t, artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)); rep.Identity != want {
+		t.Fatalf("staged identity %s, want the passthrough identity %s", rep.Identity, want)
+	}
+	verifyFull(t, dst, l.ID)
+	if ls, _ = (ClientConfig{}).List(context.Background(), addr); !ls.Staged[0].Staged || ls.Staged[0].Bytes != rep.Bytes {
+		t.Fatalf("after the fetch: %+v", ls.Staged)
+	}
+}
+
+// TestFetchSubset: only the matching tensors are fetched, into an artifact
+// of their own whose tensors are byte for byte the source's.
+func TestFetchSubset(t *testing.T) {
+	src, id := seeded(t, 8<<20, 2)
+	_, addr := serve(t, src, ServerConfig{})
+	dst := openStore(t)
+	patterns := []string{"model.layers.1.*", "lm_head.weight"}
+	l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Tensors: patterns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	want, _ := SubsetIdentity(id, patterns)
+	if rep.Identity != digestOf(t, want) || l.Identity().Producer.Name != SubsetProducerName {
+		t.Fatalf("subset identity %s", rep.Identity)
+	}
+	verifyFull(t, dst, l.ID)
+	sl, err := src.Lookup(context.Background(), mustHex(t, id), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sl.Close()
+	n := 0
+	for _, f := range l.Index.Files {
+		for _, x := range f.Tensors {
+			got, _, _ := l.Tensor(x.Name)
+			ref, _, err := sl.Tensor(x.Name)
+			if err != nil || !bytes.Equal(got, ref) {
+				t.Fatalf("tensor %s differs from the source", x.Name)
+			}
+			if x.Name != "lm_head.weight" && !strings.HasPrefix(x.Name, "model.layers.1.") {
+				t.Fatalf("tensor %s does not match", x.Name)
+			}
+			n++
+		}
+	}
+	if n != 10 {
+		t.Fatalf("%d tensors in the subset, want 10", n)
+	}
+	if _, _, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Tensors: []string{"nothing.*"}}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("a pattern matching nothing: %v", err)
+	}
+}
+
+// TestFetchResumesKeptFiles: a fetch cancelled part way keeps what it
+// wrote; the next fetch reuses the files it completed.
+func TestFetchResumesKeptFiles(t *testing.T) {
+	const size = 64 << 20
+	src, id := seeded(t, size, 4)
+	_, addr := serve(t, src, ServerConfig{})
+	dst := openStore(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	_, _, err := Fetch(ctx, dst, []string{addr}, digestOf(t, id), FetchOptions{Rails: 1, Progress: killAt(size*3/4, cancel)})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled fetch: %v", err)
+	}
+	l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if rep.Reused == 0 || rep.Reused+rep.Fetched != rep.Bytes {
+		t.Fatalf("report %+v", rep)
+	}
+	verifyFull(t, dst, l.ID)
 }

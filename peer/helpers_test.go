@@ -63,6 +63,13 @@ func serve(tb testing.TB, d *store.Domain, cfg ServerConfig) (*Server, string) {
 }
 
 func serveOn(tb testing.TB, d *store.Domain, cfg ServerConfig, l net.Listener) *Server {
+	s, _ := serveStoppable(tb, d, cfg, l)
+	return s
+}
+
+// serveStoppable serves on l until stop is called (or the test ends); stop
+// closes every connection and waits.
+func serveStoppable(tb testing.TB, d *store.Domain, cfg ServerConfig, l net.Listener) (*Server, func()) {
 	tb.Helper()
 	s, err := NewServer(d, cfg)
 	if err != nil {
@@ -74,15 +81,16 @@ func serveOn(tb testing.TB, d *store.Domain, cfg ServerConfig, l net.Listener) *
 		defer close(done)
 		s.Serve(ctx, l)
 	}()
-	tb.Cleanup(func() {
+	stop := func() {
 		cancel()
 		select {
 		case <-done:
 		case <-time.After(30 * time.Second):
 			tb.Error("server did not stop")
 		}
-	})
-	return s
+	}
+	tb.Cleanup(stop)
+	return s, stop
 }
 
 func digestOf(tb testing.TB, id artifact.Identity) string {
