@@ -159,6 +159,16 @@ static int wsf_mr_reg(wsf_ep *x, void *base, size_t len, uint64_t access, uint64
 	return 0;
 }
 
+// wsf_probe says whether the provider offers FI_EP_MSG endpoints with RMA reads.
+static int wsf_probe(const char *prov) {
+	struct fi_info *h = wsf_hints(prov), *info = NULL;
+	if (!h) return -FI_ENOMEM;
+	int r = fi_getinfo(FI_VERSION(1, 17), NULL, NULL, 0, h, &info);
+	fi_freeinfo(h);
+	if (info) fi_freeinfo(info);
+	return r;
+}
+
 static void wsf_mr_close(struct fid_mr *mr) { if (mr) fi_close(&mr->fid); }
 
 static int wsf_needs_local_mr(wsf_ep *x) { return (x->mr_mode & FI_MR_LOCAL) != 0; }
@@ -265,6 +275,15 @@ func cstr(s string) (*C.char, func()) {
 }
 
 func millis(d time.Duration) C.int { return C.int(max(d.Milliseconds(), 1)) }
+
+// fabricProbe checks that the provider ("" for libfabric's choice) offers
+// connected endpoints with one-sided reads; it also pays libfabric's
+// one-time discovery of its providers.
+func fabricProbe(provider string) error {
+	cp, fp := cstr(provider)
+	defer fp()
+	return fabricErr("probe provider "+provider, C.wsf_probe(cp), "")
+}
 
 // fabricListen opens a passive endpoint on node (an IP address of this host).
 func fabricListen(provider, node string) (*fabricListener, int, error) {

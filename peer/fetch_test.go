@@ -34,14 +34,14 @@ func TestFetchTCP(t *testing.T) {
 	}
 }
 
-// killAt returns a progress function that runs kill once, in the
-// background, when the fetch has verified more than at bytes.
+// killAt returns a progress function that runs kill once, when the fetch
+// has verified more than at bytes; the fetch waits for it.
 func killAt(at int64, kill func()) func(int64) {
 	var n atomic.Int64
 	var once sync.Once
 	return func(k int64) {
 		if n.Add(k) > at {
-			once.Do(func() { go kill() })
+			once.Do(kill)
 		}
 	}
 }

@@ -10,6 +10,8 @@ import (
 // rmaBuilt says whether this build has the rma data plane (build tag libfabric).
 const rmaBuilt = false
 
+func probeRMA(string) error { return unsupported(ModeRMA, noRMA) }
+
 func newRMAServePlane(string, *session, []string, time.Duration) (servePlane, error) {
 	return nil, unsupported(ModeRMA, noRMA)
 }

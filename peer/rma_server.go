@@ -33,6 +33,11 @@ type rmaServePlane struct {
 	progress  sync.WaitGroup
 }
 
+// probeRMA checks the configured provider once, at the server's start (it
+// also pays libfabric's discovery of its providers there, not during a
+// session).
+func probeRMA(provider string) error { return fabricProbe(provider) }
+
 func newRMAServePlane(provider string, ss *session, hosts []string, timeout time.Duration) (servePlane, error) {
 	p := &rmaServePlane{ss: ss, provider: provider, hosts: hosts, timeout: timeout, stop: make(chan struct{})}
 	for _, h := range hosts {

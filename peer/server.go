@@ -86,6 +86,7 @@ type Server struct {
 	gen    string // generation id, hex
 	genRaw [16]byte
 	staged *stagedSet
+	rma    error // why the rma plane is unavailable, nil when it is
 	slots  chan struct{}
 	active atomic.Int64
 
@@ -106,6 +107,7 @@ func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 		sessions: map[[16]byte]*session{}, conns: map[net.Conn]struct{}{}}
 	rand.Read(s.genRaw[:])
 	s.gen = hex.EncodeToString(s.genRaw[:])
+	s.rma = probeRMA(cfg.Provider)
 	return s, nil
 }
 
@@ -113,7 +115,7 @@ func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 func (s *Server) Generation() string { return s.gen }
 
 func (s *Server) modes() []Mode {
-	if rmaBuilt {
+	if s.rma == nil {
 		return []Mode{ModeTCP, ModeRMA}
 	}
 	return []Mode{ModeTCP}
@@ -124,7 +126,10 @@ func (s *Server) modes() []Mode {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
-	log.G(ctx).WithField("addr", l.Addr().String()).WithField("generation", s.gen).Info("peer: serving")
+	log.G(ctx).WithField("addr", l.Addr().String()).WithField("generation", s.gen).WithField("modes", s.modes()).Info("peer: serving")
+	if s.rma != nil && rmaBuilt {
+		log.G(ctx).WithError(s.rma).Warn("peer: the rma plane is unavailable")
+	}
 	var err error
 	for {
 		var c net.Conn

@@ -124,6 +124,9 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	hosts := s.railHosts(local, ss.rails)
 	var plane servePlane = tcpServePlane{hosts: hosts, port: local.(*net.TCPAddr).Port}
 	if mode == ModeRMA {
+		if s.rma != nil {
+			return fail(s.rma)
+		}
 		if plane, err = newRMAServePlane(s.cfg.Provider, ss, hosts, s.cfg.Timeout); err != nil {
 			return fail(err)
 		}
