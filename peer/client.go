@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"sync"
@@ -82,16 +83,25 @@ func (c ClientConfig) List(ctx context.Context, addr string) (*Listing, error) {
 		return nil, err
 	}
 	defer conn.Close()
-	if err := readStatus(r, "list"); err != nil {
-		return nil, &PeerError{Addr: addr, Err: err}
-	}
-	doc, err := readBlob32(r, c.ManifestMax, "list")
+	ls, err := readListing(r, c.ManifestMax)
 	if err != nil {
 		return nil, &PeerError{Addr: addr, Err: err}
 	}
+	return ls, nil
+}
+
+// readListing reads the answer to list: a status, then [u32 len][JSON].
+func readListing(r io.Reader, limit uint32) (*Listing, error) {
+	if err := readStatus(r, "list"); err != nil {
+		return nil, err
+	}
+	doc, err := readBlob32(r, limit, "list")
+	if err != nil {
+		return nil, err
+	}
 	var ls Listing
 	if err := decodeStrict(doc, &ls); err != nil {
-		return nil, &PeerError{Addr: addr, Err: protoErr("list", "%v", err)}
+		return nil, protoErr("list", "%v", err)
 	}
 	return &ls, nil
 }

@@ -27,9 +27,9 @@ type FetchOptions struct {
 	// Tensors, if set, fetches only the tensors whose names match one of
 	// these patterns (path.Match syntax) into an artifact of their own.
 	Tensors []string
-	// Retries is how many failed sessions in a row, without progress, a
-	// fetch survives; 0 means 2 per peer, at least 3.
-	Retries int
+	// Patience is how long a fetch keeps trying peers after a failure
+	// without verifying any byte; 0 means DefaultPatience.
+	Patience time.Duration
 	// OnTotal, if set, is told the payload bytes the fetch will verify or
 	// reuse, once it knows them, before any transfer.
 	OnTotal func(int64)
@@ -38,8 +38,11 @@ type FetchOptions struct {
 	Progress func(n int64)
 }
 
-// DefaultRails is the rails a fetch asks for by default.
-const DefaultRails = 4
+// Defaults of FetchOptions.
+const (
+	DefaultRails    = 4
+	DefaultPatience = 30 * time.Second
+)
 
 // target is one file being written.
 type target struct {
@@ -264,19 +267,12 @@ func (f *fetcher) closeTarget(t *target) {
 	})
 }
 
-// retries is how many failed sessions in a row a fetch survives.
-func (f *fetcher) retries() int {
-	if f.o.Retries > 0 {
-		return f.o.Retries
-	}
-	return max(3, 2*len(f.peers))
-}
-
 // fetchAll runs sessions until every unit is verified: the selection's
 // first, then, after a failure of a peer or the wire, the next peer's,
 // with the units still missing.
 func (f *fetcher) fetchAll(ctx context.Context) error {
 	failures := 0
+	var since time.Time // of the first failure since the last progress
 	for {
 		todo := f.remaining()
 		cs := f.sess
@@ -308,18 +304,19 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 		if !peerFault(err) {
 			return err
 		}
-		if f.fetched.Load() > before {
-			failures = 0
+		if f.fetched.Load() > before || failures == 0 {
+			failures, since = 0, time.Now()
 		}
-		if failures++; failures > f.retries() {
-			return fmt.Errorf("giving up after %d failed sessions: %w", failures, err)
+		failures++
+		if time.Since(since) > f.o.Patience && failures > len(f.peers) {
+			return fmt.Errorf("giving up after %d failed sessions in %s without progress: %w", failures, f.o.Patience, err)
 		}
 		f.rep.Failovers++
 		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(min(time.Duration(failures)*200*time.Millisecond, 2*time.Second)):
+		case <-time.After(min(time.Duration(1<<min(failures, 5))*50*time.Millisecond, 2*time.Second)):
 		}
 	}
 }

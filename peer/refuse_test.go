@@ -3,8 +3,8 @@ package peer
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"

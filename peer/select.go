@@ -88,6 +88,9 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if o.Mode == "" {
 		o.Mode = ModeTCP
 	}
+	if o.Patience <= 0 {
+		o.Patience = DefaultPatience
+	}
 	if o.Mode == ModeRMA && !rmaBuilt {
 		return nil, unsupported(ModeRMA, noRMA)
 	}

@@ -65,7 +65,7 @@ func TestMutualTLS(t *testing.T) {
 		ClientCAs: pki.pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}})
 	fetch := func(c ClientConfig) error {
 		c.Token, c.Timeout = "t", 5*time.Second
-		l, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Client: c, Retries: 1})
+		l, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Client: c, Patience: time.Millisecond})
 		if err == nil {
 			l.Close()
 		}

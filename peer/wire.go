@@ -291,11 +291,12 @@ func decodeTCPEndpoint(b []byte) (tcpEndpoint, error) {
 	if len(b) < 1 || len(b) != 1+int(b[0])+2 {
 		return tcpEndpoint{}, protoErr("tcp endpoint", "%d bytes do not hold a host and a port", len(b))
 	}
-	host := string(b[1 : 1+b[0]])
+	n := 1 + int(b[0])
+	host := string(b[1:n])
 	if net.ParseIP(host) == nil {
 		return tcpEndpoint{}, protoErr("tcp endpoint", "host %q is not an IP address", host)
 	}
-	return tcpEndpoint{host: host, port: int(binary.LittleEndian.Uint16(b[1+b[0]:]))}, nil
+	return tcpEndpoint{host: host, port: int(binary.LittleEndian.Uint16(b[n:]))}, nil
 }
 
 // rmaEndpoint is an rma rail's endpoint parameters: the libfabric provider
@@ -311,12 +312,11 @@ func encodeRMAEndpoint(provider, host string, port int) []byte {
 
 // decodeRMAEndpoint parses [u8 len][provider][u8 len][host][u16 port].
 func decodeRMAEndpoint(b []byte) (rmaEndpoint, error) {
-	bad := protoErr("rma endpoint", "%d bytes do not hold a provider, a host and a port", len(b))
 	if len(b) < 1 || len(b) < 1+int(b[0])+1 {
-		return rmaEndpoint{}, bad
+		return rmaEndpoint{}, protoErr("rma endpoint", "%d bytes do not hold a provider, a host and a port", len(b))
 	}
-	prov := string(b[1 : 1+b[0]])
-	rest := b[1+b[0]:]
+	n := 1 + int(b[0])
+	prov, rest := string(b[1:n]), b[n:]
 	tcp, err := decodeTCPEndpoint(rest)
 	if err != nil {
 		return rmaEndpoint{}, err
