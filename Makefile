@@ -22,11 +22,19 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 
 # Unit tests, fuzz seed corpora, crash harness and end-to-end tests against the real peers.
 # The crash harness runs verbose, filtered, so its count of fault points and kills shows.
+# The weight peer is tested again with its rma plane (build tag libfabric: cgo and libfabric-dev,
+# which test/e2e/deps installs).
 test: build
 	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/crash) && \
+	$(LIBFABRIC_TEST) && \
 	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | grep -E '^(crash harness|--- |ok|FAIL|panic)'; \
 	exit $${PIPESTATUS[0]}
+
+LIBFABRIC_TEST = if pkg-config --exists libfabric 2>/dev/null; then \
+		$(GO) test -count=1 -timeout 20m -tags libfabric ./peer/...; \
+	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "libfabric-dev missing: cannot test the rma plane" >&2; false; \
+	else echo "libfabric-dev missing: the rma plane (go test -tags libfabric ./peer/...) is not tested" >&2; fi
 
 unit:
 	$(GO) test -count=1 -short ./...
@@ -41,9 +49,10 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 	scripts/bench-store.sh $(BENCH_SIZE) 4
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
+	scripts/bench-peer.sh $(BENCH_SIZE) 8
 
 FUZZTIME ?= 30s
-FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/
+FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./peer/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done
@@ -54,6 +63,7 @@ stress:
 
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags libfabric ./peer/...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 demo: build
