@@ -2,7 +2,6 @@ package oci
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -40,6 +39,9 @@ type PlanFile struct {
 	Size   int64
 	SHA256 string // hex; the layer digest
 	Layer  ocispec.Descriptor
+	// Binding is how the store's writer hashes the file: BindSHA256 with the
+	// index entry for a weightsnap artifact, BindNone for a foreign one.
+	Binding artifact.Binding
 }
 
 // TotalBytes is the sum of the payload sizes.
@@ -62,9 +64,6 @@ type ImportOptions struct {
 
 // maxManifestBytes bounds a manifest read (registries commonly cap at 4 MiB).
 const maxManifestBytes = 4 << 20
-
-// maxIndexBytes bounds the index layer (the store's own cap).
-const maxIndexBytes = 512 << 20
 
 // DecodeManifest parses an image manifest strictly enough to trust its layers.
 func DecodeManifest(ref string, raw []byte) (*ocispec.Manifest, error) {
@@ -99,8 +98,11 @@ func IndexLayer(m *ocispec.Manifest) (ocispec.Descriptor, bool) {
 }
 
 // PlanWeightsnap plans the pull of an artifact weightsnap pushed. indexRaw
-// is the index layer's bytes, already checked against its digest. Identity,
-// index and layers must all agree; a disagreement is an *IndexMismatchError.
+// is the index layer's bytes, already checked against its digest; a schema-1
+// index is upgraded (artifact.Index.Upgrade). Identity, index and layers must
+// all agree; a disagreement is an *IndexMismatchError. A passthrough
+// identity whose source fingerprint disagrees with the layers is an
+// *artifact.FingerprintMismatchError: an identity collision.
 func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, error) {
 	idJSON := m.Annotations[AnnotationIdentity]
 	if idJSON == "" {
@@ -118,6 +120,9 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		return nil, &IndexMismatchError{Field: "identity digest annotation", Want: want, Got: idDigest}
 	}
 	x, err := artifact.DecodeIndex(indexRaw)
+	if err == nil {
+		err = x.Upgrade()
+	}
 	if err != nil {
 		return nil, &ManifestError{Ref: ref, Reason: err.Error()}
 	}
@@ -153,7 +158,11 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		if l.Size != f.Size {
 			return nil, &IndexMismatchError{Path: f.Path, Field: "size", Want: fmt.Sprint(f.Size), Got: fmt.Sprint(l.Size)}
 		}
-		plan.Files = append(plan.Files, PlanFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Layer: l})
+		plan.Files = append(plan.Files, PlanFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Layer: l,
+			Binding: artifact.Binding{Want: f, By: artifact.BindSHA256}})
+	}
+	if err := id.CheckPassthrough(x.Files); err != nil {
+		return nil, err
 	}
 	return plan, nil
 }
@@ -192,7 +201,8 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 		if artifact.IsSafetensors(p) {
 			safetensors++
 		}
-		plan.Files = append(plan.Files, PlanFile{Path: p, Size: l.Size, SHA256: l.Digest.Encoded(), Layer: l})
+		plan.Files = append(plan.Files, PlanFile{Path: p, Size: l.Size, SHA256: l.Digest.Encoded(), Layer: l,
+			Binding: artifact.Binding{Want: artifact.FileEntry{Path: p, Size: l.Size, SHA256: l.Digest.Encoded()}}})
 	}
 	if safetensors == 0 {
 		return nil, &UnsupportedError{Ref: ref, Reason: "no layer names a .safetensors file"}
@@ -207,14 +217,4 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 		return nil, err
 	}
 	return plan, nil
-}
-
-// CompareEntry checks a file entry the store computed from pulled bytes
-// against the pulled index's entry for the same file.
-func CompareEntry(want, got artifact.FileEntry) error {
-	var m *artifact.EntryMismatch
-	if errors.As(artifact.CompareEntry(want, got), &m) {
-		return &IndexMismatchError{Path: m.Path, Tensor: m.Tensor, Field: m.Field, Want: m.Want, Got: m.Got}
-	}
-	return nil
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -44,13 +46,19 @@ const (
 	DefaultPatience = 30 * time.Second
 )
 
-// target is one file being written.
+// target is one file being written. A file of the artifact as the sender
+// holds it is bound by its tensor tree: units land in it in any order, each
+// tensor's BLAKE3 is reported as it lands, and the store derives the tree
+// and binds the sender's sha256 without reading the file back. A file of a
+// tensor subset is new: its units land in a scratch file, which is copied
+// in order into the store (which hashes it as written) once all are verified.
 type target struct {
 	path    string
-	want    artifact.FileEntry // what the store must compute from the bytes written
-	subset  bool               // whole-file digests are the store's to compute
-	fw      artifact.FileWriter
-	mapping []byte // rma: the file mapped for one-sided reads into it
+	want    artifact.FileEntry       // the record; for a subset file, all but its sha256 and tree
+	fw      artifact.BoundFileWriter // a bound file; nil for a subset file
+	out     io.WriterAt              // where tcp units land: fw or the scratch file
+	mapping []byte                   // where rma units land: fw's mapping or the scratch file's
+	scratch *os.File                 // a subset file's bytes, unlinked
 	pending atomic.Int64
 }
 
@@ -61,8 +69,9 @@ type unit struct {
 	off, n int64 // in the shard
 	dst    *target
 	dstOff int64
+	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header
 	name   string // tensor name; "" for a header or a whole file
-	blake3 string
+	blake3 artifact.Digest
 	done   bool // verified; guarded by fetcher.mu
 }
 
@@ -75,6 +84,8 @@ type fetcher struct {
 	o        FetchOptions
 	base     *WeightManifest
 	subset   *subsetPlan
+	w        artifact.Writer // Produce's
+	scratch  string          // directory of a subset's scratch files (the store's filesystem)
 	identity artifact.Identity
 	sess     *clientSession // opened by the selection; Produce uses it first
 	last     int            // index of the peer used last
@@ -116,6 +127,7 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 	start := time.Now()
 	defer func() { f.took = time.Since(start) }()
 	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
+	f.w = w
 	err := f.prepare(ctx, w)
 	if err == nil {
 		if f.o.OnTotal != nil {
@@ -129,6 +141,12 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 		err = f.fetchAll(ctx)
 	}
 	f.closers.Wait()
+	for _, t := range f.targets {
+		if t.scratch != nil {
+			unmapScratch(t)
+			t.scratch.Close()
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -138,48 +156,41 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 // prepare creates (or reuses) every target and lists the units to fetch.
 func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 	if f.subset != nil {
-		return f.subset.prepare(f, w)
+		return f.subset.prepare(f)
+	}
+	bw, ok := w.(artifact.BoundWriter)
+	if !ok {
+		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
 	}
 	rs, canReuse := w.(artifact.Resumer)
 	for i, s := range f.base.Shards {
-		t := &target{path: s.Name, want: s.entry()}
+		bind := artifact.Binding{Want: s.entry(), By: artifact.BindTree}
 		if canReuse {
-			got, ok, err := rs.Reuse(s.Name, s.Size, s.SHA256)
-			if err != nil {
+			if _, ok, err := rs.Reuse(bind); err != nil {
 				return fmt.Errorf("reuse %s: %w", s.Name, err)
-			}
-			if ok {
-				if err := artifact.CompareEntry(t.want, got); err != nil {
-					return fmt.Errorf("kept file %s: %w: %w", s.Name, err, errdefs.ErrDataLoss)
-				}
+			} else if ok {
 				f.reused.Add(s.Size)
 				log.G(ctx).WithField("file", s.Name).Debug("peer: reused from an interrupted fetch")
 				continue
 			}
 		}
-		if err := f.create(w, t); err != nil {
+		fw, err := bw.CreateBound(bind)
+		if err != nil {
 			return err
 		}
-		f.addUnits(t, shardUnits(i, s, t))
-	}
-	return nil
-}
-
-// create creates a target in the store, mapped for the rma plane.
-func (f *fetcher) create(w artifact.Writer, t *target) error {
-	fw, err := w.Create(t.path, t.want.Size)
-	if err != nil {
-		return err
-	}
-	t.fw = fw
-	f.targets = append(f.targets, t)
-	if f.o.Mode == ModeRMA {
-		mw, ok := fw.(artifact.MappedWriter)
-		if !ok {
-			return unsupported(ModeRMA, "the store's writer cannot map its files")
+		t := &target{path: s.Name, want: bind.Want, fw: fw, out: fw}
+		f.targets = append(f.targets, t)
+		if f.o.Mode == ModeRMA {
+			mw, ok := fw.(artifact.MappedWriter)
+			if !ok {
+				return unsupported(ModeRMA, "the store's writer cannot map its files")
+			}
+			if t.mapping, err = mw.Map(); err != nil {
+				return fmt.Errorf("map %s: %w", s.Name, err)
+			}
 		}
-		if t.mapping, err = mw.Map(); err != nil {
-			return fmt.Errorf("map %s: %w", t.path, err)
+		if err := f.addUnits(t, shardUnits(i, s, t)); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -187,18 +198,22 @@ func (f *fetcher) create(w artifact.Writer, t *target) error {
 
 // shardUnits are a whole shard's units, written at the same offsets.
 func shardUnits(i int, s WeightShard, t *target) []*unit {
-	if !artifact.IsSafetensors(s.Name) {
-		return []*unit{{shard: i, n: s.Size, dst: t, blake3: s.BLAKE3}}
+	digest := func(h string) artifact.Digest {
+		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
+		return d
 	}
-	us := []*unit{{shard: i, n: s.DataStart, dst: t, blake3: s.HeaderBLAKE3}}
-	for _, x := range s.Tensors {
-		us = append(us, &unit{shard: i, off: x.Offset, n: x.Length, dst: t, dstOff: x.Offset, name: x.Name, blake3: x.BLAKE3})
+	if !artifact.IsSafetensors(s.Name) {
+		return []*unit{{shard: i, n: s.Size, dst: t, blake3: digest(s.BLAKE3)}}
+	}
+	us := []*unit{{shard: i, n: s.DataStart, dst: t, part: -1, blake3: digest(s.HeaderBLAKE3)}}
+	for k, x := range s.Tensors {
+		us = append(us, &unit{shard: i, off: x.Offset, n: x.Length, dst: t, dstOff: x.Offset, part: k, name: x.Name, blake3: digest(x.BLAKE3)})
 	}
 	return us
 }
 
 // addUnits records a target's units; empty ones are done at once.
-func (f *fetcher) addUnits(t *target, us []*unit) {
+func (f *fetcher) addUnits(t *target, us []*unit) error {
 	t.pending.Store(int64(len(us)))
 	f.units = append(f.units, us...)
 	if len(us) == 0 {
@@ -206,9 +221,12 @@ func (f *fetcher) addUnits(t *target, us []*unit) {
 	}
 	for _, u := range us {
 		if u.n == 0 { // the manifest's validation checked its hash is the empty one
-			f.markDone(u)
+			if err := f.landed("", u, u.blake3); err != nil {
+				return err
+			}
 		}
 	}
+	return nil
 }
 
 // remaining are the units not verified yet, in order.
@@ -224,13 +242,23 @@ func (f *fetcher) remaining() []*unit {
 	return out
 }
 
-// markDone records a verified unit; a target whose units are all verified
-// is closed (the store finishes its digests) in the background.
-func (f *fetcher) markDone(u *unit) {
+// landed records a unit whose bytes, from the peer at addr, hash to sum: a
+// mismatch is the peer's fault; a match is reported to a bound file and the
+// unit is done. A target whose units are all done is closed in the background.
+func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
+	if sum != u.blake3 {
+		return &PeerError{Addr: addr, Err: &MismatchError{Path: u.dst.path, Tensor: u.name,
+			Want: artifact.DigestHex(u.blake3), Got: artifact.DigestHex(sum)}}
+	}
+	if u.dst.fw != nil && u.part >= 0 {
+		if err := u.dst.fw.SetPartBLAKE3(u.part, sum); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	if u.done {
 		f.mu.Unlock()
-		return
+		return nil
 	}
 	u.done = true
 	f.mu.Unlock()
@@ -239,25 +267,21 @@ func (f *fetcher) markDone(u *unit) {
 	if u.dst.pending.Add(-1) == 0 {
 		f.closeTarget(u.dst)
 	}
+	return nil
 }
 
+// closeTarget finishes a target: the store derives a bound file's tree and
+// binds the sender's sha256; a subset file is copied in order into a new
+// store file, and what the store computed is checked against the record.
 func (f *fetcher) closeTarget(t *target) {
 	f.closers.Go(func() {
 		f.slots <- struct{}{}
 		defer func() { <-f.slots }()
-		err := t.fw.Close()
-		var got artifact.FileEntry
-		if err == nil {
-			got, err = t.fw.Digest()
-		}
-		if err == nil {
-			want := t.want
-			if t.subset {
-				want.SHA256, want.BLAKE3 = got.SHA256, got.BLAKE3
-			}
-			if err = artifact.CompareEntry(want, got); err != nil {
-				err = fmt.Errorf("fetched %s: %w: %w", t.path, err, errdefs.ErrDataLoss)
-			}
+		var err error
+		if t.scratch != nil {
+			err = f.copySubset(t)
+		} else if err = t.fw.Close(); err != nil {
+			err = fmt.Errorf("fetched %s: %w", t.path, err)
 		}
 		if err != nil {
 			f.closeMu.Lock()

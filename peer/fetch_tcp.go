@@ -3,10 +3,10 @@ package peer
 import (
 	"bufio"
 	"context"
-	"encoding/hex"
 	"errors"
 	"io"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/zeebo/blake3"
 	"golang.org/x/sync/errgroup"
 )
@@ -121,7 +121,7 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 		}
 	}()
 	h := blake3.New()
-	var sum [32]byte
+	var sum artifact.Digest
 	for c := range full {
 		if c.err != nil {
 			return &PeerError{Addr: addr, Err: c.err}
@@ -131,17 +131,17 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 			h.Reset()
 		}
 		h.Write(c.b)
-		if _, err := u.dst.fw.WriteAt(c.b, u.dstOff+c.off); err != nil {
+		if _, err := u.dst.out.WriteAt(c.b, u.dstOff+c.off); err != nil {
 			return err // the store's failure, not the peer's
 		}
 		free <- c.b[:cap(c.b)]
 		if !c.last {
 			continue
 		}
-		if got := hex.EncodeToString(h.Sum(sum[:0])); got != u.blake3 {
-			return &PeerError{Addr: addr, Err: &MismatchError{Path: u.dst.path, Tensor: u.name, Want: u.blake3, Got: got}}
+		h.Sum(sum[:0])
+		if err := f.landed(addr, u, sum); err != nil {
+			return err
 		}
-		f.markDone(u)
 	}
 	return ctx.Err()
 }

@@ -222,6 +222,9 @@ func (s WeightShard) validateLayout() error {
 	if end != s.Size {
 		return fmt.Errorf("tensors end at %d, the file at %d", end, s.Size)
 	}
+	if tree, err := artifact.EntryTree(s.entry()); err != nil || tree != s.BLAKE3 {
+		return fmt.Errorf("blake3 is not the tensor tree of the header and tensors")
+	}
 	return nil
 }
 

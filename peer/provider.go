@@ -9,8 +9,8 @@ import (
 )
 
 // Provider is the weight-peer source of resolution: the configured peers,
-// asked in order for the exact identity. It implements resolve.Provider
-// without importing it.
+// asked in order for the exact identity. It implements resolve.Provider and
+// resolve.DigestProvider without importing resolve.
 type Provider struct {
 	// Peers are host:port entries, IP addresses or DNS names with many
 	// addresses (see ExpandPeers).
@@ -49,4 +49,20 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 // the peer it finished with, the data plane, its rails and the bytes fetched.
 func (f *fetcher) Transfer() (endpoint, mode string, rails int, bytes int64) {
 	return f.rep.Peer, string(f.rep.Mode), f.rep.Rails, f.fetched.Load()
+}
+
+// ProducerForDigest implements resolve.DigestProvider: a peer is asked for
+// an artifact by its identity digest, and its manifest carries the identity.
+func (p *Provider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+	addrs, err := ExpandPeers(ctx, p.Peers)
+	if err != nil {
+		return artifact.Identity{}, nil, err
+	}
+	o := p.Options
+	o.Tensors = nil
+	f, err := newFetcher(ctx, addrs, digest, o, false)
+	if err != nil {
+		return artifact.Identity{}, nil, err
+	}
+	return f.base.Identity, f, nil
 }

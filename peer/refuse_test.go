@@ -223,8 +223,12 @@ func TestClientRefuses(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer l.Close()
-		m := servableFromLease(l).manifest
+		sv, err := servableFromLease(l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sv.release()
+		m := sv.manifest
 		m.Generation = strings.Repeat("0", 32)
 		raw, _ := json.Marshal(&m)
 		return raw

@@ -168,6 +168,7 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 		return nil, nil, err
 	}
 	defer f.closeSession()
+	f.scratch = d.Root()
 	digest, _ := f.identity.Digest()
 	rep := &FetchReport{Request: request, Identity: digest, Tensors: o.Tensors}
 	lease, res, err := d.GetOrBuild(ctx, f.identity, f)

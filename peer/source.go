@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/containerd/errdefs"
@@ -52,7 +53,7 @@ func (s *Server) open(ctx context.Context, request string) (*servable, error) {
 		}
 		return nil, err
 	}
-	return servableFromLease(l), nil
+	return servableFromLease(l)
 }
 
 // byManifestDigest finds the artifact whose manifest.json has the digest.
@@ -69,15 +70,24 @@ func (s *Server) byManifestDigest(ctx context.Context, digest string) (string, e
 	return "", fmt.Errorf("no READY artifact with identity or manifest digest %s here: %w", short(strings.TrimPrefix(digest, "sha256:")), errdefs.ErrNotFound)
 }
 
-func servableFromLease(l *store.Lease) *servable {
+// servableFromLease serves a leased artifact; its manifest gives every
+// digest in the current index schema (an artifact of an older one gets its
+// tensor trees derived from the hashes it holds).
+func servableFromLease(l *store.Lease) (*servable, error) {
+	x := *l.Index
+	x.Files = slices.Clone(x.Files)
+	if err := x.Upgrade(); err != nil {
+		l.Close()
+		return nil, err
+	}
 	sv := &servable{release: func() { l.Close() }}
 	sv.manifest = WeightManifest{Schema: ManifestSchema, Identity: l.Identity(), IdentityDigest: l.Manifest.IdentityDigest,
 		ManifestDigest: "sha256:" + l.Ready.ManifestSHA256}
-	for _, f := range l.Files() {
+	for i, f := range l.Files() {
 		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: f.Data})
-		sv.manifest.Shards = append(sv.manifest.Shards, shardFromEntry(f.Entry))
+		sv.manifest.Shards = append(sv.manifest.Shards, shardFromEntry(x.Files[i]))
 	}
-	return sv
+	return sv, nil
 }
 
 // Listing is what a peer holds, as `list` answers it.

@@ -4,11 +4,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
+	"os"
 	"path"
 	"slices"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
 )
 
 // The producer a tensor subset's identity names.
@@ -101,38 +105,112 @@ func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Ide
 	return plan, id, err
 }
 
-// prepare creates the subset's files, writes each new header, and lists
-// the units: matched tensors at their new offsets, other files whole.
-func (p *subsetPlan) prepare(f *fetcher, w artifact.Writer) error {
+// prepare creates the subset's targets: each new file a scratch file
+// holding its header, its units the matched tensors at their new offsets;
+// every other file bound as the sender holds it.
+func (p *subsetPlan) prepare(f *fetcher) error {
+	bw, ok := f.w.(artifact.BoundWriter)
+	if !ok {
+		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
+	}
 	for _, sf := range p.files {
 		s := f.base.Shards[sf.shard]
 		if sf.header == nil {
-			t := &target{path: s.Name, want: s.entry()}
-			if err := f.create(w, t); err != nil {
+			bind := artifact.Binding{Want: s.entry(), By: artifact.BindTree}
+			fw, err := bw.CreateBound(bind)
+			if err != nil {
 				return err
 			}
-			f.addUnits(t, shardUnits(sf.shard, s, t))
+			t := &target{path: s.Name, want: bind.Want, fw: fw, out: fw}
+			f.targets = append(f.targets, t)
+			if f.o.Mode == ModeRMA {
+				if t.mapping, err = fw.(artifact.MappedWriter).Map(); err != nil {
+					return err
+				}
+			}
+			if err := f.addUnits(t, shardUnits(sf.shard, s, t)); err != nil {
+				return err
+			}
 			continue
 		}
 		start := int64(len(sf.header))
-		t := &target{path: s.Name, subset: true, want: artifact.FileEntry{Path: s.Name, DataStart: start,
+		t := &target{path: s.Name, want: artifact.FileEntry{Path: s.Name, DataStart: start,
 			HeaderBLAKE3: artifact.BLAKE3Hex(sf.header)}}
 		var us []*unit
 		at := start
 		for _, x := range sf.tensors {
+			d, _ := artifact.ParseDigest(x.BLAKE3)
 			t.want.Tensors = append(t.want.Tensors, artifact.TensorEntry{Name: x.Name, DType: x.DType, Shape: x.Shape,
 				Offset: at, Length: x.Length, BLAKE3: x.BLAKE3})
-			us = append(us, &unit{shard: sf.shard, off: x.Offset, n: x.Length, dst: t, dstOff: at, name: x.Name, blake3: x.BLAKE3})
+			us = append(us, &unit{shard: sf.shard, off: x.Offset, n: x.Length, dst: t, dstOff: at, part: -1, name: x.Name, blake3: d})
 			at += x.Length
 		}
 		t.want.Size = at
-		if err := f.create(w, t); err != nil {
+		f.targets = append(f.targets, t)
+		if err := f.openScratch(t, sf.header); err != nil {
 			return err
 		}
-		if _, err := t.fw.WriteAt(sf.header, 0); err != nil {
+		if err := f.addUnits(t, us); err != nil {
 			return err
 		}
-		f.addUnits(t, us)
 	}
 	return nil
+}
+
+// openScratch gives a subset file an unlinked scratch file on the store's
+// filesystem, sized and holding its header, mapped for the rma plane.
+func (f *fetcher) openScratch(t *target, header []byte) error {
+	if f.scratch == "" {
+		return fmt.Errorf("no scratch directory for a tensor subset: %w", errdefs.ErrNotImplemented)
+	}
+	fd, err := unix.Open(f.scratch, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return fmt.Errorf("scratch file for %s: %w", t.path, err)
+	}
+	t.scratch = os.NewFile(uintptr(fd), t.path)
+	t.out = t.scratch
+	if err := t.scratch.Truncate(t.want.Size); err != nil {
+		return err
+	}
+	if _, err := t.scratch.WriteAt(header, 0); err != nil {
+		return err
+	}
+	if f.o.Mode == ModeRMA && t.want.Size > 0 {
+		if t.mapping, err = unix.Mmap(fd, 0, int(t.want.Size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+			return fmt.Errorf("map the scratch file of %s: %w", t.path, err)
+		}
+	}
+	return nil
+}
+
+func unmapScratch(t *target) {
+	if t.mapping != nil {
+		unix.Munmap(t.mapping)
+		t.mapping = nil
+	}
+}
+
+// copySubset copies a subset file, all its units verified, in order into a
+// new file of the store, which hashes it as it is written; what the store
+// computed must be the planned header and tensors.
+func (f *fetcher) copySubset(t *target) error {
+	fw, err := f.w.Create(t.path, t.want.Size)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 4<<20)
+	if _, err := io.CopyBuffer(fw, io.NewSectionReader(t.scratch, 0, t.want.Size), buf); err != nil {
+		fw.Close()
+		return fmt.Errorf("copy %s: %w", t.path, err)
+	}
+	if err := fw.Close(); err != nil {
+		return err
+	}
+	got, err := fw.Digest()
+	if err != nil {
+		return err
+	}
+	want := t.want
+	want.SHA256, want.BLAKE3 = got.SHA256, got.BLAKE3 // the store's to compute for a new file
+	return artifact.CompareEntry(want, got)
 }

@@ -137,6 +137,14 @@ func fuzzManifest(tb testing.TB) []byte {
 		Shards: []WeightShard{{Name: "a.safetensors", Size: 24, SHA256: hexOf(1), BLAKE3: hexOf(2), DataStart: 16, HeaderBLAKE3: hexOf(3),
 			Tensors: []WeightTensorRecord{{Name: "w", DType: "BF16", Shape: []int64{4}, Offset: 16, Length: 8, BLAKE3: hexOf(4)}}},
 			{Name: "config.json", Size: 2, SHA256: hexOf(5), BLAKE3: hexOf(6)}}}
+	tree, err := artifact.EntryTree(m.Shards[0].entry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m.Shards[0].BLAKE3 = tree
+	if err := m.validate(); err != nil {
+		tb.Fatal(err)
+	}
 	raw, err := json.Marshal(&m)
 	if err != nil {
 		tb.Fatal(err)

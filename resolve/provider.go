@@ -50,6 +50,17 @@ func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) 
 	return p.Fn(ctx, identity)
 }
 
+// DigestProvider is a provider that can fetch an artifact knowing only its
+// identity digest (sha256:<hex>), such as the registry artifact a weight
+// image's pointer names by manifest digest. It returns the identity the
+// remote artifact carries and the producer that fetches it; resolution
+// checks that identity's digest is the one asked for. Errors are classified
+// as for Producer.
+type DigestProvider interface {
+	Provider
+	ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error)
+}
+
 // TransferReporter is implemented by producers that can say how they moved
 // an artifact (a weight peer's: which peer, which data plane, how many
 // rails, how many bytes); the report's step records it.

@@ -83,8 +83,16 @@ type Config struct {
 	// Validation is the lookup validation mode; "" uses the domain's policy.
 	Validation store.ValidationMode
 	Wait       WaitPolicy
-	// Providers are the remote providers, in order (peer, then registry).
+	// Peers are the weight peers' providers, asked first of the remote
+	// sources: before the provider Locate gives and the other Providers.
+	Peers []Provider
+	// Providers are the other remote providers (registries), in order.
 	Providers []Provider
+	// Locate returns the provider of a request's Artifact reference, or an
+	// error when that reference may not be used (its host is not a
+	// configured registry), which fails the resolution as a policy failure.
+	// Nil: Artifact references are not used.
+	Locate func(ctx context.Context, ref string) (Provider, error)
 	// Producers are the registered local producers. One of them is used
 	// when it makes exactly the identity asked for from the request's source.
 	Producers []producers.Recipe
@@ -125,8 +133,9 @@ func New(cfg Config) (*Runtime, error) {
 // Mode is the runtime's mode.
 func (r *Runtime) Mode() Mode { return r.cfg.Mode }
 
-// domain opens the store domain once, within the wait budget.
-func (r *Runtime) domain(ctx context.Context) (*store.Domain, error) {
+// Domain opens the runtime's store domain (once, within the wait budget)
+// and returns it; never call it in disabled mode.
+func (r *Runtime) Domain(ctx context.Context) (*store.Domain, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.dom != nil {
@@ -171,6 +180,15 @@ type Request struct {
 	// Recipe derives the identity from Source when Identity is nil, and is
 	// tried as a local producer before the registered ones.
 	Recipe producers.Recipe
+	// Digest is the identity digest (sha256:<hex>) when the caller knows
+	// only that (a weight image's pointer label); Identity wins when both
+	// are set. Such a request is served by the store and by providers that
+	// implement DigestProvider.
+	Digest string
+	// Artifact is a digest-pinned registry reference that holds the
+	// artifact (a pointer label's); its provider (Config.Locate) is tried
+	// after the peers, before the configured Providers.
+	Artifact string
 }
 
 // Resolution is a completed resolution: a leased artifact, or the

@@ -1,56 +1,20 @@
 package main
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"net"
-	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/peer"
 )
 
-// PeerConfig is the [peer] table: this node's weight peer, and how it
-// talks to the others. Flags override it.
-type PeerConfig struct {
-	// Listen is the address `peer serve` listens on (default ":7420").
-	Listen string `toml:"listen"`
-	// Peers are the peers to fetch from: host:port, IP addresses, or DNS
-	// names with many addresses; resolution asks them before a registry.
-	Peers []string `toml:"peers"`
-	// TokenFile holds the bearer token, required by this node's server and
-	// presented to others.
-	TokenFile string `toml:"token_file"`
-	// TLSCert and TLSKey are this node's certificate: the server's, and the
-	// client's for mTLS. TLSClientCA makes the server require client
-	// certificates signed by it; TLSCA is the CA of the peers' certificates.
-	TLSCert     string `toml:"tls_cert"`
-	TLSKey      string `toml:"tls_key"`
-	TLSClientCA string `toml:"tls_client_ca"`
-	TLSCA       string `toml:"tls_ca"`
-	// Server limits and rails.
-	MaxSessions int      `toml:"max_sessions"`
-	MaxRails    int      `toml:"max_rails"`
-	RailAddrs   []string `toml:"rail_addrs"`
-	// FabricProvider is the libfabric provider of the rma plane: verbs, efa, tcp or sockets.
-	FabricProvider string `toml:"fabric_provider"`
-	// Mode and Rails are the client's defaults: tcp or rma, and rails asked for.
-	Mode           string `toml:"mode"`
-	Rails          int    `toml:"rails"`
-	TimeoutSeconds int    `toml:"timeout_seconds"`
-	// Staged are the allowlisted directories served as staged:NAME, and
-	// StagedCeilingBytes what they may hold mapped at once.
-	Staged             []peer.StagedDir `toml:"staged"`
-	StagedCeilingBytes int64            `toml:"staged_ceiling_bytes"`
-}
-
-// peerFlags are the flags every peer command shares, over the [peer] table.
+// peerFlags are the flags every peer command shares; each overrides its
+// key of the [peer] table.
 type peerFlags struct {
 	tokenFile, tlsCert, tlsKey, tlsCA string
 	timeout                           int
@@ -58,83 +22,28 @@ type peerFlags struct {
 
 func (pf *peerFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&pf.tokenFile, "token-file", "", "file holding the bearer token (default: [peer] token_file)")
-	f.StringVar(&pf.tlsCert, "tls-cert", "", "this node's TLS certificate (server; client certificate for mTLS)")
+	f.StringVar(&pf.tlsCert, "tls-cert", "", "this node's TLS certificate (the server's; the client's for mTLS)")
 	f.StringVar(&pf.tlsKey, "tls-key", "", "key of --tls-cert")
 	f.StringVar(&pf.tlsCA, "tls-ca", "", "CA of the peers' certificates: talk TLS to them")
-	f.IntVar(&pf.timeout, "timeout", 0, "seconds every read, write and dial may take (default 30)")
+	f.IntVar(&pf.timeout, "timeout", 0, "seconds any read, write or dial may take (default: [peer] timeout_seconds)")
 }
 
-// merged fills the flags left unset from the configuration.
-func (pf peerFlags) merged(c *PeerConfig) peerFlags {
-	if c == nil {
-		return pf
-	}
-	pick := func(flag *string, cfg string) {
-		if *flag == "" {
-			*flag = cfg
+// apply returns the [peer] table with the flags given on the command line.
+func (pf peerFlags) apply(cmd *cobra.Command, c config.Peer) config.Peer {
+	set := cmd.Flags().Changed
+	for _, o := range []struct {
+		flag string
+		dst  *string
+		v    string
+	}{{"token-file", &c.TokenFile, pf.tokenFile}, {"tls-cert", &c.TLSCert, pf.tlsCert}, {"tls-key", &c.TLSKey, pf.tlsKey}, {"tls-ca", &c.TLSCA, pf.tlsCA}} {
+		if set(o.flag) {
+			*o.dst = o.v
 		}
 	}
-	pick(&pf.tokenFile, c.TokenFile)
-	pick(&pf.tlsCert, c.TLSCert)
-	pick(&pf.tlsKey, c.TLSKey)
-	pick(&pf.tlsCA, c.TLSCA)
-	if pf.timeout == 0 {
-		pf.timeout = c.TimeoutSeconds
+	if set("timeout") {
+		c.TimeoutSeconds = pf.timeout
 	}
-	return pf
-}
-
-func (pf peerFlags) token() (string, error) {
-	if pf.tokenFile == "" {
-		return "", nil
-	}
-	raw, err := os.ReadFile(pf.tokenFile)
-	if err != nil {
-		return "", fmt.Errorf("token file: %w", err)
-	}
-	return strings.TrimSpace(string(raw)), nil
-}
-
-func (pf peerFlags) certificates() ([]tls.Certificate, error) {
-	if pf.tlsCert == "" && pf.tlsKey == "" {
-		return nil, nil
-	}
-	c, err := tls.LoadX509KeyPair(pf.tlsCert, pf.tlsKey)
-	if err != nil {
-		return nil, fmt.Errorf("TLS certificate: %v: %w", err, errdefs.ErrInvalidArgument)
-	}
-	return []tls.Certificate{c}, nil
-}
-
-func certPool(file string) (*x509.CertPool, error) {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("CA file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(raw) {
-		return nil, fmt.Errorf("CA file %s holds no PEM certificate: %w", file, errdefs.ErrInvalidArgument)
-	}
-	return pool, nil
-}
-
-// client is the client configuration the flags and the table describe.
-func (pf peerFlags) client() (peer.ClientConfig, error) {
-	var c peer.ClientConfig
-	var err error
-	if c.Token, err = pf.token(); err != nil {
-		return c, err
-	}
-	c.Timeout = time.Duration(pf.timeout) * time.Second
-	if pf.tlsCA == "" {
-		return c, nil
-	}
-	c.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
-	if c.TLS.RootCAs, err = certPool(pf.tlsCA); err != nil {
-		return c, err
-	}
-	c.TLS.Certificates, err = pf.certificates()
-	return c, err
+	return c
 }
 
 func newPeerCmd(a *app) *cobra.Command {
@@ -161,49 +70,42 @@ func newPeerServeCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve this node's READY artifacts (and allowlisted staged directories) to other nodes",
-		Args:  cobra.NoArgs,
+		Long: `Serve this node's READY artifacts, and the directories [peer] staged or --staged
+allowlists, to other nodes until interrupted. weightsnapd serves the same when
+[peer] serve is true; this command is for a node without the daemon.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			c := a.cfg.Peer
-			if c == nil {
-				c = &PeerConfig{}
-			}
-			pf = pf.merged(c)
+			c := pf.apply(cmd, a.cfg.Peer)
 			set := cmd.Flags().Changed
-			cfg := peer.ServerConfig{MaxSessions: c.MaxSessions, MaxRails: c.MaxRails, RailAddrs: c.RailAddrs,
-				Provider: c.FabricProvider, Staged: c.Staged, StagedCeiling: c.StagedCeilingBytes,
-				Timeout: time.Duration(pf.timeout) * time.Second}
+			if set("listen") {
+				c.Listen = listen
+			}
+			if set("tls-client-ca") {
+				c.TLSClientCA = clientCA
+			}
 			if set("max-sessions") {
-				cfg.MaxSessions = maxSessions
+				c.MaxSessions = maxSessions
 			}
 			if set("max-rails") {
-				cfg.MaxRails = maxRails
+				c.MaxRails = maxRails
 			}
 			if set("rail-addr") {
-				cfg.RailAddrs = railAddrs
+				c.RailAddrs = railAddrs
 			}
 			if set("fabric-provider") {
-				cfg.Provider = provider
+				c.FabricProvider = provider
 			}
 			for _, s := range staged {
 				d, err := stagedFlag(s)
 				if err != nil {
 					return err
 				}
-				cfg.Staged = append(cfg.Staged, d)
+				c.Staged = append(c.Staged, d)
 			}
-			var err error
-			if cfg.Token, err = pf.token(); err != nil {
+			cfg, err := c.ServerConfig()
+			if err != nil {
 				return err
-			}
-			if clientCA == "" {
-				clientCA = c.TLSClientCA
-			}
-			if cfg.TLS, err = serverTLS(pf, clientCA); err != nil {
-				return err
-			}
-			if !set("listen") && c.Listen != "" {
-				listen = c.Listen
 			}
 			d, err := a.domain(ctx)
 			if err != nil {
@@ -213,7 +115,7 @@ func newPeerServeCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			l, err := net.Listen("tcp", listen)
+			l, err := net.Listen("tcp", c.Listen)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}
@@ -223,32 +125,14 @@ func newPeerServeCmd(a *app) *cobra.Command {
 	}
 	f := cmd.Flags()
 	pf.register(f)
-	f.StringVar(&listen, "listen", fmt.Sprintf(":%d", peer.DefaultPort), "address to listen on (control connections and tcp rails)")
+	f.StringVar(&listen, "listen", "", "address to listen on: control connections and tcp rails (default: [peer] listen, :7420)")
 	f.StringVar(&clientCA, "tls-client-ca", "", "require client certificates signed by this CA (mTLS; needs --tls-cert)")
-	f.IntVar(&maxSessions, "max-sessions", peer.DefaultMaxSessions, "concurrent fetch sessions; more are answered busy")
-	f.IntVar(&maxRails, "max-rails", peer.DefaultMaxRails, "rails one session may have")
+	f.IntVar(&maxSessions, "max-sessions", 0, "fetch sessions served at once; more are answered busy (default: [peer] max_sessions)")
+	f.IntVar(&maxRails, "max-rails", 0, "rails one session may have (default: [peer] max_rails)")
 	f.StringSliceVar(&railAddrs, "rail-addr", nil, "local addresses to serve rails on, one per NIC (default: the control connection's)")
 	f.StringVar(&provider, "fabric-provider", "", "libfabric provider of the rma plane: verbs, efa, tcp, sockets (default: libfabric's choice)")
 	f.StringArrayVar(&staged, "staged", nil, "allowlist a directory as staged:NAME: NAME=PATH[@REVISION] (repeatable)")
 	return cmd
-}
-
-func serverTLS(pf peerFlags, clientCA string) (*tls.Config, error) {
-	certs, err := pf.certificates()
-	if err != nil || certs == nil {
-		if clientCA != "" && err == nil {
-			err = fmt.Errorf("--tls-client-ca needs --tls-cert and --tls-key: %w", errdefs.ErrInvalidArgument)
-		}
-		return nil, err
-	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS13, Certificates: certs}
-	if clientCA != "" {
-		if cfg.ClientCAs, err = certPool(clientCA); err != nil {
-			return nil, err
-		}
-		cfg.ClientAuth = tls.RequireAndVerifyClientCert
-	}
-	return cfg, nil
 }
 
 func newPeerLsCmd(a *app) *cobra.Command {
@@ -258,7 +142,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 		Short: "List what a peer holds: READY artifacts and allowlisted staged directories",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := pf.merged(a.cfg.Peer).client()
+			c, err := pf.apply(cmd, a.cfg.Peer).ClientConfig()
 			if err != nil {
 				return err
 			}
@@ -276,7 +160,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "IDENTITY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
 			for _, x := range ls.Artifacts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", strings.TrimPrefix(x.IdentityDigest, "sha256:")[:12], short12(x.Revision),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", short12(strings.TrimPrefix(x.IdentityDigest, "sha256:")), short12(x.Revision),
 					x.Component, x.Producer, humanBytes(x.Bytes), x.Tensors)
 			}
 			for _, s := range ls.Staged {
@@ -287,7 +171,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, short12(s.Revision), state)
 			}
 			tw.Flush()
-			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], ls.Generation[:12], ls.Sessions, ls.MaxSessions, ls.Modes)
+			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], short12(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)
 			return nil
 		},
 	}
@@ -317,8 +201,9 @@ func peerRequest(id string) (string, error) {
 
 func newPeerFetchCmd(a *app) *cobra.Command {
 	var pf peerFlags
-	var o peer.FetchOptions
 	var mode string
+	var rails int
+	var tensors []string
 	cmd := &cobra.Command{
 		Use:   "fetch ADDR ID",
 		Short: "Fetch an artifact (or its tensors matching patterns) from peers into the store; prints the identity digest",
@@ -333,23 +218,18 @@ artifact of their own (producer tensor-subset).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c := a.cfg.Peer
-			if c == nil {
-				c = &PeerConfig{}
+			c := pf.apply(cmd, a.cfg.Peer)
+			if cmd.Flags().Changed("mode") {
+				c.Mode = mode
 			}
-			if !cmd.Flags().Changed("mode") && c.Mode != "" {
-				mode = c.Mode
+			if cmd.Flags().Changed("rails") {
+				c.Rails = rails
 			}
-			if !cmd.Flags().Changed("rails") && c.Rails > 0 {
-				o.Rails = c.Rails
-			}
-			var err error
-			if o.Mode, err = peer.ParseMode(mode); err != nil {
+			o, err := c.FetchOptions()
+			if err != nil {
 				return err
 			}
-			if o.Client, err = pf.merged(c).client(); err != nil {
-				return err
-			}
+			o.Tensors = tensors
 			req, err := peerRequest(args[1])
 			if err != nil {
 				return err
@@ -379,9 +259,9 @@ artifact of their own (producer tensor-subset).`,
 	}
 	f := cmd.Flags()
 	pf.register(f)
-	f.StringVar(&mode, "mode", "tcp", "data plane: tcp, or rma (one-sided RDMA reads through libfabric)")
-	f.IntVar(&o.Rails, "rails", peer.DefaultRails, "rails (parallel connections or fabric endpoints) to ask for")
-	f.StringSliceVar(&o.Tensors, "tensors", nil, "fetch only the tensors matching these patterns (path.Match syntax, e.g. 'model.layers.0.*')")
+	f.StringVar(&mode, "mode", "tcp", "data plane: tcp, or rma (one-sided RDMA reads through libfabric) (default: [peer] mode)")
+	f.IntVar(&rails, "rails", peer.DefaultRails, "rails (parallel connections or fabric endpoints) to ask for (default: [peer] rails)")
+	f.StringSliceVar(&tensors, "tensors", nil, "fetch only the tensors matching these patterns (path.Match syntax, e.g. 'model.layers.0.*')")
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	return cmd
 }

@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
-	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -73,31 +73,17 @@ the path. In disabled mode nothing under the store root is touched.`,
 	return cmd
 }
 
-// effectiveRoot is the store root a.domain would open.
-func (a *app) effectiveRoot() string {
-	switch {
-	case a.root != "":
-		return a.root
-	case a.cfg.Root != "":
-		return a.cfg.Root
-	}
-	return defaultRoot()
-}
-
 // withConfig fills the options the command line left unset from the
 // configuration file's [resolve] table.
-func (o resolveOpts) withConfig(cmd *cobra.Command, c *ResolveConfig) resolveOpts {
-	if c == nil {
-		return o
-	}
+func (o resolveOpts) withConfig(cmd *cobra.Command, c config.Resolve) resolveOpts {
 	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
-	if !set("mode") && c.Mode != "" {
+	if !set("mode") {
 		o.mode = c.Mode
 	}
-	if !set("validation") && c.Validation != "" {
+	if !set("validation") {
 		o.validation = c.Validation
 	}
-	if !set("registry") && c.Registry != "" {
+	if !set("registry") {
 		o.registry = c.Registry
 	}
 	if !set("plain-http") {
@@ -106,10 +92,10 @@ func (o resolveOpts) withConfig(cmd *cobra.Command, c *ResolveConfig) resolveOpt
 	if !set("insecure") {
 		o.remote.insecure = c.Insecure
 	}
-	if !set("allow-local-build") && c.AllowLocalBuild != nil {
-		o.allowLocalBuild = *c.AllowLocalBuild
+	if !set("allow-local-build") {
+		o.allowLocalBuild = c.AllowLocalBuild
 	}
-	if !set("coordination-timeout") && c.CoordinationTimeoutSeconds > 0 {
+	if !set("coordination-timeout") {
 		o.timeout = c.CoordinationTimeoutSeconds
 	}
 	return o
@@ -143,20 +129,24 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 			return fmt.Errorf("resolve: --from needs --revision to derive the identity: %w", errdefs.ErrInvalidArgument)
 		}
 		if o.from != "" {
-			if req.Recipe, err = recipeFromFlags(o, req.Identity); err != nil {
-				return err
+			req.Recipe, err = producers.Choose(producers.Choice{TPSize: o.tpSize, TPRank: o.tpRank,
+				LayoutSpec: o.layoutSpec, DType: o.dtype}, req.Identity)
+			if err != nil {
+				return fmt.Errorf("resolve: %w", err)
 			}
 		}
 	}
 	wait := resolve.WaitPolicy{CoordinationTimeoutSeconds: o.timeout}
-	if wait.CoordinationTimeoutSeconds == 0 && a.cfg.Store != nil {
+	if wait.CoordinationTimeoutSeconds == 0 {
 		wait.CoordinationTimeoutSeconds = a.cfg.Store.CoordinationTimeoutSeconds
 	}
-	var providers []resolve.Provider
-	if p, err := a.peerProvider(o); err != nil {
-		return err
-	} else if p != nil && mode != resolve.Disabled {
-		providers = append(providers, p)
+	var peers, providers []resolve.Provider
+	if addrs := a.peers(o); len(addrs) > 0 && mode != resolve.Disabled {
+		fo, err := o.peer.apply(cmd, a.cfg.Peer).FetchOptions()
+		if err != nil {
+			return err
+		}
+		peers = append(peers, &peer.Provider{Peers: addrs, Options: fo})
 	}
 	if o.registry != "" && mode != resolve.Disabled {
 		repo, err := o.remote.open(ctx, o.registry, 0)
@@ -166,9 +156,9 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		providers = append(providers, &oci.Provider{Repo: repo})
 	}
 	rt, err := resolve.New(resolve.Config{
-		Mode: mode, Root: a.effectiveRoot(), Store: a.cfg.Store, Validation: store.ValidationMode(o.validation),
+		Mode: mode, Root: a.effectiveRoot(), Store: &a.cfg.Store, Validation: store.ValidationMode(o.validation),
 		Wait: wait, AllowLocalBuild: o.allowLocalBuild, NoFingerprintCache: o.noFingerprintCache,
-		Providers: providers, Producers: []producers.Recipe{producers.Passthrough{}},
+		Peers: peers, Providers: providers, Producers: []producers.Recipe{producers.Passthrough{}},
 	})
 	if err != nil {
 		return err
@@ -182,47 +172,6 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		return err
 	}
 	return rerr
-}
-
-// recipeFromFlags picks the local producer: tp-split with --tp-size, cast
-// with --dtype, passthrough otherwise; or, with an identity and no such
-// flags, the producer the identity names.
-func recipeFromFlags(o resolveOpts, id *artifact.Identity) (producers.Recipe, error) {
-	name := artifact.PassthroughName
-	switch {
-	case o.tpSize > 0:
-		name = producers.TPSplitName
-	case o.dtype != "" && o.dtype != "source":
-		name = producers.CastName
-	case id != nil:
-		name = id.Producer.Name
-		if o.dtype == "" {
-			o.dtype = id.Representation.DType
-		}
-		if o.tpSize == 0 {
-			o.tpSize, o.tpRank = id.Layout.TPSize, id.Layout.TPRank
-		}
-	}
-	switch name {
-	case producers.TPSplitName:
-		if o.layoutSpec == "" {
-			return nil, fmt.Errorf("resolve: tp-split needs --layout-spec: %w", errdefs.ErrInvalidArgument)
-		}
-		raw, err := os.ReadFile(o.layoutSpec)
-		if err != nil {
-			return nil, fmt.Errorf("resolve: %w", err)
-		}
-		spec, err := tpsplit.ParseSpec(raw)
-		if err != nil {
-			return nil, err
-		}
-		return &producers.TPSplit{Spec: spec, Size: o.tpSize, Rank: o.tpRank, DType: o.dtype}, nil
-	case producers.CastName:
-		return &producers.Cast{DType: o.dtype}, nil
-	case artifact.PassthroughName:
-		return producers.Passthrough{}, nil
-	}
-	return nil, nil // no local producer for this identity: store and canonical only
 }
 
 func (a *app) writeReport(dest string, rep *resolve.Report) error {
@@ -241,27 +190,10 @@ func (a *app) writeReport(dest string, rep *resolve.Report) error {
 	return os.WriteFile(dest, raw, 0o644)
 }
 
-// peerProvider is the weight-peer provider of resolution, when peers are
-// configured.
-func (a *app) peerProvider(o resolveOpts) (resolve.Provider, error) {
-	c := a.cfg.Peer
-	if c == nil {
-		c = &PeerConfig{}
+// peers are the weight peers resolution asks: --peer, else [peer] peers.
+func (a *app) peers(o resolveOpts) []string {
+	if len(o.peers) > 0 {
+		return o.peers
 	}
-	peers := o.peers
-	if len(peers) == 0 {
-		peers = c.Peers
-	}
-	if len(peers) == 0 {
-		return nil, nil
-	}
-	cl, err := o.peer.merged(c).client()
-	if err != nil {
-		return nil, err
-	}
-	mode, err := peer.ParseMode(c.Mode)
-	if err != nil {
-		return nil, err
-	}
-	return &peer.Provider{Peers: peers, Options: peer.FetchOptions{Client: cl, Mode: mode, Rails: c.Rails}}, nil
+	return a.cfg.Peer.Peers
 }

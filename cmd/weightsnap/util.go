@@ -1,9 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -14,8 +13,6 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/sys/unix"
 )
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // exitCode maps error classes to exit statuses: 2 bad input, 3 not found,
 // 4 invalid data, 5 busy or out of space, 1 anything else.
@@ -49,10 +46,14 @@ func parseSize(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || n < 0 {
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) || n < 0 {
 		return 0, fmt.Errorf("bad size %q: %w", s, errdefs.ErrInvalidArgument)
 	}
-	return int64(n * float64(mult)), nil
+	v := n * float64(mult)
+	if v >= math.MaxInt64 { // float64(MaxInt64) is 2^63: anything from there overflows
+		return 0, fmt.Errorf("size %q is more than %d bytes: %w", s, int64(math.MaxInt64), errdefs.ErrInvalidArgument)
+	}
+	return int64(v), nil
 }
 
 func humanBytes(n int64) string {
