@@ -308,3 +308,42 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 		b.wsOK(t, "verify", "--full", id)
 	})
 }
+
+// TestPeerServedByWeightsnapd: with [peer] serve, the daemon serves its
+// store to other nodes; a restart of the daemon is a new generation.
+func TestPeerServedByWeightsnapd(t *testing.T) {
+	harness.Peers(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
+	w := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{ExtraConfig: fmt.Sprintf("\n[peer]\nserve = true\nlisten = %q\n", addr)})
+	src := filepath.Join(w.Dir, "src")
+	wsOK(t, w.Root, "dev", "synth", "--out", src, "--size", "32MiB", "--shards", "2")
+	id := strings.TrimSpace(wsOK(t, w.Root, "import", src, "--revision", ociRevision, "--repository", "org/daemon"))
+	var ls struct {
+		Generation string `json:"generation"`
+		Artifacts  []struct {
+			IdentityDigest string `json:"identity_digest"`
+		} `json:"artifacts"`
+	}
+	listing := func() {
+		t.Helper()
+		if err := json.Unmarshal([]byte(wsOK(t, t.TempDir(), "peer", "ls", "--json", addr)), &ls); err != nil {
+			t.Fatal(err)
+		}
+	}
+	listing()
+	if len(ls.Artifacts) != 1 || ls.Artifacts[0].IdentityDigest != id {
+		t.Fatalf("the daemon's peer lists %+v, want %s", ls, id)
+	}
+	root := filepath.Join(t.TempDir(), "store")
+	var rep peerReport
+	if err := json.Unmarshal([]byte(wsOK(t, root, "peer", "fetch", "--json", addr, id)), &rep); err != nil || !rep.Built || rep.Peer != addr {
+		t.Fatalf("fetch from the daemon: %+v %v", rep, err)
+	}
+	wsOK(t, root, "verify", "--full", id)
+	gen := ls.Generation
+	w.Restart(t)
+	listing()
+	if ls.Generation == gen {
+		t.Fatal("the restarted daemon kept its generation")
+	}
+}
