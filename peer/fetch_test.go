@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 func TestFetchTCP(t *testing.T) {
@@ -193,4 +195,44 @@ func TestFetchResumesKeptFiles(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	verifyFull(t, dst, l.ID)
+}
+
+// TestFetchFromALyingPeer: a peer whose bytes do not hash to its own
+// manifest is caught on arrival; the fetch takes that tensor from the next
+// peer and publishes valid bytes.
+func TestFetchFromALyingPeer(t *testing.T) {
+	a, id := seeded(t, 8<<20, 2)
+	b, _ := seeded(t, 8<<20, 2)
+	l, err := a.Lookup(context.Background(), mustHex(t, id), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lf *store.LeaseFile
+	for _, f := range l.Files() {
+		if len(f.Entry.Tensors) > 0 {
+			lf = f
+		}
+	}
+	victim := lf.Entry.Tensors[len(lf.Entry.Tensors)-1]
+	l.Close()
+	os.Chmod(lf.Abs, 0o644)
+	f, err := os.OpenFile(lf.Abs, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte{0xff, 0x00, 0xff}, victim.Offset)
+	f.Close()
+	os.Chmod(lf.Abs, 0o444)
+	_, addrA := serve(t, a, ServerConfig{})
+	_, addrB := serve(t, b, ServerConfig{})
+	dst := openStore(t)
+	got, rep, err := Fetch(context.Background(), dst, []string{addrA, addrB}, digestOf(t, id), FetchOptions{Rails: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Close()
+	if rep.Failovers < 1 || rep.Peer != addrB {
+		t.Fatalf("report %+v", rep)
+	}
+	verifyFull(t, dst, got.ID)
 }
