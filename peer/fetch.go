@@ -84,8 +84,9 @@ type fetcher struct {
 	o        FetchOptions
 	base     *WeightManifest
 	subset   *subsetPlan
-	w        artifact.Writer // Produce's
-	scratch  string          // directory of a subset's scratch files (the store's filesystem)
+	w        artifact.Writer      // Produce's
+	bw       artifact.BoundWriter // the same writer, binding digests
+	scratch  string               // directory of a subset's scratch files (the store's filesystem)
 	identity artifact.Identity
 	sess     *clientSession // opened by the selection; Produce uses it first
 	last     int            // index of the peer used last
@@ -127,7 +128,11 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 	start := time.Now()
 	defer func() { f.took = time.Since(start) }()
 	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
-	f.w = w
+	bw, ok := w.(artifact.BoundWriter)
+	if !ok {
+		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
+	}
+	f.w, f.bw = w, bw
 	err := f.prepare(ctx, w)
 	if err == nil {
 		if f.o.OnTotal != nil {
@@ -158,10 +163,6 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 	if f.subset != nil {
 		return f.subset.prepare(f)
 	}
-	bw, ok := w.(artifact.BoundWriter)
-	if !ok {
-		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
-	}
 	rs, canReuse := w.(artifact.Resumer)
 	for i, s := range f.base.Shards {
 		bind := artifact.Binding{Want: s.entry(), By: artifact.BindTree}
@@ -174,26 +175,36 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 				continue
 			}
 		}
-		fw, err := bw.CreateBound(bind)
+		t, err := f.createBound(bind)
 		if err != nil {
 			return err
-		}
-		t := &target{path: s.Name, want: bind.Want, fw: fw, out: fw}
-		f.targets = append(f.targets, t)
-		if f.o.Mode == ModeRMA {
-			mw, ok := fw.(artifact.MappedWriter)
-			if !ok {
-				return unsupported(ModeRMA, "the store's writer cannot map its files")
-			}
-			if t.mapping, err = mw.Map(); err != nil {
-				return fmt.Errorf("map %s: %w", s.Name, err)
-			}
 		}
 		if err := f.addUnits(t, shardUnits(i, s, t)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// createBound creates a target bound by the sender's tensor tree, mapped
+// for the rma plane.
+func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
+	fw, err := f.bw.CreateBound(bind)
+	if err != nil {
+		return nil, err
+	}
+	t := &target{path: bind.Want.Path, want: bind.Want, fw: fw, out: fw}
+	f.targets = append(f.targets, t)
+	if f.o.Mode == ModeRMA {
+		mw, ok := fw.(artifact.MappedWriter)
+		if !ok {
+			return nil, unsupported(ModeRMA, "the store's writer cannot map its files")
+		}
+		if t.mapping, err = mw.Map(); err != nil {
+			return nil, fmt.Errorf("map %s: %w", t.path, err)
+		}
+	}
+	return t, nil
 }
 
 // shardUnits are a whole shard's units, written at the same offsets.

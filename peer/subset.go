@@ -109,24 +109,12 @@ func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Ide
 // holding its header, its units the matched tensors at their new offsets;
 // every other file bound as the sender holds it.
 func (p *subsetPlan) prepare(f *fetcher) error {
-	bw, ok := f.w.(artifact.BoundWriter)
-	if !ok {
-		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
-	}
 	for _, sf := range p.files {
 		s := f.base.Shards[sf.shard]
 		if sf.header == nil {
-			bind := artifact.Binding{Want: s.entry(), By: artifact.BindTree}
-			fw, err := bw.CreateBound(bind)
+			t, err := f.createBound(artifact.Binding{Want: s.entry(), By: artifact.BindTree})
 			if err != nil {
 				return err
-			}
-			t := &target{path: s.Name, want: bind.Want, fw: fw, out: fw}
-			f.targets = append(f.targets, t)
-			if f.o.Mode == ModeRMA {
-				if t.mapping, err = fw.(artifact.MappedWriter).Map(); err != nil {
-					return err
-				}
 			}
 			if err := f.addUnits(t, shardUnits(sf.shard, s, t)); err != nil {
 				return err

@@ -157,11 +157,7 @@ func readBlob32(r io.Reader, limit uint32, what string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if n > limit {
-		return nil, &TooLargeError{What: what, Len: uint64(n), Limit: uint64(limit)}
-	}
-	b := make([]byte, int(n))
-	return b, readFull(r, b, what)
+	return readBlob(r, uint64(n), uint64(limit), what)
 }
 
 // readBlob16 reads [u16 len][bytes] with a limit, as readBlob32.
@@ -170,8 +166,13 @@ func readBlob16(r io.Reader, limit uint16, what string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	return readBlob(r, uint64(n), uint64(limit), what)
+}
+
+// readBlob reads n bytes once n, as read from the wire, is within limit.
+func readBlob(r io.Reader, n, limit uint64, what string) ([]byte, error) {
 	if n > limit {
-		return nil, &TooLargeError{What: what, Len: uint64(n), Limit: uint64(limit)}
+		return nil, &TooLargeError{What: what, Len: n, Limit: limit}
 	}
 	b := make([]byte, int(n))
 	return b, readFull(r, b, what)
