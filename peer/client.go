@@ -152,6 +152,9 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 	if !cs.manifest.answers(request) {
 		return fail(protoErr("manifest", "answers another request than %q", request))
 	}
+	if err := cs.manifest.checkPassthrough(); err != nil {
+		return fail(err)
+	}
 	raw, _ := hex.DecodeString(cs.manifest.Generation)
 	copy(cs.gen[:], raw)
 	return cs, nil

@@ -84,6 +84,16 @@ func (m *WeightManifest) TotalBytes() int64 {
 	return n
 }
 
+// checkPassthrough checks that the shards of a passthrough identity are
+// its source fingerprint: a disagreement is an identity collision.
+func (m *WeightManifest) checkPassthrough() error {
+	entries := make([]artifact.FileEntry, len(m.Shards))
+	for i, s := range m.Shards {
+		entries[i] = s.entry()
+	}
+	return m.Identity.CheckPassthrough(entries)
+}
+
 // answers says whether the manifest is the answer to a model request.
 func (m *WeightManifest) answers(request string) bool {
 	if name, ok := strings.CutPrefix(request, stagedPrefix); ok {

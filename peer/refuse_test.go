@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // rawSession sends a hello and a raw body to addr and returns the answer's
@@ -216,20 +217,12 @@ func fakePeer(t *testing.T, answer []byte) string {
 // TestClientRefuses: a truncated, oversized or wrong manifest from a peer
 // is refused with a typed error, and nothing over the limit is allocated.
 func TestClientRefuses(t *testing.T) {
-	_, id := seeded(t, 1<<20, 1)
-	good := func() []byte {
-		d, _ := seeded(t, 1<<20, 1)
-		l, err := d.Lookup(context.Background(), mustHex(t, id), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sv, err := servableFromLease(l)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer sv.release()
-		m := sv.manifest
-		m.Generation = strings.Repeat("0", 32)
+	d, id := seeded(t, 1<<20, 1)
+	good := manifestDoc(t, d, id)
+	collision := func() []byte {
+		var m WeightManifest
+		json.Unmarshal(good, &m)
+		m.Shards[0].SHA256 = strings.Repeat("5", 64)
 		raw, _ := json.Marshal(&m)
 		return raw
 	}()
@@ -247,7 +240,8 @@ func TestClientRefuses(t *testing.T) {
 		{"unknown status", enc{200}, func(err error) bool { return errors.As(err, &proto) }},
 		{"oversized message", enc{stInternal}.u32(MessageMax + 1), func(err error) bool { return errors.As(err, &tooLarge) }},
 		{"manifest with trailing data", enc{stOK}.blob32(append(good, '{', '}')), func(err error) bool { return errors.As(err, &proto) }},
-		{"manifest of another request", enc{stOK}.blob32(bytes.Replace(good, []byte(`"identity_digest":"sha256:`), []byte(`"identity_digest":"sha256:0`), 1)), func(err error) bool { return errors.As(err, &proto) }},
+		{"shards that are not the passthrough fingerprint", enc{stOK}.blob32(collision), errdefs.IsConflict},
+		{"manifest with a wrong identity digest", enc{stOK}.blob32(bytes.Replace(good, []byte(`"identity_digest":"sha256:`), []byte(`"identity_digest":"sha256:0`), 1)), func(err error) bool { return errors.As(err, &proto) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := fakePeer(t, tc.answer)
@@ -263,6 +257,38 @@ func TestClientRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClientRefusesAnotherArtifact: a valid manifest of another artifact
+// than the one asked for is refused.
+func TestClientRefusesAnotherArtifact(t *testing.T) {
+	d, id := seeded(t, 1<<20, 1)
+	addr := fakePeer(t, enc{stOK}.blob32(manifestDoc(t, d, id)))
+	_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "sha256:"+strings.Repeat("ab", 32), FetchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "answers another request") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// manifestDoc is the manifest a server of d sends for id.
+func manifestDoc(t *testing.T, d *store.Domain, id artifact.Identity) []byte {
+	t.Helper()
+	l, err := d.Lookup(context.Background(), mustHex(t, id), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := servableFromLease(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sv.release()
+	m := sv.manifest
+	m.Generation = strings.Repeat("0", 32)
+	raw, err := json.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
 }
 
 func mustHex(t *testing.T, id artifact.Identity) string {
