@@ -54,21 +54,26 @@ type stagedSet struct {
 	ceiling int64
 
 	mu      sync.Mutex
-	entries map[string]*stagedEntry // by staged id
+	entries map[string]*stagedEntry // by staged id, for good
 	mapped  int64
 	tick    uint64
 }
 
-// stagedEntry is one staged directory.
+// stagedEntry is one staged id: its current staging, made by one session
+// at a time.
 type stagedEntry struct {
-	id       string
-	sv       servable // release unset; shards mapped
-	stats    []unix.Stat_t
-	bytes    int64
-	refs     int
-	used     uint64
-	dropped  bool // replaced or evicted: unmapped when the last session ends
 	building sync.Mutex
+	cur      *staging // guarded by stagedSet.mu
+}
+
+// staging is a directory hashed, opened and mapped.
+type staging struct {
+	sv      servable // release unset
+	stats   []unix.Stat_t
+	bytes   int64
+	refs    int    // sessions (and a check in progress) using it
+	used    uint64 // set.tick when last used
+	dropped bool   // replaced or evicted: unmapped once refs is 0
 }
 
 func newStagedSet(dirs []StagedDir, ceiling int64) (*stagedSet, error) {
@@ -88,14 +93,18 @@ func newStagedSet(dirs []StagedDir, ceiling int64) (*stagedSet, error) {
 	return set, nil
 }
 
+// list is every allowlisted directory, with the bytes it (and the
+// directories below it that were asked for) holds staged.
 func (set *stagedSet) list() []ListedStaged {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	out := []ListedStaged{}
 	for _, d := range set.dirs {
 		ls := ListedStaged{Name: d.Name, Revision: d.Revision}
-		if e := set.entries[d.Name]; e != nil && !e.dropped {
-			ls.Staged, ls.Bytes = true, e.bytes
+		for id, e := range set.entries {
+			if name, _, _ := strings.Cut(id, "/"); name == d.Name && e.cur != nil {
+				ls.Staged, ls.Bytes = true, ls.Bytes+e.cur.bytes
+			}
 		}
 		out = append(out, ls)
 	}
@@ -103,7 +112,8 @@ func (set *stagedSet) list() []ListedStaged {
 	return out
 }
 
-// open returns the staged directory id names, staging it if needed.
+// open returns the staged directory id names, staging it if it is not, or
+// if its files changed since.
 func (set *stagedSet) open(ctx context.Context, id string) (*servable, error) {
 	name, sub, _ := strings.Cut(id, "/")
 	dir, ok := set.dirs[name]
@@ -118,68 +128,80 @@ func (set *stagedSet) open(ctx context.Context, id string) (*servable, error) {
 	set.mu.Lock()
 	e := set.entries[id]
 	if e == nil {
-		e = &stagedEntry{id: id}
+		e = &stagedEntry{}
 		set.entries[id] = e
 	}
 	set.mu.Unlock()
 	e.building.Lock()
 	defer e.building.Unlock()
-	if e.sv.shards != nil && !e.dropped && e.unchanged(dir, sub) {
-		return set.acquire(e), nil
+	set.mu.Lock()
+	st := e.cur
+	if st != nil {
+		set.pin(st) // not dropped while its files are checked
+	}
+	set.mu.Unlock()
+	if st != nil {
+		if st.unchanged(dir, sub) {
+			return set.servable(st), nil
+		}
+		set.unpin(st)
 	}
 	fresh, err := set.stage(ctx, dir, id, sub)
 	if err != nil {
 		return nil, err
 	}
 	set.mu.Lock()
-	set.drop(e)
-	set.entries[id] = fresh
+	if e.cur != nil {
+		set.drop(e)
+	}
+	e.cur = fresh
+	set.pin(fresh)
 	set.mu.Unlock()
-	return set.acquire(fresh), nil
+	return set.servable(fresh), nil
 }
 
-func (set *stagedSet) acquire(e *stagedEntry) *servable {
+// pin counts one more user of st. The caller holds set.mu.
+func (set *stagedSet) pin(st *staging) {
+	st.refs++
+	set.tick++
+	st.used = set.tick
+}
+
+// unpin counts one user less; the last one of a dropped staging unmaps it.
+func (set *stagedSet) unpin(st *staging) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	e.refs++
-	set.tick++
-	e.used = set.tick
-	sv := e.sv
-	var once sync.Once
-	sv.release = func() {
-		once.Do(func() {
-			set.mu.Lock()
-			defer set.mu.Unlock()
-			if e.refs--; e.refs == 0 && e.dropped {
-				e.unmap()
-			}
-		})
+	if st.refs--; st.refs == 0 && st.dropped {
+		st.unmap()
 	}
+}
+
+// servable hands a pinned staging to a session, which unpins it at release.
+func (set *stagedSet) servable(st *staging) *servable {
+	sv := st.sv
+	var once sync.Once
+	sv.release = func() { once.Do(func() { set.unpin(st) }) }
 	return &sv
 }
 
-// drop forgets an entry; its mappings go when its last session ends. The
-// caller holds set.mu.
+// drop forgets an entry's staging; its mappings go when its last session
+// ends. The caller holds set.mu.
 func (set *stagedSet) drop(e *stagedEntry) {
-	if e.dropped || e.sv.shards == nil {
-		return
-	}
-	e.dropped = true
-	set.mapped -= e.bytes
-	if set.entries[e.id] == e {
-		delete(set.entries, e.id)
-	}
-	if e.refs == 0 {
-		e.unmap()
+	st := e.cur
+	e.cur = nil
+	st.dropped = true
+	set.mapped -= st.bytes
+	if st.refs == 0 {
+		st.unmap()
 	}
 }
 
-func (e *stagedEntry) unmap() {
-	unmapShards(e.sv.shards)
-	for _, s := range e.sv.shards {
+func (st *staging) unmap() {
+	unmapShards(st.sv.shards)
+	for _, s := range st.sv.shards {
 		s.file.Close()
 	}
-	e.sv.shards = nil
+	st.sv.shards = nil
 }
 
 func unmapShards(shards []shard) {
@@ -191,14 +213,14 @@ func unmapShards(shards []shard) {
 }
 
 // reserve makes room for n more mapped bytes under the ceiling, dropping
-// idle entries least recently used first.
+// idle stagings least recently used first.
 func (set *stagedSet) reserve(n int64) error {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	for set.mapped+n > set.ceiling {
 		var lru *stagedEntry
 		for _, e := range set.entries {
-			if e.refs == 0 && e.sv.shards != nil && (lru == nil || e.used < lru.used) {
+			if e.cur != nil && e.cur.refs == 0 && (lru == nil || e.cur.used < lru.cur.used) {
 				lru = e
 			}
 		}
@@ -214,7 +236,7 @@ func (set *stagedSet) reserve(n int64) error {
 
 // stage opens, hashes and maps every file below dir.Path/sub, refusing any
 // path that leaves the allowlisted directory.
-func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) (*stagedEntry, error) {
+func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) (*staging, error) {
 	revision := dir.Revision
 	if revision == "" {
 		m := snapshotRE.FindStringSubmatch(sub)
@@ -232,18 +254,18 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 	if err != nil {
 		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
 	}
-	e := &stagedEntry{id: id}
+	st := &staging{}
 	defer func() {
-		if e.sv.shards == nil {
+		if st.sv.shards == nil {
 			for _, f := range files {
 				f.file.Close()
 			}
 		}
 	}()
 	for _, f := range files {
-		e.bytes += f.st.Size
+		st.bytes += f.st.Size
 	}
-	if err := set.reserve(e.bytes); err != nil {
+	if err := set.reserve(st.bytes); err != nil {
 		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
 	}
 	shards, err := hashAndMap(ctx, files)
@@ -262,38 +284,38 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 	if err != nil {
 		unmapShards(shards)
 		set.mu.Lock()
-		set.mapped -= e.bytes
+		set.mapped -= st.bytes
 		set.mu.Unlock()
 		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
 	}
 	for _, f := range files {
-		e.stats = append(e.stats, f.st)
+		st.stats = append(st.stats, f.st)
 	}
-	e.sv = servable{shards: shards, manifest: WeightManifest{Schema: ManifestSchema, Identity: identity,
+	st.sv = servable{shards: shards, manifest: WeightManifest{Schema: ManifestSchema, Identity: identity,
 		IdentityDigest: digest, Staged: id}}
 	for _, s := range shards {
-		e.sv.manifest.Shards = append(e.sv.manifest.Shards, shardFromEntry(s.entry))
+		st.sv.manifest.Shards = append(st.sv.manifest.Shards, shardFromEntry(s.entry))
 	}
-	return e, nil
+	return st, nil
 }
 
 // unchanged says whether the staged files still are the ones hashed.
-func (e *stagedEntry) unchanged(dir StagedDir, sub string) bool {
+func (st *staging) unchanged(dir StagedDir, sub string) bool {
 	root, err := unix.Open(dir.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(root)
-	for i, s := range e.sv.shards {
-		var st unix.Stat_t
+	for i, s := range st.sv.shards {
+		var now unix.Stat_t
 		fd, err := openBeneath(root, path.Join(sub, s.entry.Path), 0)
 		if err != nil {
 			return false
 		}
-		err = unix.Fstat(fd, &st)
+		err = unix.Fstat(fd, &now)
 		unix.Close(fd)
-		old := e.stats[i]
-		if err != nil || st.Ino != old.Ino || st.Dev != old.Dev || st.Size != old.Size || st.Mtim != old.Mtim || st.Ctim != old.Ctim {
+		old := st.stats[i]
+		if err != nil || now.Ino != old.Ino || now.Dev != old.Dev || now.Size != old.Size || now.Mtim != old.Mtim || now.Ctim != old.Ctim {
 			return false
 		}
 	}
