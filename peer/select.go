@@ -94,6 +94,9 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if o.Mode == ModeRMA && !rmaBuilt {
 		return nil, unsupported(ModeRMA, noRMA)
 	}
+	if err := checkPatterns(o.Tensors); err != nil {
+		return nil, err
+	}
 	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}}
 	var errs []error
 	for i, addr := range peers {

@@ -55,13 +55,19 @@ func SubsetIdentity(parent artifact.Identity, patterns []string) (artifact.Ident
 	return id, id.Validate()
 }
 
-// planSubset plans the subset of m matching patterns and returns its identity.
-func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Identity, error) {
+// checkPatterns refuses a tensor pattern path.Match cannot use.
+func checkPatterns(patterns []string) error {
 	for _, p := range patterns {
 		if _, err := path.Match(p, ""); err != nil || p == "" {
-			return nil, artifact.Identity{}, badInput("tensor pattern %q is not a path.Match pattern", p)
+			return badInput("tensor pattern %q is not a path.Match pattern", p)
 		}
 	}
+	return nil
+}
+
+// planSubset plans the subset of m matching patterns (checked) and returns
+// its identity.
+func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Identity, error) {
 	match := func(name string) bool {
 		for _, p := range patterns {
 			if ok, _ := path.Match(p, name); ok {
