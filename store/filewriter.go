@@ -168,7 +168,10 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 
 // Close finishes the hashes and prepares the fsync, which the build starts
 // once the next file is created (or at publication): on ext4 an fsync's
-// journal commit would otherwise stall the next file's fallocate.
+// journal commit would otherwise stall the next file's fallocate. A file
+// bound by its tree starts its fsync at once: a fetch creates (and
+// preallocates) all its files before any byte lands, so the disk writes of
+// the files it finished overlap the transfer of the others.
 func (w *fileWriter) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -199,6 +202,10 @@ func (w *fileWriter) Close() error {
 			err = cerr
 		}
 		w.synced <- classifyIO(err)
+	}
+	if w.tree != nil {
+		go w.startSync()
+		w.startSync = nil
 	}
 	return nil
 }
