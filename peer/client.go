@@ -35,6 +35,10 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	return c
 }
 
+// dialTimeout bounds a dial below the read and write timeout: an
+// unreachable peer of a list should not hold up the next one for long.
+const dialTimeout = 10 * time.Second
+
 // pingEvery is how often a client tells the peer's control connection it is
 // still there while the data plane runs.
 const pingEvery = 5 * time.Second
@@ -42,7 +46,7 @@ const pingEvery = 5 * time.Second
 // dial opens a connection to a peer (TLS where configured and tls is true)
 // and sends its hello; every later read and write has the timeout.
 func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure bool) (net.Conn, *bufio.Reader, error) {
-	d := net.Dialer{Timeout: c.Timeout, KeepAlive: 15 * time.Second}
+	d := net.Dialer{Timeout: min(c.Timeout, dialTimeout), KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, &PeerError{Addr: addr, Err: err}

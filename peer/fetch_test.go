@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,4 +236,22 @@ func TestFetchFromALyingPeer(t *testing.T) {
 		t.Fatalf("report %+v", rep)
 	}
 	verifyFull(t, dst, got.ID)
+}
+
+// TestExpandPeers: static addresses keep their order, get the default port
+// and lose repeats; a DNS name stands for every address it has.
+func TestExpandPeers(t *testing.T) {
+	got, err := ExpandPeers(context.Background(), []string{"10.0.0.1", "10.0.0.2:9000,10.0.0.1:7420", "[fd00::1]", "localhost:7000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"10.0.0.1:7420", "10.0.0.2:9000", "[fd00::1]:7420"}
+	if len(got) < len(want)+1 || !slices.Equal(got[:3], want) || !slices.Contains(got, "127.0.0.1:7000") {
+		t.Fatalf("expanded %v", got)
+	}
+	for _, bad := range [][]string{{"10.0.0.1:0"}, {"10.0.0.1:http"}, {""}} {
+		if _, err := ExpandPeers(context.Background(), bad); err == nil {
+			t.Errorf("%q expanded", bad)
+		}
+	}
 }
