@@ -1,7 +1,6 @@
 package peer
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -11,11 +10,13 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// Buffers of a tcp rail: how much it reads from the socket at a time, and
-// how many such reads may wait to be hashed and written.
+// Buffers of a tcp rail: how much it reads from the socket at a time, how
+// many such reads may wait to be hashed and written, and how many range
+// requests may be outstanding.
 const (
 	railChunk   = 1 << 20
 	railBuffers = 4
+	railWindow  = 16
 )
 
 // runTCP runs one rail connection per rail, concurrently; the first
@@ -55,18 +56,23 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 		}
 		return peerErr(err)
 	}
+	// At most railWindow requests are outstanding, so a request never
+	// waits on a peer busy sending a large range.
+	window := make(chan struct{}, railWindow)
 	go func() {
-		w := bufio.NewWriterSize(conn, 64<<10)
 		for _, u := range units {
-			if _, err := w.Write(rangeRequest{shard: uint32(u.shard), off: uint64(u.off), n: uint64(u.n)}.encode()); err != nil {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			if _, err := conn.Write(rangeRequest{shard: uint32(u.shard), off: uint64(u.off), n: uint64(u.n)}.encode()); err != nil {
+				conn.Close()
 				return
 			}
 		}
-		if w.Flush() != nil {
-			conn.Close()
-		}
 	}()
-	return f.receive(ctx, addr, br, units)
+	return f.receive(ctx, addr, br, units, window)
 }
 
 // chunk is a piece of a unit read from a rail, waiting to be hashed and written.
@@ -81,7 +87,8 @@ type chunk struct {
 // receive reads the answers to units in order: a reader fills a few
 // buffers from the socket while the caller hashes each unit's bytes and
 // writes them into its target; a unit is done once its BLAKE3 matches.
-func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units []*unit) error {
+// Each answer read frees a place in the request window.
+func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units []*unit, window <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	free := make(chan []byte, railBuffers)
@@ -118,6 +125,7 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 				}
 				off += k
 			}
+			<-window
 		}
 	}()
 	h := blake3.New()
