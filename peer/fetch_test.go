@@ -255,3 +255,47 @@ func TestExpandPeers(t *testing.T) {
 		}
 	}
 }
+
+// recordingListener records the local address of every connection it accepts.
+type recordingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	local map[string]int
+}
+
+func (l *recordingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		host, _, _ := net.SplitHostPort(c.LocalAddr().String())
+		l.mu.Lock()
+		l.local[host]++
+		l.mu.Unlock()
+	}
+	return c, err
+}
+
+// TestRailAddrs: with rail addresses (one per NIC), rail r is served on
+// address r modulo their count.
+func TestRailAddrs(t *testing.T) {
+	d, id := seeded(t, 8<<20, 2)
+	inner, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &recordingListener{Listener: inner, local: map[string]int{}}
+	serveOn(t, d, ServerConfig{RailAddrs: []string{"127.0.0.2", "127.0.0.3"}}, l)
+	addr := fmt.Sprintf("127.0.0.1:%d", inner.Addr().(*net.TCPAddr).Port)
+	got, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Rails: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.local["127.0.0.2"] != 2 || l.local["127.0.0.3"] != 2 || l.local["127.0.0.1"] != 1 {
+		t.Fatalf("connections by local address: %v", l.local)
+	}
+	if _, err := NewServer(d, ServerConfig{RailAddrs: []string{"eth0"}}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("a rail address that is no IP: %v", err)
+	}
+}

@@ -99,6 +99,11 @@ type Server struct {
 // NewServer returns a server of the domain with a fresh generation id.
 func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 	cfg.defaults()
+	for _, a := range cfg.RailAddrs {
+		if net.ParseIP(a) == nil {
+			return nil, badInput("rail address %q is not an IP address", a)
+		}
+	}
 	staged, err := newStagedSet(cfg.Staged, cfg.StagedCeiling)
 	if err != nil {
 		return nil, err
