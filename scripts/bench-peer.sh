@@ -65,7 +65,7 @@ echo "bench-peer: synthesising $size in $shards shards under $work" >&2
 id=$("$ws" --root "$work/a" --config "" import "$work/src" --revision "$rev" --repository bench/model 2>/dev/null)
 files=$(cd "$work/src" && ls)
 # shellcheck disable=SC2086 # one argument per file
-bytes=$(cd "$work/src" && stat -c %s $files | awk '{ s += $1 } END { print s }')
+bytes=$(cd "$work/src" && stat -c %s $files | awk '{ s += $1 } END { printf "%d\n", s }')
 
 # Node A: the peer (rma-capable binary, sockets provider) and a registry holding the same artifact.
 ina "$wsrma" --root "$work/a" --config "" peer serve --listen 10.233.91.1:7420 --fabric-provider sockets >"$work/serve.log" 2>&1 &
@@ -116,6 +116,7 @@ for i in $(seq "$reps"); do
 	t=$(now); inb socat -u -b 1048576 TCP:10.233.91.1:9000 CREATE:"$work/b/raw"; sync; r_raw+=("$(since "$t")")
 	wait "$sp" || true
 	[ "$(stat -c %s "$work/b/raw")" = "$bytes" ] || echo "bench-peer: raw copy moved $(stat -c %s "$work/b/raw") of $bytes bytes" >&2
+	echo "bench-peer: round $i (s): tcp ${r_tcp[-1]} rma ${r_rma[-1]} ws pull ${r_pull[-1]} oras+sync ${r_oras[-1]} raw ${r_raw[-1]}" >&2
 done
 
 m_tcp=$(printf '%s\n' "${r_tcp[@]}" | median)
