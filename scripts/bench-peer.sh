@@ -65,7 +65,7 @@ echo "bench-peer: synthesising $size in $shards shards under $work" >&2
 id=$("$ws" --root "$work/a" --config "" import "$work/src" --revision "$rev" --repository bench/model 2>/dev/null)
 files=$(cd "$work/src" && ls)
 # shellcheck disable=SC2086 # one argument per file
-bytes=$(cd "$work/src" && stat -c %s $files | awk '{ s += $1 } END { printf "%d\n", s }')
+bytes=$(cd "$work/src" && stat -c %s $files | awk '{ s += $1 } END { printf "%.0f\n", s }')
 
 # Node A: the peer (rma-capable binary, sockets provider) and a registry holding the same artifact.
 ina "$wsrma" --root "$work/a" --config "" peer serve --listen 10.233.91.1:7420 --fabric-provider sockets >"$work/serve.log" 2>&1 &
