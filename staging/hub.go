@@ -253,18 +253,8 @@ func (w *repoWalk) snapshotEntry(rel string, de fs.DirEntry, keep int) error {
 	if err != nil {
 		return fmt.Errorf("lane %s: repo %s: %w", w.b.ID, w.repo, err)
 	}
-	var resolved string
-	if filepath.IsAbs(target) {
-		r, err := filepath.Rel(filepath.Join(w.b.Src, w.folder), filepath.Clean(target))
-		if err != nil {
-			return fail("link %q is outside the repository", target)
-		}
-		resolved = filepath.ToSlash(r)
-	} else {
-		resolved = path.Join(path.Dir(rel), filepath.ToSlash(target))
-	}
-	name, ok := strings.CutPrefix(resolved, "blobs/")
-	if !ok || name == "" || strings.Contains(name, "/") || name == ".." {
+	name, ok := linkBlob(rel, target, filepath.Join(w.b.Src, w.folder))
+	if !ok {
 		return fail("link %q does not resolve into the repository's blobs/", target)
 	}
 	de, ok = w.blobDir[name]
@@ -283,6 +273,28 @@ func (w *repoWalk) snapshotEntry(rel string, de fs.DirEntry, keep int) error {
 	w.links = append(w.links, item{kind: EntryLink, path: w.folder + "/" + rel, repo: w.repo, name: name,
 		target: strings.Repeat("../", depth) + "blobs/" + name})
 	return nil
+}
+
+// linkBlob resolves a snapshot entry's link through the hub store: rel is
+// the entry's path in the repository folder repoDir, target its link
+// string. ok is false unless the link names a file directly in the
+// repository's blobs/ (and not a download in flight).
+func linkBlob(rel, target, repoDir string) (name string, ok bool) {
+	var resolved string
+	if filepath.IsAbs(target) {
+		r, err := filepath.Rel(repoDir, filepath.Clean(target))
+		if err != nil {
+			return "", false
+		}
+		resolved = filepath.ToSlash(r)
+	} else {
+		resolved = path.Join(path.Dir(rel), filepath.ToSlash(target))
+	}
+	name, ok = strings.CutPrefix(resolved, "blobs/")
+	if !ok || name == "" || name == "." || name == ".." || strings.Contains(name, "/") || strings.HasSuffix(name, ".incomplete") {
+		return "", false
+	}
+	return name, true
 }
 
 // plainFile lists a regular file copied as it is (a ref, a .no_exist

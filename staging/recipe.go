@@ -225,8 +225,12 @@ func (e *RecipeError) Error() string {
 // Unwrap classifies the error.
 func (e *RecipeError) Unwrap() error { return errdefs.ErrInvalidArgument }
 
-// maxRecipeBytes bounds a recipe read.
-const maxRecipeBytes = 4 << 20
+// maxRecipeBytes bounds a recipe read; at most maxRecipeErrors unknown
+// keys are reported.
+const (
+	maxRecipeBytes  = 4 << 20
+	maxRecipeErrors = 20
+)
 
 // LoadRecipe reads and parses a recipe file.
 func LoadRecipe(file string) (*Recipe, error) {
@@ -281,20 +285,20 @@ func decodeErrors(file string, pos *positions, err error) error {
 	var strict *toml.StrictMissingError
 	if errors.As(err, &strict) {
 		errs := make([]error, 0, len(strict.Errors))
-		for i := range strict.Errors {
-			line, _ := strict.Errors[i].Position()
-			errs = append(errs, &RecipeError{File: file, Line: line, Key: pos.keyName(strict.Errors[i].Key(), line), Msg: "unknown key"})
+		for i := range min(len(strict.Errors), maxRecipeErrors) {
+			line, col := strict.Errors[i].Position()
+			errs = append(errs, &RecipeError{File: file, Line: line, Key: pos.keyName(strict.Errors[i].Key(), line, col), Msg: "unknown key"})
 		}
 		return errors.Join(errs...)
 	}
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
-		line, _ := de.Position()
+		line, col := de.Position()
 		msg := de.Error()
 		if strings.HasPrefix(msg, "toml: ") {
 			msg = strings.TrimPrefix(msg, "toml: ")
 		}
-		return &RecipeError{File: file, Line: line, Key: pos.keyName(de.Key(), line), Msg: msg}
+		return &RecipeError{File: file, Line: line, Key: pos.keyName(de.Key(), line, col), Msg: msg}
 	}
 	return &RecipeError{File: file, Msg: err.Error()}
 }

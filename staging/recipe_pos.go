@@ -1,29 +1,44 @@
 package staging
 
 import (
+	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/pelletier/go-toml/v2/unstable"
 )
 
-// positions maps the keys of a TOML document to their lines, so errors
-// found after decoding can name the line. Paths are dotted, with array
+// positions maps the keys of a TOML document to their lines and columns,
+// so errors found after decoding can name the line. Paths are dotted, with array
 // elements by index: "staging.1.tables.0.rows".
 type positions struct {
-	keys   map[string]int
+	keys   map[string]lineCol
 	blocks []int // line of each staging block's start
+	starts []int // offset of each line's first byte
+}
+
+// lineCol is a 1-based position.
+type lineCol struct{ line, col int }
+
+// at is the position of a byte offset.
+func (pos *positions) at(off int) lineCol {
+	i := sort.SearchInts(pos.starts, off+1) - 1
+	return lineCol{i + 1, off - pos.starts[i] + 1}
 }
 
 // indexPositions walks the document with go-toml's parser. A document that
 // does not parse yields what was indexed before the error.
 func indexPositions(data []byte) *positions {
-	pos := &positions{keys: map[string]int{}}
+	pos := &positions{keys: map[string]lineCol{}, starts: []int{0}}
+	for i, c := range data {
+		if c == '\n' {
+			pos.starts = append(pos.starts, i+1)
+		}
+	}
 	var p unstable.Parser
 	p.Reset(data)
 	arrays := map[string]int{} // element count of each array of tables, by path
 	prefix := ""
-	line := func(n *unstable.Node) int { return p.Shape(n.Raw).Start.Line }
 	for p.NextExpression() {
 		e := p.Expression()
 		switch e.Kind {
@@ -42,13 +57,13 @@ func indexPositions(data []byte) *positions {
 				}
 			}
 			if first != nil {
-				pos.keys[prefix] = line(first)
+				pos.keys[prefix] = pos.at(int(first.Raw.Offset))
 				if e.Kind == unstable.ArrayTable && len(parts) == 1 && parts[0] == "staging" {
-					pos.blocks = append(pos.blocks, line(first))
+					pos.blocks = append(pos.blocks, pos.keys[prefix].line)
 				}
 			}
 		case unstable.KeyValue:
-			pos.keyValue(&p, prefix, e)
+			pos.keyValue(prefix, e)
 		}
 	}
 	return pos
@@ -56,7 +71,7 @@ func indexPositions(data []byte) *positions {
 
 // keyValue records a key-value and, inside inline tables and arrays of
 // them, its nested keys.
-func (pos *positions) keyValue(p *unstable.Parser, prefix string, kv *unstable.Node) {
+func (pos *positions) keyValue(prefix string, kv *unstable.Node) {
 	parts, first := keyParts(kv)
 	if first == nil {
 		return
@@ -65,36 +80,58 @@ func (pos *positions) keyValue(p *unstable.Parser, prefix string, kv *unstable.N
 	for _, part := range parts {
 		full = join(full, part)
 	}
-	ln := p.Shape(first.Raw).Start.Line
-	pos.keys[full] = ln
+	at := pos.at(int(first.Raw.Offset))
+	pos.keys[full] = at
 	value := kv.Value()
+	pos.nested(full, value, at)
 	if full == "staging" && value.Kind == unstable.Array { // staging = [{...}, ...]
-		for it := value.Children(); it.Next(); {
-			pos.blocks = append(pos.blocks, p.Shape(it.Node().Raw).Start.Line)
-		}
-		if len(pos.blocks) == 0 {
-			pos.blocks = append(pos.blocks, ln)
+		for i := 0; ; i++ {
+			el, ok := pos.keys[join(full, strconv.Itoa(i))]
+			if !ok {
+				break
+			}
+			pos.blocks = append(pos.blocks, el.line)
 		}
 	}
-	pos.nested(p, full, value, ln)
 }
 
-func (pos *positions) nested(p *unstable.Parser, path string, v *unstable.Node, ln int) {
+// nested records the keys inside an inline table or an array; an array
+// element is placed at its first key, or at the array's key.
+func (pos *positions) nested(path string, v *unstable.Node, at lineCol) {
 	switch v.Kind {
 	case unstable.InlineTable:
 		for it := v.Children(); it.Next(); {
-			pos.keyValue(p, path, it.Node())
+			pos.keyValue(path, it.Node())
 		}
 	case unstable.Array:
 		i := 0
 		for it := v.Children(); it.Next(); i++ {
 			el := join(path, strconv.Itoa(i))
+			pos.nested(el, it.Node(), at)
 			if _, ok := pos.keys[el]; !ok {
-				pos.keys[el] = ln
+				pos.keys[el] = at
+				if ks, ok := firstKey(it.Node()); ok {
+					pos.keys[el] = pos.at(ks)
+				}
 			}
-			pos.nested(p, el, it.Node(), ln)
 		}
 	}
+}
+
+// firstKey is the offset of an inline table's first key.
+func firstKey(v *unstable.Node) (int, bool) {
+	if v.Kind != unstable.InlineTable {
+		return 0, false
+	}
+	it := v.Children()
+	if !it.Next() {
+		return 0, false
+	}
+	_, first := keyParts(it.Node())
+	if first == nil {
+		return 0, false
+	}
+	return int(first.Raw.Offset), true
 }
 
 // keyParts returns a table header's or key-value's dotted key and its
@@ -123,8 +160,8 @@ func join(prefix, part string) string {
 func (pos *positions) line(block int, key string) int {
 	p := "staging." + strconv.Itoa(block) + "." + strings.NewReplacer("[", ".", "]", "").Replace(key)
 	for {
-		if ln, ok := pos.keys[p]; ok {
-			return ln
+		if at, ok := pos.keys[p]; ok {
+			return at.line
 		}
 		i := strings.LastIndexByte(p, '.')
 		if i < 0 {
@@ -138,16 +175,21 @@ func (pos *positions) line(block int, key string) int {
 	return 0
 }
 
-// keyName names a key go-toml reported at a line, with array indices:
-// "staging[1].tables[0].rows".
-func (pos *positions) keyName(k []string, line int) string {
+// keyName names a key go-toml reported at a position, with array
+// indices: "staging[1].tables[0].rows". It is the key written nearest
+// before the position on its line (the key itself, or the key of a bad
+// value), the deepest one on a tie.
+func (pos *positions) keyName(k []string, line, col int) string {
 	if len(k) == 0 {
 		return ""
 	}
-	best := ""
-	for p, ln := range pos.keys {
-		if ln == line && (p == k[len(k)-1] || strings.HasSuffix(p, "."+k[len(k)-1])) && (best == "" || p < best) {
-			best = p
+	best, bestAt := "", lineCol{}
+	for p, at := range pos.keys {
+		if at.line != line || at.col > col || !strings.HasPrefix(p, k[0]) {
+			continue
+		}
+		if best == "" || at.col > bestAt.col || (at.col == bestAt.col && (len(p) > len(best) || (len(p) == len(best) && p < best))) {
+			best, bestAt = p, at
 		}
 	}
 	if best == "" {
