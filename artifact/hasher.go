@@ -2,6 +2,7 @@ package artifact
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -9,29 +10,39 @@ import (
 	"io"
 	"sync"
 
+	"github.com/containerd/errdefs"
 	"github.com/zeebo/blake3"
 )
 
 // FileHasher computes a payload file's FileEntry from its bytes written in
-// order: sha256 and BLAKE3 of the whole file and, for safetensors files, the
-// BLAKE3 of the header region and of every tensor. The two whole-file hashes
-// run in lanes of their own, overlapped with the per-tensor hashing, so one
-// Write keeps every core busy.
+// order, each byte hashed once per digest computed. What it computes
+// depends on the Binding:
+//   - BindNone: the sha256 of the file and the BLAKE3 of the safetensors
+//     header region and of every tensor, whose tree is the file's BLAKE3
+//     (any other file gets the BLAKE3 of its whole bytes). The sha256 runs
+//     on a lane of its own, overlapped with the BLAKE3, so one Write keeps
+//     two cores busy.
+//   - BindSHA256: the sha256 and the header region's BLAKE3; the tensor
+//     BLAKE3 values come from the record.
+//   - BindTree: the BLAKE3 values (a kept file of a peer fetch, read once);
+//     the sha256 comes from the record.
 type FileHasher struct {
-	entry FileEntry
-	sha   hash.Hash
-	file  *blake3.Hasher
-	part  *blake3.Hasher // header region, then the current tensor
+	b       Binding
+	entry   FileEntry
+	sha     hash.Hash      // nil under BindTree
+	lane    *lane          // runs sha while part runs, when both are computed
+	part    *blake3.Hasher // the header region, then the current tensor (or the whole file)
+	tensors bool           // the tensor bytes are hashed
 
 	safetensors bool
 	prefix      []byte // buffered header bytes until the header is parsed
 	header      *Header
-	next        int // index of the tensor being hashed
+	headerSum   Digest
+	sums        []Digest // per tensor, as each one ends
+	next        int      // index of the tensor being hashed
 	pos         int64
 	err         error
-
-	lanes [2]lane // sha256 and the file's BLAKE3
-	once  sync.Once
+	once        sync.Once
 }
 
 // lane runs one hash on a goroutine of its own, a buffer at a time.
@@ -40,8 +51,8 @@ type lane struct {
 	out chan struct{}
 }
 
-func startLane(w io.Writer) lane {
-	l := lane{in: make(chan []byte), out: make(chan struct{})}
+func startLane(w io.Writer) *lane {
+	l := &lane{in: make(chan []byte), out: make(chan struct{})}
 	go func() {
 		for p := range l.in {
 			w.Write(p)
@@ -51,35 +62,51 @@ func startLane(w io.Writer) lane {
 	return l
 }
 
-// NewFileHasher hashes a file of exactly size bytes stored at path.
-func NewFileHasher(path string, size int64) *FileHasher {
-	h := &FileHasher{
-		entry:       FileEntry{Path: path, Size: size},
-		sha:         sha256.New(),
-		file:        blake3.New(),
-		part:        blake3.New(),
-		safetensors: IsSafetensors(path),
+// NewFileHasher hashes a file of exactly b.Want.Size bytes stored at
+// b.Want.Path under the binding b.
+func NewFileHasher(b Binding) (*FileHasher, error) {
+	if err := checkBinding(b); err != nil {
+		return nil, err
 	}
-	h.lanes = [2]lane{startLane(h.sha), startLane(h.file)}
-	return h
+	if b.Want.Size < 0 {
+		return nil, fmt.Errorf("hash %s: negative size: %w", b.Want.Path, errdefs.ErrInvalidArgument)
+	}
+	h := &FileHasher{
+		b:           b,
+		entry:       FileEntry{Path: b.Want.Path, Size: b.Want.Size},
+		part:        blake3.New(),
+		tensors:     b.By != BindSHA256,
+		safetensors: IsSafetensors(b.Want.Path),
+	}
+	if b.By != BindTree {
+		h.sha = sha256.New()
+	}
+	if h.sha != nil && h.tensors {
+		h.lane = startLane(h.sha)
+	}
+	return h, nil
 }
 
 // Write hashes the next bytes of the file. It returns an error once the bytes
-// exceed the declared size or the safetensors header is malformed.
+// exceed the declared size, the safetensors header is malformed, or the
+// header disagrees with the record the file is bound to.
 func (h *FileHasher) Write(p []byte) (int, error) {
 	if h.err != nil {
 		return 0, h.err
 	}
 	if int64(len(p)) > h.entry.Size-h.pos {
-		h.err = fmt.Errorf("hash %s: more than the declared %d bytes", h.entry.Path, h.entry.Size)
+		h.err = fmt.Errorf("hash %s: more than the declared %d bytes: %w", h.entry.Path, h.entry.Size, errdefs.ErrOutOfRange)
 		return 0, h.err
 	}
-	for _, l := range h.lanes {
-		l.in <- p
+	switch {
+	case h.lane != nil:
+		h.lane.in <- p
+	case h.sha != nil:
+		h.sha.Write(p)
 	}
 	err := h.hashParts(p)
-	for _, l := range h.lanes {
-		<-l.out
+	if h.lane != nil {
+		<-h.lane.out
 	}
 	if err != nil {
 		h.err = err
@@ -88,14 +115,10 @@ func (h *FileHasher) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// hashParts feeds the header and tensor hashers; p starts at h.pos.
+// hashParts feeds the header and tensor hashes; p starts at h.pos.
 func (h *FileHasher) hashParts(p []byte) error {
-	if !h.safetensors {
-		h.pos += int64(len(p))
-		return nil
-	}
 	for len(p) > 0 {
-		if h.header == nil {
+		if h.safetensors && h.header == nil {
 			n, err := h.bufferHeader(p)
 			if err != nil {
 				return err
@@ -103,86 +126,206 @@ func (h *FileHasher) hashParts(p []byte) error {
 			p = p[n:]
 			continue
 		}
-		// Consume up to the end of the current region: the header, or tensor h.next.
+		// Up to the end of the current region: tensor h.next, or the file.
 		end := h.entry.Size
-		if h.next < len(h.header.Tensors) {
+		if h.safetensors && h.next < len(h.header.Tensors) {
 			end = h.header.DataStart() + h.header.Tensors[h.next].End
 		}
-		take := int64(len(p))
-		if rest := end - h.pos; take > rest {
-			take = rest
+		take := min(int64(len(p)), end-h.pos)
+		if h.tensors {
+			h.part.Write(p[:take])
 		}
-		h.part.Write(p[:take])
 		h.pos += take
 		p = p[take:]
-		h.closeRegions()
+		if h.safetensors {
+			h.closeTensors()
+		}
 	}
 	return nil
 }
 
-// bufferHeader collects the length prefix and JSON header, parses it once it
-// is complete, and hashes the header region. It returns how much of p it took.
+// bufferHeader collects the length prefix and the JSON header; once both
+// are complete it parses them (parseHeader). It returns how much of p it took.
 func (h *FileHasher) bufferHeader(p []byte) (int, error) {
-	want := int64(8)
-	lengthKnown := len(h.prefix) >= 8
-	if lengthKnown {
-		n := int64(leUint64(h.prefix[:8]))
-		if n > MaxHeaderLen || 8+n > h.entry.Size {
-			_, err := ReadHeader(prefixReader(h.prefix), h.entry.Size)
-			return 0, err
+	taken := 0
+	for {
+		need := 8
+		if len(h.prefix) >= 8 {
+			// Untrusted: compared as unsigned before it is converted.
+			n := binary.LittleEndian.Uint64(h.prefix[:8])
+			if n > MaxHeaderLen || n > uint64(h.entry.Size-8) {
+				_, err := ReadHeader(prefixReader(h.prefix), h.entry.Size)
+				return taken, fmt.Errorf("hash %s: %w", h.entry.Path, err)
+			}
+			need = 8 + int(n)
+			if len(h.prefix) == need {
+				return taken, h.parseHeader()
+			}
 		}
-		want = 8 + n
+		if len(p) == 0 {
+			return taken, nil
+		}
+		k := min(need-len(h.prefix), len(p))
+		h.prefix = append(h.prefix, p[:k]...)
+		h.pos += int64(k)
+		taken += k
+		p = p[k:]
 	}
-	take := min(want-int64(len(h.prefix)), int64(len(p)))
-	h.prefix = append(h.prefix, p[:take]...)
-	h.pos += take
-	if !lengthKnown || int64(len(h.prefix)) < want {
-		return int(take), nil
-	}
+}
+
+// parseHeader parses the buffered header, hashes the header region and,
+// for a bound file, checks both against the record.
+func (h *FileHasher) parseHeader() error {
 	hdr, err := ReadHeader(prefixReader(h.prefix), h.entry.Size)
 	if err != nil {
-		return 0, fmt.Errorf("hash %s: %w", h.entry.Path, err)
+		return fmt.Errorf("hash %s: %w", h.entry.Path, err)
 	}
 	h.header = hdr
 	h.entry.DataStart = hdr.DataStart()
-	h.entry.Tensors = make([]TensorEntry, len(hdr.Tensors))
-	for i, t := range hdr.Tensors {
-		h.entry.Tensors[i] = TensorEntry{Name: t.Name, DType: t.DType, Shape: t.Shape,
-			Offset: hdr.DataStart() + t.Begin, Length: t.End - t.Begin}
-	}
-	h.part.Write(h.prefix)
+	h.entry.Tensors = tensorEntries(hdr)
+	h.headerSum = blake3.Sum256(h.prefix)
+	h.entry.HeaderBLAKE3 = DigestHex(h.headerSum)
 	h.prefix = nil
-	h.entry.HeaderBLAKE3 = sumHex(h.part)
-	h.part.Reset()
-	h.closeRegions()
-	return int(take), nil
+	if h.b.By != BindNone {
+		if err := checkHeader(h.b.Want, h.entry); err != nil {
+			return err
+		}
+	}
+	if !h.tensors { // BindSHA256: the record's tensor digests, bound by the sha256
+		for i := range h.entry.Tensors {
+			h.entry.Tensors[i].BLAKE3 = h.b.Want.Tensors[i].BLAKE3
+		}
+		h.next = len(hdr.Tensors)
+	}
+	h.sums = make([]Digest, 0, len(hdr.Tensors))
+	h.closeTensors()
+	return nil
 }
 
-// closeRegions finalizes every tensor that ends at h.pos (zero-length ones included).
-func (h *FileHasher) closeRegions() {
+// tensorEntries are the index entries of a header's tensors, without digests.
+func tensorEntries(hdr *Header) []TensorEntry {
+	out := make([]TensorEntry, len(hdr.Tensors))
+	for i, t := range hdr.Tensors {
+		out[i] = TensorEntry{Name: t.Name, DType: t.DType, Shape: t.Shape,
+			Offset: hdr.DataStart() + t.Begin, Length: t.End - t.Begin}
+	}
+	return out
+}
+
+// checkHeader checks a parsed header region against the record it is bound to.
+func checkHeader(want, got FileEntry) error {
+	if err := compareTable(want, got); err != nil {
+		return err
+	}
+	if want.HeaderBLAKE3 != got.HeaderBLAKE3 {
+		return &EntryMismatchError{Path: want.Path, Field: "header_blake3", Want: want.HeaderBLAKE3, Got: got.HeaderBLAKE3}
+	}
+	return nil
+}
+
+// closeTensors finishes every tensor that ends at h.pos (empty ones included).
+func (h *FileHasher) closeTensors() {
 	for h.next < len(h.header.Tensors) && h.header.DataStart()+h.header.Tensors[h.next].End <= h.pos {
-		h.entry.Tensors[h.next].BLAKE3 = sumHex(h.part)
+		var sum Digest
+		h.part.Sum(sum[:0])
 		h.part.Reset()
+		h.sums = append(h.sums, sum)
+		h.entry.Tensors[h.next].BLAKE3 = DigestHex(sum)
 		h.next++
 	}
 }
 
-// Sum returns the finished entry; it fails if fewer bytes than declared were written.
+// Sum returns the finished entry; it fails if fewer bytes than declared were
+// written, or if the bytes disagree with the record they are bound to.
 func (h *FileHasher) Sum() (FileEntry, error) {
 	h.stop()
 	if h.err != nil {
 		return FileEntry{}, h.err
 	}
 	if h.pos != h.entry.Size {
-		return FileEntry{}, fmt.Errorf("hash %s: %d of %d bytes written", h.entry.Path, h.pos, h.entry.Size)
+		return FileEntry{}, fmt.Errorf("hash %s: %d of %d bytes written: %w", h.entry.Path, h.pos, h.entry.Size, errdefs.ErrFailedPrecondition)
 	}
 	if h.safetensors && h.header == nil {
 		_, err := ReadHeader(prefixReader(h.prefix), h.entry.Size)
 		return FileEntry{}, fmt.Errorf("hash %s: %w", h.entry.Path, err)
 	}
-	h.entry.SHA256 = hex.EncodeToString(h.sha.Sum(nil))
-	h.entry.BLAKE3 = sumHex(h.file)
-	return h.entry, nil
+	e := h.entry
+	if h.sha != nil {
+		e.SHA256 = hex.EncodeToString(h.sha.Sum(nil))
+	}
+	switch {
+	case !h.tensors: // BindSHA256
+		if e.SHA256 != h.b.Want.SHA256 {
+			return FileEntry{}, &EntryMismatchError{Path: e.Path, Field: "sha256", Want: h.b.Want.SHA256, Got: e.SHA256}
+		}
+		e.BLAKE3 = h.b.Want.BLAKE3
+		return e, nil
+	case h.safetensors:
+		e.BLAKE3 = DigestHex(TreeBLAKE3(h.headerSum, h.sums))
+	default:
+		e.BLAKE3 = sumHex(h.part)
+	}
+	if h.b.By == BindTree {
+		return bindTree(h.b.Want, e)
+	}
+	return e, nil
+}
+
+// bindTree checks the tree computed from a file's bytes against the record
+// and binds the record's sha256 to the bytes.
+func bindTree(want, got FileEntry) (FileEntry, error) {
+	for i, w := range want.Tensors {
+		if g := got.Tensors[i]; w.BLAKE3 != g.BLAKE3 {
+			return FileEntry{}, &EntryMismatchError{Path: want.Path, Tensor: w.Name, Field: "blake3", Want: w.BLAKE3, Got: g.BLAKE3}
+		}
+	}
+	if want.BLAKE3 != got.BLAKE3 {
+		return FileEntry{}, &EntryMismatchError{Path: want.Path, Field: "blake3", Want: want.BLAKE3, Got: got.BLAKE3}
+	}
+	got.SHA256 = want.SHA256
+	return got, nil
+}
+
+// FinishTree completes a BindTree file written out of order, without
+// reading it: header holds the bytes written to [0, want.DataStart) (empty
+// for a file that is not safetensors) and parts the BLAKE3 the producer
+// reported for each part (a zero digest is one never reported).
+func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error) {
+	got := FileEntry{Path: want.Path, Size: want.Size}
+	missing := func(what string) error {
+		return fmt.Errorf("file %s: no BLAKE3 reported for %s: %w", want.Path, what, errdefs.ErrFailedPrecondition)
+	}
+	if len(parts) != want.Parts() {
+		return FileEntry{}, fmt.Errorf("file %s: %d parts, want %d: %w", want.Path, len(parts), want.Parts(), errdefs.ErrInvalidArgument)
+	}
+	if !IsSafetensors(want.Path) {
+		if parts[0] == (Digest{}) {
+			return FileEntry{}, missing("the file")
+		}
+		got.BLAKE3 = DigestHex(parts[0])
+		return bindTree(want, got)
+	}
+	hdr, err := ReadHeader(prefixReader(header), want.Size)
+	if errors.Is(err, errPastPrefix) {
+		return FileEntry{}, &EntryMismatchError{Path: want.Path, Field: "data_start", Want: fmt.Sprint(want.DataStart), Got: "a longer header"}
+	}
+	if err != nil {
+		return FileEntry{}, fmt.Errorf("file %s: %w", want.Path, err)
+	}
+	got.DataStart, got.Tensors = hdr.DataStart(), tensorEntries(hdr)
+	headerSum := blake3.Sum256(header)
+	got.HeaderBLAKE3 = DigestHex(headerSum)
+	if err := checkHeader(want, got); err != nil {
+		return FileEntry{}, err
+	}
+	for i, p := range parts {
+		if p == (Digest{}) {
+			return FileEntry{}, missing("tensor " + got.Tensors[i].Name)
+		}
+		got.Tensors[i].BLAKE3 = DigestHex(p)
+	}
+	got.BLAKE3 = DigestHex(TreeBLAKE3(headerSum, parts))
+	return bindTree(want, got)
 }
 
 // Abort releases the hasher's goroutine without a result.
@@ -190,18 +333,21 @@ func (h *FileHasher) Abort() { h.stop() }
 
 func (h *FileHasher) stop() {
 	h.once.Do(func() {
-		for _, l := range h.lanes {
-			close(l.in)
+		if h.lane != nil {
+			close(h.lane.in)
 		}
 	})
 }
 
-// HashFile computes the FileEntry of a file by reading it in order.
-func HashFile(r io.ReaderAt, path string, size int64) (FileEntry, error) {
-	h := NewFileHasher(path, size)
-	buf := make([]byte, 4<<20)
-	_, err := io.CopyBuffer(h, io.NewSectionReader(r, 0, size), buf)
+// HashFile computes the FileEntry of a file under the binding b by reading
+// it once, in order.
+func HashFile(r io.ReaderAt, b Binding) (FileEntry, error) {
+	h, err := NewFileHasher(b)
 	if err != nil {
+		return FileEntry{}, err
+	}
+	buf := make([]byte, 4<<20)
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(r, 0, b.Want.Size), buf); err != nil {
 		h.Abort()
 		return FileEntry{}, err
 	}
@@ -209,19 +355,15 @@ func HashFile(r io.ReaderAt, path string, size int64) (FileEntry, error) {
 }
 
 func sumHex(h *blake3.Hasher) string {
-	var sum [32]byte
-	return hex.EncodeToString(h.Sum(sum[:0]))
+	var sum Digest
+	h.Sum(sum[:0])
+	return DigestHex(sum)
 }
 
 // BLAKE3Hex returns the hex BLAKE3 of b.
 func BLAKE3Hex(b []byte) string {
 	sum := blake3.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-func leUint64(b []byte) uint64 {
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 // prefixReader serves the buffered start of a file to ReadHeader.

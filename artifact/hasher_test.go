@@ -20,7 +20,10 @@ func TestFileHasherMatchesIndexOfWrittenFile(t *testing.T) {
 	// Any split of the writes gives the same entry.
 	var first FileEntry
 	for _, step := range []int{1, 3, 8, 64, len(data)} {
-		h := NewFileHasher("m.safetensors", int64(len(data)))
+		h, err := NewFileHasher(Binding{Want: FileEntry{Path: "m.safetensors", Size: int64(len(data))}})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for i := 0; i < len(data); i += step {
 			if _, err := h.Write(data[i:min(i+step, len(data))]); err != nil {
 				t.Fatal(err)
@@ -33,7 +36,7 @@ func TestFileHasherMatchesIndexOfWrittenFile(t *testing.T) {
 		if step == 1 {
 			first = e
 			hdr, _ := ReadHeader(bytes.NewReader(data), int64(len(data)))
-			if e.DataStart != hdr.DataStart() || len(e.Tensors) != 3 || e.BLAKE3 != BLAKE3Hex(data) ||
+			if e.DataStart != hdr.DataStart() || len(e.Tensors) != 3 || e.BLAKE3 != treeOf(t, data) ||
 				e.HeaderBLAKE3 != BLAKE3Hex(data[:hdr.DataStart()]) {
 				t.Fatalf("entry %+v does not describe the file", e)
 			}
@@ -60,8 +63,11 @@ func TestFileHasherRefusesBadHeaders(t *testing.T) {
 		{"not JSON", append([]byte{8, 0, 0, 0, 0, 0, 0, 0}, []byte("xxxxxxxx")...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h := NewFileHasher("bad.safetensors", int64(len(tc.data)))
-			_, err := h.Write(tc.data)
+			h, err := NewFileHasher(Binding{Want: FileEntry{Path: "bad.safetensors", Size: int64(len(tc.data))}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = h.Write(tc.data)
 			if err == nil {
 				_, err = h.Sum()
 			} else {

@@ -8,8 +8,14 @@ import (
 	"strings"
 )
 
-// IndexSchema is the version of the tensor index encoding.
-const IndexSchema = 1
+// IndexSchema is the version of the tensor index encoding this code
+// writes: a safetensors file's BLAKE3 is its tensor tree (TreeBLAKE3).
+// Schema 1, where it was the BLAKE3 of the whole file, is still read.
+const IndexSchema = 2
+
+// IndexSchemaWholeFile is the first schema: every file's BLAKE3 is of its
+// whole bytes.
+const IndexSchemaWholeFile = 1
 
 // Index describes every payload file of an artifact and every tensor in it.
 // It is deterministic: the same files and identity give the same bytes.
@@ -24,7 +30,9 @@ type FileEntry struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"` // hex; the OCI layer digest and the Hugging Face LFS oid
-	BLAKE3 string `json:"blake3"` // hex of the whole file
+	// BLAKE3 is hex: for a safetensors file in schema 2 its tensor tree
+	// (TreeBLAKE3), otherwise of the whole file.
+	BLAKE3 string `json:"blake3"`
 	// Safetensors files only: the header region [0, DataStart) and its BLAKE3.
 	DataStart    int64         `json:"data_start,omitempty"`
 	HeaderBLAKE3 string        `json:"header_blake3,omitempty"`
@@ -71,8 +79,10 @@ func (x *Index) TensorCount() int {
 	return n
 }
 
-// DecodeIndex parses an index strictly: unknown fields, trailing data and
-// paths that leave the artifact are refused.
+// DecodeIndex parses an index strictly: unknown fields, trailing data,
+// paths that leave the artifact, digests that are not hex, and safetensors
+// entries whose tensors do not tile the data region are refused; in schema 2
+// a safetensors file's BLAKE3 must be the tree of its header and tensors.
 func DecodeIndex(doc []byte) (*Index, error) {
 	var x Index
 	dec := json.NewDecoder(bytes.NewReader(doc))
@@ -83,7 +93,7 @@ func DecodeIndex(doc []byte) (*Index, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return nil, fmt.Errorf("decode index: trailing data")
 	}
-	if x.Schema != IndexSchema {
+	if x.Schema != IndexSchema && x.Schema != IndexSchemaWholeFile {
 		return nil, fmt.Errorf("decode index: unsupported schema %d", x.Schema)
 	}
 	for i, f := range x.Files {
@@ -93,14 +103,86 @@ func DecodeIndex(doc []byte) (*Index, error) {
 		if i > 0 && x.Files[i-1].Path >= f.Path {
 			return nil, fmt.Errorf("decode index: files not sorted at %q", f.Path)
 		}
-		if f.Size < 0 || f.DataStart < 0 || f.DataStart > f.Size {
-			return nil, fmt.Errorf("decode index: file %q: bad size or data start", f.Path)
-		}
-		for _, t := range f.Tensors {
-			if t.Offset < f.DataStart || t.Length < 0 || t.Offset > f.Size-t.Length {
-				return nil, fmt.Errorf("decode index: file %q: tensor %q outside the file", f.Path, t.Name)
-			}
+		if err := checkEntry(x.Schema, f); err != nil {
+			return nil, fmt.Errorf("decode index: file %q: %w", f.Path, err)
 		}
 	}
 	return &x, nil
+}
+
+// checkEntry checks one file entry of an index of the given schema.
+func checkEntry(schema int, f FileEntry) error {
+	if f.Size < 0 {
+		return fmt.Errorf("negative size")
+	}
+	for _, d := range []string{f.SHA256, f.BLAKE3} {
+		if _, err := ParseDigest(d); err != nil {
+			return err
+		}
+	}
+	if !IsSafetensors(f.Path) {
+		if f.DataStart != 0 || f.HeaderBLAKE3 != "" || len(f.Tensors) != 0 {
+			return fmt.Errorf("tensors indexed in a file that is not safetensors")
+		}
+		return nil
+	}
+	if f.DataStart < 8 || f.DataStart > f.Size || f.DataStart-8 > MaxHeaderLen {
+		return fmt.Errorf("bad data start %d", f.DataStart)
+	}
+	end := f.DataStart
+	for _, t := range f.Tensors {
+		if t.Offset != end || t.Length < 0 || t.Length > f.Size-t.Offset {
+			return fmt.Errorf("tensor %q does not follow the previous one inside the file", t.Name)
+		}
+		end += t.Length
+	}
+	if end != f.Size {
+		return fmt.Errorf("tensors end at %d, the file at %d", end, f.Size)
+	}
+	tree, err := EntryTree(f)
+	if err != nil {
+		return err
+	}
+	if schema >= IndexSchema && tree != f.BLAKE3 {
+		return fmt.Errorf("blake3 %s is not the tree of the header and tensors (%s)", f.BLAKE3, tree)
+	}
+	return nil
+}
+
+// Upgrade rewrites a schema-1 index in the current schema: each safetensors
+// file's BLAKE3 becomes its tensor tree, derived from the header and tensor
+// BLAKE3 values the index holds, which bind the same bytes. An index already
+// in the current schema is left as it is.
+func (x *Index) Upgrade() error {
+	if x.Schema == IndexSchema {
+		return nil
+	}
+	for i, f := range x.Files {
+		if !IsSafetensors(f.Path) {
+			continue
+		}
+		tree, err := EntryTree(f)
+		if err != nil {
+			return fmt.Errorf("upgrade index: %w", err)
+		}
+		x.Files[i].BLAKE3 = tree
+	}
+	x.Schema = IndexSchema
+	return nil
+}
+
+// IndexBound is the most bytes the encoded index of files with these paths
+// and sizes can take: a fixed share per file, and for a safetensors file a
+// multiple of its header, which it cannot exceed (each tensor's index entry
+// is at most six times its header entry, name escapes included). A reader
+// of an index from untrusted bytes refuses a larger one before reading it.
+func IndexBound(paths []string, sizes []int64) int64 {
+	n := int64(1 << 10)
+	for i, p := range paths {
+		n += 512 + 6*int64(len(p))
+		if IsSafetensors(p) && sizes[i] > 8 {
+			n += 6 * min(sizes[i]-8, MaxHeaderLen)
+		}
+	}
+	return n
 }

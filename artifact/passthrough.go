@@ -218,7 +218,7 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 // set, is told of every chunk copied.
 func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, progress func(int64)) error {
 	if r, ok := w.(Resumer); ok && sf.SHA256 != "" {
-		if _, reused, err := r.Reuse(sf.Path, sf.Size, sf.SHA256); err != nil || reused {
+		if _, reused, err := r.Reuse(Binding{Want: FileEntry{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}}); err != nil || reused {
 			return err
 		}
 	}
@@ -291,4 +291,44 @@ func PassthroughIdentity(src *SourceDir, repository, revision, component string,
 		Layout:         Layout{Name: "source", TPSize: tpSize, TPRank: tpRank},
 		Producer:       PassthroughRef(),
 	}
+}
+
+// FingerprintMismatchError says that an artifact's payload disagrees with
+// the source fingerprint its passthrough identity names: these bytes are
+// not the artifact of that identity (an identity collision).
+type FingerprintMismatchError struct {
+	Path, Field, Want, Got string
+}
+
+func (e *FingerprintMismatchError) Error() string {
+	return fmt.Sprintf("identity collision: passthrough identity's source fingerprint and payload disagree at %s: %s: fingerprint says %q, payload has %q",
+		e.Path, e.Field, e.Want, e.Got)
+}
+
+// Unwrap classifies the error.
+func (e *FingerprintMismatchError) Unwrap() error { return errdefs.ErrConflict }
+
+// CheckPassthrough checks, for an identity the passthrough producer made,
+// that the payload files (sorted by path) are exactly its source
+// fingerprint: the same paths, sizes and sha256. Other identities pass.
+func (id Identity) CheckPassthrough(files []FileEntry) error {
+	if id.Producer.Name != PassthroughName {
+		return nil
+	}
+	src := id.Model.Source
+	if len(src) != len(files) {
+		return &FingerprintMismatchError{Path: "(all)", Field: "file count", Want: fmt.Sprint(len(src)), Got: fmt.Sprint(len(files))}
+	}
+	for i, sf := range src {
+		f := files[i]
+		switch {
+		case sf.Path != f.Path:
+			return &FingerprintMismatchError{Path: sf.Path, Field: "path", Want: sf.Path, Got: f.Path}
+		case sf.Size != f.Size:
+			return &FingerprintMismatchError{Path: sf.Path, Field: "size", Want: fmt.Sprint(sf.Size), Got: fmt.Sprint(f.Size)}
+		case sf.SHA256 != f.SHA256:
+			return &FingerprintMismatchError{Path: sf.Path, Field: "sha256", Want: sf.SHA256, Got: f.SHA256}
+		}
+	}
+	return nil
 }

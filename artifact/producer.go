@@ -15,19 +15,18 @@ type Writer interface {
 // Resumer is implemented by writers that may hold the files of an
 // interrupted build of the same artifact.
 type Resumer interface {
-	// Reuse adopts a kept file if it holds exactly size bytes with the given
-	// sha256 (hex), as if it had been created, written and closed; it reports
-	// whether it did and, if so, the file's hashes.
-	Reuse(path string, size int64, sha256 string) (FileEntry, bool, error)
+	// Reuse adopts a kept file at b.Want.Path if it holds exactly
+	// b.Want.Size bytes with the sha256 b.Want.SHA256 (hex), as if it had
+	// been created with the binding b, written and closed; it reports whether
+	// it did and, if so, the file's hashes. The kept file is read once.
+	Reuse(b Binding) (FileEntry, bool, error)
 }
 
-// FileWriter writes one payload file. Write appends in order and is hashed
-// while it writes; WriteAt places bytes anywhere (for fetchers that fill one
-// file from several streams), and such a file is hashed by reading it back.
-// Close finishes the file; Digest then returns its hashes.
+// FileWriter writes one payload file in order, hashed while it is written
+// (BoundWriter has positioned writes). Close finishes the file; Digest then
+// returns its hashes.
 type FileWriter interface {
 	io.Writer
-	io.WriterAt
 	Close() error
 	Digest() (FileEntry, error)
 }

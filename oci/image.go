@@ -49,24 +49,15 @@ type ImageReport struct {
 // ResolveWeightsnap fetches the manifest and index layer of an artifact
 // weightsnap pushed; other artifacts are refused.
 func ResolveWeightsnap(ctx context.Context, r *Remote) (*Plan, string, error) {
-	desc, raw, err := r.fetchManifest(ctx)
+	res, err := r.resolveManifest(ctx, "")
 	if err != nil {
 		return nil, "", err
 	}
-	m, err := DecodeManifest(r.String(), raw)
-	if err != nil {
-		return nil, "", err
-	}
-	idx, ok := IndexLayer(m)
-	if !ok {
+	if _, ok := IndexLayer(res.Manifest); !ok {
 		return nil, "", &ManifestError{Ref: r.String(), Reason: "not a weightsnap artifact (no " + MediaTypeIndex + " layer): import it with `weightsnap pull --revision` and push it with `weightsnap push`"}
 	}
-	x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), maxIndexBytes)
-	if err != nil {
-		return nil, "", err
-	}
-	plan, err := PlanWeightsnap(r.String(), m, x)
-	return plan, desc.Digest.String(), err
+	plan, err := r.plan(ctx, res.Manifest, ImportOptions{})
+	return plan, res.Desc.Digest.String(), err
 }
 
 // BuildImage writes a weight image to target: the base image's layers plus

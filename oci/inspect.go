@@ -6,7 +6,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
+	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/weightsnap/weightsnap/artifact"
@@ -46,55 +49,43 @@ type RemotePointer struct {
 	Info  *RemoteInfo `json:"artifact_info,omitempty"`
 }
 
-// InspectRemote describes the artifact or weight image at the remote's reference.
-func InspectRemote(ctx context.Context, r *Remote, platform string) (*RemoteInfo, error) {
-	res, err := r.resolveManifest(ctx, platform)
-	if err != nil {
-		return nil, err
-	}
-	m := res.Manifest
-	info := &RemoteInfo{Ref: r.String(), Manifest: res.Desc.Digest.String(), MediaType: m.MediaType,
-		ArtifactType: m.ArtifactType, Layers: len(m.Layers)}
-	if info.ArtifactType == "" {
-		info.ArtifactType = m.Config.MediaType
-		if info.ArtifactType == "application/vnd.oci.image.config.v1+json" || info.ArtifactType == dockerConfig {
-			info.ArtifactType = ""
-		}
-	}
-	if idx, ok := IndexLayer(m); ok {
-		x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), maxIndexBytes)
-		if err != nil {
-			return nil, err
-		}
-		plan, err := PlanWeightsnap(r.String(), m, x)
-		if err != nil {
-			return nil, err
-		}
-		info.Kind = "weightsnap-artifact"
-		id := plan.Identity
-		info.Identity = &id
-		info.IdentityDigest = plan.Index.Identity
-		for i, f := range plan.Index.Files {
-			info.Files = append(info.Files, RemoteFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256,
-				MediaType: plan.Files[i].Layer.MediaType, Tensors: len(f.Tensors)})
-		}
-		info.TotalBytes, info.TensorCount = plan.Index.TotalBytes(), plan.Index.TensorCount()
-		return info, nil
+// InspectOptions say how far InspectRemote may go.
+type InspectOptions struct {
+	// Platform is picked from a multi-platform image; "" means HostPlatform.
+	Platform string
+	// Registries are the hosts, besides the inspected reference's own, that
+	// a weight image's pointers may lead to; a pointer to any other host is
+	// reported, not followed.
+	Registries []string
+}
+
+// InspectRemote describes the artifact or weight image at the remote's
+// reference. A weight image's pointers are followed one step, to
+// artifacts only (never into another weight image), and only to the
+// reference's own host or one of o.Registries.
+func InspectRemote(ctx context.Context, r *Remote, o InspectOptions) (*RemoteInfo, error) {
+	info, m, err := r.inspectArtifact(ctx, o.Platform)
+	if err != nil || info.Kind != "" {
+		return info, err
 	}
 	var pointers []RemotePointer
+	var bad []string
 	for _, l := range m.Layers {
-		if p, ok := PointerFromAnnotations(l); ok {
+		p, ok, err := PointerFromAnnotations(l)
+		switch {
+		case err != nil:
+			bad = append(bad, fmt.Sprintf("layer %s: %v", l.Digest, err))
+		case ok:
 			pointers = append(pointers, RemotePointer{Pointer: p, Layer: l.Digest.String()})
 		}
 	}
-	if len(pointers) > 0 {
+	if len(pointers) > 0 || len(bad) > 0 {
 		info.Kind = "weight-image"
+		info.Error = strings.Join(bad, "; ")
+		allowed := append([]string{r.Ref.Registry}, o.Registries...)
 		for i := range pointers {
 			p := &pointers[i]
-			ar, err := r.Sibling(p.Artifact)
-			if err == nil {
-				p.Info, err = InspectRemote(ctx, ar, platform)
-			}
+			p.Info, err = r.inspectPointer(ctx, p.Pointer, allowed, o.Platform)
 			if err != nil {
 				p.Info = &RemoteInfo{Ref: p.Artifact, Error: err.Error()}
 				continue
@@ -106,6 +97,74 @@ func InspectRemote(ctx context.Context, r *Remote, platform string) (*RemoteInfo
 		info.Pointers = pointers
 		return info, nil
 	}
+	info.Kind = "image"
+	info.describeLayers(ctx, r, m)
+	return info, nil
+}
+
+// inspectPointer describes the artifact a pointer names: on an allowed host,
+// and an artifact, not an image.
+func (r *Remote) inspectPointer(ctx context.Context, p Pointer, allowed []string, platform string) (*RemoteInfo, error) {
+	host := PointerHost(p)
+	if !AllowedHost(allowed, host) {
+		return nil, fmt.Errorf("not followed: %s is not a configured registry (%s): %w", host, strings.Join(allowed, ", "), errdefs.ErrPermissionDenied)
+	}
+	ar, err := r.Sibling(p.Artifact)
+	if err != nil {
+		return nil, err
+	}
+	info, m, err := ar.inspectArtifact(ctx, platform)
+	if err != nil {
+		return nil, err
+	}
+	if info.Kind == "" && !slices.ContainsFunc(m.Layers, func(l ocispec.Descriptor) bool { return IsWeightLayer(l.Annotations) }) {
+		info.describeLayers(ctx, ar, m)
+	}
+	if info.Kind != "weightsnap-artifact" && info.Kind != "foreign-artifact" {
+		return nil, fmt.Errorf("not followed: %s is an image, not a weight artifact: %w", p.Artifact, errdefs.ErrInvalidArgument)
+	}
+	return info, nil
+}
+
+// inspectArtifact reads the manifest at the remote's reference and, for a
+// weightsnap artifact, its index layer; Kind stays "" for anything else,
+// whose manifest it returns.
+func (r *Remote) inspectArtifact(ctx context.Context, platform string) (*RemoteInfo, *ocispec.Manifest, error) {
+	res, err := r.resolveManifest(ctx, platform)
+	if err != nil {
+		return nil, nil, err
+	}
+	m := res.Manifest
+	info := &RemoteInfo{Ref: r.String(), Manifest: res.Desc.Digest.String(), MediaType: m.MediaType,
+		ArtifactType: m.ArtifactType, Layers: len(m.Layers)}
+	if info.ArtifactType == "" {
+		info.ArtifactType = m.Config.MediaType
+		if info.ArtifactType == "application/vnd.oci.image.config.v1+json" || info.ArtifactType == dockerConfig {
+			info.ArtifactType = ""
+		}
+	}
+	if _, ok := IndexLayer(m); !ok {
+		return info, m, nil
+	}
+	plan, err := r.plan(ctx, m, ImportOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	info.Kind = "weightsnap-artifact"
+	id := plan.Identity
+	info.Identity = &id
+	info.IdentityDigest = plan.Index.Identity
+	for i, f := range plan.Index.Files {
+		info.Files = append(info.Files, RemoteFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256,
+			MediaType: plan.Files[i].Layer.MediaType, Tensors: len(f.Tensors)})
+	}
+	info.TotalBytes, info.TensorCount = plan.Index.TotalBytes(), plan.Index.TensorCount()
+	return info, m, nil
+}
+
+// describeLayers fills in an image or a foreign artifact: its file layers,
+// or, for an image, its size.
+func (info *RemoteInfo) describeLayers(ctx context.Context, r *Remote, m *ocispec.Manifest) {
 	info.Kind = "image"
 	for _, l := range m.Layers {
 		if ClassifyLayer(l) != LayerFile {
@@ -127,7 +186,6 @@ func InspectRemote(ctx context.Context, r *Remote, platform string) (*RemoteInfo
 			info.TotalBytes += l.Size
 		}
 	}
-	return info, nil
 }
 
 // String is a short summary, for logs.

@@ -39,6 +39,9 @@ type PlanFile struct {
 	Size   int64
 	SHA256 string // hex; the layer digest
 	Layer  ocispec.Descriptor
+	// Binding is how the store's writer hashes the file: BindSHA256 with the
+	// index entry for a weightsnap artifact, BindNone for a foreign one.
+	Binding artifact.Binding
 }
 
 // TotalBytes is the sum of the payload sizes.
@@ -61,9 +64,6 @@ type ImportOptions struct {
 
 // maxManifestBytes bounds a manifest read (registries commonly cap at 4 MiB).
 const maxManifestBytes = 4 << 20
-
-// maxIndexBytes bounds the index layer (the store's own cap).
-const maxIndexBytes = 512 << 20
 
 // DecodeManifest parses an image manifest strictly enough to trust its layers.
 func DecodeManifest(ref string, raw []byte) (*ocispec.Manifest, error) {
@@ -98,8 +98,11 @@ func IndexLayer(m *ocispec.Manifest) (ocispec.Descriptor, bool) {
 }
 
 // PlanWeightsnap plans the pull of an artifact weightsnap pushed. indexRaw
-// is the index layer's bytes, already checked against its digest. Identity,
-// index and layers must all agree; a disagreement is an *IndexMismatchError.
+// is the index layer's bytes, already checked against its digest; a schema-1
+// index is upgraded (artifact.Index.Upgrade). Identity, index and layers must
+// all agree; a disagreement is an *IndexMismatchError. A passthrough
+// identity whose source fingerprint disagrees with the layers is an
+// *artifact.FingerprintMismatchError: an identity collision.
 func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, error) {
 	idJSON := m.Annotations[AnnotationIdentity]
 	if idJSON == "" {
@@ -117,6 +120,9 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		return nil, &IndexMismatchError{Field: "identity digest annotation", Want: want, Got: idDigest}
 	}
 	x, err := artifact.DecodeIndex(indexRaw)
+	if err == nil {
+		err = x.Upgrade()
+	}
 	if err != nil {
 		return nil, &ManifestError{Ref: ref, Reason: err.Error()}
 	}
@@ -152,7 +158,11 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		if l.Size != f.Size {
 			return nil, &IndexMismatchError{Path: f.Path, Field: "size", Want: fmt.Sprint(f.Size), Got: fmt.Sprint(l.Size)}
 		}
-		plan.Files = append(plan.Files, PlanFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Layer: l})
+		plan.Files = append(plan.Files, PlanFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Layer: l,
+			Binding: artifact.Binding{Want: f, By: artifact.BindSHA256}})
+	}
+	if err := id.CheckPassthrough(x.Files); err != nil {
+		return nil, err
 	}
 	return plan, nil
 }
@@ -191,7 +201,8 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 		if artifact.IsSafetensors(p) {
 			safetensors++
 		}
-		plan.Files = append(plan.Files, PlanFile{Path: p, Size: l.Size, SHA256: l.Digest.Encoded(), Layer: l})
+		plan.Files = append(plan.Files, PlanFile{Path: p, Size: l.Size, SHA256: l.Digest.Encoded(), Layer: l,
+			Binding: artifact.Binding{Want: artifact.FileEntry{Path: p, Size: l.Size, SHA256: l.Digest.Encoded()}}})
 	}
 	if safetensors == 0 {
 		return nil, &UnsupportedError{Ref: ref, Reason: "no layer names a .safetensors file"}
@@ -206,59 +217,4 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 		return nil, err
 	}
 	return plan, nil
-}
-
-// CompareEntry checks a file entry the store computed from pulled bytes
-// against the pulled index's entry for the same file.
-func CompareEntry(want, got artifact.FileEntry) error {
-	mis := func(field, w, g string) error {
-		return &IndexMismatchError{Path: want.Path, Field: field, Want: w, Got: g}
-	}
-	switch {
-	case want.Path != got.Path:
-		return mis("path", want.Path, got.Path)
-	case want.Size != got.Size:
-		return mis("size", fmt.Sprint(want.Size), fmt.Sprint(got.Size))
-	case want.SHA256 != got.SHA256:
-		return mis("sha256", want.SHA256, got.SHA256)
-	case want.BLAKE3 != got.BLAKE3:
-		return mis("blake3", want.BLAKE3, got.BLAKE3)
-	case want.DataStart != got.DataStart:
-		return mis("data_start", fmt.Sprint(want.DataStart), fmt.Sprint(got.DataStart))
-	case want.HeaderBLAKE3 != got.HeaderBLAKE3:
-		return mis("header_blake3", want.HeaderBLAKE3, got.HeaderBLAKE3)
-	case len(want.Tensors) != len(got.Tensors):
-		return mis("tensor count", fmt.Sprint(len(want.Tensors)), fmt.Sprint(len(got.Tensors)))
-	}
-	for i, w := range want.Tensors {
-		g := got.Tensors[i]
-		tmis := func(field, a, b string) error {
-			return &IndexMismatchError{Path: want.Path, Tensor: w.Name, Field: field, Want: a, Got: b}
-		}
-		switch {
-		case w.Name != g.Name:
-			return tmis("name", w.Name, g.Name)
-		case w.DType != g.DType:
-			return tmis("dtype", w.DType, g.DType)
-		case !equalShape(w.Shape, g.Shape):
-			return tmis("shape", fmt.Sprint(w.Shape), fmt.Sprint(g.Shape))
-		case w.Offset != g.Offset || w.Length != g.Length:
-			return tmis("offsets", fmt.Sprint(w.Offset, "+", w.Length), fmt.Sprint(g.Offset, "+", g.Length))
-		case w.BLAKE3 != g.BLAKE3:
-			return tmis("blake3", w.BLAKE3, g.BLAKE3)
-		}
-	}
-	return nil
-}
-
-func equalShape(a, b []int64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -164,30 +164,3 @@ func TestPlanWeightsnap(t *testing.T) {
 		t.Fatal("an invalid identity annotation was accepted")
 	}
 }
-
-func TestCompareEntry(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	_, l := imported(t, src)
-	var st artifact.FileEntry
-	for _, f := range l.Index.Files {
-		if len(f.Tensors) > 0 {
-			st = f
-		}
-	}
-	if err := CompareEntry(st, st); err != nil {
-		t.Fatal(err)
-	}
-	bad := st
-	bad.Tensors = append([]artifact.TensorEntry(nil), st.Tensors...)
-	bad.Tensors[len(bad.Tensors)/2].BLAKE3 = strings.Repeat("0", 64)
-	err := CompareEntry(bad, st)
-	var ie *IndexMismatchError
-	if !errors.As(err, &ie) || ie.Tensor == "" || ie.Field != "blake3" || !errdefs.IsDataLoss(err) {
-		t.Fatalf("%v", err)
-	}
-	bad = st
-	bad.HeaderBLAKE3 = "x"
-	if CompareEntry(bad, st) == nil {
-		t.Fatal("header mismatch not seen")
-	}
-}

@@ -80,8 +80,9 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	if p.Schema == 0 {
 		p.Schema = PointerSchema
 	}
-	if _, err := sha256Digest(strings.TrimPrefix(p.Identity, "sha256:")); err != nil || !strings.HasPrefix(p.Identity, "sha256:") {
-		return nil, fmt.Errorf("pointer identity %q is not sha256:<hex>", p.Identity)
+	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
+	if _, _, err := ParsePointerLabels(labels); err != nil {
+		return nil, err
 	}
 	raw, err := json.Marshal(p)
 	if err != nil {
@@ -118,28 +119,15 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	}
 	pl := &PointerLayer{Pointer: p, Tar: buf.Bytes()}
 	pl.Desc = descriptorOf(MediaTypePointerLayer, pl.Tar)
-	pl.Desc.Annotations = map[string]string{
-		LabelArtifact: p.Artifact,
-		LabelIdentity: p.Identity,
-		LabelTarget:   p.Target,
-	}
+	pl.Desc.Annotations = labels
 	pl.DiffID = pl.Desc.Digest.String()
+	// Leave containerd half its limit for the labels it adds.
 	total := 0
-	for k, v := range pl.Desc.Annotations {
+	for k, v := range labels {
 		total += len(k) + len(v)
 	}
 	if total > maxLabelsBytes/2 {
 		return nil, fmt.Errorf("pointer layer labels take %d bytes, too close to containerd's %d-byte limit", total, maxLabelsBytes)
 	}
 	return pl, nil
-}
-
-// PointerFromAnnotations reads the pointer a layer descriptor carries; ok is
-// false for an ordinary layer.
-func PointerFromAnnotations(desc ocispec.Descriptor) (p Pointer, ok bool) {
-	a := desc.Annotations
-	if a[LabelArtifact] == "" || a[LabelIdentity] == "" || a[LabelTarget] == "" {
-		return Pointer{}, false
-	}
-	return Pointer{Schema: PointerSchema, Artifact: a[LabelArtifact], Identity: a[LabelIdentity], Target: a[LabelTarget]}, true
 }

@@ -67,8 +67,8 @@ func TestPointerLayerDeterministic(t *testing.T) {
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Fatalf("entries\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
-	p, ok := PointerFromAnnotations(a.Desc)
-	if !ok || p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama" {
+	p, ok, err := PointerFromAnnotations(a.Desc)
+	if err != nil || !ok || p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama" {
 		t.Fatalf("labels %v", a.Desc.Annotations)
 	}
 	for _, k := range []string{LabelArtifact, LabelIdentity, LabelTarget} {

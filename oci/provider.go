@@ -3,6 +3,8 @@ package oci
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -38,19 +40,87 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	if err != nil {
 		return nil, err
 	}
-	_, m, err := r.artifactManifest(ctx)
+	_, prod, err := r.producerFor(ctx, "sha256:"+hex, p.Options)
+	return prod, err // errdefs.ErrNotFound for a missing tag: a clean miss
+}
+
+// producerFor fetches the remote's manifest and index layer and returns the
+// identity it names and the producer that pulls it: a collision unless it
+// is a weightsnap artifact of the identity digest wanted.
+func (r *Remote) producerFor(ctx context.Context, want string, o PullOptions) (artifact.Identity, artifact.Producer, error) {
+	res, err := r.resolveManifest(ctx, "")
 	if err != nil {
-		return nil, err // errdefs.ErrNotFound for a missing tag: a clean miss
+		return artifact.Identity{}, nil, err
 	}
+	m := res.Manifest
 	got, ok := annotatedIdentity(m)
-	if gotHex, _ := got.Hex(); !ok || gotHex != hex {
-		return nil, fmt.Errorf("%s names another identity than %s: %w", r, hex[:12], errdefs.ErrConflict)
+	if d, _ := got.Digest(); !ok || d != want {
+		return artifact.Identity{}, nil, fmt.Errorf("%s is not the weightsnap artifact of identity %s: %w", r, want, errdefs.ErrConflict)
 	}
-	plan, err := r.plan(ctx, m, p.Options.Import)
+	plan, err := r.plan(ctx, m, o.Import)
+	if err != nil {
+		return artifact.Identity{}, nil, err
+	}
+	return got, &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}, nil
+}
+
+// ArtifactProvider is the registry source of one digest-pinned artifact
+// reference: the artifact a weight image's pointer names. It implements
+// resolve.Provider and resolve.DigestProvider without importing resolve.
+type ArtifactProvider struct {
+	// Remote is opened at the pinned reference.
+	Remote *Remote
+	// Options tunes the pull it produces.
+	Options PullOptions
+}
+
+// Name implements resolve.Provider.
+func (p *ArtifactProvider) Name() string { return "registry" }
+
+// Producer implements resolve.Provider.
+func (p *ArtifactProvider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
+	d, err := identity.Digest()
 	if err != nil {
 		return nil, err
 	}
-	return &puller{r: r, plan: plan, o: p.Options, open: map[*fileTask]struct{}{}}, nil
+	_, prod, err := p.Remote.producerFor(ctx, d, p.Options)
+	return prod, err
+}
+
+// ProducerForDigest implements resolve.DigestProvider.
+func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+	return p.Remote.producerFor(ctx, digest, p.Options)
+}
+
+// Locator opens the providers of digest-pinned artifact references, on the
+// configured registry hosts only: references come from images, so a host
+// outside Registries is refused before any connection.
+type Locator struct {
+	Registries []string
+	Remote     RemoteOptions
+	Pull       PullOptions
+}
+
+// Locate returns the provider of ref, which must be pinned by a sha256
+// digest and name an allowed host.
+func (l *Locator) Locate(ctx context.Context, ref string) (*ArtifactProvider, error) {
+	if err := checkPinnedRef(ref); err != nil {
+		return nil, fmt.Errorf("artifact %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	host := PointerHost(Pointer{Artifact: ref})
+	if !AllowedHost(l.Registries, host) {
+		return nil, fmt.Errorf("artifact %s: %s is not a configured registry (%s): %w", ref, host, strings.Join(l.Registries, ", "), errdefs.ErrPermissionDenied)
+	}
+	r, err := NewRemote(ctx, ref, l.Remote)
+	if err != nil {
+		return nil, err
+	}
+	return &ArtifactProvider{Remote: r, Options: l.Pull}, nil
+}
+
+// AllowedHost says whether host is one of hosts (case-insensitive).
+func AllowedHost(hosts []string, host string) bool {
+	return host != "" && slices.ContainsFunc(hosts, func(h string) bool { return strings.EqualFold(h, host) })
 }
 
 // tagIdentity files a pushed manifest under its identity tag too.

@@ -75,3 +75,41 @@ func mustArtifact(t *testing.T, l *store.Lease) *Artifact {
 }
 
 var _ artifact.Producer = (*puller)(nil)
+
+// TestLocatorInResolution: a request that knows only the identity digest
+// and the pinned reference a pointer names is fetched through the located
+// provider; a reference on another host, or not pinned, is refused before
+// any connection.
+func TestLocatorInResolution(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 2<<20, 2)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	rep, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned := f.host() + "/models/x@" + rep.Manifest
+	loc := &Locator{Registries: []string{f.host()}, Remote: RemoteOptions{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json")}}
+	rt, err := resolve.New(resolve.Config{Mode: resolve.Required, Root: filepath.Join(t.TempDir(), "node2"),
+		Locate: func(ctx context.Context, ref string) (resolve.Provider, error) { return loc.Locate(ctx, ref) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := "sha256:" + l.ID
+	res, err := rt.Resolve(ctx, resolve.Request{Digest: digest, Artifact: pinned})
+	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Lease.ID != l.ID {
+		t.Fatalf("resolve by digest: %v %+v", err, res.Report)
+	}
+	res.Close()
+	for _, ref := range []string{"other.example:5000/models/x@" + rep.Manifest, f.host() + "/models/x:v1"} {
+		if _, err := loc.Locate(ctx, ref); err == nil {
+			t.Fatalf("%s was located", ref)
+		}
+	}
+	// The pinned artifact under another identity digest is a collision.
+	p, _ := loc.Locate(ctx, pinned)
+	if _, _, err := p.ProducerForDigest(ctx, "sha256:"+zeros); !errdefs.IsConflict(err) {
+		t.Fatalf("wrong digest: %v", err)
+	}
+}

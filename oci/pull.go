@@ -2,6 +2,7 @@ package oci
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -86,34 +87,37 @@ type PullReport struct {
 	Seconds        float64 `json:"seconds"`
 }
 
-// Resolve fetches a remote artifact's manifest (and, for a weightsnap
-// artifact, its small index layer) and plans its pull. No payload byte moves.
-func Resolve(ctx context.Context, r *Remote, o ImportOptions) (*Plan, string, error) {
-	desc, m, err := r.artifactManifest(ctx)
+// Resolve fetches the manifest at the remote's reference (from an image
+// index, this host's platform's), and for a weightsnap artifact its index
+// layer, and plans its pull. No payload byte moves. The registry provider
+// reads a remote artifact through it; pull (which stops at a store hit
+// before the index layer), image build and inspect through its two halves,
+// resolveManifest and plan.
+func Resolve(ctx context.Context, r *Remote, o ImportOptions) (*Resolved, *Plan, error) {
+	res, err := r.resolveManifest(ctx, "")
 	if err != nil {
-		return nil, "", err
+		return nil, nil, err
 	}
-	plan, err := r.plan(ctx, m, o)
-	return plan, desc.Digest.String(), err
+	plan, err := r.plan(ctx, res.Manifest, o)
+	return res, plan, err
 }
 
-// artifactManifest fetches and decodes the remote's manifest.
-func (r *Remote) artifactManifest(ctx context.Context) (ocispec.Descriptor, *ocispec.Manifest, error) {
-	desc, raw, err := r.fetchManifest(ctx)
-	if err != nil {
-		return desc, nil, err
-	}
-	m, err := DecodeManifest(r.String(), raw)
-	return desc, m, err
-}
-
-// plan plans the pull of a decoded manifest.
+// plan fetches a manifest's index layer, if it has one, and plans the pull.
+// The index layer is bounded by what the manifest's files can need
+// (artifact.IndexBound) before a byte of it is read.
 func (r *Remote) plan(ctx context.Context, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
 	idx, ok := IndexLayer(m)
 	if !ok {
 		return PlanForeign(r.String(), m, o)
 	}
-	x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), maxIndexBytes)
+	var paths []string
+	var sizes []int64
+	for _, l := range m.Layers {
+		if l.MediaType != MediaTypeIndex {
+			paths, sizes = append(paths, LayerPath(l)), append(sizes, l.Size)
+		}
+	}
+	x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), artifact.IndexBound(paths, sizes))
 	if err != nil {
 		return nil, err
 	}
@@ -137,20 +141,23 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 
 // Pull materializes a remote artifact in the store and returns a lease on
 // it. Blobs stream from the registry straight into the store's writer,
-// several at once, large ones in parallel ranges; every blob is checked
-// against its sha256 digest and, for a weightsnap artifact, every file's
-// computed index entry (BLAKE3 per tensor) against the pulled index layer,
-// before publication: on any mismatch nothing becomes READY. A pull killed
-// part way resumes from the files it completed.
+// several at once, large ones in parallel ranges. Each byte is hashed once:
+// the writer computes every layer's sha256 and checks it against the layer
+// digest; for a weightsnap artifact it checks each safetensors header (its
+// BLAKE3 and tensor table) against the index layer and records the index's
+// tensor BLAKE3 values, which the manifest's sha256 chain pins to these
+// layers (artifact.BindSHA256); a foreign artifact gets its tensor tree
+// computed. On any mismatch nothing becomes READY. A pull killed part way
+// resumes from the files it completed.
 func Pull(ctx context.Context, d *store.Domain, r *Remote, o PullOptions) (*store.Lease, *PullReport, error) {
 	start := time.Now()
-	desc, m, err := r.artifactManifest(ctx)
+	resolved, err := r.resolveManifest(ctx, "")
 	if err != nil {
 		return nil, nil, err
 	}
-	mdigest := desc.Digest.String()
+	mdigest := resolved.Desc.Digest.String()
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
-	if id, ok := annotatedIdentity(m); ok {
+	if id, ok := annotatedIdentity(resolved.Manifest); ok {
 		if hex, err := id.Hex(); err == nil {
 			if l, err := d.Lookup(ctx, hex, ""); err == nil {
 				rep := &PullReport{Ref: r.String(), Manifest: mdigest, Kind: KindWeightsnap, Identity: "sha256:" + hex,
@@ -159,16 +166,19 @@ func Pull(ctx context.Context, d *store.Domain, r *Remote, o PullOptions) (*stor
 			}
 		}
 	}
-	plan, err := r.plan(ctx, m, o.Import)
+	plan, err := r.plan(ctx, resolved.Manifest, o.Import)
 	if err != nil {
 		return nil, nil, err
 	}
+	idDigest, err := plan.Identity.Digest()
+	if err != nil {
+		return nil, nil, err
+	}
+	rep := &PullReport{Ref: r.String(), Manifest: mdigest, Kind: plan.Kind, Identity: idDigest,
+		Files: len(plan.Files), Bytes: plan.TotalBytes()}
 	if o.OnPlan != nil {
 		o.OnPlan(plan)
 	}
-	idDigest, _ := plan.Identity.Digest()
-	rep := &PullReport{Ref: r.String(), Manifest: mdigest, Kind: plan.Kind, Identity: idDigest,
-		Files: len(plan.Files), Bytes: plan.TotalBytes()}
 	p := &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}
 	lease, res, err := d.GetOrBuild(ctx, plan.Identity, p)
 	if err != nil {
@@ -240,7 +250,7 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			entry, ok, err := rs.Reuse(f.Path, f.Size, f.SHA256)
+			entry, ok, err := rs.Reuse(f.Binding)
 			if err != nil {
 				return fmt.Errorf("reuse %s: %w", f.Path, err)
 			}
@@ -270,20 +280,26 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 	return todo, nil
 }
 
-// checkEntry verifies what the store computed for a file: its sha256 against
-// the layer digest and, for a weightsnap artifact, the whole entry against
-// the pulled index layer.
+// checkEntry verifies what the store computed for a file: its sha256
+// against the layer digest and, for a weightsnap artifact, the whole entry
+// against the pulled index layer (the store's writer checked the bound
+// fields already; a writer that computes everything is checked here).
 func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 	if got.SHA256 != f.SHA256 {
 		return &DigestMismatchError{What: f.Path, Want: "sha256:" + f.SHA256, Got: "sha256:" + got.SHA256}
 	}
-	if p.plan.Index == nil {
+	if f.Binding.By == artifact.BindNone {
 		return nil
 	}
-	for _, want := range p.plan.Index.Files {
-		if want.Path == f.Path {
-			return CompareEntry(want, got)
-		}
+	return artifact.CompareEntry(f.Binding.Want, got)
+}
+
+// layerError makes the writer's sha256 mismatch a *DigestMismatchError of
+// the layer: the registry or the path corrupted the blob.
+func layerError(f PlanFile, err error) error {
+	var em *artifact.EntryMismatchError
+	if errors.As(err, &em) && em.Field == "sha256" && em.Tensor == "" {
+		return &DigestMismatchError{What: f.Path, Want: f.Layer.Digest.String(), Got: "sha256:" + em.Got}
 	}
-	return &IndexMismatchError{Path: f.Path, Field: "entry", Want: "none", Got: "a pulled file"}
+	return err
 }

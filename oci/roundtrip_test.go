@@ -152,27 +152,16 @@ func TestPullCorruptBlob(t *testing.T) {
 	}
 }
 
-// TestPullIndexMismatch: an index layer whose tensor BLAKE3 disagrees with
-// the bytes (consistent sha256s) fails the pull before publication.
-func TestPullIndexMismatch(t *testing.T) {
+// pushEdited pushes the lease's payload under identity id with index x (both
+// possibly edited, as a lying publisher would) and returns the remote.
+func pushEdited(t *testing.T, l *store.Lease, id artifact.Identity, x *artifact.Index, ref string) *Remote {
+	t.Helper()
 	ctx := context.Background()
-	_, src := checkpoint(t, 2<<20, 1)
-	_, l := imported(t, src)
-	x := *l.Index
-	x.Files = append([]artifact.FileEntry(nil), l.Index.Files...)
-	for i, fe := range x.Files {
-		if len(fe.Tensors) > 0 {
-			fe.Tensors = append([]artifact.TensorEntry(nil), fe.Tensors...)
-			fe.Tensors[0].BLAKE3 = "00" + fe.Tensors[0].BLAKE3[2:]
-			x.Files[i] = fe
-		}
-	}
-	a, err := NewArtifact(l.Identity(), &x)
+	a, err := NewArtifact(id, x)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := newFakeRegistry(t)
-	r := remoteFor(t, f, "models/bad:v1")
+	r := remoteFor(t, newFakeRegistry(t), ref)
 	blobs := []blobSource{{desc: a.IndexDesc, data: a.Index}, {desc: a.ConfigDesc, data: a.Config}}
 	for i, lf := range l.Files() {
 		blobs = append(blobs, blobSource{desc: a.Layers[i], data: lf.Data})
@@ -185,11 +174,88 @@ func TestPullIndexMismatch(t *testing.T) {
 	if err := pushManifest(ctx, r, a.ManifestDesc, a.Manifest); err != nil {
 		t.Fatal(err)
 	}
+	return r
+}
+
+// lyingIndex is the lease's index with one tensor's BLAKE3 replaced; with
+// tree, the file's tensor tree is recomputed to match (a consistent lie).
+func lyingIndex(t *testing.T, l *store.Lease, tree bool) (*artifact.Index, artifact.TensorEntry) {
+	x := *l.Index
+	x.Files = append([]artifact.FileEntry(nil), l.Index.Files...)
+	for i, fe := range x.Files {
+		if len(fe.Tensors) > 1 {
+			fe.Tensors = append([]artifact.TensorEntry(nil), fe.Tensors...)
+			fe.Tensors[1].BLAKE3 = strings.Repeat("0", 64)
+			if tree {
+				fe.BLAKE3, _ = artifact.EntryTree(fe)
+			}
+			x.Files[i] = fe
+			return &x, fe.Tensors[1]
+		}
+	}
+	t.Fatal("no file with two tensors")
+	return nil, artifact.TensorEntry{}
+}
+
+// TestPullOfALyingIndex: an index layer that lies about one tensor's BLAKE3
+// (its sha256s true, its tree consistent) pulls, for the bytes are the
+// publisher's, and records the lie; a full check names the tensor and
+// denies the artifact. An index whose tree does not match its own tensors
+// is refused at planning.
+func TestPullOfALyingIndex(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 2<<20, 1)
+	_, l := imported(t, src)
+
+	x, lie := lyingIndex(t, l, true)
 	d := openStore(t)
-	_, _, err = Pull(ctx, d, r, PullOptions{})
-	var ie *IndexMismatchError
-	if !errors.As(err, &ie) || ie.Field != "blake3" || !errdefs.IsDataLoss(err) {
-		t.Fatalf("want an index mismatch, got %v", err)
+	pl, rep, err := Pull(ctx, d, pushEdited(t, l, l.Identity(), x, "models/lie:v1"), PullOptions{})
+	if err != nil {
+		t.Fatalf("pull of a consistent lie: %v", err)
+	}
+	pl.Close()
+	if !rep.Built {
+		t.Fatal("nothing was built")
+	}
+	_, err = d.Lookup(ctx, pl.ID, store.FullChecksum)
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.Tensor != lie.Name || !errdefs.IsDataLoss(err) {
+		t.Fatalf("full check of the lie: %v, want an InvalidError naming tensor %s", err, lie.Name)
+	}
+	var de *store.DeniedError
+	if _, err := d.Lookup(ctx, pl.ID, ""); !errors.As(err, &de) {
+		t.Fatalf("lookup after the full check: %v, want denied", err)
+	}
+
+	x, _ = lyingIndex(t, l, false)
+	d = openStore(t)
+	_, _, err = Pull(ctx, d, pushEdited(t, l, l.Identity(), x, "models/bad:v1"), PullOptions{})
+	var me *ManifestError
+	if !errors.As(err, &me) || !strings.Contains(err.Error(), "tree") {
+		t.Fatalf("pull of an index inconsistent with itself: %v", err)
+	}
+	if list, _ := d.List(ctx); len(list) != 0 {
+		t.Fatal("an artifact was published")
+	}
+}
+
+// TestPullRefusesAForgedPassthroughIdentity: a passthrough identity whose
+// source fingerprint disagrees with a layer's sha256 is an identity
+// collision at pull, and nothing is published.
+func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 2<<20, 1)
+	_, l := imported(t, src)
+	forged := l.Identity()
+	forged.Model.Source = append([]artifact.SourceFile(nil), forged.Model.Source...)
+	forged.Model.Source[0].SHA256 = strings.Repeat("e", 64)
+	x := *l.Index
+	x.Identity, _ = forged.Digest()
+	d := openStore(t)
+	_, _, err := Pull(ctx, d, pushEdited(t, l, forged, &x, "models/forged:v1"), PullOptions{})
+	var fm *artifact.FingerprintMismatchError
+	if !errors.As(err, &fm) || fm.Field != "sha256" || !errdefs.IsConflict(err) {
+		t.Fatalf("pull of a forged passthrough identity: %v", err)
 	}
 	if list, _ := d.List(ctx); len(list) != 0 {
 		t.Fatal("an artifact was published")
@@ -238,7 +304,7 @@ func TestPullForeign(t *testing.T) {
 		t.Fatal(err)
 	}
 	full.Close()
-	info, err := InspectRemote(ctx, r, "")
+	info, err := InspectRemote(ctx, r, InspectOptions{})
 	if err != nil || info.Kind != "foreign-artifact" || len(info.Files) != len(src.Files) || info.TensorCount != l.Index.TensorCount() {
 		t.Fatalf("inspect: %v %+v", err, info)
 	}
@@ -287,7 +353,7 @@ func TestImageBuild(t *testing.T) {
 	if err != nil || again.Manifest != rep.Manifest {
 		t.Fatalf("rebuild gave %v %v", again, err)
 	}
-	info, err := InspectRemote(ctx, target, "")
+	info, err := InspectRemote(ctx, target, InspectOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,9 +411,9 @@ func (w *resumeWriter) Create(string, int64) (artifact.FileWriter, error) {
 	return nil, errors.New("nothing should be fetched")
 }
 
-func (w *resumeWriter) Reuse(path string, size int64, sha string) (artifact.FileEntry, bool, error) {
-	e, ok := w.entries[path]
-	return e, ok && e.Size == size && e.SHA256 == sha, nil
+func (w *resumeWriter) Reuse(b artifact.Binding) (artifact.FileEntry, bool, error) {
+	e, ok := w.entries[b.Want.Path]
+	return e, ok && e.Size == b.Want.Size && e.SHA256 == b.Want.SHA256, nil
 }
 
 // TestReuseChecksIndex: files reused from an interrupted pull are compared
@@ -385,8 +451,8 @@ func TestReuseChecksIndex(t *testing.T) {
 	}
 	p = &puller{plan: plan}
 	err = p.Produce(context.Background(), w)
-	var ie *IndexMismatchError
-	if !errors.As(err, &ie) || ie.Field != "blake3" {
+	var em *artifact.EntryMismatchError
+	if !errors.As(err, &em) || em.Field != "blake3" {
 		t.Fatalf("a reused file that disagrees with the index: %v", err)
 	}
 }

@@ -4,7 +4,6 @@ package oci
 // the in-order writing of ranges, and the end of each file.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -12,7 +11,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sync/errgroup"
 )
@@ -279,10 +277,7 @@ func (p *puller) deliver(t *fileTask, idx int, r parkedRange, tokens chan struct
 // of zeros for the next pull's resume to hash.
 func (t *fileTask) write(b []byte) error {
 	if t.fw == nil {
-		if err := checkPrefix(t.f, b); err != nil {
-			return err
-		}
-		fw, err := t.w.Create(t.f.Path, t.f.Size)
+		fw, err := create(t.w, t.f.Binding)
 		if err != nil {
 			return &writeError{err}
 		}
@@ -300,23 +295,13 @@ func (t *fileTask) write(b []byte) error {
 	return nil
 }
 
-// checkPrefix refuses a safetensors file whose length prefix is zero before
-// any byte reaches the store's hasher (which does not terminate on it). The
-// bytes are remote input: a registry can serve anything.
-func checkPrefix(f PlanFile, first []byte) error {
-	if !artifact.IsSafetensors(f.Path) || len(first) < 8 {
-		return nil
+// create creates a file in the store's writer under its binding; a writer
+// that binds nothing computes every digest, which checkEntry then compares.
+func create(w artifact.Writer, b artifact.Binding) (artifact.FileWriter, error) {
+	if bw, ok := w.(artifact.BoundWriter); ok && b.By != artifact.BindNone {
+		return bw.CreateBound(b)
 	}
-	for _, c := range first[:8] {
-		if c != 0 {
-			return nil
-		}
-	}
-	_, err := artifact.ReadHeader(bytes.NewReader(first), f.Size)
-	if err == nil {
-		err = fmt.Errorf("zero safetensors header length: %w", errdefs.ErrInvalidArgument)
-	}
-	return &writeError{fmt.Errorf("%s: %w", f.Path, err)}
+	return w.Create(b.Want.Path, b.Want.Size)
 }
 
 // finish closes a fully written file (the store completes its hashes) and
@@ -326,7 +311,7 @@ func (p *puller) finish(t *fileTask) error {
 	delete(p.open, t)
 	p.openMu.Unlock()
 	if err := t.fw.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", t.f.Path, err)
+		return fmt.Errorf("close %s: %w", t.f.Path, layerError(t.f, err))
 	}
 	got, err := t.fw.Digest()
 	if err != nil {

@@ -49,3 +49,14 @@ func (p ProviderFunc) Name() string { return p.ProviderName }
 func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
 	return p.Fn(ctx, identity)
 }
+
+// DigestProvider is a provider that can fetch an artifact knowing only its
+// identity digest (sha256:<hex>), such as the registry artifact a weight
+// image's pointer names by manifest digest. It returns the identity the
+// remote artifact carries and the producer that fetches it; resolution
+// checks that identity's digest is the one asked for. Errors are classified
+// as for Producer.
+type DigestProvider interface {
+	Provider
+	ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ type attempt struct {
 	fp    *fingerprint.Result
 	fpErr *Failure
 	id    artifact.Identity
+	known bool // id is set; false while only the digest is known
 	idHex string
 	lease *store.Lease
 	last  *Failure // the last recoverable failure
@@ -60,7 +62,11 @@ func (a *attempt) run() {
 	if a.lookup() {
 		return
 	}
-	for _, p := range a.r.cfg.Providers {
+	providers, ok := a.providers()
+	if !ok {
+		return
+	}
+	for _, p := range providers {
 		if a.remote(p) {
 			return
 		}
@@ -205,6 +211,14 @@ func (a *attempt) identify() bool {
 		a.fail(&Failure{Kind: KindInvalidRequest, Step: StepIdentity, Err: err})
 		return false
 	}
+	if a.req.Identity == nil && a.req.Digest != "" {
+		hex, ok := strings.CutPrefix(a.req.Digest, "sha256:")
+		if !ok || !sha256HexRE.MatchString(hex) {
+			return invalid(fmt.Errorf("identity digest %q is not sha256:<64 hex>: %w", a.req.Digest, errdefs.ErrInvalidArgument))
+		}
+		a.rep.Identity, a.idHex = a.req.Digest, hex
+		return true
+	}
 	if a.req.Identity != nil {
 		a.id = *a.req.Identity
 	} else {
@@ -232,12 +246,32 @@ func (a *attempt) identify() bool {
 	if err != nil {
 		return invalid(err)
 	}
-	a.rep.Identity, a.idHex = digest, strings.TrimPrefix(digest, "sha256:")
+	a.rep.Identity, a.idHex, a.known = digest, strings.TrimPrefix(digest, "sha256:"), true
 	return true
+}
+
+var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// learn settles the identity of a digest-only request from an artifact
+// that claims it: a collision unless its digest is the one asked for.
+func (a *attempt) learn(step, source string, id artifact.Identity) *Failure {
+	if d, err := id.Digest(); err != nil || d != a.rep.Identity {
+		return &Failure{Kind: KindIdentityCollision, Step: step, Source: source,
+			Err: fmt.Errorf("%s holds identity %s, not %s: %w", source, d, a.rep.Identity, errdefs.ErrConflict)}
+	}
+	a.id, a.known = id, true
+	return nil
 }
 
 // collision checks a lease carries exactly the identity asked for.
 func (a *attempt) collision(step, source string, l *store.Lease) *Failure {
+	if !a.known {
+		if f := a.learn(step, source, l.Identity()); f != nil {
+			l.Close()
+			return f
+		}
+		return nil
+	}
 	want, err1 := a.id.CanonicalJSON()
 	got, err2 := l.Identity().CanonicalJSON()
 	if err1 == nil && err2 == nil && bytes.Equal(want, got) {
@@ -273,11 +307,42 @@ func (a *attempt) lookup() bool {
 	return true
 }
 
+// providers are the remote providers of this request: the located
+// provider of its Artifact reference, then the configured ones. false when
+// resolution is over (the reference may not be used).
+func (a *attempt) providers() ([]Provider, bool) {
+	if a.req.Artifact == "" || a.r.cfg.Locate == nil {
+		return a.r.cfg.Providers, true
+	}
+	t := time.Now()
+	p, err := a.r.cfg.Locate(a.ctx, a.req.Artifact)
+	if err != nil {
+		a.rep.step(StepRemote, a.req.Artifact, StepFailed, t, string(KindPolicy))
+		return nil, !a.recover(&Failure{Kind: KindPolicy, Step: StepRemote, Source: a.req.Artifact, Err: err})
+	}
+	return append([]Provider{p}, a.r.cfg.Providers...), true
+}
+
 // remote tries one provider: a clean miss, or its artifact materialized locally.
 func (a *attempt) remote(p Provider) bool {
 	t := time.Now()
 	name := p.Name()
-	prod, err := p.Producer(a.ctx, a.id)
+	var prod artifact.Producer
+	var err error
+	if a.known {
+		prod, err = p.Producer(a.ctx, a.id)
+	} else if dp, ok := p.(DigestProvider); ok {
+		var id artifact.Identity
+		if id, prod, err = dp.ProducerForDigest(a.ctx, a.rep.Identity); err == nil {
+			if f := a.learn(StepRemote, name, id); f != nil {
+				a.rep.step(StepRemote, name, StepFailed, t, string(f.Kind))
+				return a.recover(f)
+			}
+		}
+	} else {
+		a.rep.step(StepRemote, name, StepSkipped, t, "needs the full identity, the request has only its digest")
+		return false
+	}
 	if err == nil && prod == nil {
 		err = fmt.Errorf("provider %s returned no producer: %w", name, errdefs.ErrNotFound)
 	}

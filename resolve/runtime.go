@@ -85,6 +85,11 @@ type Config struct {
 	Wait       WaitPolicy
 	// Providers are the remote providers, in order (peer, then registry).
 	Providers []Provider
+	// Locate returns the provider of a request's Artifact reference, or an
+	// error when that reference may not be used (its host is not a
+	// configured registry), which fails the resolution as a policy failure.
+	// Nil: Artifact references are not used.
+	Locate func(ctx context.Context, ref string) (Provider, error)
 	// Producers are the registered local producers. One of them is used
 	// when it makes exactly the identity asked for from the request's source.
 	Producers []producers.Recipe
@@ -171,6 +176,15 @@ type Request struct {
 	// Recipe derives the identity from Source when Identity is nil, and is
 	// tried as a local producer before the registered ones.
 	Recipe producers.Recipe
+	// Digest is the identity digest (sha256:<hex>) when the caller knows
+	// only that (a weight image's pointer label); Identity wins when both
+	// are set. Such a request is served by the store and by providers that
+	// implement DigestProvider.
+	Digest string
+	// Artifact is a digest-pinned registry reference that holds the
+	// artifact (a pointer label's); its provider (Config.Locate) is tried
+	// before the configured ones.
+	Artifact string
 }
 
 // Resolution is a completed resolution: a leased artifact, or the

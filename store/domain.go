@@ -31,13 +31,13 @@ const (
 
 // Policy is a domain's validation, capacity and coordination policy (domain-policy.json).
 type Policy struct {
-	Validation                 ValidationMode `json:"validation" toml:"validation"`
-	MaxArtifactBytes           int64          `json:"max_artifact_bytes" toml:"max_artifact_bytes"`
-	MaxStoreBytes              int64          `json:"max_store_bytes" toml:"max_store_bytes"`
-	MinFreeBytes               int64          `json:"min_free_bytes" toml:"min_free_bytes"`
-	CoordinationTimeoutSeconds int            `json:"coordination_timeout_seconds" toml:"coordination_timeout_seconds"`
+	Validation                 ValidationMode `json:"validation" toml:"validation" comment:"lookup validation: manifest_and_metadata or full_checksum"`
+	MaxArtifactBytes           int64          `json:"max_artifact_bytes" toml:"max_artifact_bytes" comment:"largest artifact accepted (0: no limit)"`
+	MaxStoreBytes              int64          `json:"max_store_bytes" toml:"max_store_bytes" comment:"largest store (0: no limit)"`
+	MinFreeBytes               int64          `json:"min_free_bytes" toml:"min_free_bytes" comment:"free bytes a build must leave on the filesystem"`
+	CoordinationTimeoutSeconds int            `json:"coordination_timeout_seconds" toml:"coordination_timeout_seconds" comment:"seconds to wait for another process's lock"`
 	// QuarantineMaxAgeSeconds is how long gc keeps quarantined entries for inspection.
-	QuarantineMaxAgeSeconds int `json:"quarantine_max_age_seconds" toml:"quarantine_max_age_seconds"`
+	QuarantineMaxAgeSeconds int `json:"quarantine_max_age_seconds" toml:"quarantine_max_age_seconds" comment:"seconds gc keeps quarantined entries"`
 }
 
 // DefaultPolicy is the policy of a domain created without one.

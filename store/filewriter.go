@@ -14,23 +14,25 @@ import (
 // and the hash and write stages.
 const ringBuffers = 4
 
-// fileWriter is one payload file of a build. Sequential writes are copied
-// into a small ring of buffers and handed to two stages that run
-// concurrently and independently: one hashes the bytes in order, one writes
-// them to the file, so a write throttled by the page cache never stalls the
-// hashing, and the other way round. The first positioned write drains the
-// stages and switches the file to hashing by readback at Close. The fsync
-// runs in the background, overlapped with later files; publication waits for it.
+// fileWriter is one payload file of a build. A file written in order
+// (Write) is hashed while it is written: its bytes are copied into a small
+// ring of buffers and handed to two stages that run concurrently and
+// independently, one hashing the bytes in order, one writing them to the
+// file, so a write throttled by the page cache never stalls the hashing, and
+// the other way round. A file bound by its tensor tree (artifact.BindTree)
+// is written by positioned writes in any order instead, and is never read
+// back (treeFile). The fsync runs in the background, overlapped with later
+// files; publication waits for it.
 type fileWriter struct {
 	path string
 	size int64
 	f    *os.File
 
-	mu         sync.Mutex // guards the switch to positioned writes
-	hasher     *artifact.FileHasher
-	positioned bool
-	pos        int64 // next sequential offset
-	stages     *stages
+	mu     sync.Mutex
+	hasher *artifact.FileHasher // ordered files
+	pos    int64                // next sequential offset
+	stages *stages
+	tree   *treeFile // BindTree files
 
 	closed    bool
 	startSync func()
@@ -39,10 +41,19 @@ type fileWriter struct {
 	err       error
 }
 
-func newFileWriter(path string, size int64, f *os.File, pool *sync.Pool) *fileWriter {
-	w := &fileWriter{path: path, size: size, f: f, hasher: artifact.NewFileHasher(path, size)}
+func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool) (*fileWriter, error) {
+	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f}
+	if b.By == artifact.BindTree {
+		w.tree = newTreeFile(b.Want)
+		return w, nil
+	}
+	h, err := artifact.NewFileHasher(b)
+	if err != nil {
+		return nil, err
+	}
+	w.hasher = h
 	w.stages = startStages(w, pool)
-	return w
+	return w, nil
 }
 
 // chunk is one buffer in flight; the last stage done with it frees it.
@@ -132,10 +143,12 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	switch {
 	case w.closed:
 		return 0, os.ErrClosed
-	case w.positioned:
-		return 0, fmt.Errorf("payload %s: sequential write after a positioned one: %w", w.path, errdefs.ErrFailedPrecondition)
 	case int64(len(p)) > w.size-w.pos:
 		return 0, fmt.Errorf("payload %s: write past the declared size %d: %w", w.path, w.size, errdefs.ErrOutOfRange)
+	case w.tree != nil:
+		n, err := w.writeAt(p, w.pos)
+		w.pos += int64(n)
+		return n, err
 	}
 	if err := w.stages.failed(); err != nil {
 		return 0, err
@@ -152,30 +165,6 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WriteAt writes at any offset and may be called from several goroutines.
-func (w *fileWriter) WriteAt(p []byte, off int64) (int, error) {
-	if off < 0 || int64(len(p)) > w.size-off {
-		return 0, fmt.Errorf("payload %s: write at %d+%d past the declared size %d: %w", w.path, off, len(p), w.size, errdefs.ErrOutOfRange)
-	}
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
-		return 0, os.ErrClosed
-	}
-	if !w.positioned {
-		w.positioned = true
-		err := w.stages.drain()
-		w.hasher.Abort()
-		if err != nil {
-			w.mu.Unlock()
-			return 0, err
-		}
-	}
-	w.mu.Unlock()
-	n, err := w.f.WriteAt(p, off)
-	return n, classifyIO(err)
-}
-
 // Close finishes the hashes and prepares the fsync, which the build starts
 // once the next file is created (or at publication): on ext4 an fsync's
 // journal commit would otherwise stall the next file's fallocate.
@@ -186,12 +175,15 @@ func (w *fileWriter) Close() error {
 		return nil
 	}
 	w.closed = true
-	if w.positioned {
-		w.entry, w.err = artifact.HashFile(w.f, w.path, w.size)
-	} else if w.err = w.stages.drain(); w.err == nil {
-		w.entry, w.err = w.hasher.Sum()
-	} else {
-		w.hasher.Abort()
+	switch {
+	case w.tree != nil:
+		w.entry, w.err = w.tree.finish()
+	default:
+		if w.err = w.stages.drain(); w.err == nil {
+			w.entry, w.err = w.hasher.Sum()
+		} else {
+			w.hasher.Abort()
+		}
 	}
 	if w.err != nil {
 		w.f.Close()
@@ -216,7 +208,7 @@ func (w *fileWriter) discard() {
 	defer w.mu.Unlock()
 	if !w.closed {
 		w.closed = true
-		if !w.positioned {
+		if w.stages != nil {
 			w.stages.drain()
 			w.hasher.Abort()
 		}

@@ -15,11 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Size caps for the metadata files, so a corrupt file cannot exhaust memory.
+// Size caps for the metadata files, so a corrupt file cannot exhaust
+// memory; the index is bounded by what the manifest's files need
+// (artifact.IndexBound).
 const (
 	maxReadyBytes    = 64 << 10
 	maxManifestBytes = 64 << 20
-	maxIndexBytes    = 512 << 20
 )
 
 // LeaseFile is one payload file of a leased artifact: its path, an open
@@ -97,7 +98,11 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 	if o.manifest.IdentityDigest != "sha256:"+id || o.ready.IdentityDigest != o.manifest.IdentityDigest {
 		return nil, bad(fileManifest, "", "identity digest %s does not name this directory", o.manifest.IdentityDigest)
 	}
-	idxRaw, err := readSmall(dfd, fileIndex, maxIndexBytes)
+	paths, sizes := make([]string, len(o.manifest.Files)), make([]int64, len(o.manifest.Files))
+	for i, f := range o.manifest.Files {
+		paths[i], sizes[i] = f.Path, f.Size
+	}
+	idxRaw, err := readSmall(dfd, fileIndex, artifact.IndexBound(paths, sizes))
 	if err != nil {
 		return nil, readFailure(id, fileIndex, err)
 	}

@@ -44,9 +44,12 @@ func modTime(p string) int64 {
 }
 
 // Reuse implements artifact.Resumer: it adopts a payload file kept from an
-// interrupted build if it holds exactly size bytes with the given sha256,
-// checked by reading it back. It reports whether it did, with the file's hashes.
-func (b *build) Reuse(path string, size int64, sha256 string) (artifact.FileEntry, bool, error) {
+// interrupted build if it holds exactly the record's size and sha256, hashed
+// once under the binding (BindNone: sha256 and tensor tree; BindSHA256:
+// sha256 and header; BindTree: the tensor tree). It reports whether it did,
+// with the file's hashes.
+func (b *build) Reuse(bind artifact.Binding) (artifact.FileEntry, bool, error) {
+	path, size := bind.Want.Path, bind.Want.Size
 	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
 		return artifact.FileEntry{}, false, fmt.Errorf("payload path %q: not a plain relative path or reserved", path)
 	}
@@ -62,8 +65,8 @@ func (b *build) Reuse(path string, size int64, sha256 string) (artifact.FileEntr
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
 		return artifact.FileEntry{}, false, nil
 	}
-	entry, err := artifact.HashFile(f, path, size)
-	if err != nil || entry.SHA256 != sha256 {
+	entry, err := artifact.HashFile(f, bind)
+	if err != nil || entry.SHA256 != bind.Want.SHA256 {
 		return artifact.FileEntry{}, false, nil
 	}
 	b.mu.Lock()

@@ -52,8 +52,18 @@ func (d *Domain) newBuild(identity artifact.Identity, id string) (*build, error)
 	return b, nil
 }
 
-// Create implements artifact.Writer.
+// Create implements artifact.Writer: the file is hashed as it is written.
 func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
+	return b.create(artifact.Binding{Want: artifact.FileEntry{Path: path, Size: size}})
+}
+
+// CreateBound implements artifact.BoundWriter.
+func (b *build) CreateBound(bind artifact.Binding) (artifact.BoundFileWriter, error) {
+	return b.create(bind)
+}
+
+func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
+	path, size := bind.Want.Path, bind.Want.Size
 	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
 		return nil, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
 	}
@@ -72,8 +82,7 @@ func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
 	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
 		return nil, classifyIO(err)
 	}
-	// Read and write: a file filled by positioned writes is hashed by reading it back.
-	f, err := os.OpenFile(full, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, classifyIO(err)
 	}
@@ -83,8 +92,13 @@ func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
 			return nil, classifyIO(fmt.Errorf("preallocate %s: %w", path, err))
 		}
 	}
+	fw, err := newFileWriter(bind, f, &b.buffers)
+	if err != nil {
+		f.Close()
+		os.Remove(full)
+		return nil, err
+	}
 	b.startSyncs()
-	fw := newFileWriter(path, size, f, &b.buffers)
 	b.files[path] = fw
 	b.total += size
 	return fw, nil

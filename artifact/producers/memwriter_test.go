@@ -59,10 +59,6 @@ func (f *memFile) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (f *memFile) WriteAt(p []byte, off int64) (int, error) {
-	return 0, fmt.Errorf("%s: positioned write from an ordered producer", f.path)
-}
-
 func (f *memFile) Close() error {
 	if int64(len(f.buf)) != f.size {
 		return fmt.Errorf("%s: %d of %d bytes written", f.path, len(f.buf), f.size)
@@ -72,5 +68,5 @@ func (f *memFile) Close() error {
 }
 
 func (f *memFile) Digest() (artifact.FileEntry, error) {
-	return artifact.HashFile(bytes.NewReader(f.buf), f.path, f.size)
+	return artifact.HashFile(bytes.NewReader(f.buf), artifact.Binding{Want: artifact.FileEntry{Path: f.path, Size: f.size}})
 }

@@ -58,6 +58,7 @@ func (t *transform) SourceBytesRead() int64 { return t.read.Load() }
 type shardPlan struct {
 	file    artifact.SourceFile
 	stat    syscall.Stat_t
+	srcData int64 // the source's data start, from its validated header
 	header  []byte
 	tensors []*tensorPlan
 	total   int64
@@ -144,7 +145,7 @@ func (t *transform) planShard(sf artifact.SourceFile) (*shardPlan, error) {
 		return nil, fmt.Errorf("%s: %s: %w", t.name, sf.Path, err)
 	}
 	t.read.Add(h.DataStart())
-	sp := &shardPlan{file: sf, stat: st}
+	sp := &shardPlan{file: sf, stat: st, srcData: h.DataStart()}
 	specs := make([]artifact.TensorSpec, len(h.Tensors))
 	for i, ti := range h.Tensors {
 		tp, err := t.tensor(ti)
@@ -217,13 +218,9 @@ func (t *transform) writeShard(ctx context.Context, w artifact.Writer, sp *shard
 	if err := e.write(sp.header); err != nil {
 		return err
 	}
-	srcStart, err := sourceDataStart(f)
-	if err != nil {
-		return err
-	}
 	win := &window{buf: make([]byte, windowSize), read: &t.read}
 	for _, tp := range sp.tensors {
-		base := srcStart + tp.src.Begin
+		base := sp.srcData + tp.src.Begin
 		win.reset(f, base, tp.src.End-tp.src.Begin)
 		e.from, e.to = tp.from, tp.to
 		err := tp.walk(func(s segment) error {
@@ -258,19 +255,6 @@ func (t *transform) writeShard(ctx context.Context, w artifact.Writer, sp *shard
 		}
 	}
 	return nil
-}
-
-func sourceDataStart(f *os.File) (int64, error) {
-	var p [8]byte
-	if err := preadFull(f, p[:], 0); err != nil {
-		return 0, err
-	}
-	return 8 + int64(leUint64(p[:])), nil
-}
-
-func leUint64(b []byte) uint64 {
-	return uint64(b[0]) | uint64(b[1])<<8 | uint64(b[2])<<16 | uint64(b[3])<<24 |
-		uint64(b[4])<<32 | uint64(b[5])<<40 | uint64(b[6])<<48 | uint64(b[7])<<56
 }
 
 func fstat(f *os.File) (syscall.Stat_t, error) {

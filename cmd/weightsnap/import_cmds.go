@@ -2,15 +2,12 @@ package main
 
 import (
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
-	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/artifact/fingerprint"
 	"github.com/weightsnap/weightsnap/artifact/synth"
-	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/resolve"
 )
 
 type importResult struct {
@@ -35,45 +32,14 @@ func newImportCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			// Source fingerprints come from the cache, or from the copy itself.
-			cache := fingerprint.New(filepath.Join(d.Root(), fingerprint.DirName))
-			fp, err := cache.Lookup(ctx, args[0])
-			if err != nil {
-				return err
+			var pr *progress
+			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: args[0],
+				Repository: repo, Revision: rev, Component: component, TPSize: tpSize, TPRank: tpRank,
+				OnTotal:  func(total int64) { pr = newProgress("import", total) },
+				Progress: func(n int64) { pr.Add(n) }})
+			if pr != nil {
+				pr.Done()
 			}
-			src := fp.Src
-			var total int64
-			for _, f := range src.Files {
-				total += f.Size
-			}
-			identityOf := func(s *artifact.SourceDir) artifact.Identity {
-				return artifact.PassthroughIdentity(s, repo, rev, component, tpSize, tpRank)
-			}
-			if !artifact.IsImmutableRevision(rev) {
-				return identityOf(src).Validate()
-			}
-			pr := newProgress("import", total)
-			producer := &artifact.Passthrough{Src: src, Progress: pr.Add}
-			var lease *store.Lease
-			var res store.BuildResult
-			if src.Complete() {
-				// Every sha256 is known: the identity first, a build only on a miss.
-				lease, res, err = d.GetOrBuild(ctx, identityOf(src), producer)
-			} else {
-				// One pass: copy, hashing as it goes, then derive the identity from the copy.
-				started := time.Now().UnixNano()
-				lease, res, err = d.Import(ctx, producer, func(files []artifact.FileEntry) (artifact.Identity, error) {
-					full, err := src.WithDigests(files)
-					if err != nil {
-						return artifact.Identity{}, err
-					}
-					return identityOf(full), nil
-				})
-				if err == nil {
-					cache.Record(ctx, fp, lease.Index.Files, started)
-				}
-			}
-			pr.Done()
 			if err != nil {
 				return err
 			}

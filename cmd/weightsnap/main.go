@@ -4,94 +4,44 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"syscall"
 
 	"github.com/containerd/log"
-	"github.com/pelletier/go-toml/v2"
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/store"
 )
-
-// Config is the CLI's configuration file (TOML), loaded once.
-type Config struct {
-	Root    string         `toml:"root"`
-	Store   *store.Policy  `toml:"store"`
-	Resolve *ResolveConfig `toml:"resolve"`
-}
-
-// ResolveConfig is the [resolve] table: defaults of weightsnap resolve that
-// its flags override.
-type ResolveConfig struct {
-	Mode                       string `toml:"mode"`
-	Validation                 string `toml:"validation"`
-	Registry                   string `toml:"registry"`
-	PlainHTTP                  bool   `toml:"plain_http"`
-	Insecure                   bool   `toml:"insecure"`
-	AllowLocalBuild            *bool  `toml:"allow_local_build"`
-	CoordinationTimeoutSeconds int    `toml:"coordination_timeout_seconds"`
-}
 
 // app is the state shared by every command: flags and configuration.
 type app struct {
 	root       string
 	configPath string
 	jsonOut    bool
-	cfg        Config
+	cfg        config.Config
 	out        io.Writer
 	errOut     io.Writer
 }
 
-func defaultRoot() string {
-	if env := os.Getenv("WEIGHTSNAP_ROOT"); env != "" {
-		return env
-	}
-	if os.Geteuid() == 0 {
-		return "/var/lib/weightsnap"
-	}
-	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
-		return filepath.Join(x, "weightsnap")
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".local", "share", "weightsnap")
+func (a *app) load() (err error) {
+	a.cfg, err = config.Load(a.configPath)
+	return err
 }
 
-func (a *app) load() error {
-	if a.configPath == "" {
-		return nil
+// effectiveRoot is the store root: --root, else the configuration's.
+func (a *app) effectiveRoot() string {
+	if a.root != "" {
+		return a.root
 	}
-	raw, err := os.ReadFile(a.configPath)
-	if errors.Is(err, os.ErrNotExist) && a.configPath == defaultConfigPath {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	dec := toml.NewDecoder(bytesReader(raw))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a.cfg); err != nil {
-		return fmt.Errorf("config %s: %w", a.configPath, err)
-	}
-	return nil
+	return a.cfg.Root
 }
-
-const defaultConfigPath = "/etc/weightsnap/config.toml"
 
 // domain opens the store at the effective root.
 func (a *app) domain(ctx context.Context) (*store.Domain, error) {
-	root := a.root
-	if root == "" {
-		root = a.cfg.Root
-	}
-	if root == "" {
-		root = defaultRoot()
-	}
-	return store.Open(ctx, root, a.cfg.Store)
+	return store.Open(ctx, a.effectiveRoot(), &a.cfg.Store)
 }
 
 // printJSON writes v as indented JSON to stdout.
@@ -112,7 +62,7 @@ func newRoot(a *app) *cobra.Command {
 		},
 	}
 	root.PersistentFlags().StringVar(&a.root, "root", "", "store root (env WEIGHTSNAP_ROOT; default /var/lib/weightsnap for root, $XDG_DATA_HOME/weightsnap otherwise)")
-	root.PersistentFlags().StringVar(&a.configPath, "config", defaultConfigPath, "configuration file (TOML)")
+	root.PersistentFlags().StringVar(&a.configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnapd")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
 	root.AddCommand(newOCICmds(a)...)
 	root.AddCommand(newResolveCmd(a))

@@ -258,7 +258,7 @@ func addRemoteInspect(a *app, cmd *cobra.Command) func(cmd *cobra.Command, ref s
 		if err != nil {
 			return true, err
 		}
-		info, err := oci.InspectRemote(ctx, r, platform)
+		info, err := oci.InspectRemote(ctx, r, oci.InspectOptions{Platform: platform, Registries: a.cfg.Resolve.AllowedRegistries()})
 		if err != nil {
 			return true, err
 		}

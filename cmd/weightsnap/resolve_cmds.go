@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
-	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
@@ -67,31 +67,17 @@ the path. In disabled mode nothing under the store root is touched.`,
 	return cmd
 }
 
-// effectiveRoot is the store root a.domain would open.
-func (a *app) effectiveRoot() string {
-	switch {
-	case a.root != "":
-		return a.root
-	case a.cfg.Root != "":
-		return a.cfg.Root
-	}
-	return defaultRoot()
-}
-
 // withConfig fills the options the command line left unset from the
 // configuration file's [resolve] table.
-func (o resolveOpts) withConfig(cmd *cobra.Command, c *ResolveConfig) resolveOpts {
-	if c == nil {
-		return o
-	}
+func (o resolveOpts) withConfig(cmd *cobra.Command, c config.Resolve) resolveOpts {
 	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
-	if !set("mode") && c.Mode != "" {
+	if !set("mode") {
 		o.mode = c.Mode
 	}
-	if !set("validation") && c.Validation != "" {
+	if !set("validation") {
 		o.validation = c.Validation
 	}
-	if !set("registry") && c.Registry != "" {
+	if !set("registry") {
 		o.registry = c.Registry
 	}
 	if !set("plain-http") {
@@ -100,10 +86,10 @@ func (o resolveOpts) withConfig(cmd *cobra.Command, c *ResolveConfig) resolveOpt
 	if !set("insecure") {
 		o.remote.insecure = c.Insecure
 	}
-	if !set("allow-local-build") && c.AllowLocalBuild != nil {
-		o.allowLocalBuild = *c.AllowLocalBuild
+	if !set("allow-local-build") {
+		o.allowLocalBuild = c.AllowLocalBuild
 	}
-	if !set("coordination-timeout") && c.CoordinationTimeoutSeconds > 0 {
+	if !set("coordination-timeout") {
 		o.timeout = c.CoordinationTimeoutSeconds
 	}
 	return o
@@ -137,13 +123,15 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 			return fmt.Errorf("resolve: --from needs --revision to derive the identity: %w", errdefs.ErrInvalidArgument)
 		}
 		if o.from != "" {
-			if req.Recipe, err = recipeFromFlags(o, req.Identity); err != nil {
-				return err
+			req.Recipe, err = producers.Choose(producers.Choice{TPSize: o.tpSize, TPRank: o.tpRank,
+				LayoutSpec: o.layoutSpec, DType: o.dtype}, req.Identity)
+			if err != nil {
+				return fmt.Errorf("resolve: %w", err)
 			}
 		}
 	}
 	wait := resolve.WaitPolicy{CoordinationTimeoutSeconds: o.timeout}
-	if wait.CoordinationTimeoutSeconds == 0 && a.cfg.Store != nil {
+	if wait.CoordinationTimeoutSeconds == 0 {
 		wait.CoordinationTimeoutSeconds = a.cfg.Store.CoordinationTimeoutSeconds
 	}
 	var providers []resolve.Provider
@@ -155,7 +143,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		providers = append(providers, &oci.Provider{Repo: repo})
 	}
 	rt, err := resolve.New(resolve.Config{
-		Mode: mode, Root: a.effectiveRoot(), Store: a.cfg.Store, Validation: store.ValidationMode(o.validation),
+		Mode: mode, Root: a.effectiveRoot(), Store: &a.cfg.Store, Validation: store.ValidationMode(o.validation),
 		Wait: wait, AllowLocalBuild: o.allowLocalBuild, NoFingerprintCache: o.noFingerprintCache,
 		Providers: providers, Producers: []producers.Recipe{producers.Passthrough{}},
 	})
@@ -171,47 +159,6 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		return err
 	}
 	return rerr
-}
-
-// recipeFromFlags picks the local producer: tp-split with --tp-size, cast
-// with --dtype, passthrough otherwise; or, with an identity and no such
-// flags, the producer the identity names.
-func recipeFromFlags(o resolveOpts, id *artifact.Identity) (producers.Recipe, error) {
-	name := artifact.PassthroughName
-	switch {
-	case o.tpSize > 0:
-		name = producers.TPSplitName
-	case o.dtype != "" && o.dtype != "source":
-		name = producers.CastName
-	case id != nil:
-		name = id.Producer.Name
-		if o.dtype == "" {
-			o.dtype = id.Representation.DType
-		}
-		if o.tpSize == 0 {
-			o.tpSize, o.tpRank = id.Layout.TPSize, id.Layout.TPRank
-		}
-	}
-	switch name {
-	case producers.TPSplitName:
-		if o.layoutSpec == "" {
-			return nil, fmt.Errorf("resolve: tp-split needs --layout-spec: %w", errdefs.ErrInvalidArgument)
-		}
-		raw, err := os.ReadFile(o.layoutSpec)
-		if err != nil {
-			return nil, fmt.Errorf("resolve: %w", err)
-		}
-		spec, err := tpsplit.ParseSpec(raw)
-		if err != nil {
-			return nil, err
-		}
-		return &producers.TPSplit{Spec: spec, Size: o.tpSize, Rank: o.tpRank, DType: o.dtype}, nil
-	case producers.CastName:
-		return &producers.Cast{DType: o.dtype}, nil
-	case artifact.PassthroughName:
-		return producers.Passthrough{}, nil
-	}
-	return nil, nil // no local producer for this identity: store and canonical only
 }
 
 func (a *app) writeReport(dest string, rep *resolve.Report) error {

@@ -1,9 +1,7 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
-	"io"
 	"os"
 	"strconv"
 	"strings"
@@ -14,8 +12,6 @@ import (
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/sys/unix"
 )
-
-func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // exitCode maps error classes to exit statuses: 2 bad input, 3 not found,
 // 4 invalid data, 5 busy or out of space, 1 anything else.

@@ -1,0 +1,135 @@
+package artifact
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/zeebo/blake3"
+)
+
+// goldenEntry is the computed entry of testdata/tree-golden.safetensors.
+func goldenEntry(t *testing.T) ([]byte, FileEntry) {
+	t.Helper()
+	data, err := os.ReadFile("testdata/tree-golden.safetensors")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := HashFile(bytes.NewReader(data), Binding{Want: FileEntry{Path: "m.safetensors", Size: int64(len(data))}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data, e
+}
+
+func withTensorBLAKE3(e FileEntry, i int, sum string) FileEntry {
+	e.Tensors = append([]TensorEntry(nil), e.Tensors...)
+	e.Tensors[i].BLAKE3 = sum
+	e.BLAKE3, _ = EntryTree(e)
+	return e
+}
+
+func TestCompareEntryNamesTheTensor(t *testing.T) {
+	_, e := goldenEntry(t)
+	if err := CompareEntry(e, e); err != nil {
+		t.Fatal(err)
+	}
+	bad := withTensorBLAKE3(e, 2, strings.Repeat("0", 64))
+	err := CompareEntry(bad, e)
+	var em *EntryMismatchError
+	if !errors.As(err, &em) || em.Tensor != e.Tensors[2].Name || em.Field != "blake3" || !errdefs.IsDataLoss(err) {
+		t.Fatalf("%v", err)
+	}
+	bad = e
+	bad.HeaderBLAKE3 = strings.Repeat("1", 64)
+	if !errors.As(CompareEntry(bad, e), &em) || em.Field != "header_blake3" {
+		t.Fatal("header mismatch not seen")
+	}
+}
+
+// TestBindSHA256RecordsTheRecord: under BindSHA256 the tensor digests are
+// the record's (not computed), the header and sha256 are checked.
+func TestBindSHA256RecordsTheRecord(t *testing.T) {
+	data, e := goldenEntry(t)
+	lie := withTensorBLAKE3(e, 3, strings.Repeat("a", 64))
+	for _, tc := range []struct {
+		name  string
+		want  FileEntry
+		field string // "" when the file binds
+	}{
+		{"the publisher's record", e, ""},
+		{"a record lying about a tensor, consistently", lie, ""},
+		{"another sha256", func() FileEntry { x := e; x.SHA256 = strings.Repeat("b", 64); return x }(), "sha256"},
+		{"another header", func() FileEntry {
+			x := e
+			x.HeaderBLAKE3 = strings.Repeat("c", 64)
+			x.BLAKE3, _ = EntryTree(x)
+			return x
+		}(), "header_blake3"},
+		{"another dtype", func() FileEntry {
+			x := e
+			x.Tensors = append([]TensorEntry(nil), e.Tensors...)
+			x.Tensors[0].DType = "F16"
+			return x
+		}(), "dtype"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := HashFile(bytes.NewReader(data), Binding{Want: tc.want, By: BindSHA256})
+			if tc.field == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if CompareEntry(tc.want, got) != nil {
+					t.Fatalf("recorded %+v, want the record %+v", got, tc.want)
+				}
+				return
+			}
+			var em *EntryMismatchError
+			if !errors.As(err, &em) || em.Field != tc.field {
+				t.Fatalf("got %v, want a %s mismatch", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestFinishTree: a file written out of order is bound by the tree of the
+// parts the producer reports, and the sender's sha256 recorded.
+func TestFinishTree(t *testing.T) {
+	data, e := goldenEntry(t)
+	parts := func() []Digest {
+		p := make([]Digest, len(e.Tensors))
+		for i, te := range e.Tensors {
+			p[i] = blake3.Sum256(data[te.Offset : te.Offset+te.Length])
+		}
+		return p
+	}
+	header := data[:e.DataStart]
+	got, err := FinishTree(e, header, parts())
+	if err != nil || CompareEntry(e, got) != nil {
+		t.Fatalf("FinishTree: %+v, %v", got, err)
+	}
+	var em *EntryMismatchError
+	p := parts()
+	p[1][0] ^= 1
+	if _, err := FinishTree(e, header, p); !errors.As(err, &em) || em.Tensor != e.Tensors[1].Name {
+		t.Fatalf("a wrong tensor: %v", err)
+	}
+	p = parts()
+	p[0] = Digest{}
+	if _, err := FinishTree(e, header, p); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("a part never reported: %v", err)
+	}
+	bad := bytes.Clone(header)
+	bad[len(bad)-1] = '!'
+	if _, err := FinishTree(e, bad, parts()); err == nil {
+		t.Fatal("a changed header was bound")
+	}
+	cfg := []byte(`{"a":1}`)
+	c := FileEntry{Path: "config.json", Size: int64(len(cfg)), SHA256: strings.Repeat("d", 64), BLAKE3: BLAKE3Hex(cfg)}
+	if got, err := FinishTree(c, nil, []Digest{blake3.Sum256(cfg)}); err != nil || got.SHA256 != c.SHA256 {
+		t.Fatalf("a whole file: %+v, %v", got, err)
+	}
+}

@@ -1,0 +1,62 @@
+package artifact
+
+import (
+	"encoding/hex"
+	"fmt"
+
+	"github.com/zeebo/blake3"
+)
+
+// Digest is a raw BLAKE3 or sha256 digest.
+type Digest = [32]byte
+
+// TreeBLAKE3 is the tensor-tree digest of a safetensors file: the BLAKE3 of
+// its header region's BLAKE3 followed by each tensor's BLAKE3 in offset
+// order, as raw 32-byte digests. A strictly read file is tiled by its header
+// region and its tensors, so the tree commits to every byte of the file
+// while each tensor is hashed once, on its own, in any order.
+func TreeBLAKE3(header Digest, tensors []Digest) Digest {
+	h := blake3.New()
+	h.Write(header[:])
+	for _, t := range tensors {
+		h.Write(t[:])
+	}
+	var sum Digest
+	h.Sum(sum[:0])
+	return sum
+}
+
+// EntryTree returns the tensor-tree digest (hex) of a safetensors file entry
+// from its header and tensor BLAKE3 values.
+func EntryTree(e FileEntry) (string, error) {
+	header, err := ParseDigest(e.HeaderBLAKE3)
+	if err != nil {
+		return "", fmt.Errorf("file %s: header_blake3: %w", e.Path, err)
+	}
+	tensors := make([]Digest, len(e.Tensors))
+	for i, t := range e.Tensors {
+		if tensors[i], err = ParseDigest(t.BLAKE3); err != nil {
+			return "", fmt.Errorf("file %s: tensor %q: blake3: %w", e.Path, t.Name, err)
+		}
+	}
+	sum := TreeBLAKE3(header, tensors)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// ParseDigest reads a digest written as 64 lowercase hex digits.
+func ParseDigest(s string) (Digest, error) {
+	var d Digest
+	if len(s) != 64 {
+		return d, fmt.Errorf("digest %q is not 64 hex digits", s)
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return d, fmt.Errorf("digest %q is not lowercase hex", s)
+		}
+	}
+	hex.Decode(d[:], []byte(s))
+	return d, nil
+}
+
+// DigestHex writes a digest as lowercase hex.
+func DigestHex(d Digest) string { return hex.EncodeToString(d[:]) }

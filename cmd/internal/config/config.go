@@ -1,0 +1,188 @@
+// Package config is the one configuration file that weightsnap (the CLI) and
+// weightsnapd (the daemon) both load: /etc/weightsnap/config.toml by default.
+// Every key has a default, so a file may hold only the keys it changes (a
+// [store] table with only max_store_bytes is complete); unknown keys are
+// refused. Default() is the whole file with its defaults, which
+// `weightsnapd config default` prints.
+//
+// Other engineers' tables ([peer], [staging]) are added here as fields of
+// Config with their own defaults in Default.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	"github.com/pelletier/go-toml/v2"
+	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// DefaultPath is the configuration file both commands read when none is named.
+const DefaultPath = "/etc/weightsnap/config.toml"
+
+// Config is the whole configuration file, loaded once.
+type Config struct {
+	Root        string       `toml:"root" comment:"Store root: the domain's directory. Overridden by --root; the default is $WEIGHTSNAP_ROOT,\nelse /var/lib/weightsnap for root, else $XDG_DATA_HOME/weightsnap."`
+	Store       store.Policy `toml:"store" comment:"Policy of a store domain created by weightsnap (an existing domain keeps its own)."`
+	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
+	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
+	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
+}
+
+// Resolve is the [resolve] table.
+type Resolve struct {
+	Mode       string `toml:"mode" comment:"disabled, preferred or required (weightsnap resolve)"`
+	Validation string `toml:"validation" comment:"lookup validation: manifest_and_metadata or full_checksum; \"\" uses the domain's policy"`
+	Registry   string `toml:"registry" comment:"repository (host/repo) whose identity tags are tried after the local store; \"\" for none"`
+	// Registries are the only hosts contacted on behalf of what images say:
+	// a weight image's pointer labels, and the artifacts a weight image
+	// names when it is inspected. Registry's host is always included.
+	Registries                 []string `toml:"registries" comment:"registry hosts (host[:port]) that a weight image's pointers may name; no other host is contacted for them"`
+	PlainHTTP                  bool     `toml:"plain_http" comment:"talk plain HTTP to registries (local test registries)"`
+	Insecure                   bool     `toml:"insecure" comment:"skip TLS certificate verification"`
+	AllowLocalBuild            bool     `toml:"allow_local_build" comment:"let local producers build a missing artifact (weightsnap resolve)"`
+	CoordinationTimeoutSeconds int      `toml:"coordination_timeout_seconds" comment:"seconds to wait for each lock; 0 uses [store] coordination_timeout_seconds"`
+}
+
+// Snapshotter is the [snapshotter] table.
+type Snapshotter struct {
+	Address string `toml:"address" comment:"unix socket containerd's proxy plugin connects to (created with mode 0660)"`
+	Root    string `toml:"root" comment:"snapshot directory; \"\" means <root>/snapshots. It must be on the store's filesystem."`
+	Mode    string `toml:"mode" comment:"required: a weight layer that cannot resolve fails its Prepare with the reason"`
+}
+
+// Metrics is the [metrics] table.
+type Metrics struct {
+	Address string `toml:"address" comment:"loopback host:port serving /metrics; \"\" turns metrics off"`
+}
+
+// Default is the configuration with every default filled in.
+func Default() Config {
+	return Config{
+		Root:  DefaultRoot(),
+		Store: store.DefaultPolicy(),
+		Resolve: Resolve{
+			Mode:            string(resolve.Preferred),
+			Registries:      []string{},
+			AllowLocalBuild: true,
+		},
+		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", Mode: string(resolve.Required)},
+		Metrics:     Metrics{Address: "127.0.0.1:9878"},
+	}
+}
+
+// DefaultRoot is the store root when neither a flag nor the file names one.
+func DefaultRoot() string {
+	if env := os.Getenv("WEIGHTSNAP_ROOT"); env != "" {
+		return env
+	}
+	if os.Geteuid() == 0 {
+		return "/var/lib/weightsnap"
+	}
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" {
+		return filepath.Join(x, "weightsnap")
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".local", "share", "weightsnap")
+}
+
+// Load reads the file at path over the defaults. An empty path, or a
+// missing file at DefaultPath, gives the defaults; any other missing file
+// is an error.
+func Load(path string) (Config, error) {
+	cfg := Default()
+	if path == "" {
+		return cfg, nil
+	}
+	raw, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) && path == DefaultPath {
+		return cfg, nil
+	}
+	if err != nil {
+		return cfg, fmt.Errorf("config: %w", err)
+	}
+	return Parse(path, raw)
+}
+
+// Parse decodes a file's bytes over the defaults and validates the result;
+// name labels errors.
+func Parse(name string, raw []byte) (Config, error) {
+	cfg := Default()
+	dec := toml.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w: %w", name, err, errdefs.ErrInvalidArgument)
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", name, err)
+	}
+	return cfg, nil
+}
+
+// Validate checks the values the type system does not.
+func (c *Config) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
+	}
+	if c.Root == "" {
+		return bad("root is empty")
+	}
+	if _, err := resolve.ParseMode(c.Resolve.Mode); err != nil {
+		return fmt.Errorf("[resolve] %w", err)
+	}
+	switch store.ValidationMode(c.Resolve.Validation) {
+	case "", store.ManifestAndMetadata, store.FullChecksum:
+	default:
+		return bad("[resolve] validation %q: want manifest_and_metadata or full_checksum", c.Resolve.Validation)
+	}
+	if c.Resolve.CoordinationTimeoutSeconds < 0 {
+		return bad("[resolve] coordination_timeout_seconds is negative")
+	}
+	if c.Snapshotter.Address == "" {
+		return bad("[snapshotter] address is empty")
+	}
+	if c.Snapshotter.Mode != string(resolve.Required) {
+		return bad("[snapshotter] mode %q: only required is supported", c.Snapshotter.Mode)
+	}
+	if a := c.Metrics.Address; a != "" {
+		host, _, err := net.SplitHostPort(a)
+		if err != nil {
+			return bad("[metrics] address %q: %v", a, err)
+		}
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			return bad("[metrics] address %q is not a loopback address", a)
+		}
+	}
+	return nil
+}
+
+// AllowedRegistries are the hosts that untrusted references may name:
+// [resolve] registries and the host of [resolve] registry.
+func (r *Resolve) AllowedRegistries() []string {
+	hosts := append([]string{}, r.Registries...)
+	if host, _, ok := strings.Cut(r.Registry, "/"); ok && host != "" {
+		hosts = append(hosts, host)
+	}
+	return hosts
+}
+
+// SnapshotRoot is the snapshotter's directory: [snapshotter] root, or
+// <root>/snapshots.
+func (c *Config) SnapshotRoot(root string) string {
+	if c.Snapshotter.Root != "" {
+		return c.Snapshotter.Root
+	}
+	return filepath.Join(root, "snapshots")
+}
+
+// Encode is the configuration as a commented TOML file.
+func (c *Config) Encode() ([]byte, error) {
+	return toml.Marshal(c)
+}

@@ -1,0 +1,91 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// TestDefaultRoundTrip: the printed default file parses back to the defaults
+// and names every table.
+func TestDefaultRoundTrip(t *testing.T) {
+	def := Default()
+	raw, err := def.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, table := range []string{"[store]", "[resolve]", "[snapshotter]", "[metrics]", "max_store_bytes", "address"} {
+		if !strings.Contains(string(raw), table) {
+			t.Fatalf("default file lacks %s:\n%s", table, raw)
+		}
+	}
+	got, err := Parse("default", raw)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, raw)
+	}
+	if !reflect.DeepEqual(got, def) {
+		t.Fatalf("round trip:\n%+v\nwant\n%+v", got, def)
+	}
+}
+
+func TestParse(t *testing.T) {
+	for _, tc := range []struct {
+		name, file string
+		ok         bool
+		check      func(Config) bool
+	}{
+		{"empty", "", true, func(c Config) bool { return reflect.DeepEqual(c, Default()) }},
+		{"partial store table", "[store]\nmax_store_bytes = 1000\n", true, func(c Config) bool {
+			want := store.DefaultPolicy()
+			want.MaxStoreBytes = 1000
+			return c.Store == want
+		}},
+		{"partial resolve table", "[resolve]\nregistry = \"reg.example:5000/models\"\n", true, func(c Config) bool {
+			return c.Resolve.Mode == "preferred" && c.Resolve.AllowLocalBuild &&
+				reflect.DeepEqual(c.Resolve.AllowedRegistries(), []string{"reg.example:5000"})
+		}},
+		{"snapshotter root", "root = \"/srv/ws\"\n[snapshotter]\nroot = \"/srv/snaps\"\n", true, func(c Config) bool {
+			return c.Root == "/srv/ws" && c.SnapshotRoot(c.Root) == "/srv/snaps" && c.Snapshotter.Address != ""
+		}},
+		{"derived snapshot root", "root = \"/srv/ws\"\n", true, func(c Config) bool {
+			return c.SnapshotRoot(c.Root) == "/srv/ws/snapshots"
+		}},
+		{"metrics off", "[metrics]\naddress = \"\"\n", true, func(c Config) bool { return c.Metrics.Address == "" }},
+		{"unknown key", "[store]\nbogus = 1\n", false, nil},
+		{"unknown table", "[bogus]\n", false, nil},
+		{"bad mode", "[resolve]\nmode = \"sometimes\"\n", false, nil},
+		{"bad validation", "[resolve]\nvalidation = \"some\"\n", false, nil},
+		{"non-loopback metrics", "[metrics]\naddress = \"0.0.0.0:9878\"\n", false, nil},
+		{"preferred snapshotter (next issue)", "[snapshotter]\nmode = \"preferred\"\n", false, nil},
+		{"empty socket", "[snapshotter]\naddress = \"\"\n", false, nil},
+		{"wrong type", "[store]\nmax_store_bytes = \"big\"\n", false, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := Parse(tc.name, []byte(tc.file))
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+			if tc.ok && !tc.check(c) {
+				t.Fatalf("config %+v", c)
+			}
+		})
+	}
+}
+
+func TestLoad(t *testing.T) {
+	if c, err := Load(""); err != nil || !reflect.DeepEqual(c, Default()) {
+		t.Fatalf("no file: %+v %v", c, err)
+	}
+	if _, err := Load(filepath.Join(t.TempDir(), "absent.toml")); err == nil {
+		t.Fatal("a named missing file was accepted")
+	}
+	p := filepath.Join(t.TempDir(), "c.toml")
+	os.WriteFile(p, []byte("[store]\nvalidation = \"full_checksum\"\n"), 0o644)
+	if c, err := Load(p); err != nil || c.Store.Validation != store.FullChecksum || c.Store.CoordinationTimeoutSeconds == 0 {
+		t.Fatalf("%+v %v", c, err)
+	}
+}

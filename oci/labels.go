@@ -1,0 +1,128 @@
+package oci
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/containerd/errdefs"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"oras.land/oras-go/v2/registry"
+)
+
+// labelPrefix starts every weightsnap label of a pointer layer.
+const labelPrefix = "containerd.io/snapshot/weightsnap."
+
+var identityRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+
+// LabelError is a pointer layer's label that is not acceptable: labels come
+// from an image, so they are untrusted input.
+type LabelError struct {
+	Label  string // the label's key
+	Value  string // its value, cut to a readable length
+	Reason string
+}
+
+func (e *LabelError) Error() string {
+	return fmt.Sprintf("weight layer label %s=%q: %s", e.Label, e.Value, e.Reason)
+}
+
+// Unwrap makes a label error invalid input.
+func (e *LabelError) Unwrap() error { return errdefs.ErrInvalidArgument }
+
+func labelError(key, value, format string, args ...any) *LabelError {
+	if len(value) > 96 {
+		value = value[:96] + "..."
+	}
+	return &LabelError{Label: key, Value: value, Reason: fmt.Sprintf(format, args...)}
+}
+
+// IsWeightLayer says whether labels (or a layer's annotations) name a
+// weight artifact: any weightsnap label makes a layer a weight layer, whose
+// labels must then parse.
+func IsWeightLayer(labels map[string]string) bool {
+	for k := range labels {
+		if strings.HasPrefix(k, labelPrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// ParsePointerLabels reads the pointer that a pointer layer's labels carry
+// (the layer's annotations, as containerd passes them to a snapshotter's
+// Prepare). ok is false for an ordinary layer, one with no weightsnap label.
+// A weight layer's labels are accepted only when the artifact reference is
+// a registry reference pinned by a sha256 digest, the identity is
+// sha256:<64 lower-case hex>, the target is an absolute clean directory
+// (CleanTarget leaves it as it is), and the weightsnap labels together fit
+// in containerd's limit for one label; anything else is a *LabelError.
+// Labels of other keys are ignored.
+func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error) {
+	if !IsWeightLayer(labels) {
+		return Pointer{}, false, nil
+	}
+	total := 0
+	for k, v := range labels {
+		if strings.HasPrefix(k, labelPrefix) {
+			total += len(k) + len(v)
+		}
+	}
+	if total > maxLabelsBytes {
+		return Pointer{}, true, &LabelError{Label: labelPrefix + "*",
+			Reason: fmt.Sprintf("the weightsnap labels take %d bytes, more than containerd's %d-byte limit", total, maxLabelsBytes)}
+	}
+	for _, k := range []string{LabelArtifact, LabelIdentity, LabelTarget} {
+		if labels[k] == "" {
+			return Pointer{}, true, labelError(k, "", "missing: a weight layer needs %s, %s and %s", LabelArtifact, LabelIdentity, LabelTarget)
+		}
+	}
+	art, id, target := labels[LabelArtifact], labels[LabelIdentity], labels[LabelTarget]
+	if err := checkPinnedRef(art); err != nil {
+		return Pointer{}, true, labelError(LabelArtifact, art, "%v", err)
+	}
+	if !identityRE.MatchString(id) {
+		return Pointer{}, true, labelError(LabelIdentity, id, "not sha256:<64 lower-case hex>")
+	}
+	if c, err := CleanTarget(target); err != nil {
+		return Pointer{}, true, labelError(LabelTarget, target, "%v", err)
+	} else if c != target {
+		return Pointer{}, true, labelError(LabelTarget, target, "not clean (want %q)", c)
+	}
+	return Pointer{Schema: PointerSchema, Artifact: art, Identity: id, Target: target}, true, nil
+}
+
+// checkPinnedRef accepts only host/repository@sha256:<64 hex>, written as
+// the registry package writes it.
+func checkPinnedRef(ref string) error {
+	r, err := registry.ParseReference(ref)
+	if err != nil {
+		return fmt.Errorf("not a registry reference: %v", err)
+	}
+	d, err := r.Digest()
+	if err != nil {
+		return fmt.Errorf("not pinned by a digest (a tag can move)")
+	}
+	if !identityRE.MatchString(d.String()) {
+		return fmt.Errorf("digest %s is not sha256", d)
+	}
+	if r.String() != ref {
+		return fmt.Errorf("not in canonical form %q", r.String())
+	}
+	return nil
+}
+
+// PointerFromAnnotations reads the pointer a layer descriptor carries with
+// ParsePointerLabels: ok is false for an ordinary layer.
+func PointerFromAnnotations(desc ocispec.Descriptor) (p Pointer, ok bool, err error) {
+	return ParsePointerLabels(desc.Annotations)
+}
+
+// PointerHost is the registry host of a parsed pointer's artifact.
+func PointerHost(p Pointer) string {
+	r, err := registry.ParseReference(p.Artifact)
+	if err != nil {
+		return ""
+	}
+	return r.Registry
+}

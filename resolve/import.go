@@ -1,0 +1,73 @@
+package resolve
+
+import (
+	"context"
+	"path/filepath"
+	"time"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/fingerprint"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// ImportRequest is the import of a safetensors checkpoint directory as it
+// is (the passthrough producer).
+type ImportRequest struct {
+	// Dir is the checkpoint directory.
+	Dir string
+	// Repository, Revision (immutable) and Component name the model.
+	Repository, Revision, Component string
+	// TPSize and TPRank describe a pre-sharded checkpoint.
+	TPSize, TPRank int
+	// OnTotal, if set, is told the payload size before any byte is copied.
+	OnTotal func(total int64)
+	// Progress, if set, is told of payload bytes copied.
+	Progress func(n int64)
+}
+
+// Import publishes a checkpoint directory in d, reading each source byte at
+// most once. Source fingerprints come from the store's fingerprint cache;
+// when every file's sha256 is known the identity comes first and a build
+// runs only on a miss (a warm import reads no source byte); otherwise one
+// pass copies and hashes, the identity is derived from the copy, and the
+// cache records the new fingerprints.
+func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lease, store.BuildResult, error) {
+	cache := fingerprint.New(filepath.Join(d.Root(), fingerprint.DirName))
+	fp, err := cache.Lookup(ctx, req.Dir)
+	if err != nil {
+		return nil, store.BuildResult{}, err
+	}
+	src := fp.Src
+	identityOf := func(s *artifact.SourceDir) artifact.Identity {
+		return artifact.PassthroughIdentity(s, req.Repository, req.Revision, req.Component, req.TPSize, req.TPRank)
+	}
+	// A mutable revision (a branch) is refused before any byte is copied.
+	if err := identityOf(src).Validate(); err != nil && !artifact.IsImmutableRevision(req.Revision) {
+		return nil, store.BuildResult{}, err
+	}
+	if req.OnTotal != nil {
+		var total int64
+		for _, f := range src.Files {
+			total += f.Size
+		}
+		req.OnTotal(total)
+	}
+	producer := &artifact.Passthrough{Src: src, Progress: req.Progress}
+	if src.Complete() {
+		// Every sha256 is known: the identity first, a build only on a miss.
+		return d.GetOrBuild(ctx, identityOf(src), producer)
+	}
+	// One pass: copy, hashing as it goes, then derive the identity from the copy.
+	started := time.Now().UnixNano()
+	lease, res, err := d.Import(ctx, producer, func(files []artifact.FileEntry) (artifact.Identity, error) {
+		full, err := src.WithDigests(files)
+		if err != nil {
+			return artifact.Identity{}, err
+		}
+		return identityOf(full), nil
+	})
+	if err == nil {
+		cache.Record(ctx, fp, lease.Index.Files, started)
+	}
+	return lease, res, err
+}
