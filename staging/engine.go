@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -221,6 +222,7 @@ func (e *Engine) List(ctx context.Context) ([]LaneStatus, error) {
 	for _, l := range ledgers {
 		out = append(out, e.status(l, open))
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].LastUsed.Before(out[j].LastUsed) })
 	return out, nil
 }
 

@@ -3,17 +3,16 @@ package staging_test
 import (
 	"context"
 	"crypto/sha1"
-	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"path"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/staging"
+	"github.com/weightsnap/weightsnap/staging/hubsynth"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
@@ -40,36 +39,12 @@ type hubFile struct {
 	lfs  bool // named by sha256; else by git blob sha1
 }
 
-func blobName(f hubFile) string {
-	if f.lfs {
-		s := sha256.Sum256(f.data)
-		return hex.EncodeToString(s[:])
-	}
-	h := sha1.New()
-	fmt.Fprintf(h, "blob %d\x00", len(f.data))
-	h.Write(f.data)
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// writeHub writes a repository of a hub cache as huggingface_hub does:
-// blobs by name, relative snapshot links (one more ../ per folder level),
-// refs/main.
+// writeHub adds files to the snapshot commit of repo in a hub cache.
 func writeHub(t testing.TB, cache, repo, commit string, files []hubFile) {
 	t.Helper()
-	root := filepath.Join(cache, "models--"+strings.ReplaceAll(repo, "/", "--"))
 	for _, f := range files {
-		name := blobName(f)
-		blob := filepath.Join(root, "blobs", name)
-		must(t, os.MkdirAll(filepath.Dir(blob), 0o755))
-		must(t, os.WriteFile(blob, f.data, 0o644))
-		link := filepath.Join(root, "snapshots", commit, filepath.FromSlash(f.path))
-		must(t, os.MkdirAll(filepath.Dir(link), 0o755))
-		os.Remove(link)
-		depth := strings.Count("snapshots/"+commit+"/"+f.path, "/")
-		must(t, os.Symlink(strings.Repeat("../", depth)+"blobs/"+name, link))
+		must(t, hubsynth.AddBytes(cache, repo, commit, f.path, f.data, f.lfs))
 	}
-	must(t, os.MkdirAll(filepath.Join(root, "refs"), 0o755))
-	must(t, os.WriteFile(filepath.Join(root, "refs", "main"), []byte(commit), 0o644))
 }
 
 func must(t testing.TB, err error) {
@@ -81,11 +56,11 @@ func must(t testing.TB, err error) {
 
 func randBytes(seed uint64, n int) []byte {
 	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	b := make([]byte, n+8)
+	for i := 0; i < n; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
 	}
-	return b
+	return b[:n]
 }
 
 func commitOf(s string) string {

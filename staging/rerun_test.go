@@ -35,7 +35,7 @@ func TestAutoRerun(t *testing.T) {
 	for _, verify := range []string{"sample-hash", "full"} {
 		t.Run(verify, func(t *testing.T) {
 			dstFS := mountTmpfs(t, "256m")
-			src := filepath.Join(t.TempDir(), "hub")
+			src := filepath.Join(mountTmpfs(t, "256m"), "hub") // the "network" source: another filesystem
 			commit := manyFiles(t, src, 1000)
 			e := engine(t, t.TempDir(), staging.ModeAuto)
 			rc := recipe(t, hubRecipe("many", src, filepath.Join(dstFS, "hub"), "verify = \""+verify+"\"\n"))
@@ -109,7 +109,7 @@ func TestResumeAfterStop(t *testing.T) {
 	var copied int64
 	stop := staging.New(st, staging.Options{Progress: func(string, int64) staging.Progress {
 		return progressFunc(func(n int64) {
-			if copied += n; copied > 20<<20 {
+			if copied += n; copied > 8<<20 {
 				cancel()
 			}
 		})

@@ -181,32 +181,22 @@ func (e *Engine) touch(ctx context.Context, id string) {
 	}
 }
 
-// Producer is the local producer of a staged checkpoint: a passthrough of a
-// hub snapshot that reads the staged, verified copy on this node instead of
-// its (network) source. The identity is the passthrough identity of the
-// source, so the artifact is the same either way. Register it with
-// resolution before producers.Passthrough; for a source that is not staged
-// it declines (Identity fails) and the next producer is tried.
+// Producer is the local producer of a staged checkpoint: the passthrough
+// producer, reading a hub snapshot's staged, verified copy on this node
+// instead of its (network) source when there is one. Its identity is the
+// source's passthrough identity either way, so it stands in for
+// producers.Passthrough wherever resolution registers that.
 type Producer struct {
 	producers.Passthrough
 	Engine *Engine
 }
 
-// Identity implements producers.Recipe.
-func (p Producer) Identity(src *artifact.SourceDir, t producers.Target) (artifact.Identity, error) {
-	if _, err := p.stagedCopy(context.Background(), src); err != nil {
-		return artifact.Identity{}, err
-	}
-	return p.Passthrough.Identity(src, t)
-}
-
 // Producer implements producers.Recipe.
 func (p Producer) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
-	root, err := p.stagedCopy(context.Background(), src)
-	if err != nil {
-		return nil, err
+	if root, err := p.stagedCopy(context.Background(), src); err == nil {
+		src = &artifact.SourceDir{Root: root, Files: src.Files}
 	}
-	return p.Passthrough.Producer(&artifact.SourceDir{Root: root, Files: src.Files})
+	return p.Passthrough.Producer(src)
 }
 
 // stagedCopy is the staged, verified copy of a source snapshot folder that
@@ -239,4 +229,37 @@ func (p Producer) stagedCopy(ctx context.Context, src *artifact.SourceDir) (stri
 		}
 	}
 	return "", fmt.Errorf("%s is not staged on node %s: %w", root, p.Engine.st.Node, errdefs.ErrNotFound)
+}
+
+// Snapshot is a staged, verified hub snapshot.
+type Snapshot struct {
+	Lane     string `json:"lane"`
+	Repo     string `json:"repo"`
+	Revision string `json:"revision"`
+	Dir      string `json:"dir"`
+}
+
+// Snapshots lists the staged, verified snapshots of a hub-mirror lane.
+func (e *Engine) Snapshots(ctx context.Context, id string) ([]Snapshot, error) {
+	l, err := e.st.Load(id)
+	if err != nil {
+		return nil, err
+	}
+	if l.Kind != KindHubMirror {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	var out []Snapshot
+	for _, en := range l.Entries {
+		parts := strings.SplitN(en.Path, "/", 4)
+		if len(parts) < 4 || parts[1] != "snapshots" || seen[parts[0]+"/"+parts[2]] {
+			continue
+		}
+		prefix := parts[0] + "/snapshots/" + parts[2]
+		seen[parts[0]+"/"+parts[2]] = true
+		if laneUnverified(l, prefix+"/") == "" {
+			out = append(out, Snapshot{Lane: id, Repo: repoName(parts[0]), Revision: parts[2], Dir: filepath.Join(l.Dst, filepath.FromSlash(prefix))})
+		}
+	}
+	return out, nil
 }
