@@ -42,9 +42,12 @@ func openInodes() map[devIno]int {
 		dir := filepath.Join("/proc", p.Name())
 		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
 		for _, fd := range fds {
-			var st unix.Stat_t
-			if unix.Stat(filepath.Join(dir, "fd", fd.Name()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG {
-				out[devIno{st.Dev, st.Ino}] = pid
+			// Cached attributes only: a file open on a hung network or
+			// FUSE filesystem must not hang the scan.
+			var stx unix.Statx_t
+			err := unix.Statx(unix.AT_FDCWD, filepath.Join(dir, "fd", fd.Name()), unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_INO, &stx)
+			if err == nil && stx.Mode&unix.S_IFMT == unix.S_IFREG {
+				out[devIno{unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino}] = pid
 			}
 		}
 		if f, err := os.Open(filepath.Join(dir, "maps")); err == nil {

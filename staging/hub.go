@@ -27,6 +27,9 @@ type item struct {
 	// sparse-rows: the header's length and the row ranges to copy.
 	header int64
 	ranges []rangeSpec
+	// present: when planned, the destination held what the ledger records
+	// (or, for a link, the same link).
+	present bool
 }
 
 // repoFolderRE is a hub cache repository folder.

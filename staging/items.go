@@ -23,7 +23,7 @@ var verifyRank = map[Verify]int{VerifySize: 0, VerifySample: 1, VerifyFull: 2}
 // identical content staged before; else a verified copy.
 func (r *laneRun) ensureFile(ctx context.Context, it item, src, dst string) (Entry, outcome, error) {
 	if prev, ok := r.lp.ledger.Entry(it.path); ok && r.e.opts.Mode != ModeForce {
-		same, err := r.unchanged(it, prev, src, dst)
+		same, err := r.unchanged(it, prev, src)
 		if err != nil {
 			return Entry{}, 0, err
 		}
@@ -77,13 +77,14 @@ func (s *srcSample) get() (string, error) {
 
 // unchanged reports whether prev still describes the staged file and its
 // source: in skip mode by the ledger alone; otherwise the staged file's
-// stat and the source's size and sampled content must match what was
-// recorded (a blob in size mode: its size). Source mtimes are never used.
-func (r *laneRun) unchanged(it item, prev Entry, src, dst string) (bool, error) {
+// stat must have matched prev when planned, and the source's size and
+// sampled content must match what was recorded (a blob in size mode: its
+// size). Source mtimes are never used.
+func (r *laneRun) unchanged(it item, prev Entry, src string) (bool, error) {
 	if r.e.opts.Mode == ModeSkip {
 		return true, nil
 	}
-	if prev.Kind != it.kind || prev.Size != it.size || verifyRank[prev.Verify] < verifyRank[r.b.Verify] || !dstMatches(dst, prev) {
+	if !it.present || verifyRank[prev.Verify] < verifyRank[r.b.Verify] {
 		return false, nil
 	}
 	switch {
@@ -319,10 +320,10 @@ func (r *laneRun) copyFile(ctx context.Context, it item, in *os.File, dst string
 	return r.install(e, out, tmp, dst, in)
 }
 
-// ensureLink writes a snapshot link unless the same one is there.
+// ensureLink writes a snapshot link unless the plan found the same one there.
 func (r *laneRun) ensureLink(it item, dst string) (Entry, outcome, error) {
 	e := Entry{Path: it.path, Kind: EntryLink, Target: it.target}
-	if cur, err := os.Readlink(dst); err == nil && cur == it.target {
+	if it.present {
 		return e, outUnchanged, nil
 	}
 	if err := r.mkdirFor(dst); err != nil {

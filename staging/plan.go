@@ -149,8 +149,9 @@ func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, e
 	if err != nil {
 		return nil, nil, err
 	}
-	for _, it := range lp.items {
+	for i, it := range lp.items {
 		pi := lp.classify(it)
+		lp.items[i].present = pi.Action == ActionPresent
 		pub.Items = append(pub.Items, pi)
 		if it.kind == EntryLink {
 			pub.Links++

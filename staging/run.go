@@ -94,20 +94,13 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan) (*LaneReport, error)
 	if err := os.MkdirAll(b.Dst, 0o755); err != nil {
 		return r.finish(start, classifyIO(err))
 	}
-	l.State, l.Error = StateStaging, ""
-	if err := e.st.Save(l); err != nil {
-		return r.finish(start, err)
-	}
-	j, err := e.st.openJournal(b.ID)
-	if err != nil {
-		return r.finish(start, err)
-	}
-	r.journal = j
-	err = r.stageItems(ctx)
+	err := r.stageItems(ctx)
 	if ferr := r.flush(); err == nil {
 		err = ferr
 	}
-	j.close()
+	if r.journal != nil {
+		r.journal.close()
+	}
 	if err != nil {
 		l.set(r.entries()...)
 		l.State, l.Error = StateFailed, err.Error()
@@ -225,10 +218,14 @@ func (r *laneRun) record(e Entry, out outcome, it item) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.done[e.Path] = e
-	switch out {
-	case outUnchanged:
+	if out == outUnchanged {
 		r.rep.Unchanged++
 		return nil
+	}
+	if err := r.beginLocked(); err != nil {
+		return err
+	}
+	switch out {
 	case outAdopted:
 		r.rep.Adopted++
 	case outLinked:
@@ -249,6 +246,26 @@ func (r *laneRun) record(e Entry, out outcome, it item) error {
 	return nil
 }
 
+// beginLocked marks the lane as being staged, before its first change:
+// after a crash its ledger says staging, and the journal holds what was
+// verified. A run that changes nothing writes only its final ledger.
+func (r *laneRun) beginLocked() error {
+	if r.journal != nil {
+		return nil
+	}
+	l := r.lp.ledger
+	l.State, l.Error = StateStaging, ""
+	if err := r.e.st.Save(l); err != nil {
+		return err
+	}
+	j, err := r.e.st.openJournal(r.b.ID)
+	if err != nil {
+		return err
+	}
+	r.journal = j
+	return nil
+}
+
 func (r *laneRun) flush() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -258,7 +275,7 @@ func (r *laneRun) flush() error {
 // flushLocked makes the queued entries' files durable, then journals them.
 func (r *laneRun) flushLocked() error {
 	r.flushed = time.Now()
-	if r.queued == 0 {
+	if r.queued == 0 || r.journal == nil {
 		return nil
 	}
 	if err := syncFS(r.b.Dst); err != nil {
