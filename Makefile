@@ -21,11 +21,12 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
 # Unit tests, fuzz seed corpora, crash harness and end-to-end tests against the real peers.
-# The crash harness runs verbose, filtered, so its count of fault points and kills shows.
+# The crash harness runs verbose, filtered (scripts/test-filter.awk), so its count of fault
+# points and kills shows, and so does everything a failing test logged.
 test: build
 	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/crash) && \
-	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | grep -E '^(crash harness|--- |ok|FAIL|panic)'; \
+	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | awk -f scripts/test-filter.awk; \
 	exit $${PIPESTATUS[0]}
 
 unit:
@@ -35,13 +36,17 @@ e2e: build
 	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m ./test/...
 
-# Go benchmarks, then the side-by-side comparisons with the real tools (tables with ratios).
+# The hashing floor of this machine first, then the side-by-side comparisons with the real
+# tools (tables with ratios to the floor and to the tools), then the Go benchmarks.
 BENCH_SIZE ?= 2GiB
 bench: build
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
-	scripts/bench-store.sh $(BENCH_SIZE) 4
+	@read -r s b c < <(scripts/hash-floor.sh) && \
+	printf 'hashing floor: sha256 %s CPU-s/GiB, BLAKE3 %s CPU-s/GiB, per core with all %s cores hashing\n' "$$s" "$$b" "$$c"
+	scripts/bench-store.sh $(BENCH_SIZE) 8
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
+	scripts/bench-snapshotter.sh 2GiB 4GiB
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000
+	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
 FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./staging/
@@ -55,6 +60,7 @@ stress:
 
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags bench ./test/e2e/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 demo: build

@@ -4,8 +4,8 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -14,7 +14,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"syscall"
 
 	"github.com/containerd/errdefs"
 )
@@ -78,6 +77,9 @@ func ListSource(root string) (*SourceDir, error) {
 		src.Files = append(src.Files, f)
 		return nil
 	})
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("scan %s: %w: %w", root, err, errdefs.ErrNotFound)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("scan %s: %w", root, err)
 	}
@@ -140,7 +142,7 @@ func ScanSource(ctx context.Context, root string) (src *SourceDir, hashed int64,
 		wg.Go(func() {
 			buf := make([]byte, 1<<20)
 			for i := range next {
-				sum, err := hashFileSHA256(ctx, filepath.Join(root, src.Files[i].Path), buf)
+				sum, _, err := HashSource(ctx, filepath.Join(root, filepath.FromSlash(src.Files[i].Path)), src.Files[i].Path, buf)
 				mu.Lock()
 				if err != nil && first == nil {
 					first = err
@@ -160,22 +162,6 @@ func ScanSource(ctx context.Context, root string) (src *SourceDir, hashed int64,
 		return nil, 0, first
 	}
 	return src, hashed, nil
-}
-
-func hashFileSHA256(ctx context.Context, p string, buf []byte) (string, error) {
-	if err := ctx.Err(); err != nil {
-		return "", err
-	}
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.CopyBuffer(h, f, buf); err != nil {
-		return "", fmt.Errorf("hash %s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Passthrough copies a scanned source directory into an artifact verbatim.
@@ -222,14 +208,13 @@ func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, pro
 			return err
 		}
 	}
-	in, err := os.Open(filepath.Join(root, filepath.FromSlash(sf.Path)))
+	in, err := OpenSource(filepath.Join(root, filepath.FromSlash(sf.Path)), sf.Path)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
-	before, err := in.Stat()
-	if err != nil {
-		return err
+	if in.Stamp.Size != sf.Size {
+		return &SourceMismatchError{Path: sf.Path, Want: fmt.Sprintf("%d bytes", sf.Size), Got: fmt.Sprintf("%d bytes", in.Stamp.Size)}
 	}
 	out, err := w.Create(sf.Path, sf.Size)
 	if err != nil {
@@ -255,27 +240,13 @@ func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, pro
 	if err != nil {
 		return err
 	}
-	after, err := in.Stat()
-	if err != nil {
+	if err := in.Unchanged(); err != nil {
 		return err
-	}
-	if !sameFile(before, after) || before.Size() != sf.Size {
-		return &SourceMismatchError{Path: sf.Path, Want: "unchanged", Got: "modified during the copy"}
 	}
 	if sf.SHA256 != "" && e.SHA256 != sf.SHA256 {
 		return &SourceMismatchError{Path: sf.Path, Want: sf.SHA256, Got: e.SHA256}
 	}
 	return nil
-}
-
-// sameFile reports whether two stats of one open file show no change.
-func sameFile(a, b os.FileInfo) bool {
-	sa, okA := a.Sys().(*syscall.Stat_t)
-	sb, okB := b.Sys().(*syscall.Stat_t)
-	if !okA || !okB {
-		return a.Size() == b.Size() && a.ModTime().Equal(b.ModTime())
-	}
-	return sa.Size == sb.Size && sa.Mtim == sb.Mtim && sa.Ctim == sb.Ctim && sa.Ino == sb.Ino
 }
 
 // PassthroughIdentity is the identity of a checkpoint directory published as it is.

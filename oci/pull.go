@@ -87,24 +87,11 @@ type PullReport struct {
 	Seconds        float64 `json:"seconds"`
 }
 
-// Resolve fetches the manifest at the remote's reference (from an image
-// index, this host's platform's), and for a weightsnap artifact its index
-// layer, and plans its pull. No payload byte moves. The registry provider
-// reads a remote artifact through it; pull (which stops at a store hit
-// before the index layer), image build and inspect through its two halves,
-// resolveManifest and plan.
-func Resolve(ctx context.Context, r *Remote, o ImportOptions) (*Resolved, *Plan, error) {
-	res, err := r.resolveManifest(ctx, "")
-	if err != nil {
-		return nil, nil, err
-	}
-	plan, err := r.plan(ctx, res.Manifest, o)
-	return res, plan, err
-}
-
 // plan fetches a manifest's index layer, if it has one, and plans the pull.
 // The index layer is bounded by what the manifest's files can need
-// (artifact.IndexBound) before a byte of it is read.
+// (artifact.IndexBound) before a byte of it is read. Pull, the registry
+// providers, image build and inspect all read a remote artifact the same
+// way: resolveManifest, their own check of the manifest, then plan.
 func (r *Remote) plan(ctx context.Context, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
 	idx, ok := IndexLayer(m)
 	if !ok {

@@ -62,7 +62,7 @@ func (p *puller) fetchAll(ctx context.Context, w artifact.Writer, files []PlanFi
 		chunk = DefaultChunkSize
 	}
 	if chunk > 0 {
-		chunk = max(chunk, minChunkSize)
+		chunk = min(max(chunk, MinChunkSize), MaxChunkSize)
 	}
 	if p.useRanges(files, chunk) {
 		for _, f := range files {
@@ -211,8 +211,12 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 	return feeders.Wait()
 }
 
-// minChunkSize is the smallest range fetched.
-const minChunkSize = 64 << 10
+// The range sizes of a pull: a smaller ChunkSize is raised to MinChunkSize,
+// a larger one lowered to MaxChunkSize (Buffers ranges are held in memory).
+const (
+	MinChunkSize = 64 << 10
+	MaxChunkSize = 256 << 20
+)
 
 // smallFile is the size up to which a file is one stream, never held to
 // FilesInFlight: cheap to fetch again after a kill.

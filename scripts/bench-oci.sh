@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # OCI benchmark, side by side in one run on the same artifact and the same local registry:
-#   weightsnap pull (every blob sha256-checked, BLAKE3 index compared, files fsynced, published)
-#     vs oras pull (and oras pull + sync)
+#   the hashing floor of this machine (scripts/hash-floor.sh) and the pull's floor (sha256 of every byte)
+#   weightsnap pull (every blob sha256-checked, headers checked against the index, files fsynced, published)
+#     vs oras pull + sync and oras pull alone
 #   weightsnap push vs oras push (each to a fresh repository, so every blob is uploaded)
+#   peak RSS of weightsnap pull and push
 # The registry (distribution) and oras come from the harness's install (test/e2e/deps).
 #
 # Usage: scripts/bench-oci.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 3)
@@ -23,8 +25,8 @@ if [ -z "$bin" ]; then
 fi
 oras=$bin/oras
 registry=$bin/registry
-for t in "$oras" "$registry"; do
-	[ -x "$t" ] || { echo "bench-oci: $t missing (run test/e2e/deps)" >&2; exit 1; }
+for t in "$oras" "$registry" /usr/bin/time; do
+	[ -x "$t" ] || { echo "bench-oci: $t missing (run test/e2e/deps; apt-get install time)" >&2; exit 1; }
 done
 
 work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-bench-oci.XXXXXX")
@@ -79,6 +81,7 @@ settle() {
 # median of the numbers on stdin
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 
+read -r floor_sha floor_b3 cores < <(scripts/hash-floor.sh)
 echo "bench-oci: synthesising $size in $shards shards under $work" >&2
 "$ws" dev synth --out "$work/src" --size "$size" --shards "$shards" --dtype BF16 --seed 5 >/dev/null 2>&1
 export WEIGHTSNAP_ROOT=$work/store
@@ -88,6 +91,11 @@ files=$(cd "$work/src" && ls)
 "$ws" push --plain-http "$id" "$host/bench/model:v1" >/dev/null 2>&1
 ref=$host/bench/model:v1
 
+# rss CMD...: runs CMD, leaving its peak RSS in KiB in $work/rss
+rss() { /usr/bin/time -f "%M" -o "$work/rss" "$@" >/dev/null 2>&1; }
+max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
+rss_pull=0
+rss_push=0
 declare -a ws_pull oras_pull oras_pull_sync ws_push oras_push
 for i in $(seq "$reps"); do
 	echo "bench-oci: round $i of $reps" >&2
@@ -95,10 +103,12 @@ for i in $(seq "$reps"); do
 	for who in $([ $((i % 2)) = 1 ] && echo "ws oras" || echo "oras ws"); do
 		if [ "$who" = ws ]; then
 			rm -rf "$work/pull-store"; settle
-			t=$(now); WEIGHTSNAP_ROOT=$work/pull-store "$ws" pull --plain-http "$ref" >/dev/null 2>&1; ws_pull+=("$(since "$t")")
+			t=$(now); WEIGHTSNAP_ROOT=$work/pull-store rss "$ws" pull --plain-http "$ref"; ws_pull+=("$(since "$t")")
+			rss_pull=$(max "$rss_pull" "$(cat "$work/rss")")
 			WEIGHTSNAP_ROOT=$work/pull-store "$ws" verify "$id" >/dev/null
 			chmod -R u+w "$work/pull-store"; rm -rf "$work/pull-store"; settle
-			t=$(now); "$ws" push --plain-http "$id" "$host/ws/push$i:v1" >/dev/null 2>&1; ws_push+=("$(since "$t")")
+			t=$(now); rss "$ws" push --plain-http "$id" "$host/ws/push$i:v1"; ws_push+=("$(since "$t")")
+			rss_push=$(max "$rss_push" "$(cat "$work/rss")")
 		else
 			rm -rf "$work/oras-out"; settle
 			t=$(now); "$oras" pull --plain-http -o "$work/oras-out" "$ref" >/dev/null; oras_pull+=("$(since "$t")")
@@ -118,13 +128,19 @@ m_oras_push=$(printf '%s\n' "${oras_push[@]}" | median)
 
 gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
 speedup() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+met() { awk -v a="$1" -v b="$2" -v g="$3" 'BEGIN { print (a / b >= g) ? "yes" : "NO" }'; }
+f_pull=$(awk -v b="$bytes" -v c="$floor_sha" -v n="$cores" 'BEGIN { printf "%.2f", b / 2^30 * c / n }')
 printf '\nweightsnap OCI benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, registry %s on %s\n' \
-	"$size" "$bytes" "$shards" "$(nproc)" "$reps" "$host" "$(stat -f -c %T "$work")"
-printf '%-44s %9s %7s %11s  %s\n' "measure" "seconds" "GB/s" "ws speedup" "goal"
-printf '%-44s %9.2f %7s %11s  %s\n' "weightsnap pull (verify + fsync + publish)" "$m_ws_pull" "$(gbs "$m_ws_pull")" "" ""
-printf '%-44s %9.2f %7s %11s  %s\n' "oras pull" "$m_oras_pull" "$(gbs "$m_oras_pull")" "$(speedup "$m_oras_pull" "$m_ws_pull")" ">= 2x"
-printf '%-44s %9.2f %7s %11s  %s\n' "oras pull + sync" "$m_oras_pull_sync" "$(gbs "$m_oras_pull_sync")" "$(speedup "$m_oras_pull_sync" "$m_ws_pull")" ""
-printf '%-44s %9.2f %7s %11s  %s\n' "weightsnap push" "$m_ws_push" "$(gbs "$m_ws_push")" "" ""
-printf '%-44s %9.2f %7s %11s  %s\n' "oras push" "$m_oras_push" "$(gbs "$m_oras_push")" "$(speedup "$m_oras_push" "$m_ws_push")" ">= 1.2x"
+	"$size" "$bytes" "$shards" "$cores" "$reps" "$host" "$(stat -f -c %T "$work")"
+printf 'hashing floor: sha256 %.3f CPU-s/GiB, BLAKE3 %.3f CPU-s/GiB (per core, all %s cores hashing); pull floor (sha256 of every byte over all cores) %.2f s\n' \
+	"$floor_sha" "$floor_b3" "$cores" "$f_pull"
+printf '%-44s %9s %7s %11s  %-8s %4s %8s\n' "measure" "seconds" "GB/s" "ws speedup" "goal" "met" "RSS MiB"
+printf '%-44s %9.2f %7s %11s  %-8s %4s %8d\n' "weightsnap pull (verify + fsync + publish)" "$m_ws_pull" "$(gbs "$m_ws_pull")" "" "" "" "$((rss_pull / 1024))"
+printf '%-44s %9.2f %7s %11s  %-8s %4s %8s\n' "oras pull + sync" "$m_oras_pull_sync" "$(gbs "$m_oras_pull_sync")" "$(speedup "$m_oras_pull_sync" "$m_ws_pull")" ">= 2x" "$(met "$m_oras_pull_sync" "$m_ws_pull" 2)" ""
+printf '%-44s %9.2f %7s %11s  %-8s %4s %8s\n' "oras pull (no sync)" "$m_oras_pull" "$(gbs "$m_oras_pull")" "$(speedup "$m_oras_pull" "$m_ws_pull")" ">= 1.3x" "$(met "$m_oras_pull" "$m_ws_pull" 1.3)" ""
+printf '%-44s %9.2f %7s %11s  %-8s %4s %8d\n' "weightsnap push" "$m_ws_push" "$(gbs "$m_ws_push")" "" "" "" "$((rss_push / 1024))"
+printf '%-44s %9.2f %7s %11s  %-8s %4s %8s\n' "oras push" "$m_oras_push" "$(gbs "$m_oras_push")" "$(speedup "$m_oras_push" "$m_ws_push")" ">= 1.5x" "$(met "$m_oras_push" "$m_ws_push" 1.5)" ""
+printf 'peak RSS goal: each < 128 MiB: pull %s, push %s\n' \
+	"$(awk -v k="$rss_pull" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')" "$(awk -v k="$rss_push" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')"
 printf 'runs (s): ws pull %s | oras pull %s | ws push %s | oras push %s\n' \
 	"${ws_pull[*]}" "${oras_pull[*]}" "${ws_push[*]}" "${oras_push[*]}"

@@ -1,53 +1,80 @@
 #!/usr/bin/env bash
 # Store benchmark, side by side in one run on the same files and disk:
-# import vs cp+sync, verify --full vs b3sum and sha256sum, peak RSS of import.
-# Usage: scripts/bench-store.sh [SIZE] [SHARDS]   (default 2GiB, 4)
+#   the hashing floor of this machine (scripts/hash-floor.sh), then
+#   import (cold fingerprint, fsynced) vs cp -r + sync and vs its floor (sha256 + BLAKE3 of every byte),
+#   verify --full vs its floor (BLAKE3 of every byte), beside b3sum and sha256sum,
+#   peak RSS of import and verify.
+# Usage: scripts/bench-store.sh [SIZE] [SHARDS]   (default 2GiB, 8)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 size=${1:-2GiB}
-shards=${2:-4}
+shards=${2:-8}
 ws=$PWD/bin/weightsnap
-for tool in b3sum /usr/bin/time; do
+for tool in b3sum /usr/bin/time bc; do
 	if ! command -v "$tool" >/dev/null; then
 		if [ "$(id -u)" = 0 ]; then
-			apt-get install -y -qq b3sum time >/dev/null
+			apt-get install -y -qq b3sum time bc >/dev/null
 		else
-			echo "bench-store: $tool missing (apt-get install b3sum time)" >&2
+			echo "bench-store: $tool missing (apt-get install b3sum time bc)" >&2
 			exit 1
 		fi
 	fi
 done
+read -r floor_sha floor_b3 cores < <(scripts/hash-floor.sh)
 work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-bench.XXXXXX")
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 rev=0123456789abcdef0123456789abcdef01234567
 
 $ws dev synth --out "$work/src" --size "$size" --shards "$shards" --dtype BF16 --seed 3 >/dev/null 2>&1
+bytes=$(du -sb "$work/src" | cut -f1)
 cat "$work/src"/* >/dev/null # source warm in the page cache for every contender
 sync
 
 secs() { local s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc -l; }
+# timed OUT CMD...: runs CMD, leaving "seconds CPU-seconds peak-RSS-KiB" in OUT
+timed() {
+	local out=$1; shift
+	/usr/bin/time -f "%e %U %S %M" -o "$out.raw" "$@" >/dev/null 2>&1
+	awk '{ printf "%s %.2f %s\n", $1, $2 + $3, $4 }' "$out.raw" >"$out"
+}
 
 t_cp=$(secs bash -c "cp -r '$work/src' '$work/cp' && sync")
 rm -rf "$work/cp"; sync
 export WEIGHTSNAP_ROOT="$work/store"
-/usr/bin/time -f "%e %M" -o "$work/import.time" "$ws" import "$work/src" --revision "$rev" >"$work/id" 2>/dev/null
-read -r t_import rss_kb <"$work/import.time"
-sync
-id=$(cat "$work/id")
+"$ws" store init >/dev/null
+timed "$work/import.time" "$ws" import "$work/src" --revision "$rev"
+read -r t_import c_import rss_import <"$work/import.time"
+id=$("$ws" import "$work/src" --revision "$rev")
 t_warm=$(secs "$ws" import "$work/src" --revision "$rev")
-files=("$work/store/artifacts/${id#sha256:}"/*.safetensors)
+files=("$work/store/artifacts/${id#sha256:}"/*)
 cat "${files[@]}" >/dev/null # warm
-t_verify=$(secs "$ws" verify --full "$id")
+timed "$work/verify.time" "$ws" verify --full "$id"
+read -r t_verify c_verify rss_verify <"$work/verify.time"
 t_b3=$(secs b3sum "${files[@]}")
 t_sha=$(secs sha256sum "${files[@]}")
 
-ratio() { echo "scale=2; $1 / $2" | bc -l; }
-printf '\nweightsnap store benchmark: %s in %s shards, %s cores, %s\n' "$size" "$shards" "$(nproc)" "$(stat -f -c %T "$work")"
-printf '%-34s %9s %9s  %s\n' "measure" "seconds" "ratio" "goal"
-printf '%-34s %9.2f %9s  %s\n' "cp -r + sync" "$t_cp" "1.00" ""
-printf '%-34s %9.2f %9s  %s\n' "weightsnap import (cold fingerprint)" "$t_import" "$(ratio "$t_import" "$t_cp")" "<= 1.3 x cp+sync"
-printf '%-34s %9.3f %9s  %s\n' "weightsnap import again (warm hit)" "$t_warm" "$(ratio "$t_warm" "$t_cp")" "no source byte read"
-printf '%-34s %9.2f %9s  %s\n' "b3sum (warm)" "$t_b3" "1.00" ""
-printf '%-34s %9.2f %9s  %s\n' "weightsnap verify --full (warm)" "$t_verify" "$(ratio "$t_verify" "$t_b3")" "<= 1.5 x b3sum"
-printf '%-34s %9.2f %9s  %s\n' "sha256sum (warm)" "$t_sha" "$(ratio "$t_verify" "$t_sha")" "verify / sha256sum"
-printf '%-34s %9d %9s  %s\n' "import peak RSS (MiB)" "$((rss_kb / 1024))" "" "< 128 MiB"
+# floor CPU-S-PER-GIB: the wall-clock floor of hashing every byte over all cores
+floor() { awk -v b="$bytes" -v c="$1" -v n="$cores" 'BEGIN { printf "%.2f", b / 2^30 * c / n }'; }
+# cpufloor CPU-S-PER-GIB: the CPU seconds of hashing every byte
+cpufloor() { awk -v b="$bytes" -v c="$1" 'BEGIN { printf "%.2f", b / 2^30 * c }'; }
+f_import=$(floor "$(echo "$floor_sha + $floor_b3" | bc -l)")
+f_verify=$(floor "$floor_b3")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
+maxof() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
+met() { awk -v r="$1" -v g="$2" 'BEGIN { print (r <= g) ? "yes" : "NO" }'; }
+r_import=$(ratio "$t_import" "$(maxof "$t_cp" "$f_import")")
+r_verify=$(ratio "$t_verify" "$f_verify")
+mib() { echo $(($1 / 1024)); }
+
+printf '\nweightsnap store benchmark: %s (%d bytes) in %s shards, %s cores, %s\n' "$size" "$bytes" "$shards" "$cores" "$(stat -f -c %T "$work")"
+printf 'hashing floor: sha256 %.3f CPU-s/GiB, BLAKE3 %.3f CPU-s/GiB (per core, all %s cores hashing; floors below are over all cores)\n' "$floor_sha" "$floor_b3" "$cores"
+printf '%-36s %8s %8s %7s %-30s %4s %8s %8s\n' "measure" "seconds" "floor" "ratio" "goal" "met" "CPU-s" "RSS MiB"
+printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8s\n' "cp -r + sync" "$t_cp" "" "" "" "" "" ""
+printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8d\n' "weightsnap import (cold, fsynced)" "$t_import" "$f_import" "$r_import" "<= 1.2 x max(cp+sync, floor)" "$(met "$r_import" 1.2)" "$c_import/$(cpufloor "$(echo "$floor_sha + $floor_b3" | bc -l)")" "$(mib "$rss_import")"
+printf '%-36s %8.3f %8s %7s %-30s %4s %8s %8s\n' "weightsnap import again (warm hit)" "$t_warm" "" "" "no source byte read" "" "" ""
+printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8d\n' "weightsnap verify --full (warm)" "$t_verify" "$f_verify" "$r_verify" "<= 1.1 x floor" "$(met "$r_verify" 1.1)" "$c_verify/$(cpufloor "$floor_b3")" "$(mib "$rss_verify")"
+printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8s\n' "b3sum (warm, all threads)" "$t_b3" "" "$(ratio "$t_verify" "$t_b3")" "verify / b3sum" "" "" ""
+printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8s\n' "sha256sum (warm, one thread)" "$t_sha" "" "$(ratio "$t_verify" "$t_sha")" "verify / sha256sum" "" "" ""
+printf 'CPU-s: CPU seconds used / CPU seconds of its hashes at the floor (noise from other load shows in seconds more than in CPU-s)\n'
+printf 'peak RSS goal: each < 128 MiB: import %s, verify %s\n' \
+	"$(awk -v k="$rss_import" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')" "$(awk -v k="$rss_verify" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')"

@@ -68,10 +68,14 @@ func ParseSize(s string) (int64, error) {
 		}
 	}
 	n, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || n < 0 || math.IsInf(n, 0) || n*float64(mult) >= math.MaxInt64 {
+	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) || n < 0 {
 		return 0, fmt.Errorf("bad size %q: %w", s, errdefs.ErrInvalidArgument)
 	}
-	return int64(n * float64(mult)), nil
+	v := n * float64(mult)
+	if v >= math.MaxInt64 { // float64(MaxInt64) is 2^63: anything from there overflows
+		return 0, fmt.Errorf("size %q is more than %d bytes: %w", s, int64(math.MaxInt64), errdefs.ErrInvalidArgument)
+	}
+	return int64(v), nil
 }
 
 // Watermark is the most a destination filesystem may hold: a percentage of

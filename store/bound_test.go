@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -17,11 +18,15 @@ import (
 // treeFetch is a producer that writes the files of a leased artifact the
 // way a peer fetch does: every file created with BindTree from the sender's
 // entry, every part written by WriteAt from its own goroutine, last part
-// first, and its BLAKE3 reported; corrupt names a part reported wrongly.
-func treeFetch(l *store.Lease, corrupt string) artifact.Producer {
+// first, and its BLAKE3 reported; corrupt names a part reported wrongly,
+// lieSHA a file whose sha256 the sender's entry gets wrong.
+func treeFetch(l *store.Lease, corrupt, lieSHA string) artifact.Producer {
 	return artifact.ProducerFunc{ProducerName: "tree-fetch", Fn: func(ctx context.Context, w artifact.Writer) error {
 		for _, lf := range l.Files() {
 			e := lf.Entry
+			if e.Path == lieSHA {
+				e.SHA256 = strings.Repeat("5", 64)
+			}
 			fw, err := w.(artifact.BoundWriter).CreateBound(artifact.Binding{Want: e, By: artifact.BindTree})
 			if err != nil {
 				return err
@@ -79,7 +84,7 @@ func TestTreeBoundFilesOutOfOrder(t *testing.T) {
 	ctx := context.Background()
 
 	d := openDomain(t, t.TempDir())
-	got, res, err := d.GetOrBuild(ctx, l.Identity(), treeFetch(l, ""))
+	got, res, err := d.GetOrBuild(ctx, l.Identity(), treeFetch(l, "", ""))
 	if err != nil || !res.Built {
 		t.Fatalf("tree-bound build: %v", err)
 	}
@@ -102,13 +107,48 @@ func TestTreeBoundFilesOutOfOrder(t *testing.T) {
 		}
 	}
 	d2 := openDomain(t, t.TempDir())
-	_, _, err = d2.GetOrBuild(ctx, l.Identity(), treeFetch(l, victim))
+	_, _, err = d2.GetOrBuild(ctx, l.Identity(), treeFetch(l, victim, ""))
 	var em *artifact.EntryMismatchError
 	if !errors.As(err, &em) || em.Tensor != victim {
 		t.Fatalf("a wrongly reported tensor: %v, want a mismatch naming %s", err, victim)
 	}
 	if list, _ := d2.List(ctx); len(list) != 0 {
 		t.Fatal("an artifact was published")
+	}
+}
+
+// TestScrubFindsABoundLie: a sender's sha256 that disagrees with the bytes
+// its tree binds passes a full check (BLAKE3) and is found by the scrub,
+// which recomputes every recorded digest and denies the artifact.
+func TestScrubFindsABoundLie(t *testing.T) {
+	_, src := checkpoint(t, 2<<20, 1)
+	sender := openDomain(t, t.TempDir())
+	l, _ := importDir(t, sender, src)
+	defer l.Close()
+	ctx := context.Background()
+	victim := l.Index.Files[len(l.Index.Files)-1].Path
+	d := openDomain(t, t.TempDir())
+	got, _, err := d.GetOrBuild(ctx, l.Identity(), treeFetch(l, "", victim))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Close()
+	full, err := d.Lookup(ctx, l.ID, store.FullChecksum)
+	if err != nil {
+		t.Fatalf("full check: %v", err)
+	}
+	full.Close()
+	err = d.Scrub(ctx, l.ID, store.ScrubOptions{Rate: 64 << 20})
+	var inv *store.InvalidError
+	if !errors.As(err, &inv) || inv.File != victim || !strings.Contains(inv.Reason, "sha256") {
+		t.Fatalf("scrub: %v, want an InvalidError naming %s's sha256", err, victim)
+	}
+	var de *store.DeniedError
+	if _, err := d.Lookup(ctx, l.ID, ""); !errors.As(err, &de) {
+		t.Fatalf("lookup after the scrub: %v, want denied", err)
+	}
+	if err := sender.Scrub(ctx, l.ID, store.ScrubOptions{}); err != nil {
+		t.Fatalf("scrub of a true artifact: %v", err)
 	}
 }
 

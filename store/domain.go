@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -145,7 +146,7 @@ func (d *Domain) SetPolicy(p Policy) error {
 		return err
 	}
 	raw, _ := json.MarshalIndent(p, "", "  ")
-	if err := writeFileAtomic(filepath.Join(d.root, "domain-policy.json"), raw); err != nil {
+	if err := artifact.WriteFileAtomic(filepath.Join(d.root, "domain-policy.json"), raw, 0o644, artifact.Durable); err != nil {
 		return err
 	}
 	d.policy = p
@@ -171,7 +172,7 @@ func loadOrCreateJSON(root, name string, v any) error {
 	raw, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		raw, _ = json.MarshalIndent(v, "", "  ")
-		return writeFileAtomic(p, raw)
+		return artifact.WriteFileAtomic(p, raw, 0o644, artifact.Durable)
 	}
 	if err != nil {
 		return fmt.Errorf("read %s: %w", name, err)
@@ -180,29 +181,6 @@ func loadOrCreateJSON(root, name string, v any) error {
 		return fmt.Errorf("%s is corrupt: %w: %w", p, err, errdefs.ErrDataLoss)
 	}
 	return nil
-}
-
-// writeFileAtomic writes a small file through a synced temp file and rename.
-func writeFileAtomic(p string, data []byte) error {
-	tmp := fmt.Sprintf("%s.tmp.%d", p, os.Getpid())
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	return syncDir(filepath.Dir(p))
 }
 
 func syncDir(dir string) error {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,7 +60,7 @@ func (d *Domain) recheck(id string, ino uint64) error {
 func (d *Domain) deny(ctx context.Context, id, reason string) error {
 	faultPoint("deny.before-marker")
 	raw, _ := json.Marshal(denyRecord{Reason: reason, Time: time.Now().UTC().Format(time.RFC3339), PID: os.Getpid()})
-	if err := writeFileAtomic(d.path(dirDeny, id), raw); err != nil {
+	if err := artifact.WriteFileAtomic(d.path(dirDeny, id), raw, 0o644, artifact.Durable); err != nil {
 		return &StorageError{Op: "write deny marker", Err: err}
 	}
 	faultPoint("deny.after-marker")

@@ -2,14 +2,13 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"sync"
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
@@ -128,7 +127,7 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 		}
 	}
 	if mode == FullChecksum {
-		if err := verifyHashes(o.files); err != nil {
+		if err := verifyHashes(context.Background(), o.files, hashCheck{}); err != nil {
 			o.close()
 			return nil, err.(*InvalidError).with(id)
 		}
@@ -248,54 +247,4 @@ func checkTensorTable(lf *LeaseFile) error {
 		}
 	}
 	return nil
-}
-
-// verifyHashes checks every byte of every payload against the index in
-// parallel: the header region and each tensor of a safetensors file, the
-// whole of any other file, all with BLAKE3.
-func verifyHashes(files []*LeaseFile) error {
-	type task struct {
-		file, tensor string
-		data         []byte
-		want         string
-	}
-	var tasks []task
-	for _, lf := range files {
-		e := lf.Entry
-		if len(e.Tensors) == 0 && e.DataStart == 0 {
-			tasks = append(tasks, task{e.Path, "", lf.Data, e.BLAKE3})
-			continue
-		}
-		tasks = append(tasks, task{e.Path, "", lf.Data[:e.DataStart], e.HeaderBLAKE3})
-		for _, t := range e.Tensors {
-			tasks = append(tasks, task{e.Path, t.Name, lf.Data[t.Offset : t.Offset+t.Length], t.BLAKE3})
-		}
-	}
-	// Largest first, so the longest hashes start early.
-	slices.SortStableFunc(tasks, func(a, b task) int { return len(b.data) - len(a.data) })
-	work := make(chan task)
-	var (
-		mu    sync.Mutex
-		first error
-		wg    sync.WaitGroup
-	)
-	for range runtime.GOMAXPROCS(0) {
-		wg.Go(func() {
-			for t := range work {
-				if artifact.BLAKE3Hex(t.data) != t.want {
-					mu.Lock()
-					if first == nil {
-						first = &InvalidError{File: t.file, Tensor: t.tensor, Reason: "BLAKE3 mismatch: the bytes changed"}
-					}
-					mu.Unlock()
-				}
-			}
-		})
-	}
-	for _, t := range tasks {
-		work <- t
-	}
-	close(work)
-	wg.Wait()
-	return first
 }

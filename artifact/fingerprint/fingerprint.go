@@ -33,7 +33,6 @@ import (
 	"regexp"
 	"runtime"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -57,13 +56,9 @@ const maxRecordBytes = 8 << 10
 
 // Key is what a record is valid for: a file's path and its stat.
 type Key struct {
-	Path    string `json:"path"` // absolute path as scanned
-	Dev     uint64 `json:"dev"`
-	Ino     uint64 `json:"ino"`
-	Size    int64  `json:"size"`
-	MtimeNs int64  `json:"mtime_ns"`
-	CtimeNs int64  `json:"ctime_ns"`
-	Link    string `json:"link,omitempty"` // target of Path when Path is a symbolic link
+	Path string `json:"path"` // absolute path as scanned
+	artifact.Stamp
+	Link string `json:"link,omitempty"` // target of Path when Path is a symbolic link
 }
 
 // record is one cache file.
@@ -258,7 +253,9 @@ func (w *recordWriter) write(e *entry, sum string, hashedNs int64) {
 	}
 	rec := record{Schema: Schema, Key: e.key, SHA256: sum, HashedNs: hashedNs}
 	raw := encodeRecord(rec)
-	if err := writeAtomic(e.rec, raw); err != nil {
+	// Not synced: a record lost or torn by a crash is a miss or a corrupt
+	// record, both of which are rebuilt.
+	if err := artifact.WriteFileAtomic(e.rec, raw, 0o644, artifact.Volatile); err != nil {
 		w.mu.Lock()
 		w.st.Errors++
 		w.mu.Unlock()
@@ -308,29 +305,18 @@ func hashAll(ctx context.Context, todo []*entry, w *recordWriter, st *Stats) err
 	return first
 }
 
-// hashFile returns the sha256 of a file and checks it did not change meanwhile.
+// hashFile returns the sha256 of a file read once (artifact.HashSource)
+// and checks that it is still the file Lookup stamped.
 func hashFile(ctx context.Context, e *entry, buf []byte) (string, int64, error) {
-	if err := ctx.Err(); err != nil {
-		return "", 0, err
+	sum, st, err := artifact.HashSource(ctx, e.abs, e.rel, buf)
+	var sm *artifact.SourceMismatchError
+	if errors.As(err, &sm) || (err == nil && st != e.key.Stamp) {
+		return "", st.Size, fmt.Errorf("fingerprint %s: %w: %w", e.abs, errChanging, errdefs.ErrUnavailable)
 	}
-	f, err := os.Open(e.abs)
 	if err != nil {
 		return "", 0, err
 	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.CopyBuffer(h, f, buf)
-	if err != nil {
-		return "", n, fmt.Errorf("hash %s: %w", e.abs, err)
-	}
-	after, _, err := stat(e.abs)
-	if err != nil {
-		return "", n, err
-	}
-	if after != e.key || n != e.key.Size {
-		return "", n, fmt.Errorf("fingerprint %s: %w: %w", e.abs, errChanging, errdefs.ErrUnavailable)
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	return sum, st.Size, nil
 }
 
 // Changed lists the files of a fingerprint whose stat no longer matches: a
@@ -354,12 +340,11 @@ func stat(p string) (Key, bool, error) {
 	if err != nil {
 		return Key{}, false, err
 	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return Key{}, false, fmt.Errorf("stat %s: no inode information: %w", p, errdefs.ErrNotImplemented)
+	st, err := artifact.StampOf(fi)
+	if err != nil {
+		return Key{}, false, err
 	}
-	k := Key{Path: p, Dev: uint64(st.Dev), Ino: st.Ino, Size: st.Size,
-		MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano()}
+	k := Key{Path: p, Stamp: st}
 	if lfi, err := os.Lstat(p); err == nil && lfi.Mode()&fs.ModeSymlink != 0 {
 		if target, err := os.Readlink(p); err == nil {
 			k.Link = target
@@ -415,20 +400,4 @@ func decodeRecord(raw []byte) (record, error) {
 		return rec, fmt.Errorf("record checksum mismatch")
 	}
 	return rec, nil
-}
-
-// writeAtomic writes a record through a temp file and a rename. It is not
-// synced: a record lost or torn by a crash is a miss or a corrupt record,
-// both of which are rebuilt.
-func writeAtomic(p string, data []byte) error {
-	tmp := fmt.Sprintf("%s.tmp.%d.%d", p, os.Getpid(), time.Now().UnixNano())
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	if err := os.Rename(tmp, p); err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return nil
 }

@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
-	"syscall"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -57,7 +55,7 @@ func (t *transform) SourceBytesRead() int64 { return t.read.Load() }
 // shardPlan is one output shard.
 type shardPlan struct {
 	file    artifact.SourceFile
-	stat    syscall.Stat_t
+	stamp   artifact.Stamp // when the header was read
 	srcData int64 // the source's data start, from its validated header
 	header  []byte
 	tensors []*tensorPlan
@@ -104,38 +102,21 @@ func (t *transform) Produce(ctx context.Context, w artifact.Writer) error {
 	return nil
 }
 
-func (t *transform) open(sf artifact.SourceFile) (*os.File, syscall.Stat_t, error) {
-	f, err := os.Open(filepath.Join(t.src.Root, filepath.FromSlash(sf.Path)))
+func (t *transform) open(sf artifact.SourceFile) (*artifact.Source, error) {
+	f, err := artifact.OpenSource(filepath.Join(t.src.Root, filepath.FromSlash(sf.Path)), sf.Path)
 	if err != nil {
-		return nil, syscall.Stat_t{}, err
+		return nil, err
 	}
-	st, err := fstat(f)
-	if err != nil {
+	if f.Stamp.Size != sf.Size {
 		f.Close()
-		return nil, st, err
+		return nil, &artifact.SourceMismatchError{Path: sf.Path, Want: fmt.Sprintf("%d bytes", sf.Size), Got: fmt.Sprintf("%d bytes", f.Stamp.Size)}
 	}
-	if st.Size != sf.Size {
-		f.Close()
-		return nil, st, &artifact.SourceMismatchError{Path: sf.Path, Want: fmt.Sprintf("%d bytes", sf.Size), Got: fmt.Sprintf("%d bytes", st.Size)}
-	}
-	return f, st, nil
-}
-
-// unchanged checks a source file was not modified while it was read.
-func unchanged(f *os.File, sf artifact.SourceFile, before syscall.Stat_t) error {
-	st, err := fstat(f)
-	if err != nil {
-		return err
-	}
-	if st.Ino != before.Ino || st.Size != before.Size || st.Mtim != before.Mtim || st.Ctim != before.Ctim {
-		return &artifact.SourceMismatchError{Path: sf.Path, Want: "unchanged", Got: "modified while it was read"}
-	}
-	return nil
+	return f, nil
 }
 
 // planShard reads a source shard's header and plans its output.
 func (t *transform) planShard(sf artifact.SourceFile) (*shardPlan, error) {
-	f, st, err := t.open(sf)
+	f, err := t.open(sf)
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +126,7 @@ func (t *transform) planShard(sf artifact.SourceFile) (*shardPlan, error) {
 		return nil, fmt.Errorf("%s: %s: %w", t.name, sf.Path, err)
 	}
 	t.read.Add(h.DataStart())
-	sp := &shardPlan{file: sf, stat: st, srcData: h.DataStart()}
+	sp := &shardPlan{file: sf, stamp: f.Stamp, srcData: h.DataStart()}
 	specs := make([]artifact.TensorSpec, len(h.Tensors))
 	for i, ti := range h.Tensors {
 		tp, err := t.tensor(ti)
@@ -191,12 +172,12 @@ func (tp *tensorPlan) inside(srcLen int64) bool {
 
 // writeShard streams one output shard through w.
 func (t *transform) writeShard(ctx context.Context, w artifact.Writer, sp *shardPlan) (err error) {
-	f, st, err := t.open(sp.file)
+	f, err := t.open(sp.file)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if st.Ino != sp.stat.Ino || st.Mtim != sp.stat.Mtim || st.Ctim != sp.stat.Ctim {
+	if f.Stamp != sp.stamp {
 		return &artifact.SourceMismatchError{Path: sp.file.Path, Want: "unchanged", Got: "modified after its header was read"}
 	}
 	out, err := w.Create(sp.file.Path, sp.total)
@@ -211,7 +192,7 @@ func (t *transform) writeShard(ctx context.Context, w artifact.Writer, sp *shard
 		if err != nil {
 			return // the store discards the unfinished file with the build
 		}
-		if err = unchanged(f, sp.file, st); err == nil {
+		if err = f.Unchanged(); err == nil {
 			err = out.Close()
 		}
 	}()
@@ -221,14 +202,14 @@ func (t *transform) writeShard(ctx context.Context, w artifact.Writer, sp *shard
 	win := &window{buf: make([]byte, windowSize), read: &t.read}
 	for _, tp := range sp.tensors {
 		base := sp.srcData + tp.src.Begin
-		win.reset(f, base, tp.src.End-tp.src.Begin)
+		win.reset(f.File, base, tp.src.End-tp.src.Begin)
 		e.from, e.to = tp.from, tp.to
 		err := tp.walk(func(s segment) error {
 			switch {
 			case s.zero:
 				return e.zeros(s.n)
 			case tp.from == "" && s.n >= directMin:
-				return e.readDirect(f, base+s.off, s.n, &t.read)
+				return e.readDirect(f.File, base+s.off, s.n, &t.read)
 			case tp.from == "":
 				b, err := win.slice(s.off, s.n)
 				if err != nil {
@@ -257,18 +238,6 @@ func (t *transform) writeShard(ctx context.Context, w artifact.Writer, sp *shard
 	return nil
 }
 
-func fstat(f *os.File) (syscall.Stat_t, error) {
-	fi, err := f.Stat()
-	if err != nil {
-		return syscall.Stat_t{}, err
-	}
-	st, ok := fi.Sys().(*syscall.Stat_t)
-	if !ok {
-		return syscall.Stat_t{}, fmt.Errorf("stat %s: no inode information: %w", f.Name(), errdefs.ErrNotImplemented)
-	}
-	return *st, nil
-}
-
 // copyFile copies a file verbatim (artifact.CopyVerbatim), counting the bytes read.
 func (t *transform) copyFile(ctx context.Context, w artifact.Writer, sf artifact.SourceFile) error {
 	return artifact.CopyVerbatim(ctx, w, t.src.Root, sf, func(n int64) { t.read.Add(n) })
@@ -283,14 +252,14 @@ func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
 // metadata.total_size (the bytes of all tensor data); everything else is
 // kept. A file that is not such an index is copied verbatim.
 func (t *transform) writeIndexJSON(ctx context.Context, w artifact.Writer, sf artifact.SourceFile, total int64) error {
-	f, st, err := t.open(sf)
+	f, err := t.open(sf)
 	if err != nil {
 		return err
 	}
 	raw, err := io.ReadAll(io.LimitReader(f, sf.Size+1))
 	t.read.Add(int64(len(raw)))
 	if err == nil {
-		err = unchanged(f, sf, st)
+		err = f.Unchanged()
 	}
 	f.Close()
 	if err != nil {

@@ -12,7 +12,9 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/synth"
 )
 
-func TestImportCommandWarmHitReadsNoSource(t *testing.T) {
+// TestImportCommandBuildsOnceThenHits: the second import of an unchanged
+// source is a hit on the same digest; a branch name is no revision.
+func TestImportCommandBuildsOnceThenHits(t *testing.T) {
 	base := t.TempDir()
 	src := filepath.Join(base, "src")
 	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 2, DType: "F16", Seed: 9}); err != nil {
@@ -37,5 +39,52 @@ func TestImportCommandWarmHitReadsNoSource(t *testing.T) {
 	}
 	if out, err := runCLI(t, append(args[:4], "import", src, "--revision", "main")...); err == nil {
 		t.Fatalf("a branch name was accepted as revision: %s", out)
+	}
+}
+
+// TestExitCodes: the README's exit-code table for bad input and a missing source.
+func TestExitCodes(t *testing.T) {
+	base := t.TempDir()
+	cfg := filepath.Join(base, "config.toml")
+	os.WriteFile(cfg, nil, 0o644)
+	common := []string{"--root", filepath.Join(base, "root"), "--config", cfg}
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+	}{
+		{"missing source", []string{"import", filepath.Join(base, "absent"), "--revision", strings.Repeat("cd", 20)}, 3},
+		{"NaN size", []string{"dev", "synth", "--out", filepath.Join(base, "m"), "--size", "NaN"}, 2},
+		{"huge chunk", []string{"pull", "--chunk-size", "1GiB", "127.0.0.1:1/x:y"}, 2},
+		{"no such artifact", []string{"verify", strings.Repeat("ab", 32)}, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := runCLI(t, append(common, tc.args...)...)
+			if got := exitCode(err); err == nil || got != tc.code {
+				t.Fatalf("exit %d (%v), want %d", got, err, tc.code)
+			}
+		})
+	}
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64 // -1: refused
+	}{
+		{"4096", 4096}, {"1KiB", 1 << 10}, {"1.5GiB", 3 << 29}, {"100M", 100 << 20}, {"2GB", 2e9},
+		{"NaN", -1}, {"Inf", -1}, {"-Inf", -1}, {"InfGiB", -1}, {"-1", -1}, {"1e30GiB", -1},
+		{"8TiB", 8 << 40}, {"9223372036854775807", -1}, {"8388608TiB", -1}, {"", -1}, {"GiB", -1},
+	} {
+		got, err := parseSize(tc.in)
+		if tc.want < 0 {
+			if err == nil || exitCode(err) != 2 {
+				t.Errorf("parseSize(%q) = %d, %v; want a bad-input error", tc.in, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
 	}
 }

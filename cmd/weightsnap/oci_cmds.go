@@ -141,8 +141,8 @@ imported as "import" would import its files: --revision is then required.`,
 			if err != nil {
 				return err
 			}
-			if n <= 0 {
-				return fmt.Errorf("--chunk-size must be positive: %w", errdefs.ErrInvalidArgument)
+			if n < oci.MinChunkSize || n > oci.MaxChunkSize {
+				return fmt.Errorf("--chunk-size %s: want %s to %s: %w", chunk, humanBytes(oci.MinChunkSize), humanBytes(oci.MaxChunkSize), errdefs.ErrInvalidArgument)
 			}
 			o.ChunkSize = n
 			d, err := a.domain(ctx)

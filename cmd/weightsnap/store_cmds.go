@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -193,15 +194,34 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 }
 
 func newVerifyCmd(a *app) *cobra.Command {
-	var full bool
+	var full, all bool
+	var rate string
 	cmd := &cobra.Command{
-		Use:   "verify ID",
-		Short: "Validate an artifact; an invalid one is denied and exits non-zero",
-		Args:  cobra.ExactArgs(1),
+		Use:   "verify ID | --all",
+		Short: "Validate an artifact (or scrub them all); an invalid one is denied and exits 4",
+		Long: `Validate an artifact: its metadata, or with --full the BLAKE3 of every payload byte.
+
+--all scrubs every ready artifact: it recomputes every digest the store
+records (the BLAKE3 of every byte and every file's sha256) at most --rate
+bytes per second, and denies each artifact whose recorded digests disagree
+with its bytes.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if all {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.ExactArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := a.domain(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if all {
+				n, err := parseSize(rate)
+				if err != nil {
+					return err
+				}
+				return scrubAll(cmd.Context(), a, d, n)
 			}
 			id, err := d.ResolveID(args[0])
 			if err != nil {
@@ -225,7 +245,30 @@ func newVerifyCmd(a *app) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&full, "full", false, "check every payload byte (full_checksum)")
+	cmd.Flags().BoolVar(&all, "all", false, "scrub every ready artifact: every digest recomputed, throttled")
+	cmd.Flags().StringVar(&rate, "rate", "256MiB", "with --all, the most bytes per second read (0: unthrottled)")
 	return cmd
+}
+
+// scrubAll scrubs every ready artifact and fails with the findings.
+func scrubAll(ctx context.Context, a *app, d *store.Domain, rate int64) error {
+	list, err := d.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, info := range list {
+		if info.State != store.StateReady {
+			continue
+		}
+		if err := d.Scrub(ctx, info.ID, store.ScrubOptions{Rate: rate}); err != nil {
+			errs = append(errs, err)
+			fmt.Fprintf(a.out, "%s: %v\n", short(info.ID), err)
+			continue
+		}
+		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", short(info.ID), humanBytes(info.TotalBytes))
+	}
+	return errors.Join(errs...)
 }
 
 func newRmCmd(a *app) *cobra.Command {
