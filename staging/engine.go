@@ -191,7 +191,7 @@ type LaneStatus struct {
 	Src      string    `json:"src"`
 	Dst      string    `json:"dst"`
 	Verify   Verify    `json:"verify"`
-	Files    int       `json:"files"`
+	Files    int       `json:"files"`            // staged files, links not counted
 	Bytes    int64     `json:"bytes"`            // the staged files' sizes
 	Frees    int64     `json:"frees"`            // disk space evicting the lane frees
 	InUse    string    `json:"in_use,omitempty"` // why it cannot be evicted now
@@ -202,7 +202,7 @@ type LaneStatus struct {
 
 func (e *Engine) status(l *Ledger, open map[devIno]int) LaneStatus {
 	s := LaneStatus{ID: l.ID, Node: l.Node, Kind: l.Kind, State: l.State, Src: l.Src, Dst: l.Dst, Verify: l.Verify,
-		Files: len(l.Entries), Bytes: l.Bytes, StagedAt: l.StagedAt, LastUsed: l.LastUsed, Error: l.Error}
+		Files: l.files(), Bytes: l.Bytes, StagedAt: l.StagedAt, LastUsed: l.LastUsed, Error: l.Error}
 	if open != nil && l.State != StateEvicted {
 		s.Frees = footprint(l)
 		s.InUse = e.busy(l, open)

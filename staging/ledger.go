@@ -93,6 +93,17 @@ func (l *Ledger) Entry(p string) (Entry, bool) {
 	return Entry{}, false
 }
 
+// files counts the entries that are files (not links).
+func (l *Ledger) files() int {
+	n := 0
+	for _, e := range l.Entries {
+		if e.Kind != EntryLink {
+			n++
+		}
+	}
+	return n
+}
+
 // set adds or replaces entries, keeping them sorted by path.
 func (l *Ledger) set(es ...Entry) {
 	byPath := make(map[string]Entry, len(l.Entries)+len(es))

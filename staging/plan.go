@@ -132,7 +132,7 @@ func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, e
 	pub := LanePlan{ID: b.ID, Kind: b.Kind, Src: b.Src, Dst: b.Dst, Verify: b.Verify}
 	if e.opts.Mode == ModeSkip && l.State == StateStaged {
 		lp.trusted, pub.Trusted = true, true
-		pub.Files, pub.Bytes, pub.PresentFiles, pub.PresentBytes = len(l.Entries), l.Bytes, len(l.Entries), l.Bytes
+		pub.Files, pub.Bytes, pub.PresentFiles, pub.PresentBytes = l.files(), l.Bytes, l.files(), l.Bytes
 		lp.public = pub
 		return lp, nil, nil
 	}

@@ -43,7 +43,7 @@ type LaneReport struct {
 	Dst         string   `json:"dst"`
 	State       string   `json:"state"`
 	Trusted     bool     `json:"trusted,omitempty"` // --stage skip: the ledger said staged, nothing checked
-	Files       int      `json:"files"`
+	Files       int      `json:"files"`             // staged files, links not counted
 	Bytes       int64    `json:"bytes"`
 	Unchanged   int      `json:"unchanged"`
 	Copied      int      `json:"copied"`
@@ -123,7 +123,7 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan) (*LaneReport, error)
 
 func (r *laneRun) finish(start time.Time, err error) (*LaneReport, error) {
 	l := r.lp.ledger
-	r.rep.State, r.rep.Files, r.rep.Bytes = l.State, len(l.Entries), l.Bytes
+	r.rep.State, r.rep.Files, r.rep.Bytes = l.State, l.files(), l.Bytes
 	r.rep.Seconds = time.Since(start).Seconds()
 	r.rep.Env, r.rep.Mounts = r.b.Env(l.Entries), r.b.MountFlags()
 	return &r.rep, err
