@@ -114,6 +114,12 @@ func dropCache(f *os.File, off, n int64) {
 	unix.Fadvise(int(f.Fd()), off, n, unix.FADV_DONTNEED)
 }
 
+// tmpSuffix names the file a staged file is written to before it is
+// verified and renamed into place. It ends in .incomplete, as hub cache
+// downloads in flight do, so hub tools and mirrors of the destination skip
+// it, but differs from huggingface_hub's own temp names.
+const tmpSuffix = ".staging.incomplete"
+
 // createTemp creates (or truncates) the file a staged file is written to
 // before it is renamed into place, sized to size (preallocated when sparse
 // is false).

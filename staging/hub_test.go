@@ -144,7 +144,7 @@ func TestCorruptBlobRefused(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dst, "models--org--b", "blobs", name)); !os.IsNotExist(err) {
 		t.Fatalf("the corrupt blob is on the destination: %v", err)
 	}
-	if _, err := os.Lstat(filepath.Join(dst, "models--org--b", "blobs", name+".incomplete")); !os.IsNotExist(err) {
+	if _, err := os.Lstat(filepath.Join(dst, "models--org--b", "blobs", name+".staging.incomplete")); !os.IsNotExist(err) {
 		t.Fatalf("a temp file of the corrupt blob is left: %v", err)
 	}
 	ls, err := e.List(context.Background())

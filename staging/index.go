@@ -5,9 +5,10 @@ import (
 	"sync"
 )
 
-// contentIndex lists the staged files of every lane on this node by size,
-// so a file about to be copied can be hardlinked to identical content
-// instead. Entries are hints: a candidate is used only while its stat
+// contentIndex lists the staged blobs of every lane on this node by size,
+// so a blob about to be copied can be hardlinked to identical content
+// instead. Only blobs: they are immutable, named by their content, while a
+// hub client rewrites refs in place (a hardlinked ref would change two). Entries are hints: a candidate is used only while its stat
 // matches its entry, and only after a full compare.
 type contentIndex struct {
 	mu     sync.Mutex
@@ -26,7 +27,7 @@ func newContentIndex(ledgers []*Ledger) *contentIndex {
 			continue
 		}
 		for _, e := range l.Entries {
-			if e.Kind == EntryBlob || e.Kind == EntryFile {
+			if e.Kind == EntryBlob {
 				x.add(filepath.Join(l.Dst, filepath.FromSlash(e.Path)), e)
 			}
 		}
@@ -34,7 +35,7 @@ func newContentIndex(ledgers []*Ledger) *contentIndex {
 	return x
 }
 
-// add lists a staged file (one with content and a sample).
+// add lists a staged blob (one with content and a sample).
 func (x *contentIndex) add(p string, e Entry) {
 	if e.Size == 0 || e.Sample == "" {
 		return

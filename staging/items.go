@@ -194,12 +194,12 @@ func (r *laneRun) adopt(ctx context.Context, it item, in *os.File, dst string, s
 	return e, err == nil, err
 }
 
-// dedup hardlinks dst to a staged file with the same content, on the same
-// filesystem, in any lane: candidates have the same size and sampled hash,
+// dedup hardlinks a blob to a staged blob with the same content, on the
+// same filesystem, in any lane: candidates have the same size and sampled hash,
 // and are then compared with the source byte for byte (in full mode the
 // source is hashed against the blob's name in the same pass).
 func (r *laneRun) dedup(ctx context.Context, it item, in *os.File, dst string, s *srcSample) (Entry, bool, error) {
-	if it.size == 0 {
+	if it.size == 0 || it.kind != EntryBlob {
 		return Entry{}, false, nil
 	}
 	cands := r.e.index.lookup(it.size, r.lp.dev)
@@ -251,7 +251,7 @@ func (r *laneRun) linkTo(ctx context.Context, it item, in *os.File, dst string, 
 		}
 		e.Digest = algo + ":" + got
 	}
-	tmp := dst + ".incomplete"
+	tmp := dst + tmpSuffix
 	os.Remove(tmp)
 	if err := os.Link(c.path, tmp); err != nil {
 		return Entry{}, false, nil // another filesystem after all, or a link limit: copy instead
@@ -283,7 +283,7 @@ func (r *laneRun) copyFile(ctx context.Context, it item, in *os.File, dst string
 			return Entry{}, err
 		}
 	}
-	tmp := dst + ".incomplete"
+	tmp := dst + tmpSuffix
 	out, err := createTemp(tmp, it.size, it.mode, false)
 	if err != nil {
 		return Entry{}, classifyIO(err)
@@ -329,7 +329,7 @@ func (r *laneRun) ensureLink(it item, dst string) (Entry, outcome, error) {
 	if err := r.mkdirFor(dst); err != nil {
 		return Entry{}, 0, classifyIO(err)
 	}
-	tmp := dst + ".incomplete"
+	tmp := dst + tmpSuffix
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Entry{}, 0, err
 	}

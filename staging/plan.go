@@ -143,8 +143,7 @@ func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, e
 	case KindHubMirror:
 		lp.items, lp.notes, err = hubWalk(ctx, b)
 	case KindSparseRows:
-		lp.srcRoot, _, _ = safetensorsFiles(b.Src)
-		lp.items, err = sparseWalk(ctx, b)
+		lp.srcRoot, lp.items, err = sparseWalk(ctx, b)
 	}
 	if err != nil {
 		return nil, nil, err

@@ -43,7 +43,7 @@ func (e *Engine) Resolve(ctx context.Context, ref string, r *Recipe) (*Resolutio
 	if r != nil {
 		for _, b := range r.Blocks {
 			if l, ok := byID[b.ID]; !ok || l.Src != b.Src || l.Dst != b.Dst {
-				l := &Ledger{ID: b.ID, Kind: b.Kind, Src: b.Src, Dst: b.Dst, State: StateStaging}
+				l := &Ledger{ID: b.ID, Kind: b.Kind, Src: b.Src, Dst: b.Dst} // never staged here
 				byID[b.ID] = l
 				ledgers = append(ledgers, l)
 			}
@@ -77,7 +77,7 @@ func (e *Engine) Resolve(ctx context.Context, ref string, r *Recipe) (*Resolutio
 		dstSnap, err := snapshotDir(l.Dst, folder, rev)
 		switch {
 		case l.State != StateStaged:
-			res.Reason = "not staged (lane " + l.State + ")"
+			res.Reason = laneUnverified(l, "")
 		case err != nil:
 			res.Reason = "revision " + rev + " is not staged"
 		default:
@@ -132,6 +132,9 @@ func snapshotDir(cache, folder, rev string) (string, error) {
 // empty) cannot be used as they are ("" when they can): the lane is not
 // staged, or a file changed or went since it was verified.
 func laneUnverified(l *Ledger, prefix string) string {
+	if l.State == "" {
+		return "never staged on this node"
+	}
 	if l.State != StateStaged {
 		return "not staged (lane " + l.State + ")"
 	}

@@ -212,7 +212,7 @@ func (r *laneRun) stageOne(ctx context.Context, it item) error {
 
 // record notes a staged item; changed ones are journaled.
 func (r *laneRun) record(e Entry, out outcome, it item) error {
-	if e.Kind == EntryBlob || e.Kind == EntryFile {
+	if e.Kind == EntryBlob {
 		r.e.index.add(filepath.Join(r.b.Dst, filepath.FromSlash(e.Path)), e)
 	}
 	r.mu.Lock()

@@ -25,25 +25,25 @@ type rangeSpec struct {
 }
 
 // sparseWalk finds a sparse-rows lane's tables in its source (a
-// safetensors file, or a folder of them) and the rows this node stages.
-func sparseWalk(ctx context.Context, b *Block) ([]item, error) {
+// safetensors file, or a folder of them) and the rows this node stages;
+// item paths are relative to root.
+func sparseWalk(ctx context.Context, b *Block) (root string, items []item, err error) {
 	root, files, err := safetensorsFiles(b.Src)
 	if err != nil {
-		return nil, fmt.Errorf("lane %s: %w", b.ID, err)
+		return "", nil, fmt.Errorf("lane %s: %w", b.ID, err)
 	}
 	want := make(map[string]Table, len(b.Tables))
 	for _, t := range b.Tables {
 		want[t.Name] = t
 	}
 	found := map[string]string{}
-	var items []item
 	for _, rel := range files {
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		it, err := sparseItem(b, root, rel, want, found)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		if len(it.ranges) > 0 {
 			items = append(items, it)
@@ -51,10 +51,10 @@ func sparseWalk(ctx context.Context, b *Block) ([]item, error) {
 	}
 	for _, t := range b.Tables {
 		if _, ok := found[t.Name]; !ok {
-			return nil, fmt.Errorf("lane %s: table %q is in no safetensors file of %s: %w", b.ID, t.Name, b.Src, errdefs.ErrNotFound)
+			return "", nil, fmt.Errorf("lane %s: table %q is in no safetensors file of %s: %w", b.ID, t.Name, b.Src, errdefs.ErrNotFound)
 		}
 	}
-	return items, nil
+	return root, items, nil
 }
 
 // safetensorsFiles lists the safetensors files of src (a file or a folder,
@@ -192,7 +192,7 @@ func (r *laneRun) stageSparse(ctx context.Context, it item, src, dst string) (En
 	if err != nil {
 		return Entry{}, err
 	}
-	tmp := dst + ".incomplete"
+	tmp := dst + tmpSuffix
 	out, err := createTemp(tmp, it.size, it.mode, true)
 	if err != nil {
 		return Entry{}, err

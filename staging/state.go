@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -120,45 +121,13 @@ func (s *State) Save(l *Ledger) error {
 		return err
 	}
 	p := s.path(l.ID, ".json")
-	if err := writeAtomic(p, append(raw, '\n')); err != nil {
+	if err := artifact.WriteFileAtomic(p, append(raw, '\n'), 0o644, artifact.Durable); err != nil {
 		return fmt.Errorf("staging ledger: %w", err)
 	}
 	if err := os.Remove(s.path(l.ID, ".journal")); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("staging ledger: %w", err)
 	}
 	return nil
-}
-
-// writeAtomic writes p through a synced temp file and a rename.
-func writeAtomic(p string, data []byte) error {
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
-	if err != nil {
-		return err
-	}
-	if _, err = f.Write(data); err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, p)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return err
-	}
-	return syncDir(filepath.Dir(p))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // journal appends verified entries to a lane's journal.
