@@ -25,6 +25,10 @@ type Options struct {
 	Workers int
 	// SourceTimeout bounds the reachability check of a source (default 30 s).
 	SourceTimeout time.Duration
+	// JournalEvery is how often verified files are made durable and
+	// journaled during a run (default 2 s; also every 1,024 files): what a
+	// crash can cost is re-verifying that much.
+	JournalEvery time.Duration
 	// Progress, if set, returns the progress of a lane about to copy total bytes.
 	Progress func(lane string, total int64) Progress
 }
@@ -46,6 +50,9 @@ func New(st *State, opts Options) *Engine {
 	}
 	if opts.SourceTimeout <= 0 {
 		opts.SourceTimeout = 30 * time.Second
+	}
+	if opts.JournalEvery <= 0 {
+		opts.JournalEvery = 2 * time.Second
 	}
 	return &Engine{st: st, opts: opts}
 }

@@ -17,12 +17,9 @@ import (
 )
 
 // Verified files are journaled in batches: after journalBatch of them or
-// journalEvery, the destination filesystem is synced (one syncfs), then
-// their entries are appended to the journal and it is synced.
-const (
-	journalBatch = 1024
-	journalEvery = 2 * time.Second
-)
+// Options.JournalEvery, the destination filesystem is synced (one syncfs),
+// then their entries are appended to the journal and it is synced.
+const journalBatch = 1024
 
 // outcome is what staging one item did.
 type outcome int
@@ -240,7 +237,7 @@ func (r *laneRun) record(e Entry, out outcome, it item) error {
 		return err
 	}
 	r.queued++
-	if r.queued >= journalBatch || time.Since(r.flushed) >= journalEvery {
+	if r.queued >= journalBatch || time.Since(r.flushed) >= r.e.opts.JournalEvery {
 		return r.flushLocked()
 	}
 	return nil
