@@ -35,9 +35,8 @@ type Options struct {
 
 // Engine stages recipes on one node.
 type Engine struct {
-	st    *State
-	opts  Options
-	index *contentIndex
+	st   *State
+	opts Options
 }
 
 // New returns an engine keeping its state in st.
@@ -127,7 +126,6 @@ type Report struct {
 	Mode    Mode         `json:"mode"`
 	Lanes   []LaneReport `json:"lanes"`
 	Evicted []LaneStatus `json:"evicted,omitempty"`
-	Plan    *Plan        `json:"-"`
 	Seconds float64      `json:"seconds"`
 	Errors  []string     `json:"errors,omitempty"`
 }
@@ -149,7 +147,7 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	rep := &Report{Node: e.st.Node, Mode: e.opts.Mode, Plan: plan}
+	rep := &Report{Node: e.st.Node, Mode: e.opts.Mode}
 	if len(plan.Problems) > 0 {
 		return rep, &PreflightError{Problems: plan.Problems}
 	}
@@ -170,10 +168,10 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 			return nil, err
 		}
 	}
-	e.index = newContentIndex(ledgers)
+	index := newContentIndex(ledgers)
 	var errs []error
 	for _, lp := range lanes {
-		lr, err := e.runLane(ctx, lp)
+		lr, err := e.runLane(ctx, lp, index)
 		rep.Lanes = append(rep.Lanes, *lr)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("lane %s: %w", lp.b.ID, err))

@@ -202,7 +202,7 @@ func (r *laneRun) dedup(ctx context.Context, it item, in *os.File, dst string, s
 	if it.size == 0 || it.kind != EntryBlob {
 		return Entry{}, false, nil
 	}
-	cands := r.e.index.lookup(it.size, r.lp.dev)
+	cands := r.index.lookup(it.size, r.lp.dev)
 	if len(cands) == 0 {
 		return Entry{}, false, nil
 	}

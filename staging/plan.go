@@ -141,7 +141,9 @@ func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, e
 	}
 	switch b.Kind {
 	case KindHubMirror:
-		lp.items, lp.notes, err = hubWalk(ctx, b)
+		var notes []string
+		lp.items, notes, err = hubWalk(ctx, b)
+		lp.notes = append(lp.notes, notes...)
 	case KindSparseRows:
 		lp.srcRoot, lp.items, err = sparseWalk(ctx, b)
 	}

@@ -60,6 +60,7 @@ type laneRun struct {
 	e        *Engine
 	lp       *lanePlan
 	b        *Block
+	index    *contentIndex // staged blobs of every lane, for hardlinks
 	progress func(int64)
 	dirs     sync.Map // destination folders known to exist
 
@@ -71,10 +72,10 @@ type laneRun struct {
 	rep     LaneReport
 }
 
-func (e *Engine) runLane(ctx context.Context, lp *lanePlan) (*LaneReport, error) {
+func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex) (*LaneReport, error) {
 	start := time.Now()
 	b := lp.b
-	r := &laneRun{e: e, lp: lp, b: b, done: map[string]Entry{}, flushed: start,
+	r := &laneRun{e: e, lp: lp, b: b, index: index, done: map[string]Entry{}, flushed: start,
 		rep: LaneReport{ID: b.ID, Kind: b.Kind, Src: b.Src, Dst: b.Dst, Notes: lp.notes}}
 	l := lp.ledger
 	l.Kind, l.Src, l.Dst, l.Verify = b.Kind, b.Src, b.Dst, b.Verify
@@ -210,7 +211,7 @@ func (r *laneRun) stageOne(ctx context.Context, it item) error {
 // record notes a staged item; changed ones are journaled.
 func (r *laneRun) record(e Entry, out outcome, it item) error {
 	if e.Kind == EntryBlob {
-		r.e.index.add(filepath.Join(r.b.Dst, filepath.FromSlash(e.Path)), e)
+		r.index.add(filepath.Join(r.b.Dst, filepath.FromSlash(e.Path)), e)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
