@@ -138,7 +138,7 @@ func (e *LedgerError) Unwrap() error { return errdefs.ErrDataLoss }
 // Limits on what a ledger read accepts.
 const (
 	maxLedgerBytes = 1 << 30
-	maxJournalLine = 64 << 10
+	maxJournalLine = 1 << 20
 )
 
 // decodeLedger reads a ledger snapshot: one JSON document, strictly.

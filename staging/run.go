@@ -92,6 +92,9 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	if err := os.MkdirAll(b.Dst, 0o755); err != nil {
 		return r.finish(start, classifyIO(err))
 	}
+	if l.State != StateStaged {
+		r.removeTemps()
+	}
 	err := r.stageItems(ctx)
 	if ferr := r.flush(); err == nil {
 		err = ferr
@@ -125,6 +128,14 @@ func (r *laneRun) finish(start time.Time, err error) (*LaneReport, error) {
 	r.rep.Seconds = time.Since(start).Seconds()
 	r.rep.Env, r.rep.Mounts = r.b.Env(l.Entries), r.b.MountFlags()
 	return &r.rep, err
+}
+
+// removeTemps removes the temp files a stopped or crashed run may have
+// left beside the lane's files.
+func (r *laneRun) removeTemps() {
+	for _, it := range r.lp.items {
+		os.Remove(filepath.Join(r.b.Dst, filepath.FromSlash(it.path)) + tmpSuffix)
+	}
 }
 
 // stageItems stages every item: blobs of one name in order (so the second
