@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -187,7 +188,7 @@ func (e *Engine) evict(ctx context.Context, id string, ledgers []*Ledger, open m
 		return nil, err
 	}
 	l.State, l.Error, l.Entries, l.Bytes = StateEvicted, "", nil, 0
-	if err := e.st.Save(l); err != nil {
+	if err := e.st.Save(l, artifact.Durable); err != nil {
 		return nil, err
 	}
 	log.G(ctx).WithField("lane", id).WithField("frees", frees).Info("staging: lane evicted")

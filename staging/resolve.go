@@ -179,7 +179,7 @@ func (e *Engine) touch(ctx context.Context, id string) {
 		return
 	}
 	l.LastUsed = time.Now()
-	if err := e.st.Save(l); err != nil {
+	if err := e.st.Save(l, artifact.Volatile); err != nil {
 		log.G(ctx).WithError(err).WithField("lane", id).Warn("staging: could not record a use")
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
@@ -82,7 +83,7 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	if lp.trusted {
 		r.rep.Trusted = true
 		l.LastUsed = time.Now()
-		return r.finish(start, e.st.Save(l))
+		return r.finish(start, e.st.Save(l, artifact.Volatile))
 	}
 	pr := e.progress(b.ID, lp.public.CopyBytes)
 	defer pr.Done()
@@ -105,7 +106,7 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	if err != nil {
 		l.set(r.entries()...)
 		l.State, l.Error = StateFailed, err.Error()
-		if serr := e.st.Save(l); serr != nil {
+		if serr := e.st.Save(l, artifact.Durable); serr != nil {
 			log.G(ctx).WithError(serr).Warn("staging: could not record a failed lane")
 		}
 		return r.finish(start, classifyIO(err))
@@ -118,8 +119,9 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	l.Entries = nil
 	l.set(r.entries()...)
 	now := time.Now()
+	changed := r.journal != nil || removed > 0 || l.State != StateStaged
 	l.State, l.StagedAt, l.LastUsed = StateStaged, now, now
-	return r.finish(start, e.st.Save(l))
+	return r.finish(start, e.st.Save(l, changed))
 }
 
 func (r *laneRun) finish(start time.Time, err error) (*LaneReport, error) {
@@ -264,7 +266,7 @@ func (r *laneRun) beginLocked() error {
 	}
 	l := r.lp.ledger
 	l.State, l.Error = StateStaging, ""
-	if err := r.e.st.Save(l); err != nil {
+	if err := r.e.st.Save(l, artifact.Durable); err != nil {
 		return err
 	}
 	j, err := r.e.st.openJournal(r.b.ID)

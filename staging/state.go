@@ -114,14 +114,16 @@ func (s *State) IDs() ([]string, error) {
 	return ids, nil
 }
 
-// Save replaces a lane's ledger atomically and drops its journal.
-func (s *State) Save(l *Ledger) error {
+// Save replaces a lane's ledger atomically and drops its journal; durable
+// also syncs it (artifact.Durable). A save that only records a use is
+// volatile: a crash may lose the new last use, never a part of the ledger.
+func (s *State) Save(l *Ledger, durable bool) error {
 	raw, err := json.MarshalIndent(l, "", " ")
 	if err != nil {
 		return err
 	}
 	p := s.path(l.ID, ".json")
-	if err := artifact.WriteFileAtomic(p, append(raw, '\n'), 0o644, artifact.Durable); err != nil {
+	if err := artifact.WriteFileAtomic(p, append(raw, '\n'), 0o644, durable); err != nil {
 		return fmt.Errorf("staging ledger: %w", err)
 	}
 	if err := os.Remove(s.path(l.ID, ".journal")); err != nil && !errors.Is(err, os.ErrNotExist) {
