@@ -53,10 +53,11 @@ bench: build
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
 	scripts/bench-peer.sh $(BENCH_SIZE) 8
 	scripts/bench-snapshotter.sh 2GiB 4GiB
+	scripts/bench-staging.sh $(BENCH_SIZE) 1000
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
-FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./peer/
+FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./peer/ ./staging/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done

@@ -5,7 +5,7 @@
 // refused. Default() is the whole file with its defaults, which
 // `weightsnapd config default` prints.
 //
-// Other engineers' tables ([peer], [staging]) are added here as fields of
+// Other engineers' tables ([peer]) are added here as fields of
 // Config with their own defaults in Default.
 package config
 
@@ -22,6 +22,7 @@ import (
 	"github.com/pelletier/go-toml/v2"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -36,6 +37,7 @@ type Config struct {
 	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
 	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
 	Peer        Peer         `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
+	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
 }
 
 // Peer is the [peer] table.
@@ -89,6 +91,22 @@ type Metrics struct {
 	Address string `toml:"address" comment:"loopback host:port serving /metrics; \"\" turns metrics off"`
 }
 
+// Staging is the [staging] table.
+type Staging struct {
+	Dir                  string `toml:"dir" comment:"ledgers, journals and locks of staged lanes; \"\" means <root>/staging"`
+	Node                 string `toml:"node" comment:"this node's name in ledgers; \"\" means the host name"`
+	Workers              int    `toml:"workers" comment:"files staged at once (each with up to 4 reads of 4 MiB in flight)"`
+	SourceTimeoutSeconds int    `toml:"source_timeout_seconds" comment:"seconds a source may take to answer the preflight's reachability check"`
+}
+
+// StagingDir is the staging state directory: [staging] dir, or <root>/staging.
+func (c *Config) StagingDir(root string) string {
+	if c.Staging.Dir != "" {
+		return c.Staging.Dir
+	}
+	return filepath.Join(root, staging.DirName)
+}
+
 // Default is the configuration with every default filled in.
 func Default() Config {
 	return Config{
@@ -101,6 +119,7 @@ func Default() Config {
 		},
 		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", Mode: string(resolve.Required)},
 		Metrics:     Metrics{Address: "127.0.0.1:9878"},
+		Staging:     Staging{Workers: 4, SourceTimeoutSeconds: 30},
 		Peer: Peer{Listen: fmt.Sprintf(":%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP), Rails: peer.DefaultRails,
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.StagedDir{}, StagedCeilingBytes: peer.DefaultStagedCeiling},
@@ -188,6 +207,9 @@ func (c *Config) Validate() error {
 	}
 	if (c.Peer.TLSCert == "") != (c.Peer.TLSKey == "") || (c.Peer.TLSClientCA != "" && c.Peer.TLSCert == "") {
 		return bad("[peer] tls_cert and tls_key go together, and tls_client_ca needs them")
+	}
+	if c.Staging.Workers < 1 || c.Staging.SourceTimeoutSeconds < 1 {
+		return bad("[staging] workers and source_timeout_seconds must be at least 1")
 	}
 	if a := c.Metrics.Address; a != "" {
 		host, _, err := net.SplitHostPort(a)
