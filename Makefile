@@ -45,10 +45,11 @@ bench: build
 	scripts/bench-store.sh $(BENCH_SIZE) 8
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
 	scripts/bench-snapshotter.sh 2GiB 4GiB
+	scripts/bench-staging.sh $(BENCH_SIZE) 1000
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
-FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/
+FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./staging/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done

@@ -12,6 +12,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -142,10 +143,17 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		}
 		providers = append(providers, &oci.Provider{Repo: repo})
 	}
+	passthrough, err := a.localPassthrough(mode)
+	if err != nil {
+		return err
+	}
+	if _, ok := req.Recipe.(producers.Passthrough); ok {
+		req.Recipe = passthrough
+	}
 	rt, err := resolve.New(resolve.Config{
 		Mode: mode, Root: a.effectiveRoot(), Store: &a.cfg.Store, Validation: store.ValidationMode(o.validation),
 		Wait: wait, AllowLocalBuild: o.allowLocalBuild, NoFingerprintCache: o.noFingerprintCache,
-		Providers: providers, Producers: []producers.Recipe{producers.Passthrough{}},
+		Providers: providers, Producers: []producers.Recipe{passthrough},
 	})
 	if err != nil {
 		return err
@@ -159,6 +167,20 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		return err
 	}
 	return rerr
+}
+
+// localPassthrough is the passthrough producer resolution registers: the
+// staged checkpoint's (which reads a staged, verified copy of the source
+// when this node has one) once anything was staged here.
+func (a *app) localPassthrough(mode resolve.Mode) (producers.Recipe, error) {
+	if mode == resolve.Disabled {
+		return producers.Passthrough{}, nil
+	}
+	e, err := a.stagingEngine(stagingFlags{}, staging.ModeAuto, false)
+	if err != nil || e == nil {
+		return producers.Passthrough{}, err
+	}
+	return staging.Producer{Engine: e}, nil
 }
 
 func (a *app) writeReport(dest string, rep *resolve.Report) error {

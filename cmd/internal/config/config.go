@@ -5,7 +5,7 @@
 // refused. Default() is the whole file with its defaults, which
 // `weightsnapd config default` prints.
 //
-// Other engineers' tables ([peer], [staging]) are added here as fields of
+// Other engineers' tables ([peer]) are added here as fields of
 // Config with their own defaults in Default.
 package config
 
@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -34,6 +35,7 @@ type Config struct {
 	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
 	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
 	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
+	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
 }
 
 // Resolve is the [resolve] table.
@@ -63,6 +65,22 @@ type Metrics struct {
 	Address string `toml:"address" comment:"loopback host:port serving /metrics; \"\" turns metrics off"`
 }
 
+// Staging is the [staging] table.
+type Staging struct {
+	Dir                  string `toml:"dir" comment:"ledgers, journals and locks of staged lanes; \"\" means <root>/staging"`
+	Node                 string `toml:"node" comment:"this node's name in ledgers; \"\" means the host name"`
+	Workers              int    `toml:"workers" comment:"files staged at once (each with up to 4 reads of 4 MiB in flight)"`
+	SourceTimeoutSeconds int    `toml:"source_timeout_seconds" comment:"seconds a source may take to answer the preflight's reachability check"`
+}
+
+// StagingDir is the staging state directory: [staging] dir, or <root>/staging.
+func (c *Config) StagingDir(root string) string {
+	if c.Staging.Dir != "" {
+		return c.Staging.Dir
+	}
+	return filepath.Join(root, staging.DirName)
+}
+
 // Default is the configuration with every default filled in.
 func Default() Config {
 	return Config{
@@ -75,6 +93,7 @@ func Default() Config {
 		},
 		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", Mode: string(resolve.Required)},
 		Metrics:     Metrics{Address: "127.0.0.1:9878"},
+		Staging:     Staging{Workers: 4, SourceTimeoutSeconds: 30},
 	}
 }
 
@@ -150,6 +169,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Snapshotter.Mode != string(resolve.Required) {
 		return bad("[snapshotter] mode %q: only required is supported", c.Snapshotter.Mode)
+	}
+	if c.Staging.Workers < 1 || c.Staging.SourceTimeoutSeconds < 1 {
+		return bad("[staging] workers and source_timeout_seconds must be at least 1")
 	}
 	if a := c.Metrics.Address; a != "" {
 		host, _, err := net.SplitHostPort(a)
