@@ -31,7 +31,7 @@ const DefaultPath = "/etc/weightsnap/config.toml"
 
 // Config is the whole configuration file, loaded once.
 type Config struct {
-	Root        string       `toml:"root" comment:"Store root: the domain's directory. Overridden by --root; the default is $WEIGHTSNAP_ROOT,\nelse /var/lib/weightsnap for root, else $XDG_DATA_HOME/weightsnap."`
+	Root        string       `toml:"root" comment:"Store root: the domain's directory (weightsnap --root overrides it). The default is\n$WEIGHTSNAP_ROOT, else /var/lib/weightsnap for root, else $XDG_DATA_HOME/weightsnap."`
 	Store       store.Policy `toml:"store" comment:"Policy of a store domain created by weightsnap (an existing domain keeps its own)."`
 	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
 	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
