@@ -44,6 +44,7 @@ bench: build
 	printf 'hashing floor: sha256 %s CPU-s/GiB, BLAKE3 %s CPU-s/GiB, per core with all %s cores hashing\n' "$$s" "$$b" "$$c"
 	scripts/bench-store.sh $(BENCH_SIZE) 8
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
+	scripts/bench-snapshotter.sh 2GiB 4GiB
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
@@ -58,6 +59,7 @@ stress:
 
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags bench ./test/e2e/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 demo: build

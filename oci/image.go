@@ -72,6 +72,7 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 		return nil, &ManifestError{Ref: target.String(), Reason: "a weight image needs at least one --weights"}
 	}
 	rep := &ImageReport{Ref: target.String(), Base: o.Base}
+	var ptrs []Pointer
 	var pls []*PointerLayer
 	seen := map[string]bool{}
 	for _, w := range o.Weights {
@@ -95,8 +96,14 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 		if err != nil {
 			return nil, err
 		}
-		pl, err := NewPointerLayer(Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
+		ptrs = append(ptrs, Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
 			Files: len(plan.Files), Bytes: plan.TotalBytes()})
+	}
+	for i, p := range ptrs {
+		for _, n := range ptrs[i+1:] {
+			p.Next = append(p.Next, Pointer{Artifact: n.Artifact, Identity: n.Identity})
+		}
+		pl, err := NewPointerLayer(p)
 		if err != nil {
 			return nil, err
 		}

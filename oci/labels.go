@@ -24,6 +24,9 @@ type LabelError struct {
 }
 
 func (e *LabelError) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("weight layer label %s: %s", e.Label, e.Reason)
+	}
 	return fmt.Sprintf("weight layer label %s=%q: %s", e.Label, e.Value, e.Reason)
 }
 
@@ -49,26 +52,49 @@ func IsWeightLayer(labels map[string]string) bool {
 	return false
 }
 
+// pointerLabels are the labels (layer annotations) that carry p.
+func pointerLabels(p Pointer) map[string]string {
+	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
+	if len(p.Next) > 0 {
+		next := make([]string, len(p.Next))
+		for i, n := range p.Next {
+			next[i] = n.Identity + "=" + n.Artifact
+		}
+		labels[LabelNext] = strings.Join(next, ",")
+	}
+	return labels
+}
+
+// labelBytes is the size containerd counts for labels: keys and values.
+func labelBytes(labels map[string]string) int {
+	total := 0
+	for k, v := range labels {
+		total += len(k) + len(v)
+	}
+	return total
+}
+
 // ParsePointerLabels reads the pointer that a pointer layer's labels carry
 // (the layer's annotations, as containerd passes them to a snapshotter's
 // Prepare). ok is false for an ordinary layer, one with no weightsnap label.
 // A weight layer's labels are accepted only when the artifact reference is
 // a registry reference pinned by a sha256 digest, the identity is
 // sha256:<64 lower-case hex>, the target is an absolute clean directory
-// (CleanTarget leaves it as it is), and the weightsnap labels together fit
-// in containerd's limit for one label; anything else is a *LabelError.
+// (CleanTarget leaves it as it is), every LabelNext entry is such an
+// identity and reference, and the weightsnap labels together fit in
+// containerd's limit for one label; anything else is a *LabelError.
 // Labels of other keys are ignored.
 func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 	if !IsWeightLayer(labels) {
 		return Pointer{}, false, nil
 	}
-	total := 0
+	ours := map[string]string{}
 	for k, v := range labels {
 		if strings.HasPrefix(k, labelPrefix) {
-			total += len(k) + len(v)
+			ours[k] = v
 		}
 	}
-	if total > maxLabelsBytes {
+	if total := labelBytes(ours); total > maxLabelsBytes {
 		return Pointer{}, true, &LabelError{Label: labelPrefix + "*",
 			Reason: fmt.Sprintf("the weightsnap labels take %d bytes, more than containerd's %d-byte limit", total, maxLabelsBytes)}
 	}
@@ -89,7 +115,20 @@ func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error
 	} else if c != target {
 		return Pointer{}, true, labelError(LabelTarget, target, "not clean (want %q)", c)
 	}
-	return Pointer{Schema: PointerSchema, Artifact: art, Identity: id, Target: target}, true, nil
+	p = Pointer{Schema: PointerSchema, Artifact: art, Identity: id, Target: target}
+	if next := labels[LabelNext]; next != "" {
+		for _, e := range strings.Split(next, ",") {
+			nid, nart, ok := strings.Cut(e, "=")
+			if !ok || !identityRE.MatchString(nid) {
+				return Pointer{}, true, labelError(LabelNext, next, "entry %q is not sha256:<hex>=<artifact>", e)
+			}
+			if err := checkPinnedRef(nart); err != nil {
+				return Pointer{}, true, labelError(LabelNext, next, "entry %q: %v", e, err)
+			}
+			p.Next = append(p.Next, Pointer{Schema: PointerSchema, Artifact: nart, Identity: nid})
+		}
+	}
+	return p, true, nil
 }
 
 // checkPinnedRef accepts only host/repository@sha256:<64 hex>, written as

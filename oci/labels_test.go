@@ -3,6 +3,7 @@ package oci
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -29,6 +30,9 @@ func TestParsePointerLabels(t *testing.T) {
 		label string // the label the error names; "" for no error
 	}{
 		{"valid", func(map[string]string) {}, true, ""},
+		{"valid with next", func(m map[string]string) {
+			m[LabelNext] = "sha256:" + strings.Repeat("3", 64) + "=reg.example/a" + pin + ",sha256:" + strings.Repeat("4", 64) + "=reg.example/b" + pin
+		}, true, ""},
 		{"ordinary layer", func(m map[string]string) { clear(m); m["containerd.io/snapshot.ref"] = "x" }, false, ""},
 		{"relative target", func(m map[string]string) { m[LabelTarget] = "models/x" }, true, LabelTarget},
 		{"dot-dot target", func(m map[string]string) { m[LabelTarget] = "/models/../etc" }, true, LabelTarget},
@@ -49,6 +53,9 @@ func TestParsePointerLabels(t *testing.T) {
 			m[labelPrefix+"future"] = "x"
 		}, true, LabelArtifact},
 		{"oversized", func(m map[string]string) { m[LabelTarget] = "/" + strings.Repeat("x", 4000) }, true, labelPrefix + "*"},
+		{"next entry without identity", func(m map[string]string) { m[LabelNext] = "reg.example/m" + pin }, true, LabelNext},
+		{"next entry by tag", func(m map[string]string) { m[LabelNext] = testIdentity + "=reg.example/m:v1" }, true, LabelNext},
+		{"next entry empty", func(m map[string]string) { m[LabelNext] = testIdentity + "=reg.example/m" + pin + "," }, true, LabelNext},
 		{"oversized in sum", func(m map[string]string) {
 			m[LabelTarget] = "/" + strings.Repeat("x", 2500)
 			m[labelPrefix+"note"] = strings.Repeat("y", 1500)
@@ -67,6 +74,9 @@ func TestParsePointerLabels(t *testing.T) {
 				}
 				if ok && (p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama") {
 					t.Fatalf("pointer %+v", p)
+				}
+				if next := m[LabelNext]; next != "" && len(p.Next) != strings.Count(next, ",")+1 {
+					t.Fatalf("next %q parsed as %+v", next, p.Next)
 				}
 				return
 			}
@@ -87,10 +97,12 @@ func FuzzParsePointerLabels(f *testing.F) {
 	f.Add("127.0.0.1:5000/models/x:v1", p.Identity, "/models/../../etc", "x")
 	f.Add("localhost/a@sha256:"+zeros, "sha256:"+zeros, "/a/b/c", strings.Repeat("z", 5000))
 	f.Add("host/repo@sha256:"+zeros+"/../x", "sha256:"+zeros+"\n", "/w\x00/x", "")
+	f.Add(p.Artifact, p.Identity, p.Target, p.Identity+"="+p.Artifact+","+p.Identity+"="+p.Artifact)
+	f.Add(p.Artifact, p.Identity, p.Target, p.Identity+"=,=")
 	f.Fuzz(func(t *testing.T, art, id, target, extra string) {
 		labels := map[string]string{LabelArtifact: art, LabelIdentity: id, LabelTarget: target}
 		if extra != "" {
-			labels[labelPrefix+"extra"] = extra
+			labels[LabelNext] = extra
 		}
 		p, ok, err := ParsePointerLabels(labels)
 		if !ok {
@@ -99,8 +111,10 @@ func FuzzParsePointerLabels(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !identityRE.MatchString(p.Identity) || checkPinnedRef(p.Artifact) != nil || PointerHost(p) == "" {
-			t.Fatalf("accepted %+v", p)
+		for _, q := range append([]Pointer{p}, p.Next...) {
+			if !identityRE.MatchString(q.Identity) || checkPinnedRef(q.Artifact) != nil || PointerHost(q) == "" {
+				t.Fatalf("accepted %+v", q)
+			}
 		}
 		if j := filepath.Join("/snap/fs", p.Target); !strings.HasPrefix(j, "/snap/fs/") || j != "/snap/fs"+p.Target {
 			t.Fatalf("target %q escapes: %q", p.Target, j)
@@ -180,5 +194,30 @@ func TestInspectFollowsPointersOnlyToArtifactsOnConfiguredHosts(t *testing.T) {
 	bad := ocispec.Descriptor{Annotations: map[string]string{LabelArtifact: "x:v1", LabelIdentity: testIdentity, LabelTarget: "/x"}}
 	if _, _, err := PointerFromAnnotations(bad); err == nil {
 		t.Fatal("a tag-pinned pointer was accepted")
+	}
+}
+
+// TestPointerLayerNext: the later pointers ride on a pointer layer's labels,
+// as many as fit in half of containerd's limit; the layer's bytes do not
+// depend on them.
+func TestPointerLayerNext(t *testing.T) {
+	p := testPointer()
+	plain, err := NewPointerLayer(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		p.Next = append(p.Next, Pointer{Artifact: fmt.Sprintf("127.0.0.1:5000/models/m%d@sha256:%s", i, zeros), Identity: fmt.Sprintf("sha256:%064x", i)})
+	}
+	pl, err := NewPointerLayer(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := ParsePointerLabels(pl.Desc.Annotations)
+	if err != nil || len(got.Next) == 0 || len(got.Next) >= 40 || got.Next[0].Artifact != p.Next[0].Artifact {
+		t.Fatalf("next %d entries, %v", len(got.Next), err)
+	}
+	if labelBytes(pl.Desc.Annotations) > maxLabelsBytes/2 || pl.Desc.Digest != plain.Desc.Digest {
+		t.Fatalf("labels %d bytes; digest %s vs %s", labelBytes(pl.Desc.Annotations), pl.Desc.Digest, plain.Desc.Digest)
 	}
 }

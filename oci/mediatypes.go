@@ -53,6 +53,9 @@ const (
 	LabelIdentity = "containerd.io/snapshot/weightsnap.identity"
 	// LabelTarget is the absolute directory the artifact is mounted at.
 	LabelTarget = "containerd.io/snapshot/weightsnap.target"
+	// LabelNext lists the image's later pointers, "<identity>=<artifact>"
+	// joined by ",", for resolving them ahead (Pointer.Next).
+	LabelNext = "containerd.io/snapshot/weightsnap.next"
 	// maxLabelsBytes is containerd's limit on the labels of one snapshot.
 	maxLabelsBytes = 4096
 )

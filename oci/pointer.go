@@ -31,6 +31,11 @@ type Pointer struct {
 	Target   string `json:"target"`   // absolute directory in the container
 	Files    int    `json:"files"`
 	Bytes    int64  `json:"bytes"`
+	// Next are the pointers (artifact and identity) of the image's later
+	// pointer layers, carried in the LabelNext label so that a snapshotter
+	// resolves them while containerd still prepares this layer (containerd
+	// prepares an image's layers one after the other). Not in the file.
+	Next []Pointer `json:"-"`
 }
 
 // PointerLayer is one built pointer layer: its tar bytes and descriptor.
@@ -67,6 +72,22 @@ func PointerPath(p Pointer) string {
 	return path.Join(p.Target, PointerDir, strings.TrimPrefix(p.Identity, "sha256:")+".json")
 }
 
+// PointerFile is the content of p's pointer file: canonical JSON and a newline.
+func PointerFile(p Pointer) ([]byte, error) {
+	if p.Schema == 0 {
+		p.Schema = PointerSchema
+	}
+	raw, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	body, err := artifact.Canonicalize(raw)
+	if err != nil {
+		return nil, err
+	}
+	return append(body, '\n'), nil
+}
+
 // NewPointerLayer builds the deterministic pointer layer of p: an
 // uncompressed tar of the target directory, its parents, .weightsnap/,
 // .weightsnap/pointers/ and the pointer file, in sorted order, owned by
@@ -80,19 +101,20 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	if p.Schema == 0 {
 		p.Schema = PointerSchema
 	}
-	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
+	// Next is a hint: leave out what would take the labels past half of
+	// containerd's limit, keeping that half for the labels containerd adds.
+	labels := pointerLabels(p)
+	for len(p.Next) > 0 && labelBytes(labels) > maxLabelsBytes/2 {
+		p.Next = p.Next[:len(p.Next)-1]
+		labels = pointerLabels(p)
+	}
 	if _, _, err := ParsePointerLabels(labels); err != nil {
 		return nil, err
 	}
-	raw, err := json.Marshal(p)
+	body, err := PointerFile(p)
 	if err != nil {
 		return nil, err
 	}
-	body, err := artifact.Canonicalize(raw)
-	if err != nil {
-		return nil, err
-	}
-	body = append(body, '\n')
 
 	file := strings.TrimPrefix(PointerPath(p), "/")
 	var dirs []string
@@ -121,12 +143,7 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	pl.Desc = descriptorOf(MediaTypePointerLayer, pl.Tar)
 	pl.Desc.Annotations = labels
 	pl.DiffID = pl.Desc.Digest.String()
-	// Leave containerd half its limit for the labels it adds.
-	total := 0
-	for k, v := range labels {
-		total += len(k) + len(v)
-	}
-	if total > maxLabelsBytes/2 {
+	if total := labelBytes(labels); total > maxLabelsBytes/2 {
 		return nil, fmt.Errorf("pointer layer labels take %d bytes, too close to containerd's %d-byte limit", total, maxLabelsBytes)
 	}
 	return pl, nil

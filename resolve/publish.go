@@ -79,7 +79,7 @@ func (a *attempt) publish(p producers.PhasedProducer) {
 // openDomainOnly opens the domain for a call that has no fallback.
 func (a *attempt) openDomainOnly() bool {
 	t := time.Now()
-	d, err := a.r.domain(a.ctx)
+	d, err := a.r.Domain(a.ctx)
 	if err != nil {
 		a.rep.step(StepDomain, "", StepFailed, t, "")
 		a.fail(classifyDomain(a.ctx, err, false))

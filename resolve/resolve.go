@@ -172,7 +172,7 @@ func (a *attempt) finish() (*Resolution, error) {
 
 func (a *attempt) openDomain() bool {
 	t := time.Now()
-	d, err := a.r.domain(a.ctx)
+	d, err := a.r.Domain(a.ctx)
 	if err != nil {
 		a.rep.step(StepDomain, "", StepFailed, t, "")
 		return a.stop(classifyDomain(a.ctx, err, errors.Is(err, errWaitBudget)))
@@ -317,8 +317,8 @@ func (a *attempt) providers() ([]Provider, bool) {
 	t := time.Now()
 	p, err := a.r.cfg.Locate(a.ctx, a.req.Artifact)
 	if err != nil {
-		a.rep.step(StepRemote, a.req.Artifact, StepFailed, t, string(KindPolicy))
-		return nil, !a.recover(&Failure{Kind: KindPolicy, Step: StepRemote, Source: a.req.Artifact, Err: err})
+		a.rep.step(StepRemote, "", StepFailed, t, string(KindPolicy))
+		return nil, !a.recover(&Failure{Kind: KindPolicy, Step: StepRemote, Err: err})
 	}
 	return append([]Provider{p}, a.r.cfg.Providers...), true
 }

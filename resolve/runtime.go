@@ -130,8 +130,9 @@ func New(cfg Config) (*Runtime, error) {
 // Mode is the runtime's mode.
 func (r *Runtime) Mode() Mode { return r.cfg.Mode }
 
-// domain opens the store domain once, within the wait budget.
-func (r *Runtime) domain(ctx context.Context) (*store.Domain, error) {
+// Domain opens the runtime's store domain (once, within the wait budget)
+// and returns it; never call it in disabled mode.
+func (r *Runtime) Domain(ctx context.Context) (*store.Domain, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.dom != nil {

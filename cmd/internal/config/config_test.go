@@ -89,3 +89,10 @@ func TestLoad(t *testing.T) {
 		t.Fatalf("%+v %v", c, err)
 	}
 }
+
+func TestDottedKeys(t *testing.T) {
+	c, err := Parse("dotted", []byte("resolve.registries = [\"registry.example\"]\n"))
+	if err != nil || !reflect.DeepEqual(c.Resolve.Registries, []string{"registry.example"}) || c.Resolve.Mode != "preferred" {
+		t.Fatalf("%+v %v", c.Resolve, err)
+	}
+}

@@ -18,6 +18,9 @@ type ContainerdOptions struct {
 	Registry *Registry
 	// SandboxImage overrides the pinned CRI sandbox image.
 	SandboxImage string
+	// Imports are configuration files containerd imports (merged over the generated config.toml),
+	// such as the contrib snippet (Weightsnapd.ContainerdSnippet).
+	Imports []string
 	// ExtraConfig is appended to the generated config.toml (version 3). It may add new tables, such
 	// as [proxy_plugins.weightsnap]; it must not repeat a table the harness writes (grpc, ttrpc,
 	// debug, plugins."io.containerd.internal.v1.opt", plugins."io.containerd.grpc.v1.cri",
@@ -81,7 +84,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
   capabilities = ["pull", "resolve", "push"]
 `, opts.Registry.URL, opts.Registry.URL))
 	}
-	writeFile(t, c.Config, c.config(sandbox)+"\n"+opts.ExtraConfig+"\n")
+	writeFile(t, c.Config, c.config(sandbox, opts.Imports)+"\n"+opts.ExtraConfig+"\n")
 	writeFile(t, c.crictlConfig, fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n", c.Socket, c.Socket))
 	writeFile(t, c.nerdctlToml, "")
 
@@ -93,12 +96,17 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	return c
 }
 
-func (c *Containerd) config(sandbox string) string {
+func (c *Containerd) config(sandbox string, imports []string) string {
+	quoted := make([]string, len(imports))
+	for i, p := range imports {
+		quoted[i] = fmt.Sprintf("%q", p)
+	}
 	var pinned string
 	if sandbox != "" {
 		pinned = fmt.Sprintf("\n  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", sandbox)
 	}
 	return fmt.Sprintf(`version = 3
+imports = [%s]
 root = %q
 state = %q
 # NRI listens on a fixed host path; two test daemons would collide.
@@ -131,7 +139,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
   snapshotter = "overlayfs"
   [plugins."io.containerd.cri.v1.images".registry]
     config_path = %q
-%s`, c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Dir, "opt"),
+%s`, strings.Join(quoted, ", "), c.Root, c.State, c.Socket, c.Socket+".ttrpc", filepath.Join(c.Dir, "opt"),
 		filepath.Join(c.Dir, "cni", "bin"), filepath.Join(c.Dir, "cni", "net.d"), c.HostsDir, pinned)
 }
 

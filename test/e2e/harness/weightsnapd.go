@@ -1,9 +1,15 @@
 package harness
 
 import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // WeightsnapdBinary returns the weightsnapd binary: $WEIGHTSNAPD if set, else bin/weightsnapd at the
@@ -16,37 +22,175 @@ func WeightsnapdBinary() string {
 		}
 		return ""
 	}
-	dir, err := os.Getwd()
+	root, err := ModuleRoot()
 	if err != nil {
 		return ""
 	}
+	if p := filepath.Join(root, "bin", "weightsnapd"); isExec(p) {
+		return p
+	}
+	return ""
+}
+
+// ModuleRoot is the directory of the go.mod above the working directory.
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
 	for {
 		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			if p := filepath.Join(dir, "bin", "weightsnapd"); isExec(p) {
-				return p
-			}
-			return ""
+			return dir, nil
 		}
 		parent := filepath.Dir(dir)
 		if parent == dir {
-			return ""
+			return "", fmt.Errorf("no go.mod above %s", dir)
 		}
 		dir = parent
 	}
 }
 
-// StartWeightsnapd starts weightsnapd with args in a fresh harness directory (its working directory;
-// logs in weightsnapd.log there) and returns the process; it waits for nothing, since the daemon's
-// readiness signal is not defined yet. It skips (see Skip) when the binary is not built.
-//
-// This is a placeholder until the daemon exists: callers pass the flags (socket, root, containerd
-// address) themselves.
-func StartWeightsnapd(t testing.TB, args ...string) *Proc {
+// WeightsnapdOptions configures StartWeightsnapd.
+type WeightsnapdOptions struct {
+	// Registries are the registry hosts weight images' pointers may name ([resolve] registries);
+	// the daemon talks plain HTTP to them.
+	Registries []string
+	// ExtraConfig is appended to the generated config.toml; it must not repeat the tables the
+	// harness writes (root, [resolve], [snapshotter], [metrics]).
+	ExtraConfig string
+}
+
+// Weightsnapd is a running weightsnapd with its own store, snapshot root and socket.
+type Weightsnapd struct {
+	Dir          string // everything lives under here
+	Root         string // the store root
+	SnapshotRoot string // the snapshotter's root: Root/snapshots
+	Socket       string // the snapshots API socket
+	Config       string // config.toml path
+	MetricsURL   string // http://127.0.0.1:PORT/metrics
+	Proc         *Proc
+}
+
+// StartWeightsnapd starts weightsnapd (root needed) with a generated configuration in a fresh
+// harness directory (logs in weightsnapd.log there) and waits for its sd_notify READY=1. It skips
+// (see Skip) when the binary is not built.
+func StartWeightsnapd(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	t.Helper()
+	RequireRoot(t)
 	bin := WeightsnapdBinary()
 	if bin == "" {
 		Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
 	}
 	dir := TempDir(t)
-	return StartProcess(t, dir, "weightsnapd", nil, append([]string{bin}, args...)...)
+	w := &Weightsnapd{Dir: dir, Root: filepath.Join(dir, "root"), Socket: filepath.Join(dir, "ws.sock"),
+		Config: filepath.Join(dir, "config.toml")}
+	w.SnapshotRoot = filepath.Join(w.Root, "snapshots")
+	metrics := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
+	w.MetricsURL = "http://" + metrics + "/metrics"
+	regs := make([]string, len(opts.Registries))
+	for i, r := range opts.Registries {
+		regs[i] = fmt.Sprintf("%q", r)
+	}
+	writeFile(t, w.Config, fmt.Sprintf(`root = %q
+
+[resolve]
+registries = [%s]
+plain_http = true
+
+[snapshotter]
+address = %q
+
+[metrics]
+address = %q
+%s
+`, w.Root, strings.Join(regs, ", "), w.Socket, metrics, opts.ExtraConfig))
+	w.Proc = w.start(t, bin)
+	return w
+}
+
+// start runs the daemon and waits for READY=1 on a notify socket of its own.
+func (w *Weightsnapd) start(t testing.TB, bin string) *Proc {
+	t.Helper()
+	notify := filepath.Join(w.Dir, fmt.Sprintf("notify-%s.sock", randHex(3)))
+	conn, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: notify, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ready := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, _, err := conn.ReadFromUnix(buf)
+			if err != nil {
+				ready <- err
+				return
+			}
+			if strings.Contains(string(buf[:n]), "READY=1") {
+				ready <- nil
+				return
+			}
+		}
+	}()
+	p := StartProcess(t, w.Dir, "weightsnapd", append(os.Environ(), "NOTIFY_SOCKET="+notify),
+		bin, "--config", w.Config, "--log-level", "debug")
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatalf("weightsnapd notify socket: %v", err)
+		}
+	case <-p.Done():
+		t.Fatalf("weightsnapd exited before it was ready: %v\n%s", p.Err(), Tail(p.Log, 40))
+	case <-time.After(60 * time.Second):
+		t.Fatalf("weightsnapd did not notify READY=1 in 60s\n%s", Tail(p.Log, 40))
+	}
+	return p
+}
+
+// Restart stops the daemon (SIGTERM) and starts it again with the same configuration.
+func (w *Weightsnapd) Restart(t testing.TB) {
+	t.Helper()
+	w.Proc.Stop()
+	w.Proc = w.start(t, WeightsnapdBinary())
+}
+
+// Metrics returns the daemon's Prometheus metrics, as text.
+func (w *Weightsnapd) Metrics() (string, error) {
+	resp, err := http.Get(w.MetricsURL)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("metrics: %s", resp.Status)
+	}
+	return string(b), err
+}
+
+// ContainerdSnippet is the contrib containerd snippet (contrib/containerd/weightsnap.toml, the file
+// the README installs) with its socket and root replaced by this daemon's, written into the
+// daemon's directory for ContainerdOptions.Imports. The contrib file must name the default
+// socket /run/weightsnap/snapshotter.sock and root /var/lib/weightsnap/snapshots.
+func (w *Weightsnapd) ContainerdSnippet(t testing.TB) string {
+	t.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(filepath.Join(root, "contrib", "containerd", "weightsnap.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	for old, repl := range map[string]string{`"/run/weightsnap/snapshotter.sock"`: fmt.Sprintf("%q", w.Socket),
+		`"/var/lib/weightsnap/snapshots"`: fmt.Sprintf("%q", w.SnapshotRoot)} {
+		if !strings.Contains(s, old) {
+			t.Fatalf("contrib/containerd/weightsnap.toml does not name %s", old)
+		}
+		s = strings.ReplaceAll(s, old, repl)
+	}
+	p := filepath.Join(w.Dir, "containerd-weightsnap.toml")
+	writeFile(t, p, s)
+	return p
 }

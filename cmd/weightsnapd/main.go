@@ -1,0 +1,183 @@
+// Command weightsnapd is weightsnap's node daemon: the containerd proxy
+// snapshotter that mounts the store's artifacts into containers.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/coreos/go-systemd/v22/daemon"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/snapshotter"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// stopGrace is how long calls in flight get after SIGTERM.
+const stopGrace = 10 * time.Second
+
+func main() {
+	if err := newRoot().Execute(); err != nil {
+		fmt.Fprintf(os.Stderr, "weightsnapd: %v\n", err)
+		if errdefs.IsInvalidArgument(err) {
+			os.Exit(2)
+		}
+		os.Exit(1)
+	}
+}
+
+func newRoot() *cobra.Command {
+	var configPath, level string
+	root := &cobra.Command{
+		Use:           "weightsnapd [--config FILE]",
+		Short:         "weightsnap's node daemon: the containerd snapshotter for weight images",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := config.Load(configPath)
+			if err != nil {
+				return err
+			}
+			if err := log.SetLevel(level); err != nil {
+				return fmt.Errorf("--log-level: %w: %w", err, errdefs.ErrInvalidArgument)
+			}
+			if err := log.SetFormat(log.JSONFormat); err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return run(log.WithLogger(ctx, log.L.WithField("cmd", "weightsnapd")), cfg)
+		},
+	}
+	root.Flags().StringVar(&configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnap")
+	root.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
+	cfgCmd := &cobra.Command{Use: "config", Short: "The configuration file"}
+	cfgCmd.AddCommand(&cobra.Command{
+		Use:   "default",
+		Short: "Print the whole configuration file with its defaults",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			def := config.Default()
+			raw, err := def.Encode()
+			if err != nil {
+				return err
+			}
+			_, err = cmd.OutOrStdout().Write(raw)
+			return err
+		},
+	})
+	root.AddCommand(cfgCmd)
+	return root
+}
+
+// run serves until ctx ends (SIGTERM), then stops cleanly.
+func run(ctx context.Context, cfg config.Config) error {
+	rt, err := newRuntime(cfg)
+	if err != nil {
+		return err
+	}
+	d, err := rt.Domain(ctx)
+	if err != nil {
+		return err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := snapshotter.NewMetrics()
+	if err := m.Register(reg); err != nil {
+		return err
+	}
+	// Resolutions outlive the Prepare that started them, not the daemon.
+	sn, err := snapshotter.New(ctx, snapshotter.Config{Root: cfg.SnapshotRoot(d.Root()), Store: d, Resolver: rt, Metrics: m})
+	if err != nil {
+		return err
+	}
+	defer sn.Close()
+	srv, err := snapshotter.Listen(ctx, cfg.Snapshotter.Address, sn)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 2)
+	go func() { errc <- srv.Serve() }()
+	if cfg.Metrics.Address != "" {
+		stopMetrics, err := serveMetrics(ctx, cfg.Metrics.Address, reg, errc)
+		if err != nil {
+			srv.Stop(ctx, 0)
+			return err
+		}
+		defer stopMetrics()
+	}
+	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
+		log.G(ctx).WithError(err).Warn("sd_notify READY")
+	}
+	log.G(ctx).WithField("address", cfg.Snapshotter.Address).WithField("store", d.Root()).
+		WithField("snapshots", cfg.SnapshotRoot(d.Root())).WithField("metrics", cfg.Metrics.Address).Info("serving")
+	select {
+	case <-ctx.Done():
+		log.G(ctx).Info("stopping")
+	case err = <-errc:
+		log.G(ctx).WithError(err).Error("a server stopped")
+	}
+	daemon.SdNotify(false, daemon.SdNotifyStopping)
+	srv.Stop(ctx, stopGrace)
+	return err
+}
+
+// newRuntime is the resolution runtime of weight layers: required mode, the
+// store, then the registry a pointer names when its host is configured,
+// then the configured registry repository's identity tags.
+func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
+	remote := oci.RemoteOptions{PlainHTTP: cfg.Resolve.PlainHTTP, Insecure: cfg.Resolve.Insecure, UserAgent: "weightsnapd"}
+	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: remote}
+	rc := resolve.Config{
+		Mode: resolve.Mode(cfg.Snapshotter.Mode), Root: cfg.Root, Store: &cfg.Store,
+		Validation: store.ValidationMode(cfg.Resolve.Validation),
+		Wait:       resolve.WaitPolicy{CoordinationTimeoutSeconds: cfg.Resolve.CoordinationTimeoutSeconds},
+		Locate: func(ctx context.Context, ref string) (resolve.Provider, error) {
+			return loc.Locate(ctx, ref)
+		},
+	}
+	if rc.Wait.CoordinationTimeoutSeconds == 0 {
+		rc.Wait.CoordinationTimeoutSeconds = cfg.Store.CoordinationTimeoutSeconds
+	}
+	if cfg.Resolve.Registry != "" {
+		repo, err := oci.NewRemote(context.Background(), cfg.Resolve.Registry, remote)
+		if err != nil {
+			return nil, err
+		}
+		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo})
+	}
+	return resolve.New(rc)
+}
+
+// serveMetrics serves /metrics on addr until the returned stop is called.
+func serveMetrics(ctx context.Context, addr string, reg *prometheus.Registry, errc chan<- error) (func(), error) {
+	lis, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("metrics: %w", err)
+		}
+	}()
+	log.G(ctx).WithField("address", lis.Addr().String()).Debug("metrics served")
+	return func() { hs.Close() }, nil
+}

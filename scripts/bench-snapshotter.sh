@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Snapshotter benchmark (issue 9): `nerdctl run` to the first weight byte read in the container,
+# side by side in one run on one machine and one local registry:
+#   weightsnap, warm store         (the artifact already in the node's store)
+#   weightsnap, cold store         (weightsnapd pulls the artifact during Prepare)
+#   containerd's overlayfs         (the same files as an uncompressed tar layer, pulled and unpacked)
+# for each size. Real containerd, nerdctl, registry (test/e2e/deps) and bin/weightsnapd; needs root.
+# The driver is TestSnapshotterBench in test/e2e/snapshotter_bench_test.go (build tag bench).
+#
+# Usage: scripts/bench-snapshotter.sh [SIZE...]   (default 2GiB 4GiB)
+# Env:   BENCH_REPS  runs per case, the table shows medians (default 3)
+#        BENCH_OUT   also write the table to this file
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+	echo "bench-snapshotter: needs root (containerd and mounts); skipped" >&2
+	exit 0
+fi
+export BENCH_SIZES="${*:-2GiB 4GiB}"
+export WEIGHTSNAP_PEERS_BIN=${WEIGHTSNAP_PEERS_BIN:-$(test/e2e/deps -q | tail -n 1)}
+go build -o bin/ ./cmd/...
+log=$(mktemp /tmp/bench-snapshotter.XXXXXX.log)
+echo "bench-snapshotter: sizes $BENCH_SIZES, ${BENCH_REPS:-3} runs each; log in $log" >&2
+if ! go test -tags bench -count=1 -timeout 120m -v -run '^TestSnapshotterBench$' ./test/e2e/ >"$log" 2>&1; then
+	tail -n 60 "$log" >&2
+	exit 1
+fi
+awk '/^weightsnap snapshotter benchmark/ { p = 1 } p && /^(--- |PASS|ok )/ { exit } p' "$log"
+rm -f "$log"

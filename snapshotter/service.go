@@ -1,0 +1,82 @@
+package snapshotter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
+	"github.com/containerd/containerd/v2/contrib/snapshotservice"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/log"
+	"google.golang.org/grpc"
+)
+
+// Server serves a snapshotter as containerd's snapshots API (a proxy
+// plugin) on a unix socket.
+type Server struct {
+	srv  *grpc.Server
+	lis  net.Listener
+	path string
+}
+
+// Listen creates the socket at path (mode 0660; a stale socket is
+// replaced) and registers the snapshots API for sn on it; Serve serves.
+// Calls log through ctx's logger.
+func Listen(ctx context.Context, path string, sn snapshots.Snapshotter) (*Server, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s is served by another process", path)
+		}
+		os.Remove(path)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	logger := log.G(ctx)
+	srv := grpc.NewServer(grpc.UnaryInterceptor(func(c context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		return h(log.WithLogger(c, logger), req)
+	}))
+	snapshotsapi.RegisterSnapshotsServer(srv, snapshotservice.FromSnapshotter(sn))
+	return &Server{srv: srv, lis: lis, path: path}, nil
+}
+
+// Serve serves until Stop.
+func (s *Server) Serve() error {
+	err := s.srv.Serve(s.lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Stop stops accepting calls, lets those in flight finish for up to grace,
+// then cuts them, and removes the socket.
+func (s *Server) Stop(ctx context.Context, grace time.Duration) {
+	done := make(chan struct{})
+	go func() {
+		s.srv.GracefulStop()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		log.G(ctx).Warn("calls still in flight after the grace period: cutting them")
+		s.srv.Stop()
+		<-done
+	}
+	os.Remove(s.path)
+}

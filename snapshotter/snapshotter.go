@@ -1,0 +1,209 @@
+// Package snapshotter is weightsnap's containerd snapshotter: containerd's
+// own overlayfs snapshotter for ordinary layers, and read-only views of the
+// node's validated store for weight layers, so a container gets its weights
+// with no unpack and no copy, page for page shared with every other
+// container of the node.
+//
+// A weight layer is one whose labels (the pointer layer's annotations,
+// which containerd passes to Prepare) name an artifact:
+// containerd.io/snapshot/weightsnap.{artifact,identity,target}. Its
+// Prepare, in order: validate the labels (oci.ParsePointerLabels); resolve
+// the identity through the resolution runtime (the store, then the
+// registry the label names, if it is a configured one), one resolution per
+// identity at a time; Prepare a temporary snapshot on the wrapped overlay
+// snapshotter; hardlink the artifact's payload files into that snapshot's
+// own directory under the target; Commit it under the
+// containerd.io/snapshot.ref chain ID with the labels; and answer
+// errdefs.ErrAlreadyExists, so containerd fetches and applies nothing.
+//
+// While a committed weight snapshot exists the snapshotter holds a store
+// lease on its artifact (weightsnap rm refuses). The record of that is the
+// snapshot's own containerd.io/snapshot/weightsnap.identity label, kept by
+// the overlay snapshotter's metastore: New walks the snapshots and takes
+// every lease again; Remove drops a lease with the last snapshot needing it.
+package snapshotter
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// Resolver turns a weight layer's identity into a leased local artifact;
+// *resolve.Runtime is one.
+type Resolver interface {
+	Resolve(ctx context.Context, req resolve.Request) (*resolve.Resolution, error)
+}
+
+// Config configures a Snapshotter.
+type Config struct {
+	// Root is the snapshotter's directory: the overlay snapshotter's root.
+	// It must be on the store's filesystem.
+	Root string
+	// Store is the node's store domain, whose payload files views link to.
+	Store *store.Domain
+	// Resolver resolves weight layers (in required mode).
+	Resolver Resolver
+	// Metrics records what the snapshotter does; nil makes unregistered ones.
+	Metrics *Metrics
+}
+
+// Snapshotter is containerd's overlay snapshotter with weight layers.
+type Snapshotter struct {
+	overlay snapshots.Snapshotter
+	leases  *leases
+	metrics *Metrics
+}
+
+var _ snapshots.Snapshotter = (*Snapshotter)(nil)
+
+// New checks that Root and the store share a filesystem (views are
+// hardlinks), opens the overlay snapshotter at Root, and takes a lease for
+// every committed weight snapshot. ctx bounds the resolutions it starts
+// for the rest of its life.
+func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
+	if cfg.Store == nil || cfg.Resolver == nil || cfg.Root == "" {
+		return nil, fmt.Errorf("snapshotter: a root, a store and a resolver are needed: %w", errdefs.ErrInvalidArgument)
+	}
+	if err := sameFilesystem(cfg.Root, cfg.Store.Root()); err != nil {
+		return nil, err
+	}
+	ov, err := overlay.NewSnapshotter(cfg.Root)
+	if err != nil {
+		return nil, fmt.Errorf("snapshotter: overlay at %s: %w", cfg.Root, err)
+	}
+	m := cfg.Metrics
+	if m == nil {
+		m = NewMetrics()
+	}
+	s := &Snapshotter{overlay: ov, metrics: m, leases: newLeases(ctx, cfg.Resolver, m)}
+	if err := s.retake(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Prepare creates an active snapshot; a weight layer's is committed at once
+// with its weights in place, answered with errdefs.ErrAlreadyExists.
+func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
+	var info snapshots.Info
+	for _, o := range opts {
+		if err := o(&info); err != nil {
+			return nil, err
+		}
+	}
+	if !oci.IsWeightLayer(info.Labels) {
+		m, err := s.overlay.Prepare(ctx, key, parent, opts...)
+		s.metrics.ordinary(err)
+		return m, err
+	}
+	return nil, s.prepareWeights(ctx, key, parent, info.Labels)
+}
+
+// View creates a read-only snapshot of parent.
+func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
+	return s.overlay.View(ctx, key, parent, opts...)
+}
+
+// Mounts returns the mounts of an active snapshot.
+func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, error) {
+	return s.overlay.Mounts(ctx, key)
+}
+
+// Commit commits an active snapshot.
+func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snapshots.Opt) error {
+	return s.overlay.Commit(ctx, name, key, opts...)
+}
+
+// Stat returns a snapshot's info.
+func (s *Snapshotter) Stat(ctx context.Context, key string) (snapshots.Info, error) {
+	return s.overlay.Stat(ctx, key)
+}
+
+// Update updates a snapshot's labels.
+func (s *Snapshotter) Update(ctx context.Context, info snapshots.Info, fieldpaths ...string) (snapshots.Info, error) {
+	return s.overlay.Update(ctx, info, fieldpaths...)
+}
+
+// Usage returns a snapshot's disk usage.
+func (s *Snapshotter) Usage(ctx context.Context, key string) (snapshots.Usage, error) {
+	return s.overlay.Usage(ctx, key)
+}
+
+// Walk walks the snapshots that match the filters.
+func (s *Snapshotter) Walk(ctx context.Context, fn snapshots.WalkFunc, filters ...string) error {
+	return s.overlay.Walk(ctx, fn, filters...)
+}
+
+// Remove removes a snapshot; the last weight snapshot of an artifact
+// takes its lease with it.
+func (s *Snapshotter) Remove(ctx context.Context, key string) error {
+	if err := s.overlay.Remove(ctx, key); err != nil {
+		return err
+	}
+	s.leases.detach(ctx, key)
+	return nil
+}
+
+// Cleanup removes the directories of removed snapshots.
+func (s *Snapshotter) Cleanup(ctx context.Context) error {
+	if c, ok := s.overlay.(snapshots.Cleaner); ok {
+		return c.Cleanup(ctx)
+	}
+	return nil
+}
+
+// Close releases every lease and closes the overlay snapshotter.
+func (s *Snapshotter) Close() error {
+	s.leases.close()
+	return s.overlay.Close()
+}
+
+// retake takes the lease of every committed weight snapshot again: the
+// labels of the snapshots are the record.
+func (s *Snapshotter) retake(ctx context.Context) error {
+	type weightSnap struct {
+		name string
+		ptr  oci.Pointer
+	}
+	var found []weightSnap
+	err := s.overlay.Walk(ctx, func(ctx context.Context, info snapshots.Info) error {
+		if info.Kind != snapshots.KindCommitted || info.Labels[oci.LabelIdentity] == "" {
+			return nil
+		}
+		ptr, _, err := oci.ParsePointerLabels(info.Labels)
+		if err != nil {
+			log.G(ctx).WithError(err).WithField("snapshot", info.Name).Error("weight snapshot with bad labels: no lease taken")
+			return nil
+		}
+		found = append(found, weightSnap{info.Name, ptr})
+		return nil
+	})
+	if err != nil && !errdefs.IsNotFound(err) { // a new metastore has no bucket yet
+		return fmt.Errorf("snapshotter: walk snapshots: %w", err)
+	}
+	for _, w := range found {
+		start := time.Now()
+		h, _, err := s.leases.acquire(ctx, w.ptr)
+		if err != nil {
+			log.G(ctx).WithError(err).WithField("snapshot", w.name).WithField("identity", w.ptr.Identity).
+				Error("weight snapshot whose artifact did not resolve: no lease taken")
+			continue
+		}
+		s.leases.attach(h, w.name)
+		s.leases.release(h)
+		log.G(ctx).WithField("snapshot", w.name).WithField("identity", w.ptr.Identity).
+			WithField("duration", time.Since(start)).Info("lease taken again")
+	}
+	return nil
+}

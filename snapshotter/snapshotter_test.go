@@ -1,0 +1,300 @@
+package snapshotter
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/core/snapshots/testsuite"
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
+	"golang.org/x/sys/unix"
+)
+
+// TestSnapshotterSuite runs containerd's snapshotter conformance suite:
+// ordinary layers behave exactly like containerd's overlayfs snapshotter.
+func TestSnapshotterSuite(t *testing.T) {
+	harness.RequireRoot(t)
+	// The name selects the suite's known differences: ordinary layers are
+	// containerd's overlayfs (no directory renames across layers without
+	// redirect_dir).
+	testsuite.SnapshotterSuite(t, "overlayfs", func(ctx context.Context, root string) (snapshots.Snapshotter, func() error, error) {
+		d, err := store.Open(ctx, filepath.Join(root, "store"), nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		rt, err := resolve.New(resolve.Config{Mode: resolve.Required, Root: d.Root()})
+		if err != nil {
+			return nil, nil, err
+		}
+		sn, err := New(ctx, Config{Root: filepath.Join(root, "snapshots"), Store: d, Resolver: rt})
+		if err != nil {
+			return nil, nil, err
+		}
+		return sn, sn.Close, nil
+	})
+}
+
+// TestWeightLayer: a weight layer's Prepare commits a snapshot under the
+// chain ID whose files are the store's inodes, answers ErrAlreadyExists,
+// and holds the artifact's lease until the snapshot is removed; a restart
+// takes the lease again from the snapshot's labels.
+func TestWeightLayer(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	id := n.importModel(t, 1<<20, 1)
+	hex := strings.TrimPrefix(id, "sha256:")
+
+	// An ordinary base layer, then the weight layer over it.
+	if _, err := n.sn.Prepare(ctx, "base-extract", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Commit(ctx, chainID(1), "base-extract"); err != nil {
+		t.Fatal(err)
+	}
+	labels := weightLabels(id, "/models/m", chainID(2))
+	n.prepareWeights(t, "extract-1 "+chainID(2), chainID(1), labels)
+	info, err := n.sn.Stat(ctx, chainID(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Kind != snapshots.KindCommitted || info.Parent != chainID(1) || info.Labels[oci.LabelIdentity] != id ||
+		info.Labels[snapshots.LabelSnapshotRef] != chainID(2) {
+		t.Fatalf("committed weight snapshot %+v", info)
+	}
+	if names := n.snapshotNames(t); len(names) != 2 {
+		t.Fatalf("snapshots %v: the temporary one was left behind", names)
+	}
+
+	// Its directory holds the store's inodes, and the pointer file.
+	dir := committedDir(t, n, chainID(2))
+	l, err := n.dom.Lookup(ctx, hex, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range l.Files() {
+		var a, b unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, "models/m", f.Path), &a); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fstat(int(f.File.Fd()), &b); err != nil {
+			t.Fatal(err)
+		}
+		if a.Dev != b.Dev || a.Ino != b.Ino {
+			t.Fatalf("%s: view inode %d:%d, store %d:%d", f.Path, a.Dev, a.Ino, b.Dev, b.Ino)
+		}
+	}
+	l.Close()
+	if _, err := os.Stat(filepath.Join(dir, "models/m/.weightsnap/pointers", hex+".json")); err != nil {
+		t.Fatal(err)
+	}
+
+	// A container's rootfs over it sees the weights.
+	if _, err := n.sn.Prepare(ctx, "container", chainID(2)); err != nil {
+		t.Fatal(err)
+	}
+
+	// Held: the store refuses to remove the artifact; a restart takes it again.
+	mustBusy := func() {
+		t.Helper()
+		if err := n.dom.Remove(ctx, hex); !errdefs.IsFailedPrecondition(err) {
+			t.Fatalf("remove of a leased artifact: %v, want busy", err)
+		}
+	}
+	mustBusy()
+	n.sn.Close()
+	n.open(t)
+	if got := n.sn.leases.identities(); !slices.Equal(got, []string{id}) {
+		t.Fatalf("leases after a restart: %v", got)
+	}
+	mustBusy()
+
+	// The same layer again (another namespace's pull): no second resolution.
+	calls := n.resolver.calls.Load()
+	n.prepareWeights(t, "extract-2 "+chainID(2), chainID(1), labels)
+	if n.resolver.calls.Load() != calls {
+		t.Fatal("an existing weight snapshot was resolved again")
+	}
+
+	// Removing the container, then the weight snapshot, lets the lease go.
+	for _, k := range []string{"container", chainID(2)} {
+		if err := n.sn.Remove(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := n.sn.leases.identities(); len(got) != 0 {
+		t.Fatalf("leases after the last snapshot went: %v", got)
+	}
+	if err := n.dom.Remove(ctx, hex); err != nil {
+		t.Fatalf("remove after the snapshots went: %v", err)
+	}
+}
+
+// committedDir is the directory of a committed snapshot, from the mounts of
+// a view of it.
+func committedDir(t testing.TB, n *node, name string) string {
+	t.Helper()
+	ctx := context.Background()
+	mounts, err := n.sn.View(ctx, "view-of "+name, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Remove(ctx, "view-of "+name); err != nil { // the path stays the snapshot's
+		t.Fatal(err)
+	}
+	if len(mounts) == 1 && mounts[0].Type == "bind" {
+		return mounts[0].Source
+	}
+	for _, o := range mounts[0].Options {
+		if lower, ok := strings.CutPrefix(o, "lowerdir="); ok {
+			return strings.Split(lower, ":")[0] // the top layer: the snapshot itself
+		}
+	}
+	t.Fatalf("view mounts %+v", mounts)
+	return ""
+}
+
+// TestBadLabels: every malformed pointer fails Prepare with a clear,
+// invalid-argument error naming the label, and leaves no snapshot.
+func TestBadLabels(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	id := n.importModel(t, 256<<10, 2)
+	for _, tc := range []struct {
+		name, label string
+		edit        func(map[string]string)
+	}{
+		{"relative target", oci.LabelTarget, func(m map[string]string) { m[oci.LabelTarget] = "models/x" }},
+		{"dot-dot target", oci.LabelTarget, func(m map[string]string) { m[oci.LabelTarget] = "/models/../../etc" }},
+		{"tag instead of digest", oci.LabelArtifact, func(m map[string]string) { m[oci.LabelArtifact] = "reg.example/models/m:latest" }},
+		{"identity not sha256", oci.LabelIdentity, func(m map[string]string) { m[oci.LabelIdentity] = "md5:" + strings.Repeat("a", 32) }},
+		{"oversized", "weightsnap.*", func(m map[string]string) { m[oci.LabelTarget] = "/" + strings.Repeat("x", 4100) }},
+		{"no chain ID", snapshots.LabelSnapshotRef, func(m map[string]string) { delete(m, snapshots.LabelSnapshotRef) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			labels := weightLabels(id, "/models/m", chainID(9))
+			tc.edit(labels)
+			_, err := n.sn.Prepare(ctx, "extract "+tc.name, "", snapshots.WithLabels(labels))
+			var we *WeightError
+			if !errors.As(err, &we) || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tc.label) {
+				t.Fatalf("err %v, want an invalid-argument *WeightError naming %s", err, tc.label)
+			}
+			if names := n.snapshotNames(t); len(names) != 0 {
+				t.Fatalf("snapshots left: %v", names)
+			}
+		})
+	}
+	if n.resolver.calls.Load() != 0 {
+		t.Fatal("bad labels reached resolution")
+	}
+}
+
+// TestRequiredFailure: an identity that does not resolve fails Prepare
+// with the typed reason, naming the artifact; nothing is left.
+func TestRequiredFailure(t *testing.T) {
+	n := newNode(t, t.TempDir())
+	missing := "sha256:" + strings.Repeat("5", 64)
+	labels := weightLabels(missing, "/w", chainID(3))
+	_, err := n.sn.Prepare(context.Background(), "extract", "", snapshots.WithLabels(labels))
+	var f *resolve.Failure
+	if !errdefs.IsNotFound(err) || !errors.As(err, &f) || f.Kind != resolve.KindMiss ||
+		!strings.Contains(err.Error(), labels[oci.LabelArtifact]) || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("err %v", err)
+	}
+	if names := n.snapshotNames(t); len(names) != 0 {
+		t.Fatalf("snapshots left: %v", names)
+	}
+}
+
+// TestConcurrentPrepares: layers of one identity prepared at once resolve
+// once; layers of two identities resolve at the same time.
+func TestConcurrentPrepares(t *testing.T) {
+	n := newNode(t, t.TempDir())
+	ids := []string{n.importModel(t, 256<<10, 3), n.importModel(t, 256<<10, 4)}
+	n.resolver.delay = 300 * time.Millisecond
+	var wg sync.WaitGroup
+	errs := make(chan error, 6)
+	for i := range 6 {
+		wg.Go(func() {
+			labels := weightLabels(ids[i%2], "/w", chainID(10+i))
+			_, err := n.sn.Prepare(context.Background(), "extract "+chainID(10+i), "", snapshots.WithLabels(labels))
+			if !errdefs.IsAlreadyExists(err) {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if c := n.resolver.calls.Load(); c != 2 {
+		t.Fatalf("%d resolutions for 2 identities", c)
+	}
+	if n.resolver.maxRun != 2 {
+		t.Fatalf("at most %d resolutions ran at once, want 2", n.resolver.maxRun)
+	}
+	if len(n.snapshotNames(t)) != 6 || len(n.sn.leases.identities()) != 2 {
+		t.Fatalf("snapshots %v, leases %v", n.snapshotNames(t), n.sn.leases.identities())
+	}
+}
+
+// TestRefusesAnotherFilesystem: a snapshot root that cannot hold hardlinks
+// to the store is refused at start, naming both paths.
+func TestRefusesAnotherFilesystem(t *testing.T) {
+	harness.RequireRoot(t)
+	dir := t.TempDir()
+	d, err := store.Open(context.Background(), filepath.Join(dir, "store"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := filepath.Join(dir, "snaps")
+	os.MkdirAll(snaps, 0o700)
+	if err := unix.Mount("tmpfs", snaps, "tmpfs", 0, "size=16m"); err != nil {
+		harness.Skip(t, "cannot mount a tmpfs: "+err.Error())
+	}
+	defer unix.Unmount(snaps, syscall.MNT_DETACH)
+	rt, _ := resolve.New(resolve.Config{Mode: resolve.Required, Root: d.Root()})
+	_, err = New(context.Background(), Config{Root: snaps, Store: d, Resolver: rt})
+	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), snaps) || !strings.Contains(err.Error(), d.Root()) {
+		t.Fatalf("err %v", err)
+	}
+}
+
+// TestLaterLayersResolveAhead: the Prepare of an image's first weight layer
+// starts resolving the later ones its labels name, so they resolve at the
+// same time although containerd prepares the layers one after the other.
+func TestLaterLayersResolveAhead(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	ids := []string{n.importModel(t, 256<<10, 5), n.importModel(t, 256<<10, 6), n.importModel(t, 256<<10, 7)}
+	n.resolver.delay = 300 * time.Millisecond
+	first := weightLabels(ids[0], "/a", chainID(20))
+	next := oci.Pointer{Artifact: first[oci.LabelArtifact]}
+	first[oci.LabelNext] = ids[1] + "=" + next.Artifact + "," + ids[2] + "=" + next.Artifact
+	n.prepareWeights(t, "extract-a", "", first)
+	second := weightLabels(ids[1], "/b", chainID(21))
+	second[oci.LabelNext] = ids[2] + "=" + next.Artifact
+	n.prepareWeights(t, "extract-b", chainID(20), second)
+	n.prepareWeights(t, "extract-c", chainID(21), weightLabels(ids[2], "/c", chainID(22)))
+	if n.resolver.maxRun != 3 {
+		t.Fatalf("at most %d resolutions ran at once, want 3", n.resolver.maxRun)
+	}
+	if got := n.sn.leases.identities(); len(got) != 3 {
+		t.Fatalf("leases %v", got)
+	}
+	if _, err := n.sn.Stat(ctx, chainID(22)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,107 @@
+package snapshotter
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/store"
+	"golang.org/x/sys/unix"
+)
+
+// snapshotDir is the directory that holds an active snapshot's own files,
+// read from its mounts: the overlay's upperdir, or the bind source of a
+// snapshot without a parent. Files must be written there, not through an
+// overlay mount: a hardlink made through overlayfs into the store fails
+// with EXDEV.
+func snapshotDir(mounts []mount.Mount) (string, error) {
+	if len(mounts) == 1 {
+		m := mounts[0]
+		switch m.Type {
+		case "bind":
+			return m.Source, nil
+		case "overlay":
+			for _, o := range m.Options {
+				if dir, ok := strings.CutPrefix(o, "upperdir="); ok {
+					return dir, nil
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("no snapshot directory in the overlay snapshotter's mounts %v: %w", mounts, errdefs.ErrNotImplemented)
+}
+
+// buildView fills a fresh snapshot directory with the artifact at the
+// pointer's target: every payload file a hardlink to the store's inode (the
+// very file the lease validated and holds open), plus the pointer file the
+// pointer layer would have held. Directories are 0755; files keep the
+// store's read-only mode and owner.
+func buildView(dir string, ptr oci.Pointer, l *store.Lease) error {
+	root := filepath.Join(dir, ptr.Target) // ptr.Target is absolute and clean: it stays under dir
+	for _, f := range l.Files() {
+		dst := filepath.Join(root, f.Path) // store paths are validated relative paths
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return fmt.Errorf("view of %s: %w", f.Path, err)
+		}
+		// Link the open file itself (through its /proc fd), not its path: the
+		// view gets exactly the inode the lease validated.
+		src := "/proc/self/fd/" + strconv.Itoa(int(f.File.Fd()))
+		if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW); err != nil {
+			return fmt.Errorf("view of %s: link the store's file: %w", f.Path, err)
+		}
+	}
+	ptr.Files, ptr.Bytes = len(l.Files()), l.Index.TotalBytes()
+	body, err := oci.PointerFile(ptr)
+	if err != nil {
+		return err
+	}
+	pf := filepath.Join(dir, oci.PointerPath(ptr))
+	if err := os.MkdirAll(filepath.Dir(pf), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(pf, body, 0o444); err != nil {
+		return fmt.Errorf("view: pointer file: %w", err)
+	}
+	return nil
+}
+
+// sameFilesystem checks that views under root can be hardlinks to the
+// store's files: one device, and a link from the store into root works.
+// The error names both paths.
+func sameFilesystem(root, storeRoot string) error {
+	refuse := func(why string) error {
+		return fmt.Errorf("snapshot root %s and store %s are not on one filesystem (%s): views are hardlinks to the store's files; put [snapshotter] root on the store's filesystem: %w",
+			root, storeRoot, why, errdefs.ErrFailedPrecondition)
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return fmt.Errorf("snapshot root: %w", err)
+	}
+	var a, b unix.Stat_t
+	if err := unix.Stat(root, &a); err != nil {
+		return fmt.Errorf("snapshot root: %w", err)
+	}
+	if err := unix.Stat(filepath.Join(storeRoot, "artifacts"), &b); err != nil {
+		return fmt.Errorf("store: %w", err)
+	}
+	if a.Dev != b.Dev {
+		return refuse(fmt.Sprintf("devices %d:%d and %d:%d", unix.Major(a.Dev), unix.Minor(a.Dev), unix.Major(b.Dev), unix.Minor(b.Dev)))
+	}
+	// One device can still be two mounts (a bind mount), across which links fail.
+	probe := filepath.Join(root, ".link-probe-"+strconv.Itoa(os.Getpid()))
+	os.Remove(probe)
+	err := os.Link(filepath.Join(storeRoot, "domain.json"), probe)
+	os.Remove(probe)
+	if errors.Is(err, unix.EXDEV) {
+		return refuse("a hardlink between them fails with EXDEV")
+	}
+	if err != nil {
+		return fmt.Errorf("snapshot root %s: link probe from the store %s: %w", root, storeRoot, err)
+	}
+	return nil
+}

@@ -1,0 +1,152 @@
+package snapshotter
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/resolve"
+)
+
+// Outcomes of a weight layer's Prepare, in logs and metrics.
+const (
+	OutcomeHit     = "hit"     // the artifact was in the store
+	OutcomeFetched = "fetched" // resolution fetched it
+	OutcomeHeld    = "held"    // another snapshot already held its lease
+	OutcomeExists  = "exists"  // the weight snapshot was already committed
+	OutcomeFailed  = "failed"  // it could not resolve (required mode: Prepare fails)
+	OutcomeInvalid = "invalid" // its labels were refused
+	OutcomeError   = "error"   // the snapshot could not be built
+)
+
+// WeightError is a weight layer whose Prepare failed: it names the artifact,
+// the identity and the target, and wraps the cause (a *resolve.Failure, a
+// *oci.LabelError, or a filesystem error) with its errdefs class.
+type WeightError struct {
+	Pointer oci.Pointer
+	Err     error
+}
+
+func (e *WeightError) Error() string {
+	if e.Pointer.Artifact == "" {
+		return "weightsnap: " + e.Err.Error()
+	}
+	return fmt.Sprintf("weightsnap: weights %s (identity %s) for %s: %v", e.Pointer.Artifact, e.Pointer.Identity, e.Pointer.Target, e.Err)
+}
+
+func (e *WeightError) Unwrap() error { return e.Err }
+
+// prepareWeights builds and commits a weight layer's snapshot and answers
+// errdefs.ErrAlreadyExists; any failure leaves nothing behind.
+func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, labels map[string]string) (err error) {
+	start := time.Now()
+	var ptr oci.Pointer
+	outcome, source := OutcomeError, ""
+	defer func() {
+		s.metrics.weight(outcome, time.Since(start))
+		l := log.G(ctx).WithField("identity", ptr.Identity).WithField("artifact", ptr.Artifact).
+			WithField("target", ptr.Target).WithField("source", source).WithField("outcome", outcome).
+			WithField("duration", time.Since(start)).WithField("key", key)
+		if outcome == OutcomeFailed || outcome == OutcomeInvalid || outcome == OutcomeError {
+			l.WithError(err).Warn("prepare weight layer")
+		} else {
+			l.Info("prepare weight layer")
+		}
+	}()
+	ptr, _, err = oci.ParsePointerLabels(labels)
+	if err != nil {
+		outcome = OutcomeInvalid
+		return &WeightError{Err: err}
+	}
+	chainID := labels[snapshots.LabelSnapshotRef]
+	if chainID == "" {
+		outcome = OutcomeInvalid
+		return &WeightError{Pointer: ptr, Err: fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
+			snapshots.LabelSnapshotRef, errdefs.ErrInvalidArgument)}
+	}
+	name, exists, err := s.committedName(ctx, chainID, parent)
+	if err != nil {
+		return &WeightError{Pointer: ptr, Err: err}
+	}
+	if exists {
+		outcome = OutcomeExists
+		return fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
+	}
+
+	s.leases.prefetch(ctx, ptr.Next)
+	h, rep, err := s.leases.acquire(ctx, ptr)
+	switch {
+	case err != nil:
+		outcome = OutcomeFailed
+		return &WeightError{Pointer: ptr, Err: err}
+	case rep == nil:
+		outcome, source = OutcomeHeld, resolve.SourceLocal
+	case rep.Outcome == resolve.OutcomeHit:
+		outcome, source = OutcomeHit, rep.Source
+	default:
+		outcome, source = OutcomeFetched, rep.Source
+	}
+	defer s.leases.release(h)
+
+	tmp := fmt.Sprintf("weightsnap-view %d %s", time.Now().UnixNano(), key)
+	mounts, err := s.overlay.Prepare(ctx, tmp, parent)
+	if err != nil {
+		outcome = OutcomeError
+		return &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the view's snapshot: %w", err)}
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			if rerr := s.overlay.Remove(context.WithoutCancel(ctx), tmp); rerr != nil {
+				log.G(ctx).WithError(rerr).WithField("key", tmp).Warn("remove an unfinished weight snapshot")
+			}
+		}
+	}()
+	dir, err := snapshotDir(mounts)
+	if err == nil {
+		err = buildView(dir, ptr, h.lease)
+	}
+	if err != nil {
+		outcome = OutcomeError
+		return &WeightError{Pointer: ptr, Err: err}
+	}
+	err = s.overlay.Commit(ctx, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
+	if errdefs.IsAlreadyExists(err) { // a concurrent Prepare of the same layer committed first
+		outcome = OutcomeExists
+		return fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
+	}
+	if err != nil {
+		outcome = OutcomeError
+		return &WeightError{Pointer: ptr, Err: fmt.Errorf("commit %s: %w", name, err)}
+	}
+	committed = true
+	s.leases.attach(h, name)
+	s.metrics.viewBytes.WithLabelValues(source).Add(float64(h.lease.Index.TotalBytes()))
+	return fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
+}
+
+// committedName is the name the weight snapshot of chainID over parent has
+// or gets: the chain ID itself, or, when a snapshot over another parent
+// holds that name (the same image in another containerd namespace), the
+// chain ID qualified by the parent. exists reports a committed snapshot of
+// chainID over parent under that name.
+func (s *Snapshotter) committedName(ctx context.Context, chainID, parent string) (name string, exists bool, err error) {
+	for _, name := range []string{chainID, chainID + "@" + parent} {
+		info, err := s.overlay.Stat(ctx, name)
+		if errdefs.IsNotFound(err) {
+			return name, false, nil
+		}
+		if err != nil {
+			return "", false, err
+		}
+		if info.Kind == snapshots.KindCommitted && info.Parent == parent {
+			return name, true, nil
+		}
+	}
+	return "", false, fmt.Errorf("snapshots named %s exist over other parents: %w", chainID, errdefs.ErrFailedPrecondition)
+}

@@ -1,0 +1,304 @@
+package e2e
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
+)
+
+// TestSnapshotterRunsWeightImage (issue 9, done-when 2): nerdctl runs a
+// weight image of two artifacts through weightsnap; the container sees
+// every weight file with its source digest, containerd's content store
+// holds none of the weight bytes, and each file of the committed weight
+// snapshots on the host is the store file's inode. The second artifact
+// resolves ahead, while the first is prepared. The leases hold the
+// artifacts (rm refuses), survive a daemon restart, and go with the last
+// snapshot.
+func TestSnapshotterRunsWeightImage(t *testing.T) {
+	n := startSnapNode(t)
+	x := n.pushArtifact(t, "x", "24MiB", 2)
+	y := n.pushArtifact(t, "y", "4MiB", 1)
+	img := n.buildImage(t, "xy", "/models/x", x, "/models/y", y)
+
+	// Cold: the snapshotter fetches the artifacts from the registry their pointers name.
+	out, err := n.run(img, "sh", "-c", "cd /models && sha256sum x/* y/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			seen[f[1]] = f[0]
+		}
+	}
+	for dir, a := range map[string]*pushedArtifact{"x": x, "y": y} {
+		for p, sum := range a.files {
+			if seen[dir+"/"+p] != sum {
+				t.Fatalf("%s/%s: the container read sha256 %q, the source is %s\n%s", dir, p, seen[dir+"/"+p], sum, out)
+			}
+		}
+	}
+	if n.metric(t, `weightsnap_snapshotter_resolve_seconds_count{outcome="fetched"}`) != 2 {
+		t.Fatalf("metrics:\n%s", must(n.ws.Metrics()))
+	}
+	ahead := logLine(t, n.ws.Proc.Log, "resolving a later weight layer ahead", y.id)
+	firstDone := logLine(t, n.ws.Proc.Log, "prepare weight layer", x.id)
+	if ahead < 0 || firstDone < 0 || ahead > firstDone {
+		t.Fatalf("the second artifact did not start resolving before the first layer was prepared (lines %d, %d):\n%s",
+			ahead, firstDone, harness.Tail(n.ws.Proc.Log, 30))
+	}
+
+	// containerd's content store holds none of the weight bytes.
+	blobs := filepath.Join(n.ctd.Root, "io.containerd.content.v1.content", "blobs", "sha256")
+	weights := map[string]bool{}
+	for _, a := range []*pushedArtifact{x, y} {
+		for _, sum := range a.files {
+			weights[sum] = true
+		}
+	}
+	var stored int64
+	ents, _ := os.ReadDir(blobs)
+	for _, e := range ents {
+		if weights[e.Name()] {
+			t.Fatalf("content store holds weight blob %s", e.Name())
+		}
+		if fi, err := e.Info(); err == nil {
+			stored += fi.Size()
+		}
+	}
+	if stored >= (x.bytes+y.bytes)/2 {
+		t.Fatalf("content store holds %d bytes for %d bytes of weights", stored, x.bytes+y.bytes)
+	}
+
+	// On the host, the committed weight snapshots' files are the store's inodes.
+	for target, a := range map[string]*pushedArtifact{"/models/x": x, "/models/y": y} {
+		dir := n.weightSnapshotDir(t, a, target)
+		for p := range a.files {
+			sameInode(t, filepath.Join(dir, p), filepath.Join(n.ws.Root, "artifacts", a.hex, p))
+		}
+	}
+	t.Logf("content store %d bytes, weights %d bytes", stored, x.bytes+y.bytes)
+
+	// The daemon holds the artifacts: rm refuses, also after a restart.
+	rmRefused := func() {
+		t.Helper()
+		if r := ws(t, n.ws.Root, "rm", x.id); r.code != 5 {
+			t.Fatalf("weightsnap rm of a leased artifact: exit %d, want 5 (busy)\n%s%s", r.code, r.out, r.errOut)
+		}
+	}
+	rmRefused()
+	old := n.ws.Proc
+	n.ws.Restart(t)
+	if err := old.Err(); err != nil {
+		t.Fatalf("weightsnapd did not stop cleanly on SIGTERM: %v", err)
+	}
+	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 2, 10*time.Second)
+	rmRefused()
+	// A second run is served from the snapshots.
+	if _, err := n.run(img, "ls", "/models/x", "/models/y"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Removing the image removes its snapshots (containerd's GC), and the leases with them.
+	if _, err := n.ctd.Nerdctl("rmi", img); err != nil {
+		t.Fatal(err)
+	}
+	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 0, 60*time.Second)
+	wsOK(t, n.ws.Root, "rm", x.id)
+}
+
+func must(s string, err error) string {
+	if err != nil {
+		return err.Error()
+	}
+	return s
+}
+
+// TestSnapshotterSharedPageCache (issue 9, done-when 3): two containers of
+// one weight image read all the weights at once; the page cache grows by
+// the weights once, not twice: the pages are the store's, and the cgroups
+// of the two containers are charged for them once between them.
+func TestSnapshotterSharedPageCache(t *testing.T) {
+	n := startSnapNode(t)
+	w := n.pushWeightImage(t, "shared", "256MiB", 4, "/models/x")
+	if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "pull", w.ref); err != nil {
+		t.Fatal(err)
+	}
+	// No page of the weights in the cache: only these files, not the machine's cache.
+	evict(t, filepath.Join(n.ws.Root, "artifacts", w.hex))
+	before := meminfoCached(t)
+	names := []string{"reader-a", "reader-b"}
+	for _, name := range names {
+		if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "run", "-d", "--name", name, "--net", "none",
+			"--security-opt", "seccomp=unconfined", w.ref, "sh", "-c", "cat /models/x/* >/dev/null && echo read-all && sleep 600"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var charged int64
+	for _, name := range names {
+		deadline := time.Now().Add(2 * time.Minute)
+		for {
+			logs, _ := n.ctd.Nerdctl("logs", name)
+			if strings.Contains(logs, "read-all") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not read its weights: %q", name, logs)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		out, err := n.ctd.Nerdctl("inspect", "--format", "{{.State.Pid}}", name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := cgroupFileBytes(t, pid)
+		t.Logf("%s: %d MiB of page cache charged to its cgroup", name, c>>20)
+		charged += c
+	}
+	grew := meminfoCached(t) - before
+	t.Logf("weights %d MiB; both containers' cgroups %d MiB; /proc/meminfo Cached grew %d MiB (machine-wide, noisy)",
+		w.bytes>>20, charged>>20, grew>>20)
+	if charged < w.bytes*9/10 || charged > w.bytes*3/2 {
+		t.Fatalf("two containers were charged %d bytes of page cache for %d bytes of weights: want them once", charged, w.bytes)
+	}
+}
+
+// TestSnapshotterBadLabels (issue 9, done-when 4): weight images whose
+// pointer labels are malformed fail Prepare with a clear error naming the
+// label, and one whose artifact cannot resolve fails naming the artifact
+// and the cause (required mode); nothing is mounted or left; the daemon
+// keeps serving.
+func TestSnapshotterBadLabels(t *testing.T) {
+	n := startSnapNode(t)
+	w := n.pushWeightImage(t, "good", "4MiB", 1, "/models/x")
+	manifest := craneManifest(t, n, w.ref)
+	mountsBefore := mountsUnder(t, n.ws.SnapshotRoot)
+	for _, tc := range []struct {
+		name, label, value string
+		extra              map[string]string
+	}{
+		{"relative target", "containerd.io/snapshot/weightsnap.target", "models/x", nil},
+		{"dot-dot target", "containerd.io/snapshot/weightsnap.target", "/models/../../etc", nil},
+		{"tag instead of digest", "containerd.io/snapshot/weightsnap.artifact", n.reg.Ref("models/good:v1"), nil},
+		{"identity not sha256", "containerd.io/snapshot/weightsnap.identity", "md5:" + strings.Repeat("a", 32), nil},
+		{"oversized", "containerd.io/snapshot/weightsnap.target", "/" + strings.Repeat("x", 2500),
+			map[string]string{"containerd.io/snapshot/weightsnap.note": strings.Repeat("y", 1700)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ref := pushEditedPointer(t, n, w, manifest, strings.ReplaceAll(tc.name, " ", "-"), tc.label, tc.value, tc.extra)
+			out, err := n.run(ref, "true")
+			if err == nil {
+				t.Fatalf("a weight image with a bad %s ran: %s", tc.label, out)
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, "failed to prepare extraction snapshot") ||
+				(!strings.Contains(msg, tc.label) && !strings.Contains(msg, "weightsnap labels take")) {
+				t.Fatalf("error does not say what was wrong:\n%s", msg)
+			}
+			t.Logf("nerdctl: %s", lastLine(msg))
+		})
+	}
+	// Well-formed labels whose artifact cannot resolve (required mode): the
+	// error names the artifact and the cause.
+	t.Run("artifact on a host that is not configured", func(t *testing.T) {
+		elsewhere := "127.0.0.2:5000/models/good@sha256:" + strings.Repeat("e", 64)
+		ref := pushEditedPointer(t, n, w, manifest, "elsewhere", "containerd.io/snapshot/weightsnap.artifact", elsewhere, nil)
+		_, err := n.run(ref, "true")
+		if err == nil || !strings.Contains(err.Error(), "weights "+elsewhere) || !strings.Contains(err.Error(), "127.0.0.2:5000 is not a configured registry") {
+			t.Fatalf("required-mode failure does not name the artifact and the cause: %v", err)
+		}
+		t.Logf("nerdctl: %s", lastLine(err.Error()))
+	})
+	if got := mountsUnder(t, n.ws.SnapshotRoot); got != mountsBefore {
+		t.Fatalf("%d mounts name the snapshot root, %d before", got, mountsBefore)
+	}
+	snaps, err := n.ctd.Ctr("snapshots", "--snapshotter", "weightsnap", "ls")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(strings.TrimSpace(snaps), "\n"); lines != 1 { // the header and busybox's layer
+		t.Fatalf("snapshots left by failed Prepares:\n%s", snaps)
+	}
+	if n.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="invalid"}`) != 5 ||
+		n.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="failed"}`) != 1 {
+		t.Fatalf("metrics:\n%s", must(n.ws.Metrics()))
+	}
+	// The daemon keeps serving: the good image runs.
+	if out, err := n.run(w.ref, "ls", "/models/x"); err != nil || n.ws.Proc.Exited() {
+		t.Fatalf("after the bad labels: %v\n%s", err, out)
+	}
+}
+
+// craneManifest fetches an image manifest as JSON.
+func craneManifest(t *testing.T, n *snapNode, ref string) map[string]any {
+	t.Helper()
+	out, err := harness.Run("", harness.Peers(t).Crane, "manifest", "--insecure", ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out), &m); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// pushEditedPointer pushes a copy of a weight image's manifest whose pointer
+// layer carries label=value (and extra labels), tagged tag, and returns its
+// reference. The layer's blobs are the same; only annotations differ.
+func pushEditedPointer(t *testing.T, n *snapNode, w *weightImage, manifest map[string]any, tag, label, value string, extra map[string]string) string {
+	t.Helper()
+	raw, _ := json.Marshal(manifest)
+	var m map[string]any
+	json.Unmarshal(raw, &m)
+	layers := m["layers"].([]any)
+	ann := layers[len(layers)-1].(map[string]any)["annotations"].(map[string]any)
+	ann[label] = value
+	for k, v := range extra {
+		ann[k] = v
+	}
+	raw, _ = json.Marshal(m)
+	file := filepath.Join(t.TempDir(), "manifest.json")
+	if err := os.WriteFile(file, raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ref := strings.TrimSuffix(w.ref[:strings.LastIndex(w.ref, "@")], ":v1") + ":" + tag
+	orasRun(t, "", "manifest", "push", "--plain-http", "--media-type", "application/vnd.oci.image.manifest.v1+json", ref, file)
+	return ref
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], "weightsnap") {
+			return lines[i]
+		}
+	}
+	return lines[len(lines)-1]
+}
+
+// logLine is the number of the first JSON log line with msg about identity, or -1.
+func logLine(t *testing.T, path, msg, identity string) int {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, line := range strings.Split(string(raw), "\n") {
+		var e struct{ Msg, Identity string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg && e.Identity == identity {
+			return i
+		}
+	}
+	return -1
+}
