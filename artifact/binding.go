@@ -74,6 +74,14 @@ type BoundFileWriter interface {
 	SetPartBLAKE3(i int, sum Digest) error
 }
 
+// MappedWriter is implemented by BindTree file writers (the store's) that
+// can hand out the file as a shared writable mapping, for transports that
+// write into memory: one-sided RDMA reads land there. Bytes written through
+// it count as positioned writes; it is valid until Close.
+type MappedWriter interface {
+	Map() ([]byte, error)
+}
+
 // Parts is the number of parts of a BindTree file (see SetPartBLAKE3).
 func (e FileEntry) Parts() int {
 	if IsSafetensors(e.Path) {

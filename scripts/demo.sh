@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # make demo: synthesise a 1 GiB model, import it into a temporary store,
-# verify it fully, and print the inspect report.
+# verify it fully, resolve a TP rank, stage it as a hub mirror, and print
+# the inspect report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ws=./bin/weightsnap
@@ -30,6 +31,24 @@ for run in cold warm; do
 		--layout-spec contrib/layouts/llama-tp.toml --report "$work/report-$run.json" >/dev/null
 	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2]+":", r["outcome"], "from", r["source"], r.get("counters"))' "$work/report-$run.json" "$run"
 done
+
+echo "== stage: the model as a hub cache snapshot on a 'shared store', mirrored to a node's hub cache"
+echo "   (every blob verified against its name), then again: nothing copied; then where it resolves"
+$ws dev hub "$work/model" --out "$work/nas/hub" --repo demo/synthetic-1g --commit "$rev" >/dev/null
+cat >"$work/recipe.toml" <<EOF
+[[staging]]
+id = "demo"
+kind = "hub-mirror"
+src = "$work/nas/hub"
+dst = "$work/node/hub"
+max_used = "100%"
+emit_env = "HF_HUB_CACHE"
+EOF
+$ws stage "$work/recipe.toml" --dry-run | sed -n 3,4p
+$ws stage "$work/recipe.toml" 2>/dev/null
+$ws stage "$work/recipe.toml"
+$ws staging ls
+$ws stage resolve demo/synthetic-1g
 
 echo "== inspect"
 $ws inspect "${id#sha256:}"

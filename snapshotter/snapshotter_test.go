@@ -298,3 +298,40 @@ func TestLaterLayersResolveAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestSameLayerOverAnotherParent: the same image unpacked in two containerd
+// namespaces gives one weight layer (one chain ID) over two parents (each
+// namespace's own base snapshot): two snapshots, one lease.
+func TestSameLayerOverAnotherParent(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	id := n.importModel(t, 256<<10, 8)
+	for _, ns := range []string{"ns1", "ns2"} {
+		if _, err := n.sn.Prepare(ctx, ns+"/extract-base", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := n.sn.Commit(ctx, ns+"/"+chainID(30), ns+"/extract-base"); err != nil {
+			t.Fatal(err)
+		}
+		n.prepareWeights(t, ns+"/extract-weights", ns+"/"+chainID(30), weightLabels(id, "/w", chainID(31)))
+	}
+	second := chainID(31) + "@ns2/" + chainID(30)
+	for name, parent := range map[string]string{chainID(31): "ns1/" + chainID(30), second: "ns2/" + chainID(30)} {
+		info, err := n.sn.Stat(ctx, name)
+		if err != nil || info.Parent != parent || info.Labels[snapshots.LabelSnapshotRef] != chainID(31) {
+			t.Fatalf("%s: %+v %v", name, info, err)
+		}
+	}
+	if err := n.sn.Remove(ctx, chainID(31)); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.sn.leases.identities(); len(got) != 1 {
+		t.Fatalf("the other namespace's snapshot lost its lease: %v", got)
+	}
+	if err := n.sn.Remove(ctx, second); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.sn.leases.identities(); len(got) != 0 {
+		t.Fatalf("leases %v", got)
+	}
+}

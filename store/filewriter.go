@@ -29,11 +29,12 @@ type fileWriter struct {
 	size int64
 	f    *os.File
 
-	mu     sync.Mutex
-	hasher *artifact.FileHasher // ordered files
-	pos    int64                // next sequential offset
-	stages *stages
-	tree   *treeFile // BindTree files
+	mu      sync.Mutex
+	hasher  *artifact.FileHasher // ordered files
+	pos     int64                // next sequential offset
+	stages  *stages
+	tree    *treeFile // BindTree files
+	mapping []byte    // Map's, for BindTree files; unmapped at Close
 
 	closed    bool
 	startSync func()
@@ -179,7 +180,10 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 
 // Close finishes the hashes and prepares the fsync, which the build starts
 // once the next file is created (or at publication): on ext4 an fsync's
-// journal commit would otherwise stall the next file's fallocate.
+// journal commit would otherwise stall the next file's fallocate. A file
+// bound by its tree starts its fsync at once: a fetch creates (and
+// preallocates) all its files before any byte lands, so the disk writes of
+// the files it finished overlap the transfer of the others.
 func (w *fileWriter) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -187,6 +191,7 @@ func (w *fileWriter) Close() error {
 		return nil
 	}
 	w.closed = true
+	w.unmap()
 	switch {
 	case w.tree != nil:
 		w.entry, w.err = w.tree.finish()
@@ -210,6 +215,10 @@ func (w *fileWriter) Close() error {
 		}
 		w.synced <- classifyIO(err)
 	}
+	if w.tree != nil {
+		go w.startSync()
+		w.startSync = nil
+	}
 	return nil
 }
 
@@ -220,6 +229,7 @@ func (w *fileWriter) discard() {
 	defer w.mu.Unlock()
 	if !w.closed {
 		w.closed = true
+		w.unmap()
 		if w.stages != nil {
 			w.stages.drain()
 			w.hasher.Abort()

@@ -56,7 +56,7 @@ func (t *transform) SourceBytesRead() int64 { return t.read.Load() }
 type shardPlan struct {
 	file    artifact.SourceFile
 	stamp   artifact.Stamp // when the header was read
-	srcData int64 // the source's data start, from its validated header
+	srcData int64          // the source's data start, from its validated header
 	header  []byte
 	tensors []*tensorPlan
 	total   int64

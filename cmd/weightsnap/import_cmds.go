@@ -96,6 +96,6 @@ func newDevCmd(a *app) *cobra.Command {
 	f.StringVar(&dtype, "dtype", "BF16", "safetensors dtype of every tensor")
 	f.Uint64Var(&seed, "seed", 1, "random seed")
 	synthCmd.MarkFlagRequired("out")
-	cmd.AddCommand(synthCmd)
+	cmd.AddCommand(synthCmd, newDevHubCmd(a))
 	return cmd
 }

@@ -2,15 +2,13 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+	"github.com/weightsnap/weightsnap/staging"
 	"golang.org/x/sys/unix"
 )
 
@@ -30,31 +28,8 @@ func exitCode(err error) int {
 	return 1
 }
 
-// parseSize reads sizes such as 1GiB, 512MiB, 100M, 4096.
-func parseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) || n < 0 {
-		return 0, fmt.Errorf("bad size %q: %w", s, errdefs.ErrInvalidArgument)
-	}
-	v := n * float64(mult)
-	if v >= math.MaxInt64 { // float64(MaxInt64) is 2^63: anything from there overflows
-		return 0, fmt.Errorf("size %q is more than %d bytes: %w", s, int64(math.MaxInt64), errdefs.ErrInvalidArgument)
-	}
-	return int64(v), nil
-}
+// parseSize reads sizes such as 1GiB, 512MiB, 100M, 4096 (as recipes do).
+func parseSize(s string) (int64, error) { return staging.ParseSize(s) }
 
 func humanBytes(n int64) string {
 	const unit = 1024
@@ -104,9 +79,14 @@ func (pr *progress) Add(n int64) {
 		return
 	}
 	if pr.total > 0 && pr.done >= pr.next && pr.done < pr.total {
-		fmt.Fprintf(os.Stderr, "%s: %s of %s (%d%%)\n", pr.label, humanBytes(pr.done), humanBytes(pr.total), pr.done*100/pr.total)
+		fmt.Fprintf(os.Stderr, "%s: %s of %s (%d%%, %s/s)\n", pr.label, humanBytes(pr.done), humanBytes(pr.total), pr.done*100/pr.total, humanBytes(pr.rate()))
 		pr.next += pr.total / 4
 	}
+}
+
+// rate is the average bytes per second so far.
+func (pr *progress) rate() int64 {
+	return int64(float64(pr.done) / max(time.Since(pr.start).Seconds(), 1e-3))
 }
 
 // Done finishes the bar.

@@ -1,5 +1,6 @@
 // Command weightsnapd is weightsnap's node daemon: the containerd proxy
-// snapshotter that mounts the store's artifacts into containers.
+// snapshotter that mounts the store's artifacts into containers, and the
+// weight peer that serves them to other nodes ([peer] serve).
 package main
 
 import (
@@ -22,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -111,8 +113,16 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve() }()
+	if cfg.Peer.Serve {
+		stopPeer, err := servePeer(ctx, cfg.Peer, d, errc)
+		if err != nil {
+			srv.Stop(ctx, 0)
+			return err
+		}
+		defer stopPeer()
+	}
 	if cfg.Metrics.Address != "" {
 		stopMetrics, err := serveMetrics(ctx, cfg.Metrics.Address, reg, errc)
 		if err != nil {
@@ -138,8 +148,9 @@ func run(ctx context.Context, cfg config.Config) error {
 }
 
 // newRuntime is the resolution runtime of weight layers: required mode, the
-// store, then the registry a pointer names when its host is configured,
-// then the configured registry repository's identity tags.
+// store, then the weight peers ([peer] peers), then the registry a pointer
+// names when its host is configured, then the configured registry
+// repository's identity tags.
 func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
 	remote := oci.RemoteOptions{PlainHTTP: cfg.Resolve.PlainHTTP, Insecure: cfg.Resolve.Insecure, UserAgent: "weightsnapd"}
 	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: remote}
@@ -154,6 +165,13 @@ func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
 	if rc.Wait.CoordinationTimeoutSeconds == 0 {
 		rc.Wait.CoordinationTimeoutSeconds = cfg.Store.CoordinationTimeoutSeconds
 	}
+	if len(cfg.Peer.Peers) > 0 {
+		fo, err := cfg.Peer.FetchOptions()
+		if err != nil {
+			return nil, err
+		}
+		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
+	}
 	if cfg.Resolve.Registry != "" {
 		repo, err := oci.NewRemote(context.Background(), cfg.Resolve.Registry, remote)
 		if err != nil {
@@ -162,6 +180,32 @@ func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
 		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo})
 	}
 	return resolve.New(rc)
+}
+
+// servePeer serves the store to other nodes ([peer] serve) until the
+// returned stop is called, which waits for the sessions to end.
+func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- error) (func(), error) {
+	cfg, err := c.ServerConfig()
+	if err != nil {
+		return nil, err
+	}
+	s, err := peer.NewServer(d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("peer: %w", err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Serve(pctx, lis); err != nil {
+			errc <- fmt.Errorf("peer: %w", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // serveMetrics serves /metrics on addr until the returned stop is called.

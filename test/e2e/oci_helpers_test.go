@@ -40,7 +40,7 @@ var ociCLI struct {
 func weightsnapBin(t *testing.T) string {
 	t.Helper()
 	ociCLI.once.Do(func() {
-		root, err := moduleRoot()
+		root, err := harness.ModuleRoot()
 		if err != nil {
 			ociCLI.err = err
 			return
@@ -62,23 +62,6 @@ func weightsnapBin(t *testing.T) string {
 		t.Fatalf("build the weightsnap CLI: %v", ociCLI.err)
 	}
 	return ociCLI.path
-}
-
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the test directory")
-		}
-		dir = parent
-	}
 }
 
 // wsTimeout bounds one CLI run.

@@ -27,6 +27,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,7 +47,6 @@ func TestSnapshotterBench(t *testing.T) {
 	reps, _ := strconv.Atoi(envOr("BENCH_REPS", "3"))
 	type row struct {
 		size                string
-		bytes               int64
 		warm, cold, overlay []float64
 	}
 	var rows []row
@@ -56,7 +56,7 @@ func TestSnapshotterBench(t *testing.T) {
 			w := n.pushWeightImage(t, "bench", size, 4, "/models/x")
 			tarImg := pushTarImage(t, n, w)
 			first := firstWeightFile(w)
-			r := row{size: size, bytes: w.bytes}
+			r := row{size: size}
 			for i := 0; i < reps; i++ {
 				t.Logf("%s: round %d of %d", size, i+1, reps)
 				r.overlay = append(r.overlay, benchRun(t, n, tarImg, "overlayfs", first))
@@ -74,15 +74,22 @@ func TestSnapshotterBench(t *testing.T) {
 	}
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "\nweightsnap snapshotter benchmark: nerdctl run to the first weight byte read in the container\n")
-	fmt.Fprintf(&out, "%d cores, median of %d, same local registry; overlayfs = the same files as an uncompressed tar layer\n", cpus(), reps)
+	fmt.Fprintf(&out, "%d cores, median of %d, same local registry; overlayfs = the same files as an uncompressed tar layer\n", runtime.NumCPU(), reps)
 	fmt.Fprintf(&out, "%-8s %12s %12s %12s %14s %14s\n", "weights", "warm (s)", "cold (s)", "overlayfs (s)", "overlay/warm", "overlay/cold")
 	for _, r := range rows {
 		wm, cm, om := median(r.warm), median(r.cold), median(r.overlay)
 		fmt.Fprintf(&out, "%-8s %12.2f %12.2f %12.2f %13.1fx %13.1fx\n", r.size, wm, cm, om, om/wm, om/cm)
 	}
 	fmt.Fprintf(&out, "goals: overlay/warm >= 20x and flat from 2 to 4 GiB; overlay/cold >= 4x\n")
+	secs := func(v []float64) string {
+		s := make([]string, len(v))
+		for i, x := range v {
+			s[i] = fmt.Sprintf("%.2f", x)
+		}
+		return strings.Join(s, " ")
+	}
 	for _, r := range rows {
-		fmt.Fprintf(&out, "runs %s (s): warm %v cold %v overlayfs %v\n", r.size, r.warm, r.cold, r.overlay)
+		fmt.Fprintf(&out, "runs %s (s): warm %s | cold %s | overlayfs %s\n", r.size, secs(r.warm), secs(r.cold), secs(r.overlay))
 	}
 	fmt.Print(out.String())
 	if p := os.Getenv("BENCH_OUT"); p != "" {
@@ -97,11 +104,6 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
-}
-
-func cpus() int {
-	raw, _ := os.ReadFile("/proc/cpuinfo")
-	return strings.Count(string(raw), "\nprocessor") + 1
 }
 
 func median(v []float64) float64 {

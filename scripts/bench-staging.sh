@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# Staging benchmark, side by side in one run on the same trees and the same destination filesystem:
+#   hub-mirror first copy (verify full, and sample-hash) vs cp -a and rsync -a (each + sync),
+#   the no-op re-run vs rsync -a's no-op,
+#   a 1,000-file repository: first run vs re-run (time and syscalls, strace -c), and rsync's no-op.
+# The destination is an ext4 filesystem on a loop-mounted image (as root; else a folder beside the
+# source, noted in the title). The source is warmed into the page cache before every contender
+# (weightsnap drops the source's pages after copying, as it would for a network filesystem).
+# Usage: scripts/bench-staging.sh [SIZE] [FILES]   (default 2GiB, 1000)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-2GiB}
+files=${2:-1000}
+ws=$PWD/bin/weightsnap
+for tool in rsync strace bc; do
+	if ! command -v "$tool" >/dev/null; then
+		if [ "$(id -u)" = 0 ]; then
+			apt-get install -y -qq "$tool" >/dev/null
+		else
+			echo "bench-staging: $tool missing (apt-get install $tool)" >&2
+			exit 1
+		fi
+	fi
+done
+work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-bench-staging.XXXXXX")
+dst=$work/dst
+mkdir -p "$dst"
+cleanup() {
+	mountpoint -q "$dst" && umount "$dst"
+	rm -rf "$work"
+}
+trap cleanup EXIT
+commit=0123456789abcdef0123456789abcdef01234567
+
+# Sources: one big repository (a synthetic checkpoint) and one of many small files.
+$ws dev synth --out "$work/model" --size "$size" --shards 4 --dtype BF16 --seed 7 >/dev/null 2>&1
+$ws dev hub "$work/model" --out "$work/big/hub" --repo org/big --commit "$commit" >/dev/null
+mkdir -p "$work/small"
+for i in $(seq 1 "$files"); do
+	head -c $((4096 + (i * 37) % 61440)) /dev/urandom >"$work/small/f$((i % 20))-$i.json" 2>/dev/null
+done
+mkdir -p "$work/many/hub"
+$ws dev hub "$work/small" --out "$work/many/hub" --repo org/many --commit "$commit" >/dev/null
+src_bytes=$(du -sbL "$work/big/hub/models--org--big/snapshots/$commit" | cut -f1)
+
+# The destination: its own ext4 filesystem, big enough for two copies of everything.
+fstype="the source's filesystem (not root: no loop mount)"
+if [ "$(id -u)" = 0 ]; then
+	img_bytes=$((src_bytes * 5 / 2 + (1 << 30)))
+	truncate -s "$img_bytes" "$work/dst.img"
+	mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$work/dst.img"
+	mount -o loop "$work/dst.img" "$dst"
+	fstype="ext4 on a loop image"
+fi
+
+warm() { find "$1" -type f -exec cat {} + >/dev/null; }
+secs() { local s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc -l; }
+# syscalls CMD...: the total number of system calls CMD makes (strace -f -c).
+syscalls() { strace -f -c -o "$work/strace.out" "$@" >/dev/null 2>&1; awk '$NF == "total" { print $(NF-2) }' "$work/strace.out"; }
+recipe() { # recipe ID SRC DST VERIFY
+	printf '[[staging]]\nid = "%s"\nkind = "hub-mirror"\nsrc = "%s"\ndst = "%s"\nverify = "%s"\nmax_used = "100%%"\n' "$1" "$2" "$3" "$4" >"$work/$1.toml"
+	echo "$work/$1.toml"
+}
+stage() { "$ws" --root "$work/store" --config /dev/null stage "$@"; }
+
+big=$work/big/hub
+warm "$big"
+t_cp=$(secs bash -c "cp -a '$big' '$dst/cp' && sync")
+rm -rf "$dst/cp"; sync
+warm "$big"
+t_rsync=$(secs bash -c "rsync -a '$big/' '$dst/rsync/' && sync")
+warm "$big"
+t_full=$(secs stage "$(recipe full "$big" "$dst/full" full)")
+rm -rf "$dst/full"; sync
+warm "$big"
+t_sample=$(secs stage "$(recipe sample "$big" "$dst/sample" sample-hash)")
+warm "$big"
+t_rsync_noop=$(secs rsync -a "$big/" "$dst/rsync/")
+t_noop=$(secs stage "$work/sample.toml")
+rm -rf "$dst/rsync" "$dst/sample"; sync
+
+many=$work/many/hub
+warm "$many"
+t_many_first=$(secs stage "$(recipe many "$many" "$dst/many" full)")
+t_many_again=$(secs stage "$work/many.toml")
+n_many_first=$(syscalls "$ws" --root "$work/store" --config /dev/null stage "$(recipe many2 "$many" "$dst/many2" full)")
+n_many_again=$(syscalls "$ws" --root "$work/store" --config /dev/null stage "$work/many2.toml")
+rsync -a "$many/" "$dst/many-rsync/"
+sync
+t_many_rsync=$(secs rsync -a "$many/" "$dst/many-rsync/")
+n_many_rsync=$(syscalls rsync -a "$many/" "$dst/many-rsync/")
+
+ratio() { echo "scale=2; $1 / $2" | bc -l; }
+printf '\nweightsnap staging benchmark: %s repository (4 shards) and a %d-file repository, %s cores\n' "$size" "$files" "$(nproc)"
+printf 'source: %s (page cache warm); destination: %s\n' "$(stat -f -c %T "$work")" "$fstype"
+printf '%-44s %9s %9s %11s  %s\n' "measure" "seconds" "ratio" "syscalls" "goal"
+printf '%-44s %9.2f %9s %11s  %s\n' "cp -a + sync" "$t_cp" "1.00" "" ""
+printf '%-44s %9.2f %9s %11s  %s\n' "rsync -a + sync" "$t_rsync" "$(ratio "$t_rsync" "$t_cp")" "" ""
+printf '%-44s %9.2f %9s %11s  %s\n' "weightsnap stage, verify full (hashes all)" "$t_full" "$(ratio "$t_full" "$t_cp")" "" "<= 1.0 x cp -a"
+printf '%-44s %9.2f %9s %11s  %s\n' "weightsnap stage, verify sample-hash" "$t_sample" "$(ratio "$t_sample" "$t_cp")" "" "<= 1.0 x cp -a"
+printf '%-44s %9.3f %9s %11s  %s\n' "rsync -a again (no-op)" "$t_rsync_noop" "1.00" "" ""
+printf '%-44s %9.3f %9s %11s  %s\n' "weightsnap stage again (auto, no-op)" "$t_noop" "$(ratio "$t_noop" "$t_rsync_noop")" "" "<= 1.0 x rsync no-op"
+printf '%-44s %9.3f %9s %11s  %s\n' "$files files: weightsnap first run (full)" "$t_many_first" "1.00" "$n_many_first" ""
+printf '%-44s %9.3f %9s %11s  %s\n' "$files files: weightsnap re-run (auto)" "$t_many_again" "$(ratio "$t_many_again" "$t_many_first")" "$n_many_again" "copies nothing, fast"
+printf '%-44s %9.3f %9s %11s  %s\n' "$files files: rsync -a no-op" "$t_many_rsync" "$(ratio "$t_many_rsync" "$t_many_first")" "$n_many_rsync" ""

@@ -1,0 +1,258 @@
+package staging
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// EvictPlan is a lane a plan evicts to stay under a watermark.
+type EvictPlan struct {
+	ID       string    `json:"id"`
+	Dst      string    `json:"dst"`
+	LastUsed time.Time `json:"last_used,omitzero"`
+	Bytes    int64     `json:"bytes"` // its files' sizes
+	Frees    int64     `json:"frees"` // disk space its eviction frees
+}
+
+type devIno struct{ dev, ino uint64 }
+
+// openInodes maps every file some process has open or mapped to one such
+// process. Containers see staged files through bind mounts under other
+// paths, so files are matched by device and inode, not by path.
+func openInodes() map[devIno]int {
+	out := map[devIno]int{}
+	procs, _ := os.ReadDir("/proc")
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", p.Name())
+		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
+		for _, fd := range fds {
+			// Cached attributes only: a file open on a hung network or
+			// FUSE filesystem must not hang the scan.
+			var stx unix.Statx_t
+			err := unix.Statx(unix.AT_FDCWD, filepath.Join(dir, "fd", fd.Name()), unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_INO, &stx)
+			if err == nil && stx.Mode&unix.S_IFMT == unix.S_IFREG {
+				out[devIno{unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino}] = pid
+			}
+		}
+		if f, err := os.Open(filepath.Join(dir, "maps")); err == nil {
+			for k := range parseMaps(bufio.NewScanner(f)) {
+				out[k] = pid
+			}
+			f.Close()
+		}
+	}
+	return out
+}
+
+// parseMaps reads the mapped files of a /proc/PID/maps listing.
+func parseMaps(sc *bufio.Scanner) map[devIno]bool {
+	out := map[devIno]bool{}
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) < 6 {
+			continue
+		}
+		ino, err := strconv.ParseUint(f[4], 10, 64)
+		maj, mn, ok := strings.Cut(f[3], ":")
+		if err != nil || ino == 0 || !ok {
+			continue
+		}
+		ma, err1 := strconv.ParseUint(maj, 16, 32)
+		mi, err2 := strconv.ParseUint(mn, 16, 32)
+		if err1 == nil && err2 == nil {
+			out[devIno{unix.Mkdev(uint32(ma), uint32(mi)), ino}] = true
+		}
+	}
+	return out
+}
+
+// busy says why a lane cannot be evicted now ("" if it can): a process has
+// one of its files open or mapped, or another process holds its lock.
+func (e *Engine) busy(l *Ledger, open map[devIno]int) string {
+	for _, en := range l.Entries {
+		if pid, ok := open[devIno{en.Dev, en.Ino}]; ok && en.Kind != EntryLink {
+			return fmt.Sprintf("%s is open in process %d", filepath.Join(l.Dst, en.Path), pid)
+		}
+	}
+	lk, err := e.st.lock(l.ID)
+	if err != nil {
+		return err.Error()
+	}
+	lk.unlock()
+	return ""
+}
+
+// footprint is the disk space evicting a lane frees: the blocks of every
+// staged file whose links all belong to the lane.
+func footprint(l *Ledger) int64 {
+	type inode struct {
+		count  uint64
+		nlink  uint64
+		blocks int64
+	}
+	inodes := map[devIno]*inode{}
+	for _, en := range l.Entries {
+		if en.Kind == EntryLink {
+			continue
+		}
+		var st unix.Stat_t
+		if unix.Lstat(filepath.Join(l.Dst, filepath.FromSlash(en.Path)), &st) != nil || st.Dev != en.Dev || st.Ino != en.Ino {
+			continue
+		}
+		k := devIno{st.Dev, st.Ino}
+		if inodes[k] == nil {
+			inodes[k] = &inode{nlink: uint64(st.Nlink), blocks: st.Blocks * 512}
+		}
+		inodes[k].count++
+	}
+	var frees int64
+	for _, in := range inodes {
+		if in.nlink <= in.count {
+			frees += in.blocks
+		}
+	}
+	return frees
+}
+
+// evictable lists the lanes on filesystem dev that may be evicted, least
+// recently used first: staged, not excluded, and not busy.
+func (e *Engine) evictable(dev uint64, exclude map[string]bool, ledgers []*Ledger, open map[devIno]int) []EvictPlan {
+	var out []EvictPlan
+	for _, l := range ledgers {
+		if exclude[l.ID] || l.State == StateEvicted || len(l.Entries) == 0 {
+			continue
+		}
+		if d, _, err := existingParent(l.Dst); err != nil || d != dev {
+			continue
+		}
+		if e.busy(l, open) != "" {
+			continue
+		}
+		out = append(out, EvictPlan{ID: l.ID, Dst: l.Dst, LastUsed: l.LastUsed, Bytes: l.Bytes, Frees: footprint(l)})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].LastUsed.Equal(out[j].LastUsed) {
+			return out[i].LastUsed.Before(out[j].LastUsed)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out
+}
+
+// Evict removes a lane's staged files (those no other lane lists too; a
+// hardlinked file frees space only when its last link goes) and closes its
+// ledger. A lane in use is refused with errdefs.ErrFailedPrecondition, one
+// being staged with errdefs.ErrUnavailable.
+func (e *Engine) Evict(ctx context.Context, id string) (*LaneStatus, error) {
+	ledgers, err := e.ledgers(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return e.evict(ctx, id, ledgers, openInodes())
+}
+
+func (e *Engine) evict(ctx context.Context, id string, ledgers []*Ledger, open map[devIno]int) (*LaneStatus, error) {
+	lk, err := e.st.lock(id)
+	if err != nil {
+		return nil, err
+	}
+	defer lk.unlock()
+	l, err := e.st.Load(id)
+	if err != nil {
+		return nil, err
+	}
+	for _, en := range l.Entries {
+		if pid, ok := open[devIno{en.Dev, en.Ino}]; ok && en.Kind != EntryLink {
+			return nil, fmt.Errorf("lane %s is in use: %s is open in process %d: %w", id, filepath.Join(l.Dst, en.Path), pid, errdefs.ErrFailedPrecondition)
+		}
+	}
+	frees := footprint(l)
+	if _, err := e.removeEntries(ctx, l, l.Entries, ledgers); err != nil {
+		return nil, err
+	}
+	l.State, l.Error, l.Entries, l.Bytes = StateEvicted, "", nil, 0
+	if err := e.st.Save(l, artifact.Durable); err != nil {
+		return nil, err
+	}
+	log.G(ctx).WithField("lane", id).WithField("frees", frees).Info("staging: lane evicted")
+	s := e.status(l, nil)
+	s.Frees = frees
+	return &s, nil
+}
+
+// removeStale removes the files of a lane's previous run that this run did
+// not stage (gone from the source, or now skipped).
+func (e *Engine) removeStale(ctx context.Context, l *Ledger, done map[string]Entry) (int, error) {
+	var stale []Entry
+	for _, en := range l.Entries {
+		if _, ok := done[en.Path]; !ok {
+			stale = append(stale, en)
+		}
+	}
+	if len(stale) == 0 {
+		return 0, nil
+	}
+	ledgers, err := e.ledgers(ctx)
+	if err != nil {
+		return 0, err
+	}
+	return e.removeEntries(ctx, l, stale, ledgers)
+}
+
+// removeEntries removes the staged files of entries that no other lane's
+// ledger lists at the same path, then the folders this leaves empty below
+// the lane's destination.
+func (e *Engine) removeEntries(ctx context.Context, l *Ledger, entries []Entry, ledgers []*Ledger) (int, error) {
+	shared := map[string]bool{}
+	for _, o := range ledgers {
+		if o.ID == l.ID || o.State == StateEvicted {
+			continue
+		}
+		for _, en := range o.Entries {
+			shared[filepath.Join(o.Dst, filepath.FromSlash(en.Path))] = true
+		}
+	}
+	dirs := map[string]bool{}
+	removed := 0
+	for _, en := range entries {
+		p := filepath.Join(l.Dst, filepath.FromSlash(en.Path))
+		if shared[p] {
+			continue
+		}
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("lane %s: %w", l.ID, err)
+		}
+		removed++
+		for d := filepath.Dir(p); d != l.Dst && strings.HasPrefix(d, l.Dst+string(filepath.Separator)); d = filepath.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	order := make([]string, 0, len(dirs))
+	for d := range dirs {
+		order = append(order, d)
+	}
+	sort.Slice(order, func(i, j int) bool { return len(order[i]) > len(order[j]) })
+	for _, d := range order {
+		if err := os.Remove(d); err != nil && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, os.ErrNotExist) {
+			log.G(ctx).WithError(err).WithField("lane", l.ID).Debug("staging: folder left")
+		}
+	}
+	return removed, nil
+}
