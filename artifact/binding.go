@@ -63,7 +63,7 @@ type BoundWriter interface {
 
 // BoundFileWriter writes one bound file. Write appends in order; WriteAt
 // (BindTree only) places bytes anywhere and may be called from several
-// goroutines at once.
+// goroutines at once. Close comes after every write has returned.
 type BoundFileWriter interface {
 	FileWriter
 	io.WriterAt

@@ -89,6 +89,12 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id str
 		}
 		return fmt.Errorf("producer %s: %w", p.Name(), err)
 	}
+	// Whatever wrote them (a copy, a pull, a peer fetch), the files of a
+	// passthrough identity must be its source fingerprint.
+	if err := identity.CheckPassthrough(b.entries()); err != nil {
+		b.abort()
+		return err
+	}
 	if err := b.publish(ctx, p.Name(), deadline); err != nil {
 		b.abort()
 		return fmt.Errorf("publish %s: %w", short(id), err)

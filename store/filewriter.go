@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
 )
 
 // ringBuffers is how many chunks of one file may be in flight between Write
@@ -87,10 +88,17 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 		}
 	})
 	s.wg.Go(func() {
+		var started int64 // the file's writeback is under way up to here
 		for c := range s.writeQ {
 			if s.failed() == nil {
 				if _, err := w.f.WriteAt(c.buf, c.off); err != nil {
 					s.fail(classifyIO(err))
+				}
+				if end := c.off + int64(len(c.buf)); end-started >= writebackChunk {
+					// Start the writeback now, so the fsync at the end waits
+					// for little. A hint: its errors surface at the fsync.
+					unix.SyncFileRange(int(w.f.Fd()), started, end-started, unix.SYNC_FILE_RANGE_WRITE)
+					started = end
 				}
 			}
 			s.release(c)
@@ -98,6 +106,10 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 	})
 	return s
 }
+
+// writebackChunk is how many written bytes of a file the write stage lets
+// accumulate before it starts their writeback.
+const writebackChunk = 8 << 20
 
 func (s *stages) fail(err error) {
 	s.errMu.Lock()
