@@ -51,8 +51,7 @@ func (w *fileWriter) writeAt(p []byte, off int64) (int, error) {
 		copy(t.header[off:], p)
 		t.mu.Unlock()
 	}
-	n, err := w.f.WriteAt(p, off)
-	return n, classifyIO(err)
+	return pwrite(w.f, p, off)
 }
 
 // SetPartBLAKE3 implements artifact.BoundFileWriter.
