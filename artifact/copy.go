@@ -2,17 +2,75 @@ package artifact
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"io"
 )
 
-// copyChunk is the buffer size of CopyAhead.
+// copyChunk is the buffer size of copyAhead.
 const copyChunk = 1 << 20
 
-// CopyAhead copies exactly n bytes from r to write, reading the next buffer
-// while the previous one is written. It returns how many bytes write
-// accepted; a short source is io.ErrUnexpectedEOF.
-func CopyAhead(ctx context.Context, r io.Reader, n int64, write func([]byte) error) (int64, error) {
+// SourceError is a failure to read the bytes being copied, as opposed to a
+// failure of the writer they were copied into.
+type SourceError struct{ Err error }
+
+func (e *SourceError) Error() string { return "read source: " + e.Err.Error() }
+
+// Unwrap returns the read failure.
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// CopyTo copies exactly n bytes from r into w and returns how many w
+// accepted. A writer that implements io.ReaderFrom (the store's) reads r
+// straight into its own buffers, hashing and writing each while it reads the
+// next; any other is written from two buffers, the next read while the
+// previous is written. A failure to read r, a short r included
+// (io.ErrUnexpectedEOF), is a *SourceError; the writer's failures are
+// returned as they are. progress, if set, is told of the bytes read.
+func CopyTo(ctx context.Context, w io.Writer, r io.Reader, n int64, progress func(int64)) (int64, error) {
+	src := &sourceReader{ctx: ctx, r: io.LimitReader(r, n), progress: progress}
+	rf, ok := w.(io.ReaderFrom)
+	if !ok {
+		return copyAhead(src, n, w)
+	}
+	k, err := rf.ReadFrom(src)
+	switch {
+	case err != nil && src.err != nil && errors.Is(err, src.err):
+		return k, &SourceError{err}
+	case err != nil:
+		return k, err
+	case k < n:
+		return k, &SourceError{io.ErrUnexpectedEOF}
+	}
+	return k, nil
+}
+
+// sourceReader is the source of a copy: it stops once ctx is done, counts
+// progress and keeps its failure, so that CopyTo can tell it from the
+// writer's.
+type sourceReader struct {
+	ctx      context.Context
+	r        io.Reader
+	progress func(int64)
+	err      error
+}
+
+func (s *sourceReader) Read(p []byte) (int, error) {
+	if err := s.ctx.Err(); err != nil {
+		s.err = err
+		return 0, err
+	}
+	n, err := s.r.Read(p)
+	if n > 0 && s.progress != nil {
+		s.progress(int64(n))
+	}
+	if err != nil && err != io.EOF {
+		s.err = err
+	}
+	return n, err
+}
+
+// copyAhead copies exactly n bytes from r to w, reading the next buffer
+// while the previous one is written.
+func copyAhead(r *sourceReader, n int64, w io.Writer) (int64, error) {
 	type chunk struct {
 		b   []byte
 		err error
@@ -51,16 +109,13 @@ func CopyAhead(ctx context.Context, r io.Reader, n int64, write func([]byte) err
 	var written int64
 	for c := range full {
 		if len(c.b) > 0 {
-			if err := ctx.Err(); err != nil {
-				return written, err
-			}
-			if err := write(c.b); err != nil {
+			if _, err := w.Write(c.b); err != nil {
 				return written, err
 			}
 			written += int64(len(c.b))
 		}
 		if c.err != nil {
-			return written, fmt.Errorf("read blob: %w", c.err)
+			return written, &SourceError{c.err}
 		}
 		free <- c.b[:cap(c.b)]
 	}

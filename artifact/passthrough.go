@@ -220,16 +220,7 @@ func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, pro
 	if err != nil {
 		return err
 	}
-	_, err = CopyAhead(ctx, in, sf.Size, func(b []byte) error {
-		if _, err := out.Write(b); err != nil {
-			return err
-		}
-		if progress != nil {
-			progress(int64(len(b)))
-		}
-		return nil
-	})
-	if err != nil {
+	if _, err := CopyTo(ctx, out, in, sf.Size, progress); err != nil {
 		out.Close()
 		return fmt.Errorf("copy %s: %w", sf.Path, err)
 	}

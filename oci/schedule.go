@@ -281,14 +281,9 @@ func (p *puller) deliver(t *fileTask, idx int, r parkedRange, tokens chan struct
 // of zeros for the next pull's resume to hash.
 func (t *fileTask) write(b []byte) error {
 	if t.fw == nil {
-		fw, err := create(t.w, t.f.Binding)
-		if err != nil {
-			return &writeError{err}
+		if err := t.create(); err != nil {
+			return err
 		}
-		t.fw = fw
-		t.p.openMu.Lock()
-		t.p.open[t] = struct{}{}
-		t.p.openMu.Unlock()
 	}
 	if len(b) == 0 {
 		return nil
@@ -296,6 +291,19 @@ func (t *fileTask) write(b []byte) error {
 	if _, err := t.fw.Write(b); err != nil {
 		return &writeError{err}
 	}
+	return nil
+}
+
+// create creates the file in the store.
+func (t *fileTask) create() error {
+	fw, err := create(t.w, t.f.Binding)
+	if err != nil {
+		return &writeError{err}
+	}
+	t.fw = fw
+	t.p.openMu.Lock()
+	t.p.open[t] = struct{}{}
+	t.p.openMu.Unlock()
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bufio"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -26,14 +27,7 @@ func (p *puller) stream(ctx context.Context, t *fileTask) error {
 		rc, err := p.r.getBlob(ctx, t.f.Layer, pos, n)
 		if err == nil {
 			var k int64
-			k, err = artifact.CopyAhead(ctx, rc, size-pos, func(b []byte) error {
-				if err := t.write(b); err != nil {
-					return err
-				}
-				p.fetched.Add(int64(len(b)))
-				p.progress(int64(len(b)))
-				return nil
-			})
+			k, err = p.copyBlob(ctx, t, rc, size-pos)
 			rc.Close()
 			pos += k
 			if err == nil {
@@ -48,6 +42,33 @@ func (p *puller) stream(ctx context.Context, t *fileTask) error {
 			return err
 		}
 	}
+}
+
+// copyBlob copies the next n bytes of a blob stream into the file, which
+// it creates in the store once the stream's first byte has arrived. The
+// store reads them from the stream straight into its own buffers.
+func (p *puller) copyBlob(ctx context.Context, t *fileTask, rc io.Reader, n int64) (int64, error) {
+	br := bufio.NewReaderSize(rc, 4096) // holds the first bytes until the file exists
+	if t.fw == nil {
+		if _, err := br.Peek(1); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return 0, &artifact.SourceError{Err: err}
+		}
+		if err := t.create(); err != nil {
+			return 0, err
+		}
+	}
+	k, err := artifact.CopyTo(ctx, t.fw, br, n, func(k int64) {
+		p.fetched.Add(k)
+		p.progress(k)
+	})
+	var se *artifact.SourceError
+	if err != nil && !errors.As(err, &se) {
+		err = &writeError{err}
+	}
+	return k, err
 }
 
 // fetchRange fetches [off, off+len(buf)) of a blob into buf, re-requesting

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -165,6 +166,12 @@ func (s *stages) buffer(n int) []byte {
 	return make([]byte, n)
 }
 
+// unbuffer gives back a buffer that carried no bytes to the stages.
+func (s *stages) unbuffer(b []byte) {
+	s.pool.Put(&b)
+	<-s.inFlight
+}
+
 // drain stops the stages and returns their first error.
 func (s *stages) drain() error {
 	close(s.hashQ)
@@ -189,16 +196,83 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	if err := w.stages.failed(); err != nil {
 		return 0, err
 	}
-	c := &chunk{buf: w.stages.buffer(len(p)), off: w.pos}
-	copy(c.buf, p)
+	buf := w.stages.buffer(len(p))
+	copy(buf, p)
+	w.submit(buf)
+	return len(p), nil
+}
+
+// readChunk is the size of the buffers ReadFrom reads into.
+const readChunk = 1 << 20
+
+// ReadFrom implements io.ReaderFrom: it reads r to its end straight into
+// the buffers of the hash and write stages, so a file written in order
+// costs no copy beyond the read itself, and the next buffer is read while
+// the stages work on the previous ones. It returns r's failure as it is,
+// unwrapped, so a caller can tell it from the writer's own.
+func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
+	if w.tree != nil {
+		return io.CopyBuffer(struct{ io.Writer }{w}, r, make([]byte, readChunk))
+	}
+	var total int64
+	for {
+		w.mu.Lock()
+		left := w.size - w.pos
+		err := w.stages.failed()
+		if w.closed {
+			err = os.ErrClosed
+		}
+		w.mu.Unlock()
+		if err != nil {
+			return total, err
+		}
+		// One byte past the declared size tells a longer source from one
+		// that ends exactly there.
+		buf := w.stages.buffer(int(min(left+1, readChunk)))
+		n, rerr := io.ReadFull(r, buf)
+		if int64(n) > left {
+			w.stages.unbuffer(buf)
+			return total, fmt.Errorf("payload %s: write past the declared size %d: %w", w.path, w.size, errdefs.ErrOutOfRange)
+		}
+		if n == 0 {
+			w.stages.unbuffer(buf)
+		} else if err := w.submitLocked(buf[:n]); err != nil {
+			return total, err
+		}
+		total += int64(n)
+		switch rerr {
+		case nil:
+		case io.EOF, io.ErrUnexpectedEOF:
+			return total, nil
+		default:
+			return total, rerr
+		}
+	}
+}
+
+// submitLocked is submit for a caller that does not hold w.mu.
+func (w *fileWriter) submitLocked(buf []byte) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		w.stages.unbuffer(buf)
+		return os.ErrClosed
+	}
+	w.submit(buf)
+	return nil
+}
+
+// submit hands buf, a buffer from w.stages.buffer holding the file's next
+// bytes, to the hash and write stages. The caller holds w.mu.
+func (w *fileWriter) submit(buf []byte) {
+	c := &chunk{buf: buf, off: w.pos}
 	c.refs.Store(2)
 	w.stages.hashQ <- c
 	w.stages.writeQ <- c
 	if w.pos == 0 {
 		faultPoint("write.mid-payload")
 	}
-	w.pos += int64(len(p))
-	return len(p), nil
+	w.pos += int64(len(buf))
 }
 
 // Close finishes the hashes and prepares the fsync, which the build starts
