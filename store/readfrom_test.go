@@ -90,7 +90,9 @@ func TestReadFromEqualsHashFile(t *testing.T) {
 		open func([]byte) io.Reader
 	}{
 		{"whole", func(b []byte) io.Reader { return bytes.NewReader(b) }},
-		{"odd splits", func(b []byte) io.Reader { return &splitReader{data: b, sizes: []int{1, 7, 4093, 1 << 20, 3 << 20, 65537}} }},
+		{"odd splits", func(b []byte) io.Reader {
+			return &splitReader{data: b, sizes: []int{1, 7, 4093, 1 << 20, 3 << 20, 65537}}
+		}},
 		{"data then EOF", func(b []byte) io.Reader { return iotest.DataErrReader(bytes.NewReader(b)) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
