@@ -1,6 +1,7 @@
 package artifact
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -11,11 +12,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sync/errgroup"
 )
 
 // Passthrough is the producer that publishes a checkpoint directory as it is.
@@ -167,7 +170,8 @@ func ScanSource(ctx context.Context, root string) (src *SourceDir, hashed int64,
 // Passthrough copies a scanned source directory into an artifact verbatim.
 type Passthrough struct {
 	Src *SourceDir
-	// Progress, if set, is told of every chunk of bytes copied.
+	// Progress, if set, is told of every chunk of bytes copied, by one
+	// goroutine at a time.
 	Progress func(n int64)
 }
 
@@ -186,16 +190,38 @@ func (e *SourceMismatchError) Error() string {
 // Unwrap classifies the error.
 func (e *SourceMismatchError) Unwrap() error { return errdefs.ErrDataLoss }
 
-// Produce implements Producer: it copies each file through w, reading ahead
-// of the writer, and checks the copy's sha256 against the fingerprint.
+// Produce implements Producer: it copies the files through w, FilesInFlight
+// at a time, largest first, and checks each copy's sha256 against the
+// fingerprint. A file's sha256 is computed in order, on one core: only
+// several files at once keep every core hashing.
 func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
-	for _, sf := range p.Src.Files {
-		if err := CopyVerbatim(ctx, w, p.Src.Root, sf, p.Progress); err != nil {
-			return err
+	progress := p.Progress
+	if progress != nil {
+		var mu sync.Mutex
+		progress = func(n int64) {
+			mu.Lock()
+			p.Progress(n)
+			mu.Unlock()
 		}
 	}
-	return nil
+	files := slices.Clone(p.Src.Files)
+	slices.SortStableFunc(files, func(a, b SourceFile) int { return cmp.Compare(b.Size, a.Size) })
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(FilesInFlight())
+	for _, sf := range files {
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			return CopyVerbatim(gctx, w, p.Src.Root, sf, progress)
+		})
+	}
+	return g.Wait()
 }
+
+// FilesInFlight is how many files a producer writes at once by default:
+// enough to keep every core hashing, each file's sha256 taking one.
+func FilesInFlight() int { return max(2, runtime.GOMAXPROCS(0)/2) }
 
 // CopyVerbatim copies one source file below root through w as it is. A copy
 // kept from an interrupted build with the fingerprint's sha256 is reused when

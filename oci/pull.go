@@ -35,7 +35,7 @@ type PullOptions struct {
 	ChunkSize int64
 	// FilesInFlight is how many large files are fetched at once (their
 	// ranges interleaved), hence how many a killed pull leaves partly
-	// written; 0 means max(2, GOMAXPROCS/2).
+	// written; 0 means artifact.FilesInFlight().
 	FilesInFlight int
 	// Buffers is how many ranges may be held in memory, fetched or waiting
 	// for their turn to be written (ChunkSize bytes each); 0 means Concurrency+4.

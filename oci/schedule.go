@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"runtime"
 	"strings"
 	"sync"
 
@@ -149,7 +148,7 @@ func (p *puller) filesInFlight() int {
 	if p.o.FilesInFlight > 0 {
 		return p.o.FilesInFlight
 	}
-	return max(2, runtime.GOMAXPROCS(0)/2)
+	return artifact.FilesInFlight()
 }
 
 // dispatch hands out the jobs in plan order. Small files go straight to the
