@@ -38,7 +38,7 @@ type PullOptions struct {
 	// written; 0 means artifact.FilesInFlight().
 	FilesInFlight int
 	// Buffers is how many ranges may be held in memory, fetched or waiting
-	// for their turn to be written (ChunkSize bytes each); 0 means Concurrency+4.
+	// for their turn to be written (ChunkSize bytes each); 0 means Concurrency+2.
 	Buffers int
 	// Import gives the identity fields of an artifact weightsnap did not write.
 	Import ImportOptions
@@ -62,7 +62,7 @@ const (
 // Defaults of PullOptions and PushOptions.
 const (
 	DefaultConcurrency = 8
-	DefaultChunkSize   = 16 << 20
+	DefaultChunkSize   = 8 << 20
 )
 
 // PullReport says what a pull did.
@@ -192,7 +192,8 @@ type puller struct {
 	took        time.Duration // Produce's duration
 	openMu      sync.Mutex
 	open        map[*fileTask]struct{} // created in the store, not finished
-	bufs        sync.Pool              // *[]byte range buffers, ChunkSize each
+	chunk       int64                  // the range size
+	bufs        chan *[]byte           // free range buffers, chunk bytes each (rangeBuffer)
 	fetched     atomic.Int64
 	reused      atomic.Int64
 	reusedFiles atomic.Int64

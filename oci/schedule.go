@@ -71,11 +71,11 @@ func (p *puller) fetchAll(ctx context.Context, w artifact.Writer, files []PlanFi
 			}
 		}
 	}
-	p.bufs.New = func() any { b := make([]byte, chunk); return &b }
 	nbuf := p.o.Buffers
 	if nbuf <= 0 {
-		nbuf = conc + 4
+		nbuf = conc + 2
 	}
+	p.chunk, p.bufs = chunk, make(chan *[]byte, nbuf)
 	tokens := make(chan struct{}, nbuf) // buffers in use: fetching or parked
 	g, gctx := errgroup.WithContext(ctx)
 	jobs := make(chan job)
@@ -231,13 +231,27 @@ func (p *puller) run(ctx context.Context, j job, tokens chan struct{}) error {
 		}
 		return p.finish(j.t)
 	}
-	bp := p.bufs.Get().(*[]byte)
+	bp := p.rangeBuffer()
 	if err := p.fetchRange(ctx, j.t, j.off, (*bp)[:j.n]); err != nil {
-		p.bufs.Put(bp)
+		p.bufs <- bp
 		<-tokens
 		return err
 	}
 	return p.deliver(j.t, j.idx, parkedRange{bp, int(j.n)}, tokens)
+}
+
+// rangeBuffer returns a free range buffer, making one while fewer than
+// Buffers exist: the buffers are reused, never left to the garbage
+// collector, so a pull's memory stays at Buffers ranges. The caller holds a
+// token, hence room in p.bufs to give the buffer back.
+func (p *puller) rangeBuffer() *[]byte {
+	select {
+	case bp := <-p.bufs:
+		return bp
+	default:
+		b := make([]byte, p.chunk)
+		return &b
+	}
 }
 
 // deliver parks a fetched range and, unless another worker is writing the
@@ -261,7 +275,7 @@ func (p *puller) deliver(t *fileTask, idx int, r parkedRange, tokens chan struct
 		delete(t.parked, t.next)
 		t.mu.Unlock()
 		err := t.write((*c.buf)[:c.n])
-		p.bufs.Put(c.buf)
+		p.bufs <- c.buf
 		<-tokens
 		if err != nil {
 			return err

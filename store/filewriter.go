@@ -196,14 +196,19 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 	if err := w.stages.failed(); err != nil {
 		return 0, err
 	}
-	buf := w.stages.buffer(len(p))
-	copy(buf, p)
-	w.submit(buf)
+	for rest := p; len(rest) > 0; {
+		buf := w.stages.buffer(min(len(rest), chunkSize))
+		rest = rest[copy(buf, rest):]
+		w.submit(buf)
+	}
 	return len(p), nil
 }
 
-// readChunk is the size of the buffers ReadFrom reads into.
-const readChunk = 1 << 20
+// chunkSize is the size of the buffers between a file's writer and its
+// stages: ReadFrom reads this much at a time, and Write copies larger
+// writes in pieces of this size, so the ring holds at most ringBuffers of
+// them whatever the caller writes.
+const chunkSize = 1 << 20
 
 // ReadFrom implements io.ReaderFrom: it reads r to its end straight into
 // the buffers of the hash and write stages, so a file written in order
@@ -212,7 +217,7 @@ const readChunk = 1 << 20
 // unwrapped, so a caller can tell it from the writer's own.
 func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 	if w.tree != nil {
-		return io.CopyBuffer(struct{ io.Writer }{w}, r, make([]byte, readChunk))
+		return io.CopyBuffer(struct{ io.Writer }{w}, r, make([]byte, chunkSize))
 	}
 	var total int64
 	for {
@@ -228,7 +233,7 @@ func (w *fileWriter) ReadFrom(r io.Reader) (int64, error) {
 		}
 		// One byte past the declared size tells a longer source from one
 		// that ends exactly there.
-		buf := w.stages.buffer(int(min(left+1, readChunk)))
+		buf := w.stages.buffer(int(min(left+1, chunkSize)))
 		n, rerr := io.ReadFull(r, buf)
 		if int64(n) > left {
 			w.stages.unbuffer(buf)
