@@ -4,9 +4,11 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
 )
 
 // treeFile is the state of a file bound by its tensor tree
@@ -20,6 +22,7 @@ type treeFile struct {
 	mu     sync.Mutex
 	header []byte // [0, want.DataStart) as written
 	parts  []artifact.Digest
+	dirty  atomic.Int64 // bytes written since the file's writeback was last started
 }
 
 func newTreeFile(want artifact.FileEntry) *treeFile {
@@ -51,7 +54,15 @@ func (w *fileWriter) writeAt(p []byte, off int64) (int, error) {
 		copy(t.header[off:], p)
 		t.mu.Unlock()
 	}
-	return pwrite(w.f, p, off)
+	n, err := pwrite(w.f, p, off)
+	if w.tree.dirty.Add(int64(n)) >= writebackChunk {
+		// Start the writeback of whatever is dirty, wherever it lies, so
+		// the fsync at the end waits for little. A hint: its errors
+		// surface at the fsync.
+		w.tree.dirty.Store(0)
+		unix.SyncFileRange(int(w.f.Fd()), 0, w.size, unix.SYNC_FILE_RANGE_WRITE)
+	}
+	return n, err
 }
 
 // SetPartBLAKE3 implements artifact.BoundFileWriter.
