@@ -118,7 +118,10 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 				case <-ctx.Done():
 					return
 				}
-				k := min(int64(len(b)), u.n-off)
+				// Reads end where the file's offset is a multiple of
+				// railChunk: after a unit's first read, its writes fill
+				// whole pages of the page cache, wherever the unit starts.
+				k := min(railChunk-(u.dstOff+off)%railChunk, u.n-off)
 				err := readFull(r, b[:k], "range data")
 				if !send(chunk{u: u, b: b[:k], off: off, last: off+k == u.n, err: err}) {
 					return
