@@ -55,6 +55,9 @@ func IsWeightLayer(labels map[string]string) bool {
 // pointerLabels are the labels (layer annotations) that carry p.
 func pointerLabels(p Pointer) map[string]string {
 	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
+	if p.Mode != "" {
+		labels[LabelMode] = p.Mode
+	}
 	if len(p.Next) > 0 {
 		next := make([]string, len(p.Next))
 		for i, n := range p.Next {
@@ -81,7 +84,8 @@ func labelBytes(labels map[string]string) int {
 // a registry reference pinned by a sha256 digest, the identity is
 // sha256:<64 lower-case hex>, the target is an absolute clean directory
 // (CleanTarget leaves it as it is), every LabelNext entry is such an
-// identity and reference, and the weightsnap labels together fit in
+// identity and reference, LabelMode is absent, ModeRequired or
+// ModePreferred, and the weightsnap labels together fit in
 // containerd's limit for one label; anything else is a *LabelError.
 // Labels of other keys are ignored.
 func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error) {
@@ -116,6 +120,12 @@ func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error
 		return Pointer{}, true, labelError(LabelTarget, target, "not clean (want %q)", c)
 	}
 	p = Pointer{Schema: PointerSchema, Artifact: art, Identity: id, Target: target}
+	if m, ok := labels[LabelMode]; ok {
+		if m != ModeRequired && m != ModePreferred {
+			return Pointer{}, true, labelError(LabelMode, m, "want %s or %s", ModeRequired, ModePreferred)
+		}
+		p.Mode = m
+	}
 	if next := labels[LabelNext]; next != "" {
 		for _, e := range strings.Split(next, ",") {
 			nid, nart, ok := strings.Cut(e, "=")
@@ -150,6 +160,10 @@ func checkPinnedRef(ref string) error {
 	}
 	return nil
 }
+
+// IsIdentity says whether s is an identity digest as pointers carry it:
+// sha256:<64 lower-case hex>.
+func IsIdentity(s string) bool { return identityRE.MatchString(s) }
 
 // PointerFromAnnotations reads the pointer a layer descriptor carries with
 // ParsePointerLabels: ok is false for an ordinary layer.

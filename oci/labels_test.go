@@ -33,6 +33,9 @@ func TestParsePointerLabels(t *testing.T) {
 		{"valid with next", func(m map[string]string) {
 			m[LabelNext] = "sha256:" + strings.Repeat("3", 64) + "=reg.example/a" + pin + ",sha256:" + strings.Repeat("4", 64) + "=reg.example/b" + pin
 		}, true, ""},
+		{"preferred", func(m map[string]string) { m[LabelMode] = ModePreferred }, true, ""},
+		{"mode unknown", func(m map[string]string) { m[LabelMode] = "sometimes" }, true, LabelMode},
+		{"mode empty", func(m map[string]string) { m[LabelMode] = "" }, true, LabelMode},
 		{"ordinary layer", func(m map[string]string) { clear(m); m["containerd.io/snapshot.ref"] = "x" }, false, ""},
 		{"relative target", func(m map[string]string) { m[LabelTarget] = "models/x" }, true, LabelTarget},
 		{"dot-dot target", func(m map[string]string) { m[LabelTarget] = "/models/../etc" }, true, LabelTarget},
@@ -72,7 +75,7 @@ func TestParsePointerLabels(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ok && (p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama") {
+				if ok && (p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode]) {
 					t.Fatalf("pointer %+v", p)
 				}
 				if next := m[LabelNext]; next != "" && len(p.Next) != strings.Count(next, ",")+1 {

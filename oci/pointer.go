@@ -36,6 +36,10 @@ type Pointer struct {
 	// resolves them while containerd still prepares this layer (containerd
 	// prepares an image's layers one after the other). Not in the file.
 	Next []Pointer `json:"-"`
+	// Mode is the image's choice when the artifact cannot be had
+	// (ModeRequired, ModePreferred), carried in the LabelMode label; ""
+	// leaves it to the node. Not in the file.
+	Mode string `json:"-"`
 }
 
 // PointerLayer is one built pointer layer: its tar bytes and descriptor.

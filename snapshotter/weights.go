@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -19,10 +21,17 @@ const (
 	OutcomeFetched = "fetched" // resolution fetched it
 	OutcomeHeld    = "held"    // another snapshot already held its lease
 	OutcomeExists  = "exists"  // the weight snapshot was already committed
-	OutcomeFailed  = "failed"  // it could not resolve (required mode: Prepare fails)
+	OutcomeFailed   = "failed"   // it could not resolve (required mode: Prepare fails)
+	OutcomeFallback = "fallback" // it could not resolve (preferred mode: the pointer layer unpacks)
 	OutcomeInvalid = "invalid" // its labels were refused
 	OutcomeError   = "error"   // the snapshot could not be built
 )
+
+// LabelFallback marks a weight snapshot whose pointer layer was unpacked as
+// it is because its artifact could not be had (preferred mode); its value is
+// when (RFC 3339). The repairs fill the weights in and remove it. Its key is
+// outside containerd.io/snapshot/, so no image can set it.
+const LabelFallback = "weightsnap/fallback"
 
 // WeightError is a weight layer whose Prepare failed: it names the artifact,
 // the identity and the target, and wraps the cause (a *resolve.Failure, a
@@ -42,17 +51,24 @@ func (e *WeightError) Error() string {
 func (e *WeightError) Unwrap() error { return e.Err }
 
 // prepareWeights builds and commits a weight layer's snapshot and answers
-// errdefs.ErrAlreadyExists; any failure leaves nothing behind.
-func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, labels map[string]string) (err error) {
+// errdefs.ErrAlreadyExists; any failure leaves nothing behind. When the
+// artifact cannot be had and the layer's mode is preferred, it prepares the
+// layer as an ordinary one instead (containerd unpacks the pointer layer
+// into it), marked with LabelFallback for the repairs.
+func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, labels map[string]string) (_ []mount.Mount, err error) {
 	start := time.Now()
 	var ptr oci.Pointer
+	var fallbackCause error // why a preferred layer fell back
 	outcome, source := OutcomeError, ""
 	defer func() {
 		s.metrics.weight(outcome, time.Since(start))
 		l := log.G(ctx).WithField("identity", ptr.Identity).WithField("artifact", ptr.Artifact).
 			WithField("target", ptr.Target).WithField("source", source).WithField("outcome", outcome).
 			WithField("duration", time.Since(start)).WithField("key", key)
-		if outcome == OutcomeFailed || outcome == OutcomeInvalid || outcome == OutcomeError {
+		if fallbackCause != nil {
+			l.WithError(fallbackCause).WithField("then", "the pointer layer unpacks; a repair fills the weights in when the artifact resolves").
+				Warn("prepare weight layer")
+		} else if outcome == OutcomeFailed || outcome == OutcomeInvalid || outcome == OutcomeError {
 			l.WithError(err).Warn("prepare weight layer")
 		} else {
 			l.Info("prepare weight layer")
@@ -61,29 +77,41 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	ptr, _, err = oci.ParsePointerLabels(labels)
 	if err != nil {
 		outcome = OutcomeInvalid
-		return &WeightError{Err: err}
+		return nil, &WeightError{Err: err}
 	}
 	chainID := labels[snapshots.LabelSnapshotRef]
 	if chainID == "" {
 		outcome = OutcomeInvalid
-		return &WeightError{Pointer: ptr, Err: fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
+		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
 			snapshots.LabelSnapshotRef, errdefs.ErrInvalidArgument)}
 	}
 	name, exists, err := s.committedName(ctx, chainID, parent)
 	if err != nil {
-		return &WeightError{Pointer: ptr, Err: err}
+		return nil, &WeightError{Pointer: ptr, Err: err}
 	}
 	if exists {
 		outcome = OutcomeExists
-		return fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
+		s.repairs.kick(ptr) // a fallback's repair, if one waits, tries now
+		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
 	}
 
 	s.leases.prefetch(ctx, ptr.Next)
 	h, rep, err := s.leases.acquire(ctx, ptr)
 	switch {
+	case err != nil && s.modeOf(ptr) == resolve.Preferred && ctx.Err() == nil:
+		outcome, fallbackCause = OutcomeFallback, err
+		s.metrics.fallbacks.Inc()
+		fl := maps.Clone(labels)
+		fl[LabelFallback] = time.Now().UTC().Format(time.RFC3339)
+		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(fl))
+		if perr != nil {
+			outcome = OutcomeError
+			return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err)}
+		}
+		return mounts, nil
 	case err != nil:
 		outcome = OutcomeFailed
-		return &WeightError{Pointer: ptr, Err: err}
+		return nil, &WeightError{Pointer: ptr, Err: err}
 	case rep == nil:
 		outcome, source = OutcomeHeld, resolve.SourceLocal
 	case rep.Outcome == resolve.OutcomeHit:
@@ -93,11 +121,11 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	}
 	defer s.leases.release(h)
 
-	tmp := fmt.Sprintf("weightsnap-view %d %s", time.Now().UnixNano(), key)
+	tmp := fmt.Sprintf("%s %d %s", tmpView, time.Now().UnixNano(), key)
 	mounts, err := s.overlay.Prepare(ctx, tmp, parent)
 	if err != nil {
 		outcome = OutcomeError
-		return &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the view's snapshot: %w", err)}
+		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the view's snapshot: %w", err)}
 	}
 	committed := false
 	defer func() {
@@ -109,25 +137,25 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	}()
 	dir, err := snapshotDir(mounts)
 	if err == nil {
-		err = buildView(dir, ptr, h.lease)
+		err = buildView(filepath.Join(dir, ptr.Target), ptr, h.lease) // ptr.Target is absolute and clean: it stays under dir
 	}
 	if err != nil {
 		outcome = OutcomeError
-		return &WeightError{Pointer: ptr, Err: err}
+		return nil, &WeightError{Pointer: ptr, Err: err}
 	}
 	err = s.overlay.Commit(ctx, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
 	if errdefs.IsAlreadyExists(err) { // a concurrent Prepare of the same layer committed first
 		outcome = OutcomeExists
-		return fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
+		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
 	}
 	if err != nil {
 		outcome = OutcomeError
-		return &WeightError{Pointer: ptr, Err: fmt.Errorf("commit %s: %w", name, err)}
+		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("commit %s: %w", name, err)}
 	}
 	committed = true
 	s.leases.attach(h, name)
 	s.metrics.viewBytes.WithLabelValues(source).Add(float64(h.lease.Index.TotalBytes()))
-	return fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
+	return nil, fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
 }
 
 // committedName is the name the weight snapshot of chainID over parent has
@@ -149,4 +177,12 @@ func (s *Snapshotter) committedName(ctx context.Context, chainID, parent string)
 		}
 	}
 	return "", false, fmt.Errorf("snapshots named %s exist over other parents: %w", chainID, errdefs.ErrFailedPrecondition)
+}
+
+// modeOf is the mode of a weight layer: its image's, else the node's.
+func (s *Snapshotter) modeOf(ptr oci.Pointer) resolve.Mode {
+	if ptr.Mode != "" {
+		return resolve.Mode(ptr.Mode)
+	}
+	return s.mode
 }
