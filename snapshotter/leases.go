@@ -24,11 +24,11 @@ type leases struct {
 	resolver Resolver
 	metrics  *Metrics
 
-	mu      sync.Mutex
+	mu       sync.Mutex
 	held     map[string]*held   // by identity hex
 	byHolder map[string]*held   // holder -> its artifact
-	flights map[string]*flight // resolutions in progress, by identity hex
-	closed  bool
+	flights  map[string]*flight // resolutions in progress, by identity hex
+	closed   bool
 }
 
 // held is one leased artifact: kept while a holder needs it or a Prepare

@@ -17,14 +17,14 @@ import (
 
 // Outcomes of a weight layer's Prepare, in logs and metrics.
 const (
-	OutcomeHit     = "hit"     // the artifact was in the store
-	OutcomeFetched = "fetched" // resolution fetched it
-	OutcomeHeld    = "held"    // another snapshot already held its lease
-	OutcomeExists  = "exists"  // the weight snapshot was already committed
+	OutcomeHit      = "hit"      // the artifact was in the store
+	OutcomeFetched  = "fetched"  // resolution fetched it
+	OutcomeHeld     = "held"     // another snapshot already held its lease
+	OutcomeExists   = "exists"   // the weight snapshot was already committed
 	OutcomeFailed   = "failed"   // it could not resolve (required mode: Prepare fails)
 	OutcomeFallback = "fallback" // it could not resolve (preferred mode: the pointer layer unpacks)
-	OutcomeInvalid = "invalid" // its labels were refused
-	OutcomeError   = "error"   // the snapshot could not be built
+	OutcomeInvalid  = "invalid"  // its labels were refused
+	OutcomeError    = "error"    // the snapshot could not be built
 )
 
 // LabelFallback marks a weight snapshot whose pointer layer was unpacked as
