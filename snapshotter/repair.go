@@ -3,6 +3,7 @@ package snapshotter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"path/filepath"
 	"slices"
@@ -107,6 +108,29 @@ func (r *repairs) pending(hex string) []string {
 		return nil
 	}
 	return slices.Sorted(maps.Keys(lp.holders))
+}
+
+// now repairs the fallback snapshot name at once when its artifact
+// resolves; wait says whether the caller needs that (a required layer): it
+// then resolves here and fails with the reason, and otherwise only kicks
+// the loop.
+func (r *repairs) now(ctx context.Context, ptr oci.Pointer, name string, wait bool) error {
+	if !wait {
+		r.kick(ptr)
+		return nil
+	}
+	h, _, err := r.s.leases.acquire(ctx, ptr)
+	if err != nil {
+		return fmt.Errorf("the layer's snapshot is a fallback without the weights, and: %w", err)
+	}
+	defer r.s.leases.release(h)
+	r.mu.Lock()
+	_, pending := r.by[name]
+	r.mu.Unlock()
+	if !pending { // not queued (the daemon restarted since): queue it, so repair attaches the lease
+		r.add(ptr, name)
+	}
+	return r.repair(name, h)
 }
 
 // stop ends every loop and waits for them.

@@ -109,6 +109,13 @@ func TestFallbackRepaired(t *testing.T) {
 		t.Fatalf("holders %+v", h)
 	}
 
+	// A required image of the same layers must not run on the fallback.
+	req := weightLabels(id, "/models/m", chainID(41))
+	req[oci.LabelMode] = oci.ModeRequired
+	if _, err := n.sn.Prepare(ctx, "extract-required", "", snapshots.WithLabels(req)); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "fallback") {
+		t.Fatalf("a required layer over a fallback snapshot: %v, want a miss naming the fallback", err)
+	}
+
 	importInto(t, n.dom, src) // the artifact arrives
 	eventually(t, "the repair", func() bool {
 		info, err := n.sn.Stat(ctx, chainID(41))

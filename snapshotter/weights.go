@@ -85,13 +85,20 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
 			snapshots.LabelSnapshotRef, errdefs.ErrInvalidArgument)}
 	}
-	name, exists, err := s.committedName(ctx, chainID, parent)
+	name, existing, err := s.committedName(ctx, chainID, parent)
 	if err != nil {
 		return nil, &WeightError{Pointer: ptr, Err: err}
 	}
-	if exists {
+	if existing != nil {
 		outcome = OutcomeExists
-		s.repairs.kick(ptr) // a fallback's repair, if one waits, tries now
+		if existing.Labels[LabelFallback] != "" {
+			// A fallback of another image of the same layers (mode labels do
+			// not change chain IDs): a required layer must not run on it.
+			if err := s.repairs.now(ctx, ptr, name, s.modeOf(ptr) == resolve.Required); err != nil {
+				outcome = OutcomeFailed
+				return nil, &WeightError{Pointer: ptr, Err: err}
+			}
+		}
 		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
 	}
 
@@ -161,22 +168,22 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 // committedName is the name the weight snapshot of chainID over parent has
 // or gets: the chain ID itself, or, when a snapshot over another parent
 // holds that name (the same image in another containerd namespace), the
-// chain ID qualified by the parent. exists reports a committed snapshot of
-// chainID over parent under that name.
-func (s *Snapshotter) committedName(ctx context.Context, chainID, parent string) (name string, exists bool, err error) {
+// chain ID qualified by the parent. existing is the committed snapshot of
+// chainID over parent under that name, if there is one.
+func (s *Snapshotter) committedName(ctx context.Context, chainID, parent string) (name string, existing *snapshots.Info, err error) {
 	for _, name := range []string{chainID, chainID + "@" + parent} {
 		info, err := s.overlay.Stat(ctx, name)
 		if errdefs.IsNotFound(err) {
-			return name, false, nil
+			return name, nil, nil
 		}
 		if err != nil {
-			return "", false, err
+			return "", nil, err
 		}
 		if info.Kind == snapshots.KindCommitted && info.Parent == parent {
-			return name, true, nil
+			return name, &info, nil
 		}
 	}
-	return "", false, fmt.Errorf("snapshots named %s exist over other parents: %w", chainID, errdefs.ErrFailedPrecondition)
+	return "", nil, fmt.Errorf("snapshots named %s exist over other parents: %w", chainID, errdefs.ErrFailedPrecondition)
 }
 
 // modeOf is the mode of a weight layer: its image's, else the node's.
