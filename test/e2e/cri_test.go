@@ -64,3 +64,61 @@ func writeJSON(t *testing.T, path, body string) {
 		t.Fatal(err)
 	}
 }
+
+// TestCRIImageVolume (issue 10, done-when 3): containerd's CRI, configured
+// with the contrib snippet (weightsnap is the pods' snapshotter), runs a pod
+// whose container mounts a weights-only image (weightsnap image build --base
+// scratch) as an image volume; the container reads every weight file at the
+// mount path with the source's digest, and containerd's content store holds
+// none of those bytes.
+func TestCRIImageVolume(t *testing.T) {
+	n := startSnapNode(t)
+	harness.PushPause(t, n.reg)
+	a := n.pushArtifact(t, "volume", "16MiB", 2)
+	img := n.buildImageOver(t, "scratch", "volume", "", "/llama", a)
+	dir := t.TempDir()
+
+	pod := filepath.Join(dir, "pod.json")
+	writeJSON(t, pod, fmt.Sprintf(`{
+  "metadata": {"name": "weights", "namespace": "default", "uid": "weights-%d", "attempt": 0},
+  "log_directory": %q,
+  "linux": {"security_context": {"namespace_options": {"network": 2}, "seccomp": {"profile_type": 1}}}
+}`, time.Now().UnixNano(), filepath.Join(dir, "logs")))
+	ctr := filepath.Join(dir, "container.json")
+	writeJSON(t, ctr, fmt.Sprintf(`{
+  "metadata": {"name": "reader"},
+  "image": {"image": %q},
+  "command": ["sh", "-c", "cd /models/llama && sha256sum * && echo read-all; exec sleep 3600"],
+  "mounts": [{"container_path": "/models", "readonly": true, "image": {"image": %q}}],
+  "log_path": "reader.log",
+  "linux": {"security_context": {"seccomp": {"profile_type": 1}}}
+}`, n.base, img))
+
+	crictl(t, n.ctd, "pull", img) // kubelet pulls an image volume's image first
+	podID := crictl(t, n.ctd, "runp", pod)
+	crictl(t, n.ctd, "pull", n.base)
+	cid := crictl(t, n.ctd, "create", podID, ctr, pod)
+	crictl(t, n.ctd, "start", cid)
+	var logs string
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs, "read-all"); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the container did not read its weights: %q", logs)
+		}
+		logs, _ = n.ctd.Crictl("logs", cid)
+	}
+	seen := map[string]string{}
+	for _, line := range strings.Split(logs, "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			seen[f[1]] = f[0]
+		}
+	}
+	for p, sum := range a.files {
+		if seen[p] != sum {
+			t.Fatalf("%s: the container read sha256 %q, the source is %s\n%s", p, seen[p], sum, logs)
+		}
+	}
+	n.noWeightBlobs(t, a)
+	if got := n.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"}`); got != 1 {
+		t.Fatalf("weight prepares fetched %v, want 1\n%s", got, must(n.ws.Metrics()))
+	}
+}

@@ -88,6 +88,16 @@ func StartWeightsnapd(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	if bin == "" {
 		Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
 	}
+	w := NewWeightsnapConfig(t, opts)
+	w.Proc = w.start(t, bin)
+	return w
+}
+
+// NewWeightsnapConfig writes the configuration StartWeightsnapd runs the daemon with, in a fresh
+// harness directory, and starts nothing: for a containerd with weightsnap built in, which reads
+// the same file (Proc stays nil).
+func NewWeightsnapConfig(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
+	t.Helper()
 	dir := TempDir(t)
 	w := &Weightsnapd{Dir: dir, Root: filepath.Join(dir, "root"), Socket: filepath.Join(dir, "ws.sock"),
 		Control: filepath.Join(dir, "control.sock"), Config: filepath.Join(dir, "config.toml")}
@@ -118,7 +128,6 @@ retry_max_seconds = %d
 address = %q
 %s
 `, w.Root, strings.Join(regs, ", "), w.Socket, w.Control, mode, repairRetryMax, metrics, opts.ExtraConfig))
-	w.Proc = w.start(t, bin)
 	return w
 }
 
