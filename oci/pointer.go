@@ -38,8 +38,9 @@ type Pointer struct {
 	Next []Pointer `json:"-"`
 	// Mode is the image's choice when the artifact cannot be had
 	// (ModeRequired, ModePreferred), carried in the LabelMode label; ""
-	// leaves it to the node. Not in the file.
-	Mode string `json:"-"`
+	// leaves it to the node. It is in the file too, so images that differ
+	// only in it have different layers, and never share a snapshot.
+	Mode string `json:"mode,omitempty"`
 }
 
 // PointerLayer is one built pointer layer: its tar bytes and descriptor.

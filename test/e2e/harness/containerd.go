@@ -116,6 +116,9 @@ func (c *Containerd) Restart(t testing.TB) {
 	t.Helper()
 	c.Proc.Stop()
 	c.start(t)
+	// The new process's stop runs before the teardown registered at the first start (cleanups
+	// run last-in first-out): tear down again first, while this one runs.
+	t.Cleanup(c.teardown)
 }
 
 func (c *Containerd) config(sandbox string, imports []string) string {
