@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -150,5 +151,53 @@ func checkSums(t *testing.T, out string, a *pushedArtifact) {
 		if seen[p] != sum {
 			t.Fatalf("%s: read sha256 %q, the source is %s\n%s", p, seen[p], sum, out)
 		}
+	}
+}
+
+// TestHostMount (done-when 4): weightsnap mount asks weightsnapd to resolve
+// an artifact (from the registry: the daemon's store lacks it) and mount it
+// read-only on a host directory; a container given that directory with
+// nerdctl run -v reads every file with its source digest. weightsnap rm of
+// the artifact refuses while it is mounted, also after the daemon was
+// killed and started again; after weightsnap umount it succeeds.
+func TestHostMount(t *testing.T) {
+	n := startSnapNode(t)
+	a := n.pushArtifact(t, "hostmount", "16MiB", 2)
+	dir := filepath.Join(harness.TempDir(t), "models", "m")
+	if r := wsWith(t, n.ws.Config, "mount", "--plain-http", a.ref, dir); r.code != 0 {
+		t.Fatalf("weightsnap mount: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	out, err := n.ctd.Nerdctl("run", "--rm", "--net", "none", "--security-opt", "seccomp=unconfined",
+		"-v", dir+":/models:ro", n.base, "sh", "-c", "cd /models && sha256sum *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkSums(t, out, a)
+
+	rmRefused := func() {
+		t.Helper()
+		r := wsWith(t, n.ws.Config, "rm", a.id)
+		if r.code != 5 || !strings.Contains(r.errOut, "mounted at "+dir) {
+			t.Fatalf("weightsnap rm of a mounted artifact: exit %d, want 5 naming the mount\n%s%s", r.code, r.out, r.errOut)
+		}
+	}
+	rmRefused()
+	if info := wsWith(t, n.ws.Config, "inspect", a.id); !strings.Contains(info.out, "mount     "+dir) {
+		t.Fatalf("weightsnap inspect does not list the mount:\n%s%s", info.out, info.errOut)
+	}
+	n.ws.Kill(t) // the mount outlives the daemon, and keeps its lease
+	rmRefused()
+	if list := wsWith(t, n.ws.Config, "mount"); !strings.Contains(list.out, dir) || !strings.Contains(list.out, "true") {
+		t.Fatalf("weightsnap mount (list) after a restart:\n%s%s", list.out, list.errOut)
+	}
+
+	if r := wsWith(t, n.ws.Config, "umount", dir); r.code != 0 {
+		t.Fatalf("weightsnap umount: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	if r := wsWith(t, n.ws.Config, "rm", a.id); r.code != 0 {
+		t.Fatalf("weightsnap rm after umount: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	if r := wsWith(t, n.ws.Config, "umount", dir); r.code != 3 {
+		t.Fatalf("weightsnap umount of what is no mount: exit %d, want 3\n%s", r.code, r.errOut)
 	}
 }
