@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -52,8 +54,8 @@ func IsWeightLayer(labels map[string]string) bool {
 	return false
 }
 
-// pointerLabels are the labels (layer annotations) that carry p.
-func pointerLabels(p Pointer) map[string]string {
+// PointerLabels are the labels (layer annotations) that carry p.
+func PointerLabels(p Pointer) map[string]string {
 	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
 	if p.Mode != "" {
 		labels[LabelMode] = p.Mode
@@ -159,6 +161,34 @@ func checkPinnedRef(ref string) error {
 		return fmt.Errorf("not in canonical form %q", r.String())
 	}
 	return nil
+}
+
+// maxPointerFileBytes bounds a pointer file: its fields fit in one
+// snapshot's labels.
+const maxPointerFileBytes = maxLabelsBytes
+
+// ParsePointerFile reads a pointer file (untrusted: it comes from an
+// image's layer): canonical JSON of a Pointer whose fields pass
+// ParsePointerLabels as labels would, at most 4096 bytes, nothing unknown.
+func ParsePointerFile(raw []byte) (Pointer, error) {
+	if len(raw) > maxPointerFileBytes {
+		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file of %d bytes, more than %d", len(raw), maxPointerFileBytes)}
+	}
+	var p Pointer
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || dec.More() {
+		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file is not one JSON pointer: %v", err)}
+	}
+	if p.Schema != PointerSchema {
+		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file schema %d, want %d", p.Schema, PointerSchema)}
+	}
+	q, _, err := ParsePointerLabels(PointerLabels(p))
+	if err != nil {
+		return Pointer{}, err
+	}
+	q.Files, q.Bytes = p.Files, p.Bytes
+	return q, nil
 }
 
 // IsIdentity says whether s is an identity digest as pointers carry it:

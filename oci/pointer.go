@@ -108,10 +108,10 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	}
 	// Next is a hint: leave out what would take the labels past half of
 	// containerd's limit, keeping that half for the labels containerd adds.
-	labels := pointerLabels(p)
+	labels := PointerLabels(p)
 	for len(p.Next) > 0 && labelBytes(labels) > maxLabelsBytes/2 {
 		p.Next = p.Next[:len(p.Next)-1]
-		labels = pointerLabels(p)
+		labels = PointerLabels(p)
 	}
 	if _, _, err := ParsePointerLabels(labels); err != nil {
 		return nil, err

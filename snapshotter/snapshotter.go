@@ -170,22 +170,25 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 }
 
 // Commit commits an active snapshot. A fallback weight layer stays marked
-// as one, and its repair starts.
+// as one, and its repair starts; a pointer layer unpacked without its
+// labels becomes a weight snapshot (commitFound).
 func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snapshots.Opt) error {
 	active, err := s.overlay.Stat(ctx, key)
-	fallback := err == nil && active.Labels[LabelFallback] != ""
-	if fallback {
+	switch {
+	case err != nil || active.Kind != snapshots.KindActive: // the overlay snapshotter says what is wrong
+	case active.Labels[LabelFallback] != "":
 		opts = append(opts, snapshots.WithLabels(map[string]string{LabelFallback: active.Labels[LabelFallback]}))
-	}
-	if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
-		return err
-	}
-	if fallback {
+		if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
+			return err
+		}
 		if ptr, _, err := oci.ParsePointerLabels(active.Labels); err == nil {
 			s.repairs.add(ptr, name)
 		}
+		return nil
+	case !oci.IsWeightLayer(active.Labels):
+		return s.commitFound(ctx, name, key, opts)
 	}
-	return nil
+	return s.overlay.Commit(ctx, name, key, opts...)
 }
 
 // Stat returns a snapshot's info.

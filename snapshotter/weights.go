@@ -119,13 +119,8 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	case err != nil:
 		outcome = OutcomeFailed
 		return nil, &WeightError{Pointer: ptr, Err: err}
-	case rep == nil:
-		outcome, source = OutcomeHeld, resolve.SourceLocal
-	case rep.Outcome == resolve.OutcomeHit:
-		outcome, source = OutcomeHit, rep.Source
-	default:
-		outcome, source = OutcomeFetched, rep.Source
 	}
+	outcome, source = resolvedOutcome(rep)
 	defer s.leases.release(h)
 
 	tmp := fmt.Sprintf("%s %d %s", tmpView, time.Now().UnixNano(), key)
@@ -142,27 +137,52 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 			}
 		}
 	}()
-	dir, err := snapshotDir(mounts)
-	if err == nil {
-		err = buildView(filepath.Join(dir, ptr.Target), ptr, h.lease) // ptr.Target is absolute and clean: it stays under dir
-	}
-	if err != nil {
-		outcome = OutcomeError
-		return nil, &WeightError{Pointer: ptr, Err: err}
-	}
-	err = s.overlay.Commit(ctx, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
+	err = s.commitView(ctx, h, ptr, source, mounts, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
 	if errdefs.IsAlreadyExists(err) { // a concurrent Prepare of the same layer committed first
 		outcome = OutcomeExists
 		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
 	}
 	if err != nil {
 		outcome = OutcomeError
-		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("commit %s: %w", name, err)}
+		return nil, &WeightError{Pointer: ptr, Err: err}
 	}
 	committed = true
+	return nil, fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
+}
+
+// resolvedOutcome is the outcome and source of a weight layer whose
+// artifact was had through rep (nil: it was held already).
+func resolvedOutcome(rep *resolve.Report) (outcome, source string) {
+	switch {
+	case rep == nil:
+		return OutcomeHeld, resolve.SourceLocal
+	case rep.Outcome == resolve.OutcomeHit:
+		return OutcomeHit, rep.Source
+	}
+	return OutcomeFetched, rep.Source
+}
+
+// commitView puts the leased artifact h at ptr's target in the active
+// snapshot key (whose mounts are given), commits it as name with opts, and
+// gives name the lease. A commit error is returned as it is.
+func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr oci.Pointer, source string, mounts []mount.Mount,
+	name, key string, opts ...snapshots.Opt) error {
+	dir, err := snapshotDir(mounts)
+	if err != nil {
+		return err
+	}
+	if err := buildView(filepath.Join(dir, ptr.Target), ptr, h.lease); err != nil { // ptr.Target is absolute and clean: it stays under dir
+		return err
+	}
+	if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
+		if !errdefs.IsAlreadyExists(err) {
+			err = fmt.Errorf("commit %s: %w", name, err)
+		}
+		return err
+	}
 	s.leases.attach(h, name)
 	s.metrics.viewBytes.WithLabelValues(source).Add(float64(h.lease.Index.TotalBytes()))
-	return nil, fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
+	return nil
 }
 
 // committedName is the name the weight snapshot of chainID over parent has

@@ -28,10 +28,16 @@ type snapNode struct {
 
 func startSnapNode(t *testing.T) *snapNode {
 	t.Helper()
+	return startSnapNodeWith(t, "weightsnap.toml")
+}
+
+// startSnapNodeWith is startSnapNode with another containerd snippet of contrib/containerd.
+func startSnapNodeWith(t *testing.T, snippet string) *snapNode {
+	t.Helper()
 	harness.Peers(t)
 	n := &snapNode{reg: harness.StartRegistry(t)}
 	n.ws = harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{n.reg.Host}})
-	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: n.reg, Imports: []string{n.ws.ContainerdSnippet(t)}})
+	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: n.reg, Imports: []string{n.ws.ContainerdSnippetFile(t, snippet)}})
 	n.base = harness.PushBusybox(t, n.reg)
 	return n
 }

@@ -212,15 +212,21 @@ func (w *Weightsnapd) Metrics() (string, error) {
 
 // ContainerdSnippet is the contrib containerd snippet (contrib/containerd/weightsnap.toml, the file
 // the README installs) with its socket and root replaced by this daemon's, written into the
-// daemon's directory for ContainerdOptions.Imports. The contrib file must name the default
-// socket /run/weightsnap/snapshotter.sock and root /var/lib/weightsnap/snapshots.
+// daemon's directory for ContainerdOptions.Imports.
 func (w *Weightsnapd) ContainerdSnippet(t testing.TB) string {
+	t.Helper()
+	return w.ContainerdSnippetFile(t, "weightsnap.toml")
+}
+
+// ContainerdSnippetFile is ContainerdSnippet of another file of contrib/containerd. The file must
+// name the default socket /run/weightsnap/snapshotter.sock and root /var/lib/weightsnap/snapshots.
+func (w *Weightsnapd) ContainerdSnippetFile(t testing.TB, name string) string {
 	t.Helper()
 	root, err := ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(root, "contrib", "containerd", "weightsnap.toml"))
+	raw, err := os.ReadFile(filepath.Join(root, "contrib", "containerd", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,11 +234,11 @@ func (w *Weightsnapd) ContainerdSnippet(t testing.TB) string {
 	for old, repl := range map[string]string{`"/run/weightsnap/snapshotter.sock"`: fmt.Sprintf("%q", w.Socket),
 		`"/var/lib/weightsnap/snapshots"`: fmt.Sprintf("%q", w.SnapshotRoot)} {
 		if !strings.Contains(s, old) {
-			t.Fatalf("contrib/containerd/weightsnap.toml does not name %s", old)
+			t.Fatalf("contrib/containerd/%s does not name %s", name, old)
 		}
 		s = strings.ReplaceAll(s, old, repl)
 	}
-	p := filepath.Join(w.Dir, "containerd-weightsnap.toml")
+	p := filepath.Join(w.Dir, "containerd-"+name)
 	writeFile(t, p, s)
 	return p
 }
