@@ -26,9 +26,9 @@ func TestPointerFoundAtCommit(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		mode    resolve.Mode
-		missing bool                                // the artifact cannot be had
+		missing bool                               // the artifact cannot be had
 		edit    func(t *testing.T, dir, pf string) // after the pointer layer is "applied"
-		want    string                              // weight, fallback, refused, ordinary
+		want    string                             // weight, fallback, refused, ordinary
 	}{
 		{"resolves", resolve.Required, false, nil, "weight"},
 		{"missing, preferred", resolve.Preferred, true, nil, "fallback"},
