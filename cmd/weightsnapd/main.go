@@ -62,7 +62,7 @@ func newRoot() *cobra.Command {
 			return run(log.WithLogger(ctx, log.L.WithField("cmd", "weightsnapd")), cfg)
 		},
 	}
-	root.Flags().StringVar(&configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnap")
+	root.PersistentFlags().StringVar(&configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnap")
 	root.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	cfgCmd := &cobra.Command{Use: "config", Short: "The configuration file"}
 	cfgCmd.AddCommand(&cobra.Command{
@@ -77,6 +77,18 @@ func newRoot() *cobra.Command {
 			}
 			_, err = cmd.OutOrStdout().Write(raw)
 			return err
+		},
+	})
+	cfgCmd.AddCommand(&cobra.Command{
+		Use:   "check",
+		Short: "Read the configuration file (--config) and say what is wrong with it (exit 2)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := config.Load(configPath); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", configPath)
+			return nil
 		},
 	})
 	root.AddCommand(cfgCmd)
