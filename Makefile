@@ -20,14 +20,21 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "peers: install failed" >&2; exit 1; \
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
-# Unit tests, fuzz seed corpora, crash harness and end-to-end tests against the real peers.
-# The crash harness runs verbose, filtered (scripts/test-filter.awk), so its count of fault
-# points and kills shows, and so does everything a failing test logged.
+# Unit tests, fuzz seed corpora, crash and power-cut harnesses and end-to-end tests against the
+# real peers. The harnesses run verbose, filtered (scripts/test-filter.awk), so their counts of
+# kills and power cuts show, and so does everything a failing test logged. The weight peer is tested
+# again with its rma plane (build tag libfabric: cgo and libfabric-dev, which test/e2e/deps installs).
 test: build
 	@$(PEERS_DEPS); \
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -v /test/crash) && \
-	$(GO) test -count=1 -timeout 20m -v ./test/crash/... 2>&1 | awk -f scripts/test-filter.awk; \
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vE '/test/(crash|powercut)') && \
+	$(LIBFABRIC_TEST) && \
+	$(GO) test -count=1 -timeout 20m -v ./test/crash/... ./test/powercut/... 2>&1 | awk -f scripts/test-filter.awk; \
 	exit $${PIPESTATUS[0]}
+
+LIBFABRIC_TEST = if pkg-config --exists libfabric 2>/dev/null; then \
+		$(GO) test -count=1 -timeout 20m -tags libfabric ./peer/...; \
+	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "libfabric-dev missing: cannot test the rma plane" >&2; false; \
+	else echo "libfabric-dev missing: the rma plane (go test -tags libfabric ./peer/...) is not tested" >&2; fi
 
 unit:
 	$(GO) test -count=1 -short ./...
@@ -44,22 +51,26 @@ bench: build
 	printf 'hashing floor: sha256 %s CPU-s/GiB, BLAKE3 %s CPU-s/GiB, per core with all %s cores hashing\n' "$$s" "$$b" "$$c"
 	scripts/bench-store.sh $(BENCH_SIZE) 8
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
+	scripts/bench-peer.sh $(BENCH_SIZE) 8
 	scripts/bench-snapshotter.sh 2GiB 4GiB
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
-FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./staging/
+FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./peer/ ./staging/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done
 
-# The crash harness with ten times the kills per fault point.
+# The crash harness with ten times the kills per fault point; the power-cut harness's random
+# subsets with ten times the seeds.
 stress:
 	WEIGHTSNAP_CRASH_ITERATIONS=200 $(GO) test -count=1 -timeout 60m -v -run KillAt ./test/crash/
+	WEIGHTSNAP_POWERCUT_SEEDS=20 $(GO) test -count=1 -timeout 60m -v -run RandomSubsets ./test/powercut/
 
 lint:
 	$(GO) vet ./...
+	$(GO) vet -tags libfabric ./peer/...
 	$(GO) vet -tags bench ./test/e2e/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 

@@ -63,7 +63,7 @@ type BoundWriter interface {
 
 // BoundFileWriter writes one bound file. Write appends in order; WriteAt
 // (BindTree only) places bytes anywhere and may be called from several
-// goroutines at once.
+// goroutines at once. Close comes after every write has returned.
 type BoundFileWriter interface {
 	FileWriter
 	io.WriterAt
@@ -72,6 +72,14 @@ type BoundFileWriter interface {
 	// (in offset order) of a safetensors file, or part 0, the whole of any
 	// other file. It may be called from several goroutines at once.
 	SetPartBLAKE3(i int, sum Digest) error
+}
+
+// MappedWriter is implemented by BindTree file writers (the store's) that
+// can hand out the file as a shared writable mapping, for transports that
+// write into memory: one-sided RDMA reads land there. Bytes written through
+// it count as positioned writes; it is valid until Close.
+type MappedWriter interface {
+	Map() ([]byte, error)
 }
 
 // Parts is the number of parts of a BindTree file (see SetPartBLAKE3).

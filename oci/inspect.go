@@ -217,11 +217,12 @@ func (r *Remote) remoteTensorCount(ctx context.Context, desc ocispec.Descriptor)
 	if !ok {
 		return 0, false
 	}
-	n := int64(binary.LittleEndian.Uint64(prefix))
-	if n <= 0 || n > maxRemoteHeader || 8+n > desc.Size {
+	// Untrusted: compared as unsigned before it is converted.
+	u := binary.LittleEndian.Uint64(prefix)
+	if u == 0 || u > maxRemoteHeader || u > uint64(desc.Size-8) {
 		return 0, false
 	}
-	hdr, ok := read(8, n)
+	hdr, ok := read(8, int64(u))
 	if !ok {
 		return 0, false
 	}

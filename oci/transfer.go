@@ -106,18 +106,15 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// diagnose tells a corrupted blob from a malformed file or a lying index:
-// the store's writer rejects a bad safetensors header, or one that
-// disagrees with the index layer, before the blob's sha256 is known, so
-// when it does, the blob is fetched once more through sha256 alone. A
-// digest that does not match the descriptor makes the failure a
+// diagnose tells a corrupted blob from a malformed file: the store's hasher
+// rejects bad safetensors bytes before the blob's sha256 is known, so when
+// it does, the blob is fetched once more through sha256 alone. A digest
+// that does not match the descriptor makes the failure a
 // *DigestMismatchError (the registry or the path corrupted it); a matching
-// one leaves the error (the file is malformed, or the index disagrees).
+// one leaves the format error (the file itself is malformed).
 func (p *puller) diagnose(ctx context.Context, f PlanFile, err error) error {
 	var fe *artifact.FormatError
-	var em *artifact.EntryMismatchError
-	early := errors.As(err, &fe) || (errors.As(err, &em) && em.Field != "sha256")
-	if !early || ctx.Err() != nil {
+	if !errors.As(err, &fe) || ctx.Err() != nil {
 		return err
 	}
 	rc, gerr := p.r.getBlob(ctx, f.Layer, 0, -1)

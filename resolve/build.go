@@ -89,10 +89,20 @@ func (p *guardedProducer) sourceBytes() int64 {
 	return 0
 }
 
+func (p *guardedProducer) transfer() *Transfer {
+	t, ok := p.inner.(TransferReporter)
+	if !ok || !p.ran {
+		return nil
+	}
+	endpoint, mode, rails, bytes := t.Transfer()
+	return &Transfer{Endpoint: endpoint, Mode: mode, Rails: rails, Bytes: bytes}
+}
+
 // buildResult is one GetOrBuild through the guard.
 type buildResult struct {
-	lease *store.Lease
-	res   store.BuildResult
+	lease    *store.Lease
+	res      store.BuildResult
+	transfer *Transfer
 }
 
 // getOrBuild runs store.GetOrBuild with the producer behind a wait guard
@@ -111,7 +121,7 @@ func (a *attempt) getOrBuild(step, source string, p artifact.Producer, remote bo
 		if res.Built {
 			a.rep.BytesMoved += lease.Index.TotalBytes()
 		}
-		return &buildResult{lease: lease, res: res}, nil
+		return &buildResult{lease: lease, res: res, transfer: gp.transfer()}, nil
 	}
 	switch {
 	case a.ctx.Err() != nil:

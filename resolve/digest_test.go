@@ -111,3 +111,42 @@ func TestResolveByDigest(t *testing.T) {
 		t.Fatalf("bad digest: %v", err)
 	}
 }
+
+// peerProvider stands in for the weight peers: it fetches by digest or by
+// full identity, and says how it moved the artifact.
+type peerProvider struct{ digestProvider }
+
+func (p *peerProvider) Name() string { return "peer" }
+
+func (p *peerProvider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+	id, prod, err := p.digestProvider.ProducerForDigest(ctx, digest)
+	return id, transferring{prod}, err
+}
+
+type transferring struct{ artifact.Producer }
+
+func (transferring) Transfer() (string, string, int, int64) { return "10.0.0.7:7420", "tcp", 4, 42 }
+
+// TestResolvePeersFirst: the weight peers are asked before the registry a
+// pointer names, and the report's step says how the peer moved the bytes.
+func TestResolvePeersFirst(t *testing.T) {
+	dir := synthModel(t, 256<<10, 2, "BF16")
+	id := identityOf(t, producers.Passthrough{}, dir)
+	digest, _ := id.Digest()
+	p := &peerProvider{digestProvider{id: id, src: mustScan(t, dir)}}
+	located := &digestProvider{id: id, src: mustScan(t, dir)}
+	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required,
+		Peers:  []resolve.Provider{p},
+		Locate: func(context.Context, string) (resolve.Provider, error) { return located, nil }})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Digest: digest,
+		Artifact: "reg.example/models/x@sha256:" + strings.Repeat("2", 64)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Close()
+	last := res.Report.Steps[len(res.Report.Steps)-1]
+	if res.Report.Source != "peer" || located.calls.Load() != 0 || last.Transfer == nil ||
+		*last.Transfer != (resolve.Transfer{Endpoint: "10.0.0.7:7420", Mode: "tcp", Rails: 4, Bytes: 42}) {
+		t.Fatalf("report %+v, step %+v", res.Report, last)
+	}
+}

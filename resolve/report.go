@@ -80,6 +80,16 @@ type Step struct {
 	DurationNs int64  `json:"duration_ns"`
 	Bytes      int64  `json:"bytes,omitempty"`
 	Detail     string `json:"detail,omitempty"`
+	// Transfer is how a remote provider moved the artifact, when it says.
+	Transfer *Transfer `json:"transfer,omitempty"`
+}
+
+// Transfer is how a remote provider moved an artifact.
+type Transfer struct {
+	Endpoint string `json:"endpoint"`
+	Mode     string `json:"mode,omitempty"`
+	Rails    int    `json:"rails,omitempty"`
+	Bytes    int64  `json:"bytes"`
 }
 
 // Counters is the work a call did.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -307,20 +308,21 @@ func (a *attempt) lookup() bool {
 	return true
 }
 
-// providers are the remote providers of this request: the located
-// provider of its Artifact reference, then the configured ones. false when
-// resolution is over (the reference may not be used).
+// providers are the remote providers of this request: the weight peers,
+// the located provider of its Artifact reference, then the configured
+// ones. false when resolution is over (the reference may not be used).
 func (a *attempt) providers() ([]Provider, bool) {
-	if a.req.Artifact == "" || a.r.cfg.Locate == nil {
-		return a.r.cfg.Providers, true
+	ps := slices.Clone(a.r.cfg.Peers)
+	if a.req.Artifact != "" && a.r.cfg.Locate != nil {
+		t := time.Now()
+		p, err := a.r.cfg.Locate(a.ctx, a.req.Artifact)
+		if err != nil {
+			a.rep.step(StepRemote, "", StepFailed, t, string(KindPolicy))
+			return nil, !a.recover(&Failure{Kind: KindPolicy, Step: StepRemote, Err: err})
+		}
+		ps = append(ps, p)
 	}
-	t := time.Now()
-	p, err := a.r.cfg.Locate(a.ctx, a.req.Artifact)
-	if err != nil {
-		a.rep.step(StepRemote, "", StepFailed, t, string(KindPolicy))
-		return nil, !a.recover(&Failure{Kind: KindPolicy, Step: StepRemote, Err: err})
-	}
-	return append([]Provider{p}, a.r.cfg.Providers...), true
+	return append(ps, a.r.cfg.Providers...), true
 }
 
 // remote tries one provider: a clean miss, or its artifact materialized locally.
@@ -373,7 +375,7 @@ func (a *attempt) materialize(step, source string, p artifact.Producer, remote b
 		return a.recover(f)
 	}
 	s := a.rep.step(step, source, StepOK, t, "")
-	s.Bytes = a.rep.BytesMoved - moved
+	s.Bytes, s.Transfer = a.rep.BytesMoved-moved, br.transfer
 	if !br.res.Built { // another process published it meanwhile
 		outcome, source = OutcomeHit, SourceLocal
 		s.Detail = "published by another process while waiting"

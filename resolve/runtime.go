@@ -83,7 +83,10 @@ type Config struct {
 	// Validation is the lookup validation mode; "" uses the domain's policy.
 	Validation store.ValidationMode
 	Wait       WaitPolicy
-	// Providers are the remote providers, in order (peer, then registry).
+	// Peers are the weight peers' providers, asked first of the remote
+	// sources: before the provider Locate gives and the other Providers.
+	Peers []Provider
+	// Providers are the other remote providers (registries), in order.
 	Providers []Provider
 	// Locate returns the provider of a request's Artifact reference, or an
 	// error when that reference may not be used (its host is not a
@@ -184,7 +187,7 @@ type Request struct {
 	Digest string
 	// Artifact is a digest-pinned registry reference that holds the
 	// artifact (a pointer label's); its provider (Config.Locate) is tried
-	// before the configured ones.
+	// after the peers, before the configured Providers.
 	Artifact string
 }
 

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/zeebo/blake3"
@@ -119,7 +120,9 @@ func TestTreeBoundFilesOutOfOrder(t *testing.T) {
 
 // TestScrubFindsABoundLie: a sender's sha256 that disagrees with the bytes
 // its tree binds passes a full check (BLAKE3) and is found by the scrub,
-// which recomputes every recorded digest and denies the artifact.
+// which recomputes every recorded digest and denies the artifact. (The
+// identity is not a passthrough one, whose fingerprint would catch the lie
+// at the build.)
 func TestScrubFindsABoundLie(t *testing.T) {
 	_, src := checkpoint(t, 2<<20, 1)
 	sender := openDomain(t, t.TempDir())
@@ -127,24 +130,26 @@ func TestScrubFindsABoundLie(t *testing.T) {
 	defer l.Close()
 	ctx := context.Background()
 	victim := l.Index.Files[len(l.Index.Files)-1].Path
+	id := l.Identity()
+	id.Producer.Name = "tree-fetch"
 	d := openDomain(t, t.TempDir())
-	got, _, err := d.GetOrBuild(ctx, l.Identity(), treeFetch(l, "", victim))
+	got, _, err := d.GetOrBuild(ctx, id, treeFetch(l, "", victim))
 	if err != nil {
 		t.Fatal(err)
 	}
 	got.Close()
-	full, err := d.Lookup(ctx, l.ID, store.FullChecksum)
+	full, err := d.Lookup(ctx, got.ID, store.FullChecksum)
 	if err != nil {
 		t.Fatalf("full check: %v", err)
 	}
 	full.Close()
-	err = d.Scrub(ctx, l.ID, store.ScrubOptions{Rate: 64 << 20})
+	err = d.Scrub(ctx, got.ID, store.ScrubOptions{Rate: 64 << 20})
 	var inv *store.InvalidError
 	if !errors.As(err, &inv) || inv.File != victim || !strings.Contains(inv.Reason, "sha256") {
 		t.Fatalf("scrub: %v, want an InvalidError naming %s's sha256", err, victim)
 	}
 	var de *store.DeniedError
-	if _, err := d.Lookup(ctx, l.ID, ""); !errors.As(err, &de) {
+	if _, err := d.Lookup(ctx, got.ID, ""); !errors.As(err, &de) {
 		t.Fatalf("lookup after the scrub: %v, want denied", err)
 	}
 	if err := sender.Scrub(ctx, l.ID, store.ScrubOptions{}); err != nil {
@@ -210,5 +215,26 @@ func copyDir(t *testing.T, from, to string) {
 	}
 	if err := os.Chmod(to, 0o555); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPassthroughIdentityMustMatchItsFiles: a producer whose files disagree
+// with the source fingerprint of the passthrough identity it builds (here a
+// fetch of another artifact's files) publishes nothing: an identity collision.
+func TestPassthroughIdentityMustMatchItsFiles(t *testing.T) {
+	_, src := checkpoint(t, 2<<20, 1)
+	l, _ := importDir(t, openDomain(t, t.TempDir()), src)
+	defer l.Close()
+	forged := l.Identity()
+	forged.Model.Source = append([]artifact.SourceFile(nil), forged.Model.Source...)
+	forged.Model.Source[0].SHA256 = strings.Repeat("7", 64)
+	d := openDomain(t, t.TempDir())
+	_, _, err := d.GetOrBuild(context.Background(), forged, treeFetch(l, "", ""))
+	var fm *artifact.FingerprintMismatchError
+	if !errors.As(err, &fm) || !errdefs.IsConflict(err) {
+		t.Fatalf("build of a forged passthrough identity: %v", err)
+	}
+	if list, _ := d.List(context.Background()); len(list) != 0 {
+		t.Fatal("an artifact was published")
 	}
 }

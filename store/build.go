@@ -89,6 +89,12 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id str
 		}
 		return fmt.Errorf("producer %s: %w", p.Name(), err)
 	}
+	// Whatever wrote them (a copy, a pull, a peer fetch), the files of a
+	// passthrough identity must be its source fingerprint.
+	if err := identity.CheckPassthrough(b.entries()); err != nil {
+		b.abort()
+		return err
+	}
 	if err := b.publish(ctx, p.Name(), deadline); err != nil {
 		b.abort()
 		return fmt.Errorf("publish %s: %w", short(id), err)
@@ -101,10 +107,7 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id str
 func (d *Domain) clearInvalid(ctx context.Context, id string, deadline time.Time) error {
 	_, statErr := os.Lstat(d.path(dirArtifacts, id))
 	if errors.Is(statErr, os.ErrNotExist) {
-		if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err // a stale marker that cannot be cleared
-		}
-		return nil
+		return d.unmark(id) // a stale marker; an error if it cannot be cleared
 	}
 	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of invalid "+short(id))
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
 )
 
 // ringBuffers is how many chunks of one file may be in flight between Write
@@ -28,11 +29,12 @@ type fileWriter struct {
 	size int64
 	f    *os.File
 
-	mu     sync.Mutex
-	hasher *artifact.FileHasher // ordered files
-	pos    int64                // next sequential offset
-	stages *stages
-	tree   *treeFile // BindTree files
+	mu      sync.Mutex
+	hasher  *artifact.FileHasher // ordered files
+	pos     int64                // next sequential offset
+	stages  *stages
+	tree    *treeFile // BindTree files
+	mapping []byte    // Map's, for BindTree files; unmapped at Close
 
 	closed    bool
 	startSync func()
@@ -86,10 +88,17 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 		}
 	})
 	s.wg.Go(func() {
+		var started int64 // the file's writeback is under way up to here
 		for c := range s.writeQ {
 			if s.failed() == nil {
 				if _, err := w.f.WriteAt(c.buf, c.off); err != nil {
 					s.fail(classifyIO(err))
+				}
+				if end := c.off + int64(len(c.buf)); end-started >= writebackChunk {
+					// Start the writeback now, so the fsync at the end waits
+					// for little. A hint: its errors surface at the fsync.
+					unix.SyncFileRange(int(w.f.Fd()), started, end-started, unix.SYNC_FILE_RANGE_WRITE)
+					started = end
 				}
 			}
 			s.release(c)
@@ -97,6 +106,10 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 	})
 	return s
 }
+
+// writebackChunk is how many written bytes of a file the write stage lets
+// accumulate before it starts their writeback.
+const writebackChunk = 8 << 20
 
 func (s *stages) fail(err error) {
 	s.errMu.Lock()
@@ -167,7 +180,10 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 
 // Close finishes the hashes and prepares the fsync, which the build starts
 // once the next file is created (or at publication): on ext4 an fsync's
-// journal commit would otherwise stall the next file's fallocate.
+// journal commit would otherwise stall the next file's fallocate. A file
+// bound by its tree starts its fsync at once: a fetch creates (and
+// preallocates) all its files before any byte lands, so the disk writes of
+// the files it finished overlap the transfer of the others.
 func (w *fileWriter) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -175,6 +191,7 @@ func (w *fileWriter) Close() error {
 		return nil
 	}
 	w.closed = true
+	w.unmap()
 	switch {
 	case w.tree != nil:
 		w.entry, w.err = w.tree.finish()
@@ -192,11 +209,15 @@ func (w *fileWriter) Close() error {
 	w.synced = make(chan error, 1)
 	defer faultPoint("write.after-close")
 	w.startSync = func() {
-		err := w.f.Sync()
+		err := syncHardened(w.f)
 		if cerr := w.f.Close(); err == nil {
 			err = cerr
 		}
 		w.synced <- classifyIO(err)
+	}
+	if w.tree != nil {
+		go w.startSync()
+		w.startSync = nil
 	}
 	return nil
 }
@@ -208,6 +229,7 @@ func (w *fileWriter) discard() {
 	defer w.mu.Unlock()
 	if !w.closed {
 		w.closed = true
+		w.unmap()
 		if w.stages != nil {
 			w.stages.drain()
 			w.hasher.Abort()

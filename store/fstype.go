@@ -56,7 +56,9 @@ func checkFilesystem(dir string) (string, int64, error) {
 	magic := int64(st.Type)
 	name, ok := supportedFS[magic]
 	if !ok {
-		return "", magic, &UnsupportedFSError{Root: dir, Type: fsName(magic), Magic: magic}
+		if name, ok = testFilesystem(dir, magic); !ok {
+			return "", magic, &UnsupportedFSError{Root: dir, Type: fsName(magic), Magic: magic}
+		}
 	}
 	return name, magic, nil
 }

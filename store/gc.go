@@ -48,7 +48,7 @@ func (d *Domain) GC(ctx context.Context) (*GCReport, error) {
 	}
 	markers, _ := os.ReadDir(d.path(dirDeny))
 	for _, m := range markers {
-		if _, err := os.Lstat(d.path(dirArtifacts, m.Name())); errors.Is(err, os.ErrNotExist) && os.Remove(d.path(dirDeny, m.Name())) == nil {
+		if _, err := os.Lstat(d.path(dirArtifacts, m.Name())); errors.Is(err, os.ErrNotExist) && d.unmark(m.Name()) == nil {
 			r.DenyMarkers++
 		}
 	}

@@ -23,17 +23,19 @@ const (
 
 // ArtifactInfo is a read-only snapshot of one artifact, without validation of payload bytes.
 type ArtifactInfo struct {
-	ID          string             `json:"id"`
-	Digest      string             `json:"digest"`
-	State       string             `json:"state"`
-	Reason      string             `json:"reason,omitempty"`
-	Identity    *artifact.Identity `json:"identity,omitempty"`
-	Created     string             `json:"created,omitempty"`
-	Producer    string             `json:"producer,omitempty"`
-	TotalBytes  int64              `json:"total_bytes"`
-	TensorCount int                `json:"tensor_count"`
-	Files       []FileInfo         `json:"files,omitempty"`
-	Holders     []LockHolder       `json:"lock_holders,omitempty"`
+	ID     string `json:"id"`
+	Digest string `json:"digest"`
+	// ManifestDigest is sha256 of manifest.json, as READY.json seals it.
+	ManifestDigest string             `json:"manifest_digest,omitempty"`
+	State          string             `json:"state"`
+	Reason         string             `json:"reason,omitempty"`
+	Identity       *artifact.Identity `json:"identity,omitempty"`
+	Created        string             `json:"created,omitempty"`
+	Producer       string             `json:"producer,omitempty"`
+	TotalBytes     int64              `json:"total_bytes"`
+	TensorCount    int                `json:"tensor_count"`
+	Files          []FileInfo         `json:"files,omitempty"`
+	Holders        []LockHolder       `json:"lock_holders,omitempty"`
 }
 
 // FileInfo is one payload file in a snapshot.
@@ -67,6 +69,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id string) (*ArtifactInfo,
 	}
 	defer o.close()
 	info.Identity, info.Created, info.Producer = &o.manifest.Identity, o.ready.Created, o.ready.Producer
+	info.ManifestDigest = "sha256:" + o.ready.ManifestSHA256
 	info.TotalBytes, info.TensorCount = o.index.TotalBytes(), o.index.TensorCount()
 	for _, f := range o.index.Files {
 		info.Files = append(info.Files, FileInfo{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Tensors: len(f.Tensors)})

@@ -56,6 +56,19 @@ func (d *Domain) recheck(id string, ino uint64) error {
 	return nil
 }
 
+// unmark removes the deny marker of id durably: a marker that came back
+// after a power cut would deny the artifact published after it.
+func (d *Domain) unmark(id string) error {
+	err := os.Remove(d.path(dirDeny, id))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return syncDir(d.path(dirDeny))
+}
+
 // deny writes the external deny marker deny/<id>.
 func (d *Domain) deny(ctx context.Context, id, reason string) error {
 	faultPoint("deny.before-marker")
@@ -168,7 +181,7 @@ func (d *Domain) quarantine(ctx context.Context, id, why string) error {
 			return fmt.Errorf("quarantine %s: %w", short(id), err)
 		}
 	}
-	if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := d.unmark(id); err != nil {
 		return err
 	}
 	faultPoint("quarantine.after-unmark")

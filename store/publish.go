@@ -131,7 +131,7 @@ func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, de
 	faultPoint("publish.after-rename")
 	err = harden(target)
 	faultPoint("publish.after-harden")
-	if err == nil {
+	if err == nil && !syncSkipped("publish.sync-artifacts") {
 		err = syncDir(d.path(dirArtifacts))
 	}
 	if err == nil {
@@ -160,7 +160,8 @@ func (d *Domain) contain(ctx context.Context, id string, cause error) error {
 	return &PublicationFailedError{ID: id, Err: errors.Join(cause, qerr)}
 }
 
-// harden makes every payload and metadata file read-only, then the directories.
+// harden makes every payload and metadata file read-only (they already are,
+// durably, since their fsync), then the directories, and syncs them.
 func harden(dir string) error {
 	var dirs []string
 	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
@@ -185,7 +186,7 @@ func harden(dir string) error {
 			return err
 		}
 	}
-	return syncDir(dir)
+	return syncTree(dir)
 }
 
 // syncTree fsyncs every directory of a tree, deepest first.
@@ -205,6 +206,16 @@ func syncTree(dir string) error {
 	return nil
 }
 
+// syncHardened gives a finished file its hardened mode and fsyncs it, so
+// that the mode is durable with the bytes: hardening after the rename
+// changes no file mode that a power cut could undo.
+func syncHardened(f *os.File) error {
+	if err := f.Chmod(fileHardened); err != nil {
+		return err
+	}
+	return f.Sync()
+}
+
 func writeSynced(p string, data []byte) error {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
@@ -212,7 +223,7 @@ func writeSynced(p string, data []byte) error {
 	}
 	_, err = f.Write(data)
 	if err == nil {
-		err = f.Sync()
+		err = syncHardened(f)
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr

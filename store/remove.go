@@ -37,7 +37,7 @@ func (d *Domain) Remove(ctx context.Context, id string) error {
 	}
 	defer al.Close()
 	if _, err := os.Lstat(d.path(dirArtifacts, id)); errors.Is(err, os.ErrNotExist) {
-		os.Remove(d.path(dirDeny, id))
+		d.unmark(id)
 		return ErrMiss
 	}
 	var rnd [6]byte
@@ -46,7 +46,7 @@ func (d *Domain) Remove(ctx context.Context, id string) error {
 	if err := d.moveOut(id, tomb, "remove", false); err != nil {
 		return fmt.Errorf("remove %s: %w", short(id), err)
 	}
-	if err := os.Remove(d.path(dirDeny, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := d.unmark(id); err != nil {
 		return err
 	}
 	d.cleanTemps(ctx, id, false)

@@ -91,7 +91,7 @@ func (b *build) Reuse(bind artifact.Binding) (artifact.FileEntry, bool, error) {
 	go func() {
 		g, err := os.Open(full)
 		if err == nil {
-			err = g.Sync()
+			err = syncHardened(g)
 			g.Close()
 		}
 		w.synced <- err

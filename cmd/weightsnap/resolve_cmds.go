@@ -11,6 +11,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/store"
@@ -25,6 +26,8 @@ type resolveOpts struct {
 	timeout                                         int
 	registry                                        string
 	remote                                          remoteFlags
+	peers                                           []string
+	peer                                            peerFlags
 }
 
 func newResolveCmd(a *app) *cobra.Command {
@@ -32,7 +35,8 @@ func newResolveCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "resolve (--identity FILE | --from DIR) [--revision REV] [--tp-size N --tp-rank R --layout-spec FILE] [--dtype D] [--mode M] [--report FILE|-]",
 		Short: "Resolve an exact artifact: print its directory, or the canonical source directory on a fallback",
-		Long: `Resolve an artifact identity: the validated local artifact, then the registry
+		Long: `Resolve an artifact identity: the validated local artifact, then the weight
+peers (--peer ADDR, or [peer] peers), then the registry
 (--registry REPO: the artifact weightsnap push filed under its identity tag), then a
 local producer (passthrough, tp-split with --tp-size/--tp-rank/--layout-spec, cast
 with --dtype), then, in preferred mode, the canonical source directory (--from).
@@ -63,6 +67,8 @@ the path. In disabled mode nothing under the store root is touched.`,
 	f.BoolVar(&o.allowLocalBuild, "allow-local-build", true, "let local producers build a missing artifact")
 	f.BoolVar(&o.noFingerprintCache, "no-fingerprint-cache", false, "hash every source file instead of using the store's fingerprint cache")
 	f.StringVar(&o.registry, "registry", "", "registry repository (host/repo) to fetch the exact artifact from before building locally")
+	f.StringSliceVar(&o.peers, "peer", nil, "weight peers to fetch the exact artifact from before the registry (default: [peer] peers)")
+	o.peer.register(f)
 	o.remote.register(f)
 	f.IntVar(&o.timeout, "coordination-timeout", 0, "seconds to wait for each lock (default: the configured store policy's)")
 	return cmd
@@ -135,7 +141,14 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	if wait.CoordinationTimeoutSeconds == 0 {
 		wait.CoordinationTimeoutSeconds = a.cfg.Store.CoordinationTimeoutSeconds
 	}
-	var providers []resolve.Provider
+	var peers, providers []resolve.Provider
+	if addrs := a.peers(o); len(addrs) > 0 && mode != resolve.Disabled {
+		fo, err := o.peer.apply(cmd, a.cfg.Peer).FetchOptions()
+		if err != nil {
+			return err
+		}
+		peers = append(peers, &peer.Provider{Peers: addrs, Options: fo})
+	}
 	if o.registry != "" && mode != resolve.Disabled {
 		repo, err := o.remote.open(ctx, o.registry, 0)
 		if err != nil {
@@ -153,7 +166,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	rt, err := resolve.New(resolve.Config{
 		Mode: mode, Root: a.effectiveRoot(), Store: &a.cfg.Store, Validation: store.ValidationMode(o.validation),
 		Wait: wait, AllowLocalBuild: o.allowLocalBuild, NoFingerprintCache: o.noFingerprintCache,
-		Providers: providers, Producers: []producers.Recipe{passthrough},
+		Peers: peers, Providers: providers, Producers: []producers.Recipe{passthrough},
 	})
 	if err != nil {
 		return err
@@ -197,4 +210,12 @@ func (a *app) writeReport(dest string, rep *resolve.Report) error {
 		return err
 	}
 	return os.WriteFile(dest, raw, 0o644)
+}
+
+// peers are the weight peers resolution asks: --peer, else [peer] peers.
+func (a *app) peers(o resolveOpts) []string {
+	if len(o.peers) > 0 {
+		return o.peers
+	}
+	return a.cfg.Peer.Peers
 }

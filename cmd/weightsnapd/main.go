@@ -1,5 +1,6 @@
 // Command weightsnapd is weightsnap's node daemon: the containerd proxy
-// snapshotter that mounts the store's artifacts into containers.
+// snapshotter that mounts the store's artifacts into containers, and the
+// weight peer that serves them to other nodes ([peer] serve).
 package main
 
 import (
@@ -22,7 +23,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/node"
+	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/snapshotter"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // stopGrace is how long calls in flight get after SIGTERM.
@@ -109,8 +112,16 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve() }()
+	if cfg.Peer.Serve {
+		stopPeer, err := servePeer(ctx, cfg.Peer, n.Store, errc)
+		if err != nil {
+			srv.Stop(ctx, 0)
+			return err
+		}
+		defer stopPeer()
+	}
 	if cfg.Metrics.Address != "" {
 		stopMetrics, err := serveMetrics(ctx, cfg.Metrics.Address, reg, errc)
 		if err != nil {
@@ -132,6 +143,32 @@ func run(ctx context.Context, cfg config.Config) error {
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	srv.Stop(ctx, stopGrace)
 	return err
+}
+
+// servePeer serves the store to other nodes ([peer] serve) until the
+// returned stop is called, which waits for the sessions to end.
+func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- error) (func(), error) {
+	cfg, err := c.ServerConfig()
+	if err != nil {
+		return nil, err
+	}
+	s, err := peer.NewServer(d, cfg)
+	if err != nil {
+		return nil, err
+	}
+	lis, err := net.Listen("tcp", c.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("peer: %w", err)
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := s.Serve(pctx, lis); err != nil {
+			errc <- fmt.Errorf("peer: %w", err)
+		}
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // serveMetrics serves /metrics on addr until the returned stop is called.

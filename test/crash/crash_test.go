@@ -6,7 +6,6 @@
 package crash
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -15,16 +14,13 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
-
-const revision = "0123456789abcdef0123456789abcdef01234567"
 
 // scenarios names, for each fault point, the operation that reaches it.
 var scenarios = map[string]string{
@@ -42,38 +38,14 @@ func scenarioOf(point string) string {
 	return scenarios[prefix]
 }
 
-var (
-	childOnce sync.Once
-	childBin  string
-	childErr  error
-)
+// childBin is the fault-enabled child binary.
+var childBin = &storetest.Child{Tags: "faults"}
 
-// child builds the fault-enabled child binary once per test binary.
-func child(t *testing.T) string {
-	t.Helper()
-	childOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "ws-crash-child")
-		if err != nil {
-			childErr = err
-			return
-		}
-		childBin = filepath.Join(dir, "child")
-		out, err := exec.Command("go", "build", "-tags", "faults", "-o", childBin, "./child").CombinedOutput()
-		if err != nil {
-			childErr = fmt.Errorf("build child: %v\n%s", err, out)
-		}
-	})
-	if childErr != nil {
-		t.Fatal(childErr)
-	}
-	return childBin
-}
+func child(t *testing.T) string { return childBin.Path(t) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if childBin != "" {
-		os.RemoveAll(filepath.Dir(childBin))
-	}
+	childBin.Remove()
 	os.Exit(code)
 }
 
@@ -88,28 +60,6 @@ func runChild(t *testing.T, fault, op, root, src string, extraEnv ...string) (st
 	return string(out), ws.Signaled() && ws.Signal() == syscall.SIGKILL
 }
 
-type source struct {
-	dir string
-	src *artifact.SourceDir
-	id  artifact.Identity
-	hex string
-}
-
-func newSource(t *testing.T, size int64, shards int, seed uint64) *source {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "src")
-	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	src, _, err := artifact.ScanSource(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := artifact.PassthroughIdentity(src, "crash/test", revision, "", 0, 0)
-	h, _ := id.Hex()
-	return &source{dir: dir, src: src, id: id, hex: h}
-}
-
 func iterations() int {
 	if n, err := strconv.Atoi(os.Getenv("WEIGHTSNAP_CRASH_ITERATIONS")); err == nil && n > 0 {
 		return n
@@ -119,12 +69,12 @@ func iterations() int {
 
 func TestKillAtEveryFaultPoint(t *testing.T) {
 	n := iterations()
-	sources := make([]*source, n)
-	others := make([]*source, n)
+	sources := make([]*storetest.Source, n)
+	others := make([]*storetest.Source, n)
 	for i := range n {
 		// Payload sizes from 64 KiB to about 1.3 MiB, one to three shards.
-		sources[i] = newSource(t, int64(i+1)<<16, 1+i%3, uint64(i))
-		others[i] = newSource(t, 1<<16, 1, uint64(1000+i))
+		sources[i] = storetest.NewSource(t, int64(i+1)<<16, 1+i%3, uint64(i))
+		others[i] = storetest.NewSource(t, 1<<16, 1, uint64(1000+i))
 	}
 	kills := 0
 	for _, point := range store.FaultPoints {
@@ -136,7 +86,7 @@ func TestKillAtEveryFaultPoint(t *testing.T) {
 			s := sources[i]
 			root := filepath.Join(t.TempDir(), "store")
 			op := prepare(t, scenario, root, s, others[i])
-			out, killed := runChild(t, point+":kill", op, root, s.dir)
+			out, killed := runChild(t, point+":kill", op, root, s.Dir)
 			if !killed {
 				t.Fatalf("%s (%s, iteration %d): the child was not killed at the point: %s", point, scenario, i, out)
 			}
@@ -148,40 +98,28 @@ func TestKillAtEveryFaultPoint(t *testing.T) {
 }
 
 // prepare builds the state a scenario starts from and returns the child's op.
-func prepare(t *testing.T, scenario, root string, s, other *source) string {
+func prepare(t *testing.T, scenario, root string, s, other *storetest.Source) string {
 	t.Helper()
-	ctx := context.Background()
-	d, err := store.Open(ctx, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	publish := func() {
-		l, _, err := d.GetOrBuild(ctx, s.id, &artifact.Passthrough{Src: s.src})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l.Close()
-	}
 	switch scenario {
 	case "build":
 		return "build"
 	case "lookup", "remove":
-		publish()
+		s.Publish(t, root)
 		return scenario
 	case "deny":
-		publish()
-		corrupt(t, root, s.hex)
+		s.Publish(t, root)
+		storetest.Corrupt(t, root, s.Hex)
 		return "deny"
 	case "rebuild":
-		publish()
-		corrupt(t, root, s.hex)
-		if _, err := d.Lookup(ctx, s.hex, store.FullChecksum); !store.IsInvalid(err) {
+		d := s.Publish(t, root)
+		storetest.Corrupt(t, root, s.Hex)
+		if _, err := d.Lookup(context.Background(), s.Hex, store.FullChecksum); !store.IsInvalid(err) {
 			t.Fatalf("corrupted artifact not denied: %v", err)
 		}
 		return "build"
 	case "cleanup":
 		// Another identity's build died and left its temp build behind.
-		if _, killed := runChild(t, "write.mid-payload:kill", "build", root, other.dir); !killed {
+		if _, killed := runChild(t, "write.mid-payload:kill", "build", root, other.Dir); !killed {
 			t.Fatal("could not leave a stale temp build")
 		}
 		return "build"
@@ -190,31 +128,8 @@ func prepare(t *testing.T, scenario, root string, s, other *source) string {
 	return ""
 }
 
-// corrupt flips one payload byte of a published artifact, keeping its modes.
-func corrupt(t *testing.T, root, id string) {
-	t.Helper()
-	dir := filepath.Join(root, "artifacts", id)
-	matches, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
-	if len(matches) == 0 {
-		t.Fatal("no payload to corrupt")
-	}
-	p := matches[0]
-	fi, _ := os.Stat(p)
-	os.Chmod(p, 0o644)
-	f, err := os.OpenFile(p, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := []byte{0}
-	f.ReadAt(b, fi.Size()-1)
-	b[0] ^= 0x5a
-	f.WriteAt(b, fi.Size()-1)
-	f.Close()
-	os.Chmod(p, 0o444)
-}
-
 // checkInvariant reopens the domain in this process (not the killed one).
-func checkInvariant(t *testing.T, point, root string, s *source) {
+func checkInvariant(t *testing.T, point, root string, s *storetest.Source) {
 	t.Helper()
 	ctx := context.Background()
 	d, err := store.Open(ctx, root, nil)
@@ -227,7 +142,7 @@ func checkInvariant(t *testing.T, point, root string, s *source) {
 		var de *store.DeniedError
 		switch {
 		case err == nil:
-			if e.Name() == s.hex {
+			if e.Name() == s.Hex {
 				checkBytes(t, point, l, s)
 			}
 			l.Close()
@@ -237,7 +152,7 @@ func checkInvariant(t *testing.T, point, root string, s *source) {
 		}
 	}
 	// The next build publishes a valid artifact and leaves no temp entry.
-	l, _, err := d.GetOrBuild(ctx, s.id, &artifact.Passthrough{Src: s.src})
+	l, _, err := d.GetOrBuild(ctx, s.ID, &artifact.Passthrough{Src: s.Src})
 	if err != nil {
 		t.Fatalf("%s: next build: %v", point, err)
 	}
@@ -248,16 +163,10 @@ func checkInvariant(t *testing.T, point, root string, s *source) {
 	}
 }
 
-// checkBytes compares every leased tensor with the source file's bytes.
-func checkBytes(t *testing.T, point string, l *store.Lease, s *source) {
+// checkBytes compares every leased file with the source file's bytes.
+func checkBytes(t *testing.T, point string, l *store.Lease, s *storetest.Source) {
 	t.Helper()
-	for _, f := range l.Files() {
-		want, err := os.ReadFile(filepath.Join(s.dir, f.Path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(f.Data, want) && !(len(want) == 0 && f.Data == nil) {
-			t.Fatalf("%s: lease of %s serves bytes that differ from the source", point, f.Path)
-		}
+	if err := storetest.SameBytes(l, s.Dir); err != nil {
+		t.Fatalf("%s: %v", point, err)
 	}
 }

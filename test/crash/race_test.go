@@ -1,7 +1,6 @@
 package crash
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,8 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
 // TestWeakLookupNeverLeasesAfterStrongDeny interleaves two processes on a
@@ -18,22 +16,13 @@ import (
 // validation passed, and a full_checksum lookup that denies the artifact
 // meanwhile. The weaker one must not return a lease.
 func TestWeakLookupNeverLeasesAfterStrongDeny(t *testing.T) {
-	s := newSource(t, 1<<20, 2, 42)
+	s := storetest.NewSource(t, 1<<20, 2, 42)
 	root := filepath.Join(t.TempDir(), "store")
-	ctx := context.Background()
-	d, err := store.Open(ctx, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, _, err := d.GetOrBuild(ctx, s.id, &artifact.Passthrough{Src: s.src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
-	corrupt(t, root, s.hex)
+	s.Publish(t, root)
+	storetest.Corrupt(t, root, s.Hex)
 
 	gate := t.TempDir()
-	weak := exec.Command(child(t), "lookup-metadata", root, s.dir)
+	weak := exec.Command(child(t), "lookup-metadata", root, s.Dir)
 	weak.Env = append(os.Environ(), "WEIGHTSNAP_FAULT=lookup.validated:wait", "WEIGHTSNAP_FAULT_DIR="+gate)
 	var weakOut strings.Builder
 	weak.Stdout = &weakOut
@@ -43,7 +32,7 @@ func TestWeakLookupNeverLeasesAfterStrongDeny(t *testing.T) {
 	defer weak.Process.Kill()
 	waitFor(t, filepath.Join(gate, "lookup.validated.reached"))
 
-	strongOut, killed := runChild(t, "", "deny", root, s.dir)
+	strongOut, killed := runChild(t, "", "deny", root, s.Dir)
 	if killed || !strings.Contains(strongOut, "InvalidError") {
 		t.Fatalf("the full_checksum lookup did not find the corruption: %s", strongOut)
 	}
@@ -56,7 +45,7 @@ func TestWeakLookupNeverLeasesAfterStrongDeny(t *testing.T) {
 		t.Fatalf("the weaker lookup after the stronger denied: %q, want a DeniedError", got)
 	}
 	// And a weak lookup that starts after the deny misses at once.
-	if out, _ := runChild(t, "", "lookup-metadata", root, s.dir); !strings.Contains(out, "DeniedError") {
+	if out, _ := runChild(t, "", "lookup-metadata", root, s.Dir); !strings.Contains(out, "DeniedError") {
 		t.Fatalf("a later weak lookup: %q, want a DeniedError", out)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
+	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/store"
@@ -35,7 +36,32 @@ type Config struct {
 	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
 	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
 	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
+	Peer        Peer         `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
 	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
+}
+
+// Peer is the [peer] table.
+type Peer struct {
+	Serve  bool   `toml:"serve" comment:"weightsnapd serves this node's READY artifacts and staged directories to other nodes"`
+	Listen string `toml:"listen" comment:"address the peer listens on: control connections and tcp rails"`
+	// Peers are the peers to fetch from: host:port, IP addresses, or DNS
+	// names with many addresses; resolution asks them before a registry.
+	Peers          []string `toml:"peers" comment:"peers to fetch from, in order: host:port, IPs, or DNS names with many addresses (a headless Service)"`
+	TokenFile      string   `toml:"token_file" comment:"file holding the bearer token this node's peer requires and presents to others; \"\" for none"`
+	TLSCert        string   `toml:"tls_cert" comment:"this node's certificate (PEM): the peer's, and the client's for mTLS; \"\" for plain TCP"`
+	TLSKey         string   `toml:"tls_key" comment:"key of tls_cert"`
+	TLSClientCA    string   `toml:"tls_client_ca" comment:"CA the peer requires client certificates from (mTLS); \"\" accepts any client"`
+	TLSCA          string   `toml:"tls_ca" comment:"CA of other peers' certificates: talk TLS to them; \"\" for plain TCP"`
+	MaxSessions    int      `toml:"max_sessions" comment:"fetch sessions served at once; more are answered busy"`
+	MaxRails       int      `toml:"max_rails" comment:"rails one session may have"`
+	RailAddrs      []string `toml:"rail_addrs" comment:"local addresses rails are served on, rail r on entry r modulo their count (one per NIC); empty: the control connection's"`
+	FabricProvider string   `toml:"fabric_provider" comment:"libfabric provider of the rma plane: verbs (InfiniBand, RoCE), efa, tcp, sockets; \"\" lets libfabric choose"`
+	Mode           string   `toml:"mode" comment:"data plane this node fetches with: tcp, or rma (needs a build with libfabric)"`
+	Rails          int      `toml:"rails" comment:"rails this node asks for"`
+	TimeoutSeconds int      `toml:"timeout_seconds" comment:"seconds any read, write or dial may take"`
+	// Staged are the allowlisted directories, served as staged:NAME.
+	Staged             []peer.StagedDir `toml:"staged" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.staged]] name, path, revision, repository, component"`
+	StagedCeilingBytes int64            `toml:"staged_ceiling_bytes" comment:"bytes the staged directories may hold mapped at once"`
 }
 
 // Resolve is the [resolve] table.
@@ -97,6 +123,9 @@ func Default() Config {
 			Mode: string(resolve.Required), RetryMaxSeconds: 300},
 		Metrics: Metrics{Address: "127.0.0.1:9878"},
 		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
+		Peer: Peer{Listen: fmt.Sprintf(":%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
+			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP), Rails: peer.DefaultRails,
+			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.StagedDir{}, StagedCeilingBytes: peer.DefaultStagedCeiling},
 	}
 }
 
@@ -175,6 +204,15 @@ func (c *Config) Validate() error {
 	}
 	if c.Snapshotter.RetryMaxSeconds < 1 {
 		return bad("[snapshotter] retry_max_seconds must be at least 1")
+	}
+	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
+		return fmt.Errorf("[peer] %w", err)
+	}
+	if p := c.Peer; p.MaxSessions < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.StagedCeilingBytes < 0 {
+		return bad("[peer] max_sessions, max_rails, rails, timeout_seconds and staged_ceiling_bytes must not be negative")
+	}
+	if (c.Peer.TLSCert == "") != (c.Peer.TLSKey == "") || (c.Peer.TLSClientCA != "" && c.Peer.TLSCert == "") {
+		return bad("[peer] tls_cert and tls_key go together, and tls_client_ca needs them")
 	}
 	if c.Staging.Workers < 1 || c.Staging.SourceTimeoutSeconds < 1 {
 		return bad("[staging] workers and source_timeout_seconds must be at least 1")

@@ -18,7 +18,7 @@ func TestDefaultRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, table := range []string{"[store]", "[resolve]", "[snapshotter]", "[metrics]", "max_store_bytes", "address"} {
+	for _, table := range []string{"[store]", "[resolve]", "[snapshotter]", "[metrics]", "[peer]", "max_store_bytes", "address", "fabric_provider"} {
 		if !strings.Contains(string(raw), table) {
 			t.Fatalf("default file lacks %s:\n%s", table, raw)
 		}
@@ -55,6 +55,11 @@ func TestParse(t *testing.T) {
 			return c.SnapshotRoot(c.Root) == "/srv/ws/snapshots"
 		}},
 		{"metrics off", "[metrics]\naddress = \"\"\n", true, func(c Config) bool { return c.Metrics.Address == "" }},
+		{"peer table", "[peer]\nserve = true\npeers = [\"10.0.0.1:7420\", \"weights.ns.svc\"]\nmode = \"rma\"\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
+			return c.Peer.Serve && len(c.Peer.Peers) == 2 && c.Peer.Mode == "rma" && c.Peer.Rails == 4 && c.Peer.Staged[0].Path == "/nas/llama"
+		}},
+		{"bad peer mode", "[peer]\nmode = \"udp\"\n", false, nil},
+		{"peer key without cert", "[peer]\ntls_key = \"k.pem\"\n", false, nil},
 		{"unknown key", "[store]\nbogus = 1\n", false, nil},
 		{"unknown table", "[bogus]\n", false, nil},
 		{"bad mode", "[resolve]\nmode = \"sometimes\"\n", false, nil},

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -76,8 +77,9 @@ func (n *Node) Close() error {
 
 // newRuntime is the resolution runtime of weight layers and host mounts:
 // required mode (the snapshotter decides what a failure means), the store,
-// then the registry a pointer names when its host is configured, then the
-// configured registry repository's identity tags.
+// then the weight peers ([peer] peers), then the registry a pointer names
+// when its host is configured, then the configured registry repository's
+// identity tags.
 func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
 	remote := oci.RemoteOptions{PlainHTTP: cfg.Resolve.PlainHTTP, Insecure: cfg.Resolve.Insecure, UserAgent: "weightsnapd"}
 	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: remote}
@@ -91,6 +93,13 @@ func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
 	}
 	if rc.Wait.CoordinationTimeoutSeconds == 0 {
 		rc.Wait.CoordinationTimeoutSeconds = cfg.Store.CoordinationTimeoutSeconds
+	}
+	if len(cfg.Peer.Peers) > 0 {
+		fo, err := cfg.Peer.FetchOptions()
+		if err != nil {
+			return nil, err
+		}
+		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
 	}
 	if cfg.Resolve.Registry != "" {
 		repo, err := oci.NewRemote(context.Background(), cfg.Resolve.Registry, remote)

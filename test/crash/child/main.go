@@ -1,29 +1,40 @@
-// Command child runs one store operation for the crash harness. It is built
-// with the "faults" tag, so WEIGHTSNAP_FAULT can kill or pause it at a named
-// step. It prints one line: "ok <detail>" or "error <type> <message>".
+// Command child runs one store operation for the crash and power-cut
+// harnesses. It is built with the "faults" tag, so WEIGHTSNAP_FAULT can kill
+// or pause it at a named step (and, with the "powercut" tag, it may open a
+// store on the power-cut test filesystem). It prints one line: "ok <detail>"
+// or "error <type> <message>".
 //
-//	child build|deny|rebuild|remove|lookup|lookup-metadata ROOT SRC
+//	child build|import|deny|rebuild|remove|gc|lookup|lookup-metadata ROOT SRC
+//	child check ROOT SRC ready|denied|gone|any|any-corrupted
 package main
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
+	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/fingerprint"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
-const revision = "0123456789abcdef0123456789abcdef01234567"
-
 func main() {
-	if len(os.Args) != 4 {
-		fmt.Fprintln(os.Stderr, "usage: child OP ROOT SRC")
+	if len(os.Args) != 4 && !(len(os.Args) == 5 && os.Args[1] == "check") {
+		fmt.Fprintln(os.Stderr, "usage: child OP ROOT SRC, or child check ROOT SRC EXPECT")
 		os.Exit(2)
 	}
 	op, root, srcDir := os.Args[1], os.Args[2], os.Args[3]
 	ctx := context.Background()
-	detail, err := run(ctx, op, root, srcDir)
+	var detail string
+	var err error
+	if op == "check" {
+		detail, err = check(ctx, root, srcDir, os.Args[4])
+	} else {
+		detail, err = run(ctx, op, root, srcDir)
+	}
 	if err != nil {
 		fmt.Printf("error %T %v\n", err, err)
 		os.Exit(1)
@@ -40,7 +51,7 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	identity := artifact.PassthroughIdentity(src, "crash/test", revision, "", 0, 0)
+	identity := storetest.IdentityOf(src)
 	id, _ := identity.Hex()
 	switch op {
 	case "build", "rebuild":
@@ -49,6 +60,8 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 			return "", err
 		}
 		return l.ID, l.Close()
+	case "import":
+		return importSource(ctx, d, srcDir)
 	case "deny", "lookup":
 		l, err := d.Lookup(ctx, id, store.FullChecksum)
 		if err != nil {
@@ -63,6 +76,36 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 		return "lease " + l.ID, l.Close()
 	case "remove":
 		return id, d.Remove(ctx, id)
+	case "gc":
+		r, err := d.GC(ctx)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("gc %+v", *r), nil
 	}
 	return "", fmt.Errorf("unknown op %q", op)
+}
+
+// importSource imports a checkpoint as `weightsnap import` does on a cold
+// cache: one pass that copies and fingerprints, then the cache records.
+func importSource(ctx context.Context, d *store.Domain, srcDir string) (string, error) {
+	cache := fingerprint.New(filepath.Join(d.Root(), fingerprint.DirName))
+	fp, err := cache.Lookup(ctx, srcDir)
+	if err != nil {
+		return "", err
+	}
+	started := time.Now().UnixNano()
+	l, _, err := d.Import(ctx, &artifact.Passthrough{Src: fp.Src}, func(files []artifact.FileEntry) (artifact.Identity, error) {
+		full, err := fp.Src.WithDigests(files)
+		if err != nil {
+			return artifact.Identity{}, err
+		}
+		return storetest.IdentityOf(full), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	cache.Record(ctx, fp, l.Index.Files, started)
+	return l.ID, nil
 }

@@ -1,0 +1,95 @@
+package config
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/peer"
+)
+
+// ServerConfig is the weight peer server the [peer] table describes.
+func (p Peer) ServerConfig() (peer.ServerConfig, error) {
+	cfg := peer.ServerConfig{MaxSessions: p.MaxSessions, MaxRails: p.MaxRails, RailAddrs: p.RailAddrs,
+		Provider: p.FabricProvider, Staged: p.Staged, StagedCeiling: p.StagedCeilingBytes,
+		Timeout: time.Duration(p.TimeoutSeconds) * time.Second}
+	var err error
+	if cfg.Token, err = p.token(); err != nil {
+		return cfg, err
+	}
+	certs, err := p.certificates()
+	if err != nil || certs == nil {
+		return cfg, err
+	}
+	cfg.TLS = &tls.Config{MinVersion: tls.VersionTLS13, Certificates: certs}
+	if p.TLSClientCA != "" {
+		if cfg.TLS.ClientCAs, err = certPool(p.TLSClientCA); err != nil {
+			return cfg, err
+		}
+		cfg.TLS.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return cfg, nil
+}
+
+// ClientConfig is how this node talks to other peers, as the [peer] table says.
+func (p Peer) ClientConfig() (peer.ClientConfig, error) {
+	c := peer.ClientConfig{Timeout: time.Duration(p.TimeoutSeconds) * time.Second}
+	var err error
+	if c.Token, err = p.token(); err != nil || p.TLSCA == "" {
+		return c, err
+	}
+	c.TLS = &tls.Config{MinVersion: tls.VersionTLS13}
+	if c.TLS.RootCAs, err = certPool(p.TLSCA); err != nil {
+		return c, err
+	}
+	c.TLS.Certificates, err = p.certificates()
+	return c, err
+}
+
+// FetchOptions are the fetch defaults of the [peer] table.
+func (p Peer) FetchOptions() (peer.FetchOptions, error) {
+	mode, err := peer.ParseMode(p.Mode)
+	if err != nil {
+		return peer.FetchOptions{}, err
+	}
+	c, err := p.ClientConfig()
+	return peer.FetchOptions{Client: c, Mode: mode, Rails: p.Rails}, err
+}
+
+func (p Peer) token() (string, error) {
+	if p.TokenFile == "" {
+		return "", nil
+	}
+	raw, err := os.ReadFile(p.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("[peer] token file: %w", err)
+	}
+	return strings.TrimSpace(string(raw)), nil
+}
+
+func (p Peer) certificates() ([]tls.Certificate, error) {
+	if p.TLSCert == "" && p.TLSKey == "" {
+		return nil, nil
+	}
+	c, err := tls.LoadX509KeyPair(p.TLSCert, p.TLSKey)
+	if err != nil {
+		return nil, fmt.Errorf("[peer] TLS certificate: %v: %w", err, errdefs.ErrInvalidArgument)
+	}
+	return []tls.Certificate{c}, nil
+}
+
+func certPool(file string) (*x509.CertPool, error) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("[peer] CA file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("[peer] CA file %s holds no PEM certificate: %w", file, errdefs.ErrInvalidArgument)
+	}
+	return pool, nil
+}

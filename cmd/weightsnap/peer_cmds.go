@@ -1,0 +1,267 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/peer"
+)
+
+// peerFlags are the flags every peer command shares; each overrides its
+// key of the [peer] table.
+type peerFlags struct {
+	tokenFile, tlsCert, tlsKey, tlsCA string
+	timeout                           int
+}
+
+func (pf *peerFlags) register(f *pflag.FlagSet) {
+	f.StringVar(&pf.tokenFile, "token-file", "", "file holding the bearer token (default: [peer] token_file)")
+	f.StringVar(&pf.tlsCert, "tls-cert", "", "this node's TLS certificate (the server's; the client's for mTLS)")
+	f.StringVar(&pf.tlsKey, "tls-key", "", "key of --tls-cert")
+	f.StringVar(&pf.tlsCA, "tls-ca", "", "CA of the peers' certificates: talk TLS to them")
+	f.IntVar(&pf.timeout, "timeout", 0, "seconds any read, write or dial may take (default: [peer] timeout_seconds)")
+}
+
+// apply returns the [peer] table with the flags given on the command line.
+func (pf peerFlags) apply(cmd *cobra.Command, c config.Peer) config.Peer {
+	set := cmd.Flags().Changed
+	for _, o := range []struct {
+		flag string
+		dst  *string
+		v    string
+	}{{"token-file", &c.TokenFile, pf.tokenFile}, {"tls-cert", &c.TLSCert, pf.tlsCert}, {"tls-key", &c.TLSKey, pf.tlsKey}, {"tls-ca", &c.TLSCA, pf.tlsCA}} {
+		if set(o.flag) {
+			*o.dst = o.v
+		}
+	}
+	if set("timeout") {
+		c.TimeoutSeconds = pf.timeout
+	}
+	return c
+}
+
+func newPeerCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "peer", Short: "The weight peer: serve this node's artifacts to others, list and fetch from them"}
+	cmd.AddCommand(newPeerServeCmd(a), newPeerLsCmd(a), newPeerFetchCmd(a))
+	return cmd
+}
+
+// stagedFlag parses NAME=PATH[@REVISION].
+func stagedFlag(s string) (peer.StagedDir, error) {
+	name, rest, ok := strings.Cut(s, "=")
+	if !ok {
+		return peer.StagedDir{}, fmt.Errorf("--staged %q: want NAME=PATH[@REVISION]: %w", s, errdefs.ErrInvalidArgument)
+	}
+	p, rev, _ := strings.Cut(rest, "@")
+	return peer.StagedDir{Name: name, Path: p, Revision: rev}, nil
+}
+
+func newPeerServeCmd(a *app) *cobra.Command {
+	var pf peerFlags
+	var listen, clientCA, provider string
+	var maxSessions, maxRails int
+	var railAddrs, staged []string
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve this node's READY artifacts (and allowlisted staged directories) to other nodes",
+		Long: `Serve this node's READY artifacts, and the directories [peer] staged or --staged
+allowlists, to other nodes until interrupted. weightsnapd serves the same when
+[peer] serve is true; this command is for a node without the daemon.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			c := pf.apply(cmd, a.cfg.Peer)
+			set := cmd.Flags().Changed
+			if set("listen") {
+				c.Listen = listen
+			}
+			if set("tls-client-ca") {
+				c.TLSClientCA = clientCA
+			}
+			if set("max-sessions") {
+				c.MaxSessions = maxSessions
+			}
+			if set("max-rails") {
+				c.MaxRails = maxRails
+			}
+			if set("rail-addr") {
+				c.RailAddrs = railAddrs
+			}
+			if set("fabric-provider") {
+				c.FabricProvider = provider
+			}
+			for _, s := range staged {
+				d, err := stagedFlag(s)
+				if err != nil {
+					return err
+				}
+				c.Staged = append(c.Staged, d)
+			}
+			cfg, err := c.ServerConfig()
+			if err != nil {
+				return err
+			}
+			d, err := a.domain(ctx)
+			if err != nil {
+				return err
+			}
+			s, err := peer.NewServer(d, cfg)
+			if err != nil {
+				return err
+			}
+			l, err := net.Listen("tcp", c.Listen)
+			if err != nil {
+				return fmt.Errorf("listen: %w", err)
+			}
+			fmt.Fprintf(a.errOut, "weightsnap peer: serving %s on %s (generation %s)\n", d.Root(), l.Addr(), s.Generation())
+			return s.Serve(ctx, l)
+		},
+	}
+	f := cmd.Flags()
+	pf.register(f)
+	f.StringVar(&listen, "listen", "", "address to listen on: control connections and tcp rails (default: [peer] listen, :7420)")
+	f.StringVar(&clientCA, "tls-client-ca", "", "require client certificates signed by this CA (mTLS; needs --tls-cert)")
+	f.IntVar(&maxSessions, "max-sessions", 0, "fetch sessions served at once; more are answered busy (default: [peer] max_sessions)")
+	f.IntVar(&maxRails, "max-rails", 0, "rails one session may have (default: [peer] max_rails)")
+	f.StringSliceVar(&railAddrs, "rail-addr", nil, "local addresses to serve rails on, one per NIC (default: the control connection's)")
+	f.StringVar(&provider, "fabric-provider", "", "libfabric provider of the rma plane: verbs, efa, tcp, sockets (default: libfabric's choice)")
+	f.StringArrayVar(&staged, "staged", nil, "allowlist a directory as staged:NAME: NAME=PATH[@REVISION] (repeatable)")
+	return cmd
+}
+
+func newPeerLsCmd(a *app) *cobra.Command {
+	var pf peerFlags
+	cmd := &cobra.Command{
+		Use:   "ls ADDR",
+		Short: "List what a peer holds: READY artifacts and allowlisted staged directories",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := pf.apply(cmd, a.cfg.Peer).ClientConfig()
+			if err != nil {
+				return err
+			}
+			addrs, err := peer.ExpandPeers(cmd.Context(), []string{args[0]})
+			if err != nil {
+				return err
+			}
+			ls, err := c.List(cmd.Context(), addrs[0])
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(ls)
+			}
+			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintf(tw, "IDENTITY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
+			for _, x := range ls.Artifacts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", short12(strings.TrimPrefix(x.IdentityDigest, "sha256:")), short12(x.Revision),
+					x.Component, x.Producer, humanBytes(x.Bytes), x.Tensors)
+			}
+			for _, s := range ls.Staged {
+				state := "not staged"
+				if s.Staged {
+					state = "staged " + humanBytes(s.Bytes)
+				}
+				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, short12(s.Revision), state)
+			}
+			tw.Flush()
+			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], short12(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)
+			return nil
+		},
+	}
+	pf.register(cmd.Flags())
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return cmd
+}
+
+func short12(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+// peerRequest turns a command-line id into a model request.
+func peerRequest(id string) (string, error) {
+	if strings.HasPrefix(id, "staged:") {
+		return id, nil
+	}
+	hex := strings.TrimPrefix(id, "sha256:")
+	if len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", fmt.Errorf("%q: want an identity or manifest digest (64 hex digits) or staged:NAME: %w", id, errdefs.ErrInvalidArgument)
+	}
+	return "sha256:" + hex, nil
+}
+
+func newPeerFetchCmd(a *app) *cobra.Command {
+	var pf peerFlags
+	var mode string
+	var rails int
+	var tensors []string
+	cmd := &cobra.Command{
+		Use:   "fetch ADDR ID",
+		Short: "Fetch an artifact (or its tensors matching patterns) from peers into the store; prints the identity digest",
+		Long: `Fetch an artifact from the first peer that holds it into the store.
+
+ADDR is host:port, an IP address, a DNS name with many addresses (a Kubernetes
+headless Service), or several of them separated by commas; on a failure the fetch
+resumes from the next one with the bytes it has not verified yet. ID is an identity
+digest, the digest of a store manifest, or staged:NAME[/SUBDIR] for a directory the
+peer allowlisted. With --tensors only the matching tensors are fetched, into an
+artifact of their own (producer tensor-subset).`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			c := pf.apply(cmd, a.cfg.Peer)
+			if cmd.Flags().Changed("mode") {
+				c.Mode = mode
+			}
+			if cmd.Flags().Changed("rails") {
+				c.Rails = rails
+			}
+			o, err := c.FetchOptions()
+			if err != nil {
+				return err
+			}
+			o.Tensors = tensors
+			req, err := peerRequest(args[1])
+			if err != nil {
+				return err
+			}
+			d, err := a.domain(ctx)
+			if err != nil {
+				return err
+			}
+			var pr syncProgress
+			o.OnTotal = func(n int64) { pr.start("fetch", n) }
+			o.Progress = pr.Add
+			l, rep, err := peer.Fetch(ctx, d, []string{args[0]}, req, o)
+			pr.Done()
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			if a.jsonOut {
+				return a.printJSON(rep)
+			}
+			fmt.Fprintln(a.out, rep.Identity)
+			if rep.Built {
+				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Peer, rep.Mode, rep.Rails, rep.Seconds)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	pf.register(f)
+	f.StringVar(&mode, "mode", "tcp", "data plane: tcp, or rma (one-sided RDMA reads through libfabric) (default: [peer] mode)")
+	f.IntVar(&rails, "rails", peer.DefaultRails, "rails (parallel connections or fabric endpoints) to ask for (default: [peer] rails)")
+	f.StringSliceVar(&tensors, "tensors", nil, "fetch only the tensors matching these patterns (path.Match syntax, e.g. 'model.layers.0.*')")
+	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
+	return cmd
+}

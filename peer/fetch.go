@@ -1,0 +1,413 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// FetchProducerName is the producer name a fetched artifact's READY.json records.
+const FetchProducerName = "peer-fetch"
+
+// FetchOptions tune a fetch.
+type FetchOptions struct {
+	Client ClientConfig
+	// Mode is the data plane; "" is tcp.
+	Mode Mode
+	// Rails is how many rails to ask for; 0 means DefaultRails.
+	Rails int
+	// Tensors, if set, fetches only the tensors whose names match one of
+	// these patterns (path.Match syntax) into an artifact of their own.
+	Tensors []string
+	// Patience is how long a fetch keeps trying peers after a failure
+	// without verifying any byte; 0 means DefaultPatience.
+	Patience time.Duration
+	// OnTotal, if set, is told the payload bytes the fetch will verify or
+	// reuse, once it knows them, before any transfer.
+	OnTotal func(int64)
+	// Progress, if set, is told of payload bytes verified or reused; it is
+	// called from several goroutines at once.
+	Progress func(n int64)
+}
+
+// Defaults of FetchOptions.
+const (
+	DefaultRails    = 4
+	DefaultPatience = 30 * time.Second
+)
+
+// target is one file being written. A file of the artifact as the sender
+// holds it is bound by its tensor tree: units land in it in any order, each
+// tensor's BLAKE3 is reported as it lands, and the store derives the tree
+// and binds the sender's sha256 without reading the file back. A file of a
+// tensor subset is new: its units land in a scratch file, which is copied
+// in order into the store (which hashes it as written) once all are verified.
+type target struct {
+	path    string
+	want    artifact.FileEntry       // the record; for a subset file, all but its sha256 and tree
+	fw      artifact.BoundFileWriter // a bound file; nil for a subset file
+	out     io.WriterAt              // where tcp units land: fw or the scratch file
+	mapping []byte                   // where rma units land: fw's mapping or the scratch file's
+	scratch *os.File                 // a subset file's bytes, unlinked
+	pending atomic.Int64
+}
+
+// unit is one range verified on its own: the header region or one tensor
+// of a safetensors shard, or the whole of any other file.
+type unit struct {
+	shard  int   // in the manifest
+	off, n int64 // in the shard
+	dst    *target
+	dstOff int64
+	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header
+	name   string // tensor name; "" for a header or a whole file
+	blake3 artifact.Digest
+	done   bool // verified; guarded by fetcher.mu
+}
+
+// fetcher is the producer of a fetch: it writes every target through the
+// store's writer from one peer's session, and on a failure from the next
+// peer's, resuming with the ranges not yet verified.
+type fetcher struct {
+	peers    []string
+	request  string
+	o        FetchOptions
+	base     *WeightManifest
+	subset   *subsetPlan
+	w        artifact.Writer      // Produce's
+	bw       artifact.BoundWriter // the same writer, binding digests
+	scratch  string               // directory of a subset's scratch files (the store's filesystem)
+	identity artifact.Identity
+	sess     *clientSession // opened by the selection; Produce uses it first
+	last     int            // index of the peer used last
+
+	mu      sync.Mutex
+	units   []*unit
+	targets []*target
+	closers sync.WaitGroup
+	closeMu sync.Mutex
+	closeEr error
+	slots   chan struct{}
+
+	fetched, reused atomic.Int64
+	rep             transferStats
+	gens            map[string]string
+	took            time.Duration
+}
+
+// transferStats is what the report says about the transfer.
+type transferStats struct {
+	Peer      string   `json:"peer,omitempty"`
+	Peers     []string `json:"peers,omitempty"`
+	Mode      Mode     `json:"mode,omitempty"`
+	Rails     int      `json:"rails,omitempty"`
+	Failovers int      `json:"failovers"`
+	Restarts  int      `json:"restarts"`
+}
+
+func (f *fetcher) Name() string { return FetchProducerName }
+
+func (f *fetcher) progress(n int64) {
+	if f.o.Progress != nil && n > 0 {
+		f.o.Progress(n)
+	}
+}
+
+// Produce implements artifact.Producer.
+func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
+	start := time.Now()
+	defer func() { f.took = time.Since(start) }()
+	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
+	bw, ok := w.(artifact.BoundWriter)
+	if !ok {
+		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
+	}
+	f.w, f.bw = w, bw
+	err := f.prepare(ctx, w)
+	if err == nil {
+		if f.o.OnTotal != nil {
+			total := f.reused.Load()
+			for _, u := range f.units {
+				total += u.n
+			}
+			f.o.OnTotal(total)
+		}
+		f.progress(f.reused.Load())
+		err = f.fetchAll(ctx)
+	}
+	f.closers.Wait()
+	for _, t := range f.targets {
+		if t.scratch != nil {
+			unmapScratch(t)
+			t.scratch.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	return f.closeEr
+}
+
+// prepare creates (or reuses) every target and lists the units to fetch.
+func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
+	if f.subset != nil {
+		return f.subset.prepare(f)
+	}
+	rs, canReuse := w.(artifact.Resumer)
+	for i, s := range f.base.Shards {
+		bind := artifact.Binding{Want: s.entry(), By: artifact.BindTree}
+		if canReuse {
+			if _, ok, err := rs.Reuse(bind); err != nil {
+				return fmt.Errorf("reuse %s: %w", s.Name, err)
+			} else if ok {
+				f.reused.Add(s.Size)
+				log.G(ctx).WithField("file", s.Name).Debug("peer: reused from an interrupted fetch")
+				continue
+			}
+		}
+		t, err := f.createBound(bind)
+		if err != nil {
+			return err
+		}
+		if err := f.addUnits(t, shardUnits(i, s, t)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createBound creates a target bound by the sender's tensor tree, mapped
+// for the rma plane.
+func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
+	fw, err := f.bw.CreateBound(bind)
+	if err != nil {
+		return nil, err
+	}
+	t := &target{path: bind.Want.Path, want: bind.Want, fw: fw, out: fw}
+	f.targets = append(f.targets, t)
+	if f.o.Mode == ModeRMA {
+		mw, ok := fw.(artifact.MappedWriter)
+		if !ok {
+			return nil, unsupported(ModeRMA, "the store's writer cannot map its files")
+		}
+		if t.mapping, err = mw.Map(); err != nil {
+			return nil, fmt.Errorf("map %s: %w", t.path, err)
+		}
+	}
+	return t, nil
+}
+
+// shardUnits are a whole shard's units, written at the same offsets.
+func shardUnits(i int, s WeightShard, t *target) []*unit {
+	digest := func(h string) artifact.Digest {
+		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
+		return d
+	}
+	if !artifact.IsSafetensors(s.Name) {
+		return []*unit{{shard: i, n: s.Size, dst: t, blake3: digest(s.BLAKE3)}}
+	}
+	us := []*unit{{shard: i, n: s.DataStart, dst: t, part: -1, blake3: digest(s.HeaderBLAKE3)}}
+	for k, x := range s.Tensors {
+		us = append(us, &unit{shard: i, off: x.Offset, n: x.Length, dst: t, dstOff: x.Offset, part: k, name: x.Name, blake3: digest(x.BLAKE3)})
+	}
+	return us
+}
+
+// addUnits records a target's units; empty ones are done at once.
+func (f *fetcher) addUnits(t *target, us []*unit) error {
+	t.pending.Store(int64(len(us)))
+	f.units = append(f.units, us...)
+	if len(us) == 0 {
+		f.closeTarget(t)
+	}
+	for _, u := range us {
+		if u.n == 0 { // the manifest's validation checked its hash is the empty one
+			if err := f.landed("", u, u.blake3); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// remaining are the units not verified yet, in order.
+func (f *fetcher) remaining() []*unit {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*unit
+	for _, u := range f.units {
+		if !u.done {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// landed records a unit whose bytes, from the peer at addr, hash to sum: a
+// mismatch is the peer's fault; a match is reported to a bound file and the
+// unit is done. A target whose units are all done is closed in the background.
+func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
+	if sum != u.blake3 {
+		return &PeerError{Addr: addr, Err: &MismatchError{Path: u.dst.path, Tensor: u.name,
+			Want: artifact.DigestHex(u.blake3), Got: artifact.DigestHex(sum)}}
+	}
+	if u.dst.fw != nil && u.part >= 0 {
+		if err := u.dst.fw.SetPartBLAKE3(u.part, sum); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	if u.done {
+		f.mu.Unlock()
+		return nil
+	}
+	u.done = true
+	f.mu.Unlock()
+	f.fetched.Add(u.n)
+	f.progress(u.n)
+	if u.dst.pending.Add(-1) == 0 {
+		f.closeTarget(u.dst)
+	}
+	return nil
+}
+
+// closeTarget finishes a target: the store derives a bound file's tree and
+// binds the sender's sha256; a subset file is copied in order into a new
+// store file, and what the store computed is checked against the record.
+func (f *fetcher) closeTarget(t *target) {
+	f.closers.Go(func() {
+		f.slots <- struct{}{}
+		defer func() { <-f.slots }()
+		var err error
+		if t.scratch != nil {
+			err = f.copySubset(t)
+		} else if err = t.fw.Close(); err != nil {
+			err = fmt.Errorf("fetched %s: %w", t.path, err)
+		}
+		if err != nil {
+			f.closeMu.Lock()
+			f.closeEr = errors.Join(f.closeEr, err)
+			f.closeMu.Unlock()
+		}
+	})
+}
+
+// fetchAll runs sessions until every unit is verified: the selection's
+// first, then, after a failure of a peer or the wire, the next peer's,
+// with the units still missing.
+func (f *fetcher) fetchAll(ctx context.Context) error {
+	failures := 0
+	var since time.Time // of the first failure since the last progress
+	for {
+		todo := f.remaining()
+		cs := f.sess
+		f.sess = nil
+		if len(todo) == 0 {
+			if cs != nil {
+				cs.finish()
+			}
+			return nil
+		}
+		var err error
+		if cs == nil {
+			cs, err = f.nextSession(ctx)
+		}
+		before := f.fetched.Load()
+		if err == nil {
+			if err = f.runSession(ctx, cs, todo); err == nil {
+				err = cs.finish()
+			} else {
+				cs.close()
+			}
+		}
+		if err == nil {
+			continue // a last check: nothing left
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
+		}
+		if !peerFault(err) {
+			return err
+		}
+		if f.fetched.Load() > before || failures == 0 {
+			failures, since = 0, time.Now()
+		}
+		failures++
+		if time.Since(since) > f.o.Patience && failures > len(f.peers) {
+			return fmt.Errorf("giving up after %d failed sessions in %s without progress: %w", failures, f.o.Patience, err)
+		}
+		f.rep.Failovers++
+		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(min(time.Duration(1<<min(failures, 5))*50*time.Millisecond, 2*time.Second)):
+		}
+	}
+}
+
+// nextSession opens a session on the next peer after the one used last
+// that serves the same bytes.
+func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
+	var last error
+	for i := range f.peers {
+		k := (f.last + 1 + i) % len(f.peers)
+		cs, err := openSession(ctx, f.o.Client, f.peers[k], f.request)
+		if err != nil {
+			last = err
+			continue
+		}
+		if err := f.base.sameContent(cs.manifest); err != nil {
+			cs.close()
+			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+			continue
+		}
+		f.last = k
+		return cs, nil
+	}
+	return nil, last
+}
+
+// use records the session's peer and detects a restart by its generation.
+func (f *fetcher) use(ctx context.Context, cs *clientSession) {
+	if old, ok := f.gens[cs.addr]; ok && old != cs.manifest.Generation {
+		f.rep.Restarts++
+		log.G(ctx).WithField("peer", cs.addr).WithField("old", short(old)).WithField("new", short(cs.manifest.Generation)).
+			Warn("peer: restarted since its last session: nothing of that session is reused but the verified bytes")
+	}
+	f.gens[cs.addr] = cs.manifest.Generation
+	f.rep.Peer = cs.addr
+	if n := len(f.rep.Peers); n == 0 || f.rep.Peers[n-1] != cs.addr {
+		f.rep.Peers = append(f.rep.Peers, cs.addr)
+	}
+}
+
+// runSession fetches todo over one session's data plane: unit i of todo on
+// rail i % rails.
+func (f *fetcher) runSession(ctx context.Context, cs *clientSession, todo []*unit) error {
+	f.use(ctx, cs)
+	if err := cs.startPlane(ctx, f.o.Mode, f.o.Rails); err != nil {
+		return err
+	}
+	f.rep.Mode, f.rep.Rails = cs.mode, cs.rails
+	byRail := make([][]*unit, cs.rails)
+	for i, u := range todo {
+		byRail[i%cs.rails] = append(byRail[i%cs.rails], u)
+	}
+	log.G(ctx).WithField("peer", cs.addr).WithField("mode", cs.mode).WithField("rails", cs.rails).
+		WithField("units", len(todo)).Debug("peer: fetching")
+	if cs.mode == ModeRMA {
+		return f.runRMA(ctx, cs, byRail)
+	}
+	return f.runTCP(ctx, cs, byRail)
+}

@@ -1,0 +1,155 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/zeebo/blake3"
+	"golang.org/x/sync/errgroup"
+)
+
+// Buffers of a tcp rail: how much it reads from the socket at a time, how
+// many such reads may wait to be hashed and written, and how many range
+// requests may be outstanding.
+const (
+	railChunk   = 1 << 20
+	railBuffers = 4
+	railWindow  = 16
+)
+
+// runTCP runs one rail connection per rail, concurrently; the first
+// failure stops the others.
+func (f *fetcher) runTCP(ctx context.Context, cs *clientSession, byRail [][]*unit) error {
+	g, gctx := errgroup.WithContext(ctx)
+	for r, units := range byRail {
+		if len(units) > 0 {
+			g.Go(func() error { return f.tcpRail(gctx, cs, r, units) })
+		}
+	}
+	return g.Wait()
+}
+
+// tcpRail attaches a connection to the session as rail r, sends every
+// range request, and receives the answers in order.
+func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units []*unit) error {
+	addr, err := cs.railAddr(r)
+	if err != nil {
+		return &PeerError{Addr: cs.addr, Err: err}
+	}
+	conn, br, err := cs.cfg.dial(ctx, addr, opRail, false)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	defer stop()
+	peerErr := func(err error) error { return &PeerError{Addr: addr, Err: err} }
+	if _, err := conn.Write(railAttach{secret: cs.secret, generation: cs.gen, rail: byte(r)}.encode()); err != nil {
+		return peerErr(err)
+	}
+	if err := readStatus(br, "rail attach"); err != nil {
+		var re *RemoteError
+		if errors.As(err, &re) && re.Code == stStale {
+			err = &StaleGenerationError{Addr: addr, Want: cs.manifest.Generation, Got: re.Message}
+		}
+		return peerErr(err)
+	}
+	// At most railWindow requests are outstanding, so a request never
+	// waits on a peer busy sending a large range.
+	window := make(chan struct{}, railWindow)
+	go func() {
+		for _, u := range units {
+			select {
+			case window <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			if _, err := conn.Write(rangeRequest{shard: uint32(u.shard), off: uint64(u.off), n: uint64(u.n)}.encode()); err != nil {
+				conn.Close()
+				return
+			}
+		}
+	}()
+	return f.receive(ctx, addr, br, units, window)
+}
+
+// chunk is a piece of a unit read from a rail, waiting to be hashed and written.
+type chunk struct {
+	u    *unit
+	b    []byte
+	off  int64 // in the unit
+	last bool
+	err  error
+}
+
+// receive reads the answers to units in order: a reader fills a few
+// buffers from the socket while the caller hashes each unit's bytes and
+// writes them into its target; a unit is done once its BLAKE3 matches.
+// Each answer read frees a place in the request window.
+func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units []*unit, window <-chan struct{}) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	free := make(chan []byte, railBuffers)
+	for range railBuffers {
+		free <- make([]byte, railChunk)
+	}
+	full := make(chan chunk, railBuffers)
+	go func() {
+		defer close(full)
+		send := func(c chunk) bool {
+			select {
+			case full <- c:
+				return c.err == nil
+			case <-ctx.Done():
+				return false
+			}
+		}
+		for _, u := range units {
+			if err := readStatus(r, "range"); err != nil {
+				send(chunk{err: err})
+				return
+			}
+			for off := int64(0); off < u.n; {
+				var b []byte
+				select {
+				case b = <-free:
+				case <-ctx.Done():
+					return
+				}
+				k := min(int64(len(b)), u.n-off)
+				err := readFull(r, b[:k], "range data")
+				if !send(chunk{u: u, b: b[:k], off: off, last: off+k == u.n, err: err}) {
+					return
+				}
+				off += k
+			}
+			<-window
+		}
+	}()
+	h := blake3.New()
+	var sum artifact.Digest
+	for c := range full {
+		if c.err != nil {
+			return &PeerError{Addr: addr, Err: c.err}
+		}
+		u := c.u
+		if c.off == 0 {
+			h.Reset()
+		}
+		h.Write(c.b)
+		if _, err := u.dst.out.WriteAt(c.b, u.dstOff+c.off); err != nil {
+			return err // the store's failure, not the peer's
+		}
+		free <- c.b[:cap(c.b)]
+		if !c.last {
+			continue
+		}
+		h.Sum(sum[:0])
+		if err := f.landed(addr, u, sum); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}

@@ -1,0 +1,249 @@
+package peer
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// ManifestSchema is the version of the WeightManifest encoding.
+const ManifestSchema = 1
+
+// WeightManifest is what a peer answers a model request with: the session's
+// generation id, the artifact's identity and every shard it will serve.
+type WeightManifest struct {
+	Schema int `json:"schema"`
+	// Generation is the serving process's generation id (32 hex), new at
+	// every start of the peer.
+	Generation     string            `json:"generation"`
+	Identity       artifact.Identity `json:"identity"`
+	IdentityDigest string            `json:"identity_digest"`
+	// ManifestDigest is sha256 of the store's manifest.json (store artifacts).
+	ManifestDigest string `json:"manifest_digest,omitempty"`
+	// Staged is the staged id, for an allowlisted directory.
+	Staged string        `json:"staged,omitempty"`
+	Shards []WeightShard `json:"shards"`
+}
+
+// WeightShard is one payload file.
+type WeightShard struct {
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	BLAKE3 string `json:"blake3"`
+	// Safetensors shards: the header region [0, DataStart) and its BLAKE3.
+	DataStart    int64                `json:"data_start,omitempty"`
+	HeaderBLAKE3 string               `json:"header_blake3,omitempty"`
+	Tensors      []WeightTensorRecord `json:"tensors,omitempty"`
+}
+
+// WeightTensorRecord is one tensor: where it lies in its shard and its BLAKE3.
+type WeightTensorRecord struct {
+	Name   string  `json:"name"`
+	DType  string  `json:"dtype"`
+	Shape  []int64 `json:"shape"`
+	Offset int64   `json:"offset"` // in the shard
+	Length int64   `json:"length"`
+	BLAKE3 string  `json:"blake3"`
+}
+
+// shardFromEntry is a store index entry as a manifest shard.
+func shardFromEntry(e artifact.FileEntry) WeightShard {
+	s := WeightShard{Name: e.Path, Size: e.Size, SHA256: e.SHA256, BLAKE3: e.BLAKE3,
+		DataStart: e.DataStart, HeaderBLAKE3: e.HeaderBLAKE3}
+	for _, t := range e.Tensors {
+		s.Tensors = append(s.Tensors, WeightTensorRecord{Name: t.Name, DType: t.DType, Shape: t.Shape,
+			Offset: t.Offset, Length: t.Length, BLAKE3: t.BLAKE3})
+	}
+	return s
+}
+
+// entry is the shard as the store's index entry for its file.
+func (s WeightShard) entry() artifact.FileEntry {
+	e := artifact.FileEntry{Path: s.Name, Size: s.Size, SHA256: s.SHA256, BLAKE3: s.BLAKE3,
+		DataStart: s.DataStart, HeaderBLAKE3: s.HeaderBLAKE3}
+	for _, t := range s.Tensors {
+		e.Tensors = append(e.Tensors, artifact.TensorEntry{Name: t.Name, DType: t.DType, Shape: t.Shape,
+			Offset: t.Offset, Length: t.Length, BLAKE3: t.BLAKE3})
+	}
+	return e
+}
+
+// TotalBytes is the sum of the shard sizes.
+func (m *WeightManifest) TotalBytes() int64 {
+	var n int64
+	for _, s := range m.Shards {
+		n += s.Size
+	}
+	return n
+}
+
+// checkPassthrough checks that the shards of a passthrough identity are
+// its source fingerprint: a disagreement is an identity collision.
+func (m *WeightManifest) checkPassthrough() error {
+	entries := make([]artifact.FileEntry, len(m.Shards))
+	for i, s := range m.Shards {
+		entries[i] = s.entry()
+	}
+	return m.Identity.CheckPassthrough(entries)
+}
+
+// answers says whether the manifest is the answer to a model request.
+func (m *WeightManifest) answers(request string) bool {
+	if name, ok := strings.CutPrefix(request, stagedPrefix); ok {
+		return m.Staged == name
+	}
+	return m.IdentityDigest == request || (m.ManifestDigest != "" && m.ManifestDigest == request)
+}
+
+// sameContent says whether two manifests describe the same bytes, so a
+// fetch can resume from one peer's session with another's.
+func (m *WeightManifest) sameContent(o *WeightManifest) error {
+	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
+		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", short(o.IdentityDigest), short(m.IdentityDigest))
+	}
+	for i := range m.Shards {
+		if err := artifact.CompareEntry(m.Shards[i].entry(), o.Shards[i].entry()); err != nil {
+			return fmt.Errorf("the peer's shards differ from the ones being fetched: %w", err)
+		}
+	}
+	return nil
+}
+
+// emptyBLAKE3 is the BLAKE3 of no bytes.
+var emptyBLAKE3 = artifact.BLAKE3Hex(nil)
+
+var (
+	hex32RE = regexp.MustCompile(`^[0-9a-f]{32}$`)
+	hex64RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
+)
+
+// decodeManifest parses and validates a manifest strictly: unknown fields,
+// trailing data, paths that leave the artifact, bad digests and shards whose
+// header and tensors do not tile the file are refused.
+func decodeManifest(doc []byte) (*WeightManifest, error) {
+	var m WeightManifest
+	if err := decodeStrict(doc, &m); err != nil {
+		return nil, protoErr("manifest", "%v", err)
+	}
+	if err := m.validate(); err != nil {
+		return nil, protoErr("manifest", "%v", err)
+	}
+	return &m, nil
+}
+
+func decodeStrict(doc []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("trailing data")
+	}
+	return nil
+}
+
+func (m *WeightManifest) validate() error {
+	if m.Schema != ManifestSchema {
+		return fmt.Errorf("unsupported schema %d", m.Schema)
+	}
+	if !hex32RE.MatchString(m.Generation) {
+		return fmt.Errorf("generation %q is not 32 hex digits", m.Generation)
+	}
+	if err := m.Identity.Validate(); err != nil {
+		return err
+	}
+	if d, err := m.Identity.Digest(); err != nil || d != m.IdentityDigest {
+		return fmt.Errorf("identity digest %q does not match the identity", m.IdentityDigest)
+	}
+	if m.ManifestDigest != "" && !hex64RE.MatchString(strings.TrimPrefix(m.ManifestDigest, "sha256:")) {
+		return fmt.Errorf("manifest digest %q is not a sha256 digest", m.ManifestDigest)
+	}
+	if len(m.Shards) == 0 {
+		return fmt.Errorf("no shards")
+	}
+	var total int64
+	for i, s := range m.Shards {
+		if err := artifact.ValidateRelPath(s.Name); err != nil {
+			return fmt.Errorf("shard %d: %w", i, err)
+		}
+		if i > 0 && m.Shards[i-1].Name >= s.Name {
+			return fmt.Errorf("shards not sorted at %q", s.Name)
+		}
+		if s.Size < 0 || s.Size > math.MaxInt64-total {
+			return fmt.Errorf("shard %q: bad size %d", s.Name, s.Size)
+		}
+		total += s.Size
+		if !hex64RE.MatchString(s.SHA256) || !hex64RE.MatchString(s.BLAKE3) {
+			return fmt.Errorf("shard %q: digests are not 64 hex digits", s.Name)
+		}
+		if err := s.validateLayout(); err != nil {
+			return fmt.Errorf("shard %q: %w", s.Name, err)
+		}
+	}
+	return nil
+}
+
+// validateLayout checks that a safetensors shard's header region and
+// tensors tile the file exactly, and that any other file has neither.
+func (s WeightShard) validateLayout() error {
+	if !artifact.IsSafetensors(s.Name) {
+		if s.DataStart != 0 || s.HeaderBLAKE3 != "" || len(s.Tensors) != 0 {
+			return fmt.Errorf("tensors in a file that is not safetensors")
+		}
+		if s.Size == 0 && s.BLAKE3 != emptyBLAKE3 {
+			return fmt.Errorf("an empty file with the BLAKE3 of bytes")
+		}
+		return nil
+	}
+	if s.DataStart < 8 || s.DataStart > s.Size || !hex64RE.MatchString(s.HeaderBLAKE3) {
+		return fmt.Errorf("bad header region")
+	}
+	end := s.DataStart
+	names := make(map[string]struct{}, len(s.Tensors))
+	for _, t := range s.Tensors {
+		if _, dup := names[t.Name]; dup || t.Name == "" {
+			return fmt.Errorf("tensor name %q empty or repeated", t.Name)
+		}
+		names[t.Name] = struct{}{}
+		if _, ok := artifact.LookupDType(t.DType); !ok {
+			return fmt.Errorf("tensor %q: unknown dtype %q", t.Name, t.DType)
+		}
+		if t.Offset != end || t.Length < 0 || t.Length > s.Size-t.Offset {
+			return fmt.Errorf("tensor %q: [%d,+%d) does not follow the previous end %d inside the file", t.Name, t.Offset, t.Length, end)
+		}
+		for _, d := range t.Shape {
+			if d < 0 {
+				return fmt.Errorf("tensor %q: negative shape", t.Name)
+			}
+		}
+		if !hex64RE.MatchString(t.BLAKE3) || (t.Length == 0 && t.BLAKE3 != emptyBLAKE3) {
+			return fmt.Errorf("tensor %q: BLAKE3 is not 64 hex digits, or not the empty one of an empty tensor", t.Name)
+		}
+		end = t.Offset + t.Length
+	}
+	if end != s.Size {
+		return fmt.Errorf("tensors end at %d, the file at %d", end, s.Size)
+	}
+	if tree, err := artifact.EntryTree(s.entry()); err != nil || tree != s.BLAKE3 {
+		return fmt.Errorf("blake3 is not the tensor tree of the header and tensors")
+	}
+	return nil
+}
+
+// readManifest reads [u32 len][WeightManifest JSON], refusing a length over
+// limit before allocating.
+func readManifest(r io.Reader, limit uint32) (*WeightManifest, error) {
+	doc, err := readBlob32(r, limit, "manifest")
+	if err != nil {
+		return nil, err
+	}
+	return decodeManifest(doc)
+}

@@ -1,0 +1,68 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Provider is the weight-peer source of resolution: the configured peers,
+// asked in order for the exact identity. It implements resolve.Provider and
+// resolve.DigestProvider without importing resolve.
+type Provider struct {
+	// Peers are host:port entries, IP addresses or DNS names with many
+	// addresses (see ExpandPeers).
+	Peers   []string
+	Options FetchOptions
+}
+
+// Name implements resolve.Provider.
+func (p *Provider) Name() string { return "peer" }
+
+// Producer implements resolve.Provider: it finds the first peer that holds
+// the identity and reads its manifest; a clean miss when none does. The
+// producer fetches from that peer first, then from the others on failure.
+func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
+	digest, err := identity.Digest()
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := ExpandPeers(ctx, p.Peers)
+	if err != nil {
+		return nil, err
+	}
+	o := p.Options
+	o.Tensors = nil
+	f, err := newFetcher(ctx, addrs, digest, o, false)
+	if err != nil {
+		return nil, err // errdefs.ErrNotFound when no peer holds it: a clean miss
+	}
+	if f.base.IdentityDigest != digest {
+		return nil, fmt.Errorf("peer answered %s for %s: %w", short(f.base.IdentityDigest), short(digest), errdefs.ErrConflict)
+	}
+	return f, nil
+}
+
+// Transfer says how the producer moved the artifact, for resolution reports:
+// the peer it finished with, the data plane, its rails and the bytes fetched.
+func (f *fetcher) Transfer() (endpoint, mode string, rails int, bytes int64) {
+	return f.rep.Peer, string(f.rep.Mode), f.rep.Rails, f.fetched.Load()
+}
+
+// ProducerForDigest implements resolve.DigestProvider: a peer is asked for
+// an artifact by its identity digest, and its manifest carries the identity.
+func (p *Provider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+	addrs, err := ExpandPeers(ctx, p.Peers)
+	if err != nil {
+		return artifact.Identity{}, nil, err
+	}
+	o := p.Options
+	o.Tensors = nil
+	f, err := newFetcher(ctx, addrs, digest, o, false)
+	if err != nil {
+		return artifact.Identity{}, nil, err
+	}
+	return f.base.Identity, f, nil
+}

@@ -1,0 +1,301 @@
+package peer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// rawSession sends a hello and a raw body to addr and returns the answer's
+// status as an error (nil for OK) and the reader, for more.
+func rawSession(t *testing.T, addr string, op byte, token string, body []byte) (error, *bufio.Reader, net.Conn) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write(append(hello{op: op, token: []byte(token)}.encode(), body...)); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(c)
+	return readStatus(r, "answer"), r, c
+}
+
+// allocated runs fn and returns the bytes this process allocated meanwhile.
+func allocated(fn func()) uint64 {
+	var a, b runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&a)
+	fn()
+	runtime.ReadMemStats(&b)
+	return b.TotalAlloc - a.TotalAlloc
+}
+
+// TestServerRefuses: every bad request gets a clear, typed refusal, and a
+// huge length costs no allocation beyond the limits.
+func TestServerRefuses(t *testing.T) {
+	d, id := seeded(t, 2<<20, 1)
+	dir := t.TempDir()
+	allowed := filepath.Join(dir, "allowed")
+	outside := filepath.Join(dir, "outside")
+	for _, p := range []string{filepath.Join(allowed, "m", "snapshots", testRevision), outside} {
+		os.MkdirAll(p, 0o755)
+	}
+	os.WriteFile(filepath.Join(outside, "secret.safetensors"), []byte("not for you"), 0o644)
+	os.WriteFile(filepath.Join(allowed, "m", "snapshots", testRevision, "config.json"), []byte("{}"), 0o644)
+	os.MkdirAll(filepath.Join(allowed, "linkfile"), 0o755)
+	os.Symlink(filepath.Join(outside, "secret.safetensors"), filepath.Join(allowed, "linkfile", "x.safetensors"))
+	os.Symlink(outside, filepath.Join(allowed, "linkdir"))
+	_, addr := serve(t, d, ServerConfig{Token: "s3cret", Staged: []StagedDir{
+		{Name: "hub", Path: allowed}, {Name: "fixed", Path: allowed, Revision: testRevision}}})
+	ok := func(err error) bool { return err == nil }
+	req := func(s string) []byte { return enc{}.blob32([]byte(s)) }
+	for _, tc := range []struct {
+		name  string
+		token string
+		body  []byte
+		want  func(error) bool
+		says  string
+	}{
+		{"wrong token", "guess", req(digestOf(t, id)), errdefs.IsPermissionDenied, "token"},
+		{"no token", "", req(digestOf(t, id)), errdefs.IsPermissionDenied, "token"},
+		{"request over the limit", "s3cret", enc{}.u32(0xffffffff), errdefs.IsInvalidArgument, "over the limit"},
+		{"request just over", "s3cret", enc{}.u32(ModelRequestMax + 1), errdefs.IsInvalidArgument, "over the limit"},
+		{"unknown identity", "s3cret", req("sha256:" + strings.Repeat("ab", 32)), errdefs.IsNotFound, "no READY artifact"},
+		{"not a digest", "s3cret", req("llama"), errdefs.IsInvalidArgument, "want sha256"},
+		{"staged not allowlisted", "s3cret", req("staged:etc"), errdefs.IsNotFound, "not an allowlisted"},
+		{"staged dot-dot", "s3cret", req("staged:hub/../outside"), errdefs.IsInvalidArgument, "leaves its root"},
+		{"staged absolute", "s3cret", req("staged:hub//etc"), errdefs.IsInvalidArgument, "absolute"},
+		{"staged unclean", "s3cret", req("staged:hub/m/./snapshots"), errdefs.IsInvalidArgument, "not clean"},
+		{"staged symlinked file out", "s3cret", req("staged:fixed/linkfile"), errdefs.IsInvalidArgument, "leaves the allowlisted"},
+		{"staged symlinked dir out", "s3cret", req("staged:fixed/linkdir"), errdefs.IsInvalidArgument, "leaves the allowlisted"},
+		{"staged without revision", "s3cret", req("staged:hub/m"), errdefs.IsInvalidArgument, "no revision"},
+		{"staged snapshot", "s3cret", req("staged:hub/m/snapshots/" + testRevision), ok, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			n := allocated(func() { err, _, _ = rawSession(t, addr, opFetch, tc.token, tc.body) })
+			if !tc.want(err) || (err != nil && !strings.Contains(err.Error(), tc.says)) {
+				t.Fatalf("answer %v, want one saying %q", err, tc.says)
+			}
+			if err != nil && n > 1<<20 {
+				t.Fatalf("the refusal allocated %d bytes", n)
+			}
+		})
+	}
+	t.Run("client checks the request length", func(t *testing.T) {
+		_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "staged:"+strings.Repeat("a", ModelRequestMax), FetchOptions{})
+		var tl *TooLargeError
+		if !errors.As(err, &tl) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+// TestServerRefusesBadSession: after a valid manifest, a bad transport,
+// rail or range is refused.
+func TestServerRefusesBadSession(t *testing.T) {
+	d, id := seeded(t, 2<<20, 1)
+	s, addr := serve(t, d, ServerConfig{})
+	open := func() (*bufio.Reader, net.Conn) {
+		err, r, c := rawSession(t, addr, opFetch, "", enc{}.blob32([]byte(digestOf(t, id))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readManifest(r, DefaultManifestMax); err != nil {
+			t.Fatal(err)
+		}
+		return r, c
+	}
+	t.Run("unknown mode", func(t *testing.T) {
+		r, c := open()
+		c.Write([]byte{9, 1})
+		if err := readStatus(r, "transport"); !errdefs.IsInvalidArgument(err) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	attach := func(a railAttach) (error, *bufio.Reader, net.Conn) {
+		return rawSession(t, addr, opRail, "", a.encode())
+	}
+	t.Run("rail of no session", func(t *testing.T) {
+		a := railAttach{generation: s.genRaw}
+		if err, _, _ := attach(a); !errdefs.IsNotFound(err) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("rail of another generation", func(t *testing.T) {
+		if err, _, _ := attach(railAttach{}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "restarted") {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("ranges", func(t *testing.T) {
+		r, c := open()
+		c.Write([]byte{modeTCP, 200})
+		cs := &clientSession{addr: addr, conn: c, r: r}
+		if err := cs.readPlane(ModeTCP, 200); err != nil {
+			t.Fatal(err)
+		}
+		if cs.rails != DefaultMaxRails {
+			t.Fatalf("%d rails granted, want the cap %d", cs.rails, DefaultMaxRails)
+		}
+		for _, q := range []rangeRequest{{shard: 7}, {shard: 0, off: 1 << 40}, {shard: 0, off: 1, n: ^uint64(0)}} {
+			err, rr, rc := attach(railAttach{secret: cs.secret, generation: s.genRaw, rail: 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rc.Write(q.encode())
+			if err := readStatus(rr, "range"); !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("range %+v: got %v", q, err)
+			}
+		}
+		if err, _, _ := attach(railAttach{secret: cs.secret, generation: s.genRaw, rail: DefaultMaxRails}); !errdefs.IsNotFound(err) {
+			t.Fatalf("rail past the count: got %v", err)
+		}
+	})
+}
+
+// TestSessionLimit: sessions over the limit are answered busy; the fetch
+// of a busy peer moves on and fails retryably.
+func TestSessionLimit(t *testing.T) {
+	d, id := seeded(t, 2<<20, 1)
+	_, addr := serve(t, d, ServerConfig{MaxSessions: 1})
+	if err, _, _ := rawSession(t, addr, opFetch, "", enc{}.blob32([]byte(digestOf(t, id)))); err != nil {
+		t.Fatal(err)
+	}
+	err, _, _ := rawSession(t, addr, opFetch, "", enc{}.blob32([]byte(digestOf(t, id))))
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "busy") {
+		t.Fatalf("second session: %v", err)
+	}
+}
+
+// fakePeer answers every connection with answer after reading the hello
+// and the request.
+func fakePeer(t *testing.T, answer []byte) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				if _, err := readHello(r); err != nil {
+					return
+				}
+				if _, err := readRequest(r); err != nil {
+					return
+				}
+				c.Write(answer)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestClientRefuses: a truncated, oversized or wrong manifest from a peer
+// is refused with a typed error, and nothing over the limit is allocated.
+func TestClientRefuses(t *testing.T) {
+	d, id := seeded(t, 1<<20, 1)
+	good := manifestDoc(t, d, id)
+	collision := func() []byte {
+		var m WeightManifest
+		json.Unmarshal(good, &m)
+		m.Shards[0].SHA256 = strings.Repeat("5", 64)
+		raw, _ := json.Marshal(&m)
+		return raw
+	}()
+	var tooLarge *TooLargeError
+	var proto *ProtocolError
+	for _, tc := range []struct {
+		name   string
+		answer []byte
+		want   func(error) bool
+	}{
+		{"oversized manifest", enc{stOK}.u32(0xffffffff), func(err error) bool { return errors.As(err, &tooLarge) }},
+		{"manifest over the client's bound", enc{stOK}.u32(DefaultManifestMax + 1), func(err error) bool { return errors.As(err, &tooLarge) }},
+		{"truncated manifest", enc{stOK}.u32(uint32(len(good))).raw(good[:len(good)/2]), func(err error) bool { return errors.As(err, &proto) }},
+		{"truncated status", nil, func(err error) bool { return errors.As(err, &proto) }},
+		{"unknown status", enc{200}, func(err error) bool { return errors.As(err, &proto) }},
+		{"oversized message", enc{stInternal}.u32(MessageMax + 1), func(err error) bool { return errors.As(err, &tooLarge) }},
+		{"manifest with trailing data", enc{stOK}.blob32(append(good, '{', '}')), func(err error) bool { return errors.As(err, &proto) }},
+		{"shards that are not the passthrough fingerprint", enc{stOK}.blob32(collision), errdefs.IsConflict},
+		{"manifest with a wrong identity digest", enc{stOK}.blob32(bytes.Replace(good, []byte(`"identity_digest":"sha256:`), []byte(`"identity_digest":"sha256:0`), 1)), func(err error) bool { return errors.As(err, &proto) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := fakePeer(t, tc.answer)
+			var err error
+			n := allocated(func() {
+				_, _, err = Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Client: ClientConfig{Timeout: 5 * time.Second}})
+			})
+			if err == nil || !tc.want(err) {
+				t.Fatalf("got %v", err)
+			}
+			if n > 8<<20 {
+				t.Fatalf("the refusal allocated %d bytes", n)
+			}
+		})
+	}
+}
+
+// TestClientRefusesAnotherArtifact: a valid manifest of another artifact
+// than the one asked for is refused.
+func TestClientRefusesAnotherArtifact(t *testing.T) {
+	d, id := seeded(t, 1<<20, 1)
+	addr := fakePeer(t, enc{stOK}.blob32(manifestDoc(t, d, id)))
+	_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "sha256:"+strings.Repeat("ab", 32), FetchOptions{})
+	if err == nil || !strings.Contains(err.Error(), "answers another request") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// manifestDoc is the manifest a server of d sends for id.
+func manifestDoc(t *testing.T, d *store.Domain, id artifact.Identity) []byte {
+	t.Helper()
+	l, err := d.Lookup(context.Background(), mustHex(t, id), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sv, err := servableFromLease(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sv.release()
+	m := sv.manifest
+	m.Generation = strings.Repeat("0", 32)
+	raw, err := json.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return raw
+}
+
+func mustHex(t *testing.T, id artifact.Identity) string {
+	t.Helper()
+	h, err := id.Hex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}

@@ -1,0 +1,21 @@
+//go:build !libfabric
+
+package peer
+
+import (
+	"context"
+	"time"
+)
+
+// rmaBuilt says whether this build has the rma data plane (build tag libfabric).
+const rmaBuilt = false
+
+func probeRMA(string) error { return unsupported(ModeRMA, noRMA) }
+
+func newRMAServePlane(string, *session, []string, time.Duration) (servePlane, error) {
+	return nil, unsupported(ModeRMA, noRMA)
+}
+
+func (f *fetcher) runRMA(context.Context, *clientSession, [][]*unit) error {
+	return unsupported(ModeRMA, noRMA)
+}

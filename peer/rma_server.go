@@ -1,0 +1,121 @@
+//go:build libfabric
+
+package peer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+)
+
+// rmaBuilt says whether this build has the rma data plane (build tag libfabric).
+const rmaBuilt = true
+
+// rmaServePlane is the server side of an rma session: a passive endpoint
+// per rail, and every shard's mapping registered read-only for remote reads
+// on every rail until the session ends. Once the rails are connected the
+// server's process does nothing more for the transfer: the fabric (or the
+// provider's own progress) answers the client's one-sided reads.
+type rmaServePlane struct {
+	ss        *session
+	provider  string
+	hosts     []string
+	timeout   time.Duration
+	listeners []*fabricListener
+	ports     []int
+	eps       []*fabricEP
+	mrs       []*fabricMR
+	stop      chan struct{}
+	progress  sync.WaitGroup
+}
+
+// probeRMA checks the configured provider once, at the server's start (it
+// also pays libfabric's discovery of its providers there, not during a
+// session).
+func probeRMA(provider string) error { return fabricProbe(provider) }
+
+func newRMAServePlane(provider string, ss *session, hosts []string, timeout time.Duration) (servePlane, error) {
+	p := &rmaServePlane{ss: ss, provider: provider, hosts: hosts, timeout: timeout, stop: make(chan struct{})}
+	for _, h := range hosts {
+		l, port, err := fabricListen(provider, h)
+		if err != nil {
+			p.close()
+			return nil, err
+		}
+		p.listeners = append(p.listeners, l)
+		p.ports = append(p.ports, port)
+	}
+	return p, nil
+}
+
+func (p *rmaServePlane) endpoints() [][]byte {
+	out := make([][]byte, len(p.hosts))
+	for r, h := range p.hosts {
+		out[r] = encodeRMAEndpoint(p.listeners[r].provider(), h, p.ports[r])
+	}
+	return out
+}
+
+// ready accepts every rail and registers every shard on it.
+func (p *rmaServePlane) ready(ctx context.Context) ([]byte, error) {
+	keys := make([][]remoteKey, len(p.listeners))
+	for r, l := range p.listeners {
+		ep, err := l.accept(p.timeout)
+		if err != nil {
+			return nil, fmt.Errorf("rail %d: %w", r, err)
+		}
+		p.eps = append(p.eps, ep)
+		keys[r] = make([]remoteKey, len(p.ss.sv.shards))
+		for i, s := range p.ss.sv.shards {
+			if len(s.data) == 0 {
+				continue // an empty shard is never read
+			}
+			var rk [8]byte
+			rand.Read(rk[:])
+			mr, err := ep.register(s.data, accessRemoteRead, binary.LittleEndian.Uint64(rk[:]))
+			if err != nil {
+				return nil, fmt.Errorf("rail %d: register %s: %w", r, s.entry.Path, err)
+			}
+			p.mrs = append(p.mrs, mr)
+			keys[r][i] = remoteKey{base: mr.raddr, key: mr.key}
+		}
+		p.progress.Go(func() { p.drive(ep) })
+	}
+	return encodeKeyTable(keys), nil
+}
+
+// drive waits on the rail's completion queue on a locked OS thread, for
+// providers whose target side must be driven; it reads no payload.
+func (p *rmaServePlane) drive(ep *fabricEP) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	for {
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		if ep.progress(50*time.Millisecond) != nil {
+			return
+		}
+	}
+}
+
+// close deregisters every shard and closes the rails and listeners.
+func (p *rmaServePlane) close() {
+	close(p.stop)
+	p.progress.Wait()
+	for _, mr := range p.mrs {
+		mr.close()
+	}
+	for _, ep := range p.eps {
+		ep.close()
+	}
+	for _, l := range p.listeners {
+		l.close()
+	}
+}

@@ -1,0 +1,211 @@
+//go:build libfabric
+
+package peer
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/store"
+)
+
+var rmaConfig = ServerConfig{Provider: "sockets"}
+
+func TestFetchRMA(t *testing.T) {
+	src, id := seeded(t, 48<<20, 3)
+	_, addr := serve(t, src, rmaConfig)
+	for _, rails := range []int{1, 3} {
+		t.Run(fmt.Sprint(rails), func(t *testing.T) {
+			dst := openStore(t)
+			l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Mode: ModeRMA, Rails: rails})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if !rep.Built || rep.Mode != ModeRMA || rep.Rails != rails || rep.Fetched != rep.Bytes {
+				t.Fatalf("report %+v", rep)
+			}
+			verifyFull(t, dst, l.ID) // every byte against the sender's hashes
+		})
+	}
+}
+
+func TestFailoverRMA(t *testing.T) { testFailover(t, ModeRMA, rmaConfig) }
+func TestRestartRMA(t *testing.T)  { testRestart(t, ModeRMA, rmaConfig) }
+
+// rmaSession opens an rma session of one rail by hand and returns it with
+// its endpoint and key table.
+func rmaSession(t *testing.T, addr, request string) (*clientSession, *fabricEP, [][]remoteKey) {
+	t.Helper()
+	cs, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addr, request)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.startPlane(context.Background(), ModeRMA, 1); err != nil {
+		t.Fatal(err)
+	}
+	e, err := decodeRMAEndpoint(cs.endpoints[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := fabricConnect(e.provider, e.host, e.port, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, err := cs.readKeys(len(cs.manifest.Shards))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, ep, keys
+}
+
+// TestRMAKeys: a read with a wrong key fails cleanly (the peer keeps
+// serving); keys of a finished session are useless in the next one.
+func TestRMAKeys(t *testing.T) {
+	src, id := seeded(t, 4<<20, 1)
+	_, addr := serve(t, src, rmaConfig)
+	dst, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Munmap(dst)
+	var cancel atomic.Int32
+	read := func(ep *fabricEP, k remoteKey) error {
+		return ep.readBatch([]readOp{{dst: dst, raddr: k.base, key: k.key}}, rmaChunk, rmaWindow, 5*time.Second, &cancel)
+	}
+	shard := func(cs *clientSession) int {
+		for i, s := range cs.manifest.Shards {
+			if s.Size >= 1<<20 {
+				return i
+			}
+		}
+		t.Fatal("no shard of 1 MiB")
+		return 0
+	}
+
+	cs1, ep1, keys1 := rmaSession(t, addr, digestOf(t, id))
+	i := shard(cs1)
+	good := keys1[0][i]
+	err = read(ep1, remoteKey{base: good.base, key: good.key ^ 1})
+	var fe *FabricError
+	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "Permission denied") {
+		t.Fatalf("wrong key: %v", err)
+	}
+	ep1.close()
+	cs1.close()
+
+	cs2, ep2, keys2 := rmaSession(t, addr, digestOf(t, id))
+	defer ep2.close()
+	if err := read(ep2, good); err == nil && keys2[0][i] != good {
+		t.Fatal("a key of a finished session still reads")
+	}
+	if err := read(ep2, keys2[0][i]); err != nil {
+		t.Fatalf("after a wrong key the peer no longer serves: %v", err)
+	}
+	if err := cs2.finish(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// procIO is /proc/PID/io: rchar counts bytes read by read(2), pread(2) and
+// sendfile(2); read_bytes bytes fetched from storage.
+func procIO(t *testing.T, pid int) map[string]int64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]int64{}
+	for _, line := range strings.Split(strings.TrimSpace(string(raw)), "\n") {
+		k, v, _ := strings.Cut(line, ": ")
+		m[k], _ = strconv.ParseInt(v, 10, 64)
+	}
+	return m
+}
+
+// serveEnv names the store a helper process of
+// TestRMAServerReadsNoPayload serves, instead of running the tests.
+const serveEnv = "WEIGHTSNAP_PEER_TEST_SERVE"
+
+func TestMain(m *testing.M) {
+	if root := os.Getenv(serveEnv); root != "" {
+		os.Exit(serveHelper(root))
+	}
+	os.Exit(m.Run())
+}
+
+// serveHelper serves the store at root on a loopback port it prints.
+func serveHelper(root string) int {
+	d, err := store.Open(context.Background(), root, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	s, err := NewServer(d, rmaConfig)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println(l.Addr().String())
+	s.Serve(context.Background(), l)
+	return 0
+}
+
+// TestRMAServerReadsNoPayload: while a client fetches over rma, the
+// serving process reads no payload: its read syscalls (and sendfile, which
+// counts as reads) move almost nothing, where a tcp fetch of the same
+// artifact moves every byte through sendfile.
+func TestRMAServerReadsNoPayload(t *testing.T) {
+	const size = 64 << 20
+	src, id := seeded(t, size, 2)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), serveEnv+"="+src.Root())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	addr, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr = strings.TrimSpace(addr)
+	moved := func(mode Mode) (rchar, readBytes int64) {
+		before := procIO(t, cmd.Process.Pid)
+		l, rep, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Mode: mode, Rails: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if rep.Fetched < size*9/10 {
+			t.Fatalf("%s fetched %d bytes", mode, rep.Fetched)
+		}
+		after := procIO(t, cmd.Process.Pid)
+		return after["rchar"] - before["rchar"], after["read_bytes"] - before["read_bytes"]
+	}
+	rchar, readBytes := moved(ModeRMA)
+	t.Logf("rma: the server read %d bytes by syscalls, %d from storage", rchar, readBytes)
+	if rchar > 1<<20 || readBytes > 1<<20 {
+		t.Fatalf("the server read %d bytes (%d from storage) while serving %d over rma", rchar, readBytes, size)
+	}
+	if rchar, _ := moved(ModeTCP); rchar < size*9/10 {
+		t.Fatalf("the tcp fetch shows only %d bytes read: the measure sees nothing", rchar)
+	}
+}

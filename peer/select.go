@@ -1,0 +1,188 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// ExpandPeers turns configured peers into addresses: each entry is
+// host:port or host (DefaultPort), where host is an IP address or a DNS name
+// with one or many addresses (a Kubernetes headless Service); entries may
+// be comma-separated. The order is kept and repeats dropped.
+func ExpandPeers(ctx context.Context, peers []string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	add := func(a string) {
+		if !seen[a] {
+			seen[a] = true
+			out = append(out, a)
+		}
+	}
+	for _, entry := range peers {
+		for p := range strings.SplitSeq(entry, ",") {
+			if p = strings.TrimSpace(p); p == "" {
+				continue
+			}
+			host, port, err := net.SplitHostPort(p)
+			if err != nil {
+				host, port = strings.Trim(p, "[]"), strconv.Itoa(DefaultPort)
+			}
+			if n, err := strconv.Atoi(port); err != nil || n <= 0 || n > 65535 {
+				return nil, badInput("peer %q: bad port", p)
+			}
+			if net.ParseIP(host) != nil {
+				add(net.JoinHostPort(host, port))
+				continue
+			}
+			ips, err := net.DefaultResolver.LookupHost(ctx, host)
+			if err != nil {
+				log.G(ctx).WithError(err).WithField("peer", host).Warn("peer: cannot resolve")
+				continue
+			}
+			for _, ip := range ips {
+				add(net.JoinHostPort(ip, port))
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no peer address (from %q): %w", peers, errdefs.ErrNotFound)
+	}
+	return out, nil
+}
+
+// FetchReport says what a fetch did.
+type FetchReport struct {
+	Request  string   `json:"request"`
+	Identity string   `json:"identity"`
+	ID       string   `json:"id"`
+	Path     string   `json:"path"`
+	Tensors  []string `json:"tensors,omitempty"` // the patterns of a subset
+	Built    bool     `json:"built"`
+	Files    int      `json:"files"`
+	Bytes    int64    `json:"bytes"`
+	Fetched  int64    `json:"fetched_bytes"`
+	Reused   int64    `json:"reused_bytes"`
+	transferStats
+	FetchSeconds   float64 `json:"fetch_seconds"`
+	PublishSeconds float64 `json:"publish_seconds"`
+	Seconds        float64 `json:"seconds"`
+}
+
+// newFetcher picks the first peer that serves request and reads its
+// manifest. With keep the session stays open for the fetch; otherwise the
+// fetch opens a new one on the same peer first.
+func newFetcher(ctx context.Context, peers []string, request string, o FetchOptions, keep bool) (*fetcher, error) {
+	o.Client = o.Client.withDefaults()
+	if o.Rails <= 0 {
+		o.Rails = DefaultRails
+	}
+	if o.Mode == "" {
+		o.Mode = ModeTCP
+	}
+	if o.Patience <= 0 {
+		o.Patience = DefaultPatience
+	}
+	if o.Mode == ModeRMA && !rmaBuilt {
+		return nil, unsupported(ModeRMA, noRMA)
+	}
+	if err := checkPatterns(o.Tensors); err != nil {
+		return nil, err
+	}
+	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}}
+	var errs []error
+	for i, addr := range peers {
+		cs, err := openSession(ctx, o.Client, addr, request)
+		if err != nil {
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				return nil, ctx.Err()
+			}
+			continue
+		}
+		f.base, f.identity, f.last = cs.manifest, cs.manifest.Identity, i-1
+		if keep {
+			f.sess, f.last = cs, i
+		} else {
+			cs.close()
+		}
+		if len(o.Tensors) > 0 {
+			if f.subset, f.identity, err = planSubset(f.base, o.Tensors); err != nil {
+				f.closeSession()
+				return nil, err
+			}
+		}
+		return f, nil
+	}
+	err := errors.Join(errs...)
+	if allNotFound(errs) {
+		return nil, fmt.Errorf("no peer of %d holds %s: %w", len(peers), request, errdefs.ErrNotFound)
+	}
+	return nil, fmt.Errorf("no peer serves %s: %w", request, err)
+}
+
+func allNotFound(errs []error) bool {
+	for _, e := range errs {
+		if !errdefs.IsNotFound(e) {
+			return false
+		}
+	}
+	return len(errs) > 0
+}
+
+// closeSession drops a selection's session the fetch did not use.
+func (f *fetcher) closeSession() {
+	if f.sess != nil {
+		f.sess.close()
+		f.sess = nil
+	}
+}
+
+// Fetch materializes request (an identity digest, a manifest digest or a
+// staged id) from the first of peers that serves it, into the store, and
+// returns a lease on it. Every unit's BLAKE3 is checked as it lands, every
+// file's digests once written, before publication: on any mismatch nothing
+// becomes READY. On a failure of a peer or the wire the fetch resumes, with
+// what it has not verified yet, from the next peer (or the same one, once
+// it answers again).
+func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
+	start := time.Now()
+	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && hex64RE.MatchString(hex) {
+		if l, err := d.Lookup(ctx, hex, ""); err == nil { // an identity this store already has: no peer needed
+			rep := &FetchReport{Request: request, Identity: request, ID: l.ID, Path: l.Dir, Files: len(l.Index.Files),
+				Bytes: l.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
+			return l, rep, nil
+		}
+	}
+	addrs, err := ExpandPeers(ctx, peers)
+	if err != nil {
+		return nil, nil, err
+	}
+	f, err := newFetcher(ctx, addrs, request, o, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.closeSession()
+	f.scratch = d.Root()
+	digest, _ := f.identity.Digest()
+	rep := &FetchReport{Request: request, Identity: digest, Tensors: o.Tensors}
+	lease, res, err := d.GetOrBuild(ctx, f.identity, f)
+	if err != nil {
+		return nil, rep, err
+	}
+	rep.ID, rep.Path, rep.Built = lease.ID, lease.Dir, res.Built
+	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
+	rep.Fetched, rep.Reused, rep.transferStats = f.fetched.Load(), f.reused.Load(), f.rep
+	rep.FetchSeconds = f.took.Seconds()
+	rep.PublishSeconds = max(res.Produce-f.took, 0).Seconds()
+	rep.Seconds = time.Since(start).Seconds()
+	return lease, rep, nil
+}

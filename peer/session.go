@@ -1,0 +1,321 @@
+package peer
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/containerd/log"
+	"golang.org/x/sys/unix"
+)
+
+// session is the server side of one fetch: what it serves, its data plane
+// and the rail connections attached to it.
+type session struct {
+	secret [16]byte
+	sv     *servable
+	mode   Mode
+	rails  int
+
+	mu        sync.Mutex
+	closed    bool
+	railConns map[net.Conn]struct{}
+	wg        sync.WaitGroup
+}
+
+// attach adds a rail connection; false once the session ended.
+func (ss *session) attach(c net.Conn) bool {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.closed {
+		return false
+	}
+	ss.railConns[c] = struct{}{}
+	ss.wg.Add(1)
+	return true
+}
+
+func (ss *session) detach(c net.Conn) {
+	ss.mu.Lock()
+	delete(ss.railConns, c)
+	ss.mu.Unlock()
+	ss.wg.Done()
+}
+
+// end closes the rails and waits until none uses the session's shards.
+func (ss *session) end() {
+	ss.mu.Lock()
+	ss.closed = true
+	for c := range ss.railConns {
+		c.Close()
+	}
+	ss.mu.Unlock()
+	ss.wg.Wait()
+}
+
+// servePlane is the server side of a session's data plane.
+type servePlane interface {
+	// endpoints are the per-rail parameters the client connects with.
+	endpoints() [][]byte
+	// ready finishes the setup once the client has the endpoints: the rma
+	// plane accepts every rail and registers the shards, returning the key
+	// table; the tcp plane has nothing to add.
+	ready(ctx context.Context) ([]byte, error)
+	close()
+}
+
+// railHosts are the addresses rails are served on.
+func (s *Server) railHosts(local net.Addr, n int) []string {
+	host, _, _ := net.SplitHostPort(local.String())
+	hosts := make([]string, n)
+	for r := range hosts {
+		hosts[r] = host
+		if len(s.cfg.RailAddrs) > 0 {
+			hosts[r] = s.cfg.RailAddrs[r%len(s.cfg.RailAddrs)]
+		}
+	}
+	return hosts
+}
+
+func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reader, local net.Addr) error {
+	fail := func(err error) error {
+		conn.Write(statusFrame(statusOf(err), err.Error()))
+		return err
+	}
+	req, err := readRequest(r)
+	if err != nil {
+		return fail(err)
+	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		return fail(&RemoteError{Code: stBusy, Message: fmt.Sprintf("busy: %d sessions, the most this peer serves at once", s.cfg.MaxSessions)})
+	}
+	defer func() { <-s.slots }()
+	s.active.Add(1)
+	defer s.active.Add(-1)
+	sv, err := s.open(ctx, req)
+	if err != nil {
+		return fail(err)
+	}
+	defer sv.release()
+	m := sv.manifest
+	m.Generation = s.gen
+	if err := s.sendDoc(conn, &m); err != nil {
+		return err
+	}
+	var tr [2]byte
+	if err := readFull(r, tr[:], "transport"); err != nil {
+		return err
+	}
+	mode, err := modeFromWire(tr[0])
+	if err != nil {
+		return fail(err)
+	}
+	ss := &session{sv: sv, mode: mode, rails: railsFromWire(tr[1], s.cfg.MaxRails), railConns: map[net.Conn]struct{}{}}
+	rand.Read(ss.secret[:])
+	hosts := s.railHosts(local, ss.rails)
+	var plane servePlane = tcpServePlane{hosts: hosts, port: local.(*net.TCPAddr).Port}
+	if mode == ModeRMA {
+		if s.rma != nil {
+			return fail(s.rma)
+		}
+		if plane, err = newRMAServePlane(s.cfg.Provider, ss, hosts, s.cfg.Timeout); err != nil {
+			return fail(err)
+		}
+	}
+	defer plane.close()
+	s.mu.Lock()
+	s.sessions[ss.secret] = ss
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.sessions, ss.secret)
+		s.mu.Unlock()
+		ss.end()
+	}()
+	msg := enc{stOK}.u8(byte(ss.rails)).raw(ss.secret[:])
+	for _, ep := range plane.endpoints() {
+		msg = msg.blob16(ep)
+	}
+	if _, err := conn.Write(msg); err != nil {
+		return err
+	}
+	keys, err := plane.ready(ctx)
+	if err != nil {
+		return fail(err)
+	}
+	if keys != nil {
+		if _, err := conn.Write(enc{stOK}.raw(keys)); err != nil {
+			return err
+		}
+	}
+	log.G(ctx).WithField("identity", m.IdentityDigest).WithField("mode", mode).WithField("rails", ss.rails).
+		WithField("remote", conn.RemoteAddr().String()).Info("peer: session started")
+	for {
+		b, err := readU8(r, "control")
+		if err != nil {
+			return err
+		}
+		switch b {
+		case ctlPing:
+		case ctlDone:
+			_, err := conn.Write(statusFrame(stOK, ""))
+			return err
+		default:
+			return fail(protoErr("control", "unknown message %d", b))
+		}
+	}
+}
+
+// tcpServePlane serves rails on the server's own listener.
+type tcpServePlane struct {
+	hosts []string
+	port  int
+}
+
+func (p tcpServePlane) endpoints() [][]byte {
+	out := make([][]byte, len(p.hosts))
+	for r, h := range p.hosts {
+		out[r] = encodeTCPEndpoint(h, p.port)
+	}
+	return out
+}
+
+func (tcpServePlane) ready(context.Context) ([]byte, error) { return nil, nil }
+func (tcpServePlane) close()                                {}
+
+// railAttach is the first message of a tcp rail, after its hello.
+type railAttach struct {
+	secret, generation [16]byte
+	rail               byte
+}
+
+func (a railAttach) encode() enc { return enc{}.raw(a.secret[:]).raw(a.generation[:]).u8(a.rail) }
+
+func readRailAttach(r io.Reader) (railAttach, error) {
+	var a railAttach
+	var b [33]byte
+	if err := readFull(r, b[:], "rail attach"); err != nil {
+		return a, err
+	}
+	copy(a.secret[:], b[:16])
+	copy(a.generation[:], b[16:32])
+	a.rail = b[32]
+	return a, nil
+}
+
+// rangeRequest asks a tcp rail for n bytes of a shard from off.
+type rangeRequest struct {
+	shard  uint32
+	off, n uint64
+}
+
+func (q rangeRequest) encode() enc { return enc{}.u32(q.shard).u64(q.off).u64(q.n) }
+
+func readRangeRequest(r io.Reader) (rangeRequest, error) {
+	var b [20]byte
+	if err := readFull(r, b[:], "range request"); err != nil {
+		return rangeRequest{}, err
+	}
+	e := enc(b[:])
+	return rangeRequest{shard: le32(e[0:4]), off: le64(e[4:12]), n: le64(e[12:20])}, nil
+}
+
+// serveRail serves one tcp rail: ranged reads of the session's shards,
+// each answered by a status byte and the bytes, sent with sendfile.
+func (s *Server) serveRail(raw net.Conn, r *bufio.Reader) error {
+	conn := deadlineConn{raw, s.cfg.Timeout}
+	a, err := readRailAttach(r)
+	if err != nil {
+		return err
+	}
+	if a.generation != s.genRaw {
+		err := &StaleGenerationError{Addr: raw.LocalAddr().String(), Want: fmt.Sprintf("%x", a.generation), Got: s.gen}
+		conn.Write(statusFrame(stStale, err.Error()))
+		return err
+	}
+	s.mu.Lock()
+	ss := s.sessions[a.secret]
+	s.mu.Unlock()
+	if ss == nil || ss.mode != ModeTCP || int(a.rail) >= ss.rails || !ss.attach(raw) {
+		conn.Write(statusFrame(stNotFound, "no such tcp session or rail"))
+		return errors.New("rail for no session")
+	}
+	defer ss.detach(raw)
+	if _, err := conn.Write(statusFrame(stOK, "")); err != nil {
+		return err
+	}
+	for {
+		q, err := readRangeRequest(r)
+		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if uint64(q.shard) >= uint64(len(ss.sv.shards)) {
+			conn.Write(statusFrame(stBadRequest, fmt.Sprintf("shard %d of %d", q.shard, len(ss.sv.shards))))
+			return errors.New("range of no shard")
+		}
+		sh := ss.sv.shards[q.shard]
+		if size := uint64(sh.entry.Size); q.off > size || q.n > size-q.off {
+			conn.Write(statusFrame(stBadRequest, fmt.Sprintf("range %d+%d past the end of %s", q.off, q.n, sh.entry.Path)))
+			return errors.New("range past the end")
+		}
+		if _, err := conn.Write(statusFrame(stOK, "")); err != nil {
+			return err
+		}
+		if err := sendRange(raw, sh.file, int64(q.off), int64(q.n), s.cfg.Timeout); err != nil {
+			return fmt.Errorf("send %s: %w", sh.entry.Path, err)
+		}
+	}
+}
+
+// sendRange sends n bytes of f from off with sendfile, never moving the
+// file's offset (rails share the descriptor); every wait has the timeout.
+func sendRange(c net.Conn, f *os.File, off, n int64, timeout time.Duration) error {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return fmt.Errorf("sendfile needs a TCP connection")
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	src := int(f.Fd())
+	for n > 0 {
+		if err := tc.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
+			return err
+		}
+		var serr error
+		err := rc.Write(func(fd uintptr) bool {
+			w, e := unix.Sendfile(int(fd), src, &off, int(min(n, 1<<30)))
+			switch {
+			case e == unix.EAGAIN, e == unix.EINTR:
+				return false
+			case e != nil:
+				serr = e
+			case w == 0:
+				serr = io.ErrUnexpectedEOF // the file is shorter than it was
+			default:
+				n -= int64(w)
+			}
+			return true
+		})
+		if err == nil {
+			err = serr
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

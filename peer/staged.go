@@ -1,0 +1,440 @@
+package peer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/sys/unix"
+)
+
+// stagedPrefix marks a model request for an allowlisted directory:
+// staged:NAME, or staged:NAME/SUBDIR for a directory below it (such as a
+// Hugging Face cache's models--org--name/snapshots/<commit>).
+const stagedPrefix = "staged:"
+
+// Bounds of a staged directory.
+const (
+	stagedMaxFiles = 100_000
+	stagedMaxDepth = 16
+)
+
+// StagedDir is an allowlisted directory the peer serves as a passthrough
+// artifact of the revision it holds.
+type StagedDir struct {
+	Name       string `toml:"name" json:"name"`
+	Path       string `toml:"path" json:"path"`
+	Repository string `toml:"repository" json:"repository,omitempty"`
+	// Revision is the immutable revision the directory holds; "" takes it
+	// from a Hugging Face snapshot path (snapshots/<commit>) in the request.
+	Revision  string `toml:"revision" json:"revision,omitempty"`
+	Component string `toml:"component" json:"component,omitempty"`
+}
+
+var (
+	stagedNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	snapshotRE   = regexp.MustCompile(`(^|/)snapshots/([0-9a-f]{40})$`)
+)
+
+// stagedSet holds the staged directories: each hashed once when first
+// asked for, then kept open and mapped while the total stays under the
+// ceiling; idle ones are dropped, least recently used first, to make room.
+type stagedSet struct {
+	dirs    map[string]StagedDir
+	ceiling int64
+
+	mu      sync.Mutex
+	entries map[string]*stagedEntry // by staged id, for good
+	mapped  int64
+	tick    uint64
+}
+
+// stagedEntry is one staged id: its current staging, made by one session
+// at a time.
+type stagedEntry struct {
+	building sync.Mutex
+	cur      *staging // guarded by stagedSet.mu
+}
+
+// staging is a directory hashed, opened and mapped.
+type staging struct {
+	sv      servable // release unset
+	stats   []unix.Stat_t
+	bytes   int64
+	refs    int    // sessions (and a check in progress) using it
+	used    uint64 // set.tick when last used
+	dropped bool   // replaced or evicted: unmapped once refs is 0
+}
+
+func newStagedSet(dirs []StagedDir, ceiling int64) (*stagedSet, error) {
+	set := &stagedSet{dirs: map[string]StagedDir{}, ceiling: ceiling, entries: map[string]*stagedEntry{}}
+	for _, d := range dirs {
+		if !stagedNameRE.MatchString(d.Name) || d.Path == "" {
+			return nil, badInput("staged directory %q: want a name and a path", d.Name)
+		}
+		if d.Revision != "" && !artifact.IsImmutableRevision(d.Revision) {
+			return nil, badInput("staged directory %q: revision %q is not immutable", d.Name, d.Revision)
+		}
+		if _, dup := set.dirs[d.Name]; dup {
+			return nil, badInput("staged directory %q listed twice", d.Name)
+		}
+		set.dirs[d.Name] = d
+	}
+	return set, nil
+}
+
+// list is every allowlisted directory, with the bytes it (and the
+// directories below it that were asked for) holds staged.
+func (set *stagedSet) list() []ListedStaged {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	out := []ListedStaged{}
+	for _, d := range set.dirs {
+		ls := ListedStaged{Name: d.Name, Revision: d.Revision}
+		for id, e := range set.entries {
+			if name, _, _ := strings.Cut(id, "/"); name == d.Name && e.cur != nil {
+				ls.Staged, ls.Bytes = true, ls.Bytes+e.cur.bytes
+			}
+		}
+		out = append(out, ls)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// open returns the staged directory id names, staging it if it is not, or
+// if its files changed since.
+func (set *stagedSet) open(ctx context.Context, id string) (*servable, error) {
+	name, sub, _ := strings.Cut(id, "/")
+	dir, ok := set.dirs[name]
+	if !ok {
+		return nil, fmt.Errorf("%s%s: not an allowlisted directory: %w", stagedPrefix, name, errdefs.ErrNotFound)
+	}
+	if sub != "" {
+		if err := artifact.ValidateRelPath(sub); err != nil {
+			return nil, badInput("%s%s: %v", stagedPrefix, id, err)
+		}
+	}
+	set.mu.Lock()
+	e := set.entries[id]
+	if e == nil {
+		e = &stagedEntry{}
+		set.entries[id] = e
+	}
+	set.mu.Unlock()
+	e.building.Lock()
+	defer e.building.Unlock()
+	set.mu.Lock()
+	st := e.cur
+	if st != nil {
+		set.pin(st) // not dropped while its files are checked
+	}
+	set.mu.Unlock()
+	if st != nil {
+		if st.unchanged(dir, sub) {
+			return set.servable(st), nil
+		}
+		set.unpin(st)
+	}
+	fresh, err := set.stage(ctx, dir, id, sub)
+	if err != nil {
+		return nil, err
+	}
+	set.mu.Lock()
+	if e.cur != nil {
+		set.drop(e)
+	}
+	e.cur = fresh
+	set.pin(fresh)
+	set.mu.Unlock()
+	return set.servable(fresh), nil
+}
+
+// pin counts one more user of st. The caller holds set.mu.
+func (set *stagedSet) pin(st *staging) {
+	st.refs++
+	set.tick++
+	st.used = set.tick
+}
+
+// unpin counts one user less; the last one of a dropped staging unmaps it.
+func (set *stagedSet) unpin(st *staging) {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	if st.refs--; st.refs == 0 && st.dropped {
+		st.unmap()
+	}
+}
+
+// servable hands a pinned staging to a session, which unpins it at release.
+func (set *stagedSet) servable(st *staging) *servable {
+	sv := st.sv
+	var once sync.Once
+	sv.release = func() { once.Do(func() { set.unpin(st) }) }
+	return &sv
+}
+
+// drop forgets an entry's staging; its mappings go when its last session
+// ends. The caller holds set.mu.
+func (set *stagedSet) drop(e *stagedEntry) {
+	st := e.cur
+	e.cur = nil
+	st.dropped = true
+	set.mapped -= st.bytes
+	if st.refs == 0 {
+		st.unmap()
+	}
+}
+
+func (st *staging) unmap() {
+	unmapShards(st.sv.shards)
+	for _, s := range st.sv.shards {
+		s.file.Close()
+	}
+	st.sv.shards = nil
+}
+
+func unmapShards(shards []shard) {
+	for _, s := range shards {
+		if s.data != nil {
+			unix.Munmap(s.data)
+		}
+	}
+}
+
+// reserve makes room for n more mapped bytes under the ceiling, dropping
+// idle stagings least recently used first.
+func (set *stagedSet) reserve(n int64) error {
+	set.mu.Lock()
+	defer set.mu.Unlock()
+	for set.mapped+n > set.ceiling {
+		var lru *stagedEntry
+		for _, e := range set.entries {
+			if e.cur != nil && e.cur.refs == 0 && (lru == nil || e.cur.used < lru.cur.used) {
+				lru = e
+			}
+		}
+		if lru == nil {
+			return fmt.Errorf("staging %d bytes would hold %d mapped, over the ceiling of %d: %w",
+				n, set.mapped+n, set.ceiling, errdefs.ErrResourceExhausted)
+		}
+		set.drop(lru)
+	}
+	set.mapped += n
+	return nil
+}
+
+// stage opens, hashes and maps every file below dir.Path/sub, refusing any
+// path that leaves the allowlisted directory.
+func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) (*staging, error) {
+	revision := dir.Revision
+	if revision == "" {
+		m := snapshotRE.FindStringSubmatch(sub)
+		if m == nil {
+			return nil, badInput("%s%s: no revision configured, and not a Hugging Face snapshot path (snapshots/<commit>)", stagedPrefix, id)
+		}
+		revision = m[2]
+	}
+	root, err := unix.Open(dir.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s%s: open allowlisted directory: %w", stagedPrefix, dir.Name, err)
+	}
+	defer unix.Close(root)
+	files, err := walkBeneath(root, sub)
+	if err != nil {
+		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+	}
+	st := &staging{}
+	defer func() {
+		if st.sv.shards == nil {
+			for _, f := range files {
+				f.file.Close()
+			}
+		}
+	}()
+	for _, f := range files {
+		st.bytes += f.st.Size
+	}
+	if err := set.reserve(st.bytes); err != nil {
+		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+	}
+	shards, err := hashAndMap(ctx, files)
+	var identity artifact.Identity
+	var digest string
+	if err == nil {
+		src := &artifact.SourceDir{Root: path.Join(dir.Path, sub)}
+		for _, s := range shards {
+			src.Files = append(src.Files, artifact.SourceFile{Path: s.entry.Path, Size: s.entry.Size, SHA256: s.entry.SHA256})
+		}
+		identity = artifact.PassthroughIdentity(src, dir.Repository, revision, dir.Component, 0, 0)
+		if err = identity.Validate(); err == nil {
+			digest, err = identity.Digest()
+		}
+	}
+	if err != nil {
+		unmapShards(shards)
+		set.mu.Lock()
+		set.mapped -= st.bytes
+		set.mu.Unlock()
+		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+	}
+	for _, f := range files {
+		st.stats = append(st.stats, f.st)
+	}
+	st.sv = servable{shards: shards, manifest: WeightManifest{Schema: ManifestSchema, Identity: identity,
+		IdentityDigest: digest, Staged: id}}
+	for _, s := range shards {
+		st.sv.manifest.Shards = append(st.sv.manifest.Shards, shardFromEntry(s.entry))
+	}
+	return st, nil
+}
+
+// unchanged says whether the staged files still are the ones hashed.
+func (st *staging) unchanged(dir StagedDir, sub string) bool {
+	root, err := unix.Open(dir.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(root)
+	for i, s := range st.sv.shards {
+		var now unix.Stat_t
+		fd, err := openBeneath(root, path.Join(sub, s.entry.Path), 0)
+		if err != nil {
+			return false
+		}
+		err = unix.Fstat(fd, &now)
+		unix.Close(fd)
+		old := st.stats[i]
+		if err != nil || now.Ino != old.Ino || now.Dev != old.Dev || now.Size != old.Size || now.Mtim != old.Mtim || now.Ctim != old.Ctim {
+			return false
+		}
+	}
+	return true
+}
+
+// stagedFile is one file found below a staged directory.
+type stagedFile struct {
+	rel  string // relative to the staged directory
+	file *os.File
+	st   unix.Stat_t
+}
+
+// openBeneath opens p relative to root without leaving it: links are
+// followed only while they stay beneath root.
+func openBeneath(root int, p string, flags uint64) (int, error) {
+	if p == "" {
+		p = "."
+	}
+	fd, err := unix.Openat2(root, p, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_CLOEXEC | flags,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS})
+	if errors.Is(err, unix.EXDEV) {
+		return -1, badInput("%s leaves the allowlisted directory (a .. or a link out of it)", p)
+	}
+	return fd, err
+}
+
+// walkBeneath lists the non-hidden regular files below root/sub, opened.
+func walkBeneath(root int, sub string) ([]stagedFile, error) {
+	var out []stagedFile
+	var walk func(rel string, depth int) error
+	walk = func(rel string, depth int) error {
+		if depth > stagedMaxDepth {
+			return badInput("%s: deeper than %d directories", rel, stagedMaxDepth)
+		}
+		fd, err := openBeneath(root, path.Join(sub, rel), unix.O_DIRECTORY)
+		if err != nil {
+			return err
+		}
+		d := os.NewFile(uintptr(fd), rel)
+		names, err := d.Readdirnames(-1)
+		d.Close()
+		if err != nil {
+			return err
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			if strings.HasPrefix(n, ".") {
+				continue
+			}
+			child := path.Join(rel, n)
+			fd, err := openBeneath(root, path.Join(sub, child), 0)
+			if err != nil {
+				return err
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(fd, &st); err != nil {
+				unix.Close(fd)
+				return err
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFDIR:
+				unix.Close(fd)
+				if err := walk(child, depth+1); err != nil {
+					return err
+				}
+			case unix.S_IFREG:
+				if len(out) == stagedMaxFiles {
+					unix.Close(fd)
+					return badInput("more than %d files", stagedMaxFiles)
+				}
+				out = append(out, stagedFile{rel: child, file: os.NewFile(uintptr(fd), child), st: st})
+			default:
+				unix.Close(fd)
+			}
+		}
+		return nil
+	}
+	err := walk("", 0)
+	if err == nil && len(out) == 0 {
+		err = badInput("no files")
+	}
+	if err != nil {
+		for _, f := range out {
+			f.file.Close()
+		}
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].rel < out[j].rel })
+	return out, nil
+}
+
+// hashAndMap hashes the files in parallel (sha256, BLAKE3, per tensor) and
+// maps them read-only.
+func hashAndMap(ctx context.Context, files []stagedFile) ([]shard, error) {
+	shards := make([]shard, len(files))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, f := range files {
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			e, err := artifact.HashFile(f.file, artifact.Binding{Want: artifact.FileEntry{Path: f.rel, Size: f.st.Size}})
+			if err != nil {
+				return fmt.Errorf("hash %s: %w", f.rel, err)
+			}
+			shards[i] = shard{entry: e, file: f.file}
+			if f.st.Size > 0 {
+				if shards[i].data, err = unix.Mmap(int(f.file.Fd()), 0, int(f.st.Size), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+					return fmt.Errorf("map %s: %w", f.rel, err)
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		unmapShards(shards)
+		return nil, err
+	}
+	return shards, nil
+}

@@ -1,0 +1,183 @@
+package peer
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"math/rand/v2"
+	"reflect"
+	"testing"
+
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// The wire readers are fuzzed as the program uses them: reading a stream
+// that arrives in pieces split at random points. Each target checks that
+// the split changes nothing (same value or same error as reading the bytes
+// whole), that no reader panics or allocates past its bound, and, where
+// there is an encoder, that what was read encodes back to the bytes taken.
+
+// splitReader hands out data in pieces of pseudo-random sizes, 1 to 64 bytes.
+type splitReader struct {
+	data []byte
+	rng  *rand.Rand
+}
+
+func (s *splitReader) Read(p []byte) (int, error) {
+	if len(s.data) == 0 {
+		return 0, io.EOF
+	}
+	n := min(len(p), len(s.data), 1+s.rng.IntN(64))
+	copy(p, s.data[:n])
+	s.data = s.data[n:]
+	return n, nil
+}
+
+func streamed(seed uint64, data []byte) io.Reader {
+	return &splitReader{data: data, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))}
+}
+
+// fuzzWire runs read on data whole and split, compares the outcomes, and
+// checks encode(v) against the bytes the reader took.
+func fuzzWire[T any](f *testing.F, seeds [][]byte, read func(io.Reader) (T, error), encode func(T) []byte) {
+	for i, s := range seeds {
+		f.Add(uint64(i), s)
+	}
+	f.Fuzz(func(t *testing.T, seed uint64, data []byte) {
+		whole := bytes.NewReader(data)
+		v1, err1 := read(whole)
+		v2, err2 := read(streamed(seed, data))
+		if (err1 == nil) != (err2 == nil) || (err1 != nil && err1.Error() != err2.Error()) {
+			t.Fatalf("whole: %v, split: %v", err1, err2)
+		}
+		if err1 != nil {
+			return
+		}
+		if !reflect.DeepEqual(v1, v2) {
+			t.Fatalf("whole read %+v, split read %+v", v1, v2)
+		}
+		if encode != nil {
+			taken := data[:len(data)-whole.Len()]
+			if got := encode(v1); !bytes.Equal(got, taken) {
+				t.Fatalf("read %x, encodes back to %x", taken, got)
+			}
+		}
+	})
+}
+
+func FuzzReadHello(f *testing.F) {
+	fuzzWire(f, [][]byte{hello{op: opFetch, token: []byte("tok")}.encode(), hello{op: opRail}.encode(), []byte("WSP1\x09")},
+		readHello, func(h hello) []byte { return h.encode() })
+}
+
+func FuzzReadRequest(f *testing.F) {
+	fuzzWire(f, [][]byte{enc{}.blob32([]byte("sha256:00")), enc{}.u32(0xffffffff), enc{}.u32(ModelRequestMax + 1)},
+		readRequest, func(s string) []byte { return enc{}.blob32([]byte(s)) })
+}
+
+func FuzzReadStatus(f *testing.F) {
+	fuzzWire(f, [][]byte{statusFrame(stOK, ""), statusFrame(stNotFound, "no"), enc{stBusy}.u32(0xffffffff), {200}},
+		func(r io.Reader) (string, error) {
+			err := readStatus(r, "status")
+			if re, ok := err.(*RemoteError); ok {
+				return string(rune(re.Code)) + re.Message, nil
+			}
+			return "", err
+		}, nil)
+}
+
+func FuzzReadRailAttach(f *testing.F) {
+	fuzzWire(f, [][]byte{railAttach{rail: 3}.encode(), make([]byte, 32)},
+		readRailAttach, func(a railAttach) []byte { return a.encode() })
+}
+
+func FuzzReadRangeRequest(f *testing.F) {
+	fuzzWire(f, [][]byte{rangeRequest{shard: 1, off: 2, n: 3}.encode(), make([]byte, 19)},
+		readRangeRequest, func(q rangeRequest) []byte { return q.encode() })
+}
+
+func FuzzReadTransportAnswer(f *testing.F) {
+	ok := enc{stOK}.u8(2).raw(make([]byte, 16)).blob16(encodeTCPEndpoint("10.0.0.1", 7420)).blob16(encodeRMAEndpoint("sockets", "::1", 1))
+	fuzzWire(f, [][]byte{ok, enc{stOK}.u8(0), enc{stOK}.u8(1).raw(make([]byte, 16)).u16(0xffff)},
+		func(r io.Reader) ([][]byte, error) {
+			cs := &clientSession{r: bufio.NewReader(r)}
+			err := cs.readPlane(ModeTCP, 4)
+			return cs.endpoints, err
+		}, nil)
+}
+
+func FuzzDecodeEndpoints(f *testing.F) {
+	for i, s := range [][]byte{encodeTCPEndpoint("10.233.0.1", 7420), encodeRMAEndpoint("verbs", "fe80::1", 9), {255}} {
+		f.Add(uint64(i), s)
+	}
+	f.Fuzz(func(t *testing.T, _ uint64, data []byte) {
+		if e, err := decodeTCPEndpoint(data); err == nil && !bytes.Equal(encodeTCPEndpoint(e.host, e.port), data) {
+			t.Fatalf("tcp endpoint %x does not encode back", data)
+		}
+		if e, err := decodeRMAEndpoint(data); err == nil && !bytes.Equal(encodeRMAEndpoint(e.provider, e.host, e.port), data) {
+			t.Fatalf("rma endpoint %x does not encode back", data)
+		}
+	})
+}
+
+func FuzzReadKeyTable(f *testing.F) {
+	keys := [][]remoteKey{{{1, 2}, {3, 4}}, {{5, 6}, {7, 8}}}
+	fuzzWire(f, [][]byte{encodeKeyTable(keys), enc{}.u32(0xffffffff), enc{}.u32(4)},
+		func(r io.Reader) ([][]remoteKey, error) { return readKeyTable(r, 2, 2) },
+		func(k [][]remoteKey) []byte { return encodeKeyTable(k) })
+}
+
+// fuzzManifest is a valid manifest document for the seeds.
+func fuzzManifest(tb testing.TB) []byte {
+	id := fuzzIdentity()
+	d, _ := id.Digest()
+	m := WeightManifest{Schema: ManifestSchema, Generation: "00112233445566778899aabbccddeeff", Identity: id, IdentityDigest: d,
+		Shards: []WeightShard{{Name: "a.safetensors", Size: 24, SHA256: hexOf(1), BLAKE3: hexOf(2), DataStart: 16, HeaderBLAKE3: hexOf(3),
+			Tensors: []WeightTensorRecord{{Name: "w", DType: "BF16", Shape: []int64{4}, Offset: 16, Length: 8, BLAKE3: hexOf(4)}}},
+			{Name: "config.json", Size: 2, SHA256: hexOf(5), BLAKE3: hexOf(6)}}}
+	tree, err := artifact.EntryTree(m.Shards[0].entry())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	m.Shards[0].BLAKE3 = tree
+	if err := m.validate(); err != nil {
+		tb.Fatal(err)
+	}
+	raw, err := json.Marshal(&m)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return raw
+}
+
+func FuzzReadManifest(f *testing.F) {
+	doc := fuzzManifest(f)
+	fuzzWire(f, [][]byte{enc{}.blob32(doc), enc{}.u32(0xffffffff), enc{}.blob32(doc[:len(doc)/2])},
+		func(r io.Reader) (*WeightManifest, error) {
+			m, err := readManifest(r, 1<<20)
+			if err == nil { // what was accepted is accepted again, unchanged
+				raw, _ := json.Marshal(m)
+				again, err := decodeManifest(raw)
+				if err != nil || !reflect.DeepEqual(again, m) {
+					panic("an accepted manifest does not survive its own encoding")
+				}
+			}
+			return m, err
+		}, nil)
+}
+
+func FuzzReadListing(f *testing.F) {
+	ls, _ := json.Marshal(Listing{Generation: "00", Modes: []Mode{ModeTCP}, Artifacts: []ListedArtifact{{IdentityDigest: "sha256:00"}}})
+	fuzzWire(f, [][]byte{enc{stOK}.blob32(ls), enc{stOK}.u32(0xffffffff)},
+		func(r io.Reader) (*Listing, error) { return readListing(r, 1<<20) }, nil)
+}
+
+func fuzzIdentity() artifact.Identity {
+	src := &artifact.SourceDir{Files: []artifact.SourceFile{{Path: "a.safetensors", Size: 24, SHA256: hexOf(1)}}}
+	return artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)
+}
+
+// hexOf is a 64-hex digest made of one repeated byte.
+func hexOf(b byte) string { return hex.EncodeToString(bytes.Repeat([]byte{b}, 32)) }

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# Weight peer benchmark, side by side in one run, node B fetching the same artifact from node A over
+# the same veth pair (two network namespaces, root needed):
+#   weightsnap peer fetch, tcp, 4 rails (every byte BLAKE3-checked on arrival, files hashed, fsynced,
+#     published) and rma over libfabric's sockets provider (one-sided reads; a software fabric here)
+#   weightsnap pull and oras pull (+ sync) from a registry running on node A
+#   a raw copy of the same bytes: socat from A into one file on B, then sync
+# The registry and oras come from the harness's install (test/e2e/deps); socat from Debian.
+#
+# Usage: scripts/bench-peer.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 3)
+# Env:   WEIGHTSNAP_PEERS_BIN  the peers' bin directory (default: test/e2e/deps -q)
+#        BENCH_DIR             where the stores and pulled files live (default /var/tmp)
+#        DROP_CACHES=1         drop the page cache before every transfer
+set -euo pipefail
+cd "$(dirname "$0")/.."
+size=${1:-2GiB}
+shards=${2:-8}
+reps=${3:-3}
+rev=0123456789abcdef0123456789abcdef01234567
+[ "$(id -u)" = 0 ] || { echo "bench-peer: needs root (network namespaces)" >&2; exit 1; }
+
+bin=${WEIGHTSNAP_PEERS_BIN:-}
+if [ -z "$bin" ]; then
+	bin=$(test/e2e/deps -q | tail -n 1)
+fi
+oras=$bin/oras
+registry=$bin/registry
+for t in "$oras" "$registry" "$(command -v socat)"; do
+	[ -x "$t" ] || { echo "bench-peer: $t missing (run test/e2e/deps)" >&2; exit 1; }
+done
+
+work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-bench-peer.XXXXXX")
+tag=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
+nsa=ws-bencha-$tag nsb=ws-benchb-$tag
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+	ip netns delete "$nsa" 2>/dev/null || true
+	ip netns delete "$nsb" 2>/dev/null || true
+	chmod -R u+w "$work" 2>/dev/null || true
+	rm -rf "$work"
+}
+trap cleanup EXIT
+
+echo "bench-peer: building weightsnap (and with -tags libfabric for rma)" >&2
+go build -o "$work/bin/" ./cmd/weightsnap
+go build -tags libfabric -o "$work/rma/" ./cmd/weightsnap
+ws=$work/bin/weightsnap
+wsrma=$work/rma/weightsnap
+
+ip netns add "$nsa"
+ip netns add "$nsb"
+ip link add "wsa$tag" netns "$nsa" type veth peer name "wsb$tag" netns "$nsb"
+ip -n "$nsa" addr add 10.233.91.1/24 dev "wsa$tag"
+ip -n "$nsb" addr add 10.233.91.2/24 dev "wsb$tag"
+for ns in "$nsa" "$nsb"; do ip -n "$ns" link set lo up; done
+ip -n "$nsa" link set "wsa$tag" up
+ip -n "$nsb" link set "wsb$tag" up
+ina() { ip netns exec "$nsa" "$@"; }
+inb() { ip netns exec "$nsb" "$@"; }
+
+echo "bench-peer: synthesising $size in $shards shards under $work" >&2
+"$ws" dev synth --out "$work/src" --size "$size" --shards "$shards" --dtype BF16 --seed 5 >/dev/null 2>&1
+id=$("$ws" --root "$work/a" --config "" import "$work/src" --revision "$rev" --repository bench/model 2>/dev/null)
+files=$(cd "$work/src" && ls)
+# shellcheck disable=SC2086 # one argument per file
+bytes=$(cd "$work/src" && stat -c %s $files | awk '{ s += $1 } END { printf "%.0f\n", s }')
+
+# Node A: the peer (rma-capable binary, sockets provider) and a registry holding the same artifact.
+ina "$wsrma" --root "$work/a" --config "" peer serve --listen 10.233.91.1:7420 --fabric-provider sockets >"$work/serve.log" 2>&1 &
+pids+=($!)
+cat >"$work/registry.yml" <<EOF
+version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $work/registry
+http:
+  addr: 10.233.91.1:5000
+EOF
+OTEL_TRACES_EXPORTER=none ina "$registry" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+	inb "$ws" --config "" peer ls 10.233.91.1:7420 >/dev/null 2>&1 && inb curl -fsS -o /dev/null http://10.233.91.1:5000/v2/ 2>/dev/null && break
+	sleep 0.1
+done
+ina "$ws" --root "$work/a" --config "" push --plain-http "$id" 10.233.91.1:5000/bench/model:v1 >/dev/null 2>&1
+ref=10.233.91.1:5000/bench/model:v1
+
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
+settle() {
+	sync
+	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+}
+median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+fresh() { chmod -R u+w "$work/b" 2>/dev/null || true; rm -rf "$work/b"; settle; }
+
+declare -a r_tcp r_rma r_pull r_oras r_raw
+for i in $(seq "$reps"); do
+	echo "bench-peer: round $i of $reps" >&2
+	fresh; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 >/dev/null 2>&1; r_tcp+=("$(since "$t")")
+	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
+	fresh; t=$(now); inb "$wsrma" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 --mode rma >/dev/null 2>&1; r_rma+=("$(since "$t")")
+	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
+	fresh; t=$(now); inb "$ws" --root "$work/b" --config "" pull --plain-http "$ref" >/dev/null 2>&1; r_pull+=("$(since "$t")")
+	fresh; t=$(now); inb "$oras" pull --plain-http -o "$work/b" "$ref" >/dev/null; sync; r_oras+=("$(since "$t")")
+	fresh; mkdir -p "$work/b"
+	(cd "$work/src" && ina sh -c "cat $(echo $files) | socat -u -b 1048576 STDIN TCP-LISTEN:9000,reuseaddr") &
+	sp=$!
+	for _ in $(seq 100); do ina ss -Hltn 'sport = :9000' | grep -q . && break; sleep 0.05; done
+	t=$(now); inb socat -u -b 1048576 TCP:10.233.91.1:9000 CREATE:"$work/b/raw"; sync; r_raw+=("$(since "$t")")
+	wait "$sp" || true
+	[ "$(stat -c %s "$work/b/raw")" = "$bytes" ] || echo "bench-peer: raw copy moved $(stat -c %s "$work/b/raw") of $bytes bytes" >&2
+	echo "bench-peer: round $i (s): tcp ${r_tcp[-1]} rma ${r_rma[-1]} ws pull ${r_pull[-1]} oras+sync ${r_oras[-1]} raw ${r_raw[-1]}" >&2
+done
+
+m_tcp=$(printf '%s\n' "${r_tcp[@]}" | median)
+m_rma=$(printf '%s\n' "${r_rma[@]}" | median)
+m_wspull=$(printf '%s\n' "${r_pull[@]}" | median)
+m_oras=$(printf '%s\n' "${r_oras[@]}" | median)
+m_raw=$(printf '%s\n' "${r_raw[@]}" | median)
+
+gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, node B fetching from node A over one veth\n' \
+	"$size" "$bytes" "$shards" "$(nproc)" "$reps"
+printf '%-52s %9s %7s %13s  %s\n' "measure" "seconds" "GB/s" "peer tcp is" "goal"
+printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, 4 rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
+printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, 4 rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(ratio "$m_rma" "$m_tcp")" "(software fabric)"
+printf '%-52s %9.2f %7s %13s  %s\n' "weightsnap pull from a registry on A" "$m_wspull" "$(gbs "$m_wspull")" "$(ratio "$m_wspull" "$m_tcp")" ""
+printf '%-52s %9.2f %7s %13s  %s\n' "oras pull + sync from the same registry" "$m_oras" "$(gbs "$m_oras")" "$(ratio "$m_oras" "$m_tcp")" ">= 2x"
+printf '%-52s %9.2f %7s %13s  %s\n' "raw copy: socat into one file + sync" "$m_raw" "$(gbs "$m_raw")" "$(ratio "$m_raw" "$m_tcp")" ">= 0.8x"
+printf 'runs (s): tcp %s | rma %s | ws pull %s | oras+sync %s | raw %s\n' \
+	"${r_tcp[*]}" "${r_rma[*]}" "${r_pull[*]}" "${r_oras[*]}" "${r_raw[*]}"

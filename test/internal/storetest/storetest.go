@@ -1,0 +1,146 @@
+// Package storetest holds what the store's fault harnesses (test/crash and
+// test/powercut) share: synthetic sources and their identity, corruption of
+// a published artifact, the fault-enabled child binary, and the comparison
+// of a lease with its source.
+package storetest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+const revision = "0123456789abcdef0123456789abcdef01234567"
+
+// IdentityOf is the identity the harnesses and their child give a source.
+func IdentityOf(src *artifact.SourceDir) artifact.Identity {
+	return artifact.PassthroughIdentity(src, "crash/test", revision, "", 0, 0)
+}
+
+// Source is a synthetic checkpoint and its identity.
+type Source struct {
+	Dir string
+	Src *artifact.SourceDir
+	ID  artifact.Identity
+	Hex string
+}
+
+// NewSource writes a synthetic checkpoint of about size bytes in shards.
+func NewSource(t testing.TB, size int64, shards int, seed uint64) *Source {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "src")
+	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: seed}); err != nil {
+		t.Fatal(err)
+	}
+	src, _, err := artifact.ScanSource(context.Background(), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := IdentityOf(src)
+	h, _ := id.Hex()
+	return &Source{Dir: dir, Src: src, ID: id, Hex: h}
+}
+
+// Publish publishes s in the domain at root and returns the domain.
+func (s *Source) Publish(t testing.TB, root string) *store.Domain {
+	t.Helper()
+	ctx := context.Background()
+	d, err := store.Open(ctx, root, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _, err := d.GetOrBuild(ctx, s.ID, &artifact.Passthrough{Src: s.Src})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	return d
+}
+
+// Corrupt flips the last byte of a published artifact's first shard,
+// keeping its modes: only a full checksum finds it.
+func Corrupt(t testing.TB, root, id string) {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(root, "artifacts", id, "*.safetensors"))
+	if len(matches) == 0 {
+		t.Fatal("no payload to corrupt")
+	}
+	p := matches[0]
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(p, 0o644)
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	f.ReadAt(b, fi.Size()-1)
+	b[0] ^= 0x5a
+	f.WriteAt(b, fi.Size()-1)
+	f.Close()
+	os.Chmod(p, 0o444)
+}
+
+// Child is the harnesses' child (test/crash/child), built once per test
+// binary with Tags (comma-separated) into a temporary directory.
+type Child struct {
+	Tags string
+
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Path builds the child on first use and returns its path.
+func (c *Child) Path(t testing.TB) string {
+	t.Helper()
+	c.once.Do(func() {
+		dir, err := os.MkdirTemp("", "ws-store-child")
+		if err != nil {
+			c.err = err
+			return
+		}
+		c.bin = filepath.Join(dir, "child")
+		out, err := exec.Command("go", "build", "-tags", c.Tags, "-o", c.bin, "github.com/weightsnap/weightsnap/test/crash/child").CombinedOutput()
+		if err != nil {
+			c.err = fmt.Errorf("build child: %v\n%s", err, out)
+		}
+	})
+	if c.err != nil {
+		t.Fatal(c.err)
+	}
+	return c.bin
+}
+
+// Remove deletes the built child; a TestMain calls it after the tests.
+func (c *Child) Remove() {
+	if c.bin != "" {
+		os.RemoveAll(filepath.Dir(c.bin))
+	}
+}
+
+// SameBytes says whether every file of a lease holds the bytes of the
+// source file of the same path.
+func SameBytes(l *store.Lease, srcDir string) error {
+	for _, f := range l.Files() {
+		want, err := os.ReadFile(filepath.Join(srcDir, f.Path))
+		if err != nil {
+			return err
+		}
+		if !bytes.Equal(f.Data, want) && !(len(want) == 0 && f.Data == nil) {
+			return fmt.Errorf("the lease of %s serves bytes that differ from the source", f.Path)
+		}
+	}
+	return nil
+}
