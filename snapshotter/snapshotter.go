@@ -8,19 +8,25 @@
 // which containerd passes to Prepare) name an artifact:
 // containerd.io/snapshot/weightsnap.{artifact,identity,target}. Its
 // Prepare, in order: validate the labels (oci.ParsePointerLabels); resolve
-// the identity through the resolution runtime (the store, then the
-// registry the label names, if it is a configured one), one resolution per
-// identity at a time; Prepare a temporary snapshot on the wrapped overlay
-// snapshotter; hardlink the artifact's payload files into that snapshot's
-// own directory under the target; Commit it under the
+// the identity through the resolution runtime (the store, then the peers
+// and the registry the label names, if it is a configured one), one
+// resolution per identity at a time; Prepare a temporary snapshot on the
+// wrapped overlay snapshotter; hardlink the artifact's payload files into
+// that snapshot's own directory under the target; Commit it under the
 // containerd.io/snapshot.ref chain ID with the labels; and answer
-// errdefs.ErrAlreadyExists, so containerd fetches and applies nothing.
+// errdefs.ErrAlreadyExists, so containerd fetches and applies nothing. A
+// pointer layer unpacked without its labels is recognised at Commit
+// (detect.go). When the artifact cannot be had, required mode fails the
+// Prepare; preferred mode lets the pointer layer unpack, marks the snapshot
+// (LabelFallback) and repairs it in the background (repair.go).
 //
-// While a committed weight snapshot exists the snapshotter holds a store
-// lease on its artifact (weightsnap rm refuses). The record of that is the
-// snapshot's own containerd.io/snapshot/weightsnap.identity label, kept by
-// the overlay snapshotter's metastore: New walks the snapshots and takes
-// every lease again; Remove drops a lease with the last snapshot needing it.
+// While a committed weight snapshot or a host mount (hostmount.go) exists
+// the snapshotter holds a store lease on its artifact (weightsnap rm
+// refuses). The record of that is the snapshot's own labels, kept by the
+// overlay snapshotter's metastore, and the host mount's record file: New
+// takes every lease again from the store alone (retake.go); Remove drops a
+// lease with the last holder needing it. The control API (control.go)
+// serves host mounts and holders to the CLI.
 package snapshotter
 
 import (
