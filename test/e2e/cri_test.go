@@ -19,13 +19,7 @@ func TestSmokeCRIPod(t *testing.T) {
 	harness.PushPause(t, reg)
 	ref := reg.Ref("busybox:latest") // pushed by PushPause
 	dir := t.TempDir()
-
-	pod := filepath.Join(dir, "pod.json")
-	writeJSON(t, pod, fmt.Sprintf(`{
-  "metadata": {"name": "smoke", "namespace": "default", "uid": "smoke-%d", "attempt": 0},
-  "log_directory": %q,
-  "linux": {"security_context": {"namespace_options": {"network": 2}, "seccomp": {"profile_type": 1}}}
-}`, time.Now().UnixNano(), filepath.Join(dir, "logs")))
+	pod := hostNetworkPod(t, dir, "smoke")
 	ctr := filepath.Join(dir, "container.json")
 	writeJSON(t, ctr, fmt.Sprintf(`{
   "metadata": {"name": "c"},
@@ -39,14 +33,35 @@ func TestSmokeCRIPod(t *testing.T) {
 	crictl(t, ctd, "pull", ref)
 	cid := crictl(t, ctd, "create", podID, ctr, pod)
 	crictl(t, ctd, "start", cid)
+	waitCRILog(t, ctd, cid, "hello from cri")
+}
+
+// hostNetworkPod writes the config of a host-network pod named name (no CNI
+// plugins here; seccomp unconfined: runc is built without it) into dir,
+// its logs under dir/logs, and returns its path.
+func hostNetworkPod(t *testing.T, dir, name string) string {
+	t.Helper()
+	pod := filepath.Join(dir, "pod.json")
+	writeJSON(t, pod, fmt.Sprintf(`{
+  "metadata": {"name": %q, "namespace": "default", "uid": "%s-%d", "attempt": 0},
+  "log_directory": %q,
+  "linux": {"security_context": {"namespace_options": {"network": 2}, "seccomp": {"profile_type": 1}}}
+}`, name, name, time.Now().UnixNano(), filepath.Join(dir, "logs")))
+	return pod
+}
+
+// waitCRILog polls the log of the CRI container cid until it holds want,
+// and returns it.
+func waitCRILog(t *testing.T, ctd *harness.Containerd, cid, want string) string {
+	t.Helper()
 	var logs string
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		logs, _ = ctd.Crictl("logs", cid)
-		if strings.Contains(logs, "hello from cri") {
-			return
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs, want); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the log of container %s lacks %q: %q", cid, want, logs)
 		}
+		logs, _ = ctd.Crictl("logs", cid)
 	}
-	t.Fatalf("container log lacks the greeting: %q", logs)
+	return logs
 }
 
 func crictl(t *testing.T, ctd *harness.Containerd, args ...string) string {
@@ -100,12 +115,7 @@ func TestCRIImageVolume(t *testing.T) {
 func runImageVolumePod(t *testing.T, n *snapNode, img, runtime string) string {
 	t.Helper()
 	dir := t.TempDir()
-	pod := filepath.Join(dir, "pod.json")
-	writeJSON(t, pod, fmt.Sprintf(`{
-  "metadata": {"name": "weights", "namespace": "default", "uid": "weights-%d", "attempt": 0},
-  "log_directory": %q,
-  "linux": {"security_context": {"namespace_options": {"network": 2}, "seccomp": {"profile_type": 1}}}
-}`, time.Now().UnixNano(), filepath.Join(dir, "logs")))
+	pod := hostNetworkPod(t, dir, "weights")
 	ctr := filepath.Join(dir, "container.json")
 	writeJSON(t, ctr, fmt.Sprintf(`{
   "metadata": {"name": "reader"},
@@ -121,14 +131,5 @@ func runImageVolumePod(t *testing.T, n *snapNode, img, runtime string) string {
 	crictl(t, n.ctd, "pull", n.base)
 	cid := crictl(t, n.ctd, "create", podID, ctr, pod)
 	crictl(t, n.ctd, "start", cid)
-	var logs string
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs, "read-all"); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			_, lerr := n.ctd.Crictl("logs", cid)
-			insp, _ := n.ctd.Crictl("inspect", cid)
-			t.Fatalf("the container did not read its weights: %q %v\n%s", logs, lerr, insp)
-		}
-		logs, _ = n.ctd.Crictl("logs", cid)
-	}
-	return logs
+	return waitCRILog(t, n.ctd, cid, "read-all")
 }
