@@ -267,7 +267,7 @@ func (s *Snapshotter) HostMounts() []MountInfo {
 	defer m.mu.Unlock()
 	out := make([]MountInfo, 0, len(m.by))
 	for _, mi := range m.by {
-		_, mi.Leased = s.leases.holderOf(mountHolderPrefix + mi.Dir)
+		mi.Leased = s.leases.holds(mountHolderPrefix + mi.Dir)
 		out = append(out, mi)
 	}
 	slices.SortFunc(out, func(a, b MountInfo) int { return strings.Compare(a.Dir, b.Dir) })

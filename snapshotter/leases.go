@@ -17,8 +17,8 @@ import (
 
 // leases holds one store lease per artifact that a holder needs (a
 // committed weight snapshot, by its name, or a host mount, by
-// mountHolder(dir)), and runs at most one resolution per identity at a
-// time.
+// mountHolderPrefix and its directory), and runs at most one resolution per
+// identity at a time.
 type leases struct {
 	ctx      context.Context // bounds resolutions: the snapshotter's life
 	resolver Resolver
@@ -240,15 +240,11 @@ func (l *leases) identities() []string {
 	return out
 }
 
-// holderOf is the artifact (identity hex) whose lease holder has.
-func (l *leases) holderOf(holder string) (string, bool) {
+// holds says whether holder has its artifact's lease.
+func (l *leases) holds(holder string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.byHolder[holder]
-	if h == nil {
-		return "", false
-	}
-	return h.hex, true
+	return l.byHolder[holder] != nil
 }
 
 // holdersOf lists the holders of the artifact hex, sorted; leased is

@@ -155,6 +155,9 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			wait = r.backoff.Initial
 		case <-t.C:
 		}
+		if r.done(hex, lp) {
+			return
+		}
 		h, _, err := r.s.leases.acquire(r.ctx, lp.ptr)
 		if err != nil {
 			if r.ctx.Err() != nil {
@@ -175,19 +178,27 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			}
 		}
 		r.s.leases.release(h)
-		r.mu.Lock()
-		if len(lp.holders) == 0 {
-			delete(r.loops, hex)
-			r.mu.Unlock()
+		if r.done(hex, lp) {
 			return
 		}
-		r.mu.Unlock()
 		if failed {
 			wait = min(wait*2, r.backoff.Max)
 		} else {
 			wait = r.backoff.Initial // holders added meanwhile
 		}
 	}
+}
+
+// done ends the loop of hex when it has no holder left (all repaired, or
+// gone while it waited).
+func (r *repairs) done(hex string, lp *repairLoop) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(lp.holders) > 0 {
+		return false
+	}
+	delete(r.loops, hex)
+	return true
 }
 
 // errGone is a holder that went while it was repaired.

@@ -212,3 +212,29 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 		t.Fatalf("repairs_total{leased} %v", got)
 	}
 }
+
+// TestRepairEndsWithItsHolders: a fallback snapshot removed before its
+// artifact resolves leaves no repair behind.
+func TestRepairEndsWithItsHolders(t *testing.T) {
+	ctx := context.Background()
+	n := newNodeMode(t, resolve.Preferred)
+	labels := weightLabels(elsewhere(t, synthModel(t, 128<<10, 24)), "/w", chainID(42))
+	if _, err := n.sn.Prepare(ctx, "extract", "", snapshots.WithLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Commit(ctx, chainID(42), "extract", snapshots.WithLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a repair try", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
+	if err := n.sn.Remove(ctx, chainID(42)); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 0 {
+		t.Fatalf("pending_repairs %v after the snapshot went", got)
+	}
+	eventually(t, "the loop's end", func() bool {
+		n.sn.repairs.mu.Lock()
+		defer n.sn.repairs.mu.Unlock()
+		return len(n.sn.repairs.loops) == 0
+	})
+}
