@@ -53,13 +53,14 @@ type MountInfo struct {
 
 // hostMounts is the table of host mounts, kept in dir (<root>/mounts).
 type hostMounts struct {
-	dir string
-	mu  sync.Mutex // serializes mounts and unmounts
-	by  map[string]MountInfo
+	dir    string
+	mu     sync.Mutex
+	by     map[string]MountInfo // by mount point
+	making map[string]bool      // mount points being mounted
 }
 
 func newHostMounts(dir string) *hostMounts {
-	return &hostMounts{dir: dir, by: map[string]MountInfo{}}
+	return &hostMounts{dir: dir, by: map[string]MountInfo{}, making: map[string]bool{}}
 }
 
 func (m *hostMounts) home(mountPoint string) string {
@@ -163,10 +164,18 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	}
 	m := s.mounts
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	if have, ok := m.by[dir]; ok {
-		return nil, fmt.Errorf("%s is a host mount of %s already: unmount it first: %w", dir, have.Identity, errdefs.ErrFailedPrecondition)
+	have, mounted := m.by[dir]
+	if mounted || m.making[dir] {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.Identity, errdefs.ErrFailedPrecondition)
 	}
+	m.making[dir] = true // the resolution may take long: other mounts go on meanwhile
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.making, dir)
+		m.mu.Unlock()
+	}()
 	start := time.Now()
 	h, rep, err := s.leases.acquire(ctx, ptr)
 	if err != nil {
@@ -182,9 +191,11 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 		}
 		return nil, err
 	}
+	s.leases.attach(h, mountHolderPrefix+dir) // before an Unmount can see it
+	m.mu.Lock()
 	m.by[dir] = mi
-	s.leases.attach(h, mountHolderPrefix+dir)
 	s.metrics.hostMounts.Set(float64(len(m.by)))
+	m.mu.Unlock()
 	source := "held"
 	if rep != nil {
 		source = rep.Source
