@@ -128,8 +128,7 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 	case s.modeOf(ptr) == resolve.Preferred:
 		outcome = OutcomeFallback
 		s.metrics.fallbacks.Inc()
-		opts = append(opts, snapshots.WithLabels(map[string]string{LabelFallback: time.Now().UTC().Format(time.RFC3339)}))
-		if err = s.overlay.Commit(ctx, name, key, opts...); err == nil {
+		if err = s.overlay.Commit(ctx, name, key, append(opts, fallbackLabel())...); err == nil {
 			s.repairs.add(ptr, name)
 		}
 	default:

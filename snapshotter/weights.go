@@ -33,6 +33,11 @@ const (
 // outside containerd.io/snapshot/, so no image can set it.
 const LabelFallback = "weightsnap/fallback"
 
+// fallbackLabel marks a snapshot as a fallback, from now.
+func fallbackLabel() snapshots.Opt {
+	return snapshots.WithLabels(map[string]string{LabelFallback: time.Now().UTC().Format(time.RFC3339)})
+}
+
 // WeightError is a weight layer whose Prepare failed: it names the artifact,
 // the identity and the target, and wraps the cause (a *resolve.Failure, a
 // *oci.LabelError, or a filesystem error) with its errdefs class.
@@ -92,8 +97,8 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	if existing != nil {
 		outcome = OutcomeExists
 		if existing.Labels[LabelFallback] != "" {
-			// A fallback of another image of the same layers (mode labels do
-			// not change chain IDs): a required layer must not run on it.
+			// A fallback made while the node was in preferred mode: a
+			// required layer must not run on it.
 			if err := s.repairs.now(ctx, ptr, name, s.modeOf(ptr) == resolve.Required); err != nil {
 				outcome = OutcomeFailed
 				return nil, &WeightError{Pointer: ptr, Err: err}
@@ -108,9 +113,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	case err != nil && s.modeOf(ptr) == resolve.Preferred && ctx.Err() == nil:
 		outcome, fallbackCause = OutcomeFallback, err
 		s.metrics.fallbacks.Inc()
-		fl := maps.Clone(labels)
-		fl[LabelFallback] = time.Now().UTC().Format(time.RFC3339)
-		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(fl))
+		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(labels), fallbackLabel())
 		if perr != nil {
 			outcome = OutcomeError
 			return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err)}
