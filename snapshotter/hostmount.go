@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -130,7 +131,7 @@ func (s *Snapshotter) mountPoint(dir string, create bool) (string, error) {
 	}
 	if create {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return "", fmt.Errorf("mount point: %w", err)
+			return "", fmt.Errorf("mount point: %w: %w", err, errdefs.ErrInvalidArgument)
 		}
 	}
 	real, err := filepath.EvalSymlinks(dir)
@@ -141,6 +142,24 @@ func (s *Snapshotter) mountPoint(dir string, create bool) (string, error) {
 		return "", fmt.Errorf("mount point: %w", err)
 	}
 	return real, overlaps(real)
+}
+
+// emptyDir refuses a mount point that is not an empty directory: a mount
+// would hide what it holds.
+func emptyDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	switch {
+	case len(names) > 0:
+		return fmt.Errorf("mount point %s is not empty: a mount would hide its files: %w", dir, errdefs.ErrInvalidArgument)
+	case !errors.Is(err, io.EOF):
+		return fmt.Errorf("mount point %s is not a directory (%v): %w", dir, err, errdefs.ErrInvalidArgument)
+	}
+	return nil
 }
 
 // Mount resolves the artifact (the store, then the reference given or the
@@ -176,6 +195,9 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 		delete(m.making, dir)
 		m.mu.Unlock()
 	}()
+	if err := emptyDir(dir); err != nil {
+		return nil, err
+	}
 	start := time.Now()
 	h, rep, err := s.leases.acquire(ctx, ptr)
 	if err != nil {

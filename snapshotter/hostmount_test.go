@@ -78,12 +78,16 @@ func TestHostMount(t *testing.T) {
 	}
 
 	// Refused requests, with their classes through the API.
+	full := t.TempDir()
+	os.WriteFile(filepath.Join(full, "f"), nil, 0o644)
 	for _, tc := range []struct {
 		name string
 		req  MountRequest
 		is   func(error) bool
 	}{
 		{"relative dir", MountRequest{Identity: id, Dir: "models"}, errdefs.IsInvalidArgument},
+		{"a directory with files", MountRequest{Identity: id, Dir: full}, errdefs.IsInvalidArgument},
+		{"a file", MountRequest{Identity: id, Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
 		{"inside the store", MountRequest{Identity: id, Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
 		{"bad identity", MountRequest{Identity: "sha256:12", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
 		{"tag reference", MountRequest{Identity: id, Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
