@@ -29,6 +29,9 @@ type ImageOptions struct {
 	Base     string // base image reference, or Scratch
 	Weights  []WeightMount
 	Platform string // picked from a base image index, and the scratch config's platform; "" means HostPlatform
+	// Mode is every pointer's LabelMode: ModeRequired, ModePreferred, or ""
+	// to leave it to the node.
+	Mode string
 }
 
 // ImageReport says what BuildImage wrote.
@@ -72,6 +75,9 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 		return nil, &ManifestError{Ref: target.String(), Reason: "a weight image needs at least one --weights"}
 	}
 	rep := &ImageReport{Ref: target.String(), Base: o.Base}
+	if o.Mode != "" && o.Mode != ModeRequired && o.Mode != ModePreferred {
+		return nil, &ManifestError{Ref: target.String(), Reason: fmt.Sprintf("mode %q: want %s or %s", o.Mode, ModeRequired, ModePreferred)}
+	}
 	var ptrs []Pointer
 	var pls []*PointerLayer
 	seen := map[string]bool{}
@@ -97,7 +103,7 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 			return nil, err
 		}
 		ptrs = append(ptrs, Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
-			Files: len(plan.Files), Bytes: plan.TotalBytes()})
+			Files: len(plan.Files), Bytes: plan.TotalBytes(), Mode: o.Mode})
 	}
 	for i, p := range ptrs {
 		for _, n := range ptrs[i+1:] {

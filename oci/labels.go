@@ -1,6 +1,8 @@
 package oci
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -52,9 +54,12 @@ func IsWeightLayer(labels map[string]string) bool {
 	return false
 }
 
-// pointerLabels are the labels (layer annotations) that carry p.
-func pointerLabels(p Pointer) map[string]string {
+// PointerLabels are the labels (layer annotations) that carry p.
+func PointerLabels(p Pointer) map[string]string {
 	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
+	if p.Mode != "" {
+		labels[LabelMode] = p.Mode
+	}
 	if len(p.Next) > 0 {
 		next := make([]string, len(p.Next))
 		for i, n := range p.Next {
@@ -81,7 +86,8 @@ func labelBytes(labels map[string]string) int {
 // a registry reference pinned by a sha256 digest, the identity is
 // sha256:<64 lower-case hex>, the target is an absolute clean directory
 // (CleanTarget leaves it as it is), every LabelNext entry is such an
-// identity and reference, and the weightsnap labels together fit in
+// identity and reference, LabelMode is absent, ModeRequired or
+// ModePreferred, and the weightsnap labels together fit in
 // containerd's limit for one label; anything else is a *LabelError.
 // Labels of other keys are ignored.
 func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error) {
@@ -116,6 +122,12 @@ func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error
 		return Pointer{}, true, labelError(LabelTarget, target, "not clean (want %q)", c)
 	}
 	p = Pointer{Schema: PointerSchema, Artifact: art, Identity: id, Target: target}
+	if m, ok := labels[LabelMode]; ok {
+		if m != ModeRequired && m != ModePreferred {
+			return Pointer{}, true, labelError(LabelMode, m, "want %s or %s", ModeRequired, ModePreferred)
+		}
+		p.Mode = m
+	}
 	if next := labels[LabelNext]; next != "" {
 		for _, e := range strings.Split(next, ",") {
 			nid, nart, ok := strings.Cut(e, "=")
@@ -150,6 +162,38 @@ func checkPinnedRef(ref string) error {
 	}
 	return nil
 }
+
+// maxPointerFileBytes bounds a pointer file: its fields fit in one
+// snapshot's labels.
+const maxPointerFileBytes = maxLabelsBytes
+
+// ParsePointerFile reads a pointer file (untrusted: it comes from an
+// image's layer): canonical JSON of a Pointer whose fields pass
+// ParsePointerLabels as labels would, at most 4096 bytes, nothing unknown.
+func ParsePointerFile(raw []byte) (Pointer, error) {
+	if len(raw) > maxPointerFileBytes {
+		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file of %d bytes, more than %d", len(raw), maxPointerFileBytes)}
+	}
+	var p Pointer
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil || dec.More() {
+		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file is not one JSON pointer: %v", err)}
+	}
+	if p.Schema != PointerSchema {
+		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file schema %d, want %d", p.Schema, PointerSchema)}
+	}
+	q, _, err := ParsePointerLabels(PointerLabels(p))
+	if err != nil {
+		return Pointer{}, err
+	}
+	q.Files, q.Bytes = p.Files, p.Bytes
+	return q, nil
+}
+
+// IsIdentity says whether s is an identity digest as pointers carry it:
+// sha256:<64 lower-case hex>.
+func IsIdentity(s string) bool { return identityRE.MatchString(s) }
 
 // PointerFromAnnotations reads the pointer a layer descriptor carries with
 // ParsePointerLabels: ok is false for an ordinary layer.

@@ -33,6 +33,9 @@ func TestParsePointerLabels(t *testing.T) {
 		{"valid with next", func(m map[string]string) {
 			m[LabelNext] = "sha256:" + strings.Repeat("3", 64) + "=reg.example/a" + pin + ",sha256:" + strings.Repeat("4", 64) + "=reg.example/b" + pin
 		}, true, ""},
+		{"preferred", func(m map[string]string) { m[LabelMode] = ModePreferred }, true, ""},
+		{"mode unknown", func(m map[string]string) { m[LabelMode] = "sometimes" }, true, LabelMode},
+		{"mode empty", func(m map[string]string) { m[LabelMode] = "" }, true, LabelMode},
 		{"ordinary layer", func(m map[string]string) { clear(m); m["containerd.io/snapshot.ref"] = "x" }, false, ""},
 		{"relative target", func(m map[string]string) { m[LabelTarget] = "models/x" }, true, LabelTarget},
 		{"dot-dot target", func(m map[string]string) { m[LabelTarget] = "/models/../etc" }, true, LabelTarget},
@@ -72,7 +75,7 @@ func TestParsePointerLabels(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ok && (p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama") {
+				if ok && (p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode]) {
 					t.Fatalf("pointer %+v", p)
 				}
 				if next := m[LabelNext]; next != "" && len(p.Next) != strings.Count(next, ",")+1 {
@@ -220,4 +223,60 @@ func TestPointerLayerNext(t *testing.T) {
 	if labelBytes(pl.Desc.Annotations) > maxLabelsBytes/2 || pl.Desc.Digest != plain.Desc.Digest {
 		t.Fatalf("labels %d bytes; digest %s vs %s", labelBytes(pl.Desc.Annotations), pl.Desc.Digest, plain.Desc.Digest)
 	}
+}
+
+func TestParsePointerFile(t *testing.T) {
+	good, err := PointerFile(testPointer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	preferred := testPointer()
+	preferred.Mode = ModePreferred
+	withMode, _ := PointerFile(preferred)
+	for _, tc := range []struct {
+		name string
+		raw  string
+		ok   bool
+	}{
+		{"good", string(good), true},
+		{"with a mode", string(withMode), true},
+		{"unknown field", strings.Replace(string(good), `{"artifact"`, `{"extra":1,"artifact"`, 1), false},
+		{"two documents", string(good) + string(good), false},
+		{"schema 2", strings.Replace(string(good), `"schema":1`, `"schema":2`, 1), false},
+		{"relative target", strings.Replace(string(good), `"target":"/`, `"target":"`, 1), false},
+		{"tag reference", strings.Replace(string(good), "@sha256:", ":v1@x", 1), false},
+		{"oversized", string(good) + strings.Repeat(" ", 5000), false},
+		{"not JSON", "pointer", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := ParsePointerFile([]byte(tc.raw))
+			if (err == nil) != tc.ok {
+				t.Fatalf("err %v, want ok=%v", err, tc.ok)
+			}
+			if err != nil && !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("err %v is not invalid input", err)
+			}
+			if tc.ok && (p.Identity != testIdentity || p.Target != "/models/llama") {
+				t.Fatalf("pointer %+v", p)
+			}
+		})
+	}
+}
+
+// FuzzParsePointerFile: whatever the bytes of a pointer file (image
+// content), an accepted pointer is one ParsePointerLabels accepts.
+func FuzzParsePointerFile(f *testing.F) {
+	good, _ := PointerFile(testPointer())
+	f.Add(good)
+	f.Add([]byte(`{"artifact":"h/r@sha256:` + zeros + `","identity":"sha256:` + zeros + `","schema":1,"target":"/a/../b"}`))
+	f.Add([]byte(`{"schema":1}`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		p, err := ParsePointerFile(raw)
+		if err != nil {
+			return
+		}
+		if q, _, err := ParsePointerLabels(PointerLabels(p)); err != nil || q.Identity != p.Identity || q.Target != p.Target {
+			t.Fatalf("accepted %+v, which its labels refuse: %v", p, err)
+		}
+	})
 }

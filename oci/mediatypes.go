@@ -56,8 +56,19 @@ const (
 	// LabelNext lists the image's later pointers, "<identity>=<artifact>"
 	// joined by ",", for resolving them ahead (Pointer.Next).
 	LabelNext = "containerd.io/snapshot/weightsnap.next"
+	// LabelMode is what a node does when the artifact cannot be had:
+	// ModeRequired (the pull fails) or ModePreferred (the pointer layer
+	// unpacks as it is and the weights come later); absent, the node's
+	// configured mode decides (Pointer.Mode).
+	LabelMode = "containerd.io/snapshot/weightsnap.mode"
 	// maxLabelsBytes is containerd's limit on the labels of one snapshot.
 	maxLabelsBytes = 4096
+)
+
+// Values of LabelMode.
+const (
+	ModeRequired  = "required"
+	ModePreferred = "preferred"
 )
 
 // LayerMediaType is the ModelPack layer type of a payload file: weights for

@@ -36,6 +36,11 @@ type Pointer struct {
 	// resolves them while containerd still prepares this layer (containerd
 	// prepares an image's layers one after the other). Not in the file.
 	Next []Pointer `json:"-"`
+	// Mode is the image's choice when the artifact cannot be had
+	// (ModeRequired, ModePreferred), carried in the LabelMode label; ""
+	// leaves it to the node. It is in the file too, so images that differ
+	// only in it have different layers, and never share a snapshot.
+	Mode string `json:"mode,omitempty"`
 }
 
 // PointerLayer is one built pointer layer: its tar bytes and descriptor.
@@ -103,10 +108,10 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	}
 	// Next is a hint: leave out what would take the labels past half of
 	// containerd's limit, keeping that half for the labels containerd adds.
-	labels := pointerLabels(p)
+	labels := PointerLabels(p)
 	for len(p.Next) > 0 && labelBytes(labels) > maxLabelsBytes/2 {
 		p.Next = p.Next[:len(p.Next)-1]
-		labels = pointerLabels(p)
+		labels = PointerLabels(p)
 	}
 	if _, _, err := ParsePointerLabels(labels); err != nil {
 		return nil, err

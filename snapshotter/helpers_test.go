@@ -26,6 +26,8 @@ type node struct {
 	root     string
 	dom      *store.Domain
 	resolver *countingResolver
+	mode     resolve.Mode // the snapshotter's; "" is required
+	metrics  *Metrics
 	sn       *Snapshotter
 }
 
@@ -52,7 +54,9 @@ func newNode(t testing.TB, dir string) *node {
 // open (re)opens the snapshotter.
 func (n *node) open(t testing.TB) {
 	t.Helper()
-	sn, err := New(context.Background(), Config{Root: filepath.Join(n.root, "snapshots"), Store: n.dom, Resolver: n.resolver})
+	n.metrics = NewMetrics()
+	sn, err := New(context.Background(), Config{Root: filepath.Join(n.root, "snapshots"), Store: n.dom, Resolver: n.resolver,
+		Mode: n.mode, Retry: Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond}, Metrics: n.metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,17 +67,50 @@ func (n *node) open(t testing.TB) {
 // importModel synthesises a checkpoint and imports it; it returns the identity digest.
 func (n *node) importModel(t testing.TB, size int64, seed uint64) string {
 	t.Helper()
-	ctx := context.Background()
+	return importInto(t, n.dom, synthModel(t, size, seed))
+}
+
+// synthModel writes a synthetic checkpoint and returns its directory.
+func synthModel(t testing.TB, size int64, seed uint64) string {
+	t.Helper()
 	src := filepath.Join(t.TempDir(), "ckpt")
-	if err := synth.Write(ctx, src, synth.Options{Size: size, Shards: 2, DType: "BF16", Seed: seed}); err != nil {
+	if err := synth.Write(context.Background(), src, synth.Options{Size: size, Shards: 2, DType: "BF16", Seed: seed}); err != nil {
 		t.Fatal(err)
 	}
-	l, _, err := resolve.Import(ctx, n.dom, resolve.ImportRequest{Dir: src, Revision: testRevision, Repository: "org/m"})
+	return src
+}
+
+// importInto imports the checkpoint src into d; it returns the identity
+// digest, the same for every store.
+func importInto(t testing.TB, d *store.Domain, src string) string {
+	t.Helper()
+	l, _, err := resolve.Import(context.Background(), d, resolve.ImportRequest{Dir: src, Revision: testRevision, Repository: "org/m"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	return "sha256:" + l.ID
+}
+
+// elsewhere is the identity of the checkpoint src, computed in a store of
+// its own: the node's store does not have it.
+func elsewhere(t testing.TB, src string) string {
+	t.Helper()
+	d, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "other"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return importInto(t, d, src)
+}
+
+// eventually polls cond for up to 20 s.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 20s", what)
+		}
+	}
 }
 
 // weightLabels are the labels containerd passes to the Prepare of a

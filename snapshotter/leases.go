@@ -3,6 +3,7 @@ package snapshotter
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -14,27 +15,29 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// leases holds one store lease per artifact that a committed weight
-// snapshot needs, and runs at most one resolution per identity at a time.
+// leases holds one store lease per artifact that a holder needs (a
+// committed weight snapshot, by its name, or a host mount, by
+// mountHolderPrefix and its directory), and runs at most one resolution per
+// identity at a time.
 type leases struct {
 	ctx      context.Context // bounds resolutions: the snapshotter's life
 	resolver Resolver
 	metrics  *Metrics
 
-	mu      sync.Mutex
-	held    map[string]*held   // by identity hex
-	bySnap  map[string]*held   // committed weight snapshot name -> its artifact
-	flights map[string]*flight // resolutions in progress, by identity hex
-	closed  bool
+	mu       sync.Mutex
+	held     map[string]*held   // by identity hex
+	byHolder map[string]*held   // holder -> its artifact
+	flights  map[string]*flight // resolutions in progress, by identity hex
+	closed   bool
 }
 
-// held is one leased artifact: kept while a snapshot needs it or a Prepare
+// held is one leased artifact: kept while a holder needs it or a Prepare
 // is using it (pinned).
 type held struct {
-	hex   string
-	lease *store.Lease
-	snaps map[string]struct{}
-	pins  int
+	hex     string
+	lease   *store.Lease
+	holders map[string]struct{}
+	pins    int
 }
 
 // flight is one resolution of an identity, shared by every Prepare that
@@ -50,7 +53,7 @@ type flight struct {
 
 func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
 	return &leases{ctx: ctx, resolver: r, metrics: m,
-		held: map[string]*held{}, bySnap: map[string]*held{}, flights: map[string]*flight{}}
+		held: map[string]*held{}, byHolder: map[string]*held{}, flights: map[string]*flight{}}
 }
 
 // acquire returns the artifact of ptr, pinned (release unpins it), and the
@@ -132,20 +135,49 @@ func (l *leases) fly(hex string, f *flight, ptr oci.Pointer) {
 		case f.waiters == 0: // everyone gave up: the artifact stays in the store
 			res.Close()
 		default:
-			f.held = &held{hex: hex, lease: res.Lease, snaps: map[string]struct{}{}, pins: f.waiters}
-			l.held[hex] = f.held
-			l.metrics.leasesHeld.Set(float64(len(l.held)))
+			f.held = l.hold(hex, res.Lease)
+			f.held.pins = f.waiters
 		}
 	}
 	close(f.done)
 }
 
-// attach records that the committed snapshot name needs h.
-func (l *leases) attach(h *held, name string) {
+// hold enters a lease into the table, unpinned; l.mu is held and hex is
+// not held yet.
+func (l *leases) hold(hex string, lease *store.Lease) *held {
+	h := &held{hex: hex, lease: lease, holders: map[string]struct{}{}}
+	l.held[hex] = h
+	l.metrics.leasesHeld.Set(float64(len(l.held)))
+	return h
+}
+
+// adopt gives holders a lease taken outside a resolution (from the store at
+// start); when the artifact is held already, the lease is closed.
+func (l *leases) adopt(lease *store.Lease, holders ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h.snaps[name] = struct{}{}
-	l.bySnap[name] = h
+	h := l.held[lease.ID]
+	switch {
+	case l.closed:
+		lease.Close()
+		return
+	case h != nil:
+		lease.Close()
+	default:
+		h = l.hold(lease.ID, lease)
+	}
+	for _, name := range holders {
+		h.holders[name] = struct{}{}
+		l.byHolder[name] = h
+	}
+}
+
+// attach records that holder needs h.
+func (l *leases) attach(h *held, holder string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h.holders[holder] = struct{}{}
+	l.byHolder[holder] = h
 }
 
 // release unpins h; an artifact nothing needs any more is let go.
@@ -156,26 +188,26 @@ func (l *leases) release(h *held) {
 	l.dropIfUnused(h)
 }
 
-// detach forgets the snapshot name (removed); the last snapshot of an
-// artifact lets its lease go.
-func (l *leases) detach(ctx context.Context, name string) {
+// detach forgets holder (a snapshot removed, a mount undone); the last
+// holder of an artifact lets its lease go.
+func (l *leases) detach(ctx context.Context, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.bySnap[name]
+	h := l.byHolder[holder]
 	if h == nil {
 		return
 	}
-	delete(l.bySnap, name)
-	delete(h.snaps, name)
+	delete(l.byHolder, holder)
+	delete(h.holders, holder)
 	if l.dropIfUnused(h) {
-		log.G(ctx).WithField("identity", "sha256:"+h.hex).WithField("snapshot", name).Info("lease released: no snapshot needs the artifact")
+		log.G(ctx).WithField("identity", "sha256:"+h.hex).WithField("holder", holder).Info("lease released: nothing needs the artifact")
 	}
 }
 
-// dropIfUnused closes the lease of an artifact no snapshot and no Prepare
+// dropIfUnused closes the lease of an artifact no holder and no Prepare
 // needs; l.mu is held.
 func (l *leases) dropIfUnused(h *held) bool {
-	if h.pins > 0 || len(h.snaps) > 0 || l.held[h.hex] != h {
+	if h.pins > 0 || len(h.holders) > 0 || l.held[h.hex] != h {
 		return false
 	}
 	delete(l.held, h.hex)
@@ -193,7 +225,7 @@ func (l *leases) close() {
 		h.lease.Close()
 		delete(l.held, hex)
 	}
-	clear(l.bySnap)
+	clear(l.byHolder)
 	l.metrics.leasesHeld.Set(0)
 }
 
@@ -206,4 +238,27 @@ func (l *leases) identities() []string {
 		out = append(out, "sha256:"+hex)
 	}
 	return out
+}
+
+// holds says whether holder has its artifact's lease.
+func (l *leases) holds(holder string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.byHolder[holder] != nil
+}
+
+// holdersOf lists the holders of the artifact hex, sorted; leased is
+// whether its lease is held.
+func (l *leases) holdersOf(hex string) (holders []string, leased bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.held[hex]
+	if h == nil {
+		return nil, false
+	}
+	for name := range h.holders {
+		holders = append(holders, name)
+	}
+	slices.Sort(holders)
+	return holders, true
 }

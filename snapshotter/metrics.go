@@ -16,6 +16,10 @@ type Metrics struct {
 	fetched    *prometheus.CounterVec
 	leasesHeld prometheus.Gauge
 	fallbacks  prometheus.Counter
+
+	repairs        *prometheus.CounterVec
+	pendingRepairs prometheus.Gauge
+	hostMounts     prometheus.Gauge
 }
 
 // NewMetrics makes the metrics; Register adds them to a registry.
@@ -33,15 +37,21 @@ func NewMetrics() *Metrics {
 		fetched: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
 			Name: "fetched_bytes_total", Help: "Artifact bytes resolutions moved into the store, by source."}, []string{"source"}),
 		leasesHeld: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
-			Name: "leases_held", Help: "Store artifacts leased for weight snapshots."}),
+			Name: "leases_held", Help: "Store artifacts leased for weight snapshots and host mounts."}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
 			Name: "fallbacks_total", Help: "Weight layers unpacked as their empty pointer layer instead of the artifact (preferred mode)."}),
+		repairs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
+			Name: "repairs_total", Help: "Background repairs by outcome: filled (a fallback got its weights), leased (a lease taken again), unresolved (a try whose artifact did not resolve), error."}, []string{"outcome"}),
+		pendingRepairs: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
+			Name: "pending_repairs", Help: "Fallback snapshots waiting for their weights, and snapshots and host mounts waiting for their lease."}),
+		hostMounts: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
+			Name: "host_mounts", Help: "Host mounts (weightsnap mount)."}),
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.prepares, m.prepareDur, m.resolveDur, m.viewBytes, m.fetched, m.leasesHeld, m.fallbacks} {
+	for _, c := range []prometheus.Collector{m.prepares, m.prepareDur, m.resolveDur, m.viewBytes, m.fetched, m.leasesHeld, m.fallbacks, m.repairs, m.pendingRepairs, m.hostMounts} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

@@ -12,6 +12,7 @@ import (
 	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
 	"github.com/containerd/containerd/v2/contrib/snapshotservice"
 	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"google.golang.org/grpc"
 )
@@ -28,22 +29,8 @@ type Server struct {
 // replaced) and registers the snapshots API for sn on it; Serve serves.
 // Calls log through ctx's logger.
 func Listen(ctx context.Context, path string, sn snapshots.Snapshotter) (*Server, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
-		return nil, fmt.Errorf("socket directory: %w", err)
-	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if c, err := net.Dial("unix", path); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("socket %s is served by another process", path)
-		}
-		os.Remove(path)
-	}
-	lis, err := net.Listen("unix", path)
+	lis, err := listenUnix(path)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		lis.Close()
 		return nil, err
 	}
 	logger := log.G(ctx)
@@ -79,4 +66,28 @@ func (s *Server) Stop(ctx context.Context, grace time.Duration) {
 		<-done
 	}
 	os.Remove(s.path)
+}
+
+// listenUnix listens on a unix socket at path, mode 0660, replacing a
+// stale socket; one another process serves is refused.
+func listenUnix(path string) (net.Listener, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
+		return nil, fmt.Errorf("socket directory: %w", err)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.Dial("unix", path); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("socket %s is served by another process: %w", path, errdefs.ErrFailedPrecondition)
+		}
+		os.Remove(path)
+	}
+	lis, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o660); err != nil {
+		lis.Close()
+		return nil, err
+	}
+	return lis, nil
 }

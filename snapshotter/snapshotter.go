@@ -8,31 +8,37 @@
 // which containerd passes to Prepare) name an artifact:
 // containerd.io/snapshot/weightsnap.{artifact,identity,target}. Its
 // Prepare, in order: validate the labels (oci.ParsePointerLabels); resolve
-// the identity through the resolution runtime (the store, then the
-// registry the label names, if it is a configured one), one resolution per
-// identity at a time; Prepare a temporary snapshot on the wrapped overlay
-// snapshotter; hardlink the artifact's payload files into that snapshot's
-// own directory under the target; Commit it under the
+// the identity through the resolution runtime (the store, then the peers
+// and the registry the label names, if it is a configured one), one
+// resolution per identity at a time; Prepare a temporary snapshot on the
+// wrapped overlay snapshotter; hardlink the artifact's payload files into
+// that snapshot's own directory under the target; Commit it under the
 // containerd.io/snapshot.ref chain ID with the labels; and answer
-// errdefs.ErrAlreadyExists, so containerd fetches and applies nothing.
+// errdefs.ErrAlreadyExists, so containerd fetches and applies nothing. A
+// pointer layer unpacked without its labels is recognised at Commit
+// (detect.go). When the artifact cannot be had, required mode fails the
+// Prepare; preferred mode lets the pointer layer unpack, marks the snapshot
+// (LabelFallback) and repairs it in the background (repair.go).
 //
-// While a committed weight snapshot exists the snapshotter holds a store
-// lease on its artifact (weightsnap rm refuses). The record of that is the
-// snapshot's own containerd.io/snapshot/weightsnap.identity label, kept by
-// the overlay snapshotter's metastore: New walks the snapshots and takes
-// every lease again; Remove drops a lease with the last snapshot needing it.
+// While a committed weight snapshot or a host mount (hostmount.go) exists
+// the snapshotter holds a store lease on its artifact (weightsnap rm
+// refuses). The record of that is the snapshot's own labels, kept by the
+// overlay snapshotter's metastore, and the host mount's record file: New
+// takes every lease again from the store alone (retake.go); Remove drops a
+// lease with the last holder needing it. The control API (control.go)
+// serves host mounts and holders to the CLI.
 package snapshotter
 
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
@@ -46,33 +52,77 @@ type Resolver interface {
 
 // Config configures a Snapshotter.
 type Config struct {
-	// Root is the snapshotter's directory: the overlay snapshotter's root.
-	// It must be on the store's filesystem.
+	// Root is the snapshotter's directory: the overlay snapshotter's root,
+	// and mounts/ for host mounts. It must be on the store's filesystem.
 	Root string
 	// Store is the node's store domain, whose payload files views link to.
 	Store *store.Domain
-	// Resolver resolves weight layers (in required mode).
+	// Resolver resolves weight layers and host mounts.
 	Resolver Resolver
+	// Mode is what a weight layer whose artifact cannot be had does when
+	// its image does not say (oci.LabelMode): resolve.Required (also "")
+	// fails its Prepare; resolve.Preferred lets the pointer layer unpack,
+	// and the weights are filled in once the artifact resolves.
+	Mode resolve.Mode
+	// Retry paces the background repairs: the first try after Retry.Initial,
+	// each later wait twice the last, up to Retry.Max. Zero values are
+	// DefaultRetry's.
+	Retry Backoff
 	// Metrics records what the snapshotter does; nil makes unregistered ones.
 	Metrics *Metrics
 }
 
+// Backoff is an exponential backoff.
+type Backoff struct {
+	Initial, Max time.Duration
+}
+
+// DefaultRetry is the repairs' backoff when none is configured.
+var DefaultRetry = Backoff{Initial: time.Second, Max: 5 * time.Minute}
+
+// Keys of the snapshotter's own short-lived snapshots; those a crash left
+// behind are removed at start.
+const (
+	tmpView   = "weightsnap-view"   // a weight layer's view, before its commit
+	tmpRepair = "weightsnap-repair" // a view to find a committed snapshot's directory
+)
+
 // Snapshotter is containerd's overlay snapshotter with weight layers.
 type Snapshotter struct {
+	root    string
+	store   *store.Domain
+	mode    resolve.Mode
 	overlay snapshots.Snapshotter
 	leases  *leases
+	repairs *repairs
+	mounts  *hostMounts
 	metrics *Metrics
 }
 
 var _ snapshots.Snapshotter = (*Snapshotter)(nil)
 
 // New checks that Root and the store share a filesystem (views are
-// hardlinks), opens the overlay snapshotter at Root, and takes a lease for
-// every committed weight snapshot. ctx bounds the resolutions it starts
-// for the rest of its life.
+// hardlinks), opens the overlay snapshotter at Root, and takes again, from
+// the store alone, the lease of every committed weight snapshot and host
+// mount; whatever the store cannot serve now is repaired in the background
+// (see retake). ctx bounds the resolutions and repairs it starts for the
+// rest of its life.
 func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if cfg.Store == nil || cfg.Resolver == nil || cfg.Root == "" {
 		return nil, fmt.Errorf("snapshotter: a root, a store and a resolver are needed: %w", errdefs.ErrInvalidArgument)
+	}
+	switch cfg.Mode {
+	case "":
+		cfg.Mode = resolve.Required
+	case resolve.Required, resolve.Preferred:
+	default:
+		return nil, fmt.Errorf("snapshotter: mode %q: want required or preferred: %w", cfg.Mode, errdefs.ErrInvalidArgument)
+	}
+	if cfg.Retry.Initial <= 0 {
+		cfg.Retry.Initial = DefaultRetry.Initial
+	}
+	if cfg.Retry.Max < cfg.Retry.Initial {
+		cfg.Retry.Max = max(cfg.Retry.Initial, DefaultRetry.Max)
 	}
 	if err := sameFilesystem(cfg.Root, cfg.Store.Root()); err != nil {
 		return nil, err
@@ -85,7 +135,10 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
-	s := &Snapshotter{overlay: ov, metrics: m, leases: newLeases(ctx, cfg.Resolver, m)}
+	s := &Snapshotter{root: cfg.Root, store: cfg.Store, mode: cfg.Mode, overlay: ov, metrics: m,
+		leases: newLeases(ctx, cfg.Resolver, m)}
+	s.repairs = newRepairs(ctx, s, cfg.Retry)
+	s.mounts = newHostMounts(filepath.Join(cfg.Root, "mounts"))
 	if err := s.retake(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -94,7 +147,9 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 }
 
 // Prepare creates an active snapshot; a weight layer's is committed at once
-// with its weights in place, answered with errdefs.ErrAlreadyExists.
+// with its weights in place, answered with errdefs.ErrAlreadyExists (or, in
+// preferred mode when the artifact cannot be had, prepared as an ordinary
+// layer and marked a fallback).
 func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
 	var info snapshots.Info
 	for _, o := range opts {
@@ -107,7 +162,7 @@ func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...s
 		s.metrics.ordinary(err)
 		return m, err
 	}
-	return nil, s.prepareWeights(ctx, key, parent, info.Labels)
+	return s.prepareWeights(ctx, key, parent, info.Labels)
 }
 
 // View creates a read-only snapshot of parent.
@@ -120,8 +175,25 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 	return s.overlay.Mounts(ctx, key)
 }
 
-// Commit commits an active snapshot.
+// Commit commits an active snapshot. A fallback weight layer stays marked
+// as one, and its repair starts; a pointer layer unpacked without its
+// labels becomes a weight snapshot (commitFound).
 func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snapshots.Opt) error {
+	active, err := s.overlay.Stat(ctx, key)
+	switch {
+	case err != nil || active.Kind != snapshots.KindActive: // the overlay snapshotter says what is wrong
+	case active.Labels[LabelFallback] != "":
+		opts = append(opts, snapshots.WithLabels(map[string]string{LabelFallback: active.Labels[LabelFallback]}))
+		if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
+			return err
+		}
+		if ptr, _, err := oci.ParsePointerLabels(active.Labels); err == nil {
+			s.repairs.add(ptr, name)
+		}
+		return nil
+	case !oci.IsWeightLayer(active.Labels):
+		return s.commitFound(ctx, name, key, opts)
+	}
 	return s.overlay.Commit(ctx, name, key, opts...)
 }
 
@@ -145,12 +217,13 @@ func (s *Snapshotter) Walk(ctx context.Context, fn snapshots.WalkFunc, filters .
 	return s.overlay.Walk(ctx, fn, filters...)
 }
 
-// Remove removes a snapshot; the last weight snapshot of an artifact
-// takes its lease with it.
+// Remove removes a snapshot; the last holder of an artifact takes its
+// lease with it.
 func (s *Snapshotter) Remove(ctx context.Context, key string) error {
 	if err := s.overlay.Remove(ctx, key); err != nil {
 		return err
 	}
+	s.repairs.forget(key)
 	s.leases.detach(ctx, key)
 	return nil
 }
@@ -163,47 +236,11 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 	return nil
 }
 
-// Close releases every lease and closes the overlay snapshotter.
+// Close stops the repairs, releases every lease and closes the overlay
+// snapshotter. Host mounts stay mounted (and are taken again by the next
+// New).
 func (s *Snapshotter) Close() error {
+	s.repairs.stop()
 	s.leases.close()
 	return s.overlay.Close()
-}
-
-// retake takes the lease of every committed weight snapshot again: the
-// labels of the snapshots are the record.
-func (s *Snapshotter) retake(ctx context.Context) error {
-	type weightSnap struct {
-		name string
-		ptr  oci.Pointer
-	}
-	var found []weightSnap
-	err := s.overlay.Walk(ctx, func(ctx context.Context, info snapshots.Info) error {
-		if info.Kind != snapshots.KindCommitted || info.Labels[oci.LabelIdentity] == "" {
-			return nil
-		}
-		ptr, _, err := oci.ParsePointerLabels(info.Labels)
-		if err != nil {
-			log.G(ctx).WithError(err).WithField("snapshot", info.Name).Error("weight snapshot with bad labels: no lease taken")
-			return nil
-		}
-		found = append(found, weightSnap{info.Name, ptr})
-		return nil
-	})
-	if err != nil && !errdefs.IsNotFound(err) { // a new metastore has no bucket yet
-		return fmt.Errorf("snapshotter: walk snapshots: %w", err)
-	}
-	for _, w := range found {
-		start := time.Now()
-		h, _, err := s.leases.acquire(ctx, w.ptr)
-		if err != nil {
-			log.G(ctx).WithError(err).WithField("snapshot", w.name).WithField("identity", w.ptr.Identity).
-				Error("weight snapshot whose artifact did not resolve: no lease taken")
-			continue
-		}
-		s.leases.attach(h, w.name)
-		s.leases.release(h)
-		log.G(ctx).WithField("snapshot", w.name).WithField("identity", w.ptr.Identity).
-			WithField("duration", time.Since(start)).Info("lease taken again")
-	}
-	return nil
 }

@@ -78,7 +78,10 @@ func TestWeightLayer(t *testing.T) {
 	}
 
 	// Its directory holds the store's inodes, and the pointer file.
-	dir := committedDir(t, n, chainID(2))
+	dir, err := committedDir(ctx, n.sn.overlay, chainID(2))
+	if err != nil {
+		t.Fatal(err)
+	}
 	l, err := n.dom.Lookup(ctx, hex, "")
 	if err != nil {
 		t.Fatal(err)
@@ -139,30 +142,6 @@ func TestWeightLayer(t *testing.T) {
 	if err := n.dom.Remove(ctx, hex); err != nil {
 		t.Fatalf("remove after the snapshots went: %v", err)
 	}
-}
-
-// committedDir is the directory of a committed snapshot, from the mounts of
-// a view of it.
-func committedDir(t testing.TB, n *node, name string) string {
-	t.Helper()
-	ctx := context.Background()
-	mounts, err := n.sn.View(ctx, "view-of "+name, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.sn.Remove(ctx, "view-of "+name); err != nil { // the path stays the snapshot's
-		t.Fatal(err)
-	}
-	if len(mounts) == 1 && mounts[0].Type == "bind" {
-		return mounts[0].Source
-	}
-	for _, o := range mounts[0].Options {
-		if lower, ok := strings.CutPrefix(o, "lowerdir="); ok {
-			return strings.Split(lower, ":")[0] // the top layer: the snapshot itself
-		}
-	}
-	t.Fatalf("view mounts %+v", mounts)
-	return ""
 }
 
 // TestBadLabels: every malformed pointer fails Prepare with a clear,

@@ -1,15 +1,20 @@
 package snapshotter
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
@@ -37,23 +42,63 @@ func snapshotDir(mounts []mount.Mount) (string, error) {
 	return "", fmt.Errorf("no snapshot directory in the overlay snapshotter's mounts %v: %w", mounts, errdefs.ErrNotImplemented)
 }
 
-// buildView fills a fresh snapshot directory with the artifact at the
-// pointer's target: every payload file a hardlink to the store's inode (the
-// very file the lease validated and holds open), plus the pointer file the
-// pointer layer would have held. Directories are 0755; files keep the
-// store's read-only mode and owner.
-func buildView(dir string, ptr oci.Pointer, l *store.Lease) error {
-	root := filepath.Join(dir, ptr.Target) // ptr.Target is absolute and clean: it stays under dir
+// committedDir is the directory that holds a committed snapshot's own
+// files, read from the mounts of a short-lived view of it: the bind source
+// of a view of one layer, the first lowerdir of a view of several.
+func committedDir(ctx context.Context, sn snapshots.Snapshotter, name string) (string, error) {
+	key := fmt.Sprintf("%s %d %s", tmpRepair, time.Now().UnixNano(), name)
+	mounts, err := sn.View(ctx, key, name)
+	if err != nil {
+		return "", err
+	}
+	if err := sn.Remove(context.WithoutCancel(ctx), key); err != nil && !errdefs.IsNotFound(err) {
+		log.G(ctx).WithError(err).WithField("key", key).Warn("remove a view made to find a snapshot's directory")
+	}
+	if len(mounts) == 1 {
+		switch m := mounts[0]; m.Type {
+		case "bind":
+			return m.Source, nil
+		case "overlay":
+			for _, o := range m.Options {
+				if lower, ok := strings.CutPrefix(o, "lowerdir="); ok {
+					return strings.Split(lower, ":")[0], nil // the top layer: the snapshot itself
+				}
+			}
+		}
+	}
+	return "", fmt.Errorf("no snapshot directory in the mounts of a view of %s %v: %w", name, mounts, errdefs.ErrNotImplemented)
+}
+
+// buildView puts the artifact in the directory root (created as needed):
+// every payload file a hardlink to the store's inode (the very file the
+// lease validated and holds open), and the pointer file the pointer layer
+// holds, at .weightsnap/pointers/, with the artifact's file count and size.
+// Directories are 0755; files keep the store's read-only mode and owner.
+// It is idempotent: a file that is already the store's inode stays, anything
+// else at a file's path is replaced, so it also fills a directory where the
+// pointer layer was unpacked.
+func buildView(root string, ptr oci.Pointer, l *store.Lease) error {
 	for _, f := range l.Files() {
 		dst := filepath.Join(root, f.Path) // store paths are validated relative paths
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return fmt.Errorf("view of %s: %w", f.Path, err)
 		}
+		var have, want unix.Stat_t
+		if unix.Lstat(dst, &have) == nil && unix.Fstat(int(f.File.Fd()), &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
+			continue
+		}
 		// Link the open file itself (through its /proc fd), not its path: the
-		// view gets exactly the inode the lease validated.
+		// view gets exactly the inode the lease validated. A temporary name,
+		// then a rename, replaces whatever was there.
 		src := "/proc/self/fd/" + strconv.Itoa(int(f.File.Fd()))
-		if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW); err != nil {
+		tmp := dst + ".weightsnap-link"
+		os.Remove(tmp)
+		if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, tmp, unix.AT_SYMLINK_FOLLOW); err != nil {
 			return fmt.Errorf("view of %s: link the store's file: %w", f.Path, err)
+		}
+		if err := os.Rename(tmp, dst); err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("view of %s: %w", f.Path, err)
 		}
 	}
 	ptr.Files, ptr.Bytes = len(l.Files()), l.Index.TotalBytes()
@@ -61,11 +106,11 @@ func buildView(dir string, ptr oci.Pointer, l *store.Lease) error {
 	if err != nil {
 		return err
 	}
-	pf := filepath.Join(dir, oci.PointerPath(ptr))
+	pf := filepath.Join(root, oci.PointerDir, strings.TrimPrefix(ptr.Identity, "sha256:")+".json")
 	if err := os.MkdirAll(filepath.Dir(pf), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(pf, body, 0o444); err != nil {
+	if err := artifact.WriteFileAtomic(pf, body, 0o444, artifact.Volatile); err != nil {
 		return fmt.Errorf("view: pointer file: %w", err)
 	}
 	return nil

@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"path/filepath"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -15,14 +17,26 @@ import (
 
 // Outcomes of a weight layer's Prepare, in logs and metrics.
 const (
-	OutcomeHit     = "hit"     // the artifact was in the store
-	OutcomeFetched = "fetched" // resolution fetched it
-	OutcomeHeld    = "held"    // another snapshot already held its lease
-	OutcomeExists  = "exists"  // the weight snapshot was already committed
-	OutcomeFailed  = "failed"  // it could not resolve (required mode: Prepare fails)
-	OutcomeInvalid = "invalid" // its labels were refused
-	OutcomeError   = "error"   // the snapshot could not be built
+	OutcomeHit      = "hit"      // the artifact was in the store
+	OutcomeFetched  = "fetched"  // resolution fetched it
+	OutcomeHeld     = "held"     // another snapshot already held its lease
+	OutcomeExists   = "exists"   // the weight snapshot was already committed
+	OutcomeFailed   = "failed"   // it could not resolve (required mode: Prepare fails)
+	OutcomeFallback = "fallback" // it could not resolve (preferred mode: the pointer layer unpacks)
+	OutcomeInvalid  = "invalid"  // its labels were refused
+	OutcomeError    = "error"    // the snapshot could not be built
 )
+
+// LabelFallback marks a weight snapshot whose pointer layer was unpacked as
+// it is because its artifact could not be had (preferred mode); its value is
+// when (RFC 3339). The repairs fill the weights in and remove it. Its key is
+// outside containerd.io/snapshot/, so no image can set it.
+const LabelFallback = "weightsnap/fallback"
+
+// fallbackLabel marks a snapshot as a fallback, from now.
+func fallbackLabel() snapshots.Opt {
+	return snapshots.WithLabels(map[string]string{LabelFallback: time.Now().UTC().Format(time.RFC3339)})
+}
 
 // WeightError is a weight layer whose Prepare failed: it names the artifact,
 // the identity and the target, and wraps the cause (a *resolve.Failure, a
@@ -42,17 +56,24 @@ func (e *WeightError) Error() string {
 func (e *WeightError) Unwrap() error { return e.Err }
 
 // prepareWeights builds and commits a weight layer's snapshot and answers
-// errdefs.ErrAlreadyExists; any failure leaves nothing behind.
-func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, labels map[string]string) (err error) {
+// errdefs.ErrAlreadyExists; any failure leaves nothing behind. When the
+// artifact cannot be had and the layer's mode is preferred, it prepares the
+// layer as an ordinary one instead (containerd unpacks the pointer layer
+// into it), marked with LabelFallback for the repairs.
+func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, labels map[string]string) (_ []mount.Mount, err error) {
 	start := time.Now()
 	var ptr oci.Pointer
+	var fallbackCause error // why a preferred layer fell back
 	outcome, source := OutcomeError, ""
 	defer func() {
 		s.metrics.weight(outcome, time.Since(start))
 		l := log.G(ctx).WithField("identity", ptr.Identity).WithField("artifact", ptr.Artifact).
 			WithField("target", ptr.Target).WithField("source", source).WithField("outcome", outcome).
 			WithField("duration", time.Since(start)).WithField("key", key)
-		if outcome == OutcomeFailed || outcome == OutcomeInvalid || outcome == OutcomeError {
+		if fallbackCause != nil {
+			l.WithError(fallbackCause).WithField("then", "the pointer layer unpacks; a repair fills the weights in when the artifact resolves").
+				Warn("prepare weight layer")
+		} else if outcome == OutcomeFailed || outcome == OutcomeInvalid || outcome == OutcomeError {
 			l.WithError(err).Warn("prepare weight layer")
 		} else {
 			l.Info("prepare weight layer")
@@ -61,43 +82,55 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	ptr, _, err = oci.ParsePointerLabels(labels)
 	if err != nil {
 		outcome = OutcomeInvalid
-		return &WeightError{Err: err}
+		return nil, &WeightError{Err: err}
 	}
 	chainID := labels[snapshots.LabelSnapshotRef]
 	if chainID == "" {
 		outcome = OutcomeInvalid
-		return &WeightError{Pointer: ptr, Err: fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
+		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
 			snapshots.LabelSnapshotRef, errdefs.ErrInvalidArgument)}
 	}
-	name, exists, err := s.committedName(ctx, chainID, parent)
+	name, existing, err := s.committedName(ctx, chainID, parent)
 	if err != nil {
-		return &WeightError{Pointer: ptr, Err: err}
+		return nil, &WeightError{Pointer: ptr, Err: err}
 	}
-	if exists {
+	if existing != nil {
 		outcome = OutcomeExists
-		return fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
+		if existing.Labels[LabelFallback] != "" {
+			// A fallback made while the node was in preferred mode: a
+			// required layer must not run on it.
+			if err := s.repairs.now(ctx, ptr, name, s.modeOf(ptr) == resolve.Required); err != nil {
+				outcome = OutcomeFailed
+				return nil, &WeightError{Pointer: ptr, Err: err}
+			}
+		}
+		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
 	}
 
 	s.leases.prefetch(ctx, ptr.Next)
 	h, rep, err := s.leases.acquire(ctx, ptr)
 	switch {
+	case err != nil && s.modeOf(ptr) == resolve.Preferred && ctx.Err() == nil:
+		outcome, fallbackCause = OutcomeFallback, err
+		s.metrics.fallbacks.Inc()
+		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(labels), fallbackLabel())
+		if perr != nil {
+			outcome = OutcomeError
+			return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err)}
+		}
+		return mounts, nil
 	case err != nil:
 		outcome = OutcomeFailed
-		return &WeightError{Pointer: ptr, Err: err}
-	case rep == nil:
-		outcome, source = OutcomeHeld, resolve.SourceLocal
-	case rep.Outcome == resolve.OutcomeHit:
-		outcome, source = OutcomeHit, rep.Source
-	default:
-		outcome, source = OutcomeFetched, rep.Source
+		return nil, &WeightError{Pointer: ptr, Err: err}
 	}
+	outcome, source = resolvedOutcome(rep)
 	defer s.leases.release(h)
 
-	tmp := fmt.Sprintf("weightsnap-view %d %s", time.Now().UnixNano(), key)
+	tmp := fmt.Sprintf("%s %d %s", tmpView, time.Now().UnixNano(), key)
 	mounts, err := s.overlay.Prepare(ctx, tmp, parent)
 	if err != nil {
 		outcome = OutcomeError
-		return &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the view's snapshot: %w", err)}
+		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the view's snapshot: %w", err)}
 	}
 	committed := false
 	defer func() {
@@ -107,46 +140,79 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 			}
 		}
 	}()
-	dir, err := snapshotDir(mounts)
-	if err == nil {
-		err = buildView(dir, ptr, h.lease)
-	}
-	if err != nil {
-		outcome = OutcomeError
-		return &WeightError{Pointer: ptr, Err: err}
-	}
-	err = s.overlay.Commit(ctx, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
+	err = s.commitView(ctx, h, ptr, source, mounts, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
 	if errdefs.IsAlreadyExists(err) { // a concurrent Prepare of the same layer committed first
 		outcome = OutcomeExists
-		return fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
+		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
 	}
 	if err != nil {
 		outcome = OutcomeError
-		return &WeightError{Pointer: ptr, Err: fmt.Errorf("commit %s: %w", name, err)}
+		return nil, &WeightError{Pointer: ptr, Err: err}
 	}
 	committed = true
+	return nil, fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
+}
+
+// resolvedOutcome is the outcome and source of a weight layer whose
+// artifact was had through rep (nil: it was held already).
+func resolvedOutcome(rep *resolve.Report) (outcome, source string) {
+	switch {
+	case rep == nil:
+		return OutcomeHeld, resolve.SourceLocal
+	case rep.Outcome == resolve.OutcomeHit:
+		return OutcomeHit, rep.Source
+	}
+	return OutcomeFetched, rep.Source
+}
+
+// commitView puts the leased artifact h at ptr's target in the active
+// snapshot key (whose mounts are given), commits it as name with opts, and
+// gives name the lease. A commit error is returned as it is.
+func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr oci.Pointer, source string, mounts []mount.Mount,
+	name, key string, opts ...snapshots.Opt) error {
+	dir, err := snapshotDir(mounts)
+	if err != nil {
+		return err
+	}
+	if err := buildView(filepath.Join(dir, ptr.Target), ptr, h.lease); err != nil { // ptr.Target is absolute and clean: it stays under dir
+		return err
+	}
+	if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
+		if !errdefs.IsAlreadyExists(err) {
+			err = fmt.Errorf("commit %s: %w", name, err)
+		}
+		return err
+	}
 	s.leases.attach(h, name)
 	s.metrics.viewBytes.WithLabelValues(source).Add(float64(h.lease.Index.TotalBytes()))
-	return fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
+	return nil
 }
 
 // committedName is the name the weight snapshot of chainID over parent has
 // or gets: the chain ID itself, or, when a snapshot over another parent
 // holds that name (the same image in another containerd namespace), the
-// chain ID qualified by the parent. exists reports a committed snapshot of
-// chainID over parent under that name.
-func (s *Snapshotter) committedName(ctx context.Context, chainID, parent string) (name string, exists bool, err error) {
+// chain ID qualified by the parent. existing is the committed snapshot of
+// chainID over parent under that name, if there is one.
+func (s *Snapshotter) committedName(ctx context.Context, chainID, parent string) (name string, existing *snapshots.Info, err error) {
 	for _, name := range []string{chainID, chainID + "@" + parent} {
 		info, err := s.overlay.Stat(ctx, name)
 		if errdefs.IsNotFound(err) {
-			return name, false, nil
+			return name, nil, nil
 		}
 		if err != nil {
-			return "", false, err
+			return "", nil, err
 		}
 		if info.Kind == snapshots.KindCommitted && info.Parent == parent {
-			return name, true, nil
+			return name, &info, nil
 		}
 	}
-	return "", false, fmt.Errorf("snapshots named %s exist over other parents: %w", chainID, errdefs.ErrFailedPrecondition)
+	return "", nil, fmt.Errorf("snapshots named %s exist over other parents: %w", chainID, errdefs.ErrFailedPrecondition)
+}
+
+// modeOf is the mode of a weight layer: its image's, else the node's.
+func (s *Snapshotter) modeOf(ptr oci.Pointer) resolve.Mode {
+	if ptr.Mode != "" {
+		return resolve.Mode(ptr.Mode)
+	}
+	return s.mode
 }

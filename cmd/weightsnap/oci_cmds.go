@@ -187,7 +187,7 @@ imported as "import" would import its files: --revision is then required.`,
 func newImageCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Weight images: ordinary OCI images whose pointer layers name artifacts"}
 	var rf remoteFlags
-	var base, tag, platform string
+	var base, tag, platform, mode string
 	var weights, at []string
 	build := &cobra.Command{
 		Use:   "build --base IMAGE --weights ARTIFACT --at /models/NAME [--weights ... --at ...] -t REF",
@@ -202,7 +202,7 @@ func newImageCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := oci.ImageOptions{Base: base, Platform: platform}
+			o := oci.ImageOptions{Base: base, Platform: platform, Mode: mode}
 			for i := range weights {
 				o.Weights = append(o.Weights, oci.WeightMount{Ref: weights[i], Target: at[i]})
 			}
@@ -224,6 +224,7 @@ func newImageCmd(a *app) *cobra.Command {
 	f.StringArrayVar(&at, "at", nil, "absolute directory the preceding --weights is mounted at; repeatable")
 	f.StringVarP(&tag, "tag", "t", "", "reference of the image to write (required)")
 	f.StringVar(&platform, "platform", oci.HostPlatform(), "platform picked from a multi-platform base, and of a scratch image")
+	f.StringVar(&mode, "mode", "", `when a node cannot get the weights: "required" (the pull fails) or "preferred" (the container starts without them; they come later); "" leaves it to the node's [snapshotter] mode`)
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	build.MarkFlagRequired("tag")
 	build.MarkFlagRequired("weights")

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -156,10 +157,18 @@ func newInspectCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			held := a.daemonHolders(cmd.Context(), id)
 			if a.jsonOut {
-				return a.printJSON(info)
+				return a.printJSON(struct {
+					*store.ArtifactInfo
+					Weightsnapd *snapshotter.Holders `json:"weightsnapd,omitempty"`
+				}{info, held})
 			}
-			return printArtifact(a, info)
+			if err := printArtifact(a, info); err != nil {
+				return err
+			}
+			printHolders(a, held)
+			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&domainFlag, "domain", false, "inspect the domain: usage and lock activity")
@@ -191,6 +200,23 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 		fmt.Fprintf(tw, "  lock %s\tpid %d\t%s\n", h.Lock, h.PID, h.Mode)
 	}
 	return tw.Flush()
+}
+
+// printHolders lists what of weightsnapd holds an artifact.
+func printHolders(a *app, h *snapshotter.Holders) {
+	if h == nil || (!h.Leased && len(h.Pending) == 0) {
+		return
+	}
+	fmt.Fprintf(a.out, "weightsnapd: lease held %v\n", h.Leased)
+	for _, s := range h.Snapshots {
+		fmt.Fprintf(a.out, "  snapshot  %s\n", s)
+	}
+	for _, m := range h.Mounts {
+		fmt.Fprintf(a.out, "  mount     %s\n", m)
+	}
+	for _, p := range h.Pending {
+		fmt.Fprintf(a.out, "  pending   %s (waits for a repair)\n", p)
+	}
 }
 
 func newVerifyCmd(a *app) *cobra.Command {
@@ -285,7 +311,7 @@ func newRmCmd(a *app) *cobra.Command {
 			for _, ref := range args {
 				id, err := d.ResolveID(ref)
 				if err == nil {
-					err = d.Remove(cmd.Context(), id)
+					err = a.explainBusy(cmd.Context(), id, d.Remove(cmd.Context(), id))
 				}
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", ref, err))

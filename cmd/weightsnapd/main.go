@@ -22,9 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/cmd/internal/node"
 	"github.com/weightsnap/weightsnap/peer"
-	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -66,7 +65,7 @@ func newRoot() *cobra.Command {
 			return run(log.WithLogger(ctx, log.L.WithField("cmd", "weightsnapd")), cfg)
 		},
 	}
-	root.Flags().StringVar(&configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnap")
+	root.PersistentFlags().StringVar(&configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnap")
 	root.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	cfgCmd := &cobra.Command{Use: "config", Short: "The configuration file"}
 	cfgCmd.AddCommand(&cobra.Command{
@@ -83,40 +82,40 @@ func newRoot() *cobra.Command {
 			return err
 		},
 	})
+	cfgCmd.AddCommand(&cobra.Command{
+		Use:   "check",
+		Short: "Read the configuration file (--config) and say what is wrong with it (exit 2)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := config.Load(configPath); err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", configPath)
+			return nil
+		},
+	})
 	root.AddCommand(cfgCmd)
 	return root
 }
 
 // run serves until ctx ends (SIGTERM), then stops cleanly.
 func run(ctx context.Context, cfg config.Config) error {
-	rt, err := newRuntime(cfg)
-	if err != nil {
-		return err
-	}
-	d, err := rt.Domain(ctx)
-	if err != nil {
-		return err
-	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := snapshotter.NewMetrics()
-	if err := m.Register(reg); err != nil {
-		return err
-	}
-	// Resolutions outlive the Prepare that started them, not the daemon.
-	sn, err := snapshotter.New(ctx, snapshotter.Config{Root: cfg.SnapshotRoot(d.Root()), Store: d, Resolver: rt, Metrics: m})
+	// Resolutions and repairs outlive the Prepare that started them, not the daemon.
+	n, err := node.Start(ctx, cfg, reg)
 	if err != nil {
 		return err
 	}
-	defer sn.Close()
-	srv, err := snapshotter.Listen(ctx, cfg.Snapshotter.Address, sn)
+	defer n.Close()
+	srv, err := snapshotter.Listen(ctx, cfg.Snapshotter.Address, n.Snapshotter)
 	if err != nil {
 		return err
 	}
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve() }()
 	if cfg.Peer.Serve {
-		stopPeer, err := servePeer(ctx, cfg.Peer, d, errc)
+		stopPeer, err := servePeer(ctx, cfg.Peer, n.Store, errc)
 		if err != nil {
 			srv.Stop(ctx, 0)
 			return err
@@ -134,8 +133,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.G(ctx).WithError(err).Warn("sd_notify READY")
 	}
-	log.G(ctx).WithField("address", cfg.Snapshotter.Address).WithField("store", d.Root()).
-		WithField("snapshots", cfg.SnapshotRoot(d.Root())).WithField("metrics", cfg.Metrics.Address).Info("serving")
+	log.G(ctx).WithField("address", cfg.Snapshotter.Address).WithField("metrics", cfg.Metrics.Address).Info("serving")
 	select {
 	case <-ctx.Done():
 		log.G(ctx).Info("stopping")
@@ -145,41 +143,6 @@ func run(ctx context.Context, cfg config.Config) error {
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	srv.Stop(ctx, stopGrace)
 	return err
-}
-
-// newRuntime is the resolution runtime of weight layers: required mode, the
-// store, then the weight peers ([peer] peers), then the registry a pointer
-// names when its host is configured, then the configured registry
-// repository's identity tags.
-func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
-	remote := oci.RemoteOptions{PlainHTTP: cfg.Resolve.PlainHTTP, Insecure: cfg.Resolve.Insecure, UserAgent: "weightsnapd"}
-	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: remote}
-	rc := resolve.Config{
-		Mode: resolve.Mode(cfg.Snapshotter.Mode), Root: cfg.Root, Store: &cfg.Store,
-		Validation: store.ValidationMode(cfg.Resolve.Validation),
-		Wait:       resolve.WaitPolicy{CoordinationTimeoutSeconds: cfg.Resolve.CoordinationTimeoutSeconds},
-		Locate: func(ctx context.Context, ref string) (resolve.Provider, error) {
-			return loc.Locate(ctx, ref)
-		},
-	}
-	if rc.Wait.CoordinationTimeoutSeconds == 0 {
-		rc.Wait.CoordinationTimeoutSeconds = cfg.Store.CoordinationTimeoutSeconds
-	}
-	if len(cfg.Peer.Peers) > 0 {
-		fo, err := cfg.Peer.FetchOptions()
-		if err != nil {
-			return nil, err
-		}
-		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
-	}
-	if cfg.Resolve.Registry != "" {
-		repo, err := oci.NewRemote(context.Background(), cfg.Resolve.Registry, remote)
-		if err != nil {
-			return nil, err
-		}
-		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo})
-	}
-	return resolve.New(rc)
 }
 
 // servePeer serves the store to other nodes ([peer] serve) until the

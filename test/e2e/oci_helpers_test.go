@@ -77,9 +77,21 @@ type wsResult struct {
 // other than a non-zero exit.
 func ws(t *testing.T, root string, args ...string) wsResult {
 	t.Helper()
+	return runWS(t, append([]string{"--root", root, "--config", ""}, args...))
+}
+
+// wsWith runs the weightsnap CLI with a configuration file (a daemon's:
+// its store root and control socket).
+func wsWith(t *testing.T, config string, args ...string) wsResult {
+	t.Helper()
+	return runWS(t, append([]string{"--config", config}, args...))
+}
+
+func runWS(t *testing.T, argv []string) wsResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wsTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, weightsnapBin(t), append([]string{"--root", root, "--config", ""}, args...)...)
+	cmd := exec.CommandContext(ctx, weightsnapBin(t), argv...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) } // a goroutine dump on timeout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}       // never outlive the test
 	cmd.WaitDelay = 10 * time.Second
@@ -91,7 +103,7 @@ func ws(t *testing.T, root string, args ...string) wsResult {
 	if ee, ok := err.(*exec.ExitError); ok {
 		res.code = ee.ExitCode()
 	} else if err != nil {
-		t.Fatalf("weightsnap %v: %v", args, err)
+		t.Fatalf("weightsnap %v: %v", argv, err)
 	}
 	return res
 }

@@ -28,10 +28,16 @@ type snapNode struct {
 
 func startSnapNode(t *testing.T) *snapNode {
 	t.Helper()
+	return startSnapNodeWith(t, "weightsnap.toml")
+}
+
+// startSnapNodeWith is startSnapNode with another containerd snippet of contrib/containerd.
+func startSnapNodeWith(t *testing.T, snippet string) *snapNode {
+	t.Helper()
 	harness.Peers(t)
 	n := &snapNode{reg: harness.StartRegistry(t)}
 	n.ws = harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{n.reg.Host}})
-	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: n.reg, Imports: []string{n.ws.ContainerdSnippet(t)}})
+	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: n.reg, Imports: []string{n.ws.ContainerdSnippetFile(t, snippet)}})
 	n.base = harness.PushBusybox(t, n.reg)
 	return n
 }
@@ -39,6 +45,7 @@ func startSnapNode(t *testing.T) *snapNode {
 // pushedArtifact is an artifact pushed by a producer node (its own store).
 type pushedArtifact struct {
 	src   string            // the checkpoint directory it was made from
+	root  string            // the producer's store, which pushed it
 	ref   string            // its reference
 	id    string            // identity digest
 	hex   string            // identity hex
@@ -57,7 +64,7 @@ type weightImage struct {
 func (n *snapNode) pushArtifact(t *testing.T, name, size string, shards int) *pushedArtifact {
 	t.Helper()
 	src, root, id := ociCheckpoint(t, size, shards)
-	a := &pushedArtifact{src: src, ref: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
+	a := &pushedArtifact{src: src, root: root, ref: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
 		files: map[string]string{}}
 	wsOK(t, root, "push", "--plain-http", id, a.ref)
 	var info struct {
@@ -85,11 +92,36 @@ func (n *snapNode) pushArtifact(t *testing.T, name, size string, shards int) *pu
 // returns its digest reference.
 func (n *snapNode) buildImage(t *testing.T, name string, mounts ...any) string {
 	t.Helper()
-	args := []string{"image", "build", "--plain-http", "--base", n.base, "-t", n.reg.Ref("apps/" + name + ":v1")}
+	return n.buildImageOver(t, n.base, name, "", mounts...)
+}
+
+// buildImageOver is buildImage over base ("scratch" for weights only), with
+// the image's mode ("" for the node's).
+func (n *snapNode) buildImageOver(t *testing.T, base, name, mode string, mounts ...any) string {
+	t.Helper()
+	args := []string{"image", "build", "--plain-http", "--base", base, "--mode", mode, "-t", n.reg.Ref("apps/" + name + ":v1")}
 	for i := 0; i < len(mounts); i += 2 {
 		args = append(args, "--weights", mounts[i+1].(*pushedArtifact).ref, "--at", mounts[i].(string))
 	}
 	return strings.TrimSpace(wsOK(t, t.TempDir(), args...))
+}
+
+// noWeightBlobs fails if containerd's content store holds a payload file of a.
+func (n *snapNode) noWeightBlobs(t *testing.T, a *pushedArtifact) {
+	t.Helper()
+	weights := map[string]bool{}
+	for _, sum := range a.files {
+		weights[sum] = true
+	}
+	ents, err := os.ReadDir(filepath.Join(n.ctd.Root, "io.containerd.content.v1.content", "blobs", "sha256"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if weights[e.Name()] {
+			t.Fatalf("containerd's content store holds weight blob %s", e.Name())
+		}
+	}
 }
 
 // pushWeightImage pushes an artifact and a weight image over busybox with

@@ -34,6 +34,7 @@ type FS struct {
 	mount, backing string
 	opts           Options
 	server         *fuse.Server
+	conn           uint32 // the FUSE connection's number: the minor of the mount's device
 
 	mu      sync.Mutex
 	m       *model
@@ -76,6 +77,12 @@ func Mount(mountpoint, backing string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("powercut: mount %s: %w", mountpoint, err)
 	}
 	closeFUSEOnExec()
+	var mst unix.Stat_t
+	if err := unix.Stat(mountpoint, &mst); err != nil {
+		f.server.Unmount()
+		return nil, err
+	}
+	f.conn = unix.Minor(mst.Dev)
 	return f, nil
 }
 
@@ -144,15 +151,49 @@ func (f *FS) PowerOff() *Image {
 	return img
 }
 
-// Unmount fails the requests held at a cut and unmounts.
+// unmountPatience is how long Unmount waits for the server to see its
+// connection end before it aborts the connection.
+const unmountPatience = 5 * time.Second
+
+// Unmount fails the requests held at a cut and unmounts. A mount namespace
+// made while the filesystem was mounted (ip netns exec, a container, by any
+// process on the machine) holds a copy of the mount, which keeps the
+// connection open after the unmount here; the server would wait for it
+// forever, so after a while the connection is aborted.
 func (f *FS) Unmount() error {
 	f.releaseOnce.Do(func() { close(f.release) })
-	if err := f.server.Unmount(); err != nil {
+	done := make(chan error, 1)
+	go func() { done <- f.server.Unmount() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(unmountPatience):
+		if aerr := abortConnection(f.conn); aerr != nil {
+			return fmt.Errorf("powercut: unmount %s: the connection outlives the mount: %w", f.mount, aerr)
+		}
+		err = <-done
+	}
+	if err != nil {
 		if derr := unix.Unmount(f.mount, unix.MNT_DETACH); derr != nil {
 			return fmt.Errorf("powercut: unmount %s: %w", f.mount, err)
 		}
 	}
 	return nil
+}
+
+// fuseConnections is where the fusectl filesystem lists FUSE connections.
+const fuseConnections = "/sys/fs/fuse/connections"
+
+// abortConnection aborts FUSE connection conn through fusectl, mounting
+// fusectl first where nobody has.
+func abortConnection(conn uint32) error {
+	abort := filepath.Join(fuseConnections, strconv.FormatUint(uint64(conn), 10), "abort")
+	if _, err := os.Stat(abort); os.IsNotExist(err) {
+		if err := unix.Mount("fusectl", fuseConnections, "fusectl", 0, ""); err != nil && err != unix.EBUSY {
+			return fmt.Errorf("mount fusectl: %w", err)
+		}
+	}
+	return os.WriteFile(abort, []byte("1"), 0)
 }
 
 func (f *FS) logf(format string, args ...any) {

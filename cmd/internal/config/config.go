@@ -81,14 +81,16 @@ type Resolve struct {
 
 // Snapshotter is the [snapshotter] table.
 type Snapshotter struct {
-	Address string `toml:"address" comment:"unix socket containerd's proxy plugin connects to (created with mode 0660)"`
-	Root    string `toml:"root" comment:"snapshot directory; \"\" means <root>/snapshots. It must be on the store's filesystem."`
-	Mode    string `toml:"mode" comment:"required: a weight layer that cannot resolve fails its Prepare with the reason"`
+	Address         string `toml:"address" comment:"unix socket containerd's proxy plugin connects to (created with mode 0660)"`
+	ControlAddress  string `toml:"control_address" comment:"unix socket of the control API (weightsnap mount, umount, inspect), mode 0660; \"\" turns it off"`
+	Root            string `toml:"root" comment:"snapshot directory; \"\" means <root>/snapshots. It must be on the store's filesystem."`
+	Mode            string `toml:"mode" comment:"when a weight layer's artifact cannot be had and its image does not say (weightsnap image build --mode):\nrequired: its Prepare fails with the reason; preferred: the pointer layer unpacks (the container starts\nwithout the weights) and a background repair fills them in once the artifact resolves"`
+	RetryMaxSeconds int    `toml:"retry_max_seconds" comment:"longest wait between two tries of a background repair (fallback snapshots, leases not taken again at start); the first is after 1 s, each next one twice the last"`
 }
 
 // Metrics is the [metrics] table.
 type Metrics struct {
-	Address string `toml:"address" comment:"loopback host:port serving /metrics; \"\" turns metrics off"`
+	Address string `toml:"address" comment:"host:port serving /metrics; \"\" turns metrics off. Keep it on loopback unless the network\nit listens on is the cluster's (a DaemonSet pod's own address)"`
 }
 
 // Staging is the [staging] table.
@@ -117,9 +119,10 @@ func Default() Config {
 			Registries:      []string{},
 			AllowLocalBuild: true,
 		},
-		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", Mode: string(resolve.Required)},
-		Metrics:     Metrics{Address: "127.0.0.1:9878"},
-		Staging:     Staging{Workers: 4, SourceTimeoutSeconds: 30},
+		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", ControlAddress: "/run/weightsnap/control.sock",
+			Mode: string(resolve.Required), RetryMaxSeconds: 300},
+		Metrics: Metrics{Address: "127.0.0.1:9878"},
+		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
 		Peer: Peer{Listen: fmt.Sprintf(":%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP), Rails: peer.DefaultRails,
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.StagedDir{}, StagedCeilingBytes: peer.DefaultStagedCeiling},
@@ -196,8 +199,11 @@ func (c *Config) Validate() error {
 	if c.Snapshotter.Address == "" {
 		return bad("[snapshotter] address is empty")
 	}
-	if c.Snapshotter.Mode != string(resolve.Required) {
-		return bad("[snapshotter] mode %q: only required is supported", c.Snapshotter.Mode)
+	if m := resolve.Mode(c.Snapshotter.Mode); m != resolve.Required && m != resolve.Preferred {
+		return bad("[snapshotter] mode %q: want required or preferred", c.Snapshotter.Mode)
+	}
+	if c.Snapshotter.RetryMaxSeconds < 1 {
+		return bad("[snapshotter] retry_max_seconds must be at least 1")
 	}
 	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
 		return fmt.Errorf("[peer] %w", err)
@@ -212,12 +218,8 @@ func (c *Config) Validate() error {
 		return bad("[staging] workers and source_timeout_seconds must be at least 1")
 	}
 	if a := c.Metrics.Address; a != "" {
-		host, _, err := net.SplitHostPort(a)
-		if err != nil {
+		if _, _, err := net.SplitHostPort(a); err != nil {
 			return bad("[metrics] address %q: %v", a, err)
-		}
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-			return bad("[metrics] address %q is not a loopback address", a)
 		}
 	}
 	return nil

@@ -64,8 +64,13 @@ func TestParse(t *testing.T) {
 		{"unknown table", "[bogus]\n", false, nil},
 		{"bad mode", "[resolve]\nmode = \"sometimes\"\n", false, nil},
 		{"bad validation", "[resolve]\nvalidation = \"some\"\n", false, nil},
-		{"non-loopback metrics", "[metrics]\naddress = \"0.0.0.0:9878\"\n", false, nil},
-		{"preferred snapshotter (next issue)", "[snapshotter]\nmode = \"preferred\"\n", false, nil},
+		{"pod network metrics", "[metrics]\naddress = \"0.0.0.0:9878\"\n", true, func(c Config) bool { return c.Metrics.Address == "0.0.0.0:9878" }},
+		{"metrics without a port", "[metrics]\naddress = \"127.0.0.1\"\n", false, nil},
+		{"preferred snapshotter", "[snapshotter]\nmode = \"preferred\"\n", true, func(c Config) bool {
+			return c.Snapshotter.Mode == "preferred" && c.Snapshotter.ControlAddress == "/run/weightsnap/control.sock"
+		}},
+		{"snapshotter mode disabled", "[snapshotter]\nmode = \"disabled\"\n", false, nil},
+		{"no retry", "[snapshotter]\nretry_max_seconds = 0\n", false, nil},
 		{"empty socket", "[snapshotter]\naddress = \"\"\n", false, nil},
 		{"wrong type", "[store]\nmax_store_bytes = \"big\"\n", false, nil},
 	} {

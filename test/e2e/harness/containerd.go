@@ -21,6 +21,9 @@ type ContainerdOptions struct {
 	// Imports are configuration files containerd imports (merged over the generated config.toml),
 	// such as the contrib snippet (Weightsnapd.ContainerdSnippet).
 	Imports []string
+	// Binary is the containerd binary to run; "" is the pinned one (Tools.Containerd). A
+	// containerd with plugins compiled in (weightsnap's built-in mode) is one.
+	Binary string
 	// ExtraConfig is appended to the generated config.toml (version 3). It may add new tables, such
 	// as [proxy_plugins.weightsnap]; it must not repeat a table the harness writes (grpc, ttrpc,
 	// debug, plugins."io.containerd.internal.v1.opt", plugins."io.containerd.grpc.v1.cri",
@@ -39,6 +42,7 @@ type Containerd struct {
 	Config    string // config.toml path
 	Proc      *Proc
 	Tools     *Tools
+	Binary    string // the containerd binary
 
 	crictlConfig string
 	nerdctlToml  string
@@ -61,6 +65,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 		HostsDir:     filepath.Join(dir, "certs.d"),
 		Config:       filepath.Join(dir, "config.toml"),
 		Tools:        tools,
+		Binary:       opts.Binary,
 		crictlConfig: filepath.Join(dir, "crictl.yaml"),
 		nerdctlToml:  filepath.Join(dir, "nerdctl.toml"),
 	}
@@ -88,12 +93,32 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	writeFile(t, c.crictlConfig, fmt.Sprintf("runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 60\n", c.Socket, c.Socket))
 	writeFile(t, c.nerdctlToml, "")
 
-	c.Proc = StartProcess(t, dir, "containerd", tools.pathEnv(), tools.Containerd, "--config", c.Config)
+	if c.Binary == "" {
+		c.Binary = tools.Containerd
+	}
+	c.start(t)
 	t.Cleanup(c.teardown) // runs before the process is stopped (cleanups run last-in first-out)
+	return c
+}
+
+// start runs containerd and waits until it answers.
+func (c *Containerd) start(t testing.TB) {
+	t.Helper()
+	c.Proc = StartProcess(t, c.Dir, "containerd", c.Tools.pathEnv(), c.Binary, "--config", c.Config)
 	if err := c.waitReady(60 * time.Second); err != nil {
 		t.Fatalf("containerd did not start: %v\n%s", err, Tail(c.Proc.Log, 40))
 	}
-	return c
+}
+
+// Restart stops containerd (SIGTERM; running containers and their shims stay) and starts it
+// again with the same configuration.
+func (c *Containerd) Restart(t testing.TB) {
+	t.Helper()
+	c.Proc.Stop()
+	c.start(t)
+	// The new process's stop runs before the teardown registered at the first start (cleanups
+	// run last-in first-out): tear down again first, while this one runs.
+	t.Cleanup(c.teardown)
 }
 
 func (c *Containerd) config(sandbox string, imports []string) string {

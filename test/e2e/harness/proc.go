@@ -67,6 +67,15 @@ func (p *Proc) Done() <-chan struct{} { return p.done }
 // Err returns the process's exit error; valid once Done is closed.
 func (p *Proc) Err() error { <-p.done; return p.err }
 
+// Kill sends SIGKILL to the process group and waits: a crash.
+func (p *Proc) Kill() {
+	if p.Exited() {
+		return
+	}
+	_ = syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+}
+
 // Stop sends SIGTERM to the process group, then SIGKILL after a grace period, and waits.
 func (p *Proc) Stop() {
 	if p.Exited() {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -55,10 +56,15 @@ type WeightsnapdOptions struct {
 	// Registries are the registry hosts weight images' pointers may name ([resolve] registries);
 	// the daemon talks plain HTTP to them.
 	Registries []string
+	// Mode is [snapshotter] mode: "" (required) or "preferred".
+	Mode string
 	// ExtraConfig is appended to the generated config.toml; it must not repeat the tables the
 	// harness writes (root, [resolve], [snapshotter], [metrics]).
 	ExtraConfig string
 }
+
+// repairRetryMax is [snapshotter] retry_max_seconds in tests: repairs retry within seconds.
+const repairRetryMax = 2
 
 // Weightsnapd is a running weightsnapd with its own store, snapshot root and socket.
 type Weightsnapd struct {
@@ -66,6 +72,7 @@ type Weightsnapd struct {
 	Root         string // the store root
 	SnapshotRoot string // the snapshotter's root: Root/snapshots
 	Socket       string // the snapshots API socket
+	Control      string // the control API socket (weightsnap mount, umount, inspect)
 	Config       string // config.toml path
 	MetricsURL   string // http://127.0.0.1:PORT/metrics
 	Proc         *Proc
@@ -81,15 +88,29 @@ func StartWeightsnapd(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	if bin == "" {
 		Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
 	}
+	w := NewWeightsnapConfig(t, opts)
+	w.Proc = w.start(t, bin)
+	return w
+}
+
+// NewWeightsnapConfig writes the configuration StartWeightsnapd runs the daemon with, in a fresh
+// harness directory, and starts nothing: for a containerd with weightsnap built in, which reads
+// the same file (Proc stays nil).
+func NewWeightsnapConfig(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
+	t.Helper()
 	dir := TempDir(t)
 	w := &Weightsnapd{Dir: dir, Root: filepath.Join(dir, "root"), Socket: filepath.Join(dir, "ws.sock"),
-		Config: filepath.Join(dir, "config.toml")}
+		Control: filepath.Join(dir, "control.sock"), Config: filepath.Join(dir, "config.toml")}
 	w.SnapshotRoot = filepath.Join(w.Root, "snapshots")
 	metrics := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 	w.MetricsURL = "http://" + metrics + "/metrics"
 	regs := make([]string, len(opts.Registries))
 	for i, r := range opts.Registries {
 		regs[i] = fmt.Sprintf("%q", r)
+	}
+	mode := opts.Mode
+	if mode == "" {
+		mode = "required"
 	}
 	writeFile(t, w.Config, fmt.Sprintf(`root = %q
 
@@ -99,12 +120,14 @@ plain_http = true
 
 [snapshotter]
 address = %q
+control_address = %q
+mode = %q
+retry_max_seconds = %d
 
 [metrics]
 address = %q
 %s
-`, w.Root, strings.Join(regs, ", "), w.Socket, metrics, opts.ExtraConfig))
-	w.Proc = w.start(t, bin)
+`, w.Root, strings.Join(regs, ", "), w.Socket, w.Control, mode, repairRetryMax, metrics, opts.ExtraConfig))
 	return w
 }
 
@@ -154,6 +177,25 @@ func (w *Weightsnapd) Restart(t testing.TB) {
 	w.Proc = w.start(t, WeightsnapdBinary())
 }
 
+// Kill kills the daemon with SIGKILL (a crash: no cleanup runs) and starts it again with the
+// same configuration.
+func (w *Weightsnapd) Kill(t testing.TB) {
+	t.Helper()
+	w.Proc.Kill()
+	w.Proc = w.start(t, WeightsnapdBinary())
+}
+
+// SetMode rewrites [snapshotter] mode in the configuration; Restart or Kill applies it.
+func (w *Weightsnapd) SetMode(t testing.TB, mode string) {
+	t.Helper()
+	raw, err := os.ReadFile(w.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile(`(?m)^mode = ".*"$`)
+	writeFile(t, w.Config, re.ReplaceAllString(string(raw), fmt.Sprintf("mode = %q", mode)))
+}
+
 // Metrics returns the daemon's Prometheus metrics, as text.
 func (w *Weightsnapd) Metrics() (string, error) {
 	resp, err := http.Get(w.MetricsURL)
@@ -170,15 +212,21 @@ func (w *Weightsnapd) Metrics() (string, error) {
 
 // ContainerdSnippet is the contrib containerd snippet (contrib/containerd/weightsnap.toml, the file
 // the README installs) with its socket and root replaced by this daemon's, written into the
-// daemon's directory for ContainerdOptions.Imports. The contrib file must name the default
-// socket /run/weightsnap/snapshotter.sock and root /var/lib/weightsnap/snapshots.
+// daemon's directory for ContainerdOptions.Imports.
 func (w *Weightsnapd) ContainerdSnippet(t testing.TB) string {
+	t.Helper()
+	return w.ContainerdSnippetFile(t, "weightsnap.toml")
+}
+
+// ContainerdSnippetFile is ContainerdSnippet of another file of contrib/containerd. The file must
+// name the default socket /run/weightsnap/snapshotter.sock and root /var/lib/weightsnap/snapshots.
+func (w *Weightsnapd) ContainerdSnippetFile(t testing.TB, name string) string {
 	t.Helper()
 	root, err := ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(root, "contrib", "containerd", "weightsnap.toml"))
+	raw, err := os.ReadFile(filepath.Join(root, "contrib", "containerd", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,11 +234,11 @@ func (w *Weightsnapd) ContainerdSnippet(t testing.TB) string {
 	for old, repl := range map[string]string{`"/run/weightsnap/snapshotter.sock"`: fmt.Sprintf("%q", w.Socket),
 		`"/var/lib/weightsnap/snapshots"`: fmt.Sprintf("%q", w.SnapshotRoot)} {
 		if !strings.Contains(s, old) {
-			t.Fatalf("contrib/containerd/weightsnap.toml does not name %s", old)
+			t.Fatalf("contrib/containerd/%s does not name %s", name, old)
 		}
 		s = strings.ReplaceAll(s, old, repl)
 	}
-	p := filepath.Join(w.Dir, "containerd-weightsnap.toml")
+	p := filepath.Join(w.Dir, "containerd-"+name)
 	writeFile(t, p, s)
 	return p
 }

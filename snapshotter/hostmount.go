@@ -1,0 +1,339 @@
+package snapshotter
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci"
+	"golang.org/x/sys/unix"
+)
+
+// Host mounts: an artifact bind-mounted read-only on a host directory (for
+// `nerdctl run -v DIR:/models:ro` and hostPath users), leased until it is
+// unmounted. Each mount has a directory <root>/mounts/<id>/ (id: from the
+// mount point's path) holding its record (mount.json) and its view (view/:
+// hardlinks to the store's files and the pointer file, as in a weight
+// snapshot), which is bind-mounted on the mount point. The record is
+// written before the mount is made and removed after it is undone, so a
+// restart finds every mount there may be: one whose mount point still shows
+// its view keeps (takes again) its lease, any other is forgotten.
+
+// mountHolderPrefix makes a host mount's holder name: the prefix and the
+// mount point. Snapshot names never start with it.
+const mountHolderPrefix = "mount:"
+
+// MountRequest asks for a host mount.
+type MountRequest struct {
+	Identity string `json:"identity"`           // sha256:<hex>
+	Artifact string `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
+	Dir      string `json:"dir"`                // the absolute mount point
+}
+
+// MountInfo is a host mount.
+type MountInfo struct {
+	Dir      string    `json:"dir"`
+	Identity string    `json:"identity"`
+	Artifact string    `json:"artifact,omitempty"`
+	Created  time.Time `json:"created"`
+	Leased   bool      `json:"leased"` // false while a repair waits for the artifact
+}
+
+// hostMounts is the table of host mounts, kept in dir (<root>/mounts).
+type hostMounts struct {
+	dir    string
+	mu     sync.Mutex
+	by     map[string]MountInfo // by mount point
+	making map[string]bool      // mount points being mounted
+}
+
+func newHostMounts(dir string) *hostMounts {
+	return &hostMounts{dir: dir, by: map[string]MountInfo{}, making: map[string]bool{}}
+}
+
+func (m *hostMounts) home(mountPoint string) string {
+	sum := sha256.Sum256([]byte(mountPoint))
+	return filepath.Join(m.dir, hex.EncodeToString(sum[:8]))
+}
+
+// load reads the records, keeps those whose view is still mounted on their
+// mount point, and removes the others (their mount is gone: unmounted by
+// hand, or the host restarted).
+func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
+	ents, err := os.ReadDir(m.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("host mounts: %w", err)
+	}
+	var live []MountInfo
+	for _, e := range ents {
+		home := filepath.Join(m.dir, e.Name())
+		raw, err := os.ReadFile(filepath.Join(home, "mount.json"))
+		var mi MountInfo
+		if err == nil {
+			err = json.Unmarshal(raw, &mi)
+		}
+		if err == nil && (!oci.IsIdentity(mi.Identity) || m.home(mi.Dir) != home) {
+			err = fmt.Errorf("record names %q at %q", mi.Identity, mi.Dir)
+		}
+		if err != nil || !sameInode(mi.Dir, filepath.Join(home, "view")) {
+			log.G(ctx).WithError(err).WithField("dir", mi.Dir).WithField("record", home).Info("host mount gone: its record is removed")
+			if rerr := os.RemoveAll(home); rerr != nil {
+				log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a host mount's record")
+			}
+			continue
+		}
+		m.by[mi.Dir] = mi
+		live = append(live, mi)
+	}
+	return live, nil
+}
+
+// sameInode says whether a and b are one directory (a mount point shows
+// the root of what is mounted on it).
+func sameInode(a, b string) bool {
+	var sa, sb unix.Stat_t
+	return unix.Stat(a, &sa) == nil && unix.Stat(b, &sb) == nil && sa.Dev == sb.Dev && sa.Ino == sb.Ino
+}
+
+// mountPoint checks a requested mount point: an absolute path, resolved
+// through symbolic links, outside the snapshot root and the store; create
+// makes it when missing.
+func (s *Snapshotter) mountPoint(dir string, create bool) (string, error) {
+	if !filepath.IsAbs(dir) {
+		return "", fmt.Errorf("mount point %q is not an absolute path: %w", dir, errdefs.ErrInvalidArgument)
+	}
+	overlaps := func(p string) error {
+		for _, inside := range []string{s.root, s.store.Root()} {
+			if p == inside || strings.HasPrefix(p, inside+"/") || strings.HasPrefix(inside, p+"/") {
+				return fmt.Errorf("mount point %s overlaps %s: %w", p, inside, errdefs.ErrInvalidArgument)
+			}
+		}
+		return nil
+	}
+	if err := overlaps(filepath.Clean(dir)); err != nil {
+		return "", err
+	}
+	if create {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("mount point: %w: %w", err, errdefs.ErrInvalidArgument)
+		}
+	}
+	real, err := filepath.EvalSymlinks(dir)
+	if errors.Is(err, os.ErrNotExist) && !create {
+		return filepath.Clean(dir), nil // an unmount of a mount point removed by hand
+	}
+	if err != nil {
+		return "", fmt.Errorf("mount point: %w", err)
+	}
+	return real, overlaps(real)
+}
+
+// emptyDir refuses a mount point that is not an empty directory: a mount
+// would hide what it holds.
+func emptyDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	switch {
+	case len(names) > 0:
+		return fmt.Errorf("mount point %s is not empty: a mount would hide its files: %w", dir, errdefs.ErrInvalidArgument)
+	case !errors.Is(err, io.EOF):
+		return fmt.Errorf("mount point %s is not a directory (%v): %w", dir, err, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Mount resolves the artifact (the store, then the reference given or the
+// configured sources), takes its lease, and bind-mounts a read-only view of
+// it on req.Dir (created if missing). A mount point that holds a host mount
+// already is refused.
+func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
+	if !oci.IsIdentity(req.Identity) {
+		return nil, fmt.Errorf("identity %q is not sha256:<64 hex>: %w", req.Identity, errdefs.ErrInvalidArgument)
+	}
+	dir, err := s.mountPoint(req.Dir, true)
+	if err != nil {
+		return nil, err
+	}
+	ptr := oci.Pointer{Artifact: req.Artifact, Identity: req.Identity, Target: dir}
+	if req.Artifact != "" {
+		if ptr, _, err = oci.ParsePointerLabels(map[string]string{oci.LabelArtifact: req.Artifact,
+			oci.LabelIdentity: req.Identity, oci.LabelTarget: dir}); err != nil {
+			return nil, err
+		}
+	}
+	m := s.mounts
+	m.mu.Lock()
+	have, mounted := m.by[dir]
+	if mounted || m.making[dir] {
+		m.mu.Unlock()
+		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.Identity, errdefs.ErrFailedPrecondition)
+	}
+	m.making[dir] = true // the resolution may take long: other mounts go on meanwhile
+	m.mu.Unlock()
+	defer func() {
+		m.mu.Lock()
+		delete(m.making, dir)
+		m.mu.Unlock()
+	}()
+	if err := emptyDir(dir); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	h, rep, err := s.leases.acquire(ctx, ptr)
+	if err != nil {
+		return nil, &WeightError{Pointer: ptr, Err: err}
+	}
+	defer s.leases.release(h)
+	home := m.home(dir)
+	view := filepath.Join(home, "view")
+	mi := MountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
+	if err := m.make(home, view, ptr, mi, h); err != nil {
+		if rerr := os.RemoveAll(home); rerr != nil {
+			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
+		}
+		return nil, err
+	}
+	s.leases.attach(h, mountHolderPrefix+dir) // before an Unmount can see it
+	m.mu.Lock()
+	m.by[dir] = mi
+	s.metrics.hostMounts.Set(float64(len(m.by)))
+	m.mu.Unlock()
+	source := "held"
+	if rep != nil {
+		source = rep.Source
+	}
+	log.G(ctx).WithField("dir", dir).WithField("identity", req.Identity).WithField("source", source).
+		WithField("duration", time.Since(start)).Info("host mount")
+	return &mi, nil
+}
+
+// make builds the view and the record, then mounts the view read-only on
+// the mount point.
+func (m *hostMounts) make(home, view string, ptr oci.Pointer, mi MountInfo, h *held) error {
+	if err := os.RemoveAll(home); err != nil { // a record a crash left half made
+		return err
+	}
+	if err := os.MkdirAll(view, 0o755); err != nil {
+		return err
+	}
+	if err := buildView(view, ptr, h.lease); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(mi)
+	if err != nil {
+		return err
+	}
+	if err := artifact.WriteFileAtomic(filepath.Join(home, "mount.json"), raw, 0o644, artifact.Durable); err != nil {
+		return err
+	}
+	if err := unix.Mount(view, mi.Dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("bind %s on %s: %w", view, mi.Dir, err)
+	}
+	if err := unix.Mount("", mi.Dir, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY, ""); err != nil {
+		unix.Unmount(mi.Dir, 0)
+		return fmt.Errorf("make %s read-only: %w", mi.Dir, err)
+	}
+	return nil
+}
+
+// Unmount undoes the host mount on dir and lets its lease go. A mount in
+// use (a process has a file open or its working directory there) is
+// refused, and stays.
+func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
+	dir, err := s.mountPoint(dir, false)
+	if err != nil {
+		return err
+	}
+	m := s.mounts
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.by[dir]; !ok {
+		return fmt.Errorf("%s is not a weightsnap host mount: %w", dir, errdefs.ErrNotFound)
+	}
+	home := m.home(dir)
+	if sameInode(dir, filepath.Join(home, "view")) {
+		if err := unix.Unmount(dir, 0); errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("unmount %s: in use: %w", dir, errdefs.ErrFailedPrecondition)
+		} else if err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	if err := os.Remove(filepath.Join(home, "mount.json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if err := os.RemoveAll(home); err != nil {
+		log.G(ctx).WithError(err).WithField("record", home).Warn("remove an unmounted view")
+	}
+	delete(m.by, dir)
+	s.metrics.hostMounts.Set(float64(len(m.by)))
+	holder := mountHolderPrefix + dir
+	s.repairs.forget(holder)
+	s.leases.detach(ctx, holder)
+	log.G(ctx).WithField("dir", dir).Info("host mount undone")
+	return nil
+}
+
+// HostMounts lists the host mounts, by mount point.
+func (s *Snapshotter) HostMounts() []MountInfo {
+	m := s.mounts
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]MountInfo, 0, len(m.by))
+	for _, mi := range m.by {
+		mi.Leased = s.leases.holds(mountHolderPrefix + mi.Dir)
+		out = append(out, mi)
+	}
+	slices.SortFunc(out, func(a, b MountInfo) int { return strings.Compare(a.Dir, b.Dir) })
+	return out
+}
+
+// Holders is what holds an artifact in the snapshotter.
+type Holders struct {
+	Identity  string   `json:"identity"`
+	Leased    bool     `json:"leased"`              // the daemon holds the artifact's lease
+	Snapshots []string `json:"snapshots,omitempty"` // weight snapshots with the lease
+	Mounts    []string `json:"mounts,omitempty"`    // host mount points with the lease
+	Pending   []string `json:"pending,omitempty"`   // snapshots and mount points waiting for a repair
+}
+
+// HoldersOf says what holds the artifact identity.
+func (s *Snapshotter) HoldersOf(identity string) (*Holders, error) {
+	if !oci.IsIdentity(identity) {
+		return nil, fmt.Errorf("identity %q is not sha256:<64 hex>: %w", identity, errdefs.ErrInvalidArgument)
+	}
+	hex := strings.TrimPrefix(identity, "sha256:")
+	out := &Holders{Identity: identity}
+	var names []string
+	names, out.Leased = s.leases.holdersOf(hex)
+	for _, n := range names {
+		if dir, ok := strings.CutPrefix(n, mountHolderPrefix); ok {
+			out.Mounts = append(out.Mounts, dir)
+		} else {
+			out.Snapshots = append(out.Snapshots, n)
+		}
+	}
+	for _, n := range s.repairs.pending(hex) {
+		out.Pending = append(out.Pending, strings.TrimPrefix(n, mountHolderPrefix))
+	}
+	return out, nil
+}

@@ -1,0 +1,145 @@
+package snapshotter
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"golang.org/x/sys/unix"
+)
+
+// TestHostMount: a host mount is a read-only bind of the artifact's view,
+// leased (the store refuses to remove it) until it is unmounted; it is
+// taken again after a restart while it is mounted, and forgotten when it
+// was unmounted behind the daemon's back. Everything goes through the
+// control API, as the CLI does.
+func TestHostMount(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	id := n.importModel(t, 256<<10, 30)
+	hex := strings.TrimPrefix(id, "sha256:")
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	var srv *ControlServer
+	serve := func() *ControlClient {
+		var err error
+		if srv, err = ListenControl(ctx, sock, n.sn); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close() })
+		return NewControlClient(sock)
+	}
+	c := serve()
+	dir := filepath.Join(t.TempDir(), "models", "m") // made by the mount
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+
+	mi, err := c.Mount(ctx, MountRequest{Identity: id, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mi.Dir != dir || mi.Identity != id || !mi.Leased {
+		t.Fatalf("mount %+v", mi)
+	}
+	l, err := n.dom.Lookup(ctx, hex, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range l.Files() {
+		var a, b unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, f.Path), &a); err != nil {
+			t.Fatal(err)
+		}
+		unix.Fstat(int(f.File.Fd()), &b)
+		if a.Ino != b.Ino || a.Dev != b.Dev {
+			t.Fatalf("%s is not the store's inode", f.Path)
+		}
+	}
+	l.Close()
+	if err := os.WriteFile(filepath.Join(dir, "new"), nil, 0o644); !errors.Is(err, unix.EROFS) {
+		t.Fatalf("write into the mount: %v, want EROFS", err)
+	}
+	busy := func() {
+		t.Helper()
+		if err := n.dom.Remove(ctx, hex); !errdefs.IsFailedPrecondition(err) {
+			t.Fatalf("remove of a mounted artifact: %v, want busy", err)
+		}
+	}
+	busy()
+	if h, err := c.Holders(ctx, id); err != nil || !h.Leased || !slices.Equal(h.Mounts, []string{dir}) {
+		t.Fatalf("holders %+v %v", h, err)
+	}
+	if _, err := c.Mount(ctx, MountRequest{Identity: id, Dir: dir}); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("a second mount on %s: %v, want refused as busy", dir, err)
+	}
+
+	// Refused requests, with their classes through the API.
+	full := t.TempDir()
+	os.WriteFile(filepath.Join(full, "f"), nil, 0o644)
+	for _, tc := range []struct {
+		name string
+		req  MountRequest
+		is   func(error) bool
+	}{
+		{"relative dir", MountRequest{Identity: id, Dir: "models"}, errdefs.IsInvalidArgument},
+		{"a directory with files", MountRequest{Identity: id, Dir: full}, errdefs.IsInvalidArgument},
+		{"a file", MountRequest{Identity: id, Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
+		{"inside the store", MountRequest{Identity: id, Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
+		{"bad identity", MountRequest{Identity: "sha256:12", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"tag reference", MountRequest{Identity: id, Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"missing artifact", MountRequest{Identity: "sha256:" + strings.Repeat("5", 64), Dir: t.TempDir()}, errdefs.IsNotFound},
+	} {
+		if _, err := c.Mount(ctx, tc.req); !tc.is(err) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+	if err := c.Unmount(ctx, t.TempDir()); !errdefs.IsNotFound(err) {
+		t.Fatalf("unmount of a directory that is no host mount: %v", err)
+	}
+
+	// A restart takes the mount's lease again (from the store).
+	srv.Close()
+	n.sn.Close()
+	n.open(t)
+	c = serve()
+	if ms, err := c.Mounts(ctx); err != nil || len(ms) != 1 || ms[0].Dir != dir || !ms[0].Leased {
+		t.Fatalf("mounts after a restart %+v %v", ms, err)
+	}
+	busy()
+	if got := testutil.ToFloat64(n.metrics.hostMounts); got != 1 {
+		t.Fatalf("host_mounts %v", got)
+	}
+
+	if err := c.Unmount(ctx, dir); err != nil {
+		t.Fatal(err)
+	}
+	if raw, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(raw), " "+dir+" ") {
+		t.Fatal("still mounted")
+	}
+	if _, err := os.Stat(n.sn.mounts.home(dir)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the mount's record and view are left: %v", err)
+	}
+	if got := n.sn.leases.identities(); len(got) != 0 {
+		t.Fatalf("leases after the unmount: %v", got)
+	}
+
+	// A mount undone behind the daemon's back is forgotten at the next start.
+	if _, err := c.Mount(ctx, MountRequest{Identity: id, Dir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	n.sn.Close()
+	if err := unix.Unmount(dir, 0); err != nil {
+		t.Fatal(err)
+	}
+	n.open(t)
+	if ms := n.sn.HostMounts(); len(ms) != 0 || len(n.sn.leases.identities()) != 0 {
+		t.Fatalf("mounts %+v, leases %v after the mount went", ms, n.sn.leases.identities())
+	}
+	if err := n.dom.Remove(ctx, hex); err != nil {
+		t.Fatal(err)
+	}
+}

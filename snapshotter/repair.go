@@ -1,0 +1,273 @@
+package snapshotter
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/oci"
+)
+
+// repairs bring holders back to their artifact in the background, one loop
+// per artifact: a fallback snapshot gets its weights (buildView into its own
+// directory, then its LabelFallback removed), and a snapshot or host mount
+// whose lease was not taken again at start gets it. A loop resolves the
+// artifact through the whole resolution order (store, peers, registry) with
+// an exponential backoff, logging every failed try, until each of its
+// holders is repaired or gone.
+type repairs struct {
+	s       *Snapshotter
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	backoff Backoff
+
+	mu    sync.Mutex
+	loops map[string]*repairLoop // by identity hex
+	by    map[string]string      // holder -> identity hex
+}
+
+// repairLoop is the repair of one artifact's holders.
+type repairLoop struct {
+	ptr     oci.Pointer
+	holders map[string]struct{}
+	kick    chan struct{} // try now
+}
+
+func newRepairs(ctx context.Context, s *Snapshotter, b Backoff) *repairs {
+	ctx, cancel := context.WithCancel(ctx)
+	return &repairs{s: s, ctx: ctx, cancel: cancel, backoff: b, loops: map[string]*repairLoop{}, by: map[string]string{}}
+}
+
+// add queues holders for the artifact of ptr and starts its loop if none
+// runs.
+func (r *repairs) add(ptr oci.Pointer, holders ...string) {
+	hex := strings.TrimPrefix(ptr.Identity, "sha256:")
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.ctx.Err() != nil {
+		return
+	}
+	lp := r.loops[hex]
+	if lp == nil {
+		lp = &repairLoop{ptr: ptr, holders: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+		r.loops[hex] = lp
+		r.wg.Add(1)
+		go r.run(hex, lp)
+	}
+	for _, h := range holders {
+		lp.holders[h] = struct{}{}
+		r.by[h] = hex
+	}
+	r.s.metrics.pendingRepairs.Set(float64(len(r.by)))
+}
+
+// kick makes the loop of ptr's artifact, if one waits, try now.
+func (r *repairs) kick(ptr oci.Pointer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if lp := r.loops[strings.TrimPrefix(ptr.Identity, "sha256:")]; lp != nil {
+		select {
+		case lp.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// forget drops holder (its snapshot was removed, its mount undone).
+func (r *repairs) forget(holder string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.dropLocked(holder)
+}
+
+func (r *repairs) dropLocked(holder string) {
+	hex, ok := r.by[holder]
+	if !ok {
+		return
+	}
+	delete(r.by, holder)
+	delete(r.loops[hex].holders, holder)
+	r.s.metrics.pendingRepairs.Set(float64(len(r.by)))
+}
+
+// pending lists the holders of the artifact hex waiting for a repair.
+func (r *repairs) pending(hex string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lp := r.loops[hex]
+	if lp == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(lp.holders))
+}
+
+// now repairs the fallback snapshot name at once when its artifact
+// resolves; wait says whether the caller needs that (a required layer): it
+// then resolves here and fails with the reason, and otherwise only kicks
+// the loop.
+func (r *repairs) now(ctx context.Context, ptr oci.Pointer, name string, wait bool) error {
+	if !wait {
+		r.kick(ptr)
+		return nil
+	}
+	h, _, err := r.s.leases.acquire(ctx, ptr)
+	if err != nil {
+		return fmt.Errorf("the layer's snapshot is a fallback without the weights, and: %w", err)
+	}
+	defer r.s.leases.release(h)
+	r.mu.Lock()
+	_, pending := r.by[name]
+	r.mu.Unlock()
+	if !pending { // not queued (the daemon restarted since): queue it, so repair attaches the lease
+		r.add(ptr, name)
+	}
+	return r.repair(name, h)
+}
+
+// stop ends every loop and waits for them.
+func (r *repairs) stop() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+// run is one artifact's loop.
+func (r *repairs) run(hex string, lp *repairLoop) {
+	defer r.wg.Done()
+	logger := log.G(r.ctx).WithField("identity", lp.ptr.Identity).WithField("artifact", lp.ptr.Artifact)
+	wait := r.backoff.Initial
+	for try := 1; ; try++ {
+		t := time.NewTimer(wait)
+		select {
+		case <-r.ctx.Done():
+			t.Stop()
+			return
+		case <-lp.kick:
+			t.Stop()
+			wait = r.backoff.Initial
+		case <-t.C:
+		}
+		if r.done(hex, lp) {
+			return
+		}
+		h, _, err := r.s.leases.acquire(r.ctx, lp.ptr)
+		if err != nil {
+			if r.ctx.Err() != nil {
+				return
+			}
+			wait = min(wait*2, r.backoff.Max)
+			r.s.metrics.repairs.WithLabelValues("unresolved").Inc()
+			logger.WithError(err).WithField("try", try).WithField("holders", len(r.pending(hex))).WithField("next_try_in", wait).
+				Warn("repair: the artifact does not resolve yet")
+			continue
+		}
+		failed := false
+		for _, holder := range r.pending(hex) {
+			if err := r.repair(holder, h); err != nil {
+				failed = true
+				r.s.metrics.repairs.WithLabelValues(OutcomeError).Inc()
+				logger.WithError(err).WithField("holder", holder).Error("repair failed")
+			}
+		}
+		r.s.leases.release(h)
+		if r.done(hex, lp) {
+			return
+		}
+		if failed {
+			wait = min(wait*2, r.backoff.Max)
+		} else {
+			wait = r.backoff.Initial // holders added meanwhile
+		}
+	}
+}
+
+// done ends the loop of hex when it has no holder left (all repaired, or
+// gone while it waited).
+func (r *repairs) done(hex string, lp *repairLoop) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(lp.holders) > 0 {
+		return false
+	}
+	delete(r.loops, hex)
+	return true
+}
+
+// errGone is a holder that went while it was repaired.
+var errGone = errors.New("gone")
+
+// repair brings one holder to the leased artifact h: a fallback snapshot
+// gets its weights first. The holder gets the lease only if it is still
+// pending (not removed meanwhile).
+func (r *repairs) repair(holder string, h *held) error {
+	ctx := r.ctx
+	outcome := "leased"
+	if !strings.HasPrefix(holder, mountHolderPrefix) {
+		filled, err := r.fill(ctx, holder, h)
+		if errdefs.IsNotFound(err) {
+			err = errGone
+		}
+		if err != nil {
+			if errors.Is(err, errGone) {
+				r.forget(holder)
+				return nil
+			}
+			return err
+		}
+		if filled {
+			outcome = "filled"
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.by[holder]; !ok {
+		return nil
+	}
+	r.s.leases.attach(h, holder)
+	r.dropLocked(holder)
+	r.s.metrics.repairs.WithLabelValues(outcome).Inc()
+	msg := "repair: lease taken again"
+	if outcome == "filled" {
+		msg = "repair: weights filled in"
+	}
+	log.G(ctx).WithField("identity", "sha256:"+h.hex).WithField("holder", holder).Info(msg)
+	return nil
+}
+
+// fill puts the artifact into a fallback snapshot's own directory and
+// removes its LabelFallback; a snapshot that is not a fallback is left as
+// it is.
+func (r *repairs) fill(ctx context.Context, name string, h *held) (bool, error) {
+	info, err := r.s.overlay.Stat(ctx, name)
+	if err != nil {
+		return false, err
+	}
+	if info.Labels[LabelFallback] == "" {
+		return false, nil
+	}
+	ptr, _, err := oci.ParsePointerLabels(info.Labels) // its own target: images may mount one artifact at different places
+	if err != nil {
+		return false, err
+	}
+	dir, err := committedDir(ctx, r.s.overlay, name)
+	if err != nil {
+		return false, err
+	}
+	if err := buildView(filepath.Join(dir, ptr.Target), ptr, h.lease); err != nil {
+		return false, err
+	}
+	info.Labels = maps.Clone(info.Labels)
+	delete(info.Labels, LabelFallback)
+	if _, err := r.s.overlay.Update(ctx, info, "labels"); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -1,0 +1,240 @@
+package snapshotter
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/resolve"
+	"golang.org/x/sys/unix"
+)
+
+// TestModes: a weight layer whose artifact cannot be had fails its Prepare
+// in required mode and falls back in preferred mode; the image's mode label
+// wins over the node's.
+func TestModes(t *testing.T) {
+	id := elsewhere(t, synthModel(t, 128<<10, 20))
+	for _, tc := range []struct {
+		node     resolve.Mode
+		image    string
+		fallback bool
+	}{
+		{resolve.Required, "", false},
+		{resolve.Preferred, "", true},
+		{resolve.Required, oci.ModePreferred, true},
+		{resolve.Preferred, oci.ModeRequired, false},
+	} {
+		t.Run(string(tc.node)+"/"+tc.image, func(t *testing.T) {
+			n := newNodeMode(t, tc.node)
+			labels := weightLabels(id, "/w", chainID(40))
+			if tc.image != "" {
+				labels[oci.LabelMode] = tc.image
+			}
+			mounts, err := n.sn.Prepare(context.Background(), "extract", "", snapshots.WithLabels(labels))
+			if !tc.fallback {
+				if !errdefs.IsNotFound(err) || len(n.snapshotNames(t)) != 0 {
+					t.Fatalf("Prepare: %v, snapshots %v; want a miss and nothing left", err, n.snapshotNames(t))
+				}
+				return
+			}
+			if err != nil || len(mounts) != 1 {
+				t.Fatalf("Prepare: %v %v, want the fallback's mounts", err, mounts)
+			}
+			info, err := n.sn.Stat(context.Background(), "extract")
+			if err != nil || info.Kind != snapshots.KindActive || info.Labels[LabelFallback] == "" {
+				t.Fatalf("fallback snapshot %+v %v", info, err)
+			}
+			if got := testutil.ToFloat64(n.metrics.fallbacks); got != 1 {
+				t.Fatalf("fallbacks_total %v", got)
+			}
+		})
+	}
+}
+
+func newNodeMode(t *testing.T, mode resolve.Mode) *node {
+	t.Helper()
+	n := newNode(t, t.TempDir())
+	if mode != resolve.Required {
+		n.sn.Close()
+		n.mode = mode
+		n.open(t)
+	}
+	return n
+}
+
+// TestFallbackRepaired: a preferred weight layer whose artifact is missing
+// unpacks as its pointer layer; once the artifact is in the store, the
+// repair fills the committed snapshot's own directory with the store's
+// inodes, drops the fallback label and takes the lease.
+func TestFallbackRepaired(t *testing.T) {
+	ctx := context.Background()
+	n := newNodeMode(t, resolve.Preferred)
+	src := synthModel(t, 256<<10, 21)
+	id := elsewhere(t, src)
+	labels := weightLabels(id, "/models/m", chainID(41))
+	mounts, err := n.sn.Prepare(ctx, "extract", "", snapshots.WithLabels(labels))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What containerd does with the pointer layer: unpack it, commit it.
+	dir, err := snapshotDir(mounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ptr := oci.Pointer{Artifact: labels[oci.LabelArtifact], Identity: id, Target: "/models/m"}
+	pointerFile := filepath.Join(dir, oci.PointerPath(ptr))
+	os.MkdirAll(filepath.Dir(pointerFile), 0o755)
+	if err := os.WriteFile(pointerFile, []byte("{}\n"), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Commit(ctx, chainID(41), "extract", snapshots.WithLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := n.sn.Stat(ctx, chainID(41)); info.Labels[LabelFallback] == "" {
+		t.Fatalf("committed fallback lost its label: %+v", info.Labels)
+	}
+	eventually(t, "a repair try", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 2 })
+	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 1 {
+		t.Fatalf("pending_repairs %v", got)
+	}
+	if h, _ := n.sn.HoldersOf(id); !slices.Equal(h.Pending, []string{chainID(41)}) || h.Leased {
+		t.Fatalf("holders %+v", h)
+	}
+
+	// A required image of the same layers must not run on the fallback.
+	req := weightLabels(id, "/models/m", chainID(41))
+	req[oci.LabelMode] = oci.ModeRequired
+	if _, err := n.sn.Prepare(ctx, "extract-required", "", snapshots.WithLabels(req)); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "fallback") {
+		t.Fatalf("a required layer over a fallback snapshot: %v, want a miss naming the fallback", err)
+	}
+
+	importInto(t, n.dom, src) // the artifact arrives
+	eventually(t, "the repair", func() bool {
+		info, err := n.sn.Stat(ctx, chainID(41))
+		return err == nil && info.Labels[LabelFallback] == ""
+	})
+	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")); got != 1 {
+		t.Fatalf("repairs_total{filled} %v", got)
+	}
+	cdir, err := committedDir(ctx, n.sn.overlay, chainID(41))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := n.dom.Lookup(ctx, strings.TrimPrefix(id, "sha256:"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, f := range l.Files() {
+		var a, b unix.Stat_t
+		if err := unix.Stat(filepath.Join(cdir, "models/m", f.Path), &a); err != nil {
+			t.Fatal(err)
+		}
+		unix.Fstat(int(f.File.Fd()), &b)
+		if a.Ino != b.Ino {
+			t.Fatalf("%s is not the store's inode", f.Path)
+		}
+	}
+	if raw, _ := os.ReadFile(filepath.Join(cdir, oci.PointerPath(ptr))); !strings.Contains(string(raw), fmt.Sprintf(`"files":%d,`, len(l.Files()))) {
+		t.Fatalf("pointer file after the repair: %s", raw)
+	}
+	if h, _ := n.sn.HoldersOf(id); !h.Leased || !slices.Equal(h.Snapshots, []string{chainID(41)}) || len(h.Pending) != 0 {
+		t.Fatalf("holders %+v", h)
+	}
+	if err := n.sn.Remove(ctx, chainID(41)); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.sn.leases.identities(); len(got) != 0 {
+		t.Fatalf("leases after the snapshot went: %v", got)
+	}
+}
+
+// TestRestartFromTheStoreOnly: at start the snapshotter takes leases from
+// the store without resolving anything; a snapshot whose artifact is gone
+// from the store, and one with bad labels, do not stop the others; the gone
+// artifact's snapshot gets its lease from a background repair once the
+// artifact is back; a Prepare a crash interrupted leaves nothing.
+func TestRestartFromTheStoreOnly(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	keep := n.importModel(t, 128<<10, 22)
+	gone := synthModel(t, 128<<10, 23)
+	goneID := importInto(t, n.dom, gone)
+	n.prepareWeights(t, "extract-a", "", weightLabels(keep, "/a", chainID(50)))
+	n.prepareWeights(t, "extract-b", "", weightLabels(goneID, "/b", chainID(51)))
+	// A snapshot with bad labels, and a crashed Prepare's view.
+	if _, err := n.sn.overlay.Prepare(ctx, "bad", ""); err != nil {
+		t.Fatal(err)
+	}
+	bad := weightLabels(keep, "relative", chainID(52))
+	if err := n.sn.overlay.Commit(ctx, chainID(52), "bad", snapshots.WithLabels(bad)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.sn.overlay.Prepare(ctx, tmpView+" 1 crashed", ""); err != nil {
+		t.Fatal(err)
+	}
+	n.sn.Close()
+	if err := n.dom.Remove(ctx, strings.TrimPrefix(goneID, "sha256:")); err != nil {
+		t.Fatal(err)
+	}
+
+	calls := n.resolver.calls.Load()
+	n.open(t)
+	if c := n.resolver.calls.Load(); c != calls {
+		t.Fatalf("start-up resolved %d artifacts; it must only look in the store", c-calls)
+	}
+	if got := n.sn.leases.identities(); !slices.Equal(got, []string{keep}) {
+		t.Fatalf("leases after the restart: %v", got)
+	}
+	if slices.ContainsFunc(n.snapshotNames(t), func(s string) bool { return strings.HasPrefix(s, tmpView) }) {
+		t.Fatalf("the crashed Prepare's view is left: %v", n.snapshotNames(t))
+	}
+	eventually(t, "repair tries", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
+	// The gone artifact's snapshot still serves its files (the inodes live on).
+	if _, err := n.sn.Prepare(ctx, "container-b", chainID(51)); err != nil {
+		t.Fatal(err)
+	}
+
+	importInto(t, n.dom, gone) // back in the store
+	eventually(t, "the lease repair", func() bool { return len(n.sn.leases.identities()) == 2 })
+	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 0 {
+		t.Fatalf("pending_repairs %v", got)
+	}
+	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")); got != 1 {
+		t.Fatalf("repairs_total{leased} %v", got)
+	}
+}
+
+// TestRepairEndsWithItsHolders: a fallback snapshot removed before its
+// artifact resolves leaves no repair behind.
+func TestRepairEndsWithItsHolders(t *testing.T) {
+	ctx := context.Background()
+	n := newNodeMode(t, resolve.Preferred)
+	labels := weightLabels(elsewhere(t, synthModel(t, 128<<10, 24)), "/w", chainID(42))
+	if _, err := n.sn.Prepare(ctx, "extract", "", snapshots.WithLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Commit(ctx, chainID(42), "extract", snapshots.WithLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "a repair try", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
+	if err := n.sn.Remove(ctx, chainID(42)); err != nil {
+		t.Fatal(err)
+	}
+	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 0 {
+		t.Fatalf("pending_repairs %v after the snapshot went", got)
+	}
+	eventually(t, "the loop's end", func() bool {
+		n.sn.repairs.mu.Lock()
+		defer n.sn.repairs.mu.Unlock()
+		return len(n.sn.repairs.loops) == 0
+	})
+}
