@@ -17,8 +17,8 @@ import (
 const ringBuffers = 4
 
 // fileWriter is one payload file of a build. A file written in order
-// (Write) is hashed while it is written: its bytes are copied into a small
-// ring of buffers and handed to two stages that run concurrently and
+// (Write, ReadFrom) is hashed while it is written: its bytes are copied, or
+// read, into a small ring of buffers and handed to two stages that run concurrently and
 // independently, one hashing the bytes in order, one writing them to the
 // file, so a write throttled by the page cache never stalls the hashing, and
 // the other way round. A file bound by its tensor tree (artifact.BindTree)
