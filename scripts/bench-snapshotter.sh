@@ -10,6 +10,7 @@
 # Usage: scripts/bench-snapshotter.sh [SIZE...]   (default 2GiB 4GiB)
 # Env:   BENCH_REPS  runs per case, the table shows medians (default 3)
 #        BENCH_OUT   also write the table to this file
+#        DROP_CACHES=1  empty the page cache before every run
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then

@@ -6,6 +6,9 @@
 # The destination is an ext4 filesystem on a loop-mounted image (as root; else a folder beside the
 # source, noted in the title). The source is warmed into the page cache before every contender
 # (weightsnap drops the source's pages after copying, as it would for a network filesystem).
+# Env:   DROP_CACHES=1  empty the page cache before warming the source for each contender (root only):
+#                       on a virtual machine the pages an earlier contender freed cost the next one a
+#                       fault to the host each
 # Usage: scripts/bench-staging.sh [SIZE] [FILES]   (default 2GiB, 1000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,7 +56,11 @@ if [ "$(id -u)" = 0 ]; then
 	fstype="ext4 on a loop image"
 fi
 
-warm() { find "$1" -type f -exec cat {} + >/dev/null; }
+warm() {
+	sync
+	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+	find "$1" -type f -exec cat {} + >/dev/null
+}
 secs() { local s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc -l; }
 # syscalls CMD...: the total number of system calls CMD makes (strace -f -c).
 syscalls() { strace -f -c -o "$work/strace.out" "$@" >/dev/null 2>&1; awk '$NF == "total" { print $(NF-2) }' "$work/strace.out"; }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
@@ -75,7 +76,7 @@ func copyRange(ctx context.Context, src, dst *os.File, off, n int64, h io.Writer
 				if err := readFullAt(src, b, at); err != nil {
 					return fmt.Errorf("read %s at %d: %w", src.Name(), at, err)
 				}
-				if _, err := dst.WriteAt(b, at); err != nil {
+				if _, err := artifact.WriteAt(dst, b, at); err != nil {
 					return err
 				}
 				if progress != nil {

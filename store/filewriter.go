@@ -108,27 +108,11 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 	return s
 }
 
-// maxWrite is the most bytes one write(2) hands to the page cache. Since
-// Linux 6.16, ext4 caches a file in large folios sized by the writes that
-// fill it: a write of 2 MiB or more at a 2 MiB boundary takes a 2 MiB folio.
-// On a virtual machine that reports free memory to its host (virtio-balloon
-// free page reporting) such blocks are mostly memory the host has taken
-// back and must fault in again, 4 KiB at a time: there, 2 MiB writes ran at
-// 0.3 GB/s and 256 KiB ones at 2 GB/s (small folios come from the free
-// lists the host still backs).
-const maxWrite = 256 << 10
-
-// pwrite writes p at off in pieces of at most maxWrite bytes.
+// pwrite writes p at off in pieces the page cache takes fast
+// (artifact.WriteAt).
 func pwrite(f *os.File, p []byte, off int64) (int, error) {
-	n := 0
-	for n < len(p) {
-		k, err := f.WriteAt(p[n:min(len(p), n+maxWrite)], off+int64(n))
-		n += k
-		if err != nil {
-			return n, classifyIO(err)
-		}
-	}
-	return n, nil
+	n, err := artifact.WriteAt(f, p, off)
+	return n, classifyIO(err)
 }
 
 // writebackChunk is how many written bytes of a file the write stage lets

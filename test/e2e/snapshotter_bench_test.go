@@ -132,7 +132,7 @@ func firstWeightFile(w *weightImage) string {
 // kernel's uptime clock (shared with the container).
 func benchRun(t *testing.T, n *snapNode, img, snapshotter, file string) float64 {
 	t.Helper()
-	exec.Command("sync").Run()
+	settle(t)
 	start := uptime(t)
 	out, err := n.ctd.Nerdctl("--snapshotter", snapshotter, "run", "--rm", "--net", "none", "--security-opt", "seccomp=unconfined",
 		img, "sh", "-c", "head -c 1 /models/x/"+file+" >/dev/null && cat /proc/uptime")
@@ -149,6 +149,22 @@ func benchRun(t *testing.T, n *snapNode, img, snapshotter, file string) float64 
 	}
 	t.Logf("%s %s: %.2f s", snapshotter, img, read-start)
 	return read - start
+}
+
+// settle writes back what earlier runs left dirty and, with DROP_CACHES=1,
+// empties the page cache, so each run starts from the same memory: on a
+// virtual machine the pages an earlier run freed cost the next one a fault
+// to the host each.
+func settle(t *testing.T) {
+	t.Helper()
+	if err := exec.Command("sync").Run(); err != nil {
+		t.Fatal(err)
+	}
+	if os.Getenv("DROP_CACHES") == "1" {
+		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 func uptime(t *testing.T) float64 {
