@@ -161,13 +161,8 @@ func checkIntegers(v any) error {
 // trailing data, and validates it.
 func ParseIdentity(doc []byte) (Identity, error) {
 	var id Identity
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&id); err != nil {
-		return Identity{}, &IdentityError{Field: "", Reason: err.Error()}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return Identity{}, &IdentityError{Reason: "trailing data after identity"}
+	if err := DecodeStrictJSON(bytes.NewReader(doc), &id); err != nil {
+		return Identity{}, &IdentityError{Reason: err.Error()}
 	}
 	if err := id.Validate(); err != nil {
 		return Identity{}, err

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"io"
 	"strings"
 )
 
@@ -85,13 +84,8 @@ func (x *Index) TensorCount() int {
 // a safetensors file's BLAKE3 must be the tree of its header and tensors.
 func DecodeIndex(doc []byte) (*Index, error) {
 	var x Index
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&x); err != nil {
+	if err := DecodeStrictJSON(bytes.NewReader(doc), &x); err != nil {
 		return nil, fmt.Errorf("decode index: %w", err)
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, fmt.Errorf("decode index: trailing data")
 	}
 	if x.Schema != IndexSchema && x.Schema != IndexSchemaWholeFile {
 		return nil, fmt.Errorf("decode index: unsupported schema %d", x.Schema)

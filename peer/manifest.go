@@ -2,7 +2,6 @@ package peer
 
 import (
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -138,16 +137,9 @@ func decodeManifest(doc []byte) (*WeightManifest, error) {
 	return &m, nil
 }
 
+// decodeStrict decodes one JSON document of the wire format strictly.
 func decodeStrict(doc []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("trailing data")
-	}
-	return nil
+	return artifact.DecodeStrictJSON(bytes.NewReader(doc), v)
 }
 
 func (m *WeightManifest) validate() error {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 // LedgerSchema is the version of the ledger encoding.
@@ -143,14 +144,9 @@ const (
 
 // decodeLedger reads a ledger snapshot: one JSON document, strictly.
 func decodeLedger(name string, r io.Reader) (*Ledger, error) {
-	dec := json.NewDecoder(io.LimitReader(r, maxLedgerBytes))
-	dec.DisallowUnknownFields()
 	var l Ledger
-	if err := dec.Decode(&l); err != nil {
+	if err := artifact.DecodeStrictJSON(io.LimitReader(r, maxLedgerBytes), &l); err != nil {
 		return nil, &LedgerError{File: name, Detail: err.Error()}
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, &LedgerError{File: name, Detail: "data after the ledger"}
 	}
 	if err := l.check(); err != nil {
 		return nil, &LedgerError{File: name, Detail: err.Error()}

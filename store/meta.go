@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 
 	"github.com/weightsnap/weightsnap/artifact"
 )
@@ -53,15 +51,7 @@ type Ready struct {
 
 // decodeStrict decodes one JSON value, refusing unknown fields and trailing data.
 func decodeStrict(doc []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(doc))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return err
-	}
-	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("trailing data")
-	}
-	return nil
+	return artifact.DecodeStrictJSON(bytes.NewReader(doc), v)
 }
 
 // DecodeManifest parses manifest.json strictly and checks it against its identity.
