@@ -279,8 +279,16 @@ func (s *Server) serveRail(raw net.Conn, r *bufio.Reader) error {
 	}
 }
 
+// sendWindow is how much of a range sendRange asks the kernel to read
+// ahead of what it sends: a file not in the page cache is then read from
+// disk in large asynchronous requests while the previous window is sent,
+// not a readahead window at a time (on this project's virtual disks, 1 GiB
+// read cold in 1 MiB reads took 2.4 s, and 0.7 s with 64 MiB asked ahead).
+const sendWindow = 32 << 20
+
 // sendRange sends n bytes of f from off with sendfile, never moving the
-// file's offset (rails share the descriptor); every wait has the timeout.
+// file's offset (rails share the descriptor), each window asked of the
+// kernel before the previous one is sent; every wait has the timeout.
 func sendRange(c net.Conn, f *os.File, off, n int64, timeout time.Duration) error {
 	tc, ok := c.(*net.TCPConn)
 	if !ok {
@@ -291,13 +299,20 @@ func sendRange(c net.Conn, f *os.File, off, n int64, timeout time.Duration) erro
 		return err
 	}
 	src := int(f.Fd())
+	end := off + n
+	asked := off // the kernel has been asked to read ahead up to here
 	for n > 0 {
+		for asked < min(end, off+2*sendWindow) {
+			k := min(end-asked, sendWindow)
+			unix.Fadvise(src, asked, k, unix.FADV_WILLNEED) // a hint: its failure costs only speed
+			asked += k
+		}
 		if err := tc.SetWriteDeadline(time.Now().Add(timeout)); err != nil {
 			return err
 		}
 		var serr error
 		err := rc.Write(func(fd uintptr) bool {
-			w, e := unix.Sendfile(int(fd), src, &off, int(min(n, 1<<30)))
+			w, e := unix.Sendfile(int(fd), src, &off, int(min(n, sendWindow)))
 			switch {
 			case e == unix.EAGAIN, e == unix.EINTR:
 				return false
