@@ -97,7 +97,7 @@ type Metrics struct {
 type Staging struct {
 	Dir                  string `toml:"dir" comment:"ledgers, journals and locks of staged lanes; \"\" means <root>/staging"`
 	Node                 string `toml:"node" comment:"this node's name in ledgers; \"\" means the host name"`
-	Workers              int    `toml:"workers" comment:"files staged at once (each with up to 4 reads of 4 MiB in flight)"`
+	Workers              int    `toml:"workers" comment:"files staged at once (each with up to 8 reads of 1 MiB in flight)"`
 	SourceTimeoutSeconds int    `toml:"source_timeout_seconds" comment:"seconds a source may take to answer the preflight's reachability check"`
 }
 
