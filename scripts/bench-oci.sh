@@ -72,14 +72,7 @@ for _ in $(seq 100); do
 done
 curl -fsS -o /dev/null "http://$host/v2/" || { echo "bench-oci: registry did not start" >&2; cat "$work/registry.log" >&2; exit 1; }
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
-settle() {
-	sync
-	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
-}
-# median of the numbers on stdin
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. scripts/bench-lib.sh
 
 read -r floor_sha floor_b3 cores < <(scripts/hash-floor.sh)
 echo "bench-oci: synthesising $size in $shards shards under $work" >&2
@@ -126,8 +119,6 @@ m_oras_pull_sync=$(printf '%s\n' "${oras_pull_sync[@]}" | median)
 m_ws_push=$(printf '%s\n' "${ws_push[@]}" | median)
 m_oras_push=$(printf '%s\n' "${oras_push[@]}" | median)
 
-gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
-speedup() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 met() { awk -v a="$1" -v b="$2" -v g="$3" 'BEGIN { print (a / b >= g) ? "yes" : "NO" }'; }
 f_pull=$(awk -v b="$bytes" -v c="$floor_sha" -v n="$cores" 'BEGIN { printf "%.2f", b / 2^30 * c / n }')
 printf '\nweightsnap OCI benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, registry %s on %s\n' \

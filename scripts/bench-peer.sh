@@ -91,13 +91,7 @@ done
 ina "$ws" --root "$work/a" --config "" push --plain-http "$id" 10.233.91.1:5000/bench/model:v1 >/dev/null 2>&1
 ref=10.233.91.1:5000/bench/model:v1
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.3f", b - a }'; }
-settle() {
-	sync
-	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
-}
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+. scripts/bench-lib.sh
 fresh() { chmod -R u+w "$work/b" 2>/dev/null || true; rm -rf "$work/b"; settle; }
 
 declare -a r_tcp r_rma r_pull r_oras r_raw
@@ -125,15 +119,13 @@ m_wspull=$(printf '%s\n' "${r_pull[@]}" | median)
 m_oras=$(printf '%s\n' "${r_oras[@]}" | median)
 m_raw=$(printf '%s\n' "${r_raw[@]}" | median)
 
-gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, node B fetching from node A over one veth\n' \
 	"$size" "$bytes" "$shards" "$(nproc)" "$reps"
 printf '%-52s %9s %7s %13s  %s\n' "measure" "seconds" "GB/s" "peer tcp is" "goal"
 printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, 4 rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
-printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, 4 rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(ratio "$m_rma" "$m_tcp")" "(software fabric)"
-printf '%-52s %9.2f %7s %13s  %s\n' "weightsnap pull from a registry on A" "$m_wspull" "$(gbs "$m_wspull")" "$(ratio "$m_wspull" "$m_tcp")" ""
-printf '%-52s %9.2f %7s %13s  %s\n' "oras pull + sync from the same registry" "$m_oras" "$(gbs "$m_oras")" "$(ratio "$m_oras" "$m_tcp")" ">= 2x"
-printf '%-52s %9.2f %7s %13s  %s\n' "raw copy: socat into one file + sync" "$m_raw" "$(gbs "$m_raw")" "$(ratio "$m_raw" "$m_tcp")" ">= 0.8x"
+printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, 4 rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(speedup "$m_rma" "$m_tcp")" "(software fabric)"
+printf '%-52s %9.2f %7s %13s  %s\n' "weightsnap pull from a registry on A" "$m_wspull" "$(gbs "$m_wspull")" "$(speedup "$m_wspull" "$m_tcp")" ""
+printf '%-52s %9.2f %7s %13s  %s\n' "oras pull + sync from the same registry" "$m_oras" "$(gbs "$m_oras")" "$(speedup "$m_oras" "$m_tcp")" ">= 2x"
+printf '%-52s %9.2f %7s %13s  %s\n' "raw copy: socat into one file + sync" "$m_raw" "$(gbs "$m_raw")" "$(speedup "$m_raw" "$m_tcp")" ">= 0.8x"
 printf 'runs (s): tcp %s | rma %s | ws pull %s | oras+sync %s | raw %s\n' \
 	"${r_tcp[*]}" "${r_rma[*]}" "${r_pull[*]}" "${r_oras[*]}" "${r_raw[*]}"

@@ -56,12 +56,12 @@ if [ "$(id -u)" = 0 ]; then
 	fstype="ext4 on a loop image"
 fi
 
+. scripts/bench-lib.sh
+# warm DIR: settle, then read every file below DIR into the page cache.
 warm() {
-	sync
-	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+	settle
 	find "$1" -type f -exec cat {} + >/dev/null
 }
-secs() { local s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc -l; }
 # syscalls CMD...: the total number of system calls CMD makes (strace -f -c).
 syscalls() { strace -f -c -o "$work/strace.out" "$@" >/dev/null 2>&1; awk '$NF == "total" { print $(NF-2) }' "$work/strace.out"; }
 recipe() { # recipe ID SRC DST VERIFY

@@ -28,16 +28,12 @@ rev=0123456789abcdef0123456789abcdef01234567
 
 $ws dev synth --out "$work/src" --size "$size" --shards "$shards" --dtype BF16 --seed 3 >/dev/null 2>&1
 bytes=$(du -sb "$work/src" | cut -f1)
-# settle FILE...: write back what came before and, with DROP_CACHES=1, empty the page cache (on a
-# virtual machine the pages an earlier contender freed cost the next one a fault to the host each);
-# then read FILE... into the page cache: every contender starts with its source warm.
-settle() {
-	sync
-	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
+. scripts/bench-lib.sh
+# warm FILE...: settle, then read FILE... into the page cache: every contender starts with its source warm.
+warm() {
+	settle
 	cat "$@" >/dev/null
 }
-
-secs() { local s=$(date +%s.%N); "$@" >/dev/null 2>&1; echo "$(date +%s.%N) - $s" | bc -l; }
 # timed OUT CMD...: runs CMD, leaving "seconds CPU-seconds peak-RSS-KiB" in OUT
 timed() {
 	local out=$1; shift
@@ -45,18 +41,18 @@ timed() {
 	awk '{ printf "%s %.2f %s\n", $1, $2 + $3, $4 }' "$out.raw" >"$out"
 }
 
-settle "$work/src"/*
+warm "$work/src"/*
 t_cp=$(secs bash -c "cp -r '$work/src' '$work/cp' && sync")
 rm -rf "$work/cp"
 export WEIGHTSNAP_ROOT="$work/store"
 "$ws" store init >/dev/null
-settle "$work/src"/*
+warm "$work/src"/*
 timed "$work/import.time" "$ws" import "$work/src" --revision "$rev"
 read -r t_import c_import rss_import <"$work/import.time"
 id=$("$ws" import "$work/src" --revision "$rev")
 t_warm=$(secs "$ws" import "$work/src" --revision "$rev")
 files=("$work/store/artifacts/${id#sha256:}"/*)
-settle "${files[@]}"
+warm "${files[@]}"
 timed "$work/verify.time" "$ws" verify --full "$id"
 read -r t_verify c_verify rss_verify <"$work/verify.time"
 t_b3=$(secs b3sum "${files[@]}")
