@@ -18,3 +18,21 @@ median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]
 gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
 # speedup A B: A / B as "1.23x"
 speedup() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
+# registry_config FILE ROOT ADDR: writes the configuration of a registry (distribution) that stores
+# under ROOT and listens on ADDR, quiet, deletes allowed
+registry_config() {
+	cat >"$1" <<EOF
+version: 0.1
+log:
+  level: error
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: $2
+  delete:
+    enabled: true
+http:
+  addr: $3
+EOF
+}

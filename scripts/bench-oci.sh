@@ -14,6 +14,7 @@
 #        DROP_CACHES=1         drop the page cache before every transfer (root only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 size=${1:-2GiB}
 shards=${2:-8}
 reps=${3:-3}
@@ -49,20 +50,7 @@ fi
 
 # A registry on a free loopback port, storing on the bench disk.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])' 2>/dev/null || echo 5077)
-cat >"$work/registry.yml" <<EOF
-version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-  delete:
-    enabled: true
-http:
-  addr: 127.0.0.1:$port
-EOF
+registry_config "$work/registry.yml" "$work/registry" "127.0.0.1:$port"
 OTEL_TRACES_EXPORTER=none "$registry" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 regpid=$!
 host=127.0.0.1:$port
@@ -71,8 +59,6 @@ for _ in $(seq 100); do
 	sleep 0.1
 done
 curl -fsS -o /dev/null "http://$host/v2/" || { echo "bench-oci: registry did not start" >&2; cat "$work/registry.log" >&2; exit 1; }
-
-. scripts/bench-lib.sh
 
 read -r floor_sha floor_b3 cores < <(scripts/hash-floor.sh)
 echo "bench-oci: synthesising $size in $shards shards under $work" >&2

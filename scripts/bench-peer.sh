@@ -13,6 +13,7 @@
 #        DROP_CACHES=1         drop the page cache before every transfer
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 size=${1:-2GiB}
 shards=${2:-8}
 reps=${3:-3}
@@ -70,18 +71,7 @@ bytes=$(cd "$work/src" && stat -c %s $files | awk '{ s += $1 } END { printf "%.0
 # Node A: the peer (rma-capable binary, sockets provider) and a registry holding the same artifact.
 ina "$wsrma" --root "$work/a" --config "" peer serve --listen 10.233.91.1:7420 --fabric-provider sockets >"$work/serve.log" 2>&1 &
 pids+=($!)
-cat >"$work/registry.yml" <<EOF
-version: 0.1
-log:
-  level: error
-  accesslog:
-    disabled: true
-storage:
-  filesystem:
-    rootdirectory: $work/registry
-http:
-  addr: 10.233.91.1:5000
-EOF
+registry_config "$work/registry.yml" "$work/registry" 10.233.91.1:5000
 OTEL_TRACES_EXPORTER=none ina "$registry" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
@@ -91,7 +81,6 @@ done
 ina "$ws" --root "$work/a" --config "" push --plain-http "$id" 10.233.91.1:5000/bench/model:v1 >/dev/null 2>&1
 ref=10.233.91.1:5000/bench/model:v1
 
-. scripts/bench-lib.sh
 fresh() { chmod -R u+w "$work/b" 2>/dev/null || true; rm -rf "$work/b"; settle; }
 
 declare -a r_tcp r_rma r_pull r_oras r_raw

@@ -12,6 +12,7 @@
 # Usage: scripts/bench-staging.sh [SIZE] [FILES]   (default 2GiB, 1000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 size=${1:-2GiB}
 files=${2:-1000}
 ws=$PWD/bin/weightsnap
@@ -56,7 +57,6 @@ if [ "$(id -u)" = 0 ]; then
 	fstype="ext4 on a loop image"
 fi
 
-. scripts/bench-lib.sh
 # warm DIR: settle, then read every file below DIR into the page cache.
 warm() {
 	settle

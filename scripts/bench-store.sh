@@ -8,6 +8,7 @@
 # Env:   DROP_CACHES=1  empty the page cache before each contender, then warm its source (root only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/bench-lib.sh
 size=${1:-2GiB}
 shards=${2:-8}
 ws=$PWD/bin/weightsnap
@@ -28,7 +29,6 @@ rev=0123456789abcdef0123456789abcdef01234567
 
 $ws dev synth --out "$work/src" --size "$size" --shards "$shards" --dtype BF16 --seed 3 >/dev/null 2>&1
 bytes=$(du -sb "$work/src" | cut -f1)
-. scripts/bench-lib.sh
 # warm FILE...: settle, then read FILE... into the page cache: every contender starts with its source warm.
 warm() {
 	settle
