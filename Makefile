@@ -48,7 +48,10 @@ e2e: build
 # As root, every contender starts from an empty page cache (DROP_CACHES=0 keeps it): on a virtual
 # machine the pages an earlier contender freed cost the next one a fault to the host each.
 BENCH_SIZE ?= 2GiB
-export DROP_CACHES ?= $(if $(filter 0,$(shell id -u)),1,0)
+ifndef DROP_CACHES
+DROP_CACHES := $(if $(filter 0,$(shell id -u)),1,0)
+endif
+export DROP_CACHES
 bench: build
 	@read -r s b c < <(scripts/hash-floor.sh) && \
 	printf 'hashing floor: sha256 %s CPU-s/GiB, BLAKE3 %s CPU-s/GiB, per core with all %s cores hashing\n' "$$s" "$$b" "$$c"
