@@ -3,9 +3,10 @@
 #   hub-mirror first copy (verify full, and sample-hash) vs cp -a and rsync -a (each + sync),
 #   the no-op re-run vs rsync -a's no-op,
 #   a 1,000-file repository: first run vs re-run (time and syscalls, strace -c), and rsync's no-op.
-# The destination is an ext4 filesystem on a loop-mounted image (as root; else a folder beside the
-# source, noted in the title). The source is warmed into the page cache before every contender
-# (weightsnap drops the source's pages after copying, as it would for a network filesystem).
+# The destination is an ext4 filesystem on a loop-mounted image, which the loop device writes with
+# direct I/O (as root; else a folder beside the source, noted in the title). The source is warmed into
+# the page cache before every contender (weightsnap drops the source's pages after copying, as it
+# would for a network filesystem).
 # Env:   DROP_CACHES=1  empty the page cache before warming the source for each contender (root only):
 #                       on a virtual machine the pages an earlier contender freed cost the next one a
 #                       fault to the host each
@@ -55,6 +56,15 @@ if [ "$(id -u)" = 0 ]; then
 	mkfs.ext4 -q -F -E lazy_itable_init=0,lazy_journal_init=0 "$work/dst.img"
 	mount -o loop "$work/dst.img" "$dst"
 	fstype="ext4 on a loop image"
+	# The loop device writes to its image with direct I/O where the image's filesystem allows, so it
+	# behaves as a disk does: a buffered loop device holds every write a second time in the page
+	# cache, as dirty pages of the image, and writes them to the disk only when sync flushes it, so
+	# writeback started during a copy does not reach the disk, and the whole flush comes at the end.
+	if losetup --direct-io=on "$(findmnt -n -o SOURCE "$dst")" 2>/dev/null; then
+		fstype="$fstype (direct I/O)"
+	else
+		fstype="$fstype (buffered: the image's filesystem refuses direct I/O)"
+	fi
 fi
 
 # warm DIR: settle, then read every file below DIR into the page cache.
