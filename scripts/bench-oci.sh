@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # OCI benchmark, side by side in one run on the same artifact and the same local registry:
 #   the hashing floor of this machine (scripts/hash-floor.sh) and the pull's floor (sha256 of every byte)
-#   weightsnap pull (every blob sha256-checked, headers checked against the index, files fsynced, published)
+#   weightsnap pull (every blob sha256-checked, headers checked against the index, files fsynced, published),
+#     each pull from empty page caches on this side and a registry serving its blobs from memory,
 #     vs oras pull + sync and oras pull alone
 #   weightsnap push vs oras push (each to a fresh repository, so every blob is uploaded)
 #   peak RSS of weightsnap pull and push
@@ -70,6 +71,11 @@ files=$(cd "$work/src" && ls)
 "$ws" push --plain-http "$id" "$host/bench/model:v1" >/dev/null 2>&1
 ref=$host/bench/model:v1
 
+# warm_registry: reads the registry's blobs into the page cache, so every pull meets a registry
+# serving from memory, as a busy remote one does: with DROP_CACHES=1 the registry would otherwise
+# read each blob from this machine's disk, on the two cores the pulls run on, and that read, the
+# same for both clients, would dominate what is measured.
+warm_registry() { find "$work/registry" -type f -name data -exec cat {} + >/dev/null; }
 # rss CMD...: runs CMD, leaving its peak RSS in KiB in $work/rss
 rss() { /usr/bin/time -f "%M" -o "$work/rss" "$@" >/dev/null 2>&1; }
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
@@ -81,7 +87,7 @@ for i in $(seq "$reps"); do
 	# Alternate who goes first, so neither always meets a warmer cache.
 	for who in $([ $((i % 2)) = 1 ] && echo "ws oras" || echo "oras ws"); do
 		if [ "$who" = ws ]; then
-			rm -rf "$work/pull-store"; settle
+			rm -rf "$work/pull-store"; settle; warm_registry
 			t=$(now); WEIGHTSNAP_ROOT=$work/pull-store rss "$ws" pull --plain-http "$ref"; ws_pull+=("$(since "$t")")
 			rss_pull=$(max "$rss_pull" "$(cat "$work/rss")")
 			WEIGHTSNAP_ROOT=$work/pull-store "$ws" verify "$id" >/dev/null
@@ -89,7 +95,7 @@ for i in $(seq "$reps"); do
 			t=$(now); rss "$ws" push --plain-http "$id" "$host/ws/push$i:v1"; ws_push+=("$(since "$t")")
 			rss_push=$(max "$rss_push" "$(cat "$work/rss")")
 		else
-			rm -rf "$work/oras-out"; settle
+			rm -rf "$work/oras-out"; settle; warm_registry
 			t=$(now); "$oras" pull --plain-http -o "$work/oras-out" "$ref" >/dev/null; oras_pull+=("$(since "$t")")
 			sync; oras_pull_sync+=("$(since "$t")")
 			rm -rf "$work/oras-out"; settle
