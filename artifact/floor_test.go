@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/zeebo/blake3"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"golang.org/x/sys/unix"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sync"
 
 	"github.com/containerd/errdefs"
-	"github.com/zeebo/blake3"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
 
 // FileHasher computes a payload file's FileEntry from its bytes written in

@@ -4,7 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	"github.com/zeebo/blake3"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
 
 // Digest is a raw BLAKE3 or sha256 digest.

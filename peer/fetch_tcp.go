@@ -6,7 +6,7 @@ import (
 	"io"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/zeebo/blake3"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"golang.org/x/sync/errgroup"
 )
 

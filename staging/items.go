@@ -11,7 +11,7 @@ import (
 	"slices"
 
 	"github.com/containerd/errdefs"
-	"github.com/zeebo/blake3"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
 
 // verifyRank orders verify modes by strength.

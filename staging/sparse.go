@@ -14,7 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/zeebo/blake3"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
 
 // rangeSpec is one table's row range in a source file.

@@ -14,7 +14,7 @@ import (
 	"unsafe"
 
 	"github.com/containerd/errdefs"
-	"github.com/zeebo/blake3"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"golang.org/x/sys/unix"
 )
 
