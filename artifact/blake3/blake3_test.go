@@ -65,6 +65,15 @@ func TestSameAsReference(t *testing.T) {
 		if got := splitSum(data[:n], r); !bytes.Equal(got, want[:]) {
 			t.Fatalf("%d bytes in random writes: %x, want %x", n, got, want)
 		}
+		for _, piece := range []int{1024, batch, 3 * batch} { // writes that end on batch boundaries
+			h := New()
+			for b := data[:n]; len(b) > 0; b = b[min(piece, len(b)):] {
+				h.Write(b[:min(piece, len(b))])
+			}
+			if got := h.Sum(nil); !bytes.Equal(got, want[:]) {
+				t.Fatalf("%d bytes in writes of %d: %x, want %x", n, piece, got, want)
+			}
+		}
 	}
 }
 
