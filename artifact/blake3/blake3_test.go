@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	reference "github.com/zeebo/blake3"
+	"lukechampine.com/blake3/guts"
 )
 
 // The input of the BLAKE3 specification's test vectors: byte i is i mod 251.
@@ -74,6 +75,12 @@ func TestSameAsReference(t *testing.T) {
 				t.Fatalf("%d bytes in writes of %d: %x, want %x", n, piece, got, want)
 			}
 		}
+	}
+}
+
+func TestBatchIsASubtree(t *testing.T) {
+	if 1<<batchHeight != guts.MaxSIMD {
+		t.Fatalf("batchHeight %d, but a batch is %d chunks", batchHeight, guts.MaxSIMD)
 	}
 }
 
