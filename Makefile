@@ -63,7 +63,7 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
-FUZZPKGS := ./artifact/ ./artifact/tpsplit/ ./store/ ./oci/ ./peer/ ./staging/
+FUZZPKGS := ./artifact/ ./artifact/blake3/ ./artifact/tpsplit/ ./store/ ./oci/ ./peer/ ./staging/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done
