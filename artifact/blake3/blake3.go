@@ -1,20 +1,29 @@
-// Package blake3 is the store's BLAKE3 (unkeyed, 256-bit digests): the tree
-// mode of the BLAKE3 specification, driven on one goroutine over the
-// compression functions of lukechampine.com/blake3/guts, which hash 16
-// chunks at once with AVX-512 where the CPU has it (8 with AVX2).
+// Package blake3 is the store's BLAKE3 (unkeyed, 256-bit digests). Where
+// the CPU has AVX-512 it is the tree mode of the BLAKE3 specification,
+// driven on one goroutine over the compression functions of
+// lukechampine.com/blake3/guts, which hash 16 chunks at once; elsewhere it
+// is zeebo/blake3.
 //
 // zeebo/blake3 has no AVX-512 code, and lukechampine.com/blake3's own
 // Hasher starts a goroutine per 16 KiB, which costs more than it gains
 // where every core already hashes a file of its own. Measured on the
 // 2-core build machine, two hashers at once over 128 MiB each in 1 MiB
-// writes: 5.4-6.4 GB/s here against zeebo's 3.8-4.1 GB/s.
+// writes: 5.4-6.4 GB/s here against zeebo's 3.8-4.1 GB/s. Without AVX-512
+// guts falls back to 8 chunks at once with AVX2, 2.2 GB/s on one core
+// there against zeebo's 2.7, hence zeebo on such CPUs.
 package blake3
 
 import (
 	"math/bits"
 
+	"github.com/zeebo/blake3"
+	"golang.org/x/sys/cpu"
 	"lukechampine.com/blake3/guts"
 )
+
+// wide says whether this CPU hashes with guts: the test guts itself makes
+// before it takes its AVX-512 code.
+var wide = cpu.X86.HasAVX512F
 
 // batch is the bytes one call of guts.CompressBuffer takes: a complete
 // subtree of guts.MaxSIMD chunks.
@@ -25,6 +34,65 @@ const batchHeight = 4
 
 // Hasher computes a BLAKE3 digest; it implements hash.Hash.
 type Hasher struct {
+	// One of the two is set.
+	narrow *blake3.Hasher
+	wide   *wideHasher
+}
+
+// New returns a Hasher for 256-bit unkeyed digests.
+func New() *Hasher {
+	if !wide {
+		return &Hasher{narrow: blake3.New()}
+	}
+	return &Hasher{wide: &wideHasher{}}
+}
+
+// Sum256 returns the BLAKE3 digest of b.
+func Sum256(b []byte) (sum [32]byte) {
+	if !wide {
+		return blake3.Sum256(b)
+	}
+	var h wideHasher
+	h.write(b)
+	h.sum(sum[:0])
+	return sum
+}
+
+// Write implements io.Writer; it never fails.
+func (h *Hasher) Write(p []byte) (int, error) {
+	if h.narrow != nil {
+		return h.narrow.Write(p)
+	}
+	h.wide.write(p)
+	return len(p), nil
+}
+
+// Sum appends the digest of the bytes written so far to b; the Hasher
+// can go on.
+func (h *Hasher) Sum(b []byte) []byte {
+	if h.narrow != nil {
+		return h.narrow.Sum(b)
+	}
+	return h.wide.sum(b)
+}
+
+// Reset forgets every byte written.
+func (h *Hasher) Reset() {
+	if h.narrow != nil {
+		h.narrow.Reset()
+		return
+	}
+	h.wide.tree.counter, h.wide.buflen = 0, 0
+}
+
+// Size is the digest's length in bytes.
+func (h *Hasher) Size() int { return 32 }
+
+// BlockSize is BLAKE3's block size.
+func (h *Hasher) BlockSize() int { return guts.BlockSize }
+
+// wideHasher is the BLAKE3 tree over guts.
+type wideHasher struct {
 	tree tree
 	// buf holds the last bytes written, up to a batch, until more come:
 	// every batch but the last is compressed 16 chunks at once, and the
@@ -39,17 +107,6 @@ type Hasher struct {
 type tree struct {
 	stack   [64][8]uint32
 	counter uint64
-}
-
-// New returns a Hasher for 256-bit unkeyed digests.
-func New() *Hasher { return &Hasher{} }
-
-// Sum256 returns the BLAKE3 digest of b.
-func Sum256(b []byte) (sum [32]byte) {
-	var h Hasher
-	h.Write(b)
-	h.Sum(sum[:0])
-	return sum
 }
 
 // push adds the chaining value of a complete subtree of 2^height chunks,
@@ -70,15 +127,13 @@ func (t *tree) pushBatch(b []byte) {
 	t.push(guts.ChainingValue(guts.CompressBuffer((*[batch]byte)(b), batch, &guts.IV, t.counter, 0)), batchHeight)
 }
 
-// Write implements io.Writer; it never fails.
-func (h *Hasher) Write(p []byte) (int, error) {
-	n := len(p)
+func (h *wideHasher) write(p []byte) {
 	if h.buflen > 0 {
 		k := copy(h.buf[h.buflen:], p)
 		h.buflen += k
 		p = p[k:]
 		if len(p) == 0 {
-			return n, nil
+			return
 		}
 		h.tree.pushBatch(h.buf[:])
 		h.buflen = 0
@@ -88,12 +143,9 @@ func (h *Hasher) Write(p []byte) (int, error) {
 		p = p[batch:]
 	}
 	h.buflen = copy(h.buf[:], p)
-	return n, nil
 }
 
-// Sum appends the digest of the bytes written so far to b; the Hasher
-// can go on.
-func (h *Hasher) Sum(b []byte) []byte {
+func (h *wideHasher) sum(b []byte) []byte {
 	t := h.tree
 	rest := h.buf[:h.buflen]
 	for len(rest) > guts.ChunkSize {
@@ -110,12 +162,3 @@ func (h *Hasher) Sum(b []byte) []byte {
 	out := guts.WordsToBytes(guts.CompressNode(node))
 	return append(b, out[:32]...)
 }
-
-// Reset forgets every byte written.
-func (h *Hasher) Reset() { h.tree.counter, h.buflen = 0, 0 }
-
-// Size is the digest's length in bytes.
-func (h *Hasher) Size() int { return 32 }
-
-// BlockSize is BLAKE3's block size.
-func (h *Hasher) BlockSize() int { return guts.BlockSize }
