@@ -21,9 +21,9 @@ import (
 	"lukechampine.com/blake3/guts"
 )
 
-// wide says whether this CPU hashes with guts: the test guts itself makes
-// before it takes its AVX-512 code.
-var wide = cpu.X86.HasAVX512F
+// haveAVX512 says whether this CPU hashes with guts: the test guts itself
+// makes before it takes its AVX-512 code.
+var haveAVX512 = cpu.X86.HasAVX512F
 
 // batch is the bytes one call of guts.CompressBuffer takes: a complete
 // subtree of guts.MaxSIMD chunks.
@@ -41,7 +41,7 @@ type Hasher struct {
 
 // New returns a Hasher for 256-bit unkeyed digests.
 func New() *Hasher {
-	if !wide {
+	if !haveAVX512 {
 		return &Hasher{narrow: blake3.New()}
 	}
 	return &Hasher{wide: &wideHasher{}}
@@ -49,7 +49,7 @@ func New() *Hasher {
 
 // Sum256 returns the BLAKE3 digest of b.
 func Sum256(b []byte) (sum [32]byte) {
-	if !wide {
+	if !haveAVX512 {
 		return blake3.Sum256(b)
 	}
 	var h wideHasher
