@@ -2,6 +2,7 @@ package peer
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/hex"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 // ClientConfig is how a node talks to peers.
@@ -104,7 +107,7 @@ func readListing(r io.Reader, limit uint32) (*Listing, error) {
 		return nil, err
 	}
 	var ls Listing
-	if err := decodeStrict(doc, &ls); err != nil {
+	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &ls); err != nil {
 		return nil, protoErr("list", "%v", err)
 	}
 	return &ls, nil

@@ -128,18 +128,13 @@ var (
 // header and tensors do not tile the file are refused.
 func decodeManifest(doc []byte) (*WeightManifest, error) {
 	var m WeightManifest
-	if err := decodeStrict(doc, &m); err != nil {
+	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &m); err != nil {
 		return nil, protoErr("manifest", "%v", err)
 	}
 	if err := m.validate(); err != nil {
 		return nil, protoErr("manifest", "%v", err)
 	}
 	return &m, nil
-}
-
-// decodeStrict decodes one JSON document of the wire format strictly.
-func decodeStrict(doc []byte, v any) error {
-	return artifact.DecodeStrictJSON(bytes.NewReader(doc), v)
 }
 
 func (m *WeightManifest) validate() error {

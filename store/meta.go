@@ -49,15 +49,10 @@ type Ready struct {
 	Created        string `json:"created"`
 }
 
-// decodeStrict decodes one JSON value, refusing unknown fields and trailing data.
-func decodeStrict(doc []byte, v any) error {
-	return artifact.DecodeStrictJSON(bytes.NewReader(doc), v)
-}
-
 // DecodeManifest parses manifest.json strictly and checks it against its identity.
 func DecodeManifest(doc []byte) (*Manifest, error) {
 	var m Manifest
-	if err := decodeStrict(doc, &m); err != nil {
+	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &m); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	if m.Schema != ManifestSchema {
@@ -92,7 +87,7 @@ func DecodeManifest(doc []byte) (*Manifest, error) {
 // DecodeReady parses READY.json strictly.
 func DecodeReady(doc []byte) (*Ready, error) {
 	var r Ready
-	if err := decodeStrict(doc, &r); err != nil {
+	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &r); err != nil {
 		return nil, fmt.Errorf("READY.json: %w", err)
 	}
 	if r.Schema != ReadySchema {
