@@ -9,8 +9,9 @@
 // where every core already hashes a file of its own. Measured on the
 // 2-core build machine, two hashers at once over 128 MiB each in 1 MiB
 // writes: 5.4-6.4 GB/s here against zeebo's 3.8-4.1 GB/s. Without AVX-512
-// guts falls back to 8 chunks at once with AVX2, 2.2 GB/s on one core
-// there against zeebo's 2.7, hence zeebo on such CPUs.
+// guts falls back to 8 chunks at once with AVX2, which ran 2.2 GB/s on one
+// core of the same machine (its AVX2 code called directly) against zeebo's
+// 2.7: hence zeebo on such CPUs.
 package blake3
 
 import (
