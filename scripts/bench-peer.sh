@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Weight peer benchmark, side by side in one run, node B fetching the same artifact from node A over
-# the same veth pair (two network namespaces, root needed):
+# the same veth pair (two network namespaces, root needed), node A serving from memory (see fresh),
+# and again with node A's reads on the disk for the peer and oras:
 #   weightsnap peer fetch, tcp, 4 rails (every byte BLAKE3-checked on arrival, files hashed, fsynced,
 #     published) and rma over libfabric's sockets provider (one-sided reads; a software fabric here)
 #   weightsnap pull and oras pull (+ sync) from a registry running on node A
@@ -10,7 +11,7 @@
 # Usage: scripts/bench-peer.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 3)
 # Env:   WEIGHTSNAP_PEERS_BIN  the peers' bin directory (default: test/e2e/deps -q)
 #        BENCH_DIR             where the stores and pulled files live (default /var/tmp)
-#        DROP_CACHES=1         drop the page cache before every transfer
+#        DROP_CACHES=1         drop the page cache before every transfer (node A then reads back what it serves, but for the cold rows)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
@@ -81,25 +82,40 @@ done
 ina "$ws" --root "$work/a" --config "" push --plain-http "$id" 10.233.91.1:5000/bench/model:v1 >/dev/null 2>&1
 ref=10.233.91.1:5000/bench/model:v1
 
-fresh() { chmod -R u+w "$work/b" 2>/dev/null || true; rm -rf "$work/b"; settle; }
+# fresh [DIR...]: empties node B, settles, then reads DIR... (what node A is about to serve) into the page
+# cache. Both "nodes" here write and read one virtual disk: a sender reading cold competes for it with
+# the receiver's writes, as no two nodes do (and, with DROP_CACHES=1, as a seed that holds or just
+# fetched the weights does not). So every sender serves from memory, the registry as in bench-oci; the
+# cold rows show the same transfers with node A's reads on the shared disk.
+fresh() {
+	chmod -R u+w "$work/b" 2>/dev/null || true
+	rm -rf "$work/b"
+	settle
+	[ $# = 0 ] || find "$@" -type f -exec cat {} + >/dev/null
+}
+store_a=$work/a/artifacts/${id#sha256:}
 
-declare -a r_tcp r_rma r_pull r_oras r_raw
+declare -a r_tcp r_rma r_pull r_oras r_raw r_tcp_cold r_oras_cold
 for i in $(seq "$reps"); do
 	echo "bench-peer: round $i of $reps" >&2
-	fresh; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 >/dev/null 2>&1; r_tcp+=("$(since "$t")")
+	fresh "$store_a"; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 >/dev/null 2>&1; r_tcp+=("$(since "$t")")
 	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
-	fresh; t=$(now); inb "$wsrma" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 --mode rma >/dev/null 2>&1; r_rma+=("$(since "$t")")
+	fresh "$store_a"; t=$(now); inb "$wsrma" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 --mode rma >/dev/null 2>&1; r_rma+=("$(since "$t")")
 	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
-	fresh; t=$(now); inb "$ws" --root "$work/b" --config "" pull --plain-http "$ref" >/dev/null 2>&1; r_pull+=("$(since "$t")")
-	fresh; t=$(now); inb "$oras" pull --plain-http -o "$work/b" "$ref" >/dev/null; sync; r_oras+=("$(since "$t")")
-	fresh; mkdir -p "$work/b"
+	fresh "$work/registry"; t=$(now); inb "$ws" --root "$work/b" --config "" pull --plain-http "$ref" >/dev/null 2>&1; r_pull+=("$(since "$t")")
+	fresh "$work/registry"; t=$(now); inb "$oras" pull --plain-http -o "$work/b" "$ref" >/dev/null; sync; r_oras+=("$(since "$t")")
+	fresh "$work/src"; mkdir -p "$work/b"
 	(cd "$work/src" && ina sh -c "cat $(echo $files) | socat -u -b 1048576 STDIN TCP-LISTEN:9000,reuseaddr") &
 	sp=$!
 	for _ in $(seq 100); do ina ss -Hltn 'sport = :9000' | grep -q . && break; sleep 0.05; done
 	t=$(now); inb socat -u -b 1048576 TCP:10.233.91.1:9000 CREATE:"$work/b/raw"; sync; r_raw+=("$(since "$t")")
 	wait "$sp" || true
 	[ "$(stat -c %s "$work/b/raw")" = "$bytes" ] || echo "bench-peer: raw copy moved $(stat -c %s "$work/b/raw") of $bytes bytes" >&2
-	echo "bench-peer: round $i (s): tcp ${r_tcp[-1]} rma ${r_rma[-1]} ws pull ${r_pull[-1]} oras+sync ${r_oras[-1]} raw ${r_raw[-1]}" >&2
+	fresh; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 >/dev/null 2>&1; r_tcp_cold+=("$(since "$t")")
+	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
+	fresh; t=$(now); inb "$oras" pull --plain-http -o "$work/b" "$ref" >/dev/null; sync; r_oras_cold+=("$(since "$t")")
+	echo "bench-peer: round $i (s): tcp ${r_tcp[-1]} rma ${r_rma[-1]} ws pull ${r_pull[-1]} oras+sync ${r_oras[-1]} raw ${r_raw[-1]}" \
+		"| cold sender: tcp ${r_tcp_cold[-1]} oras+sync ${r_oras_cold[-1]}" >&2
 done
 
 m_tcp=$(printf '%s\n' "${r_tcp[@]}" | median)
@@ -107,8 +123,10 @@ m_rma=$(printf '%s\n' "${r_rma[@]}" | median)
 m_wspull=$(printf '%s\n' "${r_pull[@]}" | median)
 m_oras=$(printf '%s\n' "${r_oras[@]}" | median)
 m_raw=$(printf '%s\n' "${r_raw[@]}" | median)
+m_tcp_cold=$(printf '%s\n' "${r_tcp_cold[@]}" | median)
+m_oras_cold=$(printf '%s\n' "${r_oras_cold[@]}" | median)
 
-printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, node B fetching from node A over one veth\n' \
+printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, node B fetching from node A over one veth, node A serving from memory\n' \
 	"$size" "$bytes" "$shards" "$(nproc)" "$reps"
 printf '%-52s %9s %7s %13s  %s\n' "measure" "seconds" "GB/s" "peer tcp is" "goal"
 printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, 4 rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
@@ -116,5 +134,7 @@ printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, 4 rails (same)" "$m
 printf '%-52s %9.2f %7s %13s  %s\n' "weightsnap pull from a registry on A" "$m_wspull" "$(gbs "$m_wspull")" "$(speedup "$m_wspull" "$m_tcp")" ""
 printf '%-52s %9.2f %7s %13s  %s\n' "oras pull + sync from the same registry" "$m_oras" "$(gbs "$m_oras")" "$(speedup "$m_oras" "$m_tcp")" ">= 2x"
 printf '%-52s %9.2f %7s %13s  %s\n' "raw copy: socat into one file + sync" "$m_raw" "$(gbs "$m_raw")" "$(speedup "$m_raw" "$m_tcp")" ">= 0.8x"
-printf 'runs (s): tcp %s | rma %s | ws pull %s | oras+sync %s | raw %s\n' \
-	"${r_tcp[*]}" "${r_rma[*]}" "${r_pull[*]}" "${r_oras[*]}" "${r_raw[*]}"
+printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: peer fetch tcp, 4 rails" "$m_tcp_cold" "$(gbs "$m_tcp_cold")" "" "(A reads the disk B writes)"
+printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: oras pull + sync" "$m_oras_cold" "$(gbs "$m_oras_cold")" "$(speedup "$m_oras_cold" "$m_tcp_cold")" ""
+printf 'runs (s): tcp %s | rma %s | ws pull %s | oras+sync %s | raw %s | cold: tcp %s, oras+sync %s\n' \
+	"${r_tcp[*]}" "${r_rma[*]}" "${r_pull[*]}" "${r_oras[*]}" "${r_raw[*]}" "${r_tcp_cold[*]}" "${r_oras_cold[*]}"
