@@ -31,6 +31,14 @@ type FileWriter interface {
 	Digest() (FileEntry, error)
 }
 
+// BufferWriter is implemented by FileWriters (the store's) that take a
+// file's next bytes in a buffer the caller owns and hash and write them
+// from it, without a copy. The writer calls done exactly once, when it no
+// longer reads b (at once if it refuses b); until then b must not change.
+type BufferWriter interface {
+	WriteBuffer(b []byte, done func()) error
+}
+
 // Producer makes an artifact's payload files.
 type Producer interface {
 	// Name is the producer's name, as in ProducerRef.

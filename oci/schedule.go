@@ -50,7 +50,9 @@ type job struct {
 // in flight at a time and each completes early (a killed pull then leaves
 // complete files to resume from). Memory is bounded: a worker takes a
 // buffer before it takes a job, so the earliest unwritten range always has
-// one and the writer never waits on a buffer held by a later range.
+// one and the writer never waits on a buffer held by a later range; a
+// buffer lent to the store comes back once its stages are through with it,
+// whatever the workers do.
 func (p *puller) fetchAll(ctx context.Context, w artifact.Writer, files []PlanFile) error {
 	conc := p.o.Concurrency
 	if conc <= 0 {
@@ -222,7 +224,7 @@ const (
 const smallFile = 4 << 20
 
 // run performs one job; the worker holds one token, which run gives back
-// (a fetched range keeps it until the range is written).
+// (a fetched range keeps it until the store is through with its buffer).
 func (p *puller) run(ctx context.Context, j job, tokens chan struct{}) error {
 	if j.n < 0 {
 		<-tokens
@@ -274,10 +276,10 @@ func (p *puller) deliver(t *fileTask, idx int, r parkedRange, tokens chan struct
 		}
 		delete(t.parked, t.next)
 		t.mu.Unlock()
-		err := t.write((*c.buf)[:c.n])
-		p.bufs <- c.buf
-		<-tokens
-		if err != nil {
+		if err := t.writeRange(c, func() {
+			p.bufs <- c.buf
+			<-tokens
+		}); err != nil {
 			return err
 		}
 		t.mu.Lock()
@@ -305,6 +307,26 @@ func (t *fileTask) write(b []byte) error {
 		return &writeError{err}
 	}
 	return nil
+}
+
+// writeRange appends a range's bytes as write does; done is called once
+// the range's buffer is free again: a store writer that takes buffers
+// (artifact.BufferWriter) hashes and writes the range from it, holding it
+// meanwhile; any other copies it before write returns.
+func (t *fileTask) writeRange(r parkedRange, done func()) error {
+	if err := t.write(nil); err != nil { // creates the file with its first range
+		done()
+		return err
+	}
+	b := (*r.buf)[:r.n]
+	if bw, ok := t.fw.(artifact.BufferWriter); ok {
+		if err := bw.WriteBuffer(b, done); err != nil {
+			return &writeError{err}
+		}
+		return nil
+	}
+	defer done()
+	return t.write(b)
 }
 
 // create creates the file in the store.

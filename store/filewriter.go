@@ -17,8 +17,9 @@ import (
 const ringBuffers = 4
 
 // fileWriter is one payload file of a build. A file written in order
-// (Write, ReadFrom) is hashed while it is written: its bytes are copied, or
-// read, into a small ring of buffers and handed to two stages that run concurrently and
+// (Write, ReadFrom, WriteBuffer) is hashed while it is written: its bytes
+// are copied, or read, into a small ring of buffers, or lent in the
+// caller's, and handed to two stages that run concurrently and
 // independently, one hashing the bytes in order, one writing them to the
 // file, so a write throttled by the page cache never stalls the hashing, and
 // the other way round. A file bound by its tensor tree (artifact.BindTree)
@@ -59,11 +60,13 @@ func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool) (*fileWriter
 	return w, nil
 }
 
-// chunk is one buffer in flight; the last stage done with it frees it.
+// chunk is one buffer in flight; the last stage done with it frees it:
+// back to the pool, or to its owner by done (WriteBuffer).
 type chunk struct {
 	buf  []byte
 	off  int64
 	refs atomic.Int32
+	done func()
 }
 
 type stages struct {
@@ -135,7 +138,11 @@ func (s *stages) failed() error {
 
 func (s *stages) release(c *chunk) {
 	if c.refs.Add(-1) == 0 {
-		s.pool.Put(&c.buf)
+		if c.done != nil {
+			c.done()
+		} else {
+			s.pool.Put(&c.buf)
+		}
 		<-s.inFlight
 	}
 }
@@ -167,25 +174,58 @@ func (s *stages) drain() error {
 func (w *fileWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	switch {
-	case w.closed:
-		return 0, os.ErrClosed
-	case int64(len(p)) > w.size-w.pos:
-		return 0, fmt.Errorf("payload %s: write past the declared size %d: %w", w.path, w.size, errdefs.ErrOutOfRange)
-	case w.tree != nil:
+	if err := w.canAppend(len(p)); err != nil {
+		return 0, err
+	}
+	if w.tree != nil {
 		n, err := w.writeAt(p, w.pos)
 		w.pos += int64(n)
 		return n, err
 	}
-	if err := w.stages.failed(); err != nil {
-		return 0, err
-	}
 	for rest := p; len(rest) > 0; {
 		buf := w.stages.buffer(min(len(rest), chunkSize))
 		rest = rest[copy(buf, rest):]
-		w.submit(buf)
+		w.submit(buf, nil)
 	}
 	return len(p), nil
+}
+
+// WriteBuffer implements artifact.BufferWriter: b goes to the hash and
+// write stages as it is, and done is called once both are through with it.
+func (w *fileWriter) WriteBuffer(b []byte, done func()) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := w.canAppend(len(b)); err != nil {
+		done()
+		return err
+	}
+	if w.tree != nil {
+		n, err := w.writeAt(b, w.pos)
+		w.pos += int64(n)
+		done()
+		return err
+	}
+	if len(b) == 0 {
+		done()
+		return nil
+	}
+	w.stages.inFlight <- struct{}{}
+	w.submit(b, done)
+	return nil
+}
+
+// canAppend says whether n more bytes may be written in order. The caller
+// holds w.mu.
+func (w *fileWriter) canAppend(n int) error {
+	switch {
+	case w.closed:
+		return os.ErrClosed
+	case int64(n) > w.size-w.pos:
+		return fmt.Errorf("payload %s: write past the declared size %d: %w", w.path, w.size, errdefs.ErrOutOfRange)
+	case w.tree == nil:
+		return w.stages.failed()
+	}
+	return nil
 }
 
 // chunkSize is the size of the buffers between a file's writer and its
@@ -247,14 +287,15 @@ func (w *fileWriter) submitLocked(buf []byte) error {
 		w.stages.unbuffer(buf)
 		return os.ErrClosed
 	}
-	w.submit(buf)
+	w.submit(buf, nil)
 	return nil
 }
 
-// submit hands buf, a buffer from w.stages.buffer holding the file's next
-// bytes, to the hash and write stages. The caller holds w.mu.
-func (w *fileWriter) submit(buf []byte) {
-	c := &chunk{buf: buf, off: w.pos}
+// submit hands buf, the file's next bytes, to the hash and write stages:
+// a buffer from w.stages.buffer, or with done one its owner lent, in a
+// place in the ring the caller took. The caller holds w.mu.
+func (w *fileWriter) submit(buf []byte, done func()) {
+	c := &chunk{buf: buf, off: w.pos, done: done}
 	c.refs.Store(2)
 	w.stages.hashQ <- c
 	w.stages.writeQ <- c

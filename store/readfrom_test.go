@@ -72,19 +72,7 @@ func readFromProducer(src *artifact.SourceDir, open func(data []byte) io.Reader)
 func TestReadFromEqualsHashFile(t *testing.T) {
 	_, src := checkpoint(t, 6<<20, 3)
 	id := artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
-	var want []artifact.FileEntry // computed by the hasher alone
-	for _, sf := range src.Files {
-		f, err := os.Open(filepath.Join(src.Root, sf.Path))
-		if err != nil {
-			t.Fatal(err)
-		}
-		e, err := artifact.HashFile(f, artifact.Binding{Want: artifact.FileEntry{Path: sf.Path, Size: sf.Size}})
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, e)
-	}
+	want := hashedEntries(t, src)
 	for _, tc := range []struct {
 		name string
 		open func([]byte) io.Reader
@@ -107,6 +95,25 @@ func TestReadFromEqualsHashFile(t *testing.T) {
 			}
 		})
 	}
+}
+
+// hashedEntries are the entries of src's files as the hasher alone computes them.
+func hashedEntries(t *testing.T, src *artifact.SourceDir) []artifact.FileEntry {
+	t.Helper()
+	var want []artifact.FileEntry
+	for _, sf := range src.Files {
+		f, err := os.Open(filepath.Join(src.Root, sf.Path))
+		if err != nil {
+			t.Fatal(err)
+		}
+		e, err := artifact.HashFile(f, artifact.Binding{Want: artifact.FileEntry{Path: sf.Path, Size: sf.Size}})
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, e)
+	}
+	return want
 }
 
 func equalEntries(a, b []artifact.FileEntry) bool {
