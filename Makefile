@@ -63,10 +63,14 @@ bench: build
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s
+# Each new interesting input is minimized for at most this many runs: with Go's default (60 s per
+# input) a target whose cached corpus keeps yielding inputs spends its whole FUZZTIME minimizing
+# and runs a few hundred inputs ("execs: N (0/sec)" for seconds on end).
+FUZZMINIMIZE ?= 100x
 FUZZPKGS := ./artifact/ ./artifact/blake3/ ./artifact/tpsplit/ ./store/ ./oci/ ./peer/ ./staging/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
-		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) $$p; done; done
+		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$p; done; done
 
 # The crash harness with ten times the kills per fault point; the power-cut harness's random
 # subsets with ten times the seeds.

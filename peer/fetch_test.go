@@ -170,6 +170,14 @@ func TestFetchSubset(t *testing.T) {
 	if n != 10 {
 		t.Fatalf("%d tensors in the subset, want 10", n)
 	}
+	for _, f := range l.Files() {
+		if !artifact.IsSafetensors(f.Entry.Path) {
+			continue
+		}
+		if h, err := artifact.ReadHeader(f.File, f.Entry.Size); err != nil || h.Metadata["format"] != "pt" || len(h.Metadata) != 1 {
+			t.Fatalf("%s: the source's __metadata__ {format: pt} not kept: %v, %v", f.Entry.Path, h, err)
+		}
+	}
 	if _, _, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Tensors: []string{"nothing.*"}}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("a pattern matching nothing: %v", err)
 	}

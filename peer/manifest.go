@@ -11,8 +11,9 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// ManifestSchema is the version of the WeightManifest encoding.
-const ManifestSchema = 1
+// ManifestSchema is the version of the WeightManifest encoding: 2 carries
+// every safetensors shard's header bytes.
+const ManifestSchema = 2
 
 // WeightManifest is what a peer answers a model request with: the session's
 // generation id, the artifact's identity and every shard it will serve.
@@ -36,8 +37,10 @@ type WeightShard struct {
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"`
 	BLAKE3 string `json:"blake3"`
-	// Safetensors shards: the header region [0, DataStart) and its BLAKE3.
+	// Safetensors shards: the header region [0, DataStart), its bytes
+	// (which a tensor subset takes __metadata__ from) and its BLAKE3.
 	DataStart    int64                `json:"data_start,omitempty"`
+	Header       []byte               `json:"header,omitempty"`
 	HeaderBLAKE3 string               `json:"header_blake3,omitempty"`
 	Tensors      []WeightTensorRecord `json:"tensors,omitempty"`
 }
@@ -52,10 +55,14 @@ type WeightTensorRecord struct {
 	BLAKE3 string  `json:"blake3"`
 }
 
-// shardFromEntry is a store index entry as a manifest shard.
-func shardFromEntry(e artifact.FileEntry) WeightShard {
+// shardFromEntry is a store index entry, of a file holding data, as a
+// manifest shard.
+func shardFromEntry(e artifact.FileEntry, data []byte) WeightShard {
 	s := WeightShard{Name: e.Path, Size: e.Size, SHA256: e.SHA256, BLAKE3: e.BLAKE3,
 		DataStart: e.DataStart, HeaderBLAKE3: e.HeaderBLAKE3}
+	if e.DataStart > 0 {
+		s.Header = bytes.Clone(data[:e.DataStart])
+	}
 	for _, t := range e.Tensors {
 		s.Tensors = append(s.Tensors, WeightTensorRecord{Name: t.Name, DType: t.DType, Shape: t.Shape,
 			Offset: t.Offset, Length: t.Length, BLAKE3: t.BLAKE3})
@@ -182,7 +189,7 @@ func (m *WeightManifest) validate() error {
 // tensors tile the file exactly, and that any other file has neither.
 func (s WeightShard) validateLayout() error {
 	if !artifact.IsSafetensors(s.Name) {
-		if s.DataStart != 0 || s.HeaderBLAKE3 != "" || len(s.Tensors) != 0 {
+		if s.DataStart != 0 || s.HeaderBLAKE3 != "" || s.Header != nil || len(s.Tensors) != 0 {
 			return fmt.Errorf("tensors in a file that is not safetensors")
 		}
 		if s.Size == 0 && s.BLAKE3 != emptyBLAKE3 {
@@ -192,6 +199,9 @@ func (s WeightShard) validateLayout() error {
 	}
 	if s.DataStart < 8 || s.DataStart > s.Size || !hex64RE.MatchString(s.HeaderBLAKE3) {
 		return fmt.Errorf("bad header region")
+	}
+	if int64(len(s.Header)) != s.DataStart || artifact.BLAKE3Hex(s.Header) != s.HeaderBLAKE3 {
+		return fmt.Errorf("the header bytes are not the header region its BLAKE3 names")
 	}
 	end := s.DataStart
 	names := make(map[string]struct{}, len(s.Tensors))

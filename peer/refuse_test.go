@@ -219,13 +219,22 @@ func fakePeer(t *testing.T, answer []byte) string {
 func TestClientRefuses(t *testing.T) {
 	d, id := seeded(t, 1<<20, 1)
 	good := manifestDoc(t, d, id)
-	collision := func() []byte {
+	// edited is good with one change made to its first safetensors shard.
+	edited := func(change func(s *WeightShard)) []byte {
 		var m WeightManifest
 		json.Unmarshal(good, &m)
-		m.Shards[0].SHA256 = strings.Repeat("5", 64)
+		for i := range m.Shards {
+			if artifact.IsSafetensors(m.Shards[i].Name) {
+				change(&m.Shards[i])
+				break
+			}
+		}
 		raw, _ := json.Marshal(&m)
 		return raw
-	}()
+	}
+	collision := edited(func(s *WeightShard) { s.SHA256 = strings.Repeat("5", 64) })
+	otherHeader := edited(func(s *WeightShard) { s.Header[len(s.Header)-1] ^= 1 })
+	noHeader := edited(func(s *WeightShard) { s.Header = nil })
 	var tooLarge *TooLargeError
 	var proto *ProtocolError
 	for _, tc := range []struct {
@@ -241,6 +250,8 @@ func TestClientRefuses(t *testing.T) {
 		{"oversized message", enc{stInternal}.u32(MessageMax + 1), func(err error) bool { return errors.As(err, &tooLarge) }},
 		{"manifest with trailing data", enc{stOK}.blob32(append(good, '{', '}')), func(err error) bool { return errors.As(err, &proto) }},
 		{"shards that are not the passthrough fingerprint", enc{stOK}.blob32(collision), errdefs.IsConflict},
+		{"header bytes that are not the header BLAKE3's", enc{stOK}.blob32(otherHeader), func(err error) bool { return errors.As(err, &proto) }},
+		{"a safetensors shard without its header bytes", enc{stOK}.blob32(noHeader), func(err error) bool { return errors.As(err, &proto) }},
 		{"manifest with a wrong identity digest", enc{stOK}.blob32(bytes.Replace(good, []byte(`"identity_digest":"sha256:`), []byte(`"identity_digest":"sha256:0`), 1)), func(err error) bool { return errors.As(err, &proto) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

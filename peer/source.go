@@ -85,7 +85,7 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 		ManifestDigest: "sha256:" + l.Ready.ManifestSHA256}
 	for i, f := range l.Files() {
 		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: f.Data})
-		sv.manifest.Shards = append(sv.manifest.Shards, shardFromEntry(x.Files[i]))
+		sv.manifest.Shards = append(sv.manifest.Shards, shardFromEntry(x.Files[i], f.Data))
 	}
 	return sv, nil
 }

@@ -294,7 +294,7 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 	st.sv = servable{shards: shards, manifest: WeightManifest{Schema: ManifestSchema, Identity: identity,
 		IdentityDigest: digest, Staged: id}}
 	for _, s := range shards {
-		st.sv.manifest.Shards = append(st.sv.manifest.Shards, shardFromEntry(s.entry))
+		st.sv.manifest.Shards = append(st.sv.manifest.Shards, shardFromEntry(s.entry, s.data))
 	}
 	return st, nil
 }

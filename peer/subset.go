@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -18,9 +19,9 @@ import (
 // The producer a tensor subset's identity names.
 const (
 	SubsetProducerName = "tensor-subset"
-	subsetVersion      = "1"
-	subsetImpl         = "weightsnap tensor-subset v1: the tensors whose names match any pattern (path.Match), in source order; " +
-		"each safetensors file holding one re-encoded with only those tensors and no __metadata__; every other file as it is"
+	subsetVersion      = "2"
+	subsetImpl         = "weightsnap tensor-subset v2: the tensors whose names match any pattern (path.Match), in source order; " +
+		"each safetensors file holding one re-encoded with only those tensors and its __metadata__; every other file as it is"
 )
 
 // subsetPlan is a fetch of the tensors matching patterns: each safetensors
@@ -96,7 +97,12 @@ func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Ide
 		if len(sf.tensors) == 0 {
 			continue
 		}
-		hdr, err := artifact.EncodeHeader(infos, nil)
+		// The manifest's validation bound the header bytes to its BLAKE3.
+		src, err := artifact.ReadHeader(bytes.NewReader(s.Header), s.Size)
+		if err != nil {
+			return nil, artifact.Identity{}, protoErr("manifest", "the header of %s: %v", s.Name, err)
+		}
+		hdr, err := artifact.EncodeHeader(infos, src.Metadata)
 		if err != nil {
 			return nil, artifact.Identity{}, fmt.Errorf("subset of %s: %w", s.Name, err)
 		}
