@@ -47,11 +47,7 @@ func newImportCmd(a *app) *cobra.Command {
 			out := importResult{Digest: "sha256:" + lease.ID, Path: lease.Dir, Built: res.Built,
 				Bytes: lease.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
 			log.G(ctx).WithField("built", res.Built).WithField("seconds", out.Seconds).Debug("import done")
-			if a.jsonOut {
-				return a.printJSON(out)
-			}
-			fmt.Fprintln(a.out, out.Digest)
-			return nil
+			return a.printResult(out, out.Digest)
 		},
 	}
 	f := cmd.Flags()

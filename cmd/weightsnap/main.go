@@ -51,6 +51,16 @@ func (a *app) printJSON(v any) error {
 	return enc.Encode(v)
 }
 
+// printResult ends a command that made one thing: v as JSON with --json,
+// else line, which names what was made.
+func (a *app) printResult(v any, line string) error {
+	if a.jsonOut {
+		return a.printJSON(v)
+	}
+	_, err := fmt.Fprintln(a.out, line)
+	return err
+}
+
 func newRoot(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "weightsnap",

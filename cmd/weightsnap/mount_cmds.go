@@ -74,11 +74,7 @@ meanwhile), also across its own restarts.`,
 			if err != nil {
 				return err
 			}
-			if a.jsonOut {
-				return a.printJSON(mi)
-			}
-			fmt.Fprintf(a.out, "%s: %s (read-only)\n", mi.Dir, mi.Identity)
-			return nil
+			return a.printResult(mi, fmt.Sprintf("%s: %s (read-only)", mi.Dir, mi.Identity))
 		},
 	}
 	rf.register(cmd.Flags())

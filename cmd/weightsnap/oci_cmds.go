@@ -100,11 +100,7 @@ func newPushCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut {
-				return a.printJSON(rep)
-			}
-			fmt.Fprintln(a.out, rep.Reference)
-			return nil
+			return a.printResult(rep, rep.Reference)
 		},
 	}
 	f := cmd.Flags()
@@ -162,11 +158,7 @@ imported as "import" would import its files: --revision is then required.`,
 				return err
 			}
 			defer l.Close()
-			if a.jsonOut {
-				return a.printJSON(rep)
-			}
-			fmt.Fprintln(a.out, rep.Identity)
-			return nil
+			return a.printResult(rep, rep.Identity)
 		},
 	}
 	f := cmd.Flags()
@@ -210,11 +202,7 @@ func newImageCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut {
-				return a.printJSON(rep)
-			}
-			fmt.Fprintln(a.out, rep.Reference)
-			return nil
+			return a.printResult(rep, rep.Reference)
 		},
 	}
 	f := build.Flags()

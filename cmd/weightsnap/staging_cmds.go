@@ -204,11 +204,7 @@ func newStageResolveCmd(a *app, sf *stagingFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if a.jsonOut {
-				return a.printJSON(res)
-			}
-			fmt.Fprintln(a.out, res.Path)
-			return nil
+			return a.printResult(res, res.Path)
 		},
 	}
 	cmd.Flags().StringVar(&recipe, "recipe", "", "recipe whose lanes answer with their source even when never staged")
