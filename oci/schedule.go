@@ -309,10 +309,11 @@ func (t *fileTask) write(b []byte) error {
 	return nil
 }
 
-// writeRange appends a range's bytes as write does; done is called once
-// the range's buffer is free again: a store writer that takes buffers
-// (artifact.BufferWriter) hashes and writes the range from it, holding it
-// meanwhile; any other copies it before write returns.
+// writeRange appends a range's bytes as write does and calls done once the
+// range's buffer is free again: a writer that takes buffers
+// (artifact.BufferWriter, the store's) hashes and writes the range from
+// it, holding it meanwhile; any other writer has copied it when its Write
+// returns.
 func (t *fileTask) writeRange(r parkedRange, done func()) error {
 	if err := t.write(nil); err != nil { // creates the file with its first range
 		done()
