@@ -95,9 +95,9 @@ func (h *Hasher) BlockSize() int { return guts.BlockSize }
 // wideHasher is the BLAKE3 tree over guts.
 type wideHasher struct {
 	tree tree
-	// buf holds the last bytes written, up to a batch, until more come:
-	// every batch but the last is compressed 16 chunks at once, and the
-	// last chunk of all is compressed differently when it is the root.
+	// buf holds the last bytes written, up to a batch, until more come or
+	// Sum: every batch is compressed 16 chunks at once, the last one at Sum,
+	// where its last chunk, or the subtree it ends, may be the root.
 	buf    [batch]byte
 	buflen int
 }
@@ -146,14 +146,13 @@ func (h *wideHasher) write(p []byte) {
 	h.buflen = copy(h.buf[:], p)
 }
 
+// sum compresses the buffered bytes, the last subtree of the tree (its
+// chunks at once, merged as BLAKE3 merges a right edge of fewer than
+// guts.MaxSIMD chunks), and merges it with the complete subtrees on its
+// left, all larger, into the root.
 func (h *wideHasher) sum(b []byte) []byte {
-	t := h.tree
-	rest := h.buf[:h.buflen]
-	for len(rest) > guts.ChunkSize {
-		t.push(guts.ChainingValue(guts.CompressChunk(rest[:guts.ChunkSize], &guts.IV, t.counter, 0)), 0)
-		rest = rest[guts.ChunkSize:]
-	}
-	node := guts.CompressChunk(rest, &guts.IV, t.counter, 0)
+	t := &h.tree
+	node := guts.CompressBuffer(&h.buf, h.buflen, &guts.IV, t.counter, 0)
 	for i := bits.TrailingZeros64(t.counter); i < bits.Len64(t.counter); i++ {
 		if t.counter&(1<<i) != 0 {
 			node = guts.ParentNode(t.stack[i], guts.ChainingValue(node), &guts.IV, 0)

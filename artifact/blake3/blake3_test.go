@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	reference "github.com/zeebo/blake3"
@@ -153,5 +154,20 @@ func BenchmarkWrite(b *testing.B) {
 	h := newWide()
 	for b.Loop() {
 		h.Write(buf)
+	}
+}
+
+// BenchmarkSum256Small hashes inputs of at most a few batches, as the
+// header regions, small tensors and the last bytes of every tensor are:
+// the buffered last batch is compressed 16 chunks at once too.
+func BenchmarkSum256Small(b *testing.B) {
+	for _, n := range []int{1 << 10, 8 << 10, 16 << 10, 40 << 10} {
+		buf := vectorInput(n)
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			b.SetBytes(int64(n))
+			for b.Loop() {
+				Sum256(buf)
+			}
+		})
 	}
 }
