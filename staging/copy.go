@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"sync"
-	"sync/atomic"
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sync/errgroup"
@@ -59,20 +58,32 @@ func copyRange(ctx context.Context, src, dst *os.File, off, n int64, h io.Writer
 		}
 	}()
 	g, gctx := errgroup.WithContext(ctx)
-	var next atomic.Int64
+	// Chunks go to the readers in order, each once its slot is free: the
+	// hasher takes chunk i from slot i % slots, so a later chunk must never
+	// take a slot before an earlier one (a reader descheduled between
+	// taking its chunk and its slot once let one do so, and the hash saw the
+	// chunks out of order).
+	todo := make(chan int64)
+	g.Go(func() error {
+		defer close(todo)
+		for i := range chunks {
+			select {
+			case <-free[i%int64(slots)]:
+			case <-gctx.Done():
+				return context.Cause(gctx)
+			}
+			select {
+			case todo <- i:
+			case <-gctx.Done():
+				return context.Cause(gctx)
+			}
+		}
+		return nil
+	})
 	for range readers {
 		g.Go(func() error {
-			for {
-				i := next.Add(1) - 1
-				if i >= chunks {
-					return nil
-				}
+			for i := range todo {
 				s := i % int64(slots)
-				select {
-				case <-free[s]:
-				case <-gctx.Done():
-					return context.Cause(gctx)
-				}
 				at := off + i*copyChunk
 				b := (*bufs[s])[:min(copyChunk, off+n-at)]
 				if err := readFullAt(src, b, at); err != nil {
@@ -94,6 +105,7 @@ func copyRange(ctx context.Context, src, dst *os.File, off, n int64, h io.Writer
 					ready[s] <- len(b)
 				}
 			}
+			return nil
 		})
 	}
 	if h != nil {
