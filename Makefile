@@ -20,13 +20,15 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "peers: install failed" >&2; exit 1; \
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
-# Unit tests, fuzz seed corpora, crash and power-cut harnesses and end-to-end tests against the
-# real peers. The harnesses run verbose, filtered (scripts/test-filter.awk), so their counts of
-# kills and power cuts show, and so does everything a failing test logged. The weight peer is tested
-# again with its rma plane (build tag libfabric: cgo and libfabric-dev, which test/e2e/deps installs).
+# Unit tests (with the race detector) and fuzz seed corpora, crash and power-cut harnesses and
+# end-to-end tests against the real peers. The harnesses run verbose, filtered
+# (scripts/test-filter.awk), so their counts of kills and power cuts show, and so does everything a
+# failing test logged. The weight peer is tested again with its rma plane (build tag libfabric: cgo
+# and libfabric-dev, which test/e2e/deps installs).
 test: build
 	@$(PEERS_DEPS); \
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./... | grep -vE '/test/(crash|powercut)') && \
+	$(GO) test -count=1 -race -timeout 30m $$($(GO) list ./... | grep -v '/test/') && \
+	$(GO) test -count=1 -timeout 30m $$($(GO) list ./test/... | grep -vE '/test/(crash|powercut)') && \
 	$(LIBFABRIC_TEST) && \
 	$(GO) test -count=1 -timeout 20m -v ./test/crash/... ./test/powercut/... 2>&1 | awk -f scripts/test-filter.awk; \
 	exit $${PIPESTATUS[0]}
