@@ -37,6 +37,13 @@ func TestFetchTCP(t *testing.T) {
 	}
 }
 
+// midSize is the artifact size of the tests that stop a peer once a third
+// is verified: large enough that bytes are still unread then. A rail reads
+// at most three rma batches past what it has verified (one being hashed,
+// one queued, one just read), so two rails may have read the verified
+// third plus 2 × 48 MiB: 160 of 192 MiB.
+const midSize = 192 << 20
+
 // killAt returns a progress function that runs kill once, when the fetch
 // has verified more than at bytes; the fetch waits for it.
 func killAt(at int64, kill func()) func(int64) {
@@ -53,7 +60,7 @@ func killAt(at int64, kill func()) func(int64) {
 // resumes from the second peer with what it has not verified and ends
 // READY and valid.
 func testFailover(t *testing.T, mode Mode, cfg ServerConfig) {
-	const size = 96 << 20
+	const size = midSize
 	a, id := seeded(t, size, 4)
 	b, _ := seeded(t, size, 4)
 	la, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -76,7 +83,7 @@ func testFailover(t *testing.T, mode Mode, cfg ServerConfig) {
 // new generation, uses nothing of the old session but the verified bytes,
 // and ends READY and valid.
 func testRestart(t *testing.T, mode Mode, cfg ServerConfig) {
-	const size = 96 << 20
+	const size = midSize
 	d, id := seeded(t, size, 4)
 	l1, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l1.Addr().String()
