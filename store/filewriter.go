@@ -174,6 +174,11 @@ func (s *stages) drain() error {
 func (w *fileWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.write(p)
+}
+
+// write is Write for a caller that holds w.mu.
+func (w *fileWriter) write(p []byte) (int, error) {
 	if err := w.canAppend(len(p)); err != nil {
 		return 0, err
 	}
@@ -195,19 +200,14 @@ func (w *fileWriter) Write(p []byte) (int, error) {
 func (w *fileWriter) WriteBuffer(b []byte, done func()) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if w.tree != nil || len(b) == 0 { // nothing to lend: a BindTree file's bytes go straight to the file
+		defer done()
+		_, err := w.write(b)
+		return err
+	}
 	if err := w.canAppend(len(b)); err != nil {
 		done()
 		return err
-	}
-	if w.tree != nil {
-		n, err := w.writeAt(b, w.pos)
-		w.pos += int64(n)
-		done()
-		return err
-	}
-	if len(b) == 0 {
-		done()
-		return nil
 	}
 	w.stages.inFlight <- struct{}{}
 	w.submit(b, done)
