@@ -34,9 +34,9 @@ type fakeRegistry struct {
 	uploads   map[string]string                  // upload id -> repo
 
 	basicAuth  string                      // "user:pass" required on every request, if set
-	noRanges   bool                        // ignore Range headers
 	noMount    bool                        // answer mounts with 202 (upload instead)
-	corrupt    func(d digest.Digest) int64 // offset of a byte to flip in served blob d, or -1
+	noRanges   bool                        // ignore Range headers; under mu (setNoRanges)
+	corrupt    func(d digest.Digest) int64 // offset of a byte to flip in served blob d, or -1; under mu (setCorrupt)
 	served     atomic.Int64                // blob body bytes served
 	rangeGets  atomic.Int64
 	uploaded   atomic.Int64 // blob bytes received
@@ -98,18 +98,19 @@ func (f *fakeRegistry) blob(w http.ResponseWriter, r *http.Request, repo string,
 	f.mu.Lock()
 	b, ok := f.blobs[d]
 	ok = ok && f.repoBlobs[repo][d]
+	noRanges, corrupt := f.noRanges, f.corrupt
 	f.mu.Unlock()
 	if !ok {
 		http.Error(w, `{"errors":[{"code":"BLOB_UNKNOWN"}]}`, http.StatusNotFound)
 		return
 	}
-	if f.corrupt != nil {
-		if off := f.corrupt(d); off >= 0 && off < int64(len(b)) {
+	if corrupt != nil {
+		if off := corrupt(d); off >= 0 && off < int64(len(b)) {
 			b = bytes.Clone(b)
 			b[off] ^= 0xff
 		}
 	}
-	if f.noRanges {
+	if noRanges {
 		r.Header.Del("Range")
 	} else if r.Header.Get("Range") != "" {
 		f.rangeGets.Add(1)
@@ -117,7 +118,7 @@ func (f *fakeRegistry) blob(w http.ResponseWriter, r *http.Request, repo string,
 	w.Header().Set("Docker-Content-Digest", d.String())
 	w.Header().Set("Content-Type", "application/octet-stream")
 	cw := &countingWriter{ResponseWriter: w, n: &f.served}
-	if f.noRanges {
+	if noRanges {
 		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 		if r.Method != http.MethodHead {
 			cw.Write(b)
@@ -125,6 +126,20 @@ func (f *fakeRegistry) blob(w http.ResponseWriter, r *http.Request, repo string,
 		return
 	}
 	http.ServeContent(cw, r, "", time.Time{}, bytes.NewReader(b))
+}
+
+// setNoRanges and setCorrupt change how blobs are served. They take the
+// lock: a handler from an earlier, failed pull may still be serving.
+func (f *fakeRegistry) setNoRanges(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.noRanges = v
+}
+
+func (f *fakeRegistry) setCorrupt(fn func(d digest.Digest) int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.corrupt = fn
 }
 
 type countingWriter struct {

@@ -68,8 +68,8 @@ func TestPushPullRoundTrip(t *testing.T) {
 	}{{"ranged", RangesOn, 1 << 20, false, true}, {"auto", RangesAuto, 0, false, false}, {"auto-few-files", RangesAuto, 1 << 20, false, true},
 		{"stream", RangesOff, 1 << 20, false, false}, {"no-range-registry", RangesOn, 1 << 20, true, false}} {
 		t.Run(c.name, func(t *testing.T) {
-			f.noRanges = c.noRanges
-			defer func() { f.noRanges = false }()
+			f.setNoRanges(c.noRanges)
+			defer f.setNoRanges(false)
 			d := openStore(t)
 			var got atomic.Int64
 			o := PullOptions{Ranges: c.mode, ChunkSize: c.chunk, Concurrency: 4, Progress: func(n int64) { got.Add(n) }}
@@ -130,12 +130,12 @@ func TestPullCorruptBlob(t *testing.T) {
 	}
 	for _, c := range []struct{ chunk, at int64 }{{1 << 20, 12345}, {-1, 12345}, {1 << 20, 100}, {-1, 100}, {1 << 20, 1<<20 + 5}} {
 		chunk := c.chunk
-		f.corrupt = func(d digest.Digest) int64 {
+		f.setCorrupt(func(d digest.Digest) int64 {
 			if d == victim {
 				return c.at // in the header (100) or the tensor data
 			}
 			return -1
-		}
+		})
 		d := openStore(t)
 		_, _, err := Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{Ranges: RangesOn, ChunkSize: chunk})
 		var de *DigestMismatchError
