@@ -117,12 +117,13 @@ func TestFallbackRepaired(t *testing.T) {
 	}
 
 	importInto(t, n.dom, src) // the artifact arrives
-	eventually(t, "the repair", func() bool {
-		info, err := n.sn.Stat(ctx, chainID(41))
-		return err == nil && info.Labels[LabelFallback] == ""
-	})
+	// The repair counts itself last, after the fill and the lease.
+	eventually(t, "the repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")) >= 1 })
 	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")); got != 1 {
 		t.Fatalf("repairs_total{filled} %v", got)
+	}
+	if info, err := n.sn.Stat(ctx, chainID(41)); err != nil || info.Labels[LabelFallback] != "" {
+		t.Fatalf("after the repair: %v, labels %+v", err, info.Labels)
 	}
 	cdir, err := committedDir(ctx, n.sn.overlay, chainID(41))
 	if err != nil {
@@ -204,7 +205,11 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	}
 
 	importInto(t, n.dom, gone) // back in the store
-	eventually(t, "the lease repair", func() bool { return len(n.sn.leases.identities()) == 2 })
+	// The repair counts itself last, after the lease.
+	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 })
+	if got := n.sn.leases.identities(); len(got) != 2 {
+		t.Fatalf("leases after the repair: %v", got)
+	}
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 0 {
 		t.Fatalf("pending_repairs %v", got)
 	}
