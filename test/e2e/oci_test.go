@@ -175,9 +175,9 @@ func TestOCIPullResume(t *testing.T) {
 		t.Fatalf("the first pull never got halfway:\n%s", firstErr.String())
 	}
 	// Let the writes already handed to the store land (its writer is
-	// pipelined), then kill: no byte moves while the proxy stalls.
-	// (A kill between a file's creation and its first write leaves a file of
-	// zeros, which the store's hasher does not survive yet: see the report.)
+	// pipelined), then kill: no byte moves while the proxy stalls. (A file
+	// killed part-way, zeros included, is hashed back and not reused:
+	// store's TestCancelledBuildIsResumed.)
 	time.Sleep(time.Second)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
