@@ -35,8 +35,10 @@ work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-bench-peer.XXXXXX")
 tag=$(head -c3 /dev/urandom | od -An -tx1 | tr -d ' \n')
 nsa=ws-bencha-$tag nsb=ws-benchb-$tag
 pids=()
+# cleanup stops every process left in either namespace: $! of "ina cmd &" is the subshell that runs the
+# function, and killing it alone left node A's peer and registry running after the bench.
 cleanup() {
-	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	for ns in "$nsa" "$nsb"; do ip netns pids "$ns" 2>/dev/null | xargs -r kill 2>/dev/null || true; done
 	for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
 	ip netns delete "$nsa" 2>/dev/null || true
 	ip netns delete "$nsb" 2>/dev/null || true
