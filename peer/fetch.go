@@ -24,7 +24,7 @@ type FetchOptions struct {
 	Client ClientConfig
 	// Mode is the data plane; "" is tcp.
 	Mode Mode
-	// Rails is how many rails to ask for; 0 means DefaultRails.
+	// Rails is how many rails to ask for; 0 means AutoRails.
 	Rails int
 	// Tensors, if set, fetches only the tensors whose names match one of
 	// these patterns (path.Match syntax) into an artifact of their own.
@@ -42,9 +42,17 @@ type FetchOptions struct {
 
 // Defaults of FetchOptions.
 const (
-	DefaultRails    = 4
+	MaxAutoRails    = 4
 	DefaultPatience = 30 * time.Second
 )
+
+// AutoRails is how many rails a fetch asks for by default: one per core
+// the process may use, at most MaxAutoRails. Each rail's bytes are hashed
+// as they land, so more rails than cores only add switches between them
+// (2 cores, 2 GiB over a veth: 2.09-2.15 s with 2 rails, 2.23-2.65 s with 4).
+func AutoRails() int {
+	return min(MaxAutoRails, runtime.GOMAXPROCS(0))
+}
 
 // target is one file being written. A file of the artifact as the sender
 // holds it is bound by its tensor tree: units land in it in any order, each

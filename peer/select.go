@@ -83,7 +83,7 @@ type FetchReport struct {
 func newFetcher(ctx context.Context, peers []string, request string, o FetchOptions, keep bool) (*fetcher, error) {
 	o.Client = o.Client.withDefaults()
 	if o.Rails <= 0 {
-		o.Rails = DefaultRails
+		o.Rails = AutoRails()
 	}
 	if o.Mode == "" {
 		o.Mode = ModeTCP

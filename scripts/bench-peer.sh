@@ -2,8 +2,9 @@
 # Weight peer benchmark, side by side in one run, node B fetching the same artifact from node A over
 # the same veth pair (two network namespaces, root needed), node A serving from memory (see fresh),
 # and again with node A's reads on the disk for the peer and oras:
-#   weightsnap peer fetch, tcp, 4 rails (every byte BLAKE3-checked on arrival, files hashed, fsynced,
-#     published) and rma over libfabric's sockets provider (one-sided reads; a software fabric here)
+#   weightsnap peer fetch, tcp, with its default rails (one per core, at most 4): every byte
+#     BLAKE3-checked on arrival, files hashed, fsynced, published; and the same over rma, libfabric's sockets provider (one-sided reads; a software
+#     fabric here)
 #   weightsnap pull and oras pull (+ sync) from a registry running on node A
 #   a raw copy of the same bytes: socat from A into one file on B, then sync
 # The registry and oras come from the harness's install (test/e2e/deps); socat from Debian.
@@ -97,12 +98,13 @@ fresh() {
 }
 store_a=$work/a/artifacts/${id#sha256:}
 
+rails=$(( $(nproc) < 4 ? $(nproc) : 4 )) # what a fetch asks for by default (peer.AutoRails)
 declare -a r_tcp r_rma r_pull r_oras r_raw r_tcp_cold r_oras_cold
 for i in $(seq "$reps"); do
 	echo "bench-peer: round $i of $reps" >&2
-	fresh "$store_a"; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 >/dev/null 2>&1; r_tcp+=("$(since "$t")")
+	fresh "$store_a"; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" >/dev/null 2>&1; r_tcp+=("$(since "$t")")
 	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
-	fresh "$store_a"; t=$(now); inb "$wsrma" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 --mode rma >/dev/null 2>&1; r_rma+=("$(since "$t")")
+	fresh "$store_a"; t=$(now); inb "$wsrma" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --mode rma >/dev/null 2>&1; r_rma+=("$(since "$t")")
 	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
 	fresh "$work/registry"; t=$(now); inb "$ws" --root "$work/b" --config "" pull --plain-http "$ref" >/dev/null 2>&1; r_pull+=("$(since "$t")")
 	fresh "$work/registry"; t=$(now); inb "$oras" pull --plain-http -o "$work/b" "$ref" >/dev/null; sync; r_oras+=("$(since "$t")")
@@ -113,7 +115,7 @@ for i in $(seq "$reps"); do
 	t=$(now); inb socat -u -b 1048576 TCP:10.233.91.1:9000 CREATE:"$work/b/raw"; sync; r_raw+=("$(since "$t")")
 	wait "$sp" || true
 	[ "$(stat -c %s "$work/b/raw")" = "$bytes" ] || echo "bench-peer: raw copy moved $(stat -c %s "$work/b/raw") of $bytes bytes" >&2
-	fresh; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --rails 4 >/dev/null 2>&1; r_tcp_cold+=("$(since "$t")")
+	fresh; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" >/dev/null 2>&1; r_tcp_cold+=("$(since "$t")")
 	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
 	fresh; t=$(now); inb "$oras" pull --plain-http -o "$work/b" "$ref" >/dev/null; sync; r_oras_cold+=("$(since "$t")")
 	echo "bench-peer: round $i (s): tcp ${r_tcp[-1]} rma ${r_rma[-1]} ws pull ${r_pull[-1]} oras+sync ${r_oras[-1]} raw ${r_raw[-1]}" \
@@ -131,12 +133,12 @@ m_oras_cold=$(printf '%s\n' "${r_oras_cold[@]}" | median)
 printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, node B fetching from node A over one veth, node A serving from memory\n' \
 	"$size" "$bytes" "$shards" "$(nproc)" "$reps"
 printf '%-52s %9s %7s %13s  %s\n' "measure" "seconds" "GB/s" "peer tcp is" "goal"
-printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, 4 rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
-printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, 4 rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(speedup "$m_rma" "$m_tcp")" "(software fabric)"
+printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, $rails rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
+printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, $rails rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(speedup "$m_rma" "$m_tcp")" "(software fabric)"
 printf '%-52s %9.2f %7s %13s  %s\n' "weightsnap pull from a registry on A" "$m_wspull" "$(gbs "$m_wspull")" "$(speedup "$m_wspull" "$m_tcp")" ""
 printf '%-52s %9.2f %7s %13s  %s\n' "oras pull + sync from the same registry" "$m_oras" "$(gbs "$m_oras")" "$(speedup "$m_oras" "$m_tcp")" ">= 2x"
 printf '%-52s %9.2f %7s %13s  %s\n' "raw copy: socat into one file + sync" "$m_raw" "$(gbs "$m_raw")" "$(speedup "$m_raw" "$m_tcp")" ">= 0.8x"
-printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: peer fetch tcp, 4 rails" "$m_tcp_cold" "$(gbs "$m_tcp_cold")" "" "(A reads the disk B writes)"
+printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: peer fetch tcp, $rails rails" "$m_tcp_cold" "$(gbs "$m_tcp_cold")" "" "(A reads the disk B writes)"
 printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: oras pull + sync" "$m_oras_cold" "$(gbs "$m_oras_cold")" "$(speedup "$m_oras_cold" "$m_tcp_cold")" ""
 printf 'runs (s): tcp %s | rma %s | ws pull %s | oras+sync %s | raw %s | cold: tcp %s, oras+sync %s\n' \
 	"${r_tcp[*]}" "${r_rma[*]}" "${r_pull[*]}" "${r_oras[*]}" "${r_raw[*]}" "${r_tcp_cold[*]}" "${r_oras_cold[*]}"

@@ -260,7 +260,7 @@ artifact of their own (producer tensor-subset).`,
 	f := cmd.Flags()
 	pf.register(f)
 	f.StringVar(&mode, "mode", "tcp", "data plane: tcp, or rma (one-sided RDMA reads through libfabric) (default: [peer] mode)")
-	f.IntVar(&rails, "rails", peer.DefaultRails, "rails (parallel connections or fabric endpoints) to ask for (default: [peer] rails)")
+	f.IntVar(&rails, "rails", 0, "rails (parallel connections or fabric endpoints) to ask for; 0 is one per core, at most 4 (default: [peer] rails)")
 	f.StringSliceVar(&tensors, "tensors", nil, "fetch only the tensors matching these patterns (path.Match syntax, e.g. 'model.layers.0.*')")
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	return cmd

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -189,7 +190,7 @@ func TestPeerTwoNodes(t *testing.T) {
 	}
 	last := rep.Steps[len(rep.Steps)-1]
 	if rep.Outcome != "fetched" || rep.Source != "peer" || last.Transfer == nil || last.Transfer.Endpoint != addr ||
-		last.Transfer.Mode != "tcp" || last.Transfer.Rails != 4 || last.Transfer.Bytes < 2<<30*95/100 {
+		last.Transfer.Mode != "tcp" || last.Transfer.Rails != peer.AutoRails() || last.Transfer.Bytes < 2<<30*95/100 {
 		t.Fatalf("resolve report:\n%s", out)
 	}
 }

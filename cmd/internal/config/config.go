@@ -57,7 +57,7 @@ type Peer struct {
 	RailAddrs      []string `toml:"rail_addrs" comment:"local addresses rails are served on, rail r on entry r modulo their count (one per NIC); empty: the control connection's"`
 	FabricProvider string   `toml:"fabric_provider" comment:"libfabric provider of the rma plane: verbs (InfiniBand, RoCE), efa, tcp, sockets; \"\" lets libfabric choose"`
 	Mode           string   `toml:"mode" comment:"data plane this node fetches with: tcp, or rma (needs a build with libfabric)"`
-	Rails          int      `toml:"rails" comment:"rails this node asks for"`
+	Rails          int      `toml:"rails" comment:"rails this node asks for; 0 is one per core, at most 4"`
 	TimeoutSeconds int      `toml:"timeout_seconds" comment:"seconds any read, write or dial may take"`
 	// Staged are the allowlisted directories, served as staged:NAME.
 	Staged             []peer.StagedDir `toml:"staged" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.staged]] name, path, revision, repository, component"`
@@ -124,7 +124,7 @@ func Default() Config {
 		Metrics: Metrics{Address: "127.0.0.1:9878"},
 		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
 		Peer: Peer{Listen: fmt.Sprintf(":%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
-			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP), Rails: peer.DefaultRails,
+			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.StagedDir{}, StagedCeilingBytes: peer.DefaultStagedCeiling},
 	}
 }

@@ -55,8 +55,8 @@ func TestParse(t *testing.T) {
 			return c.SnapshotRoot(c.Root) == "/srv/ws/snapshots"
 		}},
 		{"metrics off", "[metrics]\naddress = \"\"\n", true, func(c Config) bool { return c.Metrics.Address == "" }},
-		{"peer table", "[peer]\nserve = true\npeers = [\"10.0.0.1:7420\", \"weights.ns.svc\"]\nmode = \"rma\"\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
-			return c.Peer.Serve && len(c.Peer.Peers) == 2 && c.Peer.Mode == "rma" && c.Peer.Rails == 4 && c.Peer.Staged[0].Path == "/nas/llama"
+		{"peer table", "[peer]\nserve = true\npeers = [\"10.0.0.1:7420\", \"weights.ns.svc\"]\nmode = \"rma\"\nrails = 2\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
+			return c.Peer.Serve && len(c.Peer.Peers) == 2 && c.Peer.Mode == "rma" && c.Peer.Rails == 2 && c.Peer.Staged[0].Path == "/nas/llama"
 		}},
 		{"bad peer mode", "[peer]\nmode = \"udp\"\n", false, nil},
 		{"peer key without cert", "[peer]\ntls_key = \"k.pem\"\n", false, nil},
