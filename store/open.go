@@ -127,9 +127,9 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 		}
 	}
 	if mode == FullChecksum {
-		if err := verifyHashes(context.Background(), o.files, hashCheck{}); err != nil {
+		if err := verifyHashes(context.Background(), id, o.files, hashCheck{}); err != nil {
 			o.close()
-			return nil, err.(*InvalidError).with(id)
+			return nil, err
 		}
 	}
 	return o, nil
