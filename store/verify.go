@@ -28,10 +28,11 @@ type hashCheck struct {
 // verifyChunk is how much of a file one hasher reads and hashes at a time:
 // small enough that its buffer stays in the core's cache between the copy
 // and the hash. verify reads rather than hashing through the artifact's
-// mapping: on this project's virtual machines (shadow page tables) every
-// page first touched through a fresh mapping traps to the host, and hashing
-// a mapped 512 MiB file cost 0.96-1.18 CPU-s/GiB against 0.35-0.41 read in
-// 1 MiB pieces; a read error is also an error, where a mapping would fault.
+// mapping: on this project's virtual machines hashing a mapped 512 MiB file
+// cost 0.96-1.18 CPU-s/GiB, read in 1 MiB pieces 0.35-0.41 (each page of a
+// mapping is touched once, and there a first touch costs far more than a
+// copy into a buffer the core already holds); a read error is also an
+// error, where a mapping would fault.
 const verifyChunk = 1 << 20
 
 // verifyHashes recomputes the digests of every payload byte of artifact id
