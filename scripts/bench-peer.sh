@@ -3,8 +3,8 @@
 # the same veth pair (two network namespaces, root needed), node A serving from memory (see fresh),
 # and again with node A's reads on the disk for the peer and oras:
 #   weightsnap peer fetch, tcp, with its default rails (one per core, at most 4): every byte
-#     BLAKE3-checked on arrival, files hashed, fsynced, published; and the same over rma, libfabric's sockets provider (one-sided reads; a software
-#     fabric here)
+#     BLAKE3-checked on arrival, files hashed, fsynced, published; and the same over rma, through
+#     libfabric's sockets provider (one-sided reads; a software fabric here)
 #   weightsnap pull and oras pull (+ sync) from a registry running on node A
 #   a raw copy of the same bytes: socat from A into one file on B, then sync
 # The registry and oras come from the harness's install (test/e2e/deps); socat from Debian.
@@ -98,13 +98,12 @@ fresh() {
 }
 store_a=$work/a/artifacts/${id#sha256:}
 
-rails=$(( $(nproc) < 4 ? $(nproc) : 4 )) # what a fetch asks for by default (peer.AutoRails)
 declare -a r_tcp r_rma r_pull r_oras r_raw r_tcp_cold r_oras_cold
 for i in $(seq "$reps"); do
 	echo "bench-peer: round $i of $reps" >&2
-	fresh "$store_a"; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" >/dev/null 2>&1; r_tcp+=("$(since "$t")")
+	fresh "$store_a"; t=$(now); inb "$ws" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --json >"$work/tcp.json" 2>/dev/null; r_tcp+=("$(since "$t")")
 	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
-	fresh "$store_a"; t=$(now); inb "$wsrma" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --mode rma >/dev/null 2>&1; r_rma+=("$(since "$t")")
+	fresh "$store_a"; t=$(now); inb "$wsrma" --root "$work/b" --config "" peer fetch 10.233.91.1:7420 "$id" --mode rma --json >"$work/rma.json" 2>/dev/null; r_rma+=("$(since "$t")")
 	inb "$ws" --root "$work/b" --config "" verify "$id" >/dev/null
 	fresh "$work/registry"; t=$(now); inb "$ws" --root "$work/b" --config "" pull --plain-http "$ref" >/dev/null 2>&1; r_pull+=("$(since "$t")")
 	fresh "$work/registry"; t=$(now); inb "$oras" pull --plain-http -o "$work/b" "$ref" >/dev/null; sync; r_oras+=("$(since "$t")")
@@ -122,6 +121,10 @@ for i in $(seq "$reps"); do
 		"| cold sender: tcp ${r_tcp_cold[-1]} oras+sync ${r_oras_cold[-1]}" >&2
 done
 
+# rails FILE: the rail count a fetch's JSON report names (the default asked for, or fewer if the peer granted fewer)
+rails() { grep -o '"rails": *[0-9]*' "$1" | grep -o '[0-9]*$'; }
+tcp_rails=$(rails "$work/tcp.json")
+rma_rails=$(rails "$work/rma.json")
 m_tcp=$(printf '%s\n' "${r_tcp[@]}" | median)
 m_rma=$(printf '%s\n' "${r_rma[@]}" | median)
 m_wspull=$(printf '%s\n' "${r_pull[@]}" | median)
@@ -133,12 +136,12 @@ m_oras_cold=$(printf '%s\n' "${r_oras_cold[@]}" | median)
 printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, node B fetching from node A over one veth, node A serving from memory\n' \
 	"$size" "$bytes" "$shards" "$(nproc)" "$reps"
 printf '%-52s %9s %7s %13s  %s\n' "measure" "seconds" "GB/s" "peer tcp is" "goal"
-printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, $rails rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
-printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, $rails rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(speedup "$m_rma" "$m_tcp")" "(software fabric)"
+printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, $tcp_rails rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
+printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, $rma_rails rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(speedup "$m_rma" "$m_tcp")" "(software fabric)"
 printf '%-52s %9.2f %7s %13s  %s\n' "weightsnap pull from a registry on A" "$m_wspull" "$(gbs "$m_wspull")" "$(speedup "$m_wspull" "$m_tcp")" ""
 printf '%-52s %9.2f %7s %13s  %s\n' "oras pull + sync from the same registry" "$m_oras" "$(gbs "$m_oras")" "$(speedup "$m_oras" "$m_tcp")" ">= 2x"
 printf '%-52s %9.2f %7s %13s  %s\n' "raw copy: socat into one file + sync" "$m_raw" "$(gbs "$m_raw")" "$(speedup "$m_raw" "$m_tcp")" ">= 0.8x"
-printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: peer fetch tcp, $rails rails" "$m_tcp_cold" "$(gbs "$m_tcp_cold")" "" "(A reads the disk B writes)"
+printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: peer fetch tcp, $tcp_rails rails" "$m_tcp_cold" "$(gbs "$m_tcp_cold")" "" "(A reads the disk B writes)"
 printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: oras pull + sync" "$m_oras_cold" "$(gbs "$m_oras_cold")" "$(speedup "$m_oras_cold" "$m_tcp_cold")" ""
 printf 'runs (s): tcp %s | rma %s | ws pull %s | oras+sync %s | raw %s | cold: tcp %s, oras+sync %s\n' \
 	"${r_tcp[*]}" "${r_rma[*]}" "${r_pull[*]}" "${r_oras[*]}" "${r_raw[*]}" "${r_tcp_cold[*]}" "${r_oras_cold[*]}"

@@ -41,7 +41,7 @@ const verifyChunk = 1 << 20
 // BLAKE3 is their tree, checked when the index was decoded), the whole-file
 // BLAKE3 of any other file, and with c.sha256 every file's sha256. Each
 // worker reads its regions through one buffer of verifyChunk bytes, so a
-// full check of any size stays within a few of them of resident memory.
+// full check of any size holds one buffer per worker in memory.
 // It returns an *InvalidError for bytes that disagree, a *StorageError for
 // a read the store failed.
 func verifyHashes(ctx context.Context, id string, files []*LeaseFile, c hashCheck) error {
