@@ -81,13 +81,14 @@ type chunk struct {
 	b    []byte
 	off  int64 // in the unit
 	last bool
+	sum  artifact.Digest // the unit's BLAKE3, in its last chunk
 	err  error
 }
 
 // receive reads the answers to units in order: a reader fills a few
-// buffers from the socket while the caller hashes each unit's bytes and
-// writes them into its target; a unit is done once its BLAKE3 matches.
-// Each answer read frees a place in the request window.
+// buffers from the socket, the caller hashes each unit's bytes, and a
+// writer puts them into its target; a unit is done once it is written and
+// its BLAKE3 matches. Each answer read frees a place in the request window.
 func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units []*unit, window <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -119,8 +120,9 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 					return
 				}
 				// Reads end where the file's offset is a multiple of
-				// railChunk: after a unit's first read, its writes fill
-				// whole pages of the page cache, wherever the unit starts.
+				// railChunk: after a unit's first read, its writes cover
+				// whole pages from aligned buffers, which the store writes
+				// directly, wherever the unit starts.
 				k := min(railChunk-(u.dstOff+off)%railChunk, u.n-off)
 				err := readFull(r, b[:k], "range data")
 				if !send(chunk{u: u, b: b[:k], off: off, last: off+k == u.n, err: err}) {
@@ -131,28 +133,62 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 			<-window
 		}
 	}()
+	// A write that sleeps until the disk has the bytes (the store writes
+	// directly) does not hold up the hash of the next chunk.
+	hashed := make(chan chunk, railBuffers)
+	werr := make(chan error, 1)
+	go func() {
+		var err error
+		for c := range hashed {
+			if err == nil {
+				if _, err = c.u.dst.out.WriteAt(c.b, c.u.dstOff+c.off); err == nil && c.last {
+					err = f.landed(addr, c.u, c.sum)
+				}
+				if err != nil {
+					cancel()
+				}
+			}
+			free <- c.b[:cap(c.b)]
+		}
+		werr <- err
+	}()
+	rerr := f.hashChunks(ctx, addr, full, hashed)
+	close(hashed)
+	if err := <-werr; err != nil {
+		return err // the store's failure, or a unit that did not match
+	}
+	if rerr != nil {
+		return rerr
+	}
+	return ctx.Err()
+}
+
+// hashChunks hashes the chunks of each unit in order, puts the unit's
+// BLAKE3 in its last chunk, and hands every chunk on to be written, until
+// the chunks end, one carries the rail's failure, or ctx is done.
+func (f *fetcher) hashChunks(ctx context.Context, addr string, full <-chan chunk, hashed chan<- chunk) error {
 	h := blake3.New()
-	var sum artifact.Digest
-	for c := range full {
-		if c.err != nil {
+	for {
+		var c chunk
+		var ok bool
+		select {
+		case c, ok = <-full:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		switch {
+		case !ok:
+			return nil
+		case c.err != nil:
 			return &PeerError{Addr: addr, Err: c.err}
 		}
-		u := c.u
 		if c.off == 0 {
 			h.Reset()
 		}
 		h.Write(c.b)
-		if _, err := u.dst.out.WriteAt(c.b, u.dstOff+c.off); err != nil {
-			return err // the store's failure, not the peer's
+		if c.last {
+			h.Sum(c.sum[:0])
 		}
-		free <- c.b[:cap(c.b)]
-		if !c.last {
-			continue
-		}
-		h.Sum(sum[:0])
-		if err := f.landed(addr, u, sum); err != nil {
-			return err
-		}
+		hashed <- c
 	}
-	return ctx.Err()
 }

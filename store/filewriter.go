@@ -21,8 +21,10 @@ const ringBuffers = 4
 // are copied, or read, into a small ring of buffers, or lent in the
 // caller's, and handed to two stages that run concurrently and
 // independently, one hashing the bytes in order, one writing them to the
-// file, so a write throttled by the page cache never stalls the hashing, and
-// the other way round. A file bound by its tensor tree (artifact.BindTree)
+// file, so a write throttled by the disk never stalls the hashing, and the
+// other way round. Where the filesystem takes direct writes, the write stage
+// makes them, several at once (directWriter); elsewhere it writes through
+// the page cache. A file bound by its tensor tree (artifact.BindTree)
 // is written by positioned writes in any order instead, and is never read
 // back (treeFile). The fsync runs in the background, overlapped with later
 // files; publication waits for it.
@@ -35,8 +37,9 @@ type fileWriter struct {
 	hasher  *artifact.FileHasher // ordered files
 	pos     int64                // next sequential offset
 	stages  *stages
-	tree    *treeFile // BindTree files
-	mapping []byte    // Map's, for BindTree files; unmapped at Close
+	dio     *directFile // nil where the filesystem takes no direct writes
+	tree    *treeFile   // BindTree files
+	mapping []byte      // Map's, for BindTree files; unmapped at Close
 
 	closed    bool
 	startSync func()
@@ -46,13 +49,14 @@ type fileWriter struct {
 }
 
 func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool) (*fileWriter, error) {
-	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f}
+	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f, dio: openDirect(f)}
 	if b.By == artifact.BindTree {
 		w.tree = newTreeFile(b.Want)
 		return w, nil
 	}
 	h, err := artifact.NewFileHasher(b)
 	if err != nil {
+		w.closeDirect()
 		return nil, err
 	}
 	w.hasher = h
@@ -79,8 +83,12 @@ type stages struct {
 }
 
 func startStages(w *fileWriter, pool *sync.Pool) *stages {
-	s := &stages{hashQ: make(chan *chunk, ringBuffers), writeQ: make(chan *chunk, ringBuffers),
-		inFlight: make(chan struct{}, ringBuffers), pool: pool}
+	ring := ringBuffers
+	if w.dio != nil {
+		ring = directRing
+	}
+	s := &stages{hashQ: make(chan *chunk, ring), writeQ: make(chan *chunk, ring),
+		inFlight: make(chan struct{}, ring), pool: pool}
 	s.wg.Go(func() {
 		for c := range s.hashQ {
 			if s.failed() == nil {
@@ -91,6 +99,22 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 			s.release(c)
 		}
 	})
+	if w.dio != nil {
+		dw := newDirectWriter(w.dio, w.f, s.fail)
+		s.wg.Go(func() {
+			for c := range s.writeQ {
+				if s.failed() != nil {
+					s.release(c)
+					continue
+				}
+				dw.writeAt(c.buf, c.off, func() { s.release(c) })
+			}
+			if err := dw.finish(s.failed); err != nil {
+				s.fail(err)
+			}
+		})
+		return s
+	}
 	s.wg.Go(func() {
 		var started int64 // the file's writeback is under way up to here
 		for c := range s.writeQ {
@@ -329,6 +353,7 @@ func (w *fileWriter) Close() error {
 			w.hasher.Abort()
 		}
 	}
+	w.closeDirect()
 	if w.err != nil {
 		w.f.Close()
 		return w.err
@@ -361,6 +386,7 @@ func (w *fileWriter) discard() {
 			w.stages.drain()
 			w.hasher.Abort()
 		}
+		w.closeDirect()
 		w.f.Close()
 		return
 	}

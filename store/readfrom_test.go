@@ -87,7 +87,7 @@ func TestReadFromEqualsHashFile(t *testing.T) {
 
 // buildEqualsHashed builds src's passthrough artifact in a new store with
 // p and fails unless it publishes exactly the entries the hasher alone
-// computes for the same files.
+// computes for the same files, and the files on disk pass a full check.
 func buildEqualsHashed(t *testing.T, src *artifact.SourceDir, p artifact.Producer) {
 	t.Helper()
 	var want []artifact.FileEntry
@@ -112,6 +112,12 @@ func buildEqualsHashed(t *testing.T, src *artifact.SourceDir, p artifact.Produce
 	if got := l.Index.Files; !equalEntries(got, want) {
 		t.Fatalf("entries differ:\n got %+v\nwant %+v", got, want)
 	}
+	// The bytes on disk, not only those the writer hashed.
+	full, err := d.Lookup(context.Background(), l.ID, store.FullChecksum)
+	if err != nil {
+		t.Fatalf("full check of what was written: %v", err)
+	}
+	full.Close()
 }
 
 func equalEntries(a, b []artifact.FileEntry) bool {
