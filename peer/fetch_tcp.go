@@ -120,9 +120,8 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 					return
 				}
 				// Reads end where the file's offset is a multiple of
-				// railChunk: after a unit's first read, its writes cover
-				// whole pages from aligned buffers, which the store writes
-				// directly, wherever the unit starts.
+				// railChunk: after a unit's first read, its writes fill
+				// whole pages of the page cache, wherever the unit starts.
 				k := min(railChunk-(u.dstOff+off)%railChunk, u.n-off)
 				err := readFull(r, b[:k], "range data")
 				if !send(chunk{u: u, b: b[:k], off: off, last: off+k == u.n, err: err}) {
@@ -133,8 +132,8 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 			<-window
 		}
 	}()
-	// A write that sleeps until the disk has the bytes (the store writes
-	// directly) does not hold up the hash of the next chunk.
+	// A write that waits for the page cache or the disk does not hold up
+	// the hash of the next chunk.
 	hashed := make(chan chunk, railBuffers)
 	werr := make(chan error, 1)
 	go func() {

@@ -177,7 +177,7 @@ func serveHelper(root string) int {
 func TestRMAServerReadsNoPayload(t *testing.T) {
 	const size = 64 << 20
 	src, id := seeded(t, size, 2)
-	// The store wrote the artifact past the page cache; the server's
+	// The store drops what it wrote from the page cache; the server's
 	// mapping would fault it in from storage however it served it. Cached
 	// first, as on a seed that has served it before, the storage reads
 	// count only what serving itself reads.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
-	"golang.org/x/sys/unix"
 )
 
 // ringBuffers is how many chunks of one file may be in flight between Write
@@ -21,10 +20,9 @@ const ringBuffers = 4
 // are copied, or read, into a small ring of buffers, or lent in the
 // caller's, and handed to two stages that run concurrently and
 // independently, one hashing the bytes in order, one writing them to the
-// file, so a write throttled by the disk never stalls the hashing, and the
-// other way round. Where the filesystem takes direct writes, the write stage
-// makes them, several at once (directWriter); elsewhere it writes through
-// the page cache. A file bound by its tensor tree (artifact.BindTree)
+// file, so a write throttled by the page cache never stalls the hashing, and
+// the other way round. The file holds a few chunks of the page cache at
+// most (writeback.go). A file bound by its tensor tree (artifact.BindTree)
 // is written by positioned writes in any order instead, and is never read
 // back (treeFile). The fsync runs in the background, overlapped with later
 // files; publication waits for it.
@@ -37,9 +35,8 @@ type fileWriter struct {
 	hasher  *artifact.FileHasher // ordered files
 	pos     int64                // next sequential offset
 	stages  *stages
-	dio     *directFile // nil where the filesystem takes no direct writes
-	tree    *treeFile   // BindTree files
-	mapping []byte      // Map's, for BindTree files; unmapped at Close
+	tree    *treeFile // BindTree files
+	mapping []byte    // Map's, for BindTree files; unmapped at Close
 
 	closed    bool
 	startSync func()
@@ -49,14 +46,13 @@ type fileWriter struct {
 }
 
 func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool) (*fileWriter, error) {
-	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f, dio: openDirect(f)}
+	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f}
 	if b.By == artifact.BindTree {
 		w.tree = newTreeFile(b.Want)
 		return w, nil
 	}
 	h, err := artifact.NewFileHasher(b)
 	if err != nil {
-		w.closeDirect()
 		return nil, err
 	}
 	w.hasher = h
@@ -83,12 +79,8 @@ type stages struct {
 }
 
 func startStages(w *fileWriter, pool *sync.Pool) *stages {
-	ring := ringBuffers
-	if w.dio != nil {
-		ring = directRing
-	}
-	s := &stages{hashQ: make(chan *chunk, ring), writeQ: make(chan *chunk, ring),
-		inFlight: make(chan struct{}, ring), pool: pool}
+	s := &stages{hashQ: make(chan *chunk, ringBuffers), writeQ: make(chan *chunk, ringBuffers),
+		inFlight: make(chan struct{}, ringBuffers), pool: pool}
 	s.wg.Go(func() {
 		for c := range s.hashQ {
 			if s.failed() == nil {
@@ -99,22 +91,6 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 			s.release(c)
 		}
 	})
-	if w.dio != nil {
-		dw := newDirectWriter(w.dio, w.f, s.fail)
-		s.wg.Go(func() {
-			for c := range s.writeQ {
-				if s.failed() != nil {
-					s.release(c)
-					continue
-				}
-				dw.writeAt(c.buf, c.off, func() { s.release(c) })
-			}
-			if err := dw.finish(s.failed); err != nil {
-				s.fail(err)
-			}
-		})
-		return s
-	}
 	s.wg.Go(func() {
 		var started int64 // the file's writeback is under way up to here
 		for c := range s.writeQ {
@@ -123,9 +99,7 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 					s.fail(err)
 				}
 				if end := c.off + int64(len(c.buf)); end-started >= writebackChunk {
-					// Start the writeback now, so the fsync at the end waits
-					// for little. A hint: its errors surface at the fsync.
-					unix.SyncFileRange(int(w.f.Fd()), started, end-started, unix.SYNC_FILE_RANGE_WRITE)
+					writeBehind(w.f, started, started, end)
 					started = end
 				}
 			}
@@ -141,10 +115,6 @@ func pwrite(f *os.File, p []byte, off int64) (int, error) {
 	n, err := artifact.WriteAt(f, p, off)
 	return n, classifyIO(err)
 }
-
-// writebackChunk is how many written bytes of a file the write stage lets
-// accumulate before it starts their writeback.
-const writebackChunk = 8 << 20
 
 func (s *stages) fail(err error) {
 	s.errMu.Lock()
@@ -353,7 +323,6 @@ func (w *fileWriter) Close() error {
 			w.hasher.Abort()
 		}
 	}
-	w.closeDirect()
 	if w.err != nil {
 		w.f.Close()
 		return w.err
@@ -362,6 +331,9 @@ func (w *fileWriter) Close() error {
 	defer faultPoint("write.after-close")
 	w.startSync = func() {
 		err := syncHardened(w.f)
+		if err == nil {
+			dropCached(w.f)
+		}
 		if cerr := w.f.Close(); err == nil {
 			err = cerr
 		}
@@ -386,7 +358,6 @@ func (w *fileWriter) discard() {
 			w.stages.drain()
 			w.hasher.Abort()
 		}
-		w.closeDirect()
 		w.f.Close()
 		return
 	}

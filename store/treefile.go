@@ -8,7 +8,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
-	"golang.org/x/sys/unix"
 )
 
 // treeFile is the state of a file bound by its tensor tree
@@ -54,37 +53,12 @@ func (w *fileWriter) writeAt(p []byte, off int64) (int, error) {
 		copy(t.header[off:], p)
 		t.mu.Unlock()
 	}
-	n, cached, err := w.treeWrite(p, off)
-	if w.tree.dirty.Add(cached) >= writebackChunk {
-		// Start the writeback of whatever is dirty, wherever it lies, so
-		// the fsync at the end waits for little. A hint: its errors
-		// surface at the fsync.
+	n, err := pwrite(w.f, p, off)
+	if w.tree.dirty.Add(int64(n)) >= writebackChunk {
 		w.tree.dirty.Store(0)
-		unix.SyncFileRange(int(w.f.Fd()), 0, w.size, unix.SYNC_FILE_RANGE_WRITE)
+		writeBehind(w.f, w.size, 0, w.size)
 	}
 	return n, err
-}
-
-// treeWrite writes p at off: its whole pages directly where the file takes
-// direct writes, the rest through the cache. It returns how many bytes it
-// wrote, and how many of them went through the cache.
-func (w *fileWriter) treeWrite(p []byte, off int64) (n int, cached int64, err error) {
-	var lo, hi int64
-	if w.dio != nil {
-		lo, hi = w.dio.span(p, off)
-	}
-	if hi == 0 {
-		n, err = pwrite(w.f, p, off)
-		return n, int64(n), err
-	}
-	if n, err = pwrite(w.f, p[:lo], off); err != nil {
-		return n, int64(n), err
-	}
-	if err = w.dio.writeAt(p[lo:hi], off+lo); err != nil {
-		return int(lo), lo, err
-	}
-	n, err = pwrite(w.f, p[hi:], off+hi)
-	return int(hi) + n, lo + int64(n), err
 }
 
 // SetPartBLAKE3 implements artifact.BoundFileWriter.

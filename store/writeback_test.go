@@ -1,0 +1,73 @@
+package store_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"unsafe"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// TestWrittenFilesLeaveThePageCache: a file written in order (an import)
+// and one written by positioned writes in any order (a fetch) leave the page
+// cache once written: a build evicts nothing else the node has cached.
+func TestWrittenFilesLeaveThePageCache(t *testing.T) {
+	_, src := checkpoint(t, 96<<20, 2)
+	seed, _ := importDir(t, openDomain(t, t.TempDir()), src)
+	defer seed.Close()
+	for _, tc := range []struct {
+		name string
+		p    artifact.Producer
+	}{
+		{"in order", &artifact.Passthrough{Src: src}},
+		{"any order", treeFetch(seed, "", "")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := openDomain(t, t.TempDir())
+			l, _, err := d.GetOrBuild(context.Background(), seed.Identity(), tc.p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			for _, e := range l.Index.Files {
+				// The lease read the header through its mapping, and the
+				// kernel read ahead of it (up to read_ahead_kb, 8 MiB here).
+				pages := int(e.Size) / os.Getpagesize()
+				if n := cachedPages(t, filepath.Join(l.Dir, e.Path)); pages > 0 && n > pages/4 {
+					t.Errorf("%s: %d of its %d pages left in the page cache", e.Path, n, pages)
+				}
+			}
+		})
+	}
+}
+
+// cachedPages counts the pages of the file at path that the page cache holds.
+func cachedPages(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return 0
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (len(m)+os.Getpagesize()-1)/os.Getpagesize())
+	if _, _, e := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)), uintptr(unsafe.Pointer(&vec[0]))); e != 0 {
+		t.Fatal(e)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
+}
