@@ -4,9 +4,11 @@ package oci
 // the in-order writing of ranges, and the end of each file.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -153,7 +155,9 @@ func (p *puller) filesInFlight() int {
 	return artifact.FilesInFlight()
 }
 
-// dispatch hands out the jobs in plan order. Small files go straight to the
+// dispatch hands out the jobs, the largest file first: each file is hashed
+// in order on one core, so a large file left to the end would finish the
+// pull on one core while the others idle. Small files go straight to the
 // workers. Large files open a few at a time (FilesInFlight): each has a
 // feeder that hands out its ranges (or its one stream) and holds its slot
 // until the file is complete, so at any moment at most that many large
@@ -171,6 +175,8 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 	}
 	feeders, fctx := errgroup.WithContext(ctx)
 	feeders.SetLimit(open)
+	files = slices.Clone(files)
+	slices.SortStableFunc(files, func(a, b PlanFile) int { return cmp.Compare(b.Size, a.Size) })
 	for _, f := range files {
 		t := &fileTask{f: f, w: w, p: p, done: make(chan struct{})}
 		switch {
