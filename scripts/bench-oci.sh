@@ -6,6 +6,8 @@
 #     vs oras pull + sync and oras pull alone
 #   weightsnap push vs oras push (each to a fresh repository, so every blob is uploaded)
 #   peak RSS of weightsnap pull and push
+#   the CPU seconds of each client and of the registry beside it: the registry runs on the same
+#     cores, so where a transfer keeps them busy, client + registry CPU-s is about seconds x cores
 # The registry (distribution) and oras come from the harness's install (test/e2e/deps).
 #
 # Usage: scripts/bench-oci.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 3)
@@ -76,40 +78,60 @@ ref=$host/bench/model:v1
 # read each blob from this machine's disk, on the two cores the pulls run on, and that read, the
 # same for both clients, would dominate what is measured.
 warm_registry() { find "$work/registry" -type f -name data -exec cat {} + >/dev/null; }
-# rss CMD...: runs CMD, leaving its peak RSS in KiB in $work/rss
-rss() { /usr/bin/time -f "%M" -o "$work/rss" "$@" >/dev/null 2>&1; }
+# registry_cpu: the CPU seconds the registry has used so far
+tck=$(getconf CLK_TCK)
+registry_cpu() { awk -v t="$tck" '{ printf "%.2f", ($14 + $15) / t }' "/proc/$regpid/stat"; }
+# measured CMD...: runs CMD, leaving its peak RSS in KiB in $work/rss, its CPU seconds in $work/cpu and
+# the registry's CPU seconds meanwhile in $work/regcpu
+measured() {
+	local r0 rc=0
+	r0=$(registry_cpu)
+	/usr/bin/time -f "%M %U %S" -o "$work/time" "$@" >/dev/null 2>&1 || rc=$?
+	awk -v r="$(registry_cpu)" -v r0="$r0" -v w="$work" \
+		'{ print $1 >(w "/rss"); printf "%.2f\n", $2 + $3 >(w "/cpu"); printf "%.2f\n", r - r0 >(w "/regcpu") }' "$work/time"
+	return "$rc"
+}
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 rss_pull=0
 rss_push=0
 declare -a ws_pull oras_pull oras_pull_sync ws_push oras_push
+# the CPU seconds of each run: the client's (cpu_*) and the registry's (reg_*)
+declare -a cpu_ws_pull reg_ws_pull cpu_oras_pull reg_oras_pull cpu_ws_push reg_ws_push cpu_oras_push reg_oras_push
+cpu_of() { # cpu_of NAME: appends this run's client and registry CPU seconds to cpu_NAME and reg_NAME
+	local -n c=cpu_$1 r=reg_$1
+	c+=("$(cat "$work/cpu")")
+	r+=("$(cat "$work/regcpu")")
+}
 for i in $(seq "$reps"); do
 	echo "bench-oci: round $i of $reps" >&2
 	# Alternate who goes first, so neither always meets a warmer cache.
 	for who in $([ $((i % 2)) = 1 ] && echo "ws oras" || echo "oras ws"); do
 		if [ "$who" = ws ]; then
 			rm -rf "$work/pull-store"; settle; warm_registry
-			t=$(now); WEIGHTSNAP_ROOT=$work/pull-store rss "$ws" pull --plain-http "$ref"; ws_pull+=("$(since "$t")")
-			rss_pull=$(max "$rss_pull" "$(cat "$work/rss")")
+			t=$(now); WEIGHTSNAP_ROOT=$work/pull-store measured "$ws" pull --plain-http "$ref"; ws_pull+=("$(since "$t")")
+			rss_pull=$(max "$rss_pull" "$(cat "$work/rss")"); cpu_of ws_pull
 			WEIGHTSNAP_ROOT=$work/pull-store "$ws" verify "$id" >/dev/null
 			chmod -R u+w "$work/pull-store"; rm -rf "$work/pull-store"; settle
-			t=$(now); rss "$ws" push --plain-http "$id" "$host/ws/push$i:v1"; ws_push+=("$(since "$t")")
-			rss_push=$(max "$rss_push" "$(cat "$work/rss")")
+			t=$(now); measured "$ws" push --plain-http "$id" "$host/ws/push$i:v1"; ws_push+=("$(since "$t")")
+			rss_push=$(max "$rss_push" "$(cat "$work/rss")"); cpu_of ws_push
 		else
 			rm -rf "$work/oras-out"; settle; warm_registry
-			t=$(now); "$oras" pull --plain-http -o "$work/oras-out" "$ref" >/dev/null; oras_pull+=("$(since "$t")")
-			sync; oras_pull_sync+=("$(since "$t")")
+			t=$(now); measured "$oras" pull --plain-http -o "$work/oras-out" "$ref"; oras_pull+=("$(since "$t")")
+			sync; oras_pull_sync+=("$(since "$t")"); cpu_of oras_pull
 			rm -rf "$work/oras-out"; settle
 			# shellcheck disable=SC2086 # one argument per file
-			t=$(now); (cd "$work/src" && "$oras" push --plain-http "$host/oras/push$i:v1" $files >/dev/null); oras_push+=("$(since "$t")")
+			t=$(now); (cd "$work/src" && measured "$oras" push --plain-http "$host/oras/push$i:v1" $files); oras_push+=("$(since "$t")")
+			cpu_of oras_push
 		fi
 	done
 done
 
-m_ws_pull=$(printf '%s\n' "${ws_pull[@]}" | median)
-m_oras_pull=$(printf '%s\n' "${oras_pull[@]}" | median)
-m_oras_pull_sync=$(printf '%s\n' "${oras_pull_sync[@]}" | median)
-m_ws_push=$(printf '%s\n' "${ws_push[@]}" | median)
-m_oras_push=$(printf '%s\n' "${oras_push[@]}" | median)
+m() { printf '%s\n' "$@" | median; } # m VALUES...: their median
+m_ws_pull=$(m "${ws_pull[@]}")
+m_oras_pull=$(m "${oras_pull[@]}")
+m_oras_pull_sync=$(m "${oras_pull_sync[@]}")
+m_ws_push=$(m "${ws_push[@]}")
+m_oras_push=$(m "${oras_push[@]}")
 
 met() { awk -v a="$1" -v b="$2" -v g="$3" 'BEGIN { print (a / b >= g) ? "yes" : "NO" }'; }
 f_pull=$(awk -v b="$bytes" -v c="$floor_sha" -v n="$cores" 'BEGIN { printf "%.2f", b / 2^30 * c / n }')
@@ -117,12 +139,14 @@ printf '\nweightsnap OCI benchmark: %s (%d bytes) in %s shards, %s cores, median
 	"$size" "$bytes" "$shards" "$cores" "$reps" "$host" "$(stat -f -c %T "$work")"
 printf 'hashing floor: sha256 %.3f CPU-s/GiB, BLAKE3 %.3f CPU-s/GiB (per core, all %s cores hashing); pull floor (sha256 of every byte over all cores) %.2f s\n' \
 	"$floor_sha" "$floor_b3" "$cores" "$f_pull"
-printf '%-44s %9s %7s %11s  %-8s %4s %8s\n' "measure" "seconds" "GB/s" "ws speedup" "goal" "met" "RSS MiB"
-printf '%-44s %9.2f %7s %11s  %-8s %4s %8d\n' "weightsnap pull (verify + fsync + publish)" "$m_ws_pull" "$(gbs "$m_ws_pull")" "" "" "" "$((rss_pull / 1024))"
-printf '%-44s %9.2f %7s %11s  %-8s %4s %8s\n' "oras pull + sync" "$m_oras_pull_sync" "$(gbs "$m_oras_pull_sync")" "$(speedup "$m_oras_pull_sync" "$m_ws_pull")" ">= 2x" "$(met "$m_oras_pull_sync" "$m_ws_pull" 2)" ""
-printf '%-44s %9.2f %7s %11s  %-8s %4s %8s\n' "oras pull (no sync)" "$m_oras_pull" "$(gbs "$m_oras_pull")" "$(speedup "$m_oras_pull" "$m_ws_pull")" ">= 1.3x" "$(met "$m_oras_pull" "$m_ws_pull" 1.3)" ""
-printf '%-44s %9.2f %7s %11s  %-8s %4s %8d\n' "weightsnap push" "$m_ws_push" "$(gbs "$m_ws_push")" "" "" "" "$((rss_push / 1024))"
-printf '%-44s %9.2f %7s %11s  %-8s %4s %8s\n' "oras push" "$m_oras_push" "$(gbs "$m_oras_push")" "$(speedup "$m_oras_push" "$m_ws_push")" ">= 1.5x" "$(met "$m_oras_push" "$m_ws_push" 1.5)" ""
+row() { printf '%-44s %9.2f %7s %11s  %-8s %4s %8s %8s %8s\n' "$@"; }
+printf '%-44s %9s %7s %11s  %-8s %4s %8s %8s %8s\n' "measure" "seconds" "GB/s" "ws speedup" "goal" "met" "RSS MiB" "CPU-s" "registry"
+row "weightsnap pull (verify + fsync + publish)" "$m_ws_pull" "$(gbs "$m_ws_pull")" "" "" "" "$((rss_pull / 1024))" "$(m "${cpu_ws_pull[@]}")" "$(m "${reg_ws_pull[@]}")"
+row "oras pull + sync" "$m_oras_pull_sync" "$(gbs "$m_oras_pull_sync")" "$(speedup "$m_oras_pull_sync" "$m_ws_pull")" ">= 2x" "$(met "$m_oras_pull_sync" "$m_ws_pull" 2)" "" "" ""
+row "oras pull (no sync)" "$m_oras_pull" "$(gbs "$m_oras_pull")" "$(speedup "$m_oras_pull" "$m_ws_pull")" ">= 1.3x" "$(met "$m_oras_pull" "$m_ws_pull" 1.3)" "" "$(m "${cpu_oras_pull[@]}")" "$(m "${reg_oras_pull[@]}")"
+row "weightsnap push" "$m_ws_push" "$(gbs "$m_ws_push")" "" "" "" "$((rss_push / 1024))" "$(m "${cpu_ws_push[@]}")" "$(m "${reg_ws_push[@]}")"
+row "oras push" "$m_oras_push" "$(gbs "$m_oras_push")" "$(speedup "$m_oras_push" "$m_ws_push")" ">= 1.5x" "$(met "$m_oras_push" "$m_ws_push" 1.5)" "" "$(m "${cpu_oras_push[@]}")" "$(m "${reg_oras_push[@]}")"
+printf 'CPU-s: medians of the client'"'"'s CPU seconds and of the registry'"'"'s meanwhile, on the same %s cores (%s CPU-s per second)\n' "$cores" "$cores"
 printf 'peak RSS goal: each < 128 MiB: pull %s, push %s\n' \
 	"$(awk -v k="$rss_pull" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')" "$(awk -v k="$rss_push" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')"
 printf 'runs (s): ws pull %s | oras pull %s | ws push %s | oras push %s\n' \
