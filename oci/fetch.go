@@ -1,19 +1,24 @@
 package oci
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/errcode"
 )
@@ -31,6 +36,15 @@ func (r *Remote) blobURL(d digest.Digest) string {
 // when n < 0, else the range [off, off+n) (it then insists on a 206 answer
 // for exactly that range).
 func (r *Remote) getBlob(ctx context.Context, desc ocispec.Descriptor, off, n int64) (io.ReadCloser, error) {
+	resp, err := r.blobResponse(ctx, desc, off, n)
+	if err != nil {
+		return nil, err
+	}
+	return resp.Body, nil
+}
+
+// blobResponse is getBlob's answer, whole.
+func (r *Remote) blobResponse(ctx context.Context, desc ocispec.Descriptor, off, n int64) (*http.Response, error) {
 	ctx = auth.AppendRepositoryScope(ctx, r.Ref, auth.ActionPull)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.blobURL(desc.Digest), nil)
 	if err != nil {
@@ -49,14 +63,14 @@ func (r *Remote) getBlob(ctx context.Context, desc ocispec.Descriptor, off, n in
 			resp.Body.Close()
 			return nil, &RangeError{Digest: desc.Digest.String(), Reason: fmt.Sprintf("Content-Length %d, descriptor says %d", resp.ContentLength, desc.Size)}
 		}
-		return resp.Body, nil
+		return resp, nil
 	case n >= 0 && resp.StatusCode == http.StatusPartialContent:
 		s, e, _, ok := parseContentRange(resp.Header.Get("Content-Range"))
 		if !ok || s != off || e != off+n-1 {
 			resp.Body.Close()
 			return nil, &RangeError{Digest: desc.Digest.String(), Reason: fmt.Sprintf("asked bytes %d-%d, got Content-Range %q", off, off+n-1, resp.Header.Get("Content-Range"))}
 		}
-		return resp.Body, nil
+		return resp, nil
 	case n >= 0 && resp.StatusCode == http.StatusOK:
 		resp.Body.Close()
 		return nil, &RangeError{Digest: desc.Digest.String(), Reason: "the registry ignored the Range header"}
@@ -106,19 +120,51 @@ func parseContentRange(h string) (start, end, total int64, ok bool) {
 	return start, end, total, err1 == nil && err2 == nil && end >= start
 }
 
-// SupportsRanges probes whether the registry serves byte ranges of a blob:
-// a one-byte ranged GET must come back 206 with the right Content-Range.
-func (r *Remote) SupportsRanges(ctx context.Context, desc ocispec.Descriptor) bool {
+// rangeProbe is what a one-byte ranged GET of a blob told about the
+// registry (probeRanges).
+type rangeProbe struct {
+	served     bool          // a 206 with exactly that range
+	rtt        time.Duration // the round trip to the host that served it (TCP's least), 0 if unknown
+	redirected bool          // served by another host (object storage, a CDN)
+}
+
+// probeRanges GETs the first byte of a blob: whether the registry serves
+// ranges, how far away the server is, and whether it sends the bytes from
+// elsewhere.
+func (r *Remote) probeRanges(ctx context.Context, desc ocispec.Descriptor) rangeProbe {
 	if desc.Size < 2 {
-		return false
+		return rangeProbe{}
 	}
-	rc, err := r.getBlob(ctx, desc, 0, 1)
+	var conn net.Conn // of the last request: a redirect's target
+	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i.Conn }})
+	resp, err := r.blobResponse(ctx, desc, 0, 1)
 	if err != nil {
 		log.G(ctx).WithError(err).Debug("registry does not serve ranges; fetching blobs as single streams")
-		return false
+		return rangeProbe{}
 	}
-	rc.Close()
-	return true
+	defer resp.Body.Close()
+	return rangeProbe{served: true, rtt: tcpRTT(conn), redirected: resp.Request.URL.Host != r.Ref.Host()}
+}
+
+// tcpRTT is the least round-trip time the kernel measured on a TCP
+// connection (under TLS or not), 0 if it has none.
+func tcpRTT(c net.Conn) time.Duration {
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		c = tc.NetConn()
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return 0
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return 0
+	}
+	var info *unix.TCPInfo
+	if err := raw.Control(func(fd uintptr) { info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil || info == nil {
+		return 0
+	}
+	return time.Duration(cmp.Or(info.Min_rtt, info.Rtt)) * time.Microsecond
 }
 
 // transient reports whether a fetch error is worth retrying from where it stopped.

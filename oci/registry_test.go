@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -36,6 +37,7 @@ type fakeRegistry struct {
 	basicAuth  string                      // "user:pass" required on every request, if set
 	noMount    bool                        // answer mounts with 202 (upload instead)
 	noRanges   bool                        // ignore Range headers; under mu (setNoRanges)
+	redirect   bool                        // send blob GETs to the same server as "localhost"; under mu (setRedirect)
 	corrupt    func(d digest.Digest) int64 // offset of a byte to flip in served blob d, or -1; under mu (setCorrupt)
 	served     atomic.Int64                // blob body bytes served
 	rangeGets  atomic.Int64
@@ -98,10 +100,15 @@ func (f *fakeRegistry) blob(w http.ResponseWriter, r *http.Request, repo string,
 	f.mu.Lock()
 	b, ok := f.blobs[d]
 	ok = ok && f.repoBlobs[repo][d]
-	noRanges, corrupt := f.noRanges, f.corrupt
+	noRanges, corrupt, redirect := f.noRanges, f.corrupt, f.redirect
 	f.mu.Unlock()
 	if !ok {
 		http.Error(w, `{"errors":[{"code":"BLOB_UNKNOWN"}]}`, http.StatusNotFound)
+		return
+	}
+	if redirect && r.Method == http.MethodGet && r.URL.Query().Get("direct") == "" {
+		_, port, _ := net.SplitHostPort(f.host())
+		http.Redirect(w, r, "http://localhost:"+port+r.URL.Path+"?direct=1", http.StatusTemporaryRedirect)
 		return
 	}
 	if corrupt != nil {
@@ -134,6 +141,14 @@ func (f *fakeRegistry) setNoRanges(v bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.noRanges = v
+}
+
+// setRedirect sends blob GETs to another host name of the same server, as a
+// registry that serves its blobs from object storage does.
+func (f *fakeRegistry) setRedirect(v bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.redirect = v
 }
 
 func (f *fakeRegistry) setCorrupt(fn func(d digest.Digest) int64) {

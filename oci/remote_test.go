@@ -69,12 +69,3 @@ func TestInsecureTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
-func TestIsLoopback(t *testing.T) {
-	for h, want := range map[string]bool{"127.0.0.1:5000": true, "localhost:5000": true, "[::1]:5000": true, "localhost": true,
-		"127.0.0.2": true, "registry.example.com": false, "10.0.0.1:5000": false, "ghcr.io": false} {
-		if got := isLoopback(h); got != want {
-			t.Errorf("%s: %v", h, got)
-		}
-	}
-}
