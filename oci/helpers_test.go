@@ -1,6 +1,7 @@
 package oci
 
 import (
+	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
@@ -45,4 +46,20 @@ func imported(tb testing.TB, src *artifact.SourceDir) (*store.Domain, *store.Lea
 	}
 	tb.Cleanup(func() { l.Close() })
 	return d, l
+}
+
+// sameArtifact checks that got, pulled into d, passes a full verification
+// and holds want's bytes, file by file.
+func sameArtifact(tb testing.TB, d *store.Domain, got, want *store.Lease) {
+	tb.Helper()
+	full, err := d.Lookup(context.Background(), got.ID, store.FullChecksum)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	full.Close()
+	for i, lf := range got.Files() {
+		if !bytes.Equal(lf.Data, want.Files()[i].Data) {
+			tb.Fatalf("%s differs", lf.Path)
+		}
+	}
 }

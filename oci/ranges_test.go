@@ -1,13 +1,10 @@
 package oci
 
 import (
-	"bytes"
 	"context"
 	"net"
 	"testing"
 	"time"
-
-	"github.com/weightsnap/weightsnap/store"
 )
 
 // TestRangesAuto: with more large files than FilesInFlight, RangesAuto
@@ -41,16 +38,7 @@ func TestRangesAuto(t *testing.T) {
 			if gets := f.rangeGets.Load() - before; rep.Ranged != c.ranged || (gets > 1) != c.ranged {
 				t.Fatalf("ranged %v with %d ranged GETs, want ranged %v", rep.Ranged, gets, c.ranged)
 			}
-			full, err := d.Lookup(ctx, pl.ID, store.FullChecksum)
-			if err != nil {
-				t.Fatal(err)
-			}
-			full.Close()
-			for i, lf := range pl.Files() {
-				if !bytes.Equal(lf.Data, l.Files()[i].Data) {
-					t.Fatalf("%s differs", lf.Path)
-				}
-			}
+			sameArtifact(t, d, pl, l)
 		})
 	}
 }

@@ -1,7 +1,6 @@
 package oci
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"os"
@@ -84,16 +83,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 			if pl.ID != l.ID || !prep.Built || prep.Kind != KindWeightsnap || prep.Ranged != c.ranged || got.Load() != l.Index.TotalBytes() {
 				t.Fatalf("report %+v, progress %d", prep, got.Load())
 			}
-			full, err := d.Lookup(ctx, pl.ID, store.FullChecksum)
-			if err != nil {
-				t.Fatal(err)
-			}
-			full.Close()
-			for i, lf := range pl.Files() {
-				if !bytes.Equal(lf.Data, l.Files()[i].Data) {
-					t.Fatalf("%s differs", lf.Path)
-				}
-			}
+			sameArtifact(t, d, pl, l)
 			// Pulling again is a store hit: nothing moves.
 			before := f.served.Load()
 			pl2, prep2, err := Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{})
