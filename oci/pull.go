@@ -27,9 +27,9 @@ type PullOptions struct {
 	// Ranges says when large blobs are fetched as parallel ranges (written
 	// in order) rather than one stream each: RangesAuto (the default) when
 	// there are fewer large files than FilesInFlight, or when one
-	// connection to the registry is slow (it answers slowly, or sends its
-	// blobs from another host); RangesOn always; RangesOff never. Ranges
-	// are used only where the registry serves them.
+	// connection to the registry is slow (it is 2 ms or more away, or sends
+	// its blobs from another host); RangesOn always; RangesOff never.
+	// Ranges are used only where the registry serves them.
 	Ranges RangeMode
 	// ChunkSize is the range size; 0 means DefaultChunkSize, < 0 turns
 	// ranged fetches off.

@@ -165,7 +165,7 @@ imported as "import" would import its files: --revision is then required.`,
 	rf.register(f)
 	f.IntVar(&o.Concurrency, "concurrency", oci.DefaultConcurrency, "blob transfers (layers or ranges) in flight")
 	f.IntVar(&o.FilesInFlight, "files", 0, "large files fetched at once: at most this many are partly written if the pull is killed (0: max(2, cores/2))")
-	f.StringVar(&ranges, "ranges", "auto", "fetch large blobs in parallel ranges: auto (when there are fewer large files than --files, or the registry answers slowly or sends its blobs from another host), on, off")
+	f.StringVar(&ranges, "ranges", "auto", "fetch large blobs in parallel ranges: auto (when there are fewer large files than --files, or the registry is 2 ms or more away or sends its blobs from another host), on, off")
 	f.StringVar(&chunk, "chunk-size", "8MiB", "range size when fetching in ranges (--concurrency + 2 ranges are held in memory)")
 	f.StringVar(&o.Import.Revision, "revision", "", "immutable model revision of an artifact weightsnap did not write")
 	f.StringVar(&o.Import.Repository, "repository", "", "model repository name of an artifact weightsnap did not write")
