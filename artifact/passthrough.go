@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"sort"
@@ -42,8 +41,6 @@ type SourceDir struct {
 	Files []SourceFile // sorted by path
 }
 
-var hexSHA256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // ListSource lists the non-hidden regular files below root (following links,
 // as a Hugging Face snapshot is made of links into blobs/) without reading
 // them. A link into a hub cache's blobs/<sha256> takes its sha256 from the
@@ -73,7 +70,7 @@ func ListSource(root string) (*SourceDir, error) {
 		rel, _ := filepath.Rel(root, p)
 		f := SourceFile{Path: filepath.ToSlash(rel), Size: fi.Size()}
 		if target, err := os.Readlink(p); err == nil {
-			if base := filepath.Base(target); hexSHA256RE.MatchString(base) && filepath.Base(filepath.Dir(target)) == "blobs" {
+			if base := filepath.Base(target); sha256RE.MatchString(base) && filepath.Base(filepath.Dir(target)) == "blobs" {
 				f.SHA256 = base
 			}
 		}
