@@ -58,7 +58,7 @@ bench: build
 	@read -r s b c < <(scripts/hash-floor.sh) && \
 	printf 'hashing floor: sha256 %s CPU-s/GiB, BLAKE3 %s CPU-s/GiB, per core with all %s cores hashing\n' "$$s" "$$b" "$$c"
 	scripts/bench-store.sh $(BENCH_SIZE) 8
-	scripts/bench-oci.sh $(BENCH_SIZE) 8 3
+	scripts/bench-oci.sh $(BENCH_SIZE) 8 5
 	scripts/bench-peer.sh $(BENCH_SIZE) 8
 	scripts/bench-snapshotter.sh 2GiB 4GiB
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000

@@ -10,7 +10,7 @@
 #     cores, so where a transfer keeps them busy, client + registry CPU-s is about seconds x cores
 # The registry (distribution) and oras come from the harness's install (test/e2e/deps).
 #
-# Usage: scripts/bench-oci.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 3)
+# Usage: scripts/bench-oci.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 5)
 # Env:   WEIGHTSNAP_PEERS_BIN  the peers' bin directory (default: test/e2e/deps -q)
 #        WEIGHTSNAP            a weightsnap binary to use (default: built from this tree)
 #        BENCH_DIR             where the registry, stores and pulled files live (default /var/tmp)
@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 size=${1:-2GiB}
 shards=${2:-8}
-reps=${3:-3}
+reps=${3:-5}
 rev=0123456789abcdef0123456789abcdef01234567
 
 bin=${WEIGHTSNAP_PEERS_BIN:-}
