@@ -37,7 +37,7 @@ func (f *fetcher) runRMA(ctx context.Context, cs *clientSession, byRail [][]*uni
 		if err != nil {
 			return &PeerError{Addr: cs.addr, Err: err}
 		}
-		ep, err := fabricConnect(e.provider, e.host, e.port, cs.cfg.Timeout)
+		ep, err := fabricConnect(e.provider, e.host, e.port, min(cs.cfg.Timeout, dialTimeout))
 		if err != nil {
 			return &PeerError{Addr: cs.addr, Err: err}
 		}

@@ -237,3 +237,25 @@ func cacheTree(t *testing.T, root string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRMAConnectBounded: a rail whose connect request is never answered
+// fails the session within dialTimeout, not the longer read and write
+// Timeout, so the fetch has time left for another session.
+func TestRMAConnectBounded(t *testing.T) {
+	l, port, err := fabricListen("sockets", "127.0.0.1") // never accepts
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.close()
+	cs := &clientSession{addr: "127.0.0.1:1", cfg: ClientConfig{Timeout: 2 * dialTimeout}, rails: 1,
+		endpoints: [][]byte{encodeRMAEndpoint("sockets", "127.0.0.1", port)}}
+	start := time.Now()
+	err = (&fetcher{}).runRMA(context.Background(), cs, [][]*unit{nil})
+	var pe *PeerError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "connect sockets") {
+		t.Fatalf("unanswered connect: %v", err)
+	}
+	if took := time.Since(start); took > dialTimeout+dialTimeout/2 {
+		t.Fatalf("unanswered connect failed after %s, want about %s", took, dialTimeout)
+	}
+}
