@@ -38,11 +38,11 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	return c
 }
 
-// dialTimeout bounds a dial, and an rma rail's connect, below the read and
-// write timeout: an unreachable peer of a list should not hold up the next
-// one for long, and a connect request the fabric lost should leave the
-// fetch time for another session within its patience (the sockets provider
-// once left one unanswered for the whole 30 s).
+// dialTimeout bounds a dial, and an rma rail's connect and accept, below
+// the read and write timeout: an unreachable peer of a list should not hold
+// up the next one for long, and a connect request the fabric lost should
+// leave the fetch time for another session within its patience (the
+// sockets provider once left one unanswered for the whole 30 s).
 const dialTimeout = 10 * time.Second
 
 // pingEvery is how often a client tells the peer's control connection it is

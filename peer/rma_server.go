@@ -60,11 +60,13 @@ func (p *rmaServePlane) endpoints() [][]byte {
 	return out
 }
 
-// ready accepts every rail and registers every shard on it.
+// ready accepts every rail and registers every shard on it. A rail is
+// awaited no longer than the client waits for its connect (dialTimeout), so
+// a session whose client gave up frees its listeners then.
 func (p *rmaServePlane) ready(ctx context.Context) ([]byte, error) {
 	keys := make([][]remoteKey, len(p.listeners))
 	for r, l := range p.listeners {
-		ep, err := l.accept(p.timeout)
+		ep, err := l.accept(min(p.timeout, dialTimeout))
 		if err != nil {
 			return nil, fmt.Errorf("rail %d: %w", r, err)
 		}

@@ -259,3 +259,21 @@ func TestRMAConnectBounded(t *testing.T) {
 		t.Fatalf("unanswered connect failed after %s, want about %s", took, dialTimeout)
 	}
 }
+
+// TestRMAAcceptBounded: a session whose client never connects its rail
+// gives up on it within dialTimeout, the client's own bound, not the longer
+// read and write Timeout.
+func TestRMAAcceptBounded(t *testing.T) {
+	p, err := newRMAServePlane("sockets", &session{}, []string{"127.0.0.1"}, 2*dialTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.close()
+	start := time.Now()
+	if _, err := p.ready(context.Background()); err == nil || !strings.Contains(err.Error(), "rail 0") {
+		t.Fatalf("rail never connected: %v", err)
+	}
+	if took := time.Since(start); took > dialTimeout+dialTimeout/2 {
+		t.Fatalf("unconnected rail given up after %s, want about %s", took, dialTimeout)
+	}
+}
