@@ -190,7 +190,10 @@ func (e *SourceMismatchError) Unwrap() error { return errdefs.ErrDataLoss }
 // Produce implements Producer: it copies the files through w, FilesInFlight
 // at a time, largest first, and checks each copy's sha256 against the
 // fingerprint. A file's sha256 is computed in order, on one core: only
-// several files at once keep every core hashing.
+// several files at once keep every core hashing. The files are opened and
+// created in the store filesAhead ahead of the copies, so a creation that
+// waits on the filesystem (allocating the file's blocks) does not leave a
+// core idle.
 func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	progress := p.Progress
 	if progress != nil {
@@ -204,17 +207,49 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	files := slices.Clone(p.Src.Files)
 	slices.SortStableFunc(files, func(a, b SourceFile) int { return cmp.Compare(b.Size, a.Size) })
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(FilesInFlight())
-	for _, sf := range files {
-		g.Go(func() error {
-			if err := gctx.Err(); err != nil {
+	ready := make(chan *verbatimCopy, filesAhead)
+	g.Go(func() error {
+		defer close(ready)
+		for _, sf := range files {
+			c, err := prepareVerbatim(w, p.Src.Root, sf)
+			if err != nil {
 				return err
 			}
-			return CopyVerbatim(gctx, w, p.Src.Root, sf, progress)
+			if c == nil {
+				continue // a kept copy was reused
+			}
+			select {
+			case ready <- c:
+			case <-gctx.Done():
+				c.in.Close()
+				return gctx.Err()
+			}
+		}
+		return nil
+	})
+	for range FilesInFlight() {
+		g.Go(func() error {
+			for c := range ready {
+				if err := gctx.Err(); err != nil {
+					c.in.Close()
+					continue
+				}
+				if err := c.run(gctx, progress); err != nil {
+					return err
+				}
+			}
+			return nil
 		})
 	}
-	return g.Wait()
+	err := g.Wait()
+	for c := range ready { // left when every copier failed
+		c.in.Close()
+	}
+	return err
 }
+
+// filesAhead is how many files Produce opens and creates ahead of its copies.
+const filesAhead = 2
 
 // FilesInFlight is how many files a producer writes at once by default:
 // enough to keep every core hashing, each file's sha256 taking one.
@@ -226,35 +261,60 @@ func FilesInFlight() int { return max(2, runtime.GOMAXPROCS(0)/2) }
 // the copy must have the fingerprint's sha256 when it is known. progress, if
 // set, is told of every chunk copied.
 func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, progress func(int64)) error {
+	c, err := prepareVerbatim(w, root, sf)
+	if err != nil || c == nil {
+		return err
+	}
+	return c.run(ctx, progress)
+}
+
+// verbatimCopy is a source file opened and its copy created, to be copied.
+type verbatimCopy struct {
+	sf  SourceFile
+	in  *Source
+	out FileWriter
+}
+
+// prepareVerbatim opens a source file and creates its copy; nil when a kept
+// copy was reused instead.
+func prepareVerbatim(w Writer, root string, sf SourceFile) (*verbatimCopy, error) {
 	if r, ok := w.(Resumer); ok && sf.SHA256 != "" {
 		if _, reused, err := r.Reuse(Binding{Want: FileEntry{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}}); err != nil || reused {
-			return err
+			return nil, err
 		}
 	}
 	in, err := OpenSource(filepath.Join(root, filepath.FromSlash(sf.Path)), sf.Path)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer in.Close()
 	if in.Stamp.Size != sf.Size {
-		return &SourceMismatchError{Path: sf.Path, Want: fmt.Sprintf("%d bytes", sf.Size), Got: fmt.Sprintf("%d bytes", in.Stamp.Size)}
+		in.Close()
+		return nil, &SourceMismatchError{Path: sf.Path, Want: fmt.Sprintf("%d bytes", sf.Size), Got: fmt.Sprintf("%d bytes", in.Stamp.Size)}
 	}
 	out, err := w.Create(sf.Path, sf.Size)
 	if err != nil {
-		return err
+		in.Close()
+		return nil, err
 	}
-	if _, err := CopyTo(ctx, out, in, sf.Size, progress); err != nil {
-		out.Close()
+	return &verbatimCopy{sf: sf, in: in, out: out}, nil
+}
+
+// run copies the file, closes both ends and checks the copy.
+func (c *verbatimCopy) run(ctx context.Context, progress func(int64)) error {
+	defer c.in.Close()
+	sf := c.sf
+	if _, err := CopyTo(ctx, c.out, c.in, sf.Size, progress); err != nil {
+		c.out.Close()
 		return fmt.Errorf("copy %s: %w", sf.Path, err)
 	}
-	if err := out.Close(); err != nil {
+	if err := c.out.Close(); err != nil {
 		return err
 	}
-	e, err := out.Digest()
+	e, err := c.out.Digest()
 	if err != nil {
 		return err
 	}
-	if err := in.Unchanged(); err != nil {
+	if err := c.in.Unchanged(); err != nil {
 		return err
 	}
 	if sf.SHA256 != "" && e.SHA256 != sf.SHA256 {

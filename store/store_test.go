@@ -2,10 +2,12 @@ package store_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -201,26 +203,58 @@ func TestUnsupportedFilesystemIsNamed(t *testing.T) {
 	}
 }
 
+// TestIdentityMismatchedSourceFails: a source file that changed after its
+// fingerprint was taken fails the import, whichever file it is (the
+// largest is copied first, the smallest last, the others opened and
+// created ahead of it), leaves no artifact and no temp entry, and every
+// file the import opened is closed.
 func TestIdentityMismatchedSourceFails(t *testing.T) {
-	dir, src := checkpoint(t, 1<<20, 1)
-	d := openDomain(t, t.TempDir())
-	// The source changes after its fingerprint was taken.
-	p := filepath.Join(dir, src.Files[len(src.Files)-1].Path)
-	raw, _ := os.ReadFile(p)
-	raw[len(raw)-1] ^= 1
-	os.WriteFile(p, raw, 0o644)
-	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
-	_, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
-	var mm *artifact.SourceMismatchError
-	if !errors.As(err, &mm) {
-		t.Fatalf("import of a changed source: %v, want a SourceMismatchError", err)
+	for _, tc := range []struct {
+		name  string
+		shard func(files []artifact.SourceFile) artifact.SourceFile
+	}{
+		{"largest", func(files []artifact.SourceFile) artifact.SourceFile {
+			return slices.MaxFunc(files, func(a, b artifact.SourceFile) int { return cmp.Compare(a.Size, b.Size) })
+		}},
+		{"smallest", func(files []artifact.SourceFile) artifact.SourceFile {
+			return slices.MinFunc(files, func(a, b artifact.SourceFile) int { return cmp.Compare(a.Size, b.Size) })
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir, src := checkpoint(t, 4<<20, 6)
+			d := openDomain(t, t.TempDir())
+			p := filepath.Join(dir, tc.shard(src.Files).Path)
+			raw, _ := os.ReadFile(p)
+			raw[len(raw)-1] ^= 1
+			os.WriteFile(p, raw, 0o644)
+			fds := openFiles(t)
+			id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+			_, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
+			var mm *artifact.SourceMismatchError
+			if !errors.As(err, &mm) {
+				t.Fatalf("import of a changed source: %v, want a SourceMismatchError", err)
+			}
+			if list, _ := d.List(context.Background()); len(list) != 0 {
+				t.Fatalf("a failed build left %d artifacts", len(list))
+			}
+			if entries, _ := os.ReadDir(filepath.Join(d.Root(), "tmp")); len(entries) != 0 {
+				t.Fatalf("a failed build left temp entries: %v", entries)
+			}
+			if now := openFiles(t); now > fds {
+				t.Fatalf("a failed build left %d more files open", now-fds)
+			}
+		})
 	}
-	if list, _ := d.List(context.Background()); len(list) != 0 {
-		t.Fatalf("a failed build left %d artifacts", len(list))
+}
+
+// openFiles counts this process's open file descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
 	}
-	if entries, _ := os.ReadDir(filepath.Join(d.Root(), "tmp")); len(entries) != 0 {
-		t.Fatalf("a failed build left temp entries: %v", entries)
-	}
+	return len(fds)
 }
 
 func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
