@@ -60,17 +60,21 @@ func (p *rmaServePlane) endpoints() [][]byte {
 	return out
 }
 
-// ready accepts every rail and registers every shard on it. A rail is
+// ready accepts every rail, then registers every shard on each. A rail is
 // awaited no longer than the client waits for its connect (dialTimeout), so
-// a session whose client gave up frees its listeners then.
+// a session whose client gave up frees its listeners then; registering,
+// which may take long for large shards, comes after all the client's
+// connects, not between them.
 func (p *rmaServePlane) ready(ctx context.Context) ([]byte, error) {
-	keys := make([][]remoteKey, len(p.listeners))
 	for r, l := range p.listeners {
 		ep, err := l.accept(min(p.timeout, dialTimeout))
 		if err != nil {
 			return nil, fmt.Errorf("rail %d: %w", r, err)
 		}
 		p.eps = append(p.eps, ep)
+	}
+	keys := make([][]remoteKey, len(p.eps))
+	for r, ep := range p.eps {
 		keys[r] = make([]remoteKey, len(p.ss.sv.shards))
 		for i, s := range p.ss.sv.shards {
 			if len(s.data) == 0 {
