@@ -190,10 +190,11 @@ func (e *SourceMismatchError) Unwrap() error { return errdefs.ErrDataLoss }
 // Produce implements Producer: it copies the files through w, FilesInFlight
 // at a time, largest first, and checks each copy's sha256 against the
 // fingerprint. A file's sha256 is computed in order, on one core: only
-// several files at once keep every core hashing. The files are opened and
-// created in the store filesAhead ahead of the copies, so a creation that
-// waits on the filesystem (allocating the file's blocks) does not leave a
-// core idle.
+// several files at once keep every core hashing. Copies an interrupted
+// build kept are adopted first, several at once. The other files are opened
+// and created in the store filesAhead ahead of the copies, so a creation
+// that waits on the filesystem (allocating the file's blocks) does not leave
+// a core idle.
 func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	progress := p.Progress
 	if progress != nil {
@@ -206,6 +207,10 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	}
 	files := slices.Clone(p.Src.Files)
 	slices.SortStableFunc(files, func(a, b SourceFile) int { return cmp.Compare(b.Size, a.Size) })
+	files, err := reuseKept(ctx, w, files)
+	if err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	ready := make(chan *verbatimCopy, filesAhead)
 	g.Go(func() error {
@@ -214,9 +219,6 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 			c, err := prepareVerbatim(w, p.Src.Root, sf)
 			if err != nil {
 				return err
-			}
-			if c == nil {
-				continue // a kept copy was reused
 			}
 			select {
 			case ready <- c:
@@ -241,7 +243,7 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 			return nil
 		})
 	}
-	err := g.Wait()
+	err = g.Wait()
 	for c := range ready { // left when every copier failed
 		c.in.Close()
 	}
@@ -261,11 +263,51 @@ func FilesInFlight() int { return max(2, runtime.GOMAXPROCS(0)/2) }
 // the copy must have the fingerprint's sha256 when it is known. progress, if
 // set, is told of every chunk copied.
 func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, progress func(int64)) error {
+	todo, err := reuseKept(ctx, w, []SourceFile{sf})
+	if err != nil || len(todo) == 0 {
+		return err
+	}
 	c, err := prepareVerbatim(w, root, sf)
-	if err != nil || c == nil {
+	if err != nil {
 		return err
 	}
 	return c.run(ctx, progress)
+}
+
+// reuseKept adopts, several at once, the copies an interrupted build of the
+// same artifact completed, when the writer offers them (each is read once
+// to check its sha256), and returns the files still to copy, in order.
+func reuseKept(ctx context.Context, w Writer, files []SourceFile) ([]SourceFile, error) {
+	r, ok := w.(Resumer)
+	if !ok {
+		return files, nil
+	}
+	reused := make([]bool, len(files))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for i, sf := range files {
+		if sf.SHA256 == "" {
+			continue // a kept copy cannot be checked
+		}
+		g.Go(func() error {
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			var err error
+			_, reused[i], err = r.Reuse(Binding{Want: FileEntry{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}})
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	var todo []SourceFile
+	for i, sf := range files {
+		if !reused[i] {
+			todo = append(todo, sf)
+		}
+	}
+	return todo, nil
 }
 
 // verbatimCopy is a source file opened and its copy created, to be copied.
@@ -275,14 +317,8 @@ type verbatimCopy struct {
 	out FileWriter
 }
 
-// prepareVerbatim opens a source file and creates its copy; nil when a kept
-// copy was reused instead.
+// prepareVerbatim opens a source file and creates its copy.
 func prepareVerbatim(w Writer, root string, sf SourceFile) (*verbatimCopy, error) {
-	if r, ok := w.(Resumer); ok && sf.SHA256 != "" {
-		if _, reused, err := r.Reuse(Binding{Want: FileEntry{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}}); err != nil || reused {
-			return nil, err
-		}
-	}
 	in, err := OpenSource(filepath.Join(root, filepath.FromSlash(sf.Path)), sf.Path)
 	if err != nil {
 		return nil, err

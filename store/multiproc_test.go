@@ -262,3 +262,37 @@ func TestCancelledBuildIsResumed(t *testing.T) {
 		t.Fatalf("reused %v, want only the completed %s", p.reused, src.Files[0].Path)
 	}
 }
+
+// TestPassthroughAdoptsKeptFiles: the passthrough producer adopts the files
+// a cancelled build of the same artifact completed and copies only the rest.
+func TestPassthroughAdoptsKeptFiles(t *testing.T) {
+	_, src := checkpoint(t, 4<<20, 4)
+	d := openDomain(t, t.TempDir())
+	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	kept, rest := src.Files[:len(src.Files)-1], src.Files[len(src.Files)-1:]
+	stopped := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
+		if err := (&artifact.Passthrough{Src: &artifact.SourceDir{Root: src.Root, Files: kept}}).Produce(ctx, w); err != nil {
+			return err
+		}
+		return context.Canceled
+	}}
+	if _, _, err := d.GetOrBuild(context.Background(), identity, stopped); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled build: %v", err)
+	}
+	var mu sync.Mutex
+	var copied int64
+	p := &artifact.Passthrough{Src: src, Progress: func(n int64) { mu.Lock(); copied += n; mu.Unlock() }}
+	l, _, err := d.GetOrBuild(context.Background(), identity, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if want := rest[0].Size; copied != want {
+		t.Fatalf("resumed build copied %d bytes, want %d (only %s)", copied, want, rest[0].Path)
+	}
+	full, err := d.Lookup(context.Background(), l.ID, store.FullChecksum)
+	if err != nil {
+		t.Fatalf("resumed artifact is not fully valid: %v", err)
+	}
+	full.Close()
+}
