@@ -232,11 +232,7 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	for range FilesInFlight() {
 		g.Go(func() error {
 			for c := range ready {
-				if err := gctx.Err(); err != nil {
-					c.in.Close()
-					continue
-				}
-				if err := c.run(gctx, progress); err != nil {
+				if err := c.run(gctx, progress); err != nil { // at once when gctx is done
 					return err
 				}
 			}
@@ -244,7 +240,7 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 		})
 	}
 	err = g.Wait()
-	for c := range ready { // left when every copier failed
+	for c := range ready { // left when the copiers failed
 		c.in.Close()
 	}
 	return err
