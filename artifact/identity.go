@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"strings"
 )
 
 // IdentitySchema is the version of the Identity encoding written by this code.
@@ -92,23 +91,26 @@ func (id Identity) CanonicalJSON() ([]byte, error) {
 	return Canonicalize(raw)
 }
 
-// Digest returns "sha256:<hex>" of the canonical JSON.
-func (id Identity) Digest() (string, error) {
+// ID returns the identity's digest: the sha256 of its canonical JSON.
+func (id Identity) ID() (ID, error) {
 	c, err := id.CanonicalJSON()
 	if err != nil {
-		return "", err
+		return ID{}, err
 	}
 	sum := sha256.Sum256(c)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
+	return ID{hex: hex.EncodeToString(sum[:])}, nil
+}
+
+// Digest returns "sha256:<hex>" of the canonical JSON.
+func (id Identity) Digest() (string, error) {
+	d, err := id.ID()
+	return d.String(), err
 }
 
 // Hex returns the hex part of the digest: the artifact's directory name.
 func (id Identity) Hex() (string, error) {
-	d, err := id.Digest()
-	if err != nil {
-		return "", err
-	}
-	return strings.TrimPrefix(d, "sha256:"), nil
+	d, err := id.ID()
+	return d.Hex(), err
 }
 
 // Canonicalize re-encodes a JSON document with sorted object keys, no
