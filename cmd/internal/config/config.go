@@ -169,12 +169,33 @@ func Parse(name string, raw []byte) (Config, error) {
 	dec := toml.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
-		return cfg, fmt.Errorf("config %s: %w: %w", name, err, errdefs.ErrInvalidArgument)
+		return cfg, fmt.Errorf("config %s: %w", name, decodeError(err))
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", name, err)
 	}
 	return cfg, nil
+}
+
+// decodeError says what is wrong with a file the decoder refused: every
+// unknown key with its line at once, else the decoder's own message (which
+// names the line), classified as invalid input.
+func decodeError(err error) error {
+	var strict *toml.StrictMissingError
+	var de *toml.DecodeError
+	switch {
+	case errors.As(err, &strict):
+		keys := make([]string, len(strict.Errors))
+		for i, e := range strict.Errors {
+			row, _ := e.Position()
+			keys[i] = fmt.Sprintf("line %d: %s", row, strings.Join(e.Key(), "."))
+		}
+		return fmt.Errorf("unknown keys (`weightsnapd config default` lists every key): %s: %w", strings.Join(keys, "; "), errdefs.ErrInvalidArgument)
+	case errors.As(err, &de):
+		row, _ := de.Position()
+		return fmt.Errorf("line %d: %s: %w", row, de.Error(), errdefs.ErrInvalidArgument)
+	}
+	return fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
 }
 
 // Validate checks the values the type system does not.

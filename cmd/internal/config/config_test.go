@@ -1,12 +1,14 @@
 package config
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -104,5 +106,25 @@ func TestDottedKeys(t *testing.T) {
 	c, err := Parse("dotted", []byte("resolve.registries = [\"registry.example\"]\n"))
 	if err != nil || !reflect.DeepEqual(c.Resolve.Registries, []string{"registry.example"}) || c.Resolve.Mode != "preferred" {
 		t.Fatalf("%+v %v", c.Resolve, err)
+	}
+}
+
+func TestUnknownKeysNamed(t *testing.T) {
+	file := "root = \"/srv/ws\"\n[store]\nbogus = 1\nvalidation = \"full_checksum\"\n[resolve]\nplain_htp = true\n[nosuch]\nx = 1\n"
+	_, err := Parse("c.toml", []byte(file))
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("err %v, want invalid argument", err)
+	}
+	for _, want := range []string{"c.toml", "line 3: store.bogus", "line 6: resolve.plain_htp", "line 7: nosuch"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("%q does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "strict mode") {
+		t.Errorf("%q speaks of the decoder's strict mode", err)
+	}
+	_, err = Parse("c.toml", []byte("[store]\nmax_store_bytes = \"big\"\n"))
+	if !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "line 2") {
+		t.Errorf("a wrong type: %v, want its line", err)
 	}
 }
