@@ -9,8 +9,9 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 all: build
 
+# -buildvcs=auto stamps the commit `weightsnap version` prints, even where GOFLAGS says -buildvcs=false.
 build:
-	$(GO) build -o $(BIN)/ ./cmd/...
+	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/...
 
 # Installs the pinned real peers (test/e2e/deps; cached, seconds when nothing changed) and hands
 # their bin directory to the tests. If that fails (no network, ...) the end-to-end tests skip, unless

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -65,6 +66,7 @@ func newRoot(a *app) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "weightsnap",
 		Short:         "Validated local store of model weight artifacts",
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -78,6 +80,7 @@ func newRoot(a *app) *cobra.Command {
 	root.AddCommand(newResolveCmd(a), newPeerCmd(a))
 	root.AddCommand(newMountCmd(a), newUmountCmd(a))
 	root.AddCommand(newStageCmd(a), newStagingCmd(a))
+	root.AddCommand(newVersionCmd(a))
 	return root
 }
 
@@ -90,4 +93,19 @@ func main() {
 		fmt.Fprintf(os.Stderr, "weightsnap: %v\n", err)
 		os.Exit(exitCode(err))
 	}
+}
+
+// newVersionCmd prints the build: module version, VCS revision, Go version.
+func newVersionCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "version",
+		Short: "Print the module version and VCS revision of this build",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			v := version.Get()
+			return a.printResult(v, "weightsnap "+v.String())
+		},
+	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return cmd
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/node"
+	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -47,6 +48,7 @@ func newRoot() *cobra.Command {
 		Use:           "weightsnapd [--config FILE]",
 		Short:         "weightsnap's node daemon: the containerd snapshotter for weight images",
 		Args:          cobra.NoArgs,
+		Version:       version.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -94,7 +96,14 @@ func newRoot() *cobra.Command {
 			return nil
 		},
 	})
-	root.AddCommand(cfgCmd)
+	root.AddCommand(cfgCmd, &cobra.Command{
+		Use:   "version",
+		Short: "Print the module version and VCS revision of this build",
+		Args:  cobra.NoArgs,
+		Run: func(cmd *cobra.Command, _ []string) {
+			fmt.Fprintln(cmd.OutOrStdout(), "weightsnapd "+version.Get().String())
+		},
+	})
 	return root
 }
 

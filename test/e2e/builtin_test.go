@@ -52,7 +52,8 @@ func TestBuiltinContainerd(t *testing.T) {
 	}
 	text, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if err != nil || !strings.Contains(string(text), `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"} 1`) {
+	if err != nil || !strings.Contains(string(text), `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"} 1`) ||
+		!strings.Contains(string(text), `weightsnap_build_info{goversion="go`) {
 		t.Fatalf("containerd's metrics lack weightsnap's: %v\n%s", err, text)
 	}
 }

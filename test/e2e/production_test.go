@@ -43,6 +43,9 @@ func TestSnapshotterSurvivesRestarts(t *testing.T) {
 
 	n.ws.Kill(t) // kill -9, then start again
 	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 1, 10*time.Second)
+	if text, err := n.ws.Metrics(); err != nil || !strings.Contains(text, `weightsnap_build_info{goversion="go`) {
+		t.Fatalf("weightsnapd's metrics lack weightsnap_build_info: %v\n%s", err, text)
+	}
 	waitReads(3)
 	n.ctd.Restart(t)
 	waitReads(3)

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -45,6 +46,9 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	m := snapshotter.NewMetrics()
 	if reg != nil {
 		if err := m.Register(reg); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		if err := reg.Register(version.Get().Collector()); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
