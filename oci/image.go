@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 // Scratch is the --base value of a weight image with no base layers.
@@ -29,24 +30,24 @@ type ImageOptions struct {
 	Base     string // base image reference, or Scratch
 	Weights  []WeightMount
 	Platform string // picked from a base image index, and the scratch config's platform; "" means HostPlatform
-	// Mode is every pointer's LabelMode: ModeRequired, ModePreferred, or ""
+	// Mode is every pointer's pointer.LabelMode: pointer.ModeRequired, pointer.ModePreferred, or ""
 	// to leave it to the node.
 	Mode string
 }
 
 // ImageReport says what BuildImage wrote.
 type ImageReport struct {
-	Ref          string    `json:"ref"`
-	Reference    string    `json:"reference"`
-	Manifest     string    `json:"manifest"`
-	Config       string    `json:"config"`
-	Base         string    `json:"base"`
-	BaseManifest string    `json:"base_manifest,omitempty"`
-	BaseLayers   int       `json:"base_layers"`
-	MountedBlobs int       `json:"mounted_blobs"`
-	Pointers     []Pointer `json:"pointers"`
-	PointerLayer []string  `json:"pointer_layers"`
-	Seconds      float64   `json:"seconds"`
+	Ref          string            `json:"ref"`
+	Reference    string            `json:"reference"`
+	Manifest     string            `json:"manifest"`
+	Config       string            `json:"config"`
+	Base         string            `json:"base"`
+	BaseManifest string            `json:"base_manifest,omitempty"`
+	BaseLayers   int               `json:"base_layers"`
+	MountedBlobs int               `json:"mounted_blobs"`
+	Pointers     []pointer.Pointer `json:"pointers"`
+	PointerLayer []string          `json:"pointer_layers"`
+	Seconds      float64           `json:"seconds"`
 }
 
 // ResolveWeightsnap fetches the manifest and index layer of an artifact
@@ -75,14 +76,14 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 		return nil, &ManifestError{Ref: target.String(), Reason: "a weight image needs at least one --weights"}
 	}
 	rep := &ImageReport{Ref: target.String(), Base: o.Base}
-	if o.Mode != "" && o.Mode != ModeRequired && o.Mode != ModePreferred {
-		return nil, &ManifestError{Ref: target.String(), Reason: fmt.Sprintf("mode %q: want %s or %s", o.Mode, ModeRequired, ModePreferred)}
+	if o.Mode != "" && o.Mode != pointer.ModeRequired && o.Mode != pointer.ModePreferred {
+		return nil, &ManifestError{Ref: target.String(), Reason: fmt.Sprintf("mode %q: want %s or %s", o.Mode, pointer.ModeRequired, pointer.ModePreferred)}
 	}
-	var ptrs []Pointer
+	var ptrs []pointer.Pointer
 	var pls []*PointerLayer
 	seen := map[string]bool{}
 	for _, w := range o.Weights {
-		t, err := CleanTarget(w.Target)
+		t, err := pointer.CleanTarget(w.Target)
 		if err != nil {
 			return nil, &ManifestError{Ref: w.Ref, Reason: err.Error()}
 		}
@@ -102,12 +103,12 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 		if err != nil {
 			return nil, err
 		}
-		ptrs = append(ptrs, Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
+		ptrs = append(ptrs, pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
 			Files: len(plan.Files), Bytes: plan.TotalBytes(), Mode: o.Mode})
 	}
 	for i, p := range ptrs {
 		for _, n := range ptrs[i+1:] {
-			p.Next = append(p.Next, Pointer{Artifact: n.Artifact, Identity: n.Identity})
+			p.Next = append(p.Next, pointer.Pointer{Artifact: n.Artifact, Identity: n.Identity})
 		}
 		pl, err := NewPointerLayer(p)
 		if err != nil {

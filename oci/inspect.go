@@ -13,6 +13,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 // RemoteInfo describes a remote artifact or weight image, read from its
@@ -44,7 +45,7 @@ type RemoteFile struct {
 
 // RemotePointer is one pointer layer of a weight image and the artifact it names.
 type RemotePointer struct {
-	Pointer
+	pointer.Pointer
 	Layer string      `json:"layer"`
 	Info  *RemoteInfo `json:"artifact_info,omitempty"`
 }
@@ -104,8 +105,8 @@ func InspectRemote(ctx context.Context, r *Remote, o InspectOptions) (*RemoteInf
 
 // inspectPointer describes the artifact a pointer names: on an allowed host,
 // and an artifact, not an image.
-func (r *Remote) inspectPointer(ctx context.Context, p Pointer, allowed []string, platform string) (*RemoteInfo, error) {
-	host := PointerHost(p)
+func (r *Remote) inspectPointer(ctx context.Context, p pointer.Pointer, allowed []string, platform string) (*RemoteInfo, error) {
+	host := pointer.Host(p)
 	if !AllowedHost(allowed, host) {
 		return nil, fmt.Errorf("not followed: %s is not a configured registry (%s): %w", host, strings.Join(allowed, ", "), errdefs.ErrPermissionDenied)
 	}
@@ -117,7 +118,7 @@ func (r *Remote) inspectPointer(ctx context.Context, p Pointer, allowed []string
 	if err != nil {
 		return nil, err
 	}
-	if info.Kind == "" && !slices.ContainsFunc(m.Layers, func(l ocispec.Descriptor) bool { return IsWeightLayer(l.Annotations) }) {
+	if info.Kind == "" && !slices.ContainsFunc(m.Layers, func(l ocispec.Descriptor) bool { return pointer.IsWeightLayer(l.Annotations) }) {
 		info.describeLayers(ctx, ar, m)
 	}
 	if info.Kind != "weightsnap-artifact" && info.Kind != "foreign-artifact" {

@@ -44,33 +44,6 @@ const (
 	annotationOrasUnpack = "io.deis.oras.content.unpack"
 )
 
-// Labels of a weight image's pointer layer: containerd passes every layer
-// annotation under containerd.io/snapshot/ to the snapshotter's Prepare.
-const (
-	// LabelArtifact is the artifact's manifest, <registry>/<repo>@sha256:<hex>.
-	LabelArtifact = "containerd.io/snapshot/weightsnap.artifact"
-	// LabelIdentity is the artifact's identity digest, sha256:<hex>.
-	LabelIdentity = "containerd.io/snapshot/weightsnap.identity"
-	// LabelTarget is the absolute directory the artifact is mounted at.
-	LabelTarget = "containerd.io/snapshot/weightsnap.target"
-	// LabelNext lists the image's later pointers, "<identity>=<artifact>"
-	// joined by ",", for resolving them ahead (Pointer.Next).
-	LabelNext = "containerd.io/snapshot/weightsnap.next"
-	// LabelMode is what a node does when the artifact cannot be had:
-	// ModeRequired (the pull fails) or ModePreferred (the pointer layer
-	// unpacks as it is and the weights come later); absent, the node's
-	// configured mode decides (Pointer.Mode).
-	LabelMode = "containerd.io/snapshot/weightsnap.mode"
-	// maxLabelsBytes is containerd's limit on the labels of one snapshot.
-	maxLabelsBytes = 4096
-)
-
-// Values of LabelMode.
-const (
-	ModeRequired  = "required"
-	ModePreferred = "preferred"
-)
-
 // LayerMediaType is the ModelPack layer type of a payload file: weights for
 // safetensors files, weight config for everything else (config, tokenizer).
 func LayerMediaType(path string) string {

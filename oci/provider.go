@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 // IdentityTag is the tag Push also gives an artifact in its repository, so a
@@ -104,10 +105,10 @@ type Locator struct {
 // Locate returns the provider of ref, which must be pinned by a sha256
 // digest and name an allowed host.
 func (l *Locator) Locate(ctx context.Context, ref string) (*ArtifactProvider, error) {
-	if err := checkPinnedRef(ref); err != nil {
+	if err := pointer.CheckPinnedRef(ref); err != nil {
 		return nil, fmt.Errorf("artifact %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)
 	}
-	host := PointerHost(Pointer{Artifact: ref})
+	host := pointer.Host(pointer.Pointer{Artifact: ref})
 	if !AllowedHost(l.Registries, host) {
 		return nil, fmt.Errorf("artifact %s: %s is not a configured registry (%s): %w", ref, host, strings.Join(l.Registries, ", "), errdefs.ErrPermissionDenied)
 	}
