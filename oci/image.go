@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/pointer"
 )
 
@@ -52,15 +53,15 @@ type ImageReport struct {
 
 // ResolveWeightsnap fetches the manifest and index layer of an artifact
 // weightsnap pushed; other artifacts are refused.
-func ResolveWeightsnap(ctx context.Context, r *Remote) (*Plan, string, error) {
-	res, err := r.resolveManifest(ctx, "")
+func ResolveWeightsnap(ctx context.Context, r *registry.Remote) (*Plan, string, error) {
+	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
 		return nil, "", err
 	}
 	if _, ok := IndexLayer(res.Manifest); !ok {
-		return nil, "", &ManifestError{Ref: r.String(), Reason: "not a weightsnap artifact (no " + MediaTypeIndex + " layer): import it with `weightsnap pull --revision` and push it with `weightsnap push`"}
+		return nil, "", manifestError(r.String(), "not a weightsnap artifact (no "+MediaTypeIndex+" layer): import it with `weightsnap pull --revision` and push it with `weightsnap push`")
 	}
-	plan, err := r.plan(ctx, res.Manifest, ImportOptions{})
+	plan, err := planRemote(ctx, r, res.Manifest, ImportOptions{})
 	return plan, res.Desc.Digest.String(), err
 }
 
@@ -70,14 +71,14 @@ func ResolveWeightsnap(ctx context.Context, r *Remote) (*Plan, string, error) {
 // base layers already in the target repository are reused, those in another
 // repository of the same registry are mounted; only the pointer layers, the
 // config and the manifest are uploaded.
-func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageReport, error) {
+func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*ImageReport, error) {
 	start := time.Now()
 	if len(o.Weights) == 0 {
-		return nil, &ManifestError{Ref: target.String(), Reason: "a weight image needs at least one --weights"}
+		return nil, manifestError(target.String(), "a weight image needs at least one --weights")
 	}
 	rep := &ImageReport{Ref: target.String(), Base: o.Base}
 	if o.Mode != "" && o.Mode != pointer.ModeRequired && o.Mode != pointer.ModePreferred {
-		return nil, &ManifestError{Ref: target.String(), Reason: fmt.Sprintf("mode %q: want %s or %s", o.Mode, pointer.ModeRequired, pointer.ModePreferred)}
+		return nil, manifestError(target.String(), fmt.Sprintf("mode %q: want %s or %s", o.Mode, pointer.ModeRequired, pointer.ModePreferred))
 	}
 	var ptrs []pointer.Pointer
 	var pls []*PointerLayer
@@ -85,10 +86,10 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 	for _, w := range o.Weights {
 		t, err := pointer.CleanTarget(w.Target)
 		if err != nil {
-			return nil, &ManifestError{Ref: w.Ref, Reason: err.Error()}
+			return nil, invalidManifest(w.Ref, err)
 		}
 		if seen[t] {
-			return nil, &ManifestError{Ref: w.Ref, Reason: "two artifacts at " + t}
+			return nil, manifestError(w.Ref, "two artifacts at "+t)
 		}
 		seen[t] = true
 		wr, err := target.Sibling(w.Ref)
@@ -153,7 +154,7 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 	quiet := newPushProgress(nil)
 	for _, b := range small {
 		if _, err := pushBlob(ctx, target, b, nil, quiet); err != nil {
-			return nil, fmt.Errorf("push %s: %w", b.what, classifyRemote(err))
+			return nil, fmt.Errorf("push %s: %w", b.what, registry.Classify(err))
 		}
 	}
 	if err := pushManifest(ctx, target, img.ManifestDesc, img.Manifest); err != nil {
@@ -168,7 +169,7 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 
 // baseImage is what a weight image takes from its base.
 type baseImage struct {
-	remote      *Remote // nil for scratch
+	remote      *registry.Remote // nil for scratch
 	manifest    string
 	config      []byte
 	layers      []ocispec.Descriptor
@@ -196,16 +197,16 @@ func scratchBase(platform string) (*baseImage, error) {
 	return &baseImage{config: raw}, nil
 }
 
-func fetchBase(ctx context.Context, target *Remote, ref, platform string) (*baseImage, error) {
+func fetchBase(ctx context.Context, target *registry.Remote, ref, platform string) (*baseImage, error) {
 	br, err := target.Sibling(ref)
 	if err != nil {
 		return nil, err
 	}
-	res, err := br.resolveManifest(ctx, platform)
+	res, err := resolveManifest(ctx, br, platform)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := br.fetchSmall(ctx, res.Manifest.Config, "config of "+ref, 64<<20)
+	cfg, err := br.FetchSmall(ctx, res.Manifest.Config, "config of "+ref, 64<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -314,23 +315,23 @@ var errNoCopy = errors.New("weightsnap copies no base blob through the client")
 // ensureBlob makes a base layer present in the target repository without
 // copying it through the client: it is there already, or the registry
 // mounts it from the base's repository. It reports whether it mounted.
-func ensureBlob(ctx context.Context, target *Remote, desc ocispec.Descriptor, from *Remote) (bool, error) {
+func ensureBlob(ctx context.Context, target *registry.Remote, desc ocispec.Descriptor, from *registry.Remote) (bool, error) {
 	ok, err := target.Repo.Exists(ctx, desc)
 	if err != nil {
-		return false, fmt.Errorf("check base layer %s: %w", desc.Digest, classifyRemote(err))
+		return false, fmt.Errorf("check base layer %s: %w", desc.Digest, registry.Classify(err))
 	}
 	if ok {
 		return false, nil
 	}
 	if from == nil || from.Ref.Registry != target.Ref.Registry {
-		return false, &UnsupportedError{Ref: target.String(), Reason: fmt.Sprintf("base layer %s is not in %s and the base is in another registry; push the base to %s first", desc.Digest, target.Name(), target.Ref.Registry)}
+		return false, unsupported(target.String(), fmt.Sprintf("base layer %s is not in %s and the base is in another registry; push the base to %s first", desc.Digest, target.Name(), target.Ref.Registry))
 	}
 	err = target.Repo.Mount(ctx, desc, from.Ref.Repository, func() (io.ReadCloser, error) { return nil, errNoCopy })
 	if errors.Is(err, errNoCopy) {
-		return false, &UnsupportedError{Ref: target.String(), Reason: fmt.Sprintf("registry refused to mount base layer %s from %s, and %v", desc.Digest, from.Name(), errNoCopy)}
+		return false, unsupported(target.String(), fmt.Sprintf("registry refused to mount base layer %s from %s, and %v", desc.Digest, from.Name(), errNoCopy))
 	}
 	if err != nil {
-		return false, fmt.Errorf("mount base layer %s from %s: %w", desc.Digest, from.Name(), classifyRemote(err))
+		return false, fmt.Errorf("mount base layer %s from %s: %w", desc.Digest, from.Name(), registry.Classify(err))
 	}
 	return true, nil
 }

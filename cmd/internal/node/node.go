@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
@@ -81,7 +82,7 @@ func (n *Node) Close() error {
 // when its host is configured, then the configured registry repository's
 // identity tags.
 func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
-	remote := oci.RemoteOptions{PlainHTTP: cfg.Resolve.PlainHTTP, Insecure: cfg.Resolve.Insecure, UserAgent: "weightsnapd"}
+	remote := cfg.Resolve.RegistryOptions("weightsnapd")
 	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: remote}
 	rc := resolve.Config{
 		Mode: resolve.Required, Root: cfg.Root, Store: &cfg.Store,
@@ -102,7 +103,7 @@ func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
 		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
 	}
 	if cfg.Resolve.Registry != "" {
-		repo, err := oci.NewRemote(context.Background(), cfg.Resolve.Registry, remote)
+		repo, err := registry.New(context.Background(), cfg.Resolve.Registry, remote)
 		if err != nil {
 			return nil, err
 		}
