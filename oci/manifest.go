@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/oci/registry"
 )
@@ -72,24 +72,21 @@ func resolveManifest(ctx context.Context, r *registry.Remote, platform string) (
 	return &Resolved{Desc: desc, Raw: raw, Manifest: m}, nil
 }
 
-// pickPlatform chooses the manifest of platform from an index's list.
+// pickPlatform chooses the manifest of platform from an index's list, as
+// containerd matches platforms (normalized: arm64 is arm64/v8).
 func pickPlatform(ref string, ms []ocispec.Descriptor, platform string) (ocispec.Descriptor, error) {
 	if platform == "" {
 		platform = HostPlatform()
 	}
-	parts := strings.Split(platform, "/")
-	if len(parts) < 2 {
+	want, err := platforms.Parse(platform)
+	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("platform %q is not os/arch[/variant]: %w", platform, errdefs.ErrInvalidArgument)
 	}
+	match := platforms.NewMatcher(want)
 	for _, m := range ms {
-		p := m.Platform
-		if p == nil || p.OS != parts[0] || p.Architecture != parts[1] {
-			continue
+		if m.Platform != nil && match.Match(*m.Platform) {
+			return m, nil
 		}
-		if len(parts) > 2 && p.Variant != parts[2] {
-			continue
-		}
-		return m, nil
 	}
 	return ocispec.Descriptor{}, manifestError(ref, "no manifest for platform "+platform)
 }

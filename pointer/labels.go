@@ -16,29 +16,18 @@ const labelPrefix = "containerd.io/snapshot/weightsnap."
 
 var identityRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-// LabelError is a pointer layer's label that is not acceptable: labels come
-// from an image, so they are untrusted input.
-type LabelError struct {
-	Label  string // the label's key
-	Value  string // its value, cut to a readable length
-	Reason string
-}
-
-func (e *LabelError) Error() string {
-	if e.Value == "" {
-		return fmt.Sprintf("weight layer label %s: %s", e.Label, e.Reason)
-	}
-	return fmt.Sprintf("weight layer label %s=%q: %s", e.Label, e.Value, e.Reason)
-}
-
-// Unwrap makes a label error invalid input.
-func (e *LabelError) Unwrap() error { return errdefs.ErrInvalidArgument }
-
-func labelError(key, value, format string, args ...any) *LabelError {
+// labelError is a pointer layer's label (key) that is not acceptable,
+// invalid input: labels come from an image, so they are untrusted. The
+// value is cut to a readable length.
+func labelError(key, value, format string, args ...any) error {
 	if len(value) > 96 {
 		value = value[:96] + "..."
 	}
-	return &LabelError{Label: key, Value: value, Reason: fmt.Sprintf(format, args...)}
+	label := key
+	if value != "" {
+		label = fmt.Sprintf("%s=%q", key, value)
+	}
+	return fmt.Errorf("weight layer label %s: %s: %w", label, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 }
 
 // IsWeightLayer says whether labels (or a layer's annotations) name a
@@ -87,7 +76,8 @@ func LabelBytes(labels map[string]string) int {
 // (CleanTarget leaves it as it is), every LabelNext entry is such an
 // identity and reference, LabelMode is absent, ModeRequired or
 // ModePreferred, and the weightsnap labels together fit in
-// containerd's limit for one label; anything else is a *LabelError.
+// containerd's limit for one label; anything else is errdefs.ErrInvalidArgument
+// naming the label.
 // Labels of other keys are ignored.
 func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 	if !IsWeightLayer(labels) {
@@ -100,8 +90,7 @@ func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 		}
 	}
 	if total := LabelBytes(ours); total > MaxLabelsBytes {
-		return Pointer{}, true, &LabelError{Label: labelPrefix + "*",
-			Reason: fmt.Sprintf("the weightsnap labels take %d bytes, more than containerd's %d-byte limit", total, MaxLabelsBytes)}
+		return Pointer{}, true, labelError(labelPrefix+"*", "", "the weightsnap labels take %d bytes, more than containerd's %d-byte limit", total, MaxLabelsBytes)
 	}
 	for _, k := range []string{LabelArtifact, LabelIdentity, LabelTarget} {
 		if labels[k] == "" {
@@ -171,16 +160,16 @@ const maxPointerFileBytes = MaxLabelsBytes
 // ParseLabels as labels would, at most 4096 bytes, nothing unknown.
 func ParseFile(raw []byte) (Pointer, error) {
 	if len(raw) > maxPointerFileBytes {
-		return Pointer{}, &LabelError{Label: Dir, Reason: fmt.Sprintf("pointer file of %d bytes, more than %d", len(raw), maxPointerFileBytes)}
+		return Pointer{}, labelError(Dir, "", "pointer file of %d bytes, more than %d", len(raw), maxPointerFileBytes)
 	}
 	var p Pointer
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil || dec.More() {
-		return Pointer{}, &LabelError{Label: Dir, Reason: fmt.Sprintf("pointer file is not one JSON pointer: %v", err)}
+		return Pointer{}, labelError(Dir, "", "pointer file is not one JSON pointer: %v", err)
 	}
 	if p.Schema != Schema {
-		return Pointer{}, &LabelError{Label: Dir, Reason: fmt.Sprintf("pointer file schema %d, want %d", p.Schema, Schema)}
+		return Pointer{}, labelError(Dir, "", "pointer file schema %d, want %d", p.Schema, Schema)
 	}
 	q, _, err := ParseLabels(Labels(p))
 	if err != nil {

@@ -40,7 +40,7 @@ func fallbackLabel() snapshots.Opt {
 
 // WeightError is a weight layer whose Prepare failed: it names the artifact,
 // the identity and the target, and wraps the cause (a *resolve.Failure, a
-// *pointer.LabelError, or a filesystem error) with its errdefs class.
+// pointer label error, or a filesystem error) with its errdefs class.
 type WeightError struct {
 	Pointer pointer.Pointer
 	Err     error
