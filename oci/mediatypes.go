@@ -1,8 +1,9 @@
 // Package oci is the OCI form of a weight artifact and of a weight image:
-// the ModelPack manifest weightsnap pushes and pulls through any registry
-// with oras-go v2, the import of safetensors artifacts that other tools
-// pushed, and weight images whose pointer layers name artifacts for the
-// snapshotter.
+// the ModelPack manifest weightsnap pushes and pulls (and the plan of a
+// pull into the store), the import of safetensors artifacts that other
+// tools pushed, and weight images whose pointer layers name artifacts for
+// the snapshotter. The registry client is oci/registry; the pointer's
+// labels and file are package pointer.
 package oci
 
 import (
