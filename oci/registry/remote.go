@@ -114,6 +114,7 @@ func newHTTPClient(o Options) *http.Client {
 	tr.ForceAttemptHTTP2 = false
 	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: o.Insecure} //nolint:gosec // the user asked for --insecure
+	// The one layer that retries requests (see Resume).
 	return &http.Client{Transport: retry.NewTransport(tr)}
 }
 
