@@ -13,6 +13,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 // Scratch is the --base value of a weight image with no base layers.
@@ -29,37 +31,37 @@ type ImageOptions struct {
 	Base     string // base image reference, or Scratch
 	Weights  []WeightMount
 	Platform string // picked from a base image index, and the scratch config's platform; "" means HostPlatform
-	// Mode is every pointer's LabelMode: ModeRequired, ModePreferred, or ""
+	// Mode is every pointer's pointer.LabelMode: pointer.ModeRequired, pointer.ModePreferred, or ""
 	// to leave it to the node.
 	Mode string
 }
 
 // ImageReport says what BuildImage wrote.
 type ImageReport struct {
-	Ref          string    `json:"ref"`
-	Reference    string    `json:"reference"`
-	Manifest     string    `json:"manifest"`
-	Config       string    `json:"config"`
-	Base         string    `json:"base"`
-	BaseManifest string    `json:"base_manifest,omitempty"`
-	BaseLayers   int       `json:"base_layers"`
-	MountedBlobs int       `json:"mounted_blobs"`
-	Pointers     []Pointer `json:"pointers"`
-	PointerLayer []string  `json:"pointer_layers"`
-	Seconds      float64   `json:"seconds"`
+	Ref          string            `json:"ref"`
+	Reference    string            `json:"reference"`
+	Manifest     string            `json:"manifest"`
+	Config       string            `json:"config"`
+	Base         string            `json:"base"`
+	BaseManifest string            `json:"base_manifest,omitempty"`
+	BaseLayers   int               `json:"base_layers"`
+	MountedBlobs int               `json:"mounted_blobs"`
+	Pointers     []pointer.Pointer `json:"pointers"`
+	PointerLayer []string          `json:"pointer_layers"`
+	Seconds      float64           `json:"seconds"`
 }
 
 // ResolveWeightsnap fetches the manifest and index layer of an artifact
 // weightsnap pushed; other artifacts are refused.
-func ResolveWeightsnap(ctx context.Context, r *Remote) (*Plan, string, error) {
-	res, err := r.resolveManifest(ctx, "")
+func ResolveWeightsnap(ctx context.Context, r *registry.Remote) (*Plan, string, error) {
+	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
 		return nil, "", err
 	}
 	if _, ok := IndexLayer(res.Manifest); !ok {
-		return nil, "", &ManifestError{Ref: r.String(), Reason: "not a weightsnap artifact (no " + MediaTypeIndex + " layer): import it with `weightsnap pull --revision` and push it with `weightsnap push`"}
+		return nil, "", manifestError(r.String(), "not a weightsnap artifact (no "+MediaTypeIndex+" layer): import it with `weightsnap pull --revision` and push it with `weightsnap push`")
 	}
-	plan, err := r.plan(ctx, res.Manifest, ImportOptions{})
+	plan, err := planRemote(ctx, r, res.Manifest, ImportOptions{})
 	return plan, res.Desc.Digest.String(), err
 }
 
@@ -69,25 +71,25 @@ func ResolveWeightsnap(ctx context.Context, r *Remote) (*Plan, string, error) {
 // base layers already in the target repository are reused, those in another
 // repository of the same registry are mounted; only the pointer layers, the
 // config and the manifest are uploaded.
-func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageReport, error) {
+func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*ImageReport, error) {
 	start := time.Now()
 	if len(o.Weights) == 0 {
-		return nil, &ManifestError{Ref: target.String(), Reason: "a weight image needs at least one --weights"}
+		return nil, manifestError(target.String(), "a weight image needs at least one --weights")
 	}
 	rep := &ImageReport{Ref: target.String(), Base: o.Base}
-	if o.Mode != "" && o.Mode != ModeRequired && o.Mode != ModePreferred {
-		return nil, &ManifestError{Ref: target.String(), Reason: fmt.Sprintf("mode %q: want %s or %s", o.Mode, ModeRequired, ModePreferred)}
+	if o.Mode != "" && o.Mode != pointer.ModeRequired && o.Mode != pointer.ModePreferred {
+		return nil, manifestError(target.String(), fmt.Sprintf("mode %q: want %s or %s", o.Mode, pointer.ModeRequired, pointer.ModePreferred))
 	}
-	var ptrs []Pointer
+	var ptrs []pointer.Pointer
 	var pls []*PointerLayer
 	seen := map[string]bool{}
 	for _, w := range o.Weights {
-		t, err := CleanTarget(w.Target)
+		t, err := pointer.CleanTarget(w.Target)
 		if err != nil {
-			return nil, &ManifestError{Ref: w.Ref, Reason: err.Error()}
+			return nil, invalidManifest(w.Ref, err)
 		}
 		if seen[t] {
-			return nil, &ManifestError{Ref: w.Ref, Reason: "two artifacts at " + t}
+			return nil, manifestError(w.Ref, "two artifacts at "+t)
 		}
 		seen[t] = true
 		wr, err := target.Sibling(w.Ref)
@@ -102,12 +104,12 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 		if err != nil {
 			return nil, err
 		}
-		ptrs = append(ptrs, Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
+		ptrs = append(ptrs, pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
 			Files: len(plan.Files), Bytes: plan.TotalBytes(), Mode: o.Mode})
 	}
 	for i, p := range ptrs {
 		for _, n := range ptrs[i+1:] {
-			p.Next = append(p.Next, Pointer{Artifact: n.Artifact, Identity: n.Identity})
+			p.Next = append(p.Next, pointer.Pointer{Artifact: n.Artifact, Identity: n.Identity})
 		}
 		pl, err := NewPointerLayer(p)
 		if err != nil {
@@ -152,7 +154,7 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 	quiet := newPushProgress(nil)
 	for _, b := range small {
 		if _, err := pushBlob(ctx, target, b, nil, quiet); err != nil {
-			return nil, fmt.Errorf("push %s: %w", b.what, classifyRemote(err))
+			return nil, fmt.Errorf("push %s: %w", b.what, registry.Classify(err))
 		}
 	}
 	if err := pushManifest(ctx, target, img.ManifestDesc, img.Manifest); err != nil {
@@ -167,7 +169,7 @@ func BuildImage(ctx context.Context, target *Remote, o ImageOptions) (*ImageRepo
 
 // baseImage is what a weight image takes from its base.
 type baseImage struct {
-	remote      *Remote // nil for scratch
+	remote      *registry.Remote // nil for scratch
 	manifest    string
 	config      []byte
 	layers      []ocispec.Descriptor
@@ -195,16 +197,16 @@ func scratchBase(platform string) (*baseImage, error) {
 	return &baseImage{config: raw}, nil
 }
 
-func fetchBase(ctx context.Context, target *Remote, ref, platform string) (*baseImage, error) {
+func fetchBase(ctx context.Context, target *registry.Remote, ref, platform string) (*baseImage, error) {
 	br, err := target.Sibling(ref)
 	if err != nil {
 		return nil, err
 	}
-	res, err := br.resolveManifest(ctx, platform)
+	res, err := resolveManifest(ctx, br, platform)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := br.fetchSmall(ctx, res.Manifest.Config, "config of "+ref, 64<<20)
+	cfg, err := br.FetchSmall(ctx, res.Manifest.Config, "config of "+ref, 64<<20)
 	if err != nil {
 		return nil, err
 	}
@@ -313,23 +315,23 @@ var errNoCopy = errors.New("weightsnap copies no base blob through the client")
 // ensureBlob makes a base layer present in the target repository without
 // copying it through the client: it is there already, or the registry
 // mounts it from the base's repository. It reports whether it mounted.
-func ensureBlob(ctx context.Context, target *Remote, desc ocispec.Descriptor, from *Remote) (bool, error) {
+func ensureBlob(ctx context.Context, target *registry.Remote, desc ocispec.Descriptor, from *registry.Remote) (bool, error) {
 	ok, err := target.Repo.Exists(ctx, desc)
 	if err != nil {
-		return false, fmt.Errorf("check base layer %s: %w", desc.Digest, classifyRemote(err))
+		return false, fmt.Errorf("check base layer %s: %w", desc.Digest, registry.Classify(err))
 	}
 	if ok {
 		return false, nil
 	}
 	if from == nil || from.Ref.Registry != target.Ref.Registry {
-		return false, &UnsupportedError{Ref: target.String(), Reason: fmt.Sprintf("base layer %s is not in %s and the base is in another registry; push the base to %s first", desc.Digest, target.Name(), target.Ref.Registry)}
+		return false, unsupported(target.String(), fmt.Sprintf("base layer %s is not in %s and the base is in another registry; push the base to %s first", desc.Digest, target.Name(), target.Ref.Registry))
 	}
 	err = target.Repo.Mount(ctx, desc, from.Ref.Repository, func() (io.ReadCloser, error) { return nil, errNoCopy })
 	if errors.Is(err, errNoCopy) {
-		return false, &UnsupportedError{Ref: target.String(), Reason: fmt.Sprintf("registry refused to mount base layer %s from %s, and %v", desc.Digest, from.Name(), errNoCopy)}
+		return false, unsupported(target.String(), fmt.Sprintf("registry refused to mount base layer %s from %s, and %v", desc.Digest, from.Name(), errNoCopy))
 	}
 	if err != nil {
-		return false, fmt.Errorf("mount base layer %s from %s: %w", desc.Digest, from.Name(), classifyRemote(err))
+		return false, fmt.Errorf("mount base layer %s from %s: %w", desc.Digest, from.Name(), registry.Classify(err))
 	}
 	return true, nil
 }

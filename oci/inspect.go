@@ -11,8 +11,9 @@ import (
 
 	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 // RemoteInfo describes a remote artifact or weight image, read from its
@@ -44,7 +45,7 @@ type RemoteFile struct {
 
 // RemotePointer is one pointer layer of a weight image and the artifact it names.
 type RemotePointer struct {
-	Pointer
+	pointer.Pointer
 	Layer string      `json:"layer"`
 	Info  *RemoteInfo `json:"artifact_info,omitempty"`
 }
@@ -63,8 +64,8 @@ type InspectOptions struct {
 // reference. A weight image's pointers are followed one step, to
 // artifacts only (never into another weight image), and only to the
 // reference's own host or one of o.Registries.
-func InspectRemote(ctx context.Context, r *Remote, o InspectOptions) (*RemoteInfo, error) {
-	info, m, err := r.inspectArtifact(ctx, o.Platform)
+func InspectRemote(ctx context.Context, r *registry.Remote, o InspectOptions) (*RemoteInfo, error) {
+	info, m, err := inspectArtifact(ctx, r, o.Platform)
 	if err != nil || info.Kind != "" {
 		return info, err
 	}
@@ -85,7 +86,7 @@ func InspectRemote(ctx context.Context, r *Remote, o InspectOptions) (*RemoteInf
 		allowed := append([]string{r.Ref.Registry}, o.Registries...)
 		for i := range pointers {
 			p := &pointers[i]
-			p.Info, err = r.inspectPointer(ctx, p.Pointer, allowed, o.Platform)
+			p.Info, err = inspectPointer(ctx, r, p.Pointer, allowed, o.Platform)
 			if err != nil {
 				p.Info = &RemoteInfo{Ref: p.Artifact, Error: err.Error()}
 				continue
@@ -104,8 +105,8 @@ func InspectRemote(ctx context.Context, r *Remote, o InspectOptions) (*RemoteInf
 
 // inspectPointer describes the artifact a pointer names: on an allowed host,
 // and an artifact, not an image.
-func (r *Remote) inspectPointer(ctx context.Context, p Pointer, allowed []string, platform string) (*RemoteInfo, error) {
-	host := PointerHost(p)
+func inspectPointer(ctx context.Context, r *registry.Remote, p pointer.Pointer, allowed []string, platform string) (*RemoteInfo, error) {
+	host := pointer.Host(p)
 	if !AllowedHost(allowed, host) {
 		return nil, fmt.Errorf("not followed: %s is not a configured registry (%s): %w", host, strings.Join(allowed, ", "), errdefs.ErrPermissionDenied)
 	}
@@ -113,11 +114,11 @@ func (r *Remote) inspectPointer(ctx context.Context, p Pointer, allowed []string
 	if err != nil {
 		return nil, err
 	}
-	info, m, err := ar.inspectArtifact(ctx, platform)
+	info, m, err := inspectArtifact(ctx, ar, platform)
 	if err != nil {
 		return nil, err
 	}
-	if info.Kind == "" && !slices.ContainsFunc(m.Layers, func(l ocispec.Descriptor) bool { return IsWeightLayer(l.Annotations) }) {
+	if info.Kind == "" && !slices.ContainsFunc(m.Layers, func(l ocispec.Descriptor) bool { return pointer.IsWeightLayer(l.Annotations) }) {
 		info.describeLayers(ctx, ar, m)
 	}
 	if info.Kind != "weightsnap-artifact" && info.Kind != "foreign-artifact" {
@@ -129,8 +130,8 @@ func (r *Remote) inspectPointer(ctx context.Context, p Pointer, allowed []string
 // inspectArtifact reads the manifest at the remote's reference and, for a
 // weightsnap artifact, its index layer; Kind stays "" for anything else,
 // whose manifest it returns.
-func (r *Remote) inspectArtifact(ctx context.Context, platform string) (*RemoteInfo, *ocispec.Manifest, error) {
-	res, err := r.resolveManifest(ctx, platform)
+func inspectArtifact(ctx context.Context, r *registry.Remote, platform string) (*RemoteInfo, *ocispec.Manifest, error) {
+	res, err := resolveManifest(ctx, r, platform)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -146,7 +147,7 @@ func (r *Remote) inspectArtifact(ctx context.Context, platform string) (*RemoteI
 	if _, ok := IndexLayer(m); !ok {
 		return info, m, nil
 	}
-	plan, err := r.plan(ctx, m, ImportOptions{})
+	plan, err := planRemote(ctx, r, m, ImportOptions{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -164,7 +165,7 @@ func (r *Remote) inspectArtifact(ctx context.Context, platform string) (*RemoteI
 
 // describeLayers fills in an image or a foreign artifact: its file layers,
 // or, for an image, its size.
-func (info *RemoteInfo) describeLayers(ctx context.Context, r *Remote, m *ocispec.Manifest) {
+func (info *RemoteInfo) describeLayers(ctx context.Context, r *registry.Remote, m *ocispec.Manifest) {
 	info.Kind = "image"
 	for _, l := range m.Layers {
 		if ClassifyLayer(l) != LayerFile {
@@ -173,7 +174,7 @@ func (info *RemoteInfo) describeLayers(ctx context.Context, r *Remote, m *ocispe
 		info.Kind = "foreign-artifact"
 		f := RemoteFile{Path: LayerPath(l), Size: l.Size, SHA256: l.Digest.Encoded(), MediaType: l.MediaType, Tensors: -1}
 		if artifact.IsSafetensors(f.Path) {
-			if n, ok := r.remoteTensorCount(ctx, l); ok {
+			if n, ok := remoteTensorCount(ctx, r, l); ok {
 				f.Tensors = n
 				info.TensorCount += n
 			}
@@ -199,9 +200,9 @@ const maxRemoteHeader = 16 << 20
 // remoteTensorCount reads a safetensors layer's header with two ranged
 // requests (the length prefix, then the header) and counts its tensors;
 // ok is false when the registry serves no ranges or the header is bad.
-func (r *Remote) remoteTensorCount(ctx context.Context, desc ocispec.Descriptor) (int, bool) {
+func remoteTensorCount(ctx context.Context, r *registry.Remote, desc ocispec.Descriptor) (int, bool) {
 	read := func(off, n int64) ([]byte, bool) {
-		rc, err := r.getBlob(ctx, desc, off, n)
+		rc, err := r.GetBlob(ctx, desc, off, n)
 		if err != nil {
 			return nil, false
 		}

@@ -5,10 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"runtime"
-	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
 // Docker schema 2 media types, converted to their OCI equivalents when an
@@ -35,8 +36,8 @@ type Resolved struct {
 
 // resolveManifest fetches the remote's manifest; from an image index it
 // picks the manifest of platform ("os/arch[/variant]").
-func (r *Remote) resolveManifest(ctx context.Context, platform string) (*Resolved, error) {
-	desc, raw, err := r.fetchManifest(ctx)
+func resolveManifest(ctx context.Context, r *registry.Remote, platform string) (*Resolved, error) {
+	desc, raw, err := r.FetchManifest(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -45,12 +46,12 @@ func (r *Remote) resolveManifest(ctx context.Context, platform string) (*Resolve
 		Manifests []json.RawMessage `json:"manifests"`
 	}
 	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, &ManifestError{Ref: r.String(), Reason: "manifest is not JSON: " + err.Error()}
+		return nil, manifestError(r.String(), "manifest is not JSON: "+err.Error())
 	}
 	if probe.MediaType == ocispec.MediaTypeImageIndex || probe.MediaType == dockerManifestList || (probe.MediaType == "" && probe.Manifests != nil) {
 		var idx ocispec.Index
 		if err := json.Unmarshal(raw, &idx); err != nil {
-			return nil, &ManifestError{Ref: r.String(), Reason: "index: " + err.Error()}
+			return nil, manifestError(r.String(), "index: "+err.Error())
 		}
 		pick, err := pickPlatform(r.String(), idx.Manifests, platform)
 		if err != nil {
@@ -60,7 +61,7 @@ func (r *Remote) resolveManifest(ctx context.Context, platform string) (*Resolve
 		if err != nil {
 			return nil, err
 		}
-		if desc, raw, err = sub.fetchManifest(ctx); err != nil {
+		if desc, raw, err = sub.FetchManifest(ctx); err != nil {
 			return nil, err
 		}
 	}
@@ -71,26 +72,23 @@ func (r *Remote) resolveManifest(ctx context.Context, platform string) (*Resolve
 	return &Resolved{Desc: desc, Raw: raw, Manifest: m}, nil
 }
 
-// pickPlatform chooses the manifest of platform from an index's list.
+// pickPlatform chooses the manifest of platform from an index's list, as
+// containerd matches platforms (normalized: arm64 is arm64/v8).
 func pickPlatform(ref string, ms []ocispec.Descriptor, platform string) (ocispec.Descriptor, error) {
 	if platform == "" {
 		platform = HostPlatform()
 	}
-	parts := strings.Split(platform, "/")
-	if len(parts) < 2 {
+	want, err := platforms.Parse(platform)
+	if err != nil {
 		return ocispec.Descriptor{}, fmt.Errorf("platform %q is not os/arch[/variant]: %w", platform, errdefs.ErrInvalidArgument)
 	}
+	match := platforms.NewMatcher(want)
 	for _, m := range ms {
-		p := m.Platform
-		if p == nil || p.OS != parts[0] || p.Architecture != parts[1] {
-			continue
+		if m.Platform != nil && match.Match(*m.Platform) {
+			return m, nil
 		}
-		if len(parts) > 2 && p.Variant != parts[2] {
-			continue
-		}
-		return m, nil
 	}
-	return ocispec.Descriptor{}, &ManifestError{Ref: ref, Reason: "no manifest for platform " + platform}
+	return ocispec.Descriptor{}, manifestError(ref, "no manifest for platform "+platform)
 }
 
 // ociMediaType maps Docker schema 2 types to OCI ones; others pass unchanged.

@@ -1,8 +1,9 @@
 // Package oci is the OCI form of a weight artifact and of a weight image:
-// the ModelPack manifest weightsnap pushes and pulls through any registry
-// with oras-go v2, the import of safetensors artifacts that other tools
-// pushed, and weight images whose pointer layers name artifacts for the
-// snapshotter.
+// the ModelPack manifest weightsnap pushes and pulls (and the plan of a
+// pull into the store), the import of safetensors artifacts that other
+// tools pushed, and weight images whose pointer layers name artifacts for
+// the snapshotter. The registry client is oci/registry; the pointer's
+// labels and file are package pointer.
 package oci
 
 import (
@@ -42,33 +43,6 @@ const (
 	AnnotationIdentity = "org.weightsnap.identity"
 	// annotationOrasUnpack marks a layer that oras pushed as a tarred directory.
 	annotationOrasUnpack = "io.deis.oras.content.unpack"
-)
-
-// Labels of a weight image's pointer layer: containerd passes every layer
-// annotation under containerd.io/snapshot/ to the snapshotter's Prepare.
-const (
-	// LabelArtifact is the artifact's manifest, <registry>/<repo>@sha256:<hex>.
-	LabelArtifact = "containerd.io/snapshot/weightsnap.artifact"
-	// LabelIdentity is the artifact's identity digest, sha256:<hex>.
-	LabelIdentity = "containerd.io/snapshot/weightsnap.identity"
-	// LabelTarget is the absolute directory the artifact is mounted at.
-	LabelTarget = "containerd.io/snapshot/weightsnap.target"
-	// LabelNext lists the image's later pointers, "<identity>=<artifact>"
-	// joined by ",", for resolving them ahead (Pointer.Next).
-	LabelNext = "containerd.io/snapshot/weightsnap.next"
-	// LabelMode is what a node does when the artifact cannot be had:
-	// ModeRequired (the pull fails) or ModePreferred (the pointer layer
-	// unpacks as it is and the weights come later); absent, the node's
-	// configured mode decides (Pointer.Mode).
-	LabelMode = "containerd.io/snapshot/weightsnap.mode"
-	// maxLabelsBytes is containerd's limit on the labels of one snapshot.
-	maxLabelsBytes = 4096
-)
-
-// Values of LabelMode.
-const (
-	ModeRequired  = "required"
-	ModePreferred = "preferred"
 )
 
 // LayerMediaType is the ModelPack layer type of a payload file: weights for

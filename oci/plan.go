@@ -62,26 +62,23 @@ type ImportOptions struct {
 	TPRank     int
 }
 
-// maxManifestBytes bounds a manifest read (registries commonly cap at 4 MiB).
-const maxManifestBytes = 4 << 20
-
 // DecodeManifest parses an image manifest strictly enough to trust its layers.
 func DecodeManifest(ref string, raw []byte) (*ocispec.Manifest, error) {
 	var m ocispec.Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return nil, &ManifestError{Ref: ref, Reason: "manifest is not JSON: " + err.Error()}
+		return nil, manifestError(ref, "manifest is not JSON: "+err.Error())
 	}
 	if m.SchemaVersion != 2 {
-		return nil, &ManifestError{Ref: ref, Reason: fmt.Sprintf("manifest schemaVersion %d, want 2", m.SchemaVersion)}
+		return nil, manifestError(ref, fmt.Sprintf("manifest schemaVersion %d, want 2", m.SchemaVersion))
 	}
 	switch m.MediaType {
 	case ocispec.MediaTypeImageManifest, "application/vnd.docker.distribution.manifest.v2+json", "":
 	default:
-		return nil, &ManifestError{Ref: ref, Reason: "not an image manifest: " + m.MediaType}
+		return nil, manifestError(ref, "not an image manifest: "+m.MediaType)
 	}
 	for i, l := range append([]ocispec.Descriptor{m.Config}, m.Layers...) {
 		if err := l.Digest.Validate(); err != nil || l.Size < 0 {
-			return nil, &ManifestError{Ref: ref, Reason: fmt.Sprintf("descriptor %d: bad digest or size", i)}
+			return nil, manifestError(ref, fmt.Sprintf("descriptor %d: bad digest or size", i))
 		}
 	}
 	return &m, nil
@@ -100,34 +97,34 @@ func IndexLayer(m *ocispec.Manifest) (ocispec.Descriptor, bool) {
 // PlanWeightsnap plans the pull of an artifact weightsnap pushed. indexRaw
 // is the index layer's bytes, already checked against its digest; a schema-1
 // index is upgraded (artifact.Index.Upgrade). Identity, index and layers must
-// all agree; a disagreement is an *IndexMismatchError. A passthrough
+// all agree; a disagreement is errdefs.ErrDataLoss. A passthrough
 // identity whose source fingerprint disagrees with the layers is an
 // *artifact.FingerprintMismatchError: an identity collision.
 func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, error) {
 	idJSON := m.Annotations[AnnotationIdentity]
 	if idJSON == "" {
-		return nil, &ManifestError{Ref: ref, Reason: "index layer without the " + AnnotationIdentity + " annotation"}
+		return nil, manifestError(ref, "index layer without the "+AnnotationIdentity+" annotation")
 	}
 	id, err := artifact.ParseIdentity([]byte(idJSON))
 	if err != nil {
-		return nil, &ManifestError{Ref: ref, Reason: "identity annotation: " + err.Error()}
+		return nil, invalidManifest(ref, fmt.Errorf("identity annotation: %w", err))
 	}
 	idDigest, err := id.Digest()
 	if err != nil {
 		return nil, err
 	}
 	if want := m.Annotations[AnnotationIdentityDigest]; want != idDigest {
-		return nil, &IndexMismatchError{Field: "identity digest annotation", Want: want, Got: idDigest}
+		return nil, indexMismatch("", "identity digest annotation", want, idDigest)
 	}
 	x, err := artifact.DecodeIndex(indexRaw)
 	if err == nil {
 		err = x.Upgrade()
 	}
 	if err != nil {
-		return nil, &ManifestError{Ref: ref, Reason: err.Error()}
+		return nil, invalidManifest(ref, err)
 	}
 	if x.Identity != idDigest {
-		return nil, &IndexMismatchError{Field: "identity", Want: x.Identity, Got: idDigest}
+		return nil, indexMismatch("", "identity", x.Identity, idDigest)
 	}
 	byPath := map[string]ocispec.Descriptor{}
 	for _, l := range m.Layers {
@@ -136,27 +133,27 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		}
 		p := LayerPath(l)
 		if p == "" {
-			return nil, &ManifestError{Ref: ref, Reason: "layer " + l.Digest.String() + " names no file"}
+			return nil, manifestError(ref, "layer "+l.Digest.String()+" names no file")
 		}
 		if _, dup := byPath[p]; dup {
-			return nil, &ManifestError{Ref: ref, Reason: "two layers hold " + p}
+			return nil, manifestError(ref, "two layers hold "+p)
 		}
 		byPath[p] = l
 	}
 	if len(byPath) != len(x.Files) {
-		return nil, &IndexMismatchError{Field: "file count", Want: fmt.Sprint(len(x.Files)), Got: fmt.Sprint(len(byPath))}
+		return nil, indexMismatch("", "file count", fmt.Sprint(len(x.Files)), fmt.Sprint(len(byPath)))
 	}
 	plan := &Plan{Ref: ref, Kind: KindWeightsnap, Identity: id, Index: x}
 	for _, f := range x.Files {
 		l, ok := byPath[f.Path]
 		if !ok {
-			return nil, &IndexMismatchError{Path: f.Path, Field: "layer", Want: "a layer for the file", Got: "none"}
+			return nil, indexMismatch(f.Path, "layer", "a layer for the file", "none")
 		}
 		if l.Digest.Algorithm() != "sha256" || l.Digest.Encoded() != f.SHA256 {
-			return nil, &IndexMismatchError{Path: f.Path, Field: "sha256", Want: f.SHA256, Got: l.Digest.String()}
+			return nil, indexMismatch(f.Path, "sha256", f.SHA256, l.Digest.String())
 		}
 		if l.Size != f.Size {
-			return nil, &IndexMismatchError{Path: f.Path, Field: "size", Want: fmt.Sprint(f.Size), Got: fmt.Sprint(l.Size)}
+			return nil, indexMismatch(f.Path, "size", fmt.Sprint(f.Size), fmt.Sprint(l.Size))
 		}
 		plan.Files = append(plan.Files, PlanFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Layer: l,
 			Binding: artifact.Binding{Want: f, By: artifact.BindSHA256}})
@@ -175,7 +172,7 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 // payload byte is fetched.
 func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
 	if o.Revision == "" {
-		return nil, &ManifestError{Ref: ref, Reason: "not a weightsnap artifact: --revision is required to import it"}
+		return nil, manifestError(ref, "not a weightsnap artifact: --revision is required to import it")
 	}
 	plan := &Plan{Ref: ref, Kind: KindForeign}
 	seen := map[string]bool{}
@@ -185,18 +182,18 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 		case LayerSkip:
 			continue
 		case LayerArchive:
-			return nil, &UnsupportedError{Ref: ref, Reason: fmt.Sprintf("layer %s (%s, %s) is an archive; only raw file layers can be imported", LayerPath(l), l.MediaType, l.Digest)}
+			return nil, unsupported(ref, fmt.Sprintf("layer %s (%s, %s) is an archive; only raw file layers can be imported", LayerPath(l), l.MediaType, l.Digest))
 		}
 		p := strings.TrimPrefix(LayerPath(l), "./")
 		if err := artifact.ValidateRelPath(p); err != nil {
-			return nil, &ManifestError{Ref: ref, Reason: fmt.Sprintf("layer file name %q: %v", p, err)}
+			return nil, invalidManifest(ref, fmt.Errorf("layer file name %q: %w", p, err))
 		}
 		if seen[p] {
-			return nil, &ManifestError{Ref: ref, Reason: "two layers hold " + p}
+			return nil, manifestError(ref, "two layers hold "+p)
 		}
 		seen[p] = true
 		if l.Digest.Algorithm() != "sha256" {
-			return nil, &UnsupportedError{Ref: ref, Reason: "layer " + p + " has a " + string(l.Digest.Algorithm()) + " digest; only sha256 is a file fingerprint"}
+			return nil, unsupported(ref, "layer "+p+" has a "+string(l.Digest.Algorithm())+" digest; only sha256 is a file fingerprint")
 		}
 		if artifact.IsSafetensors(p) {
 			safetensors++
@@ -205,7 +202,7 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 			Binding: artifact.Binding{Want: artifact.FileEntry{Path: p, Size: l.Size, SHA256: l.Digest.Encoded()}}})
 	}
 	if safetensors == 0 {
-		return nil, &UnsupportedError{Ref: ref, Reason: "no layer names a .safetensors file"}
+		return nil, unsupported(ref, "no layer names a .safetensors file")
 	}
 	sort.Slice(plan.Files, func(i, j int) bool { return plan.Files[i].Path < plan.Files[j].Path })
 	src := &artifact.SourceDir{}

@@ -3,7 +3,6 @@ package oci
 import (
 	"archive/tar"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"path"
 	"sort"
@@ -11,117 +10,46 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/pointer"
 )
-
-// PointerDir is the directory, relative to a weight image's target
-// directory, that holds its pointer files: the pointer layer of an artifact
-// mounted at /models/x holds /models/x/.weightsnap/pointers/<identity-hex>.json.
-const PointerDir = ".weightsnap/pointers"
-
-// PointerSchema is the version of the pointer file encoding.
-const PointerSchema = 1
-
-// Pointer is the content of a pointer file, and what a pointer layer's
-// annotations carry: which artifact belongs at which directory.
-type Pointer struct {
-	Schema   int    `json:"schema"`
-	Artifact string `json:"artifact"` // registry/repo@sha256:<manifest>
-	Identity string `json:"identity"` // sha256:<hex>
-	Target   string `json:"target"`   // absolute directory in the container
-	Files    int    `json:"files"`
-	Bytes    int64  `json:"bytes"`
-	// Next are the pointers (artifact and identity) of the image's later
-	// pointer layers, carried in the LabelNext label so that a snapshotter
-	// resolves them while containerd still prepares this layer (containerd
-	// prepares an image's layers one after the other). Not in the file.
-	Next []Pointer `json:"-"`
-	// Mode is the image's choice when the artifact cannot be had
-	// (ModeRequired, ModePreferred), carried in the LabelMode label; ""
-	// leaves it to the node. It is in the file too, so images that differ
-	// only in it have different layers, and never share a snapshot.
-	Mode string `json:"mode,omitempty"`
-}
 
 // PointerLayer is one built pointer layer: its tar bytes and descriptor.
 type PointerLayer struct {
-	Pointer Pointer
+	Pointer pointer.Pointer
 	Tar     []byte
 	Desc    ocispec.Descriptor // media type, digest, size, annotations
 	DiffID  string             // uncompressed: the same as the digest
-}
-
-// CleanTarget validates a target directory: absolute, clean, not "/", and
-// free of "." and ".." components.
-func CleanTarget(target string) (string, error) {
-	if !strings.HasPrefix(target, "/") {
-		return "", fmt.Errorf("target %q is not absolute", target)
-	}
-	for _, part := range strings.Split(target, "/") {
-		if part == "." || part == ".." {
-			return "", fmt.Errorf("target %q has a %q component", target, part)
-		}
-	}
-	c := path.Clean(target)
-	if c == "/" {
-		return "", fmt.Errorf("target %q is the root directory", target)
-	}
-	if err := artifact.ValidateRelPath(strings.TrimPrefix(c, "/")); err != nil {
-		return "", fmt.Errorf("target %q: %w", target, err)
-	}
-	return c, nil
-}
-
-// PointerPath is the path, inside the image, of the pointer file of p.
-func PointerPath(p Pointer) string {
-	return path.Join(p.Target, PointerDir, strings.TrimPrefix(p.Identity, "sha256:")+".json")
-}
-
-// PointerFile is the content of p's pointer file: canonical JSON and a newline.
-func PointerFile(p Pointer) ([]byte, error) {
-	if p.Schema == 0 {
-		p.Schema = PointerSchema
-	}
-	raw, err := json.Marshal(p)
-	if err != nil {
-		return nil, err
-	}
-	body, err := artifact.Canonicalize(raw)
-	if err != nil {
-		return nil, err
-	}
-	return append(body, '\n'), nil
 }
 
 // NewPointerLayer builds the deterministic pointer layer of p: an
 // uncompressed tar of the target directory, its parents, .weightsnap/,
 // .weightsnap/pointers/ and the pointer file, in sorted order, owned by
 // 0:0 with mtime 0 (directories 0755, the file 0444).
-func NewPointerLayer(p Pointer) (*PointerLayer, error) {
-	target, err := CleanTarget(p.Target)
+func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
+	target, err := pointer.CleanTarget(p.Target)
 	if err != nil {
 		return nil, err
 	}
 	p.Target = target
 	if p.Schema == 0 {
-		p.Schema = PointerSchema
+		p.Schema = pointer.Schema
 	}
 	// Next is a hint: leave out what would take the labels past half of
 	// containerd's limit, keeping that half for the labels containerd adds.
-	labels := PointerLabels(p)
-	for len(p.Next) > 0 && labelBytes(labels) > maxLabelsBytes/2 {
+	labels := pointer.Labels(p)
+	for len(p.Next) > 0 && pointer.LabelBytes(labels) > pointer.MaxLabelsBytes/2 {
 		p.Next = p.Next[:len(p.Next)-1]
-		labels = PointerLabels(p)
+		labels = pointer.Labels(p)
 	}
-	if _, _, err := ParsePointerLabels(labels); err != nil {
+	if _, _, err := pointer.ParseLabels(labels); err != nil {
 		return nil, err
 	}
-	body, err := PointerFile(p)
+	body, err := pointer.File(p)
 	if err != nil {
 		return nil, err
 	}
 
-	file := strings.TrimPrefix(PointerPath(p), "/")
+	file := strings.TrimPrefix(pointer.Path(p), "/")
 	var dirs []string
 	for d := path.Dir(file); d != "."; d = path.Dir(d) {
 		dirs = append(dirs, d)
@@ -148,8 +76,14 @@ func NewPointerLayer(p Pointer) (*PointerLayer, error) {
 	pl.Desc = descriptorOf(MediaTypePointerLayer, pl.Tar)
 	pl.Desc.Annotations = labels
 	pl.DiffID = pl.Desc.Digest.String()
-	if total := labelBytes(labels); total > maxLabelsBytes/2 {
-		return nil, fmt.Errorf("pointer layer labels take %d bytes, too close to containerd's %d-byte limit", total, maxLabelsBytes)
+	if total := pointer.LabelBytes(labels); total > pointer.MaxLabelsBytes/2 {
+		return nil, fmt.Errorf("pointer layer labels take %d bytes, too close to containerd's %d-byte limit", total, pointer.MaxLabelsBytes)
 	}
 	return pl, nil
+}
+
+// PointerFromAnnotations reads the pointer a layer descriptor carries with
+// pointer.ParseLabels: ok is false for an ordinary layer.
+func PointerFromAnnotations(desc ocispec.Descriptor) (p pointer.Pointer, ok bool, err error) {
+	return pointer.ParseLabels(desc.Annotations)
 }

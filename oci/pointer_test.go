@@ -3,18 +3,24 @@ package oci
 import (
 	"archive/tar"
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 const testIdentity = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
 
-func testPointer() Pointer {
-	return Pointer{Artifact: "127.0.0.1:5000/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222",
+func testPointer() pointer.Pointer {
+	return pointer.Pointer{Artifact: "127.0.0.1:5000/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222",
 		Identity: testIdentity, Target: "/models/llama", Files: 3, Bytes: 1 << 30}
 }
 
@@ -53,8 +59,8 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		}
 		if h.Typeflag == tar.TypeReg {
 			body, _ := io.ReadAll(tr)
-			var p Pointer
-			if err := json.Unmarshal(body, &p); err != nil || p.Identity != testIdentity || p.Target != "/models/llama" || p.Schema != PointerSchema {
+			var p pointer.Pointer
+			if err := json.Unmarshal(body, &p); err != nil || p.Identity != testIdentity || p.Target != "/models/llama" || p.Schema != pointer.Schema {
 				t.Fatalf("pointer file %s: %v", body, err)
 			}
 			if h.Mode != 0o444 {
@@ -71,7 +77,7 @@ func TestPointerLayerDeterministic(t *testing.T) {
 	if err != nil || !ok || p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama" {
 		t.Fatalf("labels %v", a.Desc.Annotations)
 	}
-	for _, k := range []string{LabelArtifact, LabelIdentity, LabelTarget} {
+	for _, k := range []string{pointer.LabelArtifact, pointer.LabelIdentity, pointer.LabelTarget} {
 		if !strings.HasPrefix(k, "containerd.io/snapshot/") {
 			t.Fatalf("label %s is not passed to snapshotters", k)
 		}
@@ -93,8 +99,8 @@ func TestPointerTargetValidation(t *testing.T) {
 			t.Errorf("target %q accepted", bad)
 		}
 	}
-	if c, err := CleanTarget("/models/x/"); err != nil || c != "/models/x" {
-		t.Fatalf("CleanTarget: %q %v", c, err)
+	if c, err := pointer.CleanTarget("/models/x/"); err != nil || c != "/models/x" {
+		t.Fatalf("pointer.CleanTarget: %q %v", c, err)
 	}
 	p := testPointer()
 	p.Identity = "blake3:abc"
@@ -134,7 +140,7 @@ func TestComposeImage(t *testing.T) {
 	}
 	var m ocispec.Manifest
 	json.Unmarshal(img.Manifest, &m)
-	if len(m.Layers) != 2 || m.Layers[1].Annotations[LabelIdentity] != testIdentity || m.Config.MediaType != ocispec.MediaTypeImageConfig {
+	if len(m.Layers) != 2 || m.Layers[1].Annotations[pointer.LabelIdentity] != testIdentity || m.Config.MediaType != ocispec.MediaTypeImageConfig {
 		t.Fatalf("manifest %s", img.Manifest)
 	}
 	if _, err := ComposeImage(base, nil, []*PointerLayer{pl}, nil); err == nil {
@@ -153,5 +159,102 @@ func TestComposeImage(t *testing.T) {
 	json.Unmarshal(img.Config, &cfg)
 	if cfg.OS != "linux" || cfg.Architecture != "amd64" || len(cfg.RootFS.DiffIDs) != 1 || cfg.RootFS.Type != "layers" {
 		t.Fatalf("scratch config %s", img.Config)
+	}
+}
+
+// TestInspectFollowsPointersOnlyToArtifactsOnConfiguredHosts: a weight image
+// whose pointers name a host that is not configured, or another weight
+// image, is described without following them there.
+func TestInspectFollowsPointersOnlyToArtifactsOnConfiguredHosts(t *testing.T) {
+	ctx := context.Background()
+	_, src := checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	art := remoteFor(t, f, "models/x:v1")
+	if _, err := Push(ctx, l, art, PushOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	inner, err := BuildImage(ctx, remoteFor(t, f, "apps/inner:v1"), ImageOptions{Weights: []WeightMount{{Ref: art.String(), Target: "/w"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var otherHits atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		otherHits.Add(1)
+		http.NotFound(w, r)
+	}))
+	defer other.Close()
+	elsewhere := strings.TrimPrefix(other.URL, "http://")
+
+	// An image with two pointers: one to a host not configured, one to a weight image.
+	var pls []*PointerLayer
+	for i, ref := range []string{elsewhere + "/models/x@sha256:" + zeros, f.host() + "/apps/inner@" + inner.Manifest} {
+		pl, err := NewPointerLayer(pointer.Pointer{Artifact: ref, Identity: testIdentity, Target: []string{"/a", "/b"}[i]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pls = append(pls, pl)
+	}
+	sb, _ := scratchBase(HostPlatform())
+	img, err := ComposeImage(sb.config, nil, pls, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := remoteFor(t, f, "apps/outer:v1")
+	for _, b := range []blobSource{{desc: img.ConfigDesc, data: img.Config}, {desc: pls[0].Desc, data: pls[0].Tar}, {desc: pls[1].Desc, data: pls[1].Tar}} {
+		if _, err := pushBlob(ctx, target, b, nil, newPushProgress(nil)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := pushManifest(ctx, target, img.ManifestDesc, img.Manifest); err != nil {
+		t.Fatal(err)
+	}
+	info, err := InspectRemote(ctx, target, InspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Kind != "weight-image" || len(info.Pointers) != 2 {
+		t.Fatalf("inspect %+v", info)
+	}
+	if e := info.Pointers[0].Info.Error; !strings.Contains(e, "not a configured registry") || otherHits.Load() != 0 {
+		t.Fatalf("pointer to an unconfigured host: %q, %d requests there", e, otherHits.Load())
+	}
+	if e := info.Pointers[1].Info.Error; !strings.Contains(e, "not a weight artifact") {
+		t.Fatalf("pointer to a weight image: %q", e)
+	}
+	// Configured, the other host is asked (and has nothing).
+	info, err = InspectRemote(ctx, target, InspectOptions{Registries: []string{elsewhere}})
+	if err != nil || otherHits.Load() == 0 || info.Pointers[0].Info.Error == "" {
+		t.Fatalf("configured host: %v, %d requests, %+v", err, otherHits.Load(), info.Pointers[0].Info)
+	}
+	// A layer with bad labels is reported, not followed.
+	bad := ocispec.Descriptor{Annotations: map[string]string{pointer.LabelArtifact: "x:v1", pointer.LabelIdentity: testIdentity, pointer.LabelTarget: "/x"}}
+	if _, _, err := PointerFromAnnotations(bad); err == nil {
+		t.Fatal("a tag-pinned pointer was accepted")
+	}
+}
+
+// TestPointerLayerNext: the later pointers ride on a pointer layer's labels,
+// as many as fit in half of containerd's limit; the layer's bytes do not
+// depend on them.
+func TestPointerLayerNext(t *testing.T) {
+	p := testPointer()
+	plain, err := NewPointerLayer(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 40 {
+		p.Next = append(p.Next, pointer.Pointer{Artifact: fmt.Sprintf("127.0.0.1:5000/models/m%d@sha256:%s", i, zeros), Identity: fmt.Sprintf("sha256:%064x", i)})
+	}
+	pl, err := NewPointerLayer(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := pointer.ParseLabels(pl.Desc.Annotations)
+	if err != nil || len(got.Next) == 0 || len(got.Next) >= 40 || got.Next[0].Artifact != p.Next[0].Artifact {
+		t.Fatalf("next %d entries, %v", len(got.Next), err)
+	}
+	if pointer.LabelBytes(pl.Desc.Annotations) > pointer.MaxLabelsBytes/2 || pl.Desc.Digest != plain.Desc.Digest {
+		t.Fatalf("labels %d bytes; digest %s vs %s", pointer.LabelBytes(pl.Desc.Annotations), pl.Desc.Digest, plain.Desc.Digest)
 	}
 }

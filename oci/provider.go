@@ -8,6 +8,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 // IdentityTag is the tag Push also gives an artifact in its repository, so a
@@ -19,7 +21,7 @@ func IdentityTag(identityHex string) string { return "ws-" + identityHex }
 // resolve.Provider without importing it.
 type Provider struct {
 	// Repo is the repository, "host/repo", opened with its client options.
-	Repo *Remote
+	Repo *registry.Remote
 	// Options tunes the pulls it produces.
 	Options PullOptions
 }
@@ -40,15 +42,15 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	if err != nil {
 		return nil, err
 	}
-	_, prod, err := r.producerFor(ctx, "sha256:"+hex, p.Options)
+	_, prod, err := producerFor(ctx, r, "sha256:"+hex, p.Options)
 	return prod, err // errdefs.ErrNotFound for a missing tag: a clean miss
 }
 
 // producerFor fetches the remote's manifest and index layer and returns the
 // identity it names and the producer that pulls it: a collision unless it
 // is a weightsnap artifact of the identity digest wanted.
-func (r *Remote) producerFor(ctx context.Context, want string, o PullOptions) (artifact.Identity, artifact.Producer, error) {
-	res, err := r.resolveManifest(ctx, "")
+func producerFor(ctx context.Context, r *registry.Remote, want string, o PullOptions) (artifact.Identity, artifact.Producer, error) {
+	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
@@ -57,7 +59,7 @@ func (r *Remote) producerFor(ctx context.Context, want string, o PullOptions) (a
 	if d, _ := got.Digest(); !ok || d != want {
 		return artifact.Identity{}, nil, fmt.Errorf("%s is not the weightsnap artifact of identity %s: %w", r, want, errdefs.ErrConflict)
 	}
-	plan, err := r.plan(ctx, m, o.Import)
+	plan, err := planRemote(ctx, r, m, o.Import)
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
@@ -69,7 +71,7 @@ func (r *Remote) producerFor(ctx context.Context, want string, o PullOptions) (a
 // resolve.Provider and resolve.DigestProvider without importing resolve.
 type ArtifactProvider struct {
 	// Remote is opened at the pinned reference.
-	Remote *Remote
+	Remote *registry.Remote
 	// Options tunes the pull it produces.
 	Options PullOptions
 }
@@ -83,13 +85,13 @@ func (p *ArtifactProvider) Producer(ctx context.Context, identity artifact.Ident
 	if err != nil {
 		return nil, err
 	}
-	_, prod, err := p.Remote.producerFor(ctx, d, p.Options)
+	_, prod, err := producerFor(ctx, p.Remote, d, p.Options)
 	return prod, err
 }
 
 // ProducerForDigest implements resolve.DigestProvider.
 func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
-	return p.Remote.producerFor(ctx, digest, p.Options)
+	return producerFor(ctx, p.Remote, digest, p.Options)
 }
 
 // Locator opens the providers of digest-pinned artifact references, on the
@@ -97,21 +99,21 @@ func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest string)
 // outside Registries is refused before any connection.
 type Locator struct {
 	Registries []string
-	Remote     RemoteOptions
+	Remote     registry.Options
 	Pull       PullOptions
 }
 
 // Locate returns the provider of ref, which must be pinned by a sha256
 // digest and name an allowed host.
 func (l *Locator) Locate(ctx context.Context, ref string) (*ArtifactProvider, error) {
-	if err := checkPinnedRef(ref); err != nil {
+	if err := pointer.CheckPinnedRef(ref); err != nil {
 		return nil, fmt.Errorf("artifact %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)
 	}
-	host := PointerHost(Pointer{Artifact: ref})
+	host := pointer.Host(pointer.Pointer{Artifact: ref})
 	if !AllowedHost(l.Registries, host) {
 		return nil, fmt.Errorf("artifact %s: %s is not a configured registry (%s): %w", ref, host, strings.Join(l.Registries, ", "), errdefs.ErrPermissionDenied)
 	}
-	r, err := NewRemote(ctx, ref, l.Remote)
+	r, err := registry.New(ctx, ref, l.Remote)
 	if err != nil {
 		return nil, err
 	}
@@ -124,7 +126,7 @@ func AllowedHost(hosts []string, host string) bool {
 }
 
 // tagIdentity files a pushed manifest under its identity tag too.
-func tagIdentity(ctx context.Context, r *Remote, a *Artifact) error {
+func tagIdentity(ctx context.Context, r *registry.Remote, a *Artifact) error {
 	tagged, err := r.Sibling(r.Name() + ":" + IdentityTag(a.IdentityDigest[len("sha256:"):]))
 	if err != nil {
 		return err

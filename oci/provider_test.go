@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -90,7 +91,7 @@ func TestLocatorInResolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	pinned := f.host() + "/models/x@" + rep.Manifest
-	loc := &Locator{Registries: []string{f.host()}, Remote: RemoteOptions{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json")}}
+	loc := &Locator{Registries: []string{f.host()}, Remote: registry.Options{PlainHTTP: true, DockerConfig: filepath.Join(t.TempDir(), "none.json")}}
 	rt, err := resolve.New(resolve.Config{Mode: resolve.Required, Root: filepath.Join(t.TempDir(), "node2"),
 		Locate: func(ctx context.Context, ref string) (resolve.Provider, error) { return loc.Locate(ctx, ref) }})
 	if err != nil {

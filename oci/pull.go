@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/log"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sync/errgroup"
 )
@@ -93,7 +94,7 @@ type PullReport struct {
 // (artifact.IndexBound) before a byte of it is read. Pull, the registry
 // providers, image build and inspect all read a remote artifact the same
 // way: resolveManifest, their own check of the manifest, then plan.
-func (r *Remote) plan(ctx context.Context, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
+func planRemote(ctx context.Context, r *registry.Remote, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
 	idx, ok := IndexLayer(m)
 	if !ok {
 		return PlanForeign(r.String(), m, o)
@@ -105,7 +106,7 @@ func (r *Remote) plan(ctx context.Context, m *ocispec.Manifest, o ImportOptions)
 			paths, sizes = append(paths, LayerPath(l)), append(sizes, l.Size)
 		}
 	}
-	x, err := r.fetchSmall(ctx, idx, "index layer of "+r.String(), artifact.IndexBound(paths, sizes))
+	x, err := r.FetchSmall(ctx, idx, "index layer of "+r.String(), artifact.IndexBound(paths, sizes))
 	if err != nil {
 		return nil, err
 	}
@@ -137,9 +138,9 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 // layers (artifact.BindSHA256); a foreign artifact gets its tensor tree
 // computed. On any mismatch nothing becomes READY. A pull killed part way
 // resumes from the files it completed.
-func Pull(ctx context.Context, d *store.Domain, r *Remote, o PullOptions) (*store.Lease, *PullReport, error) {
+func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOptions) (*store.Lease, *PullReport, error) {
 	start := time.Now()
-	resolved, err := r.resolveManifest(ctx, "")
+	resolved, err := resolveManifest(ctx, r, "")
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,7 +155,7 @@ func Pull(ctx context.Context, d *store.Domain, r *Remote, o PullOptions) (*stor
 			}
 		}
 	}
-	plan, err := r.plan(ctx, resolved.Manifest, o.Import)
+	plan, err := planRemote(ctx, r, resolved.Manifest, o.Import)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -185,7 +186,7 @@ func Pull(ctx context.Context, d *store.Domain, r *Remote, o PullOptions) (*stor
 // puller is the producer of a pull: it writes every planned file through
 // the store's writer.
 type puller struct {
-	r    *Remote
+	r    *registry.Remote
 	plan *Plan
 	o    PullOptions
 
@@ -275,7 +276,7 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 // fields already; a writer that computes everything is checked here).
 func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 	if got.SHA256 != f.SHA256 {
-		return &DigestMismatchError{What: f.Path, Want: "sha256:" + f.SHA256, Got: "sha256:" + got.SHA256}
+		return registry.DigestMismatch(f.Path, "sha256:"+f.SHA256, "sha256:"+got.SHA256)
 	}
 	if f.Binding.By == artifact.BindNone {
 		return nil
@@ -283,12 +284,12 @@ func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 	return artifact.CompareEntry(f.Binding.Want, got)
 }
 
-// layerError makes the writer's sha256 mismatch a *DigestMismatchError of
-// the layer: the registry or the path corrupted the blob.
+// layerError makes the writer's sha256 mismatch a digest mismatch of the
+// layer (errdefs.ErrDataLoss): the registry or the path corrupted the blob.
 func layerError(f PlanFile, err error) error {
 	var em *artifact.EntryMismatchError
 	if errors.As(err, &em) && em.Field == "sha256" && em.Tensor == "" {
-		return &DigestMismatchError{What: f.Path, Want: f.Layer.Digest.String(), Got: "sha256:" + em.Got}
+		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), "sha256:"+em.Got)
 	}
 	return err
 }

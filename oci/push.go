@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/log"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sync/errgroup"
 )
@@ -59,7 +60,7 @@ type blobSource struct {
 // already holds are skipped, and MountFrom repositories are tried before
 // uploading. The manifest goes last, so a reader never sees a manifest whose
 // blobs are missing.
-func Push(ctx context.Context, l *store.Lease, r *Remote, o PushOptions) (*PushReport, error) {
+func Push(ctx context.Context, l *store.Lease, r *registry.Remote, o PushOptions) (*PushReport, error) {
 	start := time.Now()
 	a, err := NewArtifact(l.Identity(), l.Index)
 	if err != nil {
@@ -105,7 +106,7 @@ func Push(ctx context.Context, l *store.Lease, r *Remote, o PushOptions) (*PushR
 			}
 			how, err := pushBlob(gctx, r, b, o.MountFrom, bp)
 			if err != nil {
-				return fmt.Errorf("push %s (%s): %w", b.what, b.desc.Digest, classifyRemote(err))
+				return fmt.Errorf("push %s (%s): %w", b.what, b.desc.Digest, registry.Classify(err))
 			}
 			switch {
 			case !b.payload: // reports count payload bytes
@@ -135,18 +136,18 @@ func Push(ctx context.Context, l *store.Lease, r *Remote, o PushOptions) (*PushR
 }
 
 // pushManifest uploads a manifest, tagged when the remote's reference is a tag.
-func pushManifest(ctx context.Context, r *Remote, desc ocispec.Descriptor, raw []byte) error {
+func pushManifest(ctx context.Context, r *registry.Remote, desc ocispec.Descriptor, raw []byte) error {
 	var err error
 	if tag := r.Ref.Reference; tag != "" && r.Ref.ValidateReferenceAsDigest() != nil {
 		err = r.Repo.PushReference(ctx, desc, bytes.NewReader(raw), tag)
 	} else {
 		if d, derr := r.Ref.Digest(); derr == nil && d != desc.Digest {
-			return &ManifestError{Ref: r.String(), Reason: "reference names digest " + d.String() + " but the manifest is " + desc.Digest.String()}
+			return manifestError(r.String(), "reference names digest "+d.String()+" but the manifest is "+desc.Digest.String())
 		}
 		err = r.Repo.Push(ctx, desc, bytes.NewReader(raw))
 	}
 	if err != nil {
-		return fmt.Errorf("push manifest %s: %w", desc.Digest, classifyRemote(err))
+		return fmt.Errorf("push manifest %s: %w", desc.Digest, registry.Classify(err))
 	}
 	return nil
 }
@@ -155,7 +156,7 @@ var errNoMount = errors.New("mount refused; trying the next source")
 
 // pushBlob makes one blob present in the repository: already there, mounted
 // from another repository, or uploaded. It returns which.
-func pushBlob(ctx context.Context, r *Remote, b blobSource, mountFrom []string, pp *pushProgress) (string, error) {
+func pushBlob(ctx context.Context, r *registry.Remote, b blobSource, mountFrom []string, pp *pushProgress) (string, error) {
 	if ok, err := r.Repo.Exists(ctx, b.desc); err == nil && ok {
 		pp.add(b.desc.Size)
 		return "exists", nil

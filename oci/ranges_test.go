@@ -2,9 +2,10 @@ package oci
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
 // TestRangesAuto: with more large files than FilesInFlight, RangesAuto
@@ -44,60 +45,25 @@ func TestRangesAuto(t *testing.T) {
 }
 
 func TestRangesFor(t *testing.T) {
-	near := rangeProbe{served: true, rtt: 50 * time.Microsecond}
+	near := registry.RangeProbe{Served: true, RTT: 50 * time.Microsecond}
 	for _, c := range []struct {
 		name      string
 		mode      RangeMode
 		large     int
-		probe     rangeProbe
+		probe     registry.RangeProbe
 		wantRange bool
 	}{
 		{"near, enough files", RangesAuto, 4, near, false},
 		{"near, fewer files than in flight", RangesAuto, 1, near, true},
-		{"far", RangesAuto, 4, rangeProbe{served: true, rtt: farRTT}, true},
-		{"redirected", RangesAuto, 4, rangeProbe{served: true, rtt: 50 * time.Microsecond, redirected: true}, true},
-		{"rtt unknown", RangesAuto, 4, rangeProbe{served: true}, false},
+		{"far", RangesAuto, 4, registry.RangeProbe{Served: true, RTT: farRTT}, true},
+		{"redirected", RangesAuto, 4, registry.RangeProbe{Served: true, RTT: 50 * time.Microsecond, Redirected: true}, true},
+		{"rtt unknown", RangesAuto, 4, registry.RangeProbe{Served: true}, false},
 		{"on", RangesOn, 4, near, true},
-		{"on, ranges not served", RangesOn, 4, rangeProbe{}, false},
-		{"auto, ranges not served", RangesAuto, 1, rangeProbe{redirected: true}, false},
+		{"on, ranges not served", RangesOn, 4, registry.RangeProbe{}, false},
+		{"auto, ranges not served", RangesAuto, 1, registry.RangeProbe{Redirected: true}, false},
 	} {
 		if got := rangesFor(c.mode, c.large, 2, c.probe); got != c.wantRange {
 			t.Errorf("%s: ranges %v, want %v", c.name, got, c.wantRange)
 		}
-	}
-}
-
-// TestTCPRTT: a loopback connection has a round trip, and a short one.
-func TestTCPRTT(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			defer c.Close()
-			buf := make([]byte, 1)
-			c.Read(buf)
-			c.Write(buf)
-		}
-	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	buf := []byte{1}
-	if _, err := c.Write(buf); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Read(buf); err != nil {
-		t.Fatal(err)
-	}
-	if rtt := tcpRTT(c); rtt <= 0 || rtt >= farRTT {
-		t.Fatalf("loopback round trip %v", rtt)
-	}
-	if rtt := tcpRTT(nil); rtt != 0 {
-		t.Fatalf("no connection: %v", rtt)
 	}
 }

@@ -3,7 +3,6 @@ package oci
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
 // TestDockerCredentials: credentials come from a Docker config file, as oras
@@ -31,7 +31,7 @@ func TestDockerCredentials(t *testing.T) {
 	if _, err := Push(ctx, l, anon, PushOptions{}); !errdefs.IsUnauthorized(err) {
 		t.Fatalf("anonymous push: %v", err)
 	}
-	r, err := NewRemote(ctx, f.host()+"/private/x:v1", RemoteOptions{PlainHTTP: true, DockerConfig: cfg})
+	r, err := registry.New(ctx, f.host()+"/private/x:v1", registry.Options{PlainHTTP: true, DockerConfig: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,18 +54,17 @@ func TestInsecureTLS(t *testing.T) {
 	t.Cleanup(srv.Close)
 	host := strings.TrimPrefix(srv.URL, "https://")
 	cfg := filepath.Join(t.TempDir(), "none.json")
-	strict, _ := NewRemote(ctx, host+"/x/y:v1", RemoteOptions{DockerConfig: cfg})
-	_, _, err := strict.fetchManifest(ctx)
+	strict, _ := registry.New(ctx, host+"/x/y:v1", registry.Options{DockerConfig: cfg})
+	_, _, err := strict.FetchManifest(ctx)
 	if err == nil || errdefs.IsNotFound(err) {
 		t.Fatalf("a self-signed certificate was accepted: %v", err)
 	}
-	loose, _ := NewRemote(ctx, host+"/x/y:v1", RemoteOptions{DockerConfig: cfg, Insecure: true})
-	_, _, err = loose.fetchManifest(ctx)
+	loose, _ := registry.New(ctx, host+"/x/y:v1", registry.Options{DockerConfig: cfg, Insecure: true})
+	_, _, err = loose.FetchManifest(ctx)
 	if !errdefs.IsNotFound(err) {
 		t.Fatalf("with --insecure: want not found, got %v", err)
 	}
-	var me *ManifestError
-	if errors.As(err, &me) {
+	if errdefs.IsInvalidArgument(err) {
 		t.Fatal(err)
 	}
 }

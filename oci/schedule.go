@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -146,21 +147,21 @@ func (p *puller) useRanges(ctx context.Context, files []PlanFile, chunk int64) b
 	if large == 0 {
 		return false
 	}
-	probe := p.r.probeRanges(ctx, first.Layer)
-	log.G(ctx).WithField("served", probe.served).WithField("rtt", probe.rtt).WithField("redirected", probe.redirected).Debug("registry ranges probed")
+	probe := p.r.ProbeRanges(ctx, first.Layer)
+	log.G(ctx).WithField("served", probe.Served).WithField("rtt", probe.RTT).WithField("redirected", probe.Redirected).Debug("registry ranges probed")
 	return rangesFor(p.o.Ranges, large, p.filesInFlight(), probe)
 }
 
 // rangesFor is useRanges' choice for large files, of which inFlight are
 // fetched at once, from a registry that answered probe.
-func rangesFor(mode RangeMode, large, inFlight int, probe rangeProbe) bool {
+func rangesFor(mode RangeMode, large, inFlight int, probe registry.RangeProbe) bool {
 	switch {
-	case !probe.served:
+	case !probe.Served:
 		return false
 	case mode == RangesOn, large < inFlight:
 		return true
 	}
-	return probe.rtt >= farRTT || probe.redirected
+	return probe.RTT >= farRTT || probe.Redirected
 }
 
 // farRTT is the round trip from which RangesAuto takes a registry for far:
@@ -332,7 +333,7 @@ func (t *fileTask) write(b []byte) error {
 		return nil
 	}
 	if _, err := t.fw.Write(b); err != nil {
-		return &writeError{err}
+		return err
 	}
 	return nil
 }
@@ -349,10 +350,7 @@ func (t *fileTask) writeRange(r parkedRange, done func()) error {
 	}
 	b := (*r.buf)[:r.n]
 	if bw, ok := t.fw.(artifact.BufferWriter); ok {
-		if err := bw.WriteBuffer(b, done); err != nil {
-			return &writeError{err}
-		}
-		return nil
+		return bw.WriteBuffer(b, done)
 	}
 	defer done()
 	return t.write(b)
@@ -362,7 +360,7 @@ func (t *fileTask) writeRange(r parkedRange, done func()) error {
 func (t *fileTask) create() error {
 	fw, err := create(t.w, t.f.Binding)
 	if err != nil {
-		return &writeError{err}
+		return err
 	}
 	t.fw = fw
 	t.p.openMu.Lock()

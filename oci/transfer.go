@@ -7,10 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"time"
 
-	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
 // stream fetches a whole blob as one stream, written in order so the store
@@ -19,34 +18,24 @@ import (
 func (p *puller) stream(ctx context.Context, t *fileTask) error {
 	size := t.f.Size
 	var pos int64
-	for attempt := 1; ; attempt++ {
+	return registry.Resume(ctx, t.f.Path, func() (io.ReadCloser, error) {
 		n := int64(-1)
 		if pos > 0 {
 			n = size - pos
 		}
-		rc, err := p.r.getBlob(ctx, t.f.Layer, pos, n)
-		if err == nil {
-			var k int64
-			k, err = p.copyBlob(ctx, t, rc, size-pos)
-			rc.Close()
-			pos += k
-			if err == nil {
-				return nil
-			}
-		}
-		if !retryable(ctx, err) || attempt >= fetchAttempts {
-			return err
-		}
-		log.G(ctx).WithError(err).WithField("file", t.f.Path).WithField("offset", pos).Warn("blob stream broke; resuming")
-		if err := sleep(ctx, retryDelay(attempt)); err != nil {
-			return err
-		}
-	}
+		return p.r.GetBlob(ctx, t.f.Layer, pos, n)
+	}, func(rc io.Reader) (bool, error) {
+		k, err := p.copyBlob(ctx, t, rc, size-pos)
+		pos += k
+		var se *artifact.SourceError
+		return errors.As(err, &se), err
+	})
 }
 
 // copyBlob copies the next n bytes of a blob stream into the file, which
 // it creates in the store once the stream's first byte has arrived. The
-// store reads them from the stream straight into its own buffers.
+// store reads them from the stream straight into its own buffers. A failed
+// read of the stream is an *artifact.SourceError.
 func (p *puller) copyBlob(ctx context.Context, t *fileTask, rc io.Reader, n int64) (int64, error) {
 	br := bufio.NewReaderSize(rc, 4096) // holds the first bytes until the file exists
 	if t.fw == nil {
@@ -60,85 +49,43 @@ func (p *puller) copyBlob(ctx context.Context, t *fileTask, rc io.Reader, n int6
 			return 0, err
 		}
 	}
-	k, err := artifact.CopyTo(ctx, t.fw, br, n, func(k int64) {
+	return artifact.CopyTo(ctx, t.fw, br, n, func(k int64) {
 		p.fetched.Add(k)
 		p.progress(k)
 	})
-	var se *artifact.SourceError
-	if err != nil && !errors.As(err, &se) {
-		err = &writeError{err}
-	}
-	return k, err
 }
 
-// fetchRange fetches [off, off+len(buf)) of a blob into buf, re-requesting
-// what is missing after a transient failure.
+// fetchRange fetches [off, off+len(buf)) of a blob into buf, requesting
+// what is missing again after the body broke.
 func (p *puller) fetchRange(ctx context.Context, t *fileTask, off int64, buf []byte) error {
 	n := int64(len(buf))
 	var done int64
-	for attempt := 1; ; attempt++ {
-		rc, err := p.r.getBlob(ctx, t.f.Layer, off+done, n-done)
-		if err == nil {
-			var k int
-			k, err = io.ReadFull(rc, buf[done:])
-			rc.Close()
-			done += int64(k)
-			p.fetched.Add(int64(k))
-			p.progress(int64(k))
-			if err == io.EOF {
-				err = io.ErrUnexpectedEOF
-			}
+	return registry.Resume(ctx, t.f.Path, func() (io.ReadCloser, error) {
+		return p.r.GetBlob(ctx, t.f.Layer, off+done, n-done)
+	}, func(rc io.Reader) (bool, error) {
+		k, err := io.ReadFull(rc, buf[done:])
+		done += int64(k)
+		p.fetched.Add(int64(k))
+		p.progress(int64(k))
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
 		}
-		if err == nil {
-			return nil
-		}
-		if !retryable(ctx, err) || attempt >= fetchAttempts {
-			return err
-		}
-		log.G(ctx).WithError(err).WithField("file", t.f.Path).WithField("offset", off+done).Warn("ranged fetch broke; resuming")
-		if err := sleep(ctx, retryDelay(attempt)); err != nil {
-			return err
-		}
-	}
-}
-
-// writeError is a failure of the store's writer: never retried.
-type writeError struct{ err error }
-
-func (e *writeError) Error() string { return e.err.Error() }
-func (e *writeError) Unwrap() error { return e.err }
-
-func retryable(ctx context.Context, err error) bool {
-	var we *writeError
-	if errors.As(err, &we) {
-		return false
-	}
-	return transient(ctx, err)
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+		return err != nil, err
+	})
 }
 
 // diagnose tells a corrupted blob from a malformed file: the store's hasher
 // rejects bad safetensors bytes before the blob's sha256 is known, so when
 // it does, the blob is fetched once more through sha256 alone. A digest
 // that does not match the descriptor makes the failure a
-// *DigestMismatchError (the registry or the path corrupted it); a matching
+// digest mismatch, errdefs.ErrDataLoss (the registry or the path corrupted it); a matching
 // one leaves the format error (the file itself is malformed).
 func (p *puller) diagnose(ctx context.Context, f PlanFile, err error) error {
 	var fe *artifact.FormatError
 	if !errors.As(err, &fe) || ctx.Err() != nil {
 		return err
 	}
-	rc, gerr := p.r.getBlob(ctx, f.Layer, 0, -1)
+	rc, gerr := p.r.GetBlob(ctx, f.Layer, 0, -1)
 	if gerr != nil {
 		return err
 	}
@@ -150,7 +97,7 @@ func (p *puller) diagnose(ctx context.Context, f PlanFile, err error) error {
 	}
 	got := fmt.Sprintf("sha256:%x", h.Sum(nil))
 	if n != f.Size || got != f.Layer.Digest.String() {
-		return &DigestMismatchError{What: f.Path, Want: f.Layer.Digest.String(), Got: got}
+		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), got)
 	}
 	return err
 }

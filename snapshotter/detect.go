@@ -14,7 +14,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/log"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 )
 
@@ -30,7 +30,7 @@ import (
 const maxPointerLayerEntries = 64
 
 // pointerFileRE is a pointer file's path in a layer.
-var pointerFileRE = regexp.MustCompile(`^(.+)/` + regexp.QuoteMeta(oci.PointerDir) + `/[0-9a-f]{64}\.json$`)
+var pointerFileRE = regexp.MustCompile(`^(.+)/` + regexp.QuoteMeta(pointer.Dir) + `/[0-9a-f]{64}\.json$`)
 
 // errNotPointer ends the walk of a layer that is not a pointer layer.
 var errNotPointer = errors.New("not a pointer layer")
@@ -38,9 +38,9 @@ var errNotPointer = errors.New("not a pointer layer")
 // pointerInLayer reads the pointer of a layer whose files (in dir, the
 // active snapshot's own directory) are nothing but one pointer file and the
 // directories that lead to it; ok is false for any other layer. The pointer
-// file is untrusted (oci.ParsePointerFile) and must sit where its own
+// file is untrusted (pointer.ParseFile) and must sit where its own
 // target puts it.
-func pointerInLayer(dir string) (ptr oci.Pointer, ok bool, err error) {
+func pointerInLayer(dir string) (ptr pointer.Pointer, ok bool, err error) {
 	var file string
 	var dirs []string
 	entries := 0
@@ -66,30 +66,30 @@ func pointerInLayer(dir string) (ptr oci.Pointer, ok bool, err error) {
 		return nil
 	})
 	if errors.Is(err, errNotPointer) || (err == nil && file == "") {
-		return oci.Pointer{}, false, nil
+		return pointer.Pointer{}, false, nil
 	}
 	if err != nil {
-		return oci.Pointer{}, false, fmt.Errorf("look for a pointer in the layer: %w", err)
+		return pointer.Pointer{}, false, fmt.Errorf("look for a pointer in the layer: %w", err)
 	}
 	for _, d := range dirs {
 		if !strings.HasPrefix(file, d+"/") {
-			return oci.Pointer{}, false, nil // a directory beside the pointer: an ordinary layer
+			return pointer.Pointer{}, false, nil // a directory beside the pointer: an ordinary layer
 		}
 	}
 	f, err := os.Open(filepath.Join(dir, file))
 	if err != nil {
-		return oci.Pointer{}, false, err
+		return pointer.Pointer{}, false, err
 	}
 	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, 64<<10)) // ParsePointerFile refuses more than 4 KiB
+	raw, err := io.ReadAll(io.LimitReader(f, 64<<10)) // pointer.ParseFile refuses more than 4 KiB
 	if err != nil {
-		return oci.Pointer{}, false, err
+		return pointer.Pointer{}, false, err
 	}
-	if ptr, err = oci.ParsePointerFile(raw); err != nil {
-		return oci.Pointer{}, true, err
+	if ptr, err = pointer.ParseFile(raw); err != nil {
+		return pointer.Pointer{}, true, err
 	}
-	if oci.PointerPath(ptr) != "/"+file {
-		return oci.Pointer{}, true, fmt.Errorf("pointer file at /%s names target %s: %w", file, ptr.Target, errNotPointer)
+	if pointer.Path(ptr) != "/"+file {
+		return pointer.Pointer{}, true, fmt.Errorf("pointer file at /%s names target %s: %w", file, ptr.Target, errNotPointer)
 	}
 	return ptr, true, nil
 }
@@ -117,7 +117,7 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 	}
 
 	start := time.Now()
-	opts = append(opts, snapshots.WithLabels(oci.PointerLabels(ptr)))
+	opts = append(opts, snapshots.WithLabels(pointer.Labels(ptr)))
 	var outcome, source string
 	h, rep, rerr := s.leases.acquire(ctx, ptr)
 	switch {

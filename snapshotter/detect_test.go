@@ -10,7 +10,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 )
 
@@ -37,7 +37,7 @@ func TestPointerFoundAtCommit(t *testing.T) {
 			os.WriteFile(filepath.Join(dir, "etc-passwd"), []byte("x"), 0o644)
 		}, "ordinary"},
 		{"pointer file at another target", resolve.Required, false, func(t *testing.T, dir, pf string) {
-			to := filepath.Join(dir, "elsewhere", oci.PointerDir, filepath.Base(pf))
+			to := filepath.Join(dir, "elsewhere", pointer.Dir, filepath.Base(pf))
 			os.MkdirAll(filepath.Dir(to), 0o755)
 			if err := os.Rename(pf, to); err != nil {
 				t.Fatal(err)
@@ -59,9 +59,9 @@ func TestPointerFoundAtCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir, _ := snapshotDir(mounts)
-			ptr := oci.Pointer{Schema: oci.PointerSchema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), Identity: id, Target: "/models/m"}
-			body, _ := oci.PointerFile(ptr)
-			pf := filepath.Join(dir, oci.PointerPath(ptr))
+			ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), Identity: id, Target: "/models/m"}
+			body, _ := pointer.File(ptr)
+			pf := filepath.Join(dir, pointer.Path(ptr))
 			os.MkdirAll(filepath.Dir(pf), 0o755)
 			if err := os.WriteFile(pf, body, 0o444); err != nil {
 				t.Fatal(err)
@@ -87,7 +87,7 @@ func TestPointerFoundAtCommit(t *testing.T) {
 			switch {
 			case info.Labels[LabelFallback] != "":
 				got = "fallback"
-			case info.Labels[oci.LabelIdentity] == id:
+			case info.Labels[pointer.LabelIdentity] == id:
 				got = "weight"
 			}
 			if got != tc.want || info.Labels[snapshots.LabelSnapshotRef] != chainID(60) {

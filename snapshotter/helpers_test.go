@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact/synth"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
@@ -117,9 +117,9 @@ func eventually(t testing.TB, what string, cond func() bool) {
 // pointer layer whose chain ID is chainID.
 func weightLabels(identity, target, chainID string) map[string]string {
 	return map[string]string{
-		oci.LabelArtifact:                "reg.example/models/m@sha256:" + strings.Repeat("2", 64),
-		oci.LabelIdentity:                identity,
-		oci.LabelTarget:                  target,
+		pointer.LabelArtifact:            "reg.example/models/m@sha256:" + strings.Repeat("2", 64),
+		pointer.LabelIdentity:            identity,
+		pointer.LabelTarget:              target,
 		snapshots.LabelSnapshotRef:       chainID,
 		"containerd.io/snapshot/diff-id": "sha256:" + strings.Repeat("4", 64),
 	}

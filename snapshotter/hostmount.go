@@ -18,7 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"golang.org/x/sys/unix"
 )
 
@@ -88,7 +88,7 @@ func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
 		if err == nil {
 			err = json.Unmarshal(raw, &mi)
 		}
-		if err == nil && (!oci.IsIdentity(mi.Identity) || m.home(mi.Dir) != home) {
+		if err == nil && (!pointer.IsIdentity(mi.Identity) || m.home(mi.Dir) != home) {
 			err = fmt.Errorf("record names %q at %q", mi.Identity, mi.Dir)
 		}
 		if err != nil || !sameInode(mi.Dir, filepath.Join(home, "view")) {
@@ -167,17 +167,17 @@ func emptyDir(dir string) error {
 // it on req.Dir (created if missing). A mount point that holds a host mount
 // already is refused.
 func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
-	if !oci.IsIdentity(req.Identity) {
+	if !pointer.IsIdentity(req.Identity) {
 		return nil, fmt.Errorf("identity %q is not sha256:<64 hex>: %w", req.Identity, errdefs.ErrInvalidArgument)
 	}
 	dir, err := s.mountPoint(req.Dir, true)
 	if err != nil {
 		return nil, err
 	}
-	ptr := oci.Pointer{Artifact: req.Artifact, Identity: req.Identity, Target: dir}
+	ptr := pointer.Pointer{Artifact: req.Artifact, Identity: req.Identity, Target: dir}
 	if req.Artifact != "" {
-		if ptr, _, err = oci.ParsePointerLabels(map[string]string{oci.LabelArtifact: req.Artifact,
-			oci.LabelIdentity: req.Identity, oci.LabelTarget: dir}); err != nil {
+		if ptr, _, err = pointer.ParseLabels(map[string]string{pointer.LabelArtifact: req.Artifact,
+			pointer.LabelIdentity: req.Identity, pointer.LabelTarget: dir}); err != nil {
 			return nil, err
 		}
 	}
@@ -229,7 +229,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 
 // make builds the view and the record, then mounts the view read-only on
 // the mount point.
-func (m *hostMounts) make(home, view string, ptr oci.Pointer, mi MountInfo, h *held) error {
+func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, h *held) error {
 	if err := os.RemoveAll(home); err != nil { // a record a crash left half made
 		return err
 	}
@@ -318,7 +318,7 @@ type Holders struct {
 
 // HoldersOf says what holds the artifact identity.
 func (s *Snapshotter) HoldersOf(identity string) (*Holders, error) {
-	if !oci.IsIdentity(identity) {
+	if !pointer.IsIdentity(identity) {
 		return nil, fmt.Errorf("identity %q is not sha256:<64 hex>: %w", identity, errdefs.ErrInvalidArgument)
 	}
 	hex := strings.TrimPrefix(identity, "sha256:")

@@ -10,7 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -60,7 +60,7 @@ func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
 // report of the resolution that produced it (nil when it was already held).
 // Concurrent calls for one identity share one resolution, which runs on in
 // the background if every caller gives up.
-func (l *leases) acquire(ctx context.Context, ptr oci.Pointer) (*held, *resolve.Report, error) {
+func (l *leases) acquire(ctx context.Context, ptr pointer.Pointer) (*held, *resolve.Report, error) {
 	hex := strings.TrimPrefix(ptr.Identity, "sha256:")
 	l.mu.Lock()
 	if h := l.held[hex]; h != nil {
@@ -96,7 +96,7 @@ func (l *leases) acquire(ctx context.Context, ptr oci.Pointer) (*held, *resolve.
 // after the other, so an image's later weight layers (Pointer.Next) resolve
 // while the earlier ones are prepared. A resolution nobody waits for
 // leaves its artifact in the store and lets the lease go.
-func (l *leases) prefetch(ctx context.Context, ptrs []oci.Pointer) {
+func (l *leases) prefetch(ctx context.Context, ptrs []pointer.Pointer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range ptrs {
@@ -110,7 +110,7 @@ func (l *leases) prefetch(ctx context.Context, ptrs []oci.Pointer) {
 }
 
 // start starts the resolution of ptr; l.mu is held.
-func (l *leases) start(hex string, ptr oci.Pointer) *flight {
+func (l *leases) start(hex string, ptr pointer.Pointer) *flight {
 	f := &flight{done: make(chan struct{})}
 	l.flights[hex] = f
 	go l.fly(hex, f, ptr)
@@ -119,7 +119,7 @@ func (l *leases) start(hex string, ptr oci.Pointer) *flight {
 
 // fly runs one resolution and hands its lease, pinned once per waiter, to
 // the table.
-func (l *leases) fly(hex string, f *flight, ptr oci.Pointer) {
+func (l *leases) fly(hex string, f *flight, ptr pointer.Pointer) {
 	start := time.Now()
 	res, err := l.resolver.Resolve(l.ctx, resolve.Request{Digest: ptr.Identity, Artifact: ptr.Artifact})
 	l.metrics.resolved(res.Report, time.Since(start))

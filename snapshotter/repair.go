@@ -13,7 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 // repairs bring holders back to their artifact in the background, one loop
@@ -37,7 +37,7 @@ type repairs struct {
 
 // repairLoop is the repair of one artifact's holders.
 type repairLoop struct {
-	ptr     oci.Pointer
+	ptr     pointer.Pointer
 	holders map[string]struct{}
 	kick    chan struct{} // try now
 }
@@ -49,7 +49,7 @@ func newRepairs(ctx context.Context, s *Snapshotter, b Backoff) *repairs {
 
 // add queues holders for the artifact of ptr and starts its loop if none
 // runs.
-func (r *repairs) add(ptr oci.Pointer, holders ...string) {
+func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
 	hex := strings.TrimPrefix(ptr.Identity, "sha256:")
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -71,7 +71,7 @@ func (r *repairs) add(ptr oci.Pointer, holders ...string) {
 }
 
 // kick makes the loop of ptr's artifact, if one waits, try now.
-func (r *repairs) kick(ptr oci.Pointer) {
+func (r *repairs) kick(ptr pointer.Pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if lp := r.loops[strings.TrimPrefix(ptr.Identity, "sha256:")]; lp != nil {
@@ -114,7 +114,7 @@ func (r *repairs) pending(hex string) []string {
 // resolves; wait says whether the caller needs that (a required layer): it
 // then resolves here and fails with the reason, and otherwise only kicks
 // the loop.
-func (r *repairs) now(ctx context.Context, ptr oci.Pointer, name string, wait bool) error {
+func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wait bool) error {
 	if !wait {
 		r.kick(ptr)
 		return nil
@@ -253,7 +253,7 @@ func (r *repairs) fill(ctx context.Context, name string, h *held) (bool, error) 
 	if info.Labels[LabelFallback] == "" {
 		return false, nil
 	}
-	ptr, _, err := oci.ParsePointerLabels(info.Labels) // its own target: images may mount one artifact at different places
+	ptr, _, err := pointer.ParseLabels(info.Labels) // its own target: images may mount one artifact at different places
 	if err != nil {
 		return false, err
 	}

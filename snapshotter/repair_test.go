@@ -12,7 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"golang.org/x/sys/unix"
 )
@@ -29,14 +29,14 @@ func TestModes(t *testing.T) {
 	}{
 		{resolve.Required, "", false},
 		{resolve.Preferred, "", true},
-		{resolve.Required, oci.ModePreferred, true},
-		{resolve.Preferred, oci.ModeRequired, false},
+		{resolve.Required, pointer.ModePreferred, true},
+		{resolve.Preferred, pointer.ModeRequired, false},
 	} {
 		t.Run(string(tc.node)+"/"+tc.image, func(t *testing.T) {
 			n := newNodeMode(t, tc.node)
 			labels := weightLabels(id, "/w", chainID(40))
 			if tc.image != "" {
-				labels[oci.LabelMode] = tc.image
+				labels[pointer.LabelMode] = tc.image
 			}
 			mounts, err := n.sn.Prepare(context.Background(), "extract", "", snapshots.WithLabels(labels))
 			if !tc.fallback {
@@ -89,8 +89,8 @@ func TestFallbackRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ptr := oci.Pointer{Artifact: labels[oci.LabelArtifact], Identity: id, Target: "/models/m"}
-	pointerFile := filepath.Join(dir, oci.PointerPath(ptr))
+	ptr := pointer.Pointer{Artifact: labels[pointer.LabelArtifact], Identity: id, Target: "/models/m"}
+	pointerFile := filepath.Join(dir, pointer.Path(ptr))
 	os.MkdirAll(filepath.Dir(pointerFile), 0o755)
 	if err := os.WriteFile(pointerFile, []byte("{}\n"), 0o444); err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestFallbackRepaired(t *testing.T) {
 
 	// A required image of the same layers must not run on the fallback.
 	req := weightLabels(id, "/models/m", chainID(41))
-	req[oci.LabelMode] = oci.ModeRequired
+	req[pointer.LabelMode] = pointer.ModeRequired
 	if _, err := n.sn.Prepare(ctx, "extract-required", "", snapshots.WithLabels(req)); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "fallback") {
 		t.Fatalf("a required layer over a fallback snapshot: %v, want a miss naming the fallback", err)
 	}
@@ -144,7 +144,7 @@ func TestFallbackRepaired(t *testing.T) {
 			t.Fatalf("%s is not the store's inode", f.Path)
 		}
 	}
-	if raw, _ := os.ReadFile(filepath.Join(cdir, oci.PointerPath(ptr))); !strings.Contains(string(raw), fmt.Sprintf(`"files":%d,`, len(l.Files()))) {
+	if raw, _ := os.ReadFile(filepath.Join(cdir, pointer.Path(ptr))); !strings.Contains(string(raw), fmt.Sprintf(`"files":%d,`, len(l.Files()))) {
 		t.Fatalf("pointer file after the repair: %s", raw)
 	}
 	if h, _ := n.sn.HoldersOf(id); !h.Leased || !slices.Equal(h.Snapshots, []string{chainID(41)}) || len(h.Pending) != 0 {

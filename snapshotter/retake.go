@@ -10,7 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -28,12 +28,12 @@ const retakeTimeout = 30 * time.Second
 // logged and left alone. Nothing one snapshot does stops the others.
 func (s *Snapshotter) retake(ctx context.Context) error {
 	type group struct {
-		ptr      oci.Pointer
+		ptr      pointer.Pointer
 		holders  []string // to lease now
 		fallback []string // to fill in
 	}
 	groups := map[string]*group{}
-	add := func(ptr oci.Pointer, holder string, fallback bool) {
+	add := func(ptr pointer.Pointer, holder string, fallback bool) {
 		hex := strings.TrimPrefix(ptr.Identity, "sha256:")
 		g := groups[hex]
 		if g == nil {
@@ -54,10 +54,10 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 			}
 			return nil
 		}
-		if info.Labels[oci.LabelIdentity] == "" {
+		if info.Labels[pointer.LabelIdentity] == "" {
 			return nil
 		}
-		ptr, _, err := oci.ParsePointerLabels(info.Labels)
+		ptr, _, err := pointer.ParseLabels(info.Labels)
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("snapshot", info.Name).Error("weight snapshot with bad labels: no lease taken")
 			return nil
@@ -80,7 +80,7 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 		return err
 	}
 	for _, mi := range mounts {
-		add(oci.Pointer{Artifact: mi.Artifact, Identity: mi.Identity, Target: mi.Dir}, mountHolderPrefix+mi.Dir, false)
+		add(pointer.Pointer{Artifact: mi.Artifact, Identity: mi.Identity, Target: mi.Dir}, mountHolderPrefix+mi.Dir, false)
 	}
 	s.metrics.hostMounts.Set(float64(len(mounts)))
 

@@ -7,7 +7,7 @@
 // A weight layer is one whose labels (the pointer layer's annotations,
 // which containerd passes to Prepare) name an artifact:
 // containerd.io/snapshot/weightsnap.{artifact,identity,target}. Its
-// Prepare, in order: validate the labels (oci.ParsePointerLabels); resolve
+// Prepare, in order: validate the labels (pointer.ParseLabels); resolve
 // the identity through the resolution runtime (the store, then the peers
 // and the registry the label names, if it is a configured one), one
 // resolution per identity at a time; Prepare a temporary snapshot on the
@@ -39,7 +39,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/errdefs"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -60,7 +60,7 @@ type Config struct {
 	// Resolver resolves weight layers and host mounts.
 	Resolver Resolver
 	// Mode is what a weight layer whose artifact cannot be had does when
-	// its image does not say (oci.LabelMode): resolve.Required (also "")
+	// its image does not say (pointer.LabelMode): resolve.Required (also "")
 	// fails its Prepare; resolve.Preferred lets the pointer layer unpack,
 	// and the weights are filled in once the artifact resolves.
 	Mode resolve.Mode
@@ -157,7 +157,7 @@ func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...s
 			return nil, err
 		}
 	}
-	if !oci.IsWeightLayer(info.Labels) {
+	if !pointer.IsWeightLayer(info.Labels) {
 		m, err := s.overlay.Prepare(ctx, key, parent, opts...)
 		s.metrics.ordinary(err)
 		return m, err
@@ -187,11 +187,11 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 		if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
 			return err
 		}
-		if ptr, _, err := oci.ParsePointerLabels(active.Labels); err == nil {
+		if ptr, _, err := pointer.ParseLabels(active.Labels); err == nil {
 			s.repairs.add(ptr, name)
 		}
 		return nil
-	case !oci.IsWeightLayer(active.Labels):
+	case !pointer.IsWeightLayer(active.Labels):
 		return s.commitFound(ctx, name, key, opts)
 	}
 	return s.overlay.Commit(ctx, name, key, opts...)

@@ -15,7 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/core/snapshots/testsuite"
 	"github.com/containerd/errdefs"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
@@ -69,7 +69,7 @@ func TestWeightLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Kind != snapshots.KindCommitted || info.Parent != chainID(1) || info.Labels[oci.LabelIdentity] != id ||
+	if info.Kind != snapshots.KindCommitted || info.Parent != chainID(1) || info.Labels[pointer.LabelIdentity] != id ||
 		info.Labels[snapshots.LabelSnapshotRef] != chainID(2) {
 		t.Fatalf("committed weight snapshot %+v", info)
 	}
@@ -154,11 +154,11 @@ func TestBadLabels(t *testing.T) {
 		name, label string
 		edit        func(map[string]string)
 	}{
-		{"relative target", oci.LabelTarget, func(m map[string]string) { m[oci.LabelTarget] = "models/x" }},
-		{"dot-dot target", oci.LabelTarget, func(m map[string]string) { m[oci.LabelTarget] = "/models/../../etc" }},
-		{"tag instead of digest", oci.LabelArtifact, func(m map[string]string) { m[oci.LabelArtifact] = "reg.example/models/m:latest" }},
-		{"identity not sha256", oci.LabelIdentity, func(m map[string]string) { m[oci.LabelIdentity] = "md5:" + strings.Repeat("a", 32) }},
-		{"oversized", "weightsnap.*", func(m map[string]string) { m[oci.LabelTarget] = "/" + strings.Repeat("x", 4100) }},
+		{"relative target", pointer.LabelTarget, func(m map[string]string) { m[pointer.LabelTarget] = "models/x" }},
+		{"dot-dot target", pointer.LabelTarget, func(m map[string]string) { m[pointer.LabelTarget] = "/models/../../etc" }},
+		{"tag instead of digest", pointer.LabelArtifact, func(m map[string]string) { m[pointer.LabelArtifact] = "reg.example/models/m:latest" }},
+		{"identity not sha256", pointer.LabelIdentity, func(m map[string]string) { m[pointer.LabelIdentity] = "md5:" + strings.Repeat("a", 32) }},
+		{"oversized", "weightsnap.*", func(m map[string]string) { m[pointer.LabelTarget] = "/" + strings.Repeat("x", 4100) }},
 		{"no chain ID", snapshots.LabelSnapshotRef, func(m map[string]string) { delete(m, snapshots.LabelSnapshotRef) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -188,7 +188,7 @@ func TestRequiredFailure(t *testing.T) {
 	_, err := n.sn.Prepare(context.Background(), "extract", "", snapshots.WithLabels(labels))
 	var f *resolve.Failure
 	if !errdefs.IsNotFound(err) || !errors.As(err, &f) || f.Kind != resolve.KindMiss ||
-		!strings.Contains(err.Error(), labels[oci.LabelArtifact]) || !strings.Contains(err.Error(), missing) {
+		!strings.Contains(err.Error(), labels[pointer.LabelArtifact]) || !strings.Contains(err.Error(), missing) {
 		t.Fatalf("err %v", err)
 	}
 	if names := n.snapshotNames(t); len(names) != 0 {
@@ -260,11 +260,11 @@ func TestLaterLayersResolveAhead(t *testing.T) {
 	ids := []string{n.importModel(t, 256<<10, 5), n.importModel(t, 256<<10, 6), n.importModel(t, 256<<10, 7)}
 	n.resolver.delay = 300 * time.Millisecond
 	first := weightLabels(ids[0], "/a", chainID(20))
-	next := oci.Pointer{Artifact: first[oci.LabelArtifact]}
-	first[oci.LabelNext] = ids[1] + "=" + next.Artifact + "," + ids[2] + "=" + next.Artifact
+	next := pointer.Pointer{Artifact: first[pointer.LabelArtifact]}
+	first[pointer.LabelNext] = ids[1] + "=" + next.Artifact + "," + ids[2] + "=" + next.Artifact
 	n.prepareWeights(t, "extract-a", "", first)
 	second := weightLabels(ids[1], "/b", chainID(21))
-	second[oci.LabelNext] = ids[2] + "=" + next.Artifact
+	second[pointer.LabelNext] = ids[2] + "=" + next.Artifact
 	n.prepareWeights(t, "extract-b", chainID(20), second)
 	n.prepareWeights(t, "extract-c", chainID(21), weightLabels(ids[2], "/c", chainID(22)))
 	if n.resolver.maxRun != 3 {

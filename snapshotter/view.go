@@ -15,7 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )
@@ -77,7 +77,7 @@ func committedDir(ctx context.Context, sn snapshots.Snapshotter, name string) (s
 // It is idempotent: a file that is already the store's inode stays, anything
 // else at a file's path is replaced, so it also fills a directory where the
 // pointer layer was unpacked.
-func buildView(root string, ptr oci.Pointer, l *store.Lease) error {
+func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 	for _, f := range l.Files() {
 		dst := filepath.Join(root, f.Path) // store paths are validated relative paths
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
@@ -102,11 +102,11 @@ func buildView(root string, ptr oci.Pointer, l *store.Lease) error {
 		}
 	}
 	ptr.Files, ptr.Bytes = len(l.Files()), l.Index.TotalBytes()
-	body, err := oci.PointerFile(ptr)
+	body, err := pointer.File(ptr)
 	if err != nil {
 		return err
 	}
-	pf := filepath.Join(root, oci.PointerDir, strings.TrimPrefix(ptr.Identity, "sha256:")+".json")
+	pf := filepath.Join(root, pointer.Dir, strings.TrimPrefix(ptr.Identity, "sha256:")+".json")
 	if err := os.MkdirAll(filepath.Dir(pf), 0o755); err != nil {
 		return err
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 )
 
@@ -40,9 +40,9 @@ func fallbackLabel() snapshots.Opt {
 
 // WeightError is a weight layer whose Prepare failed: it names the artifact,
 // the identity and the target, and wraps the cause (a *resolve.Failure, a
-// *oci.LabelError, or a filesystem error) with its errdefs class.
+// pointer label error, or a filesystem error) with its errdefs class.
 type WeightError struct {
-	Pointer oci.Pointer
+	Pointer pointer.Pointer
 	Err     error
 }
 
@@ -62,7 +62,7 @@ func (e *WeightError) Unwrap() error { return e.Err }
 // into it), marked with LabelFallback for the repairs.
 func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, labels map[string]string) (_ []mount.Mount, err error) {
 	start := time.Now()
-	var ptr oci.Pointer
+	var ptr pointer.Pointer
 	var fallbackCause error // why a preferred layer fell back
 	outcome, source := OutcomeError, ""
 	defer func() {
@@ -79,7 +79,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 			l.Info("prepare weight layer")
 		}
 	}()
-	ptr, _, err = oci.ParsePointerLabels(labels)
+	ptr, _, err = pointer.ParseLabels(labels)
 	if err != nil {
 		outcome = OutcomeInvalid
 		return nil, &WeightError{Err: err}
@@ -168,7 +168,7 @@ func resolvedOutcome(rep *resolve.Report) (outcome, source string) {
 // commitView puts the leased artifact h at ptr's target in the active
 // snapshot key (whose mounts are given), commits it as name with opts, and
 // gives name the lease. A commit error is returned as it is.
-func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr oci.Pointer, source string, mounts []mount.Mount,
+func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr pointer.Pointer, source string, mounts []mount.Mount,
 	name, key string, opts ...snapshots.Opt) error {
 	dir, err := snapshotDir(mounts)
 	if err != nil {
@@ -210,7 +210,7 @@ func (s *Snapshotter) committedName(ctx context.Context, chainID, parent string)
 }
 
 // modeOf is the mode of a weight layer: its image's, else the node's.
-func (s *Snapshotter) modeOf(ptr oci.Pointer) resolve.Mode {
+func (s *Snapshotter) modeOf(ptr pointer.Pointer) resolve.Mode {
 	if ptr.Mode != "" {
 		return resolve.Mode(ptr.Mode)
 	}

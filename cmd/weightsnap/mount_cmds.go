@@ -104,7 +104,7 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 		req.Identity = "sha256:" + id
 		return req, nil
 	}
-	r, err := rf.open(ctx, ref, 4)
+	r, err := a.openRemote(ctx, rf, ref, 4)
 	if err != nil {
 		return req, err
 	}

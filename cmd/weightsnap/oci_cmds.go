@@ -10,7 +10,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
 // newOCICmds returns the registry commands: push, pull and image.
@@ -20,20 +22,36 @@ func newOCICmds(a *app) []*cobra.Command {
 
 // remoteFlags are the flags of every command that talks to a registry.
 type remoteFlags struct {
+	flags        *pflag.FlagSet
 	plainHTTP    bool
 	insecure     bool
 	dockerConfig string
 }
 
 func (rf *remoteFlags) register(f *pflag.FlagSet) {
-	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk plain HTTP to the registry (local registries)")
-	f.BoolVar(&rf.insecure, "insecure", false, "skip TLS certificate verification")
+	rf.flags = f
+	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk plain HTTP to the registry (local registries; default [resolve] plain_http)")
+	f.BoolVar(&rf.insecure, "insecure", false, "skip TLS certificate verification (default [resolve] insecure)")
 	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config with credentials and helpers (default $DOCKER_CONFIG/config.json or ~/.docker/config.json)")
 }
 
-func (rf *remoteFlags) open(ctx context.Context, ref string, conns int) (*oci.Remote, error) {
-	return oci.NewRemote(ctx, ref, oci.RemoteOptions{PlainHTTP: rf.plainHTTP, Insecure: rf.insecure,
-		DockerConfig: rf.dockerConfig, Connections: conns, UserAgent: "weightsnap"})
+// options are the registry client options of a command: the configuration
+// file's, with the flags given on the command line overriding them.
+func (rf *remoteFlags) options(c *config.Resolve, conns int) registry.Options {
+	o := c.RegistryOptions("weightsnap")
+	if rf.flags.Changed("plain-http") {
+		o.PlainHTTP = rf.plainHTTP
+	}
+	if rf.flags.Changed("insecure") {
+		o.Insecure = rf.insecure
+	}
+	o.DockerConfig, o.Connections = rf.dockerConfig, conns
+	return o
+}
+
+// openRemote opens the repository of ref with the command's registry options.
+func (a *app) openRemote(ctx context.Context, rf *remoteFlags, ref string, conns int) (*registry.Remote, error) {
+	return registry.New(ctx, ref, rf.options(&a.cfg.Resolve, conns))
 }
 
 // syncProgress makes a progress safe to feed from several goroutines.
@@ -88,7 +106,7 @@ func newPushCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer l.Close()
-			r, err := rf.open(ctx, args[1], o.Concurrency)
+			r, err := a.openRemote(ctx, &rf, args[1], o.Concurrency)
 			if err != nil {
 				return err
 			}
@@ -145,7 +163,7 @@ imported as "import" would import its files: --revision is then required.`,
 			if err != nil {
 				return err
 			}
-			r, err := rf.open(ctx, args[0], o.Concurrency)
+			r, err := a.openRemote(ctx, &rf, args[0], o.Concurrency)
 			if err != nil {
 				return err
 			}
@@ -190,7 +208,7 @@ func newImageCmd(a *app) *cobra.Command {
 			if len(weights) != len(at) {
 				return fmt.Errorf("%d --weights but %d --at: give one --at per --weights: %w", len(weights), len(at), errdefs.ErrInvalidArgument)
 			}
-			r, err := rf.open(ctx, tag, 4)
+			r, err := a.openRemote(ctx, &rf, tag, 4)
 			if err != nil {
 				return err
 			}
@@ -243,7 +261,7 @@ func addRemoteInspect(a *app, cmd *cobra.Command) func(cmd *cobra.Command, ref s
 			return false, nil
 		}
 		ctx := cmd.Context()
-		r, err := rf.open(ctx, ref, 4)
+		r, err := a.openRemote(ctx, &rf, ref, 4)
 		if err != nil {
 			return true, err
 		}

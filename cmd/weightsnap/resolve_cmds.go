@@ -87,12 +87,6 @@ func (o resolveOpts) withConfig(cmd *cobra.Command, c config.Resolve) resolveOpt
 	if !set("registry") {
 		o.registry = c.Registry
 	}
-	if !set("plain-http") {
-		o.remote.plainHTTP = c.PlainHTTP
-	}
-	if !set("insecure") {
-		o.remote.insecure = c.Insecure
-	}
 	if !set("allow-local-build") {
 		o.allowLocalBuild = c.AllowLocalBuild
 	}
@@ -150,7 +144,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		peers = append(peers, &peer.Provider{Peers: addrs, Options: fo})
 	}
 	if o.registry != "" && mode != resolve.Disabled {
-		repo, err := o.remote.open(ctx, o.registry, 0)
+		repo, err := a.openRemote(ctx, &o.remote, o.registry, 0)
 		if err != nil {
 			return err
 		}

@@ -36,7 +36,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/content"
 	"oras.land/oras-go/v2/registry/remote"
@@ -194,7 +194,7 @@ func pushTarImage(t *testing.T, n *snapNode, w *weightImage) string {
 	layerPath := filepath.Join(t.TempDir(), "layer.tar")
 	layer := writeTarLayer(t, w.src, "models/x", layerPath)
 
-	base, err := oci.NewRemote(ctx, n.base, oci.RemoteOptions{PlainHTTP: true})
+	base, err := registry.New(ctx, n.base, registry.Options{PlainHTTP: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
@@ -254,6 +255,13 @@ func (r *Resolve) AllowedRegistries() []string {
 		hosts = append(hosts, host)
 	}
 	return hosts
+}
+
+// RegistryOptions are the registry client options the file sets
+// ([resolve] plain_http and insecure), for every command and the daemon
+// that talk to a registry; the CLI's flags override them.
+func (r *Resolve) RegistryOptions(userAgent string) registry.Options {
+	return registry.Options{PlainHTTP: r.PlainHTTP, Insecure: r.Insecure, UserAgent: userAgent}
 }
 
 // SnapshotRoot is the snapshotter's directory: [snapshotter] root, or

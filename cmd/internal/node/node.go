@@ -15,6 +15,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
@@ -85,7 +86,7 @@ func (n *Node) Close() error {
 // when its host is configured, then the configured registry repository's
 // identity tags.
 func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
-	remote := oci.RemoteOptions{PlainHTTP: cfg.Resolve.PlainHTTP, Insecure: cfg.Resolve.Insecure, UserAgent: "weightsnapd"}
+	remote := cfg.Resolve.RegistryOptions("weightsnapd")
 	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: remote}
 	rc := resolve.Config{
 		Mode: resolve.Required, Root: cfg.Root, Store: &cfg.Store,
@@ -106,7 +107,7 @@ func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
 		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
 	}
 	if cfg.Resolve.Registry != "" {
-		repo, err := oci.NewRemote(context.Background(), cfg.Resolve.Registry, remote)
+		repo, err := registry.New(context.Background(), cfg.Resolve.Registry, remote)
 		if err != nil {
 			return nil, err
 		}

@@ -1,4 +1,4 @@
-package oci
+package pointer
 
 import (
 	"bytes"
@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/registry"
 )
 
@@ -17,29 +16,18 @@ const labelPrefix = "containerd.io/snapshot/weightsnap."
 
 var identityRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
-// LabelError is a pointer layer's label that is not acceptable: labels come
-// from an image, so they are untrusted input.
-type LabelError struct {
-	Label  string // the label's key
-	Value  string // its value, cut to a readable length
-	Reason string
-}
-
-func (e *LabelError) Error() string {
-	if e.Value == "" {
-		return fmt.Sprintf("weight layer label %s: %s", e.Label, e.Reason)
-	}
-	return fmt.Sprintf("weight layer label %s=%q: %s", e.Label, e.Value, e.Reason)
-}
-
-// Unwrap makes a label error invalid input.
-func (e *LabelError) Unwrap() error { return errdefs.ErrInvalidArgument }
-
-func labelError(key, value, format string, args ...any) *LabelError {
+// labelError is a pointer layer's label (key) that is not acceptable,
+// invalid input: labels come from an image, so they are untrusted. The
+// value is cut to a readable length.
+func labelError(key, value, format string, args ...any) error {
 	if len(value) > 96 {
 		value = value[:96] + "..."
 	}
-	return &LabelError{Label: key, Value: value, Reason: fmt.Sprintf(format, args...)}
+	label := key
+	if value != "" {
+		label = fmt.Sprintf("%s=%q", key, value)
+	}
+	return fmt.Errorf("weight layer label %s: %s: %w", label, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 }
 
 // IsWeightLayer says whether labels (or a layer's annotations) name a
@@ -54,8 +42,8 @@ func IsWeightLayer(labels map[string]string) bool {
 	return false
 }
 
-// PointerLabels are the labels (layer annotations) that carry p.
-func PointerLabels(p Pointer) map[string]string {
+// Labels are the labels (layer annotations) that carry p.
+func Labels(p Pointer) map[string]string {
 	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
 	if p.Mode != "" {
 		labels[LabelMode] = p.Mode
@@ -70,8 +58,8 @@ func PointerLabels(p Pointer) map[string]string {
 	return labels
 }
 
-// labelBytes is the size containerd counts for labels: keys and values.
-func labelBytes(labels map[string]string) int {
+// LabelBytes is the size containerd counts for labels: keys and values.
+func LabelBytes(labels map[string]string) int {
 	total := 0
 	for k, v := range labels {
 		total += len(k) + len(v)
@@ -79,7 +67,7 @@ func labelBytes(labels map[string]string) int {
 	return total
 }
 
-// ParsePointerLabels reads the pointer that a pointer layer's labels carry
+// ParseLabels reads the pointer that a pointer layer's labels carry
 // (the layer's annotations, as containerd passes them to a snapshotter's
 // Prepare). ok is false for an ordinary layer, one with no weightsnap label.
 // A weight layer's labels are accepted only when the artifact reference is
@@ -88,9 +76,10 @@ func labelBytes(labels map[string]string) int {
 // (CleanTarget leaves it as it is), every LabelNext entry is such an
 // identity and reference, LabelMode is absent, ModeRequired or
 // ModePreferred, and the weightsnap labels together fit in
-// containerd's limit for one label; anything else is a *LabelError.
+// containerd's limit for one label; anything else is errdefs.ErrInvalidArgument
+// naming the label.
 // Labels of other keys are ignored.
-func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error) {
+func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 	if !IsWeightLayer(labels) {
 		return Pointer{}, false, nil
 	}
@@ -100,9 +89,8 @@ func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error
 			ours[k] = v
 		}
 	}
-	if total := labelBytes(ours); total > maxLabelsBytes {
-		return Pointer{}, true, &LabelError{Label: labelPrefix + "*",
-			Reason: fmt.Sprintf("the weightsnap labels take %d bytes, more than containerd's %d-byte limit", total, maxLabelsBytes)}
+	if total := LabelBytes(ours); total > MaxLabelsBytes {
+		return Pointer{}, true, labelError(labelPrefix+"*", "", "the weightsnap labels take %d bytes, more than containerd's %d-byte limit", total, MaxLabelsBytes)
 	}
 	for _, k := range []string{LabelArtifact, LabelIdentity, LabelTarget} {
 		if labels[k] == "" {
@@ -110,7 +98,7 @@ func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error
 		}
 	}
 	art, id, target := labels[LabelArtifact], labels[LabelIdentity], labels[LabelTarget]
-	if err := checkPinnedRef(art); err != nil {
+	if err := CheckPinnedRef(art); err != nil {
 		return Pointer{}, true, labelError(LabelArtifact, art, "%v", err)
 	}
 	if !identityRE.MatchString(id) {
@@ -121,7 +109,7 @@ func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error
 	} else if c != target {
 		return Pointer{}, true, labelError(LabelTarget, target, "not clean (want %q)", c)
 	}
-	p = Pointer{Schema: PointerSchema, Artifact: art, Identity: id, Target: target}
+	p = Pointer{Schema: Schema, Artifact: art, Identity: id, Target: target}
 	if m, ok := labels[LabelMode]; ok {
 		if m != ModeRequired && m != ModePreferred {
 			return Pointer{}, true, labelError(LabelMode, m, "want %s or %s", ModeRequired, ModePreferred)
@@ -134,18 +122,18 @@ func ParsePointerLabels(labels map[string]string) (p Pointer, ok bool, err error
 			if !ok || !identityRE.MatchString(nid) {
 				return Pointer{}, true, labelError(LabelNext, next, "entry %q is not sha256:<hex>=<artifact>", e)
 			}
-			if err := checkPinnedRef(nart); err != nil {
+			if err := CheckPinnedRef(nart); err != nil {
 				return Pointer{}, true, labelError(LabelNext, next, "entry %q: %v", e, err)
 			}
-			p.Next = append(p.Next, Pointer{Schema: PointerSchema, Artifact: nart, Identity: nid})
+			p.Next = append(p.Next, Pointer{Schema: Schema, Artifact: nart, Identity: nid})
 		}
 	}
 	return p, true, nil
 }
 
-// checkPinnedRef accepts only host/repository@sha256:<64 hex>, written as
+// CheckPinnedRef accepts only host/repository@sha256:<64 hex>, written as
 // the registry package writes it.
-func checkPinnedRef(ref string) error {
+func CheckPinnedRef(ref string) error {
 	r, err := registry.ParseReference(ref)
 	if err != nil {
 		return fmt.Errorf("not a registry reference: %v", err)
@@ -165,25 +153,25 @@ func checkPinnedRef(ref string) error {
 
 // maxPointerFileBytes bounds a pointer file: its fields fit in one
 // snapshot's labels.
-const maxPointerFileBytes = maxLabelsBytes
+const maxPointerFileBytes = MaxLabelsBytes
 
-// ParsePointerFile reads a pointer file (untrusted: it comes from an
+// ParseFile reads a pointer file (untrusted: it comes from an
 // image's layer): canonical JSON of a Pointer whose fields pass
-// ParsePointerLabels as labels would, at most 4096 bytes, nothing unknown.
-func ParsePointerFile(raw []byte) (Pointer, error) {
+// ParseLabels as labels would, at most 4096 bytes, nothing unknown.
+func ParseFile(raw []byte) (Pointer, error) {
 	if len(raw) > maxPointerFileBytes {
-		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file of %d bytes, more than %d", len(raw), maxPointerFileBytes)}
+		return Pointer{}, labelError(Dir, "", "pointer file of %d bytes, more than %d", len(raw), maxPointerFileBytes)
 	}
 	var p Pointer
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&p); err != nil || dec.More() {
-		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file is not one JSON pointer: %v", err)}
+		return Pointer{}, labelError(Dir, "", "pointer file is not one JSON pointer: %v", err)
 	}
-	if p.Schema != PointerSchema {
-		return Pointer{}, &LabelError{Label: PointerDir, Reason: fmt.Sprintf("pointer file schema %d, want %d", p.Schema, PointerSchema)}
+	if p.Schema != Schema {
+		return Pointer{}, labelError(Dir, "", "pointer file schema %d, want %d", p.Schema, Schema)
 	}
-	q, _, err := ParsePointerLabels(PointerLabels(p))
+	q, _, err := ParseLabels(Labels(p))
 	if err != nil {
 		return Pointer{}, err
 	}
@@ -194,18 +182,3 @@ func ParsePointerFile(raw []byte) (Pointer, error) {
 // IsIdentity says whether s is an identity digest as pointers carry it:
 // sha256:<64 lower-case hex>.
 func IsIdentity(s string) bool { return identityRE.MatchString(s) }
-
-// PointerFromAnnotations reads the pointer a layer descriptor carries with
-// ParsePointerLabels: ok is false for an ordinary layer.
-func PointerFromAnnotations(desc ocispec.Descriptor) (p Pointer, ok bool, err error) {
-	return ParsePointerLabels(desc.Annotations)
-}
-
-// PointerHost is the registry host of a parsed pointer's artifact.
-func PointerHost(p Pointer) string {
-	r, err := registry.ParseReference(p.Artifact)
-	if err != nil {
-		return ""
-	}
-	return r.Registry
-}

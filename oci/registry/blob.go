@@ -1,10 +1,9 @@
-package oci
+package registry
 
 import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -15,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -32,10 +32,10 @@ func (r *Remote) blobURL(d digest.Digest) string {
 	return fmt.Sprintf("%s://%s/v2/%s/blobs/%s", scheme, r.Ref.Host(), r.Ref.Repository, d)
 }
 
-// getBlob GETs a blob through the authenticating client: the whole blob
+// GetBlob GETs a blob through the authenticating client: the whole blob
 // when n < 0, else the range [off, off+n) (it then insists on a 206 answer
 // for exactly that range).
-func (r *Remote) getBlob(ctx context.Context, desc ocispec.Descriptor, off, n int64) (io.ReadCloser, error) {
+func (r *Remote) GetBlob(ctx context.Context, desc ocispec.Descriptor, off, n int64) (io.ReadCloser, error) {
 	resp, err := r.blobResponse(ctx, desc, off, n)
 	if err != nil {
 		return nil, err
@@ -43,7 +43,7 @@ func (r *Remote) getBlob(ctx context.Context, desc ocispec.Descriptor, off, n in
 	return resp.Body, nil
 }
 
-// blobResponse is getBlob's answer, whole.
+// blobResponse is GetBlob's answer, whole.
 func (r *Remote) blobResponse(ctx context.Context, desc ocispec.Descriptor, off, n int64) (*http.Response, error) {
 	ctx = auth.AppendRepositoryScope(ctx, r.Ref, auth.ActionPull)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.blobURL(desc.Digest), nil)
@@ -61,22 +61,28 @@ func (r *Remote) blobResponse(ctx context.Context, desc ocispec.Descriptor, off,
 	case n < 0 && resp.StatusCode == http.StatusOK:
 		if resp.ContentLength >= 0 && resp.ContentLength != desc.Size {
 			resp.Body.Close()
-			return nil, &RangeError{Digest: desc.Digest.String(), Reason: fmt.Sprintf("Content-Length %d, descriptor says %d", resp.ContentLength, desc.Size)}
+			return nil, rangeError(desc, fmt.Sprintf("Content-Length %d, descriptor says %d", resp.ContentLength, desc.Size))
 		}
 		return resp, nil
 	case n >= 0 && resp.StatusCode == http.StatusPartialContent:
 		s, e, _, ok := parseContentRange(resp.Header.Get("Content-Range"))
 		if !ok || s != off || e != off+n-1 {
 			resp.Body.Close()
-			return nil, &RangeError{Digest: desc.Digest.String(), Reason: fmt.Sprintf("asked bytes %d-%d, got Content-Range %q", off, off+n-1, resp.Header.Get("Content-Range"))}
+			return nil, rangeError(desc, fmt.Sprintf("asked bytes %d-%d, got Content-Range %q", off, off+n-1, resp.Header.Get("Content-Range")))
 		}
 		return resp, nil
 	case n >= 0 && resp.StatusCode == http.StatusOK:
 		resp.Body.Close()
-		return nil, &RangeError{Digest: desc.Digest.String(), Reason: "the registry ignored the Range header"}
+		return nil, rangeError(desc, "the registry ignored the Range header")
 	}
 	defer resp.Body.Close()
-	return nil, classifyRemote(parseErrorResponse(resp))
+	return nil, Classify(parseErrorResponse(resp))
+}
+
+// rangeError is a registry that answered a blob request wrongly: it
+// misbehaved, and may not the next time.
+func rangeError(desc ocispec.Descriptor, reason string) error {
+	return fmt.Errorf("fetch of %s: %s: %w", desc.Digest, reason, errdefs.ErrUnavailable)
 }
 
 // parseErrorResponse turns a failed registry response into an error.
@@ -120,30 +126,30 @@ func parseContentRange(h string) (start, end, total int64, ok bool) {
 	return start, end, total, err1 == nil && err2 == nil && end >= start
 }
 
-// rangeProbe is what a one-byte ranged GET of a blob told about the
-// registry (probeRanges).
-type rangeProbe struct {
-	served     bool          // a 206 with exactly that range
-	rtt        time.Duration // the round trip to the host that served it (TCP's least), 0 if unknown
-	redirected bool          // served by another host (object storage, a CDN)
+// RangeProbe is what a one-byte ranged GET of a blob told about the
+// registry (ProbeRanges).
+type RangeProbe struct {
+	Served     bool          // a 206 with exactly that range
+	RTT        time.Duration // the round trip to the host that served it (TCP's least), 0 if unknown
+	Redirected bool          // served by another host (object storage, a CDN)
 }
 
-// probeRanges GETs the first byte of a blob: whether the registry serves
+// ProbeRanges GETs the first byte of a blob: whether the registry serves
 // ranges, how far away the server is, and whether it sends the bytes from
 // elsewhere.
-func (r *Remote) probeRanges(ctx context.Context, desc ocispec.Descriptor) rangeProbe {
+func (r *Remote) ProbeRanges(ctx context.Context, desc ocispec.Descriptor) RangeProbe {
 	if desc.Size < 2 {
-		return rangeProbe{}
+		return RangeProbe{}
 	}
 	var conn net.Conn // of the last request: a redirect's target
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i.Conn }})
 	resp, err := r.blobResponse(ctx, desc, 0, 1)
 	if err != nil {
 		log.G(ctx).WithError(err).Debug("registry does not serve ranges; fetching blobs as single streams")
-		return rangeProbe{}
+		return RangeProbe{}
 	}
 	defer resp.Body.Close()
-	return rangeProbe{served: true, rtt: tcpRTT(conn), redirected: resp.Request.URL.Host != r.Ref.Host()}
+	return RangeProbe{Served: true, RTT: tcpRTT(conn), Redirected: resp.Request.URL.Host != r.Ref.Host()}
 }
 
 // tcpRTT is the least round-trip time the kernel measured on a TCP
@@ -166,28 +172,3 @@ func tcpRTT(c net.Conn) time.Duration {
 	}
 	return time.Duration(cmp.Or(info.Min_rtt, info.Rtt)) * time.Microsecond
 }
-
-// transient reports whether a fetch error is worth retrying from where it stopped.
-func transient(ctx context.Context, err error) bool {
-	if ctx.Err() != nil || err == nil {
-		return false
-	}
-	var re *RangeError
-	var de *DigestMismatchError
-	var er *errcode.ErrorResponse
-	switch {
-	case errors.As(err, &de):
-		return false
-	case errors.As(err, &re):
-		return true
-	case errors.As(err, &er):
-		return er.StatusCode >= 500 || er.StatusCode == http.StatusTooManyRequests || er.StatusCode == http.StatusUnauthorized
-	}
-	return true // network errors: reset, unexpected EOF, timeouts
-}
-
-// retryDelay is the pause before attempt n (1-based) of a failed transfer.
-func retryDelay(n int) time.Duration { return time.Duration(n*n) * 250 * time.Millisecond }
-
-// fetchAttempts bounds how often one blob range is re-requested.
-const fetchAttempts = 4

@@ -1,4 +1,8 @@
-package oci
+// Package registry is the client of an OCI registry: the repository of a
+// reference with its credentials, plain HTTP or TLS and connection pool,
+// manifests and small blobs read verified, ranged blob GETs with their
+// probe, and the one retry policy of registry requests.
+package registry
 
 import (
 	"context"
@@ -14,7 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/errdef"
-	"oras.land/oras-go/v2/registry"
+	orasreg "oras.land/oras-go/v2/registry"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
 	"oras.land/oras-go/v2/registry/remote/credentials"
@@ -22,8 +26,8 @@ import (
 	"oras.land/oras-go/v2/registry/remote/retry"
 )
 
-// RemoteOptions say how to reach a registry.
-type RemoteOptions struct {
+// Options say how to reach a registry.
+type Options struct {
 	// PlainHTTP talks HTTP instead of HTTPS (local test registries).
 	PlainHTTP bool
 	// Insecure skips TLS certificate verification.
@@ -42,14 +46,14 @@ type RemoteOptions struct {
 // (tag or digest) it was opened with.
 type Remote struct {
 	Repo      *remote.Repository
-	Ref       registry.Reference
+	Ref       orasreg.Reference
 	client    *auth.Client
 	plainHTTP bool
 }
 
-// NewRemote opens the repository of ref ("host[:port]/repo[:tag|@digest]").
-func NewRemote(ctx context.Context, ref string, o RemoteOptions) (*Remote, error) {
-	r, err := registry.ParseReference(ref)
+// New opens the repository of ref ("host[:port]/repo[:tag|@digest]").
+func New(ctx context.Context, ref string, o Options) (*Remote, error) {
+	r, err := orasreg.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
 	}
@@ -73,14 +77,14 @@ func NewRemote(ctx context.Context, ref string, o RemoteOptions) (*Remote, error
 	return newRemote(r, client, o.PlainHTTP), nil
 }
 
-func newRemote(r registry.Reference, client *auth.Client, plainHTTP bool) *Remote {
+func newRemote(r orasreg.Reference, client *auth.Client, plainHTTP bool) *Remote {
 	repo := &remote.Repository{Client: client, Reference: r, PlainHTTP: plainHTTP}
 	return &Remote{Repo: repo, Ref: r, client: client, plainHTTP: plainHTTP}
 }
 
 // Sibling opens another reference with the same client (credentials, pool).
 func (r *Remote) Sibling(ref string) (*Remote, error) {
-	p, err := registry.ParseReference(ref)
+	p, err := orasreg.ParseReference(ref)
 	if err != nil {
 		return nil, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
 	}
@@ -93,7 +97,7 @@ func (r *Remote) Name() string { return r.Ref.Registry + "/" + r.Ref.Repository 
 // String is the reference as given.
 func (r *Remote) String() string { return r.Ref.String() }
 
-func newHTTPClient(o RemoteOptions) *http.Client {
+func newHTTPClient(o Options) *http.Client {
 	conns := o.Connections
 	if conns <= 0 {
 		conns = 16
@@ -110,29 +114,33 @@ func newHTTPClient(o RemoteOptions) *http.Client {
 	tr.ForceAttemptHTTP2 = false
 	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
 	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: o.Insecure} //nolint:gosec // the user asked for --insecure
+	// The one layer that retries requests (see Resume).
 	return &http.Client{Transport: retry.NewTransport(tr)}
 }
 
-// fetchManifest resolves the remote's reference and reads its manifest,
+// maxManifestBytes bounds a manifest read (registries commonly cap at 4 MiB).
+const maxManifestBytes = 4 << 20
+
+// FetchManifest resolves the remote's reference and reads its manifest,
 // verified against its digest.
-func (r *Remote) fetchManifest(ctx context.Context) (ocispec.Descriptor, []byte, error) {
+func (r *Remote) FetchManifest(ctx context.Context) (ocispec.Descriptor, []byte, error) {
 	desc, rc, err := r.Repo.FetchReference(ctx, r.Ref.ReferenceOrDefault())
 	if err != nil {
-		return ocispec.Descriptor{}, nil, fmt.Errorf("resolve %s: %w", r, classifyRemote(err))
+		return ocispec.Descriptor{}, nil, fmt.Errorf("resolve %s: %w", r, Classify(err))
 	}
 	defer rc.Close()
 	raw, err := readVerified(rc, desc, "manifest of "+r.String(), maxManifestBytes)
 	return desc, raw, err
 }
 
-// fetchSmall reads a small blob, verified against its descriptor.
-func (r *Remote) fetchSmall(ctx context.Context, desc ocispec.Descriptor, what string, limit int64) ([]byte, error) {
+// FetchSmall reads a small blob, verified against its descriptor.
+func (r *Remote) FetchSmall(ctx context.Context, desc ocispec.Descriptor, what string, limit int64) ([]byte, error) {
 	if desc.Size > limit {
-		return nil, &ManifestError{Ref: r.String(), Reason: fmt.Sprintf("%s is %d bytes, more than the %d allowed", what, desc.Size, limit)}
+		return nil, fmt.Errorf("%s: %s is %d bytes, more than the %d allowed: %w", r, what, desc.Size, limit, errdefs.ErrInvalidArgument)
 	}
 	rc, err := r.Repo.Fetch(ctx, desc)
 	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", what, classifyRemote(err))
+		return nil, fmt.Errorf("fetch %s: %w", what, Classify(err))
 	}
 	defer rc.Close()
 	return readVerified(rc, desc, what, limit)
@@ -141,24 +149,24 @@ func (r *Remote) fetchSmall(ctx context.Context, desc ocispec.Descriptor, what s
 // readVerified reads exactly desc.Size bytes and checks their digest.
 func readVerified(r io.Reader, desc ocispec.Descriptor, what string, limit int64) ([]byte, error) {
 	if desc.Size > limit || desc.Size < 0 {
-		return nil, &ManifestError{Ref: what, Reason: fmt.Sprintf("size %d out of bounds", desc.Size)}
+		return nil, fmt.Errorf("%s: size %d out of bounds: %w", what, desc.Size, errdefs.ErrInvalidArgument)
 	}
 	raw, err := io.ReadAll(io.LimitReader(r, desc.Size+1))
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", what, err)
 	}
 	if int64(len(raw)) != desc.Size {
-		return nil, &DigestMismatchError{What: what, Want: fmt.Sprintf("%s (%d bytes)", desc.Digest, desc.Size),
-			Got: fmt.Sprintf("%s (%d bytes)", digest.FromBytes(raw), len(raw))}
+		return nil, DigestMismatch(what, fmt.Sprintf("%s (%d bytes)", desc.Digest, desc.Size),
+			fmt.Sprintf("%s (%d bytes)", digest.FromBytes(raw), len(raw)))
 	}
 	if got := desc.Digest.Algorithm().FromBytes(raw); got != desc.Digest {
-		return nil, &DigestMismatchError{What: what, Want: desc.Digest.String(), Got: got.String()}
+		return nil, DigestMismatch(what, desc.Digest.String(), got.String())
 	}
 	return raw, nil
 }
 
-// classifyRemote maps registry errors onto errdefs classes.
-func classifyRemote(err error) error {
+// Classify maps registry errors onto errdefs classes.
+func Classify(err error) error {
 	var er *errcode.ErrorResponse
 	switch {
 	case err == nil:
@@ -183,6 +191,13 @@ func classifyRemote(err error) error {
 		}
 	}
 	return err
+}
+
+// DigestMismatch is the error of a blob whose bytes do not hash to its
+// descriptor's digest (want): the registry, a proxy or the wire corrupted
+// it. what names the blob: a layer's file path, "manifest of ...".
+func DigestMismatch(what, want, got string) error {
+	return fmt.Errorf("%s: digest mismatch: descriptor says %s, received bytes hash to %s: %w", what, want, got, errdefs.ErrDataLoss)
 }
 
 // remoteError is a registry error with its errdefs class; it reads as the
