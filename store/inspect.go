@@ -60,7 +60,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id string) (*ArtifactInfo,
 	if err := d.checkDenied(id); err != nil {
 		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason
 	}
-	o, err := d.validateDir(id, ManifestAndMetadata)
+	o, err := d.validateDir(ctx, id, ManifestAndMetadata)
 	if err != nil {
 		if info.State == StateReady {
 			info.State, info.Reason = StateInvalid, err.Error()
