@@ -259,7 +259,7 @@ func sameSize(f *os.File, it item) error {
 		return err
 	}
 	if fi.Size() != it.size {
-		return &ChangedError{Path: f.Name(), Detail: fmt.Sprintf("size %d, listed as %d", fi.Size(), it.size)}
+		return errChanged(f.Name(), "size %d, listed as %d", fi.Size(), it.size)
 	}
 	return nil
 }
