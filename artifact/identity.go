@@ -164,7 +164,7 @@ func checkIntegers(v any) error {
 func ParseIdentity(doc []byte) (Identity, error) {
 	var id Identity
 	if err := DecodeStrictJSON(bytes.NewReader(doc), &id); err != nil {
-		return Identity{}, &IdentityError{Reason: err.Error()}
+		return Identity{}, identityError("", "%v", err)
 	}
 	if err := id.Validate(); err != nil {
 		return Identity{}, err

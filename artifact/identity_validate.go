@@ -10,21 +10,14 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// IdentityError is a field of an identity that is missing or wrong.
-type IdentityError struct {
-	Field  string
-	Reason string
-}
-
-func (e *IdentityError) Error() string {
-	if e.Field == "" {
-		return "invalid identity: " + e.Reason
+// identityError is a field of an identity that is missing or wrong; field
+// is empty for a document that does not decode.
+func identityError(field, format string, args ...any) error {
+	if field == "" {
+		return fmt.Errorf("invalid identity: %s: %w", fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 	}
-	return fmt.Sprintf("invalid identity: %s: %s", e.Field, e.Reason)
+	return fmt.Errorf("invalid identity: %s: %s: %w", field, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 }
-
-// Unwrap classifies identity errors as invalid arguments.
-func (e *IdentityError) Unwrap() error { return errdefs.ErrInvalidArgument }
 
 var (
 	commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -38,11 +31,10 @@ func IsImmutableRevision(rev string) bool {
 	return commitRE.MatchString(rev) || digestRE.MatchString(rev)
 }
 
-// Validate checks every field of the identity and returns an *IdentityError for the first bad one.
+// Validate checks every field of the identity and returns an
+// errdefs.ErrInvalidArgument naming the first bad one.
 func (id Identity) Validate() error {
-	bad := func(field, format string, args ...any) error {
-		return &IdentityError{Field: field, Reason: fmt.Sprintf(format, args...)}
-	}
+	bad := identityError
 	if id.Schema != IdentitySchema {
 		return bad("schema", "unsupported schema %d (want %d)", id.Schema, IdentitySchema)
 	}
@@ -102,7 +94,7 @@ func (id Identity) Validate() error {
 
 func (l Layout) validate() error {
 	bad := func(field, format string, args ...any) error {
-		return &IdentityError{Field: "layout." + field, Reason: fmt.Sprintf(format, args...)}
+		return identityError("layout."+field, format, args...)
 	}
 	if !nameRE.MatchString(l.Name) {
 		return bad("name", "invalid layout name %q", l.Name)

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -158,7 +159,12 @@ func (c *ControlClient) call(ctx context.Context, method, path string, in, out a
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
 			e.Error = resp.Status
 		}
-		return fmt.Errorf("weightsnapd: %s: %w", e.Error, errhttp.ToNative(resp.StatusCode))
+		// The daemon's message names its class already when it wraps one.
+		cls := errhttp.ToNative(resp.StatusCode)
+		if msg := strings.TrimSuffix(e.Error, ": "+cls.Error()); msg != cls.Error() {
+			return fmt.Errorf("weightsnapd: %s: %w", msg, cls)
+		}
+		return fmt.Errorf("weightsnapd: %w", cls)
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
 		return nil

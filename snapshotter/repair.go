@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/pointer"
@@ -143,7 +144,13 @@ func (r *repairs) stop() {
 func (r *repairs) run(hex string, lp *repairLoop) {
 	defer r.wg.Done()
 	logger := log.G(r.ctx).WithField("identity", lp.ptr.Identity).WithField("artifact", lp.ptr.Artifact)
-	wait := r.backoff.Initial
+	// wait is the pause before the next try: Initial, doubled after each
+	// failed try up to Max, Initial again after a kick or a try that
+	// repaired every holder it found (holders added meanwhile).
+	bo := &backoff.ExponentialBackOff{InitialInterval: r.backoff.Initial, Multiplier: 2, MaxInterval: r.backoff.Max}
+	var wait time.Duration
+	restart := func() { bo.Reset(); wait = bo.NextBackOff() }
+	restart()
 	for try := 1; ; try++ {
 		t := time.NewTimer(wait)
 		select {
@@ -152,7 +159,7 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			return
 		case <-lp.kick:
 			t.Stop()
-			wait = r.backoff.Initial
+			restart()
 		case <-t.C:
 		}
 		if r.done(hex, lp) {
@@ -163,7 +170,7 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			if r.ctx.Err() != nil {
 				return
 			}
-			wait = min(wait*2, r.backoff.Max)
+			wait = bo.NextBackOff()
 			r.s.metrics.repairs.WithLabelValues("unresolved").Inc()
 			logger.WithError(err).WithField("try", try).WithField("holders", len(r.pending(hex))).WithField("next_try_in", wait).
 				Warn("repair: the artifact does not resolve yet")
@@ -182,9 +189,9 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			return
 		}
 		if failed {
-			wait = min(wait*2, r.backoff.Max)
+			wait = bo.NextBackOff()
 		} else {
-			wait = r.backoff.Initial // holders added meanwhile
+			restart()
 		}
 	}
 }

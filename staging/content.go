@@ -104,7 +104,7 @@ func sampleFile(p string, size int64) (string, error) {
 		return "", &os.PathError{Op: "fstat", Path: p, Err: err}
 	}
 	if st.Size != size {
-		return "", &ChangedError{Path: p, Detail: fmt.Sprintf("size %d, want %d", st.Size, size)}
+		return "", errChanged(p, "size %d, want %d", st.Size, size)
 	}
 	return sampleHash(fdReader(fd), 0, size)
 }
@@ -187,16 +187,11 @@ func sameBytes(ctx context.Context, a, b io.ReaderAt, off, n int64, h io.Writer)
 	return true, nil
 }
 
-// ChangedError says a source changed while it was staged, or since the
-// plan listed it.
-type ChangedError struct {
-	Path, Detail string
+// errChanged says a source changed while it was staged, or since the plan
+// listed it: staging stopped, a re-run can succeed.
+func errChanged(path, format string, args ...any) error {
+	return fmt.Errorf("source %s changed: %s: %w", path, fmt.Sprintf(format, args...), errdefs.ErrAborted)
 }
-
-func (e *ChangedError) Error() string { return "source " + e.Path + " changed: " + e.Detail }
-
-// Unwrap classifies the error: staging stopped, a re-run can succeed.
-func (e *ChangedError) Unwrap() error { return errdefs.ErrAborted }
 
 // VerifyError is staged content that does not match what it must be: a hub
 // blob whose bytes are not its name, or a copy unlike its source. Nothing

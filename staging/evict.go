@@ -132,7 +132,11 @@ func footprint(l *Ledger) int64 {
 }
 
 // evictable lists the lanes on filesystem dev that may be evicted, least
-// recently used first: staged, not excluded, and not busy.
+// recently used first: staged, not excluded, and not busy. It shares no code
+// with the store's capacity (which refuses, never evicts) or the peer's
+// staged set (mappings in one process's memory, by reference count): a lane
+// is files on disk, its last use is in its ledger and its users are found
+// by scanning /proc.
 func (e *Engine) evictable(dev uint64, exclude map[string]bool, ledgers []*Ledger, open map[devIno]int) []EvictPlan {
 	var out []EvictPlan
 	for _, l := range ledgers {

@@ -23,7 +23,7 @@ var verifyRank = map[Verify]int{VerifySize: 0, VerifySample: 1, VerifyFull: 2}
 // identical content staged before; else a verified copy.
 func (r *laneRun) ensureFile(ctx context.Context, it item, src, dst string) (Entry, outcome, error) {
 	if prev, ok := r.lp.ledger.Entry(it.path); ok && r.e.opts.Mode != ModeForce {
-		same, err := r.unchanged(it, prev, src)
+		same, err := r.unchanged(ctx, it, prev, src)
 		if err != nil {
 			return Entry{}, 0, err
 		}
@@ -80,7 +80,7 @@ func (s *srcSample) get() (string, error) {
 // stat must have matched prev when planned, and the source's size and
 // sampled content must match what was recorded (a blob in size mode: its
 // size). Source mtimes are never used.
-func (r *laneRun) unchanged(it item, prev Entry, src string) (bool, error) {
+func (r *laneRun) unchanged(ctx context.Context, it item, prev Entry, src string) (bool, error) {
 	if r.e.opts.Mode == ModeSkip {
 		return true, nil
 	}
@@ -99,7 +99,7 @@ func (r *laneRun) unchanged(it item, prev Entry, src string) (bool, error) {
 			return false, err
 		}
 		defer f.Close()
-		s, err := sparseSample(f, it)
+		s, err := sparseSample(ctx, f, it)
 		return s == prev.Sample, err
 	}
 	s, err := sampleFile(src, it.size)

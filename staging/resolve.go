@@ -194,12 +194,41 @@ type Producer struct {
 	Engine *Engine
 }
 
-// Producer implements producers.Recipe.
+// Producer implements producers.Recipe. The staged copy is looked up when
+// the producer runs, under its context.
 func (p Producer) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
-	if root, err := p.stagedCopy(context.Background(), src); err == nil {
+	return &stagedProducer{recipe: p, src: src}, nil
+}
+
+// stagedProducer is the passthrough producer of src's staged copy, or of
+// src when none is staged.
+type stagedProducer struct {
+	recipe Producer
+	src    *artifact.SourceDir
+	inner  artifact.Producer // set by Produce
+}
+
+func (s *stagedProducer) Name() string { return s.recipe.Name() }
+
+func (s *stagedProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	src := s.src
+	if root, err := s.recipe.stagedCopy(ctx, src); err == nil {
 		src = &artifact.SourceDir{Root: root, Files: src.Files}
 	}
-	return p.Passthrough.Producer(src)
+	inner, err := s.recipe.Passthrough.Producer(src)
+	if err != nil {
+		return err
+	}
+	s.inner = inner
+	return inner.Produce(ctx, w)
+}
+
+// SourceBytesRead implements producers.SourceCounter.
+func (s *stagedProducer) SourceBytesRead() int64 {
+	if c, ok := s.inner.(producers.SourceCounter); ok {
+		return c.SourceBytesRead()
+	}
+	return 0
 }
 
 // stagedCopy is the staged, verified copy of a source snapshot folder that

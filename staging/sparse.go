@@ -158,12 +158,12 @@ func tableRange(b *Block, t Table, ti artifact.TensorInfo, dataStart int64) (ran
 
 // sparseSample is the sampled hash of a sparse-rows file's content: its
 // size, its header whole, and each range sampled.
-func sparseSample(f *os.File, it item) (string, error) {
+func sparseSample(ctx context.Context, f *os.File, it item) (string, error) {
 	h := blake3.New()
 	var le [8]byte
 	binary.LittleEndian.PutUint64(le[:], uint64(it.size))
 	h.Write(le[:])
-	if err := hashRange(context.Background(), f, 0, it.header, h); err != nil {
+	if err := hashRange(ctx, f, 0, it.header, h); err != nil {
 		return "", err
 	}
 	for _, r := range it.ranges {
@@ -188,7 +188,7 @@ func (r *laneRun) stageSparse(ctx context.Context, it item, src, dst string) (En
 	if err := sameSize(in, it); err != nil {
 		return Entry{}, err
 	}
-	srcSample, err := sparseSample(in, it)
+	srcSample, err := sparseSample(ctx, in, it)
 	if err != nil {
 		return Entry{}, err
 	}
@@ -232,7 +232,7 @@ func (r *laneRun) stageSparse(ctx context.Context, it item, src, dst string) (En
 	if _, err := artifact.ReadHeader(out, it.size); err != nil {
 		return fail(fmt.Errorf("lane %s: staged %s does not parse: %w", r.b.ID, it.path, err))
 	}
-	if e.Sample, err = sparseSample(out, it); err != nil {
+	if e.Sample, err = sparseSample(ctx, out, it); err != nil {
 		return fail(err)
 	}
 	if e.Sample != srcSample {
@@ -259,7 +259,7 @@ func sameSize(f *os.File, it item) error {
 		return err
 	}
 	if fi.Size() != it.size {
-		return &ChangedError{Path: f.Name(), Detail: fmt.Sprintf("size %d, listed as %d", fi.Size(), it.size)}
+		return errChanged(f.Name(), "size %d, listed as %d", fi.Size(), it.size)
 	}
 	return nil
 }

@@ -103,19 +103,6 @@ func (e *TimeoutError) Unwrap() error { return errdefs.ErrUnavailable }
 // Retryable reports whether a failure may go away on its own.
 func (e *TimeoutError) Retryable() bool { return true }
 
-// AmbiguousError is an id prefix that names more than one artifact.
-type AmbiguousError struct {
-	Prefix  string
-	Matches int
-}
-
-func (e *AmbiguousError) Error() string {
-	return fmt.Sprintf("id prefix %q names %d artifacts", e.Prefix, e.Matches)
-}
-
-// Unwrap classifies the error.
-func (e *AmbiguousError) Unwrap() error { return errdefs.ErrInvalidArgument }
-
 // IsInvalid reports whether err says an artifact was found invalid.
 func IsInvalid(err error) bool {
 	var ie *InvalidError

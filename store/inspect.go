@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -60,7 +61,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id string) (*ArtifactInfo,
 	if err := d.checkDenied(id); err != nil {
 		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason
 	}
-	o, err := d.validateDir(id, ManifestAndMetadata)
+	o, err := d.validateDir(ctx, id, ManifestAndMetadata)
 	if err != nil {
 		if info.State == StateReady {
 			info.State, info.Reason = StateInvalid, err.Error()
@@ -129,7 +130,7 @@ func (d *Domain) ResolveID(ref string) (string, error) {
 	case 1:
 		return match[0], nil
 	}
-	return "", &AmbiguousError{Prefix: p, Matches: len(match)}
+	return "", fmt.Errorf("id prefix %q names %d artifacts: %w", p, len(match), errdefs.ErrInvalidArgument)
 }
 
 // Usage is a count and size of directory entries.

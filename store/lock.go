@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,49 +21,68 @@ import (
 type lock struct{ f *os.File }
 
 // lockFile takes a flock of kind how (LOCK_SH or LOCK_EX) on path, creating
-// the file, and waits until deadline, polling, since flock cannot be
-// cancelled; a context deadline bounds the wait too. A waiter never breaks
-// another process's lock.
+// the file, and waits until deadline, polling with an exponential backoff
+// (1 ms doubling to 50 ms), since flock cannot be cancelled; the context
+// bounds the wait too. A waiter never breaks another process's lock.
 func lockFile(ctx context.Context, path string, how int, deadline time.Time, what string) (*lock, error) {
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}
-	wait := time.Millisecond
-	for {
-		err := unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
-		if err == nil {
-			return &lock{f: f}, nil
+	wctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	poll := &backoff.ExponentialBackOff{InitialInterval: time.Millisecond, Multiplier: 2, MaxInterval: 50 * time.Millisecond}
+	_, err = backoff.Retry(wctx, func() (struct{}, error) {
+		ok, err := flockNB(f, how)
+		if err != nil {
+			return struct{}{}, backoff.Permanent(fmt.Errorf("flock %s: %w", path, err))
 		}
-		if !errors.Is(err, unix.EWOULDBLOCK) && !errors.Is(err, unix.EINTR) {
-			f.Close()
-			return nil, fmt.Errorf("flock %s: %w", path, err)
+		if !ok {
+			return struct{}{}, errLockHeld
 		}
-		if !time.Now().Before(deadline) {
-			f.Close()
-			return nil, &TimeoutError{What: what}
-		}
-		select {
-		case <-ctx.Done():
-			f.Close()
-			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				return nil, &TimeoutError{What: what} // the caller's own wait budget ran out
-			}
-			return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
-		case <-time.After(min(wait, time.Until(deadline))):
-		}
-		wait = min(wait*2, 50*time.Millisecond)
+		return struct{}{}, nil
+	}, backoff.WithBackOff(poll), backoff.WithMaxElapsedTime(0))
+	switch {
+	case err == nil:
+		return &lock{f: f}, nil
+	case errors.Is(err, errLockHeld), errors.Is(err, context.DeadlineExceeded):
+		f.Close()
+		return nil, &TimeoutError{What: what} // this wait's or the caller's own budget ran out
+	case ctx.Err() != nil:
+		f.Close()
+		return nil, fmt.Errorf("waiting for %s: %w", what, ctx.Err())
+	default:
+		f.Close()
+		return nil, err
 	}
+}
+
+// errLockHeld is a flock another holder has.
+var errLockHeld = errors.New("lock held")
+
+// flockNB tries once to take a flock; ok is false when another holder has it.
+func flockNB(f *os.File, how int) (ok bool, err error) {
+	err = unix.Flock(int(f.Fd()), how|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) || errors.Is(err, unix.EINTR) {
+		return false, nil
+	}
+	return err == nil, err
 }
 
 // tryLock takes a flock without waiting; ok is false when another holder has it.
 func tryLock(path string, how int) (l *lock, ok bool, err error) {
-	l, err = lockFile(context.Background(), path, how, time.Time{}, path)
-	var te *TimeoutError
-	if errors.As(err, &te) {
-		return nil, false, nil
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, false, fmt.Errorf("open lock %s: %w", path, err)
 	}
-	return l, err == nil, err
+	if ok, err = flockNB(f, how); !ok {
+		f.Close()
+		if err != nil {
+			err = fmt.Errorf("flock %s: %w", path, err)
+		}
+		return nil, false, err
+	}
+	return &lock{f: f}, true, nil
 }
 
 // Close releases the lock by closing the descriptor.

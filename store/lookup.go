@@ -101,7 +101,7 @@ func (d *Domain) Lookup(ctx context.Context, id string, mode ValidationMode) (*L
 	if err != nil {
 		return nil, err
 	}
-	o, err := d.validateDir(id, mode)
+	o, err := d.validateDir(ctx, id, mode)
 	if err != nil {
 		var ie *InvalidError
 		if errors.As(err, &ie) {

@@ -56,7 +56,9 @@ func (o *opened) close() {
 
 // validateDir opens artifacts/<id> and validates it in the given mode. A
 // missing directory is ErrMiss; anything wrong with it is an *InvalidError.
-func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
+// A full checksum stops when ctx is done and returns its error, wrapped:
+// a cancelled validation never finds the artifact invalid.
+func (d *Domain) validateDir(ctx context.Context, id string, mode ValidationMode) (*opened, error) {
 	dir := d.path(dirArtifacts, id)
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
@@ -127,8 +129,11 @@ func (d *Domain) validateDir(id string, mode ValidationMode) (*opened, error) {
 		}
 	}
 	if mode == FullChecksum {
-		if err := verifyHashes(context.Background(), id, o.files, hashCheck{}); err != nil {
+		if err := verifyHashes(ctx, id, o.files, hashCheck{}); err != nil {
 			o.close()
+			if ctx.Err() != nil && !IsInvalid(err) {
+				return nil, fmt.Errorf("checksum of artifact %s: %w", short(id), err)
+			}
 			return nil, err
 		}
 	}

@@ -106,7 +106,7 @@ func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, de
 	}()
 	target := d.path(dirArtifacts, id)
 	if _, err := os.Lstat(target); err == nil {
-		o, verr := d.validateDir(id, ManifestAndMetadata)
+		o, verr := d.validateDir(ctx, id, ManifestAndMetadata)
 		switch {
 		case verr == nil:
 			same := o.ready.IndexSHA256 == indexSHA256

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"golang.org/x/sys/unix"
 )
@@ -18,7 +19,7 @@ import (
 // removal is finished by the next cleanup or build of that id.
 func (d *Domain) Remove(ctx context.Context, id string) error {
 	if !idRE.MatchString(id) {
-		return fmt.Errorf("artifact id %q is not 64 hex digits", id)
+		return fmt.Errorf("artifact id %q is not 64 hex digits: %w", id, errdefs.ErrInvalidArgument)
 	}
 	bl, ok, err := tryLock(d.lockPath(id, "build"), unix.LOCK_EX)
 	if err != nil {

@@ -289,3 +289,32 @@ func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
 		t.Fatalf("the first build was disturbed by the waiter: %v", err)
 	}
 }
+
+func TestCancelledChecksumLeavesTheArtifactReady(t *testing.T) {
+	_, src := checkpoint(t, 2<<20, 2)
+	d := openDomain(t, t.TempDir())
+	l, _ := importDir(t, d, src)
+	id := l.ID
+	f := l.Files()[0]
+	l.Close()
+	flipByte(t, f.Abs, f.Entry.Size-1)
+
+	// A cancelled full checksum, in a lookup or a scrub, is the caller's
+	// cancellation, never a finding: the artifact is neither denied nor moved.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := d.Lookup(ctx, id, store.FullChecksum); !errors.Is(err, context.Canceled) || store.IsInvalid(err) {
+		t.Fatalf("cancelled full lookup: %v, want context.Canceled", err)
+	}
+	if err := d.Scrub(ctx, id, store.ScrubOptions{}); !errors.Is(err, context.Canceled) || store.IsInvalid(err) {
+		t.Fatalf("cancelled scrub: %v, want context.Canceled", err)
+	}
+	info, err := d.InspectArtifact(context.Background(), id)
+	if err != nil || info.State != store.StateReady {
+		t.Fatalf("after cancelled checks: %+v %v, want %s", info, err, store.StateReady)
+	}
+	// The flipped byte is still there to be found by a check that runs.
+	if _, err := d.Lookup(context.Background(), id, store.FullChecksum); !store.IsInvalid(err) {
+		t.Fatalf("full lookup: %v, want invalid", err)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"golang.org/x/sys/unix"
+	"golang.org/x/time/rate"
 )
 
 // hashCheck is what verifyHashes recomputes beyond the BLAKE3 of every byte.
@@ -45,33 +46,29 @@ const verifyChunk = 1 << 20
 // It returns an *InvalidError for bytes that disagree, a *StorageError for
 // a read the store failed.
 func verifyHashes(ctx context.Context, id string, files []*LeaseFile, c hashCheck) error {
-	type task struct {
-		file, tensor, what string
-		f                  *os.File
-		off, n             int64
-		want               string
-		newHash            func() hash.Hash
-	}
 	b3 := func() hash.Hash { return blake3.New() }
-	var tasks []task
+	var tasks []hashTask
 	for _, lf := range files {
 		e := lf.Entry
 		if c.sha256 {
-			tasks = append(tasks, task{e.Path, "", "sha256", lf.File, 0, e.Size, e.SHA256, sha256.New})
+			tasks = append(tasks, hashTask{e.Path, "", "sha256", lf.File, 0, e.Size, e.SHA256, sha256.New})
 		}
 		if len(e.Tensors) == 0 && e.DataStart == 0 {
-			tasks = append(tasks, task{e.Path, "", "BLAKE3", lf.File, 0, e.Size, e.BLAKE3, b3})
+			tasks = append(tasks, hashTask{e.Path, "", "BLAKE3", lf.File, 0, e.Size, e.BLAKE3, b3})
 			continue
 		}
-		tasks = append(tasks, task{e.Path, "", "BLAKE3", lf.File, 0, e.DataStart, e.HeaderBLAKE3, b3})
+		tasks = append(tasks, hashTask{e.Path, "", "BLAKE3", lf.File, 0, e.DataStart, e.HeaderBLAKE3, b3})
 		for _, t := range e.Tensors {
-			tasks = append(tasks, task{e.Path, t.Name, "BLAKE3", lf.File, t.Offset, t.Length, t.BLAKE3, b3})
+			tasks = append(tasks, hashTask{e.Path, t.Name, "BLAKE3", lf.File, t.Offset, t.Length, t.BLAKE3, b3})
 		}
 	}
 	// Largest first, so the longest hashes start early.
-	slices.SortStableFunc(tasks, func(a, b task) int { return cmp.Compare(b.n, a.n) })
-	pace := newPacer(c.rate)
-	work := make(chan task)
+	slices.SortStableFunc(tasks, func(a, b hashTask) int { return cmp.Compare(b.n, a.n) })
+	var pace *rate.Limiter
+	if c.rate > 0 {
+		pace = rate.NewLimiter(rate.Limit(c.rate), verifyChunk)
+	}
+	work := make(chan hashTask)
 	var (
 		mu    sync.Mutex
 		first error
@@ -88,86 +85,66 @@ func verifyHashes(ctx context.Context, id string, files []*LeaseFile, c hashChec
 		wg.Go(func() {
 			buf := make([]byte, verifyChunk)
 			for t := range work {
-				h := t.newHash()
-				if err := hashRange(ctx, h, t.f, t.off, t.n, buf, pace); err != nil {
-					if ctx.Err() == nil {
-						err = readFailure(id, t.file, err)
-					}
+				if err := t.check(ctx, id, buf, pace); err != nil {
 					fail(err)
-					continue
-				}
-				if hex.EncodeToString(h.Sum(nil)) != t.want {
-					fail(&InvalidError{ID: id, File: t.file, Tensor: t.tensor, Reason: t.what + " mismatch: the bytes changed"})
 				}
 			}
 		})
 	}
+feed:
 	for _, t := range tasks {
-		work <- t
+		select {
+		case work <- t:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(work)
 	wg.Wait()
+	if first == nil && ctx.Err() != nil {
+		first = ctx.Err()
+	}
 	return first
 }
 
-// hashRange hashes n bytes of f from off, reading them through buf.
-func hashRange(ctx context.Context, h hash.Hash, f *os.File, off, n int64, buf []byte, pace *pacer) error {
-	for end := off + n; off < end; {
+// hashTask is one digest verifyHashes recomputes: of n bytes of f from off.
+type hashTask struct {
+	file, tensor, what string
+	f                  *os.File
+	off, n             int64
+	want               string
+	newHash            func() hash.Hash
+}
+
+// check hashes the task's bytes, reading them through buf at the pace of
+// lim (nil: unthrottled), and compares the digest. A read the store failed
+// is a *StorageError, bytes that disagree or cannot be read an
+// *InvalidError, a cancelled or throttled-out check the context's error.
+func (t hashTask) check(ctx context.Context, id string, buf []byte, lim *rate.Limiter) error {
+	h := t.newHash()
+	for off, end := t.off, t.off+t.n; off < end; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		b := buf[:min(int64(len(buf)), end-off)]
-		if err := pace.wait(ctx, len(b)); err != nil {
-			return err
+		if lim != nil {
+			if err := lim.WaitN(ctx, len(b)); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("%w: %w", context.DeadlineExceeded, err) // the rate cannot finish before the deadline
+			}
 		}
-		if _, err := f.ReadAt(b, off); err != nil {
-			return fmt.Errorf("read %d bytes at %d: %w", len(b), off, err)
+		if _, err := t.f.ReadAt(b, off); err != nil {
+			return readFailure(id, t.file, fmt.Errorf("read %d bytes at %d: %w", len(b), off, err))
 		}
 		h.Write(b)
 		off += int64(len(b))
 	}
+	if hex.EncodeToString(h.Sum(nil)) != t.want {
+		return &InvalidError{ID: id, File: t.file, Tensor: t.tensor, Reason: t.what + " mismatch: the bytes changed"}
+	}
 	return nil
-}
-
-// pacer spreads work over time at a rate in bytes per second; a nil pacer
-// never waits.
-type pacer struct {
-	mu   sync.Mutex
-	rate float64
-	next time.Time
-}
-
-func newPacer(rate int64) *pacer {
-	if rate <= 0 {
-		return nil
-	}
-	return &pacer{rate: float64(rate)}
-}
-
-// wait returns once n more bytes fit the rate.
-func (p *pacer) wait(ctx context.Context, n int) error {
-	if p == nil {
-		return nil
-	}
-	p.mu.Lock()
-	now := time.Now()
-	if p.next.Before(now) {
-		p.next = now
-	}
-	d := p.next.Sub(now)
-	p.next = p.next.Add(time.Duration(float64(n) / p.rate * float64(time.Second)))
-	p.mu.Unlock()
-	if d <= 0 {
-		return nil
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // ScrubOptions tune a scrub.
@@ -192,7 +169,7 @@ func (d *Domain) Scrub(ctx context.Context, id string, o ScrubOptions) error {
 	if err != nil {
 		return err
 	}
-	op, err := d.validateDir(id, ManifestAndMetadata)
+	op, err := d.validateDir(ctx, id, ManifestAndMetadata)
 	if err == nil {
 		err = verifyHashes(ctx, id, op.files, hashCheck{sha256: true, rate: o.Rate})
 		op.close()

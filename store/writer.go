@@ -105,6 +105,10 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 }
 
 // preflight checks the capacity limits and free space for size more bytes.
+// The store's ceiling only refuses: unlike staging's lane eviction and the
+// peer's staged set, it drops nothing least recently used, since its
+// readers are other processes' leases (flocks) with no record of last use;
+// space comes back through Remove and GC.
 func (b *build) preflight(size int64) error {
 	if b.budget >= 0 && b.total+size > b.budget {
 		limit := "max_artifact_bytes"

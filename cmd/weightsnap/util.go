@@ -5,28 +5,15 @@ import (
 	"os"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/staging"
 	"golang.org/x/sys/unix"
 )
 
-// exitCode maps error classes to exit statuses: 2 bad input, 3 not found,
-// 4 invalid data, 5 busy or out of space, 1 anything else.
-func exitCode(err error) int {
-	switch {
-	case errdefs.IsInvalidArgument(err):
-		return 2
-	case errdefs.IsNotFound(err):
-		return 3
-	case errdefs.IsDataLoss(err):
-		return 4
-	case errdefs.IsFailedPrecondition(err), errdefs.IsResourceExhausted(err), errdefs.IsUnavailable(err):
-		return 5
-	}
-	return 1
-}
+// exitCode is the CLI's exit status for err, as weightsnapd's.
+func exitCode(err error) int { return exitcode.Of(err) }
 
 // parseSize reads sizes such as 1GiB, 512MiB, 100M, 4096 (as recipes do).
 func parseSize(s string) (int64, error) { return staging.ParseSize(s) }

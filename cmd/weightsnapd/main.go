@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/cmd/internal/node"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/peer"
@@ -35,10 +36,7 @@ const stopGrace = 10 * time.Second
 func main() {
 	if err := newRoot().Execute(); err != nil {
 		fmt.Fprintf(os.Stderr, "weightsnapd: %v\n", err)
-		if errdefs.IsInvalidArgument(err) {
-			os.Exit(2)
-		}
-		os.Exit(1)
+		os.Exit(exitcode.Of(err))
 	}
 }
 
