@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 	"os"
 	"runtime"
@@ -90,7 +91,7 @@ type fetcher struct {
 	peers    []string
 	request  string
 	o        FetchOptions
-	base     *WeightManifest
+	base     *wire.WeightManifest
 	subset   *subsetPlan
 	w        artifact.Writer      // Produce's
 	bw       artifact.BoundWriter // the same writer, binding digests
@@ -173,7 +174,7 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 	}
 	rs, canReuse := w.(artifact.Resumer)
 	for i, s := range f.base.Shards {
-		bind := artifact.Binding{Want: s.entry(), By: artifact.BindTree}
+		bind := artifact.Binding{Want: s.Entry(), By: artifact.BindTree}
 		if canReuse {
 			if _, ok, err := rs.Reuse(bind); err != nil {
 				return fmt.Errorf("reuse %s: %w", s.Name, err)
@@ -216,7 +217,7 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 }
 
 // shardUnits are a whole shard's units, written at the same offsets.
-func shardUnits(i int, s WeightShard, t *target) []*unit {
+func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
 	digest := func(h string) artifact.Digest {
 		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
 		return d
@@ -375,7 +376,7 @@ func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 			last = err
 			continue
 		}
-		if err := f.base.sameContent(cs.manifest); err != nil {
+		if err := sameContent(f.base, cs.manifest); err != nil {
 			cs.close()
 			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 			continue
@@ -384,6 +385,20 @@ func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 		return cs, nil
 	}
 	return nil, last
+}
+
+// sameContent says whether two manifests describe the same bytes, so a
+// fetch can resume from one peer's session with another's.
+func sameContent(m, o *wire.WeightManifest) error {
+	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
+		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", short(o.IdentityDigest), short(m.IdentityDigest))
+	}
+	for i := range m.Shards {
+		if err := artifact.CompareEntry(m.Shards[i].Entry(), o.Shards[i].Entry()); err != nil {
+			return fmt.Errorf("the peer's shards differ from the ones being fetched: %w", err)
+		}
+	}
+	return nil
 }
 
 // use records the session's peer and detects a restart by its generation.

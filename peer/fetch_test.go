@@ -120,7 +120,7 @@ func TestFetchStagedAndList(t *testing.T) {
 	dir, src := checkpoint(t, 8<<20, 2)
 	s, addr := serve(t, openStore(t), ServerConfig{Staged: []StagedDir{{Name: "ck", Path: dir, Revision: testRevision, Repository: "org/model"}}})
 	ls, err := (ClientConfig{}).List(context.Background(), addr)
-	if err != nil || ls.Generation != s.Generation() || len(ls.Staged) != 1 || ls.Staged[0].Staged {
+	if err != nil || ls.Generation != s.Generation() || len(ls.Exports) != 1 || ls.Exports[0].Mapped {
 		t.Fatalf("list %+v %v", ls, err)
 	}
 	dst := openStore(t)
@@ -133,8 +133,8 @@ func TestFetchStagedAndList(t *testing.T) {
 		t.Fatalf("staged identity %s, want the passthrough identity %s", rep.Identity, want)
 	}
 	verifyFull(t, dst, l.ID)
-	if ls, _ = (ClientConfig{}).List(context.Background(), addr); !ls.Staged[0].Staged || ls.Staged[0].Bytes != rep.Bytes {
-		t.Fatalf("after the fetch: %+v", ls.Staged)
+	if ls, _ = (ClientConfig{}).List(context.Background(), addr); !ls.Exports[0].Mapped || ls.Exports[0].Bytes != rep.Bytes {
+		t.Fatalf("after the fetch: %+v", ls.Exports)
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"net"
 	"strconv"
 	"strings"
@@ -92,7 +94,7 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 		o.Patience = DefaultPatience
 	}
 	if o.Mode == ModeRMA && !rmaBuilt {
-		return nil, unsupported(ModeRMA, noRMA)
+		return nil, unsupported(ModeRMA, fabric.Missing)
 	}
 	if err := checkPatterns(o.Tensors); err != nil {
 		return nil, err
@@ -155,7 +157,7 @@ func (f *fetcher) closeSession() {
 // it answers again).
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
 	start := time.Now()
-	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && hex64RE.MatchString(hex) {
+	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && wire.IsHex64(hex) {
 		if l, err := d.Lookup(ctx, hex, ""); err == nil { // an identity this store already has: no peer needed
 			rep := &FetchReport{Request: request, Identity: request, ID: l.ID, Path: l.Dir, Files: len(l.Index.Files),
 				Bytes: l.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}

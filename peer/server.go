@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 	"net"
 	"sync"
@@ -67,7 +68,7 @@ func (c *ServerConfig) defaults() {
 	if c.MaxRails <= 0 {
 		c.MaxRails = DefaultMaxRails
 	}
-	c.MaxRails = min(c.MaxRails, MaxRails)
+	c.MaxRails = min(c.MaxRails, wire.MaxRails)
 	if c.StagedCeiling <= 0 {
 		c.StagedCeiling = DefaultStagedCeiling
 	}
@@ -75,7 +76,7 @@ func (c *ServerConfig) defaults() {
 		c.Timeout = DefaultTimeout
 	}
 	if c.ManifestMax == 0 {
-		c.ManifestMax = DefaultManifestMax
+		c.ManifestMax = wire.DefaultManifestMax
 	}
 }
 
@@ -181,7 +182,7 @@ type peekedConn struct {
 func (c peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 func (s *Server) handle(ctx context.Context, raw net.Conn) error {
-	dc := deadlineConn{raw, s.cfg.Timeout}
+	dc := wire.DeadlineConn{Conn: raw, Timeout: s.cfg.Timeout}
 	br := bufio.NewReader(dc)
 	first, err := br.Peek(1)
 	if err != nil {
@@ -197,33 +198,33 @@ func (s *Server) handle(ctx context.Context, raw net.Conn) error {
 		if err != nil {
 			return fmt.Errorf("TLS handshake: %w", err)
 		}
-		conn, secure = deadlineConn{tc, s.cfg.Timeout}, true
+		conn, secure = wire.DeadlineConn{Conn: tc, Timeout: s.cfg.Timeout}, true
 		r = bufio.NewReader(conn)
 	}
-	h, err := readHello(r)
+	h, err := wire.ReadHello(r)
 	if err != nil {
-		conn.Write(statusFrame(stBadRequest, err.Error()))
+		conn.Write(wire.StatusFrame(wire.StatusBadRequest, err.Error()))
 		return err
 	}
-	if h.op == opRail {
+	if h.Op == wire.OpRail {
 		if secure {
-			conn.Write(statusFrame(stBadRequest, "rails are plain TCP: sendfile cannot write into TLS"))
+			conn.Write(wire.StatusFrame(wire.StatusBadRequest, "rails are plain TCP: sendfile cannot write into TLS"))
 			return errors.New("rail over TLS refused")
 		}
 		return s.serveRail(raw, r)
 	}
 	if s.cfg.TLS != nil && !secure {
-		conn.Write(statusFrame(stUnauthorized, "this peer requires TLS on the control connection"))
+		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, "this peer requires TLS on the control connection"))
 		return errors.New("plain control connection refused")
 	}
-	if s.cfg.Token != "" && subtle.ConstantTimeCompare(h.token, []byte(s.cfg.Token)) != 1 {
-		conn.Write(statusFrame(stUnauthorized, "bearer token refused"))
+	if s.cfg.Token != "" && subtle.ConstantTimeCompare(h.Token, []byte(s.cfg.Token)) != 1 {
+		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, "bearer token refused"))
 		return errors.New("bearer token refused")
 	}
-	if h.op == opList {
+	if h.Op == wire.OpList {
 		ls, err := s.listing(ctx)
 		if err != nil {
-			conn.Write(statusFrame(statusOf(err), err.Error()))
+			conn.Write(wire.StatusFrame(statusOf(err), err.Error()))
 			return err
 		}
 		return s.sendDoc(conn, ls)
@@ -238,10 +239,10 @@ func (s *Server) sendDoc(w io.Writer, v any) error {
 		err = fmt.Errorf("document of %d bytes is over the manifest bound of %d: %w", len(doc), s.cfg.ManifestMax, errdefs.ErrResourceExhausted)
 	}
 	if err != nil {
-		w.Write(statusFrame(statusOf(err), err.Error()))
+		w.Write(wire.StatusFrame(statusOf(err), err.Error()))
 		return err
 	}
-	_, err = w.Write(enc{stOK}.blob32(doc))
+	_, err = w.Write(wire.Enc{wire.StatusOK}.Blob32(doc))
 	return err
 }
 
@@ -250,17 +251,17 @@ func statusOf(err error) byte {
 	var stale *StaleGenerationError
 	switch {
 	case errors.As(err, &stale):
-		return stStale
+		return wire.StatusStale
 	case errdefs.IsInvalidArgument(err):
-		return stBadRequest
+		return wire.StatusBadRequest
 	case errdefs.IsNotFound(err):
-		return stNotFound
+		return wire.StatusNotFound
 	case errdefs.IsNotImplemented(err):
-		return stUnsupported
+		return wire.StatusUnsupported
 	case errdefs.IsResourceExhausted(err):
-		return stTooLarge
+		return wire.StatusTooLarge
 	case errdefs.IsUnavailable(err), errdefs.IsFailedPrecondition(err):
-		return stBusy
+		return wire.StatusBusy
 	}
-	return stInternal
+	return wire.StatusInternal
 }

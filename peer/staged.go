@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"os"
 	"path"
 	"regexp"
@@ -17,11 +18,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
-
-// stagedPrefix marks a model request for an allowlisted directory:
-// staged:NAME, or staged:NAME/SUBDIR for a directory below it (such as a
-// Hugging Face cache's models--org--name/snapshots/<commit>).
-const stagedPrefix = "staged:"
 
 // Bounds of a staged directory.
 const (
@@ -42,8 +38,7 @@ type StagedDir struct {
 }
 
 var (
-	stagedNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	snapshotRE   = regexp.MustCompile(`(^|/)snapshots/([0-9a-f]{40})$`)
+	snapshotRE = regexp.MustCompile(`(^|/)snapshots/([0-9a-f]{40})$`)
 )
 
 // stagedSet holds the staged directories: each hashed once when first
@@ -79,7 +74,7 @@ type staging struct {
 func newStagedSet(dirs []StagedDir, ceiling int64) (*stagedSet, error) {
 	set := &stagedSet{dirs: map[string]StagedDir{}, ceiling: ceiling, entries: map[string]*stagedEntry{}}
 	for _, d := range dirs {
-		if !stagedNameRE.MatchString(d.Name) || d.Path == "" {
+		if !wire.NameRE.MatchString(d.Name) || d.Path == "" {
 			return nil, badInput("staged directory %q: want a name and a path", d.Name)
 		}
 		if d.Revision != "" && !artifact.IsImmutableRevision(d.Revision) {
@@ -95,15 +90,15 @@ func newStagedSet(dirs []StagedDir, ceiling int64) (*stagedSet, error) {
 
 // list is every allowlisted directory, with the bytes it (and the
 // directories below it that were asked for) holds staged.
-func (set *stagedSet) list() []ListedStaged {
+func (set *stagedSet) list() []wire.ListedExport {
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	out := []ListedStaged{}
+	out := []wire.ListedExport{}
 	for _, d := range set.dirs {
-		ls := ListedStaged{Name: d.Name, Revision: d.Revision}
+		ls := wire.ListedExport{Name: d.Name, Revision: d.Revision}
 		for id, e := range set.entries {
 			if name, _, _ := strings.Cut(id, "/"); name == d.Name && e.cur != nil {
-				ls.Staged, ls.Bytes = true, ls.Bytes+e.cur.bytes
+				ls.Mapped, ls.Bytes = true, ls.Bytes+e.cur.bytes
 			}
 		}
 		out = append(out, ls)
@@ -118,11 +113,11 @@ func (set *stagedSet) open(ctx context.Context, id string) (*servable, error) {
 	name, sub, _ := strings.Cut(id, "/")
 	dir, ok := set.dirs[name]
 	if !ok {
-		return nil, fmt.Errorf("%s%s: not an allowlisted directory: %w", stagedPrefix, name, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("%s%s: not an allowlisted directory: %w", wire.ExportPrefix, name, errdefs.ErrNotFound)
 	}
 	if sub != "" {
 		if err := artifact.ValidateRelPath(sub); err != nil {
-			return nil, badInput("%s%s: %v", stagedPrefix, id, err)
+			return nil, badInput("%s%s: %v", wire.ExportPrefix, id, err)
 		}
 	}
 	set.mu.Lock()
@@ -241,18 +236,18 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 	if revision == "" {
 		m := snapshotRE.FindStringSubmatch(sub)
 		if m == nil {
-			return nil, badInput("%s%s: no revision configured, and not a Hugging Face snapshot path (snapshots/<commit>)", stagedPrefix, id)
+			return nil, badInput("%s%s: no revision configured, and not a Hugging Face snapshot path (snapshots/<commit>)", wire.ExportPrefix, id)
 		}
 		revision = m[2]
 	}
 	root, err := unix.Open(dir.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%s%s: open allowlisted directory: %w", stagedPrefix, dir.Name, err)
+		return nil, fmt.Errorf("%s%s: open allowlisted directory: %w", wire.ExportPrefix, dir.Name, err)
 	}
 	defer unix.Close(root)
 	files, err := walkBeneath(root, sub)
 	if err != nil {
-		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
 	}
 	st := &staging{}
 	defer func() {
@@ -266,7 +261,7 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 		st.bytes += f.st.Size
 	}
 	if err := set.reserve(st.bytes); err != nil {
-		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
 	}
 	shards, err := hashAndMap(ctx, files)
 	var identity artifact.Identity
@@ -286,15 +281,15 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 		set.mu.Lock()
 		set.mapped -= st.bytes
 		set.mu.Unlock()
-		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
 	}
 	for _, f := range files {
 		st.stats = append(st.stats, f.st)
 	}
-	st.sv = servable{shards: shards, manifest: WeightManifest{Schema: ManifestSchema, Identity: identity,
-		IdentityDigest: digest, Staged: id}}
+	st.sv = servable{shards: shards, manifest: wire.WeightManifest{Schema: wire.ManifestSchema, Identity: identity,
+		IdentityDigest: digest, Export: id}}
 	for _, s := range shards {
-		st.sv.manifest.Shards = append(st.sv.manifest.Shards, shardFromEntry(s.entry, s.data))
+		st.sv.manifest.Shards = append(st.sv.manifest.Shards, wire.ShardFromEntry(s.entry, s.data))
 	}
 	return st, nil
 }

@@ -31,8 +31,8 @@ func TestStagedCeiling(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := map[string]bool{}
-		for _, s := range ls.Staged {
-			m[s.Name] = s.Staged
+		for _, s := range ls.Exports {
+			m[s.Name] = s.Mapped
 		}
 		return m
 	}

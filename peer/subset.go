@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 	"os"
 	"path"
@@ -33,8 +34,8 @@ type subsetPlan struct {
 // subsetFile is one file of a subset.
 type subsetFile struct {
 	shard   int
-	header  []byte               // the new file's header region; nil: the shard as it is
-	tensors []WeightTensorRecord // the source records of the matched tensors
+	header  []byte                    // the new file's header region; nil: the shard as it is
+	tensors []wire.WeightTensorRecord // the source records of the matched tensors
 }
 
 // SubsetIdentity is the identity of the tensors of parent matching
@@ -68,7 +69,7 @@ func checkPatterns(patterns []string) error {
 
 // planSubset plans the subset of m matching patterns (checked) and returns
 // its identity.
-func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Identity, error) {
+func planSubset(m *wire.WeightManifest, patterns []string) (*subsetPlan, artifact.Identity, error) {
 	match := func(name string) bool {
 		for _, p := range patterns {
 			if ok, _ := path.Match(p, name); ok {
@@ -100,7 +101,7 @@ func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Ide
 		// The manifest's validation bound the header bytes to its BLAKE3.
 		src, err := artifact.ReadHeader(bytes.NewReader(s.Header), s.Size)
 		if err != nil {
-			return nil, artifact.Identity{}, protoErr("manifest", "the header of %s: %v", s.Name, err)
+			return nil, artifact.Identity{}, wire.Errorf("manifest", "the header of %s: %v", s.Name, err)
 		}
 		hdr, err := artifact.EncodeHeader(infos, src.Metadata)
 		if err != nil {
@@ -124,7 +125,7 @@ func (p *subsetPlan) prepare(f *fetcher) error {
 	for _, sf := range p.files {
 		s := f.base.Shards[sf.shard]
 		if sf.header == nil {
-			t, err := f.createBound(artifact.Binding{Want: s.entry(), By: artifact.BindTree})
+			t, err := f.createBound(artifact.Binding{Want: s.Entry(), By: artifact.BindTree})
 			if err != nil {
 				return err
 			}

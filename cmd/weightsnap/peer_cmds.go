@@ -163,10 +163,10 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", short12(strings.TrimPrefix(x.IdentityDigest, "sha256:")), short12(x.Revision),
 					x.Component, x.Producer, humanBytes(x.Bytes), x.Tensors)
 			}
-			for _, s := range ls.Staged {
-				state := "not staged"
-				if s.Staged {
-					state = "staged " + humanBytes(s.Bytes)
+			for _, s := range ls.Exports {
+				state := "not mapped"
+				if s.Mapped {
+					state = "mapped " + humanBytes(s.Bytes)
 				}
 				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, short12(s.Revision), state)
 			}
