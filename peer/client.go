@@ -6,11 +6,12 @@ import (
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"net"
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 )
 
 // ClientConfig is how a node talks to peers.

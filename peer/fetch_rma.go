@@ -4,12 +4,12 @@ package peer
 
 import (
 	"context"
-	"github.com/weightsnap/weightsnap/peer/internal/fabric"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 
 	"golang.org/x/sync/errgroup"
 )

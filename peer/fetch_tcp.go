@@ -3,11 +3,11 @@ package peer
 import (
 	"context"
 	"errors"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sync/errgroup"
 )
 

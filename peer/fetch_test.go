@@ -114,11 +114,11 @@ func testRestart(t *testing.T, mode Mode, cfg ServerConfig) {
 func TestFailoverTCP(t *testing.T) { testFailover(t, ModeTCP, ServerConfig{}) }
 func TestRestartTCP(t *testing.T)  { testRestart(t, ModeTCP, ServerConfig{}) }
 
-// TestFetchStagedAndList: an allowlisted directory is served as a
-// passthrough artifact of its revision, staged once, and listed.
-func TestFetchStagedAndList(t *testing.T) {
+// TestFetchExportAndList: an exported directory is served as a
+// passthrough artifact of its revision, mapped once, and listed.
+func TestFetchExportAndList(t *testing.T) {
 	dir, src := checkpoint(t, 8<<20, 2)
-	s, addr := serve(t, openStore(t), ServerConfig{Staged: []StagedDir{{Name: "ck", Path: dir, Revision: testRevision, Repository: "org/model"}}})
+	s, addr := serve(t, openStore(t), ServerConfig{Exports: []Export{{Name: "ck", Path: dir, Revision: testRevision, Repository: "org/model"}}})
 	ls, err := (ClientConfig{}).List(context.Background(), addr)
 	if err != nil || ls.Generation != s.Generation() || len(ls.Exports) != 1 || ls.Exports[0].Mapped {
 		t.Fatalf("list %+v %v", ls, err)

@@ -6,7 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"net"
 	"os"
 	"path/filepath"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -62,7 +62,7 @@ func TestServerRefuses(t *testing.T) {
 	os.MkdirAll(filepath.Join(allowed, "linkfile"), 0o755)
 	os.Symlink(filepath.Join(outside, "secret.safetensors"), filepath.Join(allowed, "linkfile", "x.safetensors"))
 	os.Symlink(outside, filepath.Join(allowed, "linkdir"))
-	_, addr := serve(t, d, ServerConfig{Token: "s3cret", Staged: []StagedDir{
+	_, addr := serve(t, d, ServerConfig{Token: "s3cret", Exports: []Export{
 		{Name: "hub", Path: allowed}, {Name: "fixed", Path: allowed, Revision: testRevision}}})
 	ok := func(err error) bool { return err == nil }
 	req := func(s string) []byte { return wire.Enc{}.Blob32([]byte(s)) }

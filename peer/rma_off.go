@@ -4,12 +4,10 @@ package peer
 
 import (
 	"context"
-	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"time"
-)
 
-// rmaBuilt says whether this build has the rma data plane (build tag libfabric).
-const rmaBuilt = false
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+)
 
 func probeRMA(string) error { return unsupported(ModeRMA, fabric.Missing) }
 

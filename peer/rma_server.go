@@ -7,15 +7,13 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/fabric"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"runtime"
 	"sync"
 	"time"
-)
 
-// rmaBuilt says whether this build has the rma data plane (build tag libfabric).
-const rmaBuilt = true
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
+)
 
 // rmaServePlane is the server side of an rma session: a passive endpoint
 // per rail, and every shard's mapping registered read-only for remote reads

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/fabric"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 	"io/fs"
 	"net"
@@ -22,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/fabric"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"net"
 	"strconv"
 	"strings"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -93,7 +93,7 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if o.Patience <= 0 {
 		o.Patience = DefaultPatience
 	}
-	if o.Mode == ModeRMA && !rmaBuilt {
+	if o.Mode == ModeRMA && !fabric.Built {
 		return nil, unsupported(ModeRMA, fabric.Missing)
 	}
 	if err := checkPatterns(o.Tensors); err != nil {
@@ -149,7 +149,7 @@ func (f *fetcher) closeSession() {
 }
 
 // Fetch materializes request (an identity digest, a manifest digest or a
-// staged id) from the first of peers that serves it, into the store, and
+// staged id of an exported directory) from the first of peers that serves it, into the store, and
 // returns a lease on it. Every unit's BLAKE3 is checked as it lands, every
 // file's digests once written, before publication: on any mismatch nothing
 // becomes READY. On a failure of a peer or the wire the fetch resumes, with

@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 	"net"
 	"sync"
@@ -19,6 +18,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -28,7 +29,7 @@ const (
 	DefaultTimeout       = 30 * time.Second
 	DefaultMaxSessions   = 16
 	DefaultMaxRails      = 16
-	DefaultStagedCeiling = 64 << 30
+	DefaultExportCeiling = 64 << 30
 )
 
 // ServerConfig configures a Server.
@@ -50,10 +51,10 @@ type ServerConfig struct {
 	// Provider is the libfabric provider of the rma plane (verbs, efa, tcp,
 	// sockets); "" lets libfabric choose.
 	Provider string
-	// Staged are the allowlisted directories, and StagedCeiling the bytes
+	// Exports are the exported directories, and ExportCeiling the bytes
 	// they may hold mapped at once.
-	Staged        []StagedDir
-	StagedCeiling int64
+	Exports       []Export
+	ExportCeiling int64
 	// Timeout bounds every read and write; a session whose client neither
 	// pings nor finishes within it ends.
 	Timeout time.Duration
@@ -69,8 +70,8 @@ func (c *ServerConfig) defaults() {
 		c.MaxRails = DefaultMaxRails
 	}
 	c.MaxRails = min(c.MaxRails, wire.MaxRails)
-	if c.StagedCeiling <= 0 {
-		c.StagedCeiling = DefaultStagedCeiling
+	if c.ExportCeiling <= 0 {
+		c.ExportCeiling = DefaultExportCeiling
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
@@ -82,14 +83,14 @@ func (c *ServerConfig) defaults() {
 
 // Server serves one store domain to other nodes.
 type Server struct {
-	d      *store.Domain
-	cfg    ServerConfig
-	gen    string // generation id, hex
-	genRaw [16]byte
-	staged *stagedSet
-	rma    error // why the rma plane is unavailable, nil when it is
-	slots  chan struct{}
-	active atomic.Int64
+	d       *store.Domain
+	cfg     ServerConfig
+	gen     string // generation id, hex
+	genRaw  [16]byte
+	exports *exportSet
+	rma     error // why the rma plane is unavailable, nil when it is
+	slots   chan struct{}
+	active  atomic.Int64
 
 	mu       sync.Mutex
 	sessions map[[16]byte]*session
@@ -105,11 +106,11 @@ func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 			return nil, badInput("rail address %q is not an IP address", a)
 		}
 	}
-	staged, err := newStagedSet(cfg.Staged, cfg.StagedCeiling)
+	exports, err := newExportSet(cfg.Exports, cfg.ExportCeiling)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{d: d, cfg: cfg, staged: staged, slots: make(chan struct{}, cfg.MaxSessions),
+	s := &Server{d: d, cfg: cfg, exports: exports, slots: make(chan struct{}, cfg.MaxSessions),
 		sessions: map[[16]byte]*session{}, conns: map[net.Conn]struct{}{}}
 	rand.Read(s.genRaw[:])
 	s.gen = hex.EncodeToString(s.genRaw[:])
@@ -133,7 +134,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	log.G(ctx).WithField("addr", l.Addr().String()).WithField("generation", s.gen).WithField("modes", s.modes()).Info("peer: serving")
-	if s.rma != nil && rmaBuilt {
+	if s.rma != nil && fabric.Built {
 		log.G(ctx).WithError(s.rma).Warn("peer: the rma plane is unavailable")
 	}
 	var err error

@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 	"net"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sys/unix"
 )
 

@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"os"
 	"slices"
 	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -23,7 +23,7 @@ type shard struct {
 }
 
 // servable is what one session serves, held (a store lease, or a reference
-// on a staged directory) until release.
+// on an exported directory) until release.
 type servable struct {
 	manifest wire.WeightManifest // without the generation
 	shards   []shard
@@ -31,10 +31,10 @@ type servable struct {
 }
 
 // open resolves a model request to what it names: a READY artifact by
-// identity or manifest digest, or an allowlisted staged directory.
+// identity or manifest digest, or an exported directory.
 func (s *Server) open(ctx context.Context, request string) (*servable, error) {
 	if name, ok := strings.CutPrefix(request, wire.ExportPrefix); ok {
-		return s.staged.open(ctx, name)
+		return s.exports.open(ctx, name)
 	}
 	hex, ok := strings.CutPrefix(request, "sha256:")
 	if !ok || !wire.IsHex64(hex) {
@@ -97,7 +97,7 @@ func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 		return nil, err
 	}
 	ls := &wire.Listing{Generation: s.gen, Sessions: int(s.active.Load()), MaxSessions: s.cfg.MaxSessions,
-		Modes: s.modes(), Artifacts: []wire.ListedArtifact{}, Exports: s.staged.list()}
+		Modes: s.modes(), Artifacts: []wire.ListedArtifact{}, Exports: s.exports.list()}
 	for _, a := range infos {
 		if a.State != store.StateReady || a.Identity == nil {
 			continue

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"io"
 	"os"
 	"path"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
