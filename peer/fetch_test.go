@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -150,8 +151,8 @@ func TestFetchSubset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want, _ := SubsetIdentity(id, patterns)
-	if rep.Identity != digestOf(t, want) || l.Identity().Producer.Name != SubsetProducerName {
+	want, _ := producers.SubsetIdentity(id, patterns)
+	if rep.Identity != digestOf(t, want) || l.Identity().Producer.Name != producers.TensorSubsetName {
 		t.Fatalf("subset identity %s", rep.Identity)
 	}
 	verifyFull(t, dst, l.ID)
