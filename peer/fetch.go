@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -311,58 +312,69 @@ func (f *fetcher) closeTarget(t *target) {
 	})
 }
 
+// Waits between failed sessions: from retryFirst, doubling up to retryMax,
+// back to retryFirst once a session verified bytes.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 1600 * time.Millisecond
+)
+
 // fetchAll runs sessions until every unit is verified: the selection's
 // first, then, after a failure of a peer or the wire, the next peer's,
 // with the units still missing.
 func (f *fetcher) fetchAll(ctx context.Context) error {
+	b := &backoff.ExponentialBackOff{InitialInterval: retryFirst, Multiplier: 2, MaxInterval: retryMax}
 	failures := 0
 	var since time.Time // of the first failure since the last progress
-	for {
-		todo := f.remaining()
-		cs := f.sess
-		f.sess = nil
-		if len(todo) == 0 {
-			if cs != nil {
-				cs.finish()
+	session := func() (struct{}, error) {
+		for {
+			todo := f.remaining()
+			cs := f.sess
+			f.sess = nil
+			if len(todo) == 0 {
+				if cs != nil {
+					cs.finish()
+				}
+				return struct{}{}, nil
 			}
-			return nil
-		}
-		var err error
-		if cs == nil {
-			cs, err = f.nextSession(ctx)
-		}
-		before := f.fetched.Load()
-		if err == nil {
-			if err = f.runSession(ctx, cs, todo); err == nil {
-				err = cs.finish()
-			} else {
-				cs.close()
+			var err error
+			if cs == nil {
+				cs, err = f.nextSession(ctx)
 			}
-		}
-		if err == nil {
-			continue // a last check: nothing left
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
-		}
-		if !peerFault(err) {
-			return err
-		}
-		if f.fetched.Load() > before || failures == 0 {
-			failures, since = 0, time.Now()
-		}
-		failures++
-		if time.Since(since) > f.o.Patience && failures > len(f.peers) {
-			return fmt.Errorf("giving up after %d failed sessions in %s without progress: %w", failures, f.o.Patience, err)
-		}
-		f.rep.Failovers++
-		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(min(time.Duration(1<<min(failures, 5))*50*time.Millisecond, 2*time.Second)):
+			before := f.fetched.Load()
+			if err == nil {
+				if err = f.runSession(ctx, cs, todo); err == nil {
+					err = cs.finish()
+				} else {
+					cs.close()
+				}
+			}
+			if err == nil {
+				continue // a last check: nothing left
+			}
+			if ctx.Err() != nil {
+				return struct{}{}, backoff.Permanent(fmt.Errorf("fetch interrupted: %w", context.Cause(ctx)))
+			}
+			if !peerFault(err) {
+				return struct{}{}, backoff.Permanent(err)
+			}
+			if f.fetched.Load() > before || failures == 0 {
+				failures, since = 0, time.Now()
+				b.Reset()
+			}
+			failures++
+			if time.Since(since) > f.o.Patience && failures > len(f.peers) {
+				return struct{}{}, backoff.Permanent(fmt.Errorf("giving up after %d failed sessions in %s without progress: %w", failures, f.o.Patience, err))
+			}
+			return struct{}{}, err
 		}
 	}
+	notify := func(err error, _ time.Duration) {
+		f.rep.Failovers++
+		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
+	}
+	_, err := backoff.Retry(ctx, session, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0), backoff.WithNotify(notify))
+	return err
 }
 
 // nextSession opens a session on the next peer after the one used last
