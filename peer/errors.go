@@ -33,24 +33,6 @@ func (e *PeerError) Error() string { return "peer " + e.Addr + ": " + e.Err.Erro
 // Unwrap returns the cause.
 func (e *PeerError) Unwrap() error { return e.Err }
 
-// MismatchError is fetched bytes that do not hash to the peer's manifest:
-// the peer or the wire corrupted them.
-type MismatchError struct {
-	Path, Tensor string
-	Want, Got    string
-}
-
-func (e *MismatchError) Error() string {
-	s := "fetched " + e.Path
-	if e.Tensor != "" {
-		s += " tensor " + e.Tensor
-	}
-	return fmt.Sprintf("%s: BLAKE3 %s, manifest says %s", s, short(e.Got), short(e.Want))
-}
-
-// Unwrap classifies the error.
-func (e *MismatchError) Unwrap() error { return errdefs.ErrDataLoss }
-
 func badInput(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
 }

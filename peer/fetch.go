@@ -268,8 +268,12 @@ func (f *fetcher) remaining() []*unit {
 // unit is done. A target whose units are all done is closed in the background.
 func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 	if sum != u.blake3 {
-		return &PeerError{Addr: addr, Err: &MismatchError{Path: u.dst.path, Tensor: u.name,
-			Want: artifact.DigestHex(u.blake3), Got: artifact.DigestHex(sum)}}
+		what := u.dst.path
+		if u.name != "" {
+			what += " tensor " + u.name
+		}
+		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: BLAKE3 %s, manifest says %s: %w", what,
+			short(artifact.DigestHex(sum)), short(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
 	}
 	if u.dst.fw != nil && u.part >= 0 {
 		if err := u.dst.fw.SetPartBLAKE3(u.part, sum); err != nil {
