@@ -241,29 +241,17 @@ import (
 // Built says whether this build has the libfabric binding.
 const Built = true
 
-// Error is a libfabric call that failed.
-type Error struct {
-	Op     string
-	Code   int // a negative fi_errno
-	Detail string
-}
-
-func (e *Error) Error() string {
-	s := fmt.Sprintf("libfabric %s: %s (%d)", e.Op, C.GoString(C.fi_strerror(C.int(-e.Code))), e.Code)
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
-}
-
-// Unwrap classifies the error: a fabric failure is the peer's or the wire's.
-func (e *Error) Unwrap() error { return errdefs.ErrUnavailable }
-
+// callErr is a libfabric call that failed (r, a negative fi_errno, not 0),
+// classified as the peer's or the wire's.
 func callErr(op string, r C.int, detail string) error {
 	if r == 0 {
 		return nil
 	}
-	return &Error{Op: op, Code: int(r), Detail: detail}
+	msg := fmt.Sprintf("libfabric %s: %s (%d)", op, C.GoString(C.fi_strerror(-r)), int(r))
+	if detail != "" {
+		msg += ": " + detail
+	}
+	return fmt.Errorf("%s: %w", msg, errdefs.ErrUnavailable)
 }
 
 // EP is one connected FI_EP_MSG endpoint: one rail.

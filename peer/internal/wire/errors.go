@@ -6,37 +6,17 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// ProtocolError is a message that breaks the wire format: truncated,
-// malformed, or out of its bounds.
-type ProtocolError struct {
-	What   string
-	Reason string
-}
-
-func (e *ProtocolError) Error() string { return "peer protocol: " + e.What + ": " + e.Reason }
-
-// Unwrap classifies the error as bad input.
-func (e *ProtocolError) Unwrap() error { return errdefs.ErrInvalidArgument }
-
-// Errorf is a *ProtocolError about what.
+// Errorf is a message that breaks the wire format (truncated, malformed,
+// or out of its bounds) about what: bad input.
 func Errorf(what, format string, args ...any) error {
-	return &ProtocolError{What: what, Reason: fmt.Sprintf(format, args...)}
+	return fmt.Errorf("peer protocol: %s: %s: %w", what, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 }
 
-// TooLargeError is a length on the wire over its limit; nothing was
-// allocated for it.
-type TooLargeError struct {
-	What  string
-	Len   uint64
-	Limit uint64
+// tooLarge is a length on the wire over its limit; nothing was allocated
+// for it.
+func tooLarge(what string, n, limit uint64) error {
+	return Errorf(what, "length %d is over the limit of %d", n, limit)
 }
-
-func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("peer protocol: %s: length %d is over the limit of %d", e.What, e.Len, e.Limit)
-}
-
-// Unwrap classifies the error as bad input.
-func (e *TooLargeError) Unwrap() error { return errdefs.ErrInvalidArgument }
 
 // RemoteError is a refusal or failure the peer answered with.
 type RemoteError struct {

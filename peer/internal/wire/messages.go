@@ -43,7 +43,7 @@ func ReadHello(r io.Reader) (Hello, error) {
 // EncodeRequest encodes a model request, refusing one over ModelRequestMax.
 func EncodeRequest(request string) (Enc, error) {
 	if len(request) > ModelRequestMax {
-		return nil, &TooLargeError{What: "model request", Len: uint64(len(request)), Limit: ModelRequestMax}
+		return nil, tooLarge("model request", uint64(len(request)), ModelRequestMax)
 	}
 	return Enc{}.Blob32([]byte(request)), nil
 }

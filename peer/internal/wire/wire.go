@@ -183,7 +183,7 @@ func readBlob16(r io.Reader, limit uint16, what string) ([]byte, error) {
 // readBlob reads n bytes once n, as read from the wire, is within limit.
 func readBlob(r io.Reader, n, limit uint64, what string) ([]byte, error) {
 	if n > limit {
-		return nil, &TooLargeError{What: what, Len: n, Limit: limit}
+		return nil, tooLarge(what, n, limit)
 	}
 	b := make([]byte, int(n))
 	return b, ReadFull(r, b, what)
