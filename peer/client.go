@@ -2,18 +2,16 @@ package peer
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 )
 
 // ClientConfig is how a node talks to peers.
@@ -33,7 +31,7 @@ func (c ClientConfig) withDefaults() ClientConfig {
 		c.Timeout = DefaultTimeout
 	}
 	if c.ManifestMax == 0 {
-		c.ManifestMax = DefaultManifestMax
+		c.ManifestMax = wire.DefaultManifestMax
 	}
 	return c
 }
@@ -73,12 +71,12 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 		}
 		conn = tc
 	}
-	dc := deadlineConn{conn, c.Timeout}
+	dc := wire.DeadlineConn{Conn: conn, Timeout: c.Timeout}
 	tok := []byte(c.Token)
-	if op == opRail {
+	if op == wire.OpRail {
 		tok = nil
 	}
-	if _, err := dc.Write(hello{op: op, token: tok}.encode()); err != nil {
+	if _, err := dc.Write(wire.Hello{Op: op, Token: tok}.Encode()); err != nil {
 		conn.Close()
 		return nil, nil, &PeerError{Addr: addr, Err: err}
 	}
@@ -86,34 +84,18 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 }
 
 // List asks a peer what it holds.
-func (c ClientConfig) List(ctx context.Context, addr string) (*Listing, error) {
+func (c ClientConfig) List(ctx context.Context, addr string) (*wire.Listing, error) {
 	c = c.withDefaults()
-	conn, r, err := c.dial(ctx, addr, opList, true)
+	conn, r, err := c.dial(ctx, addr, wire.OpList, true)
 	if err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	ls, err := readListing(r, c.ManifestMax)
+	ls, err := wire.ReadListing(r, c.ManifestMax)
 	if err != nil {
 		return nil, &PeerError{Addr: addr, Err: err}
 	}
 	return ls, nil
-}
-
-// readListing reads the answer to list: a status, then [u32 len][JSON].
-func readListing(r io.Reader, limit uint32) (*Listing, error) {
-	if err := readStatus(r, "list"); err != nil {
-		return nil, err
-	}
-	doc, err := readBlob32(r, limit, "list")
-	if err != nil {
-		return nil, err
-	}
-	var ls Listing
-	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &ls); err != nil {
-		return nil, protoErr("list", "%v", err)
-	}
-	return &ls, nil
 }
 
 // clientSession is the client side of one session with one peer.
@@ -122,7 +104,7 @@ type clientSession struct {
 	cfg      ClientConfig
 	conn     net.Conn
 	r        *bufio.Reader
-	manifest *WeightManifest
+	manifest *wire.WeightManifest
 	gen      [16]byte
 
 	// Set by startPlane.
@@ -138,10 +120,11 @@ type clientSession struct {
 
 // openSession asks addr for request and reads the manifest.
 func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*clientSession, error) {
-	if len(request) > ModelRequestMax {
-		return nil, &TooLargeError{What: "model request", Len: uint64(len(request)), Limit: ModelRequestMax}
+	req, err := wire.EncodeRequest(request)
+	if err != nil {
+		return nil, err
 	}
-	conn, r, err := cfg.dial(ctx, addr, opFetch, true)
+	conn, r, err := cfg.dial(ctx, addr, wire.OpFetch, true)
 	if err != nil {
 		return nil, err
 	}
@@ -150,19 +133,19 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 		conn.Close()
 		return nil, &PeerError{Addr: addr, Err: err}
 	}
-	if _, err := conn.Write(enc{}.blob32([]byte(request))); err != nil {
+	if _, err := conn.Write(req); err != nil {
 		return fail(err)
 	}
-	if err := readStatus(r, "model request"); err != nil {
+	if err := wire.ReadStatus(r, "model request"); err != nil {
 		return fail(err)
 	}
-	if cs.manifest, err = readManifest(r, cfg.ManifestMax); err != nil {
+	if cs.manifest, err = wire.ReadManifest(r, cfg.ManifestMax); err != nil {
 		return fail(err)
 	}
-	if !cs.manifest.answers(request) {
-		return fail(protoErr("manifest", "answers another request than %q", request))
+	if !cs.manifest.Answers(request) {
+		return fail(wire.Errorf("manifest", "answers another request than %q", request))
 	}
-	if err := cs.manifest.checkPassthrough(); err != nil {
+	if err := cs.manifest.CheckPassthrough(); err != nil {
 		return fail(err)
 	}
 	raw, _ := hex.DecodeString(cs.manifest.Generation)
@@ -173,12 +156,14 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 // startPlane asks for the data plane and reads the rails' endpoints, then
 // starts pinging the control connection.
 func (cs *clientSession) startPlane(ctx context.Context, mode Mode, rails int) error {
-	if _, err := cs.conn.Write(enc{mode.wire(), byte(min(max(rails, 1), MaxRails))}); err != nil {
+	if _, err := cs.conn.Write(wire.TransportRequest{Mode: mode, Rails: rails}.Encode()); err != nil {
 		return &PeerError{Addr: cs.addr, Err: err}
 	}
-	if err := cs.readPlane(mode, rails); err != nil {
+	a, err := wire.ReadTransportAnswer(cs.r, rails)
+	if err != nil {
 		return &PeerError{Addr: cs.addr, Err: err}
 	}
+	cs.mode, cs.rails, cs.secret, cs.endpoints = mode, len(a.Endpoints), a.Secret, a.Endpoints
 	cs.stopPing, cs.pingDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(cs.pingDone)
@@ -188,7 +173,7 @@ func (cs *clientSession) startPlane(ctx context.Context, mode Mode, rails int) e
 			select {
 			case <-t.C:
 				cs.wmu.Lock()
-				_, err := cs.conn.Write([]byte{ctlPing})
+				_, err := cs.conn.Write([]byte{wire.CtlPing})
 				cs.wmu.Unlock()
 				if err != nil {
 					return
@@ -203,39 +188,14 @@ func (cs *clientSession) startPlane(ctx context.Context, mode Mode, rails int) e
 	return nil
 }
 
-// readPlane reads the transport answer: rails, secret, endpoints.
-func (cs *clientSession) readPlane(mode Mode, asked int) error {
-	if err := readStatus(cs.r, "transport"); err != nil {
-		return err
-	}
-	n, err := readU8(cs.r, "rails")
-	if err != nil {
-		return err
-	}
-	if n == 0 || int(n) > max(asked, 1) {
-		return protoErr("transport", "%d rails for %d asked", n, asked)
-	}
-	if err := readFull(cs.r, cs.secret[:], "session secret"); err != nil {
-		return err
-	}
-	cs.mode, cs.rails = mode, int(n)
-	cs.endpoints = make([][]byte, n)
-	for i := range cs.endpoints {
-		if cs.endpoints[i], err = readBlob16(cs.r, EndpointMax, "rail endpoint"); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // finish ends the session cleanly: done, and the peer's acknowledgement.
 func (cs *clientSession) finish() error {
 	cs.stopPinging()
 	cs.wmu.Lock()
-	_, err := cs.conn.Write([]byte{ctlDone})
+	_, err := cs.conn.Write([]byte{wire.CtlDone})
 	cs.wmu.Unlock()
 	if err == nil {
-		err = readStatus(cs.r, "done")
+		err = wire.ReadStatus(cs.r, "done")
 	}
 	cs.conn.Close()
 	if err != nil {
@@ -260,19 +220,19 @@ func (cs *clientSession) close() {
 
 // railAddr is where rail r of a tcp session dials.
 func (cs *clientSession) railAddr(r int) (string, error) {
-	ep, err := decodeTCPEndpoint(cs.endpoints[r])
+	ep, err := wire.DecodeTCPEndpoint(cs.endpoints[r])
 	if err != nil {
 		return "", err
 	}
-	return net.JoinHostPort(ep.host, strconv.Itoa(ep.port)), nil
+	return net.JoinHostPort(ep.Host, strconv.Itoa(ep.Port)), nil
 }
 
 // readKeys reads the rma key table: per rail, per shard, (base, key).
-func (cs *clientSession) readKeys(shards int) ([][]remoteKey, error) {
-	if err := readStatus(cs.r, "rma setup"); err != nil {
+func (cs *clientSession) readKeys(shards int) ([][]wire.RemoteKey, error) {
+	if err := wire.ReadStatus(cs.r, "rma setup"); err != nil {
 		return nil, &PeerError{Addr: cs.addr, Err: err}
 	}
-	keys, err := readKeyTable(cs.r, cs.rails, shards)
+	keys, err := wire.ReadKeyTable(cs.r, cs.rails, shards)
 	if err != nil {
 		return nil, &PeerError{Addr: cs.addr, Err: err}
 	}

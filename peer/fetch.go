@@ -11,9 +11,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cenkalti/backoff/v5"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 )
 
 // FetchProducerName is the producer name a fetched artifact's READY.json records.
@@ -90,7 +92,7 @@ type fetcher struct {
 	peers    []string
 	request  string
 	o        FetchOptions
-	base     *WeightManifest
+	base     *wire.WeightManifest
 	subset   *subsetPlan
 	w        artifact.Writer      // Produce's
 	bw       artifact.BoundWriter // the same writer, binding digests
@@ -173,7 +175,7 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 	}
 	rs, canReuse := w.(artifact.Resumer)
 	for i, s := range f.base.Shards {
-		bind := artifact.Binding{Want: s.entry(), By: artifact.BindTree}
+		bind := artifact.Binding{Want: s.Entry(), By: artifact.BindTree}
 		if canReuse {
 			if _, ok, err := rs.Reuse(bind); err != nil {
 				return fmt.Errorf("reuse %s: %w", s.Name, err)
@@ -216,7 +218,7 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 }
 
 // shardUnits are a whole shard's units, written at the same offsets.
-func shardUnits(i int, s WeightShard, t *target) []*unit {
+func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
 	digest := func(h string) artifact.Digest {
 		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
 		return d
@@ -266,8 +268,12 @@ func (f *fetcher) remaining() []*unit {
 // unit is done. A target whose units are all done is closed in the background.
 func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 	if sum != u.blake3 {
-		return &PeerError{Addr: addr, Err: &MismatchError{Path: u.dst.path, Tensor: u.name,
-			Want: artifact.DigestHex(u.blake3), Got: artifact.DigestHex(sum)}}
+		what := u.dst.path
+		if u.name != "" {
+			what += " tensor " + u.name
+		}
+		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: BLAKE3 %s, manifest says %s: %w", what,
+			short(artifact.DigestHex(sum)), short(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
 	}
 	if u.dst.fw != nil && u.part >= 0 {
 		if err := u.dst.fw.SetPartBLAKE3(u.part, sum); err != nil {
@@ -310,58 +316,69 @@ func (f *fetcher) closeTarget(t *target) {
 	})
 }
 
+// Waits between failed sessions: from retryFirst, doubling up to retryMax,
+// back to retryFirst once a session verified bytes.
+const (
+	retryFirst = 100 * time.Millisecond
+	retryMax   = 1600 * time.Millisecond
+)
+
 // fetchAll runs sessions until every unit is verified: the selection's
 // first, then, after a failure of a peer or the wire, the next peer's,
 // with the units still missing.
 func (f *fetcher) fetchAll(ctx context.Context) error {
+	b := &backoff.ExponentialBackOff{InitialInterval: retryFirst, Multiplier: 2, MaxInterval: retryMax}
 	failures := 0
 	var since time.Time // of the first failure since the last progress
-	for {
-		todo := f.remaining()
-		cs := f.sess
-		f.sess = nil
-		if len(todo) == 0 {
-			if cs != nil {
-				cs.finish()
+	session := func() (struct{}, error) {
+		for {
+			todo := f.remaining()
+			cs := f.sess
+			f.sess = nil
+			if len(todo) == 0 {
+				if cs != nil {
+					cs.finish()
+				}
+				return struct{}{}, nil
 			}
-			return nil
-		}
-		var err error
-		if cs == nil {
-			cs, err = f.nextSession(ctx)
-		}
-		before := f.fetched.Load()
-		if err == nil {
-			if err = f.runSession(ctx, cs, todo); err == nil {
-				err = cs.finish()
-			} else {
-				cs.close()
+			var err error
+			if cs == nil {
+				cs, err = f.nextSession(ctx)
 			}
-		}
-		if err == nil {
-			continue // a last check: nothing left
-		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
-		}
-		if !peerFault(err) {
-			return err
-		}
-		if f.fetched.Load() > before || failures == 0 {
-			failures, since = 0, time.Now()
-		}
-		failures++
-		if time.Since(since) > f.o.Patience && failures > len(f.peers) {
-			return fmt.Errorf("giving up after %d failed sessions in %s without progress: %w", failures, f.o.Patience, err)
-		}
-		f.rep.Failovers++
-		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(min(time.Duration(1<<min(failures, 5))*50*time.Millisecond, 2*time.Second)):
+			before := f.fetched.Load()
+			if err == nil {
+				if err = f.runSession(ctx, cs, todo); err == nil {
+					err = cs.finish()
+				} else {
+					cs.close()
+				}
+			}
+			if err == nil {
+				continue // a last check: nothing left
+			}
+			if ctx.Err() != nil {
+				return struct{}{}, backoff.Permanent(fmt.Errorf("fetch interrupted: %w", context.Cause(ctx)))
+			}
+			if !peerFault(err) {
+				return struct{}{}, backoff.Permanent(err)
+			}
+			if f.fetched.Load() > before || failures == 0 {
+				failures, since = 0, time.Now()
+				b.Reset()
+			}
+			failures++
+			if time.Since(since) > f.o.Patience && failures > len(f.peers) {
+				return struct{}{}, backoff.Permanent(fmt.Errorf("giving up after %d failed sessions in %s without progress: %w", failures, f.o.Patience, err))
+			}
+			return struct{}{}, err
 		}
 	}
+	notify := func(err error, _ time.Duration) {
+		f.rep.Failovers++
+		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
+	}
+	_, err := backoff.Retry(ctx, session, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0), backoff.WithNotify(notify))
+	return err
 }
 
 // nextSession opens a session on the next peer after the one used last
@@ -375,7 +392,7 @@ func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 			last = err
 			continue
 		}
-		if err := f.base.sameContent(cs.manifest); err != nil {
+		if err := sameContent(f.base, cs.manifest); err != nil {
 			cs.close()
 			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 			continue
@@ -384,6 +401,20 @@ func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 		return cs, nil
 	}
 	return nil, last
+}
+
+// sameContent says whether two manifests describe the same bytes, so a
+// fetch can resume from one peer's session with another's.
+func sameContent(m, o *wire.WeightManifest) error {
+	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
+		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", short(o.IdentityDigest), short(m.IdentityDigest))
+	}
+	for i := range m.Shards {
+		if err := artifact.CompareEntry(m.Shards[i].Entry(), o.Shards[i].Entry()); err != nil {
+			return fmt.Errorf("the peer's shards differ from the ones being fetched: %w", err)
+		}
+	}
+	return nil
 }
 
 // use records the session's peer and detects a restart by its generation.

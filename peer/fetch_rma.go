@@ -8,6 +8,8 @@ import (
 	"unsafe"
 
 	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -26,18 +28,18 @@ const (
 // table and runs the rails concurrently. Every endpoint is closed before it
 // returns, so no read lands in a destination after.
 func (f *fetcher) runRMA(ctx context.Context, cs *clientSession, byRail [][]*unit) error {
-	eps := make([]*fabricEP, 0, cs.rails)
+	eps := make([]*fabric.EP, 0, cs.rails)
 	defer func() {
 		for _, ep := range eps {
-			ep.close()
+			ep.Close()
 		}
 	}()
 	for r := range cs.rails {
-		e, err := decodeRMAEndpoint(cs.endpoints[r])
+		e, err := wire.DecodeRMAEndpoint(cs.endpoints[r])
 		if err != nil {
 			return &PeerError{Addr: cs.addr, Err: err}
 		}
-		ep, err := fabricConnect(e.provider, e.host, e.port, min(cs.cfg.Timeout, dialTimeout))
+		ep, err := fabric.Connect(e.Provider, e.Host, e.Port, min(cs.cfg.Timeout, dialTimeout))
 		if err != nil {
 			return &PeerError{Addr: cs.addr, Err: err}
 		}
@@ -58,19 +60,19 @@ func (f *fetcher) runRMA(ctx context.Context, cs *clientSession, byRail [][]*uni
 
 // rmaRail reads its units with batched one-sided reads straight into the
 // targets' mappings, and verifies each unit's BLAKE3 from the mapping.
-func (f *fetcher) rmaRail(ctx context.Context, cs *clientSession, ep *fabricEP, keys []remoteKey, units []*unit) error {
+func (f *fetcher) rmaRail(ctx context.Context, cs *clientSession, ep *fabric.EP, keys []wire.RemoteKey, units []*unit) error {
 	descs := map[*target]unsafe.Pointer{}
-	if ep.needsLocalMR() {
+	if ep.NeedsLocalMR() {
 		for _, u := range units {
 			if _, ok := descs[u.dst]; ok || len(u.dst.mapping) == 0 {
 				continue
 			}
-			mr, err := ep.register(u.dst.mapping, accessLocalRead, 0)
+			mr, err := ep.Register(u.dst.mapping, fabric.AccessLocalRead, 0)
 			if err != nil {
 				return err
 			}
-			defer mr.close()
-			descs[u.dst] = mr.desc
+			defer mr.Close()
+			descs[u.dst] = mr.Desc
 		}
 	}
 	var cancel atomic.Int32
@@ -92,15 +94,15 @@ func (f *fetcher) rmaRail(ctx context.Context, cs *clientSession, ep *fabricEP, 
 	var err error
 	for len(units) > 0 && err == nil {
 		var batch []*unit
-		var ops []readOp
+		var ops []fabric.ReadOp
 		for n := int64(0); len(units) > 0 && (len(batch) == 0 || n+units[0].n <= rmaBatchBytes); units = units[1:] {
 			u := units[0]
 			batch, n = append(batch, u), n+u.n
 			k := keys[u.shard]
-			ops = append(ops, readOp{dst: u.dst.mapping[u.dstOff : u.dstOff+u.n], desc: descs[u.dst],
-				raddr: k.base + uint64(u.off), key: k.key})
+			ops = append(ops, fabric.ReadOp{Dst: u.dst.mapping[u.dstOff : u.dstOff+u.n], Desc: descs[u.dst],
+				RAddr: k.Base + uint64(u.off), Key: k.Key})
 		}
-		if err = ep.readBatch(ops, rmaChunk, rmaWindow, cs.cfg.Timeout, &cancel); err != nil {
+		if err = ep.ReadBatch(ops, rmaChunk, rmaWindow, cs.cfg.Timeout, &cancel); err != nil {
 			err = &PeerError{Addr: cs.addr, Err: err}
 			break
 		}

@@ -7,6 +7,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -38,7 +39,7 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 	if err != nil {
 		return &PeerError{Addr: cs.addr, Err: err}
 	}
-	conn, br, err := cs.cfg.dial(ctx, addr, opRail, false)
+	conn, br, err := cs.cfg.dial(ctx, addr, wire.OpRail, false)
 	if err != nil {
 		return err
 	}
@@ -46,12 +47,12 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
 	peerErr := func(err error) error { return &PeerError{Addr: addr, Err: err} }
-	if _, err := conn.Write(railAttach{secret: cs.secret, generation: cs.gen, rail: byte(r)}.encode()); err != nil {
+	if _, err := conn.Write(wire.RailAttach{Secret: cs.secret, Generation: cs.gen, Rail: byte(r)}.Encode()); err != nil {
 		return peerErr(err)
 	}
-	if err := readStatus(br, "rail attach"); err != nil {
-		var re *RemoteError
-		if errors.As(err, &re) && re.Code == stStale {
+	if err := wire.ReadStatus(br, "rail attach"); err != nil {
+		var re *wire.RemoteError
+		if errors.As(err, &re) && re.Code == wire.StatusStale {
 			err = &StaleGenerationError{Addr: addr, Want: cs.manifest.Generation, Got: re.Message}
 		}
 		return peerErr(err)
@@ -66,7 +67,7 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 			case <-ctx.Done():
 				return
 			}
-			if _, err := conn.Write(rangeRequest{shard: uint32(u.shard), off: uint64(u.off), n: uint64(u.n)}.encode()); err != nil {
+			if _, err := conn.Write(wire.RangeRequest{Shard: uint32(u.shard), Off: uint64(u.off), N: uint64(u.n)}.Encode()); err != nil {
 				conn.Close()
 				return
 			}
@@ -108,7 +109,7 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 			}
 		}
 		for _, u := range units {
-			if err := readStatus(r, "range"); err != nil {
+			if err := wire.ReadStatus(r, "range"); err != nil {
 				send(chunk{err: err})
 				return
 			}
@@ -123,7 +124,7 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 				// railChunk: after a unit's first read, its writes fill
 				// whole pages of the page cache, wherever the unit starts.
 				k := min(railChunk-(u.dstOff+off)%railChunk, u.n-off)
-				err := readFull(r, b[:k], "range data")
+				err := wire.ReadFull(r, b[:k], "range data")
 				if !send(chunk{u: u, b: b[:k], off: off, last: off+k == u.n, err: err}) {
 					return
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -114,13 +115,13 @@ func testRestart(t *testing.T, mode Mode, cfg ServerConfig) {
 func TestFailoverTCP(t *testing.T) { testFailover(t, ModeTCP, ServerConfig{}) }
 func TestRestartTCP(t *testing.T)  { testRestart(t, ModeTCP, ServerConfig{}) }
 
-// TestFetchStagedAndList: an allowlisted directory is served as a
-// passthrough artifact of its revision, staged once, and listed.
-func TestFetchStagedAndList(t *testing.T) {
+// TestFetchExportAndList: an exported directory is served as a
+// passthrough artifact of its revision, mapped once, and listed.
+func TestFetchExportAndList(t *testing.T) {
 	dir, src := checkpoint(t, 8<<20, 2)
-	s, addr := serve(t, openStore(t), ServerConfig{Staged: []StagedDir{{Name: "ck", Path: dir, Revision: testRevision, Repository: "org/model"}}})
+	s, addr := serve(t, openStore(t), ServerConfig{Exports: []Export{{Name: "ck", Path: dir, Revision: testRevision, Repository: "org/model"}}})
 	ls, err := (ClientConfig{}).List(context.Background(), addr)
-	if err != nil || ls.Generation != s.Generation() || len(ls.Staged) != 1 || ls.Staged[0].Staged {
+	if err != nil || ls.Generation != s.Generation() || len(ls.Exports) != 1 || ls.Exports[0].Mapped {
 		t.Fatalf("list %+v %v", ls, err)
 	}
 	dst := openStore(t)
@@ -133,8 +134,8 @@ func TestFetchStagedAndList(t *testing.T) {
 		t.Fatalf("staged identity %s, want the passthrough identity %s", rep.Identity, want)
 	}
 	verifyFull(t, dst, l.ID)
-	if ls, _ = (ClientConfig{}).List(context.Background(), addr); !ls.Staged[0].Staged || ls.Staged[0].Bytes != rep.Bytes {
-		t.Fatalf("after the fetch: %+v", ls.Staged)
+	if ls, _ = (ClientConfig{}).List(context.Background(), addr); !ls.Exports[0].Mapped || ls.Exports[0].Bytes != rep.Bytes {
+		t.Fatalf("after the fetch: %+v", ls.Exports)
 	}
 }
 
@@ -150,8 +151,8 @@ func TestFetchSubset(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want, _ := SubsetIdentity(id, patterns)
-	if rep.Identity != digestOf(t, want) || l.Identity().Producer.Name != SubsetProducerName {
+	want, _ := producers.SubsetIdentity(id, patterns)
+	if rep.Identity != digestOf(t, want) || l.Identity().Producer.Name != producers.TensorSubsetName {
 		t.Fatalf("subset identity %s", rep.Identity)
 	}
 	verifyFull(t, dst, l.ID)

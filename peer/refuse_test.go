@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -29,11 +29,11 @@ func rawSession(t *testing.T, addr string, op byte, token string, body []byte) (
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(10 * time.Second))
-	if _, err := c.Write(append(hello{op: op, token: []byte(token)}.encode(), body...)); err != nil {
+	if _, err := c.Write(append(wire.Hello{Op: op, Token: []byte(token)}.Encode(), body...)); err != nil {
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(c)
-	return readStatus(r, "answer"), r, c
+	return wire.ReadStatus(r, "answer"), r, c
 }
 
 // allocated runs fn and returns the bytes this process allocated meanwhile.
@@ -61,10 +61,10 @@ func TestServerRefuses(t *testing.T) {
 	os.MkdirAll(filepath.Join(allowed, "linkfile"), 0o755)
 	os.Symlink(filepath.Join(outside, "secret.safetensors"), filepath.Join(allowed, "linkfile", "x.safetensors"))
 	os.Symlink(outside, filepath.Join(allowed, "linkdir"))
-	_, addr := serve(t, d, ServerConfig{Token: "s3cret", Staged: []StagedDir{
+	_, addr := serve(t, d, ServerConfig{Token: "s3cret", Exports: []Export{
 		{Name: "hub", Path: allowed}, {Name: "fixed", Path: allowed, Revision: testRevision}}})
 	ok := func(err error) bool { return err == nil }
-	req := func(s string) []byte { return enc{}.blob32([]byte(s)) }
+	req := func(s string) []byte { return wire.Enc{}.Blob32([]byte(s)) }
 	for _, tc := range []struct {
 		name  string
 		token string
@@ -74,8 +74,8 @@ func TestServerRefuses(t *testing.T) {
 	}{
 		{"wrong token", "guess", req(digestOf(t, id)), errdefs.IsPermissionDenied, "token"},
 		{"no token", "", req(digestOf(t, id)), errdefs.IsPermissionDenied, "token"},
-		{"request over the limit", "s3cret", enc{}.u32(0xffffffff), errdefs.IsInvalidArgument, "over the limit"},
-		{"request just over", "s3cret", enc{}.u32(ModelRequestMax + 1), errdefs.IsInvalidArgument, "over the limit"},
+		{"request over the limit", "s3cret", wire.Enc{}.U32(0xffffffff), errdefs.IsInvalidArgument, "over the limit"},
+		{"request just over", "s3cret", wire.Enc{}.U32(wire.ModelRequestMax + 1), errdefs.IsInvalidArgument, "over the limit"},
 		{"unknown identity", "s3cret", req("sha256:" + strings.Repeat("ab", 32)), errdefs.IsNotFound, "no READY artifact"},
 		{"not a digest", "s3cret", req("llama"), errdefs.IsInvalidArgument, "want sha256"},
 		{"staged not allowlisted", "s3cret", req("staged:etc"), errdefs.IsNotFound, "not an allowlisted"},
@@ -89,7 +89,7 @@ func TestServerRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			n := allocated(func() { err, _, _ = rawSession(t, addr, opFetch, tc.token, tc.body) })
+			n := allocated(func() { err, _, _ = rawSession(t, addr, wire.OpFetch, tc.token, tc.body) })
 			if !tc.want(err) || (err != nil && !strings.Contains(err.Error(), tc.says)) {
 				t.Fatalf("answer %v, want one saying %q", err, tc.says)
 			}
@@ -99,9 +99,8 @@ func TestServerRefuses(t *testing.T) {
 		})
 	}
 	t.Run("client checks the request length", func(t *testing.T) {
-		_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "staged:"+strings.Repeat("a", ModelRequestMax), FetchOptions{})
-		var tl *TooLargeError
-		if !errors.As(err, &tl) {
+		_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "staged:"+strings.Repeat("a", wire.ModelRequestMax), FetchOptions{})
+		if !isTooLarge(err) {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -113,11 +112,11 @@ func TestServerRefusesBadSession(t *testing.T) {
 	d, id := seeded(t, 2<<20, 1)
 	s, addr := serve(t, d, ServerConfig{})
 	open := func() (*bufio.Reader, net.Conn) {
-		err, r, c := rawSession(t, addr, opFetch, "", enc{}.blob32([]byte(digestOf(t, id))))
+		err, r, c := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id))))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := readManifest(r, DefaultManifestMax); err != nil {
+		if _, err := wire.ReadManifest(r, wire.DefaultManifestMax); err != nil {
 			t.Fatal(err)
 		}
 		return r, c
@@ -125,45 +124,46 @@ func TestServerRefusesBadSession(t *testing.T) {
 	t.Run("unknown mode", func(t *testing.T) {
 		r, c := open()
 		c.Write([]byte{9, 1})
-		if err := readStatus(r, "transport"); !errdefs.IsInvalidArgument(err) {
+		if err := wire.ReadStatus(r, "transport"); !errdefs.IsInvalidArgument(err) {
 			t.Fatalf("got %v", err)
 		}
 	})
-	attach := func(a railAttach) (error, *bufio.Reader, net.Conn) {
-		return rawSession(t, addr, opRail, "", a.encode())
+	attach := func(a wire.RailAttach) (error, *bufio.Reader, net.Conn) {
+		return rawSession(t, addr, wire.OpRail, "", a.Encode())
 	}
 	t.Run("rail of no session", func(t *testing.T) {
-		a := railAttach{generation: s.genRaw}
+		a := wire.RailAttach{Generation: s.genRaw}
 		if err, _, _ := attach(a); !errdefs.IsNotFound(err) {
 			t.Fatalf("got %v", err)
 		}
 	})
 	t.Run("rail of another generation", func(t *testing.T) {
-		if err, _, _ := attach(railAttach{}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "restarted") {
+		if err, _, _ := attach(wire.RailAttach{}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "restarted") {
 			t.Fatalf("got %v", err)
 		}
 	})
 	t.Run("ranges", func(t *testing.T) {
 		r, c := open()
-		c.Write([]byte{modeTCP, 200})
-		cs := &clientSession{addr: addr, conn: c, r: r}
-		if err := cs.readPlane(ModeTCP, 200); err != nil {
+		c.Write([]byte{1, 200}) // tcp, 200 rails
+		a, err := wire.ReadTransportAnswer(r, 200)
+		if err != nil {
 			t.Fatal(err)
 		}
+		cs := &clientSession{addr: addr, conn: c, r: r, rails: len(a.Endpoints), secret: a.Secret}
 		if cs.rails != DefaultMaxRails {
 			t.Fatalf("%d rails granted, want the cap %d", cs.rails, DefaultMaxRails)
 		}
-		for _, q := range []rangeRequest{{shard: 7}, {shard: 0, off: 1 << 40}, {shard: 0, off: 1, n: ^uint64(0)}} {
-			err, rr, rc := attach(railAttach{secret: cs.secret, generation: s.genRaw, rail: 3})
+		for _, q := range []wire.RangeRequest{{Shard: 7}, {Shard: 0, Off: 1 << 40}, {Shard: 0, Off: 1, N: ^uint64(0)}} {
+			err, rr, rc := attach(wire.RailAttach{Secret: cs.secret, Generation: s.genRaw, Rail: 3})
 			if err != nil {
 				t.Fatal(err)
 			}
-			rc.Write(q.encode())
-			if err := readStatus(rr, "range"); !errdefs.IsInvalidArgument(err) {
+			rc.Write(q.Encode())
+			if err := wire.ReadStatus(rr, "range"); !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("range %+v: got %v", q, err)
 			}
 		}
-		if err, _, _ := attach(railAttach{secret: cs.secret, generation: s.genRaw, rail: DefaultMaxRails}); !errdefs.IsNotFound(err) {
+		if err, _, _ := attach(wire.RailAttach{Secret: cs.secret, Generation: s.genRaw, Rail: DefaultMaxRails}); !errdefs.IsNotFound(err) {
 			t.Fatalf("rail past the count: got %v", err)
 		}
 	})
@@ -174,10 +174,10 @@ func TestServerRefusesBadSession(t *testing.T) {
 func TestSessionLimit(t *testing.T) {
 	d, id := seeded(t, 2<<20, 1)
 	_, addr := serve(t, d, ServerConfig{MaxSessions: 1})
-	if err, _, _ := rawSession(t, addr, opFetch, "", enc{}.blob32([]byte(digestOf(t, id)))); err != nil {
+	if err, _, _ := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id)))); err != nil {
 		t.Fatal(err)
 	}
-	err, _, _ := rawSession(t, addr, opFetch, "", enc{}.blob32([]byte(digestOf(t, id))))
+	err, _, _ := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id))))
 	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "busy") {
 		t.Fatalf("second session: %v", err)
 	}
@@ -201,10 +201,10 @@ func fakePeer(t *testing.T, answer []byte) string {
 			go func() {
 				defer c.Close()
 				r := bufio.NewReader(c)
-				if _, err := readHello(r); err != nil {
+				if _, err := wire.ReadHello(r); err != nil {
 					return
 				}
-				if _, err := readRequest(r); err != nil {
+				if _, err := wire.ReadRequest(r); err != nil {
 					return
 				}
 				c.Write(answer)
@@ -220,8 +220,8 @@ func TestClientRefuses(t *testing.T) {
 	d, id := seeded(t, 1<<20, 1)
 	good := manifestDoc(t, d, id)
 	// edited is good with one change made to its first safetensors shard.
-	edited := func(change func(s *WeightShard)) []byte {
-		var m WeightManifest
+	edited := func(change func(s *wire.WeightShard)) []byte {
+		var m wire.WeightManifest
 		json.Unmarshal(good, &m)
 		for i := range m.Shards {
 			if artifact.IsSafetensors(m.Shards[i].Name) {
@@ -232,27 +232,25 @@ func TestClientRefuses(t *testing.T) {
 		raw, _ := json.Marshal(&m)
 		return raw
 	}
-	collision := edited(func(s *WeightShard) { s.SHA256 = strings.Repeat("5", 64) })
-	otherHeader := edited(func(s *WeightShard) { s.Header[len(s.Header)-1] ^= 1 })
-	noHeader := edited(func(s *WeightShard) { s.Header = nil })
-	var tooLarge *TooLargeError
-	var proto *ProtocolError
+	collision := edited(func(s *wire.WeightShard) { s.SHA256 = strings.Repeat("5", 64) })
+	otherHeader := edited(func(s *wire.WeightShard) { s.Header[len(s.Header)-1] ^= 1 })
+	noHeader := edited(func(s *wire.WeightShard) { s.Header = nil })
 	for _, tc := range []struct {
 		name   string
 		answer []byte
 		want   func(error) bool
 	}{
-		{"oversized manifest", enc{stOK}.u32(0xffffffff), func(err error) bool { return errors.As(err, &tooLarge) }},
-		{"manifest over the client's bound", enc{stOK}.u32(DefaultManifestMax + 1), func(err error) bool { return errors.As(err, &tooLarge) }},
-		{"truncated manifest", enc{stOK}.u32(uint32(len(good))).raw(good[:len(good)/2]), func(err error) bool { return errors.As(err, &proto) }},
-		{"truncated status", nil, func(err error) bool { return errors.As(err, &proto) }},
-		{"unknown status", enc{200}, func(err error) bool { return errors.As(err, &proto) }},
-		{"oversized message", enc{stInternal}.u32(MessageMax + 1), func(err error) bool { return errors.As(err, &tooLarge) }},
-		{"manifest with trailing data", enc{stOK}.blob32(append(good, '{', '}')), func(err error) bool { return errors.As(err, &proto) }},
-		{"shards that are not the passthrough fingerprint", enc{stOK}.blob32(collision), errdefs.IsConflict},
-		{"header bytes that are not the header BLAKE3's", enc{stOK}.blob32(otherHeader), func(err error) bool { return errors.As(err, &proto) }},
-		{"a safetensors shard without its header bytes", enc{stOK}.blob32(noHeader), func(err error) bool { return errors.As(err, &proto) }},
-		{"manifest with a wrong identity digest", enc{stOK}.blob32(bytes.Replace(good, []byte(`"identity_digest":"sha256:`), []byte(`"identity_digest":"sha256:0`), 1)), func(err error) bool { return errors.As(err, &proto) }},
+		{"oversized manifest", wire.Enc{wire.StatusOK}.U32(0xffffffff), isTooLarge},
+		{"manifest over the client's bound", wire.Enc{wire.StatusOK}.U32(wire.DefaultManifestMax + 1), isTooLarge},
+		{"truncated manifest", wire.Enc{wire.StatusOK}.U32(uint32(len(good))).Raw(good[:len(good)/2]), isProtocol},
+		{"truncated status", nil, isProtocol},
+		{"unknown status", wire.Enc{200}, isProtocol},
+		{"oversized message", wire.Enc{wire.StatusInternal}.U32(wire.MessageMax + 1), isTooLarge},
+		{"manifest with trailing data", wire.Enc{wire.StatusOK}.Blob32(append(good, '{', '}')), isProtocol},
+		{"shards that are not the passthrough fingerprint", wire.Enc{wire.StatusOK}.Blob32(collision), errdefs.IsConflict},
+		{"header bytes that are not the header BLAKE3's", wire.Enc{wire.StatusOK}.Blob32(otherHeader), isProtocol},
+		{"a safetensors shard without its header bytes", wire.Enc{wire.StatusOK}.Blob32(noHeader), isProtocol},
+		{"manifest with a wrong identity digest", wire.Enc{wire.StatusOK}.Blob32(bytes.Replace(good, []byte(`"identity_digest":"sha256:`), []byte(`"identity_digest":"sha256:0`), 1)), isProtocol},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			addr := fakePeer(t, tc.answer)
@@ -274,7 +272,7 @@ func TestClientRefuses(t *testing.T) {
 // than the one asked for is refused.
 func TestClientRefusesAnotherArtifact(t *testing.T) {
 	d, id := seeded(t, 1<<20, 1)
-	addr := fakePeer(t, enc{stOK}.blob32(manifestDoc(t, d, id)))
+	addr := fakePeer(t, wire.Enc{wire.StatusOK}.Blob32(manifestDoc(t, d, id)))
 	_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "sha256:"+strings.Repeat("ab", 32), FetchOptions{})
 	if err == nil || !strings.Contains(err.Error(), "answers another request") {
 		t.Fatalf("got %v", err)
@@ -309,4 +307,14 @@ func mustHex(t *testing.T, id artifact.Identity) string {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// isTooLarge says err is a wire length over its bound: bad input, naming the limit.
+func isTooLarge(err error) bool {
+	return errdefs.IsInvalidArgument(err) && strings.Contains(err.Error(), "is over the limit of")
+}
+
+// isProtocol says err is another break of the wire format: bad input from the protocol.
+func isProtocol(err error) bool {
+	return errdefs.IsInvalidArgument(err) && strings.Contains(err.Error(), "peer protocol: ") && !isTooLarge(err)
 }

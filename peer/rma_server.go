@@ -10,10 +10,10 @@ import (
 	"runtime"
 	"sync"
 	"time"
-)
 
-// rmaBuilt says whether this build has the rma data plane (build tag libfabric).
-const rmaBuilt = true
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
+)
 
 // rmaServePlane is the server side of an rma session: a passive endpoint
 // per rail, and every shard's mapping registered read-only for remote reads
@@ -25,10 +25,10 @@ type rmaServePlane struct {
 	provider  string
 	hosts     []string
 	timeout   time.Duration
-	listeners []*fabricListener
+	listeners []*fabric.Listener
 	ports     []int
-	eps       []*fabricEP
-	mrs       []*fabricMR
+	eps       []*fabric.EP
+	mrs       []*fabric.MR
 	stop      chan struct{}
 	progress  sync.WaitGroup
 }
@@ -36,12 +36,12 @@ type rmaServePlane struct {
 // probeRMA checks the configured provider once, at the server's start (it
 // also pays libfabric's discovery of its providers there, not during a
 // session).
-func probeRMA(provider string) error { return fabricProbe(provider) }
+func probeRMA(provider string) error { return fabric.Probe(provider) }
 
 func newRMAServePlane(provider string, ss *session, hosts []string, timeout time.Duration) (servePlane, error) {
 	p := &rmaServePlane{ss: ss, provider: provider, hosts: hosts, timeout: timeout, stop: make(chan struct{})}
 	for _, h := range hosts {
-		l, port, err := fabricListen(provider, h)
+		l, port, err := fabric.Listen(provider, h)
 		if err != nil {
 			p.close()
 			return nil, err
@@ -55,7 +55,7 @@ func newRMAServePlane(provider string, ss *session, hosts []string, timeout time
 func (p *rmaServePlane) endpoints() [][]byte {
 	out := make([][]byte, len(p.hosts))
 	for r, h := range p.hosts {
-		out[r] = encodeRMAEndpoint(p.listeners[r].provider(), h, p.ports[r])
+		out[r] = wire.EncodeRMAEndpoint(p.listeners[r].Provider(), h, p.ports[r])
 	}
 	return out
 }
@@ -67,36 +67,36 @@ func (p *rmaServePlane) endpoints() [][]byte {
 // connects, not between them.
 func (p *rmaServePlane) ready(ctx context.Context) ([]byte, error) {
 	for r, l := range p.listeners {
-		ep, err := l.accept(min(p.timeout, dialTimeout))
+		ep, err := l.Accept(min(p.timeout, dialTimeout))
 		if err != nil {
 			return nil, fmt.Errorf("rail %d: %w", r, err)
 		}
 		p.eps = append(p.eps, ep)
 	}
-	keys := make([][]remoteKey, len(p.eps))
+	keys := make([][]wire.RemoteKey, len(p.eps))
 	for r, ep := range p.eps {
-		keys[r] = make([]remoteKey, len(p.ss.sv.shards))
+		keys[r] = make([]wire.RemoteKey, len(p.ss.sv.shards))
 		for i, s := range p.ss.sv.shards {
 			if len(s.data) == 0 {
 				continue // an empty shard is never read
 			}
 			var rk [8]byte
 			rand.Read(rk[:])
-			mr, err := ep.register(s.data, accessRemoteRead, binary.LittleEndian.Uint64(rk[:]))
+			mr, err := ep.Register(s.data, fabric.AccessRemoteRead, binary.LittleEndian.Uint64(rk[:]))
 			if err != nil {
 				return nil, fmt.Errorf("rail %d: register %s: %w", r, s.entry.Path, err)
 			}
 			p.mrs = append(p.mrs, mr)
-			keys[r][i] = remoteKey{base: mr.raddr, key: mr.key}
+			keys[r][i] = wire.RemoteKey{Base: mr.RAddr, Key: mr.Key}
 		}
 		p.progress.Go(func() { p.drive(ep) })
 	}
-	return encodeKeyTable(keys), nil
+	return wire.EncodeKeyTable(keys), nil
 }
 
 // drive waits on the rail's completion queue on a locked OS thread, for
 // providers whose target side must be driven; it reads no payload.
-func (p *rmaServePlane) drive(ep *fabricEP) {
+func (p *rmaServePlane) drive(ep *fabric.EP) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	for {
@@ -105,7 +105,7 @@ func (p *rmaServePlane) drive(ep *fabricEP) {
 			return
 		default:
 		}
-		if ep.progress(50*time.Millisecond) != nil {
+		if ep.Progress(50*time.Millisecond) != nil {
 			return
 		}
 	}
@@ -116,12 +116,12 @@ func (p *rmaServePlane) close() {
 	close(p.stop)
 	p.progress.Wait()
 	for _, mr := range p.mrs {
-		mr.close()
+		mr.Close()
 	}
 	for _, ep := range p.eps {
-		ep.close()
+		ep.Close()
 	}
 	for _, l := range p.listeners {
-		l.close()
+		l.Close()
 	}
 }

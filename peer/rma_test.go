@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -49,7 +52,7 @@ func TestRestartRMA(t *testing.T)  { testRestart(t, ModeRMA, rmaConfig) }
 
 // rmaSession opens an rma session of one rail by hand and returns it with
 // its endpoint and key table.
-func rmaSession(t *testing.T, addr, request string) (*clientSession, *fabricEP, [][]remoteKey) {
+func rmaSession(t *testing.T, addr, request string) (*clientSession, *fabric.EP, [][]wire.RemoteKey) {
 	t.Helper()
 	cs, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addr, request)
 	if err != nil {
@@ -58,11 +61,11 @@ func rmaSession(t *testing.T, addr, request string) (*clientSession, *fabricEP, 
 	if err := cs.startPlane(context.Background(), ModeRMA, 1); err != nil {
 		t.Fatal(err)
 	}
-	e, err := decodeRMAEndpoint(cs.endpoints[0])
+	e, err := wire.DecodeRMAEndpoint(cs.endpoints[0])
 	if err != nil {
 		t.Fatal(err)
 	}
-	ep, err := fabricConnect(e.provider, e.host, e.port, 5*time.Second)
+	ep, err := fabric.Connect(e.Provider, e.Host, e.Port, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,8 +87,8 @@ func TestRMAKeys(t *testing.T) {
 	}
 	defer syscall.Munmap(dst)
 	var cancel atomic.Int32
-	read := func(ep *fabricEP, k remoteKey) error {
-		return ep.readBatch([]readOp{{dst: dst, raddr: k.base, key: k.key}}, rmaChunk, rmaWindow, 5*time.Second, &cancel)
+	read := func(ep *fabric.EP, k wire.RemoteKey) error {
+		return ep.ReadBatch([]fabric.ReadOp{{Dst: dst, RAddr: k.Base, Key: k.Key}}, rmaChunk, rmaWindow, 5*time.Second, &cancel)
 	}
 	shard := func(cs *clientSession) int {
 		for i, s := range cs.manifest.Shards {
@@ -100,16 +103,15 @@ func TestRMAKeys(t *testing.T) {
 	cs1, ep1, keys1 := rmaSession(t, addr, digestOf(t, id))
 	i := shard(cs1)
 	good := keys1[0][i]
-	err = read(ep1, remoteKey{base: good.base, key: good.key ^ 1})
-	var fe *FabricError
-	if !errors.As(err, &fe) || !strings.Contains(err.Error(), "Permission denied") {
+	err = read(ep1, wire.RemoteKey{Base: good.Base, Key: good.Key ^ 1})
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "libfabric read") || !strings.Contains(err.Error(), "Permission denied") {
 		t.Fatalf("wrong key: %v", err)
 	}
-	ep1.close()
+	ep1.Close()
 	cs1.close()
 
 	cs2, ep2, keys2 := rmaSession(t, addr, digestOf(t, id))
-	defer ep2.close()
+	defer ep2.Close()
 	if err := read(ep2, good); err == nil && keys2[0][i] != good {
 		t.Fatal("a key of a finished session still reads")
 	}
@@ -242,13 +244,13 @@ func cacheTree(t *testing.T, root string) {
 // fails the session within dialTimeout, not the longer read and write
 // Timeout, so the fetch has time left for another session.
 func TestRMAConnectBounded(t *testing.T) {
-	l, port, err := fabricListen("sockets", "127.0.0.1") // never accepts
+	l, port, err := fabric.Listen("sockets", "127.0.0.1") // never accepts
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.close()
+	defer l.Close()
 	cs := &clientSession{addr: "127.0.0.1:1", cfg: ClientConfig{Timeout: 2 * dialTimeout}, rails: 1,
-		endpoints: [][]byte{encodeRMAEndpoint("sockets", "127.0.0.1", port)}}
+		endpoints: [][]byte{wire.EncodeRMAEndpoint("sockets", "127.0.0.1", port)}}
 	start := time.Now()
 	err = (&fetcher{}).runRMA(context.Background(), cs, [][]*unit{nil})
 	var pe *PeerError

@@ -11,6 +11,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -91,8 +93,8 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if o.Patience <= 0 {
 		o.Patience = DefaultPatience
 	}
-	if o.Mode == ModeRMA && !rmaBuilt {
-		return nil, unsupported(ModeRMA, noRMA)
+	if o.Mode == ModeRMA && !fabric.Built {
+		return nil, unsupported(ModeRMA, fabric.Missing)
 	}
 	if err := checkPatterns(o.Tensors); err != nil {
 		return nil, err
@@ -147,7 +149,7 @@ func (f *fetcher) closeSession() {
 }
 
 // Fetch materializes request (an identity digest, a manifest digest or a
-// staged id) from the first of peers that serves it, into the store, and
+// staged id of an exported directory) from the first of peers that serves it, into the store, and
 // returns a lease on it. Every unit's BLAKE3 is checked as it lands, every
 // file's digests once written, before publication: on any mismatch nothing
 // becomes READY. On a failure of a peer or the wire the fetch resumes, with
@@ -155,7 +157,7 @@ func (f *fetcher) closeSession() {
 // it answers again).
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
 	start := time.Now()
-	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && hex64RE.MatchString(hex) {
+	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && wire.IsHex64(hex) {
 		if l, err := d.Lookup(ctx, hex, ""); err == nil { // an identity this store already has: no peer needed
 			rep := &FetchReport{Request: request, Identity: request, ID: l.ID, Path: l.Dir, Files: len(l.Index.Files),
 				Bytes: l.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}

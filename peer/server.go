@@ -18,6 +18,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -27,7 +29,7 @@ const (
 	DefaultTimeout       = 30 * time.Second
 	DefaultMaxSessions   = 16
 	DefaultMaxRails      = 16
-	DefaultStagedCeiling = 64 << 30
+	DefaultExportCeiling = 64 << 30
 )
 
 // ServerConfig configures a Server.
@@ -49,10 +51,10 @@ type ServerConfig struct {
 	// Provider is the libfabric provider of the rma plane (verbs, efa, tcp,
 	// sockets); "" lets libfabric choose.
 	Provider string
-	// Staged are the allowlisted directories, and StagedCeiling the bytes
+	// Exports are the exported directories, and ExportCeiling the bytes
 	// they may hold mapped at once.
-	Staged        []StagedDir
-	StagedCeiling int64
+	Exports       []Export
+	ExportCeiling int64
 	// Timeout bounds every read and write; a session whose client neither
 	// pings nor finishes within it ends.
 	Timeout time.Duration
@@ -67,28 +69,28 @@ func (c *ServerConfig) defaults() {
 	if c.MaxRails <= 0 {
 		c.MaxRails = DefaultMaxRails
 	}
-	c.MaxRails = min(c.MaxRails, MaxRails)
-	if c.StagedCeiling <= 0 {
-		c.StagedCeiling = DefaultStagedCeiling
+	c.MaxRails = min(c.MaxRails, wire.MaxRails)
+	if c.ExportCeiling <= 0 {
+		c.ExportCeiling = DefaultExportCeiling
 	}
 	if c.Timeout <= 0 {
 		c.Timeout = DefaultTimeout
 	}
 	if c.ManifestMax == 0 {
-		c.ManifestMax = DefaultManifestMax
+		c.ManifestMax = wire.DefaultManifestMax
 	}
 }
 
 // Server serves one store domain to other nodes.
 type Server struct {
-	d      *store.Domain
-	cfg    ServerConfig
-	gen    string // generation id, hex
-	genRaw [16]byte
-	staged *stagedSet
-	rma    error // why the rma plane is unavailable, nil when it is
-	slots  chan struct{}
-	active atomic.Int64
+	d       *store.Domain
+	cfg     ServerConfig
+	gen     string // generation id, hex
+	genRaw  [16]byte
+	exports *exportSet
+	rma     error // why the rma plane is unavailable, nil when it is
+	slots   chan struct{}
+	active  atomic.Int64
 
 	mu       sync.Mutex
 	sessions map[[16]byte]*session
@@ -104,11 +106,11 @@ func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 			return nil, badInput("rail address %q is not an IP address", a)
 		}
 	}
-	staged, err := newStagedSet(cfg.Staged, cfg.StagedCeiling)
+	exports, err := newExportSet(cfg.Exports, cfg.ExportCeiling)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{d: d, cfg: cfg, staged: staged, slots: make(chan struct{}, cfg.MaxSessions),
+	s := &Server{d: d, cfg: cfg, exports: exports, slots: make(chan struct{}, cfg.MaxSessions),
 		sessions: map[[16]byte]*session{}, conns: map[net.Conn]struct{}{}}
 	rand.Read(s.genRaw[:])
 	s.gen = hex.EncodeToString(s.genRaw[:])
@@ -132,7 +134,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
 	log.G(ctx).WithField("addr", l.Addr().String()).WithField("generation", s.gen).WithField("modes", s.modes()).Info("peer: serving")
-	if s.rma != nil && rmaBuilt {
+	if s.rma != nil && fabric.Built {
 		log.G(ctx).WithError(s.rma).Warn("peer: the rma plane is unavailable")
 	}
 	var err error
@@ -181,7 +183,7 @@ type peekedConn struct {
 func (c peekedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 func (s *Server) handle(ctx context.Context, raw net.Conn) error {
-	dc := deadlineConn{raw, s.cfg.Timeout}
+	dc := wire.DeadlineConn{Conn: raw, Timeout: s.cfg.Timeout}
 	br := bufio.NewReader(dc)
 	first, err := br.Peek(1)
 	if err != nil {
@@ -197,33 +199,33 @@ func (s *Server) handle(ctx context.Context, raw net.Conn) error {
 		if err != nil {
 			return fmt.Errorf("TLS handshake: %w", err)
 		}
-		conn, secure = deadlineConn{tc, s.cfg.Timeout}, true
+		conn, secure = wire.DeadlineConn{Conn: tc, Timeout: s.cfg.Timeout}, true
 		r = bufio.NewReader(conn)
 	}
-	h, err := readHello(r)
+	h, err := wire.ReadHello(r)
 	if err != nil {
-		conn.Write(statusFrame(stBadRequest, err.Error()))
+		conn.Write(wire.StatusFrame(wire.StatusBadRequest, err.Error()))
 		return err
 	}
-	if h.op == opRail {
+	if h.Op == wire.OpRail {
 		if secure {
-			conn.Write(statusFrame(stBadRequest, "rails are plain TCP: sendfile cannot write into TLS"))
+			conn.Write(wire.StatusFrame(wire.StatusBadRequest, "rails are plain TCP: sendfile cannot write into TLS"))
 			return errors.New("rail over TLS refused")
 		}
 		return s.serveRail(raw, r)
 	}
 	if s.cfg.TLS != nil && !secure {
-		conn.Write(statusFrame(stUnauthorized, "this peer requires TLS on the control connection"))
+		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, "this peer requires TLS on the control connection"))
 		return errors.New("plain control connection refused")
 	}
-	if s.cfg.Token != "" && subtle.ConstantTimeCompare(h.token, []byte(s.cfg.Token)) != 1 {
-		conn.Write(statusFrame(stUnauthorized, "bearer token refused"))
+	if s.cfg.Token != "" && subtle.ConstantTimeCompare(h.Token, []byte(s.cfg.Token)) != 1 {
+		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, "bearer token refused"))
 		return errors.New("bearer token refused")
 	}
-	if h.op == opList {
+	if h.Op == wire.OpList {
 		ls, err := s.listing(ctx)
 		if err != nil {
-			conn.Write(statusFrame(statusOf(err), err.Error()))
+			conn.Write(wire.StatusFrame(statusOf(err), err.Error()))
 			return err
 		}
 		return s.sendDoc(conn, ls)
@@ -238,10 +240,10 @@ func (s *Server) sendDoc(w io.Writer, v any) error {
 		err = fmt.Errorf("document of %d bytes is over the manifest bound of %d: %w", len(doc), s.cfg.ManifestMax, errdefs.ErrResourceExhausted)
 	}
 	if err != nil {
-		w.Write(statusFrame(statusOf(err), err.Error()))
+		w.Write(wire.StatusFrame(statusOf(err), err.Error()))
 		return err
 	}
-	_, err = w.Write(enc{stOK}.blob32(doc))
+	_, err = w.Write(wire.Enc{wire.StatusOK}.Blob32(doc))
 	return err
 }
 
@@ -250,17 +252,17 @@ func statusOf(err error) byte {
 	var stale *StaleGenerationError
 	switch {
 	case errors.As(err, &stale):
-		return stStale
+		return wire.StatusStale
 	case errdefs.IsInvalidArgument(err):
-		return stBadRequest
+		return wire.StatusBadRequest
 	case errdefs.IsNotFound(err):
-		return stNotFound
+		return wire.StatusNotFound
 	case errdefs.IsNotImplemented(err):
-		return stUnsupported
+		return wire.StatusUnsupported
 	case errdefs.IsResourceExhausted(err):
-		return stTooLarge
+		return wire.StatusTooLarge
 	case errdefs.IsUnavailable(err), errdefs.IsFailedPrecondition(err):
-		return stBusy
+		return wire.StatusBusy
 	}
-	return stInternal
+	return wire.StatusInternal
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -86,17 +87,17 @@ func (s *Server) railHosts(local net.Addr, n int) []string {
 
 func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reader, local net.Addr) error {
 	fail := func(err error) error {
-		conn.Write(statusFrame(statusOf(err), err.Error()))
+		conn.Write(wire.StatusFrame(statusOf(err), err.Error()))
 		return err
 	}
-	req, err := readRequest(r)
+	req, err := wire.ReadRequest(r)
 	if err != nil {
 		return fail(err)
 	}
 	select {
 	case s.slots <- struct{}{}:
 	default:
-		return fail(&RemoteError{Code: stBusy, Message: fmt.Sprintf("busy: %d sessions, the most this peer serves at once", s.cfg.MaxSessions)})
+		return fail(&wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions, the most this peer serves at once", s.cfg.MaxSessions)})
 	}
 	defer func() { <-s.slots }()
 	s.active.Add(1)
@@ -111,15 +112,12 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	if err := s.sendDoc(conn, &m); err != nil {
 		return err
 	}
-	var tr [2]byte
-	if err := readFull(r, tr[:], "transport"); err != nil {
-		return err
-	}
-	mode, err := modeFromWire(tr[0])
+	tr, err := wire.ReadTransportRequest(r, s.cfg.MaxRails)
 	if err != nil {
 		return fail(err)
 	}
-	ss := &session{sv: sv, mode: mode, rails: railsFromWire(tr[1], s.cfg.MaxRails), railConns: map[net.Conn]struct{}{}}
+	mode := tr.Mode
+	ss := &session{sv: sv, mode: mode, rails: tr.Rails, railConns: map[net.Conn]struct{}{}}
 	rand.Read(ss.secret[:])
 	hosts := s.railHosts(local, ss.rails)
 	var plane servePlane = tcpServePlane{hosts: hosts, port: local.(*net.TCPAddr).Port}
@@ -141,11 +139,7 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		s.mu.Unlock()
 		ss.end()
 	}()
-	msg := enc{stOK}.u8(byte(ss.rails)).raw(ss.secret[:])
-	for _, ep := range plane.endpoints() {
-		msg = msg.blob16(ep)
-	}
-	if _, err := conn.Write(msg); err != nil {
+	if _, err := conn.Write(wire.TransportAnswer{Secret: ss.secret, Endpoints: plane.endpoints()}.Encode()); err != nil {
 		return err
 	}
 	keys, err := plane.ready(ctx)
@@ -153,24 +147,24 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		return fail(err)
 	}
 	if keys != nil {
-		if _, err := conn.Write(enc{stOK}.raw(keys)); err != nil {
+		if _, err := conn.Write(wire.Enc{wire.StatusOK}.Raw(keys)); err != nil {
 			return err
 		}
 	}
 	log.G(ctx).WithField("identity", m.IdentityDigest).WithField("mode", mode).WithField("rails", ss.rails).
 		WithField("remote", conn.RemoteAddr().String()).Info("peer: session started")
 	for {
-		b, err := readU8(r, "control")
+		b, err := wire.ReadU8(r, "control")
 		if err != nil {
 			return err
 		}
 		switch b {
-		case ctlPing:
-		case ctlDone:
-			_, err := conn.Write(statusFrame(stOK, ""))
+		case wire.CtlPing:
+		case wire.CtlDone:
+			_, err := conn.Write(wire.StatusFrame(wire.StatusOK, ""))
 			return err
 		default:
-			return fail(protoErr("control", "unknown message %d", b))
+			return fail(wire.Errorf("control", "unknown message %d", b))
 		}
 	}
 }
@@ -184,7 +178,7 @@ type tcpServePlane struct {
 func (p tcpServePlane) endpoints() [][]byte {
 	out := make([][]byte, len(p.hosts))
 	for r, h := range p.hosts {
-		out[r] = encodeTCPEndpoint(h, p.port)
+		out[r] = wire.EncodeTCPEndpoint(h, p.port)
 	}
 	return out
 }
@@ -192,88 +186,51 @@ func (p tcpServePlane) endpoints() [][]byte {
 func (tcpServePlane) ready(context.Context) ([]byte, error) { return nil, nil }
 func (tcpServePlane) close()                                {}
 
-// railAttach is the first message of a tcp rail, after its hello.
-type railAttach struct {
-	secret, generation [16]byte
-	rail               byte
-}
-
-func (a railAttach) encode() enc { return enc{}.raw(a.secret[:]).raw(a.generation[:]).u8(a.rail) }
-
-func readRailAttach(r io.Reader) (railAttach, error) {
-	var a railAttach
-	var b [33]byte
-	if err := readFull(r, b[:], "rail attach"); err != nil {
-		return a, err
-	}
-	copy(a.secret[:], b[:16])
-	copy(a.generation[:], b[16:32])
-	a.rail = b[32]
-	return a, nil
-}
-
-// rangeRequest asks a tcp rail for n bytes of a shard from off.
-type rangeRequest struct {
-	shard  uint32
-	off, n uint64
-}
-
-func (q rangeRequest) encode() enc { return enc{}.u32(q.shard).u64(q.off).u64(q.n) }
-
-func readRangeRequest(r io.Reader) (rangeRequest, error) {
-	var b [20]byte
-	if err := readFull(r, b[:], "range request"); err != nil {
-		return rangeRequest{}, err
-	}
-	e := enc(b[:])
-	return rangeRequest{shard: le32(e[0:4]), off: le64(e[4:12]), n: le64(e[12:20])}, nil
-}
-
 // serveRail serves one tcp rail: ranged reads of the session's shards,
 // each answered by a status byte and the bytes, sent with sendfile.
 func (s *Server) serveRail(raw net.Conn, r *bufio.Reader) error {
-	conn := deadlineConn{raw, s.cfg.Timeout}
-	a, err := readRailAttach(r)
+	conn := wire.DeadlineConn{Conn: raw, Timeout: s.cfg.Timeout}
+	a, err := wire.ReadRailAttach(r)
 	if err != nil {
 		return err
 	}
-	if a.generation != s.genRaw {
-		err := &StaleGenerationError{Addr: raw.LocalAddr().String(), Want: fmt.Sprintf("%x", a.generation), Got: s.gen}
-		conn.Write(statusFrame(stStale, err.Error()))
+	if a.Generation != s.genRaw {
+		err := &StaleGenerationError{Addr: raw.LocalAddr().String(), Want: fmt.Sprintf("%x", a.Generation), Got: s.gen}
+		conn.Write(wire.StatusFrame(wire.StatusStale, err.Error()))
 		return err
 	}
 	s.mu.Lock()
-	ss := s.sessions[a.secret]
+	ss := s.sessions[a.Secret]
 	s.mu.Unlock()
-	if ss == nil || ss.mode != ModeTCP || int(a.rail) >= ss.rails || !ss.attach(raw) {
-		conn.Write(statusFrame(stNotFound, "no such tcp session or rail"))
+	if ss == nil || ss.mode != ModeTCP || int(a.Rail) >= ss.rails || !ss.attach(raw) {
+		conn.Write(wire.StatusFrame(wire.StatusNotFound, "no such tcp session or rail"))
 		return errors.New("rail for no session")
 	}
 	defer ss.detach(raw)
-	if _, err := conn.Write(statusFrame(stOK, "")); err != nil {
+	if _, err := conn.Write(wire.StatusFrame(wire.StatusOK, "")); err != nil {
 		return err
 	}
 	for {
-		q, err := readRangeRequest(r)
+		q, err := wire.ReadRangeRequest(r)
 		if errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if uint64(q.shard) >= uint64(len(ss.sv.shards)) {
-			conn.Write(statusFrame(stBadRequest, fmt.Sprintf("shard %d of %d", q.shard, len(ss.sv.shards))))
+		if uint64(q.Shard) >= uint64(len(ss.sv.shards)) {
+			conn.Write(wire.StatusFrame(wire.StatusBadRequest, fmt.Sprintf("shard %d of %d", q.Shard, len(ss.sv.shards))))
 			return errors.New("range of no shard")
 		}
-		sh := ss.sv.shards[q.shard]
-		if size := uint64(sh.entry.Size); q.off > size || q.n > size-q.off {
-			conn.Write(statusFrame(stBadRequest, fmt.Sprintf("range %d+%d past the end of %s", q.off, q.n, sh.entry.Path)))
+		sh := ss.sv.shards[q.Shard]
+		if size := uint64(sh.entry.Size); q.Off > size || q.N > size-q.Off {
+			conn.Write(wire.StatusFrame(wire.StatusBadRequest, fmt.Sprintf("range %d+%d past the end of %s", q.Off, q.N, sh.entry.Path)))
 			return errors.New("range past the end")
 		}
-		if _, err := conn.Write(statusFrame(stOK, "")); err != nil {
+		if _, err := conn.Write(wire.StatusFrame(wire.StatusOK, "")); err != nil {
 			return err
 		}
-		if err := sendRange(raw, sh.file, int64(q.off), int64(q.n), s.cfg.Timeout); err != nil {
+		if err := sendRange(raw, sh.file, int64(q.Off), int64(q.N), s.cfg.Timeout); err != nil {
 			return fmt.Errorf("send %s: %w", sh.entry.Path, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -22,22 +23,22 @@ type shard struct {
 }
 
 // servable is what one session serves, held (a store lease, or a reference
-// on a staged directory) until release.
+// on an exported directory) until release.
 type servable struct {
-	manifest WeightManifest // without the generation
+	manifest wire.WeightManifest // without the generation
 	shards   []shard
 	release  func()
 }
 
 // open resolves a model request to what it names: a READY artifact by
-// identity or manifest digest, or an allowlisted staged directory.
+// identity or manifest digest, or an exported directory.
 func (s *Server) open(ctx context.Context, request string) (*servable, error) {
-	if name, ok := strings.CutPrefix(request, stagedPrefix); ok {
-		return s.staged.open(ctx, name)
+	if name, ok := strings.CutPrefix(request, wire.ExportPrefix); ok {
+		return s.exports.open(ctx, name)
 	}
 	hex, ok := strings.CutPrefix(request, "sha256:")
-	if !ok || !hex64RE.MatchString(hex) {
-		return nil, badInput("model request %q: want sha256:<identity or manifest digest> or %s<name>", request, stagedPrefix)
+	if !ok || !wire.IsHex64(hex) {
+		return nil, badInput("model request %q: want sha256:<identity or manifest digest> or %s<name>", request, wire.ExportPrefix)
 	}
 	l, err := s.d.Lookup(ctx, hex, store.ManifestAndMetadata)
 	if errors.Is(err, store.ErrMiss) && !store.IsInvalid(err) {
@@ -81,59 +82,27 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 		return nil, err
 	}
 	sv := &servable{release: func() { l.Close() }}
-	sv.manifest = WeightManifest{Schema: ManifestSchema, Identity: l.Identity(), IdentityDigest: l.Manifest.IdentityDigest,
+	sv.manifest = wire.WeightManifest{Schema: wire.ManifestSchema, Identity: l.Identity(), IdentityDigest: l.Manifest.IdentityDigest,
 		ManifestDigest: "sha256:" + l.Ready.ManifestSHA256}
 	for i, f := range l.Files() {
 		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: f.Data})
-		sv.manifest.Shards = append(sv.manifest.Shards, shardFromEntry(x.Files[i], f.Data))
+		sv.manifest.Shards = append(sv.manifest.Shards, wire.ShardFromEntry(x.Files[i], f.Data))
 	}
 	return sv, nil
 }
 
-// Listing is what a peer holds, as `list` answers it.
-type Listing struct {
-	Generation  string           `json:"generation"`
-	Sessions    int              `json:"sessions"`
-	MaxSessions int              `json:"max_sessions"`
-	Modes       []Mode           `json:"modes"`
-	Artifacts   []ListedArtifact `json:"artifacts"`
-	Staged      []ListedStaged   `json:"staged"`
-}
-
-// ListedArtifact is one READY artifact of the peer's store.
-type ListedArtifact struct {
-	IdentityDigest string `json:"identity_digest"`
-	ManifestDigest string `json:"manifest_digest"`
-	Repository     string `json:"repository,omitempty"`
-	Revision       string `json:"revision"`
-	Component      string `json:"component"`
-	Producer       string `json:"producer"`
-	Bytes          int64  `json:"bytes"`
-	Files          int    `json:"files"`
-	Tensors        int    `json:"tensors"`
-}
-
-// ListedStaged is one allowlisted directory.
-type ListedStaged struct {
-	Name     string `json:"name"`
-	Revision string `json:"revision,omitempty"`
-	// Staged says whether it is staged (hashed and mapped) now, and Bytes how much it holds mapped.
-	Staged bool  `json:"staged"`
-	Bytes  int64 `json:"bytes,omitempty"`
-}
-
-func (s *Server) listing(ctx context.Context) (*Listing, error) {
+func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 	infos, err := s.d.List(ctx)
 	if err != nil {
 		return nil, err
 	}
-	ls := &Listing{Generation: s.gen, Sessions: int(s.active.Load()), MaxSessions: s.cfg.MaxSessions,
-		Modes: s.modes(), Artifacts: []ListedArtifact{}, Staged: s.staged.list()}
+	ls := &wire.Listing{Generation: s.gen, Sessions: int(s.active.Load()), MaxSessions: s.cfg.MaxSessions,
+		Modes: s.modes(), Artifacts: []wire.ListedArtifact{}, Exports: s.exports.list()}
 	for _, a := range infos {
 		if a.State != store.StateReady || a.Identity == nil {
 			continue
 		}
-		ls.Artifacts = append(ls.Artifacts, ListedArtifact{IdentityDigest: a.Digest, ManifestDigest: a.ManifestDigest,
+		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{IdentityDigest: a.Digest, ManifestDigest: a.ManifestDigest,
 			Repository: a.Identity.Model.Repository, Revision: a.Identity.Model.Revision, Component: a.Identity.Component,
 			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount})
 	}

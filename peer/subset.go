@@ -2,26 +2,16 @@ package peer
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
 	"path"
-	"slices"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sys/unix"
-)
-
-// The producer a tensor subset's identity names.
-const (
-	SubsetProducerName = "tensor-subset"
-	subsetVersion      = "2"
-	subsetImpl         = "weightsnap tensor-subset v2: the tensors whose names match any pattern (path.Match), in source order; " +
-		"each safetensors file holding one re-encoded with only those tensors and its __metadata__; every other file as it is"
 )
 
 // subsetPlan is a fetch of the tensors matching patterns: each safetensors
@@ -33,27 +23,8 @@ type subsetPlan struct {
 // subsetFile is one file of a subset.
 type subsetFile struct {
 	shard   int
-	header  []byte               // the new file's header region; nil: the shard as it is
-	tensors []WeightTensorRecord // the source records of the matched tensors
-}
-
-// SubsetIdentity is the identity of the tensors of parent matching
-// patterns: the parent's, made by the tensor-subset producer, whose
-// fingerprint names the implementation, the parent and the patterns.
-func SubsetIdentity(parent artifact.Identity, patterns []string) (artifact.Identity, error) {
-	digest, err := parent.Digest()
-	if err != nil {
-		return artifact.Identity{}, err
-	}
-	ps := slices.Clone(patterns)
-	slices.Sort(ps)
-	ps = slices.Compact(ps)
-	sum := sha256.Sum256([]byte(subsetImpl + "\nparent " + digest + "\ntensors " + strings.Join(ps, "\n")))
-	id := parent
-	id.Producer = artifact.ProducerRef{Name: SubsetProducerName, Version: subsetVersion,
-		Fingerprint: "sha256:" + hex.EncodeToString(sum[:]), ManifestSchema: parent.Producer.ManifestSchema,
-		RestorerSchema: parent.Producer.RestorerSchema}
-	return id, id.Validate()
+	header  []byte                    // the new file's header region; nil: the shard as it is
+	tensors []wire.WeightTensorRecord // the source records of the matched tensors
 }
 
 // checkPatterns refuses a tensor pattern path.Match cannot use.
@@ -68,7 +39,7 @@ func checkPatterns(patterns []string) error {
 
 // planSubset plans the subset of m matching patterns (checked) and returns
 // its identity.
-func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Identity, error) {
+func planSubset(m *wire.WeightManifest, patterns []string) (*subsetPlan, artifact.Identity, error) {
 	match := func(name string) bool {
 		for _, p := range patterns {
 			if ok, _ := path.Match(p, name); ok {
@@ -100,7 +71,7 @@ func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Ide
 		// The manifest's validation bound the header bytes to its BLAKE3.
 		src, err := artifact.ReadHeader(bytes.NewReader(s.Header), s.Size)
 		if err != nil {
-			return nil, artifact.Identity{}, protoErr("manifest", "the header of %s: %v", s.Name, err)
+			return nil, artifact.Identity{}, wire.Errorf("manifest", "the header of %s: %v", s.Name, err)
 		}
 		hdr, err := artifact.EncodeHeader(infos, src.Metadata)
 		if err != nil {
@@ -113,7 +84,7 @@ func planSubset(m *WeightManifest, patterns []string) (*subsetPlan, artifact.Ide
 	if matched == 0 {
 		return nil, artifact.Identity{}, badInput("no tensor of %s matches %q", short(m.IdentityDigest), patterns)
 	}
-	id, err := SubsetIdentity(m.Identity, patterns)
+	id, err := producers.SubsetIdentity(m.Identity, patterns)
 	return plan, id, err
 }
 
@@ -124,7 +95,7 @@ func (p *subsetPlan) prepare(f *fetcher) error {
 	for _, sf := range p.files {
 		s := f.base.Shards[sf.shard]
 		if sf.header == nil {
-			t, err := f.createBound(artifact.Binding{Want: s.entry(), By: artifact.BindTree})
+			t, err := f.createBound(artifact.Binding{Want: s.Entry(), By: artifact.BindTree})
 			if err != nil {
 				return err
 			}

@@ -7,7 +7,10 @@
 //     layout spec (artifact/tpsplit), optionally cast;
 //   - cast: F32/F16/BF16 conversion with round-to-nearest-even (artifact/cast);
 //   - tensor-map: a POST_LOAD_ONLY producer that publishes tensors held in
-//     memory after a model was loaded.
+//     memory after a model was loaded;
+//   - tensor-subset: the tensors of an artifact matching patterns, each
+//     safetensors file re-encoded with only those (SubsetIdentity; a peer
+//     fetch writes the bytes).
 //
 // It also holds the reference restorer (MapRestorer into a MapModel) that
 // proves the artifact.Restorer contract in tests.

@@ -52,14 +52,15 @@ func newPeerCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// stagedFlag parses NAME=PATH[@REVISION].
-func stagedFlag(s string) (peer.StagedDir, error) {
+// exportFlag parses NAME=PATH[@REVISION] (the flag --staged, whose name
+// is the wire token staged:NAME, names exported directories).
+func exportFlag(s string) (peer.Export, error) {
 	name, rest, ok := strings.Cut(s, "=")
 	if !ok {
-		return peer.StagedDir{}, fmt.Errorf("--staged %q: want NAME=PATH[@REVISION]: %w", s, errdefs.ErrInvalidArgument)
+		return peer.Export{}, fmt.Errorf("--staged %q: want NAME=PATH[@REVISION]: %w", s, errdefs.ErrInvalidArgument)
 	}
 	p, rev, _ := strings.Cut(rest, "@")
-	return peer.StagedDir{Name: name, Path: p, Revision: rev}, nil
+	return peer.Export{Name: name, Path: p, Revision: rev}, nil
 }
 
 func newPeerServeCmd(a *app) *cobra.Command {
@@ -69,9 +70,9 @@ func newPeerServeCmd(a *app) *cobra.Command {
 	var railAddrs, staged []string
 	cmd := &cobra.Command{
 		Use:   "serve",
-		Short: "Serve this node's READY artifacts (and allowlisted staged directories) to other nodes",
-		Long: `Serve this node's READY artifacts, and the directories [peer] staged or --staged
-allowlists, to other nodes until interrupted. weightsnapd serves the same when
+		Short: "Serve this node's READY artifacts (and exported directories) to other nodes",
+		Long: `Serve this node's READY artifacts, and the directories [[peer.staged]] or --staged
+exports, to other nodes until interrupted. weightsnapd serves the same when
 [peer] serve is true; this command is for a node without the daemon.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -97,7 +98,7 @@ allowlists, to other nodes until interrupted. weightsnapd serves the same when
 				c.FabricProvider = provider
 			}
 			for _, s := range staged {
-				d, err := stagedFlag(s)
+				d, err := exportFlag(s)
 				if err != nil {
 					return err
 				}
@@ -131,7 +132,7 @@ allowlists, to other nodes until interrupted. weightsnapd serves the same when
 	f.IntVar(&maxRails, "max-rails", 0, "rails one session may have (default: [peer] max_rails)")
 	f.StringSliceVar(&railAddrs, "rail-addr", nil, "local addresses to serve rails on, one per NIC (default: the control connection's)")
 	f.StringVar(&provider, "fabric-provider", "", "libfabric provider of the rma plane: verbs, efa, tcp, sockets (default: libfabric's choice)")
-	f.StringArrayVar(&staged, "staged", nil, "allowlist a directory as staged:NAME: NAME=PATH[@REVISION] (repeatable)")
+	f.StringArrayVar(&staged, "staged", nil, "export a directory as staged:NAME: NAME=PATH[@REVISION] (repeatable)")
 	return cmd
 }
 
@@ -139,7 +140,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 	var pf peerFlags
 	cmd := &cobra.Command{
 		Use:   "ls ADDR",
-		Short: "List what a peer holds: READY artifacts and allowlisted staged directories",
+		Short: "List what a peer holds: READY artifacts and exported directories",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := pf.apply(cmd, a.cfg.Peer).ClientConfig()
@@ -163,10 +164,10 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", short12(strings.TrimPrefix(x.IdentityDigest, "sha256:")), short12(x.Revision),
 					x.Component, x.Producer, humanBytes(x.Bytes), x.Tensors)
 			}
-			for _, s := range ls.Staged {
-				state := "not staged"
-				if s.Staged {
-					state = "staged " + humanBytes(s.Bytes)
+			for _, s := range ls.Exports {
+				state := "not mapped"
+				if s.Mapped {
+					state = "mapped " + humanBytes(s.Bytes)
 				}
 				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, short12(s.Revision), state)
 			}
@@ -213,7 +214,7 @@ ADDR is host:port, an IP address, a DNS name with many addresses (a Kubernetes
 headless Service), or several of them separated by commas; on a failure the fetch
 resumes from the next one with the bytes it has not verified yet. ID is an identity
 digest, the digest of a store manifest, or staged:NAME[/SUBDIR] for a directory the
-peer allowlisted. With --tensors only the matching tensors are fetched, into an
+peer exports. With --tensors only the matching tensors are fetched, into an
 artifact of their own (producer tensor-subset).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -22,11 +22,11 @@ func TestPeerArguments(t *testing.T) {
 			t.Errorf("peerRequest(%q) = %q, %v", tc.in, got, err)
 		}
 	}
-	if d, err := stagedFlag("llama=/nas/llama@" + hex[:40]); err != nil || d != (peer.StagedDir{Name: "llama", Path: "/nas/llama", Revision: hex[:40]}) {
-		t.Errorf("stagedFlag: %+v %v", d, err)
+	if d, err := exportFlag("llama=/nas/llama@" + hex[:40]); err != nil || d != (peer.Export{Name: "llama", Path: "/nas/llama", Revision: hex[:40]}) {
+		t.Errorf("exportFlag: %+v %v", d, err)
 	}
-	if _, err := stagedFlag("/nas/llama"); exitCode(err) != 2 {
-		t.Errorf("stagedFlag without a name: %v", err)
+	if _, err := exportFlag("/nas/llama"); exitCode(err) != 2 {
+		t.Errorf("exportFlag without a name: %v", err)
 	}
 	for _, args := range [][]string{
 		{"peer", "fetch", "127.0.0.1:1", "not-a-digest"},

@@ -60,9 +60,10 @@ type Peer struct {
 	Mode           string   `toml:"mode" comment:"data plane this node fetches with: tcp, or rma (needs a build with libfabric)"`
 	Rails          int      `toml:"rails" comment:"rails this node asks for; 0 is one per core, at most 4"`
 	TimeoutSeconds int      `toml:"timeout_seconds" comment:"seconds any read, write or dial may take"`
-	// Staged are the allowlisted directories, served as staged:NAME.
-	Staged             []peer.StagedDir `toml:"staged" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.staged]] name, path, revision, repository, component"`
-	StagedCeilingBytes int64            `toml:"staged_ceiling_bytes" comment:"bytes the staged directories may hold mapped at once"`
+	// Staged are the peer's exported directories, served as staged:NAME
+	// (the key [[peer.staged]] names exported directories).
+	Staged             []peer.Export `toml:"staged" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.staged]] name, path, revision, repository, component"`
+	StagedCeilingBytes int64         `toml:"staged_ceiling_bytes" comment:"bytes the staged directories may hold mapped at once"`
 }
 
 // Resolve is the [resolve] table.
@@ -126,7 +127,7 @@ func Default() Config {
 		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
 		Peer: Peer{Listen: fmt.Sprintf(":%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
-			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.StagedDir{}, StagedCeilingBytes: peer.DefaultStagedCeiling},
+			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.Export{}, StagedCeilingBytes: peer.DefaultExportCeiling},
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 // ServerConfig is the weight peer server the [peer] table describes.
 func (p Peer) ServerConfig() (peer.ServerConfig, error) {
 	cfg := peer.ServerConfig{MaxSessions: p.MaxSessions, MaxRails: p.MaxRails, RailAddrs: p.RailAddrs,
-		Provider: p.FabricProvider, Staged: p.Staged, StagedCeiling: p.StagedCeilingBytes,
+		Provider: p.FabricProvider, Exports: p.Staged, ExportCeiling: p.StagedCeilingBytes,
 		Timeout: time.Duration(p.TimeoutSeconds) * time.Second}
 	var err error
 	if cfg.Token, err = p.token(); err != nil {

@@ -14,24 +14,22 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
-// stagedPrefix marks a model request for an allowlisted directory:
-// staged:NAME, or staged:NAME/SUBDIR for a directory below it (such as a
-// Hugging Face cache's models--org--name/snapshots/<commit>).
-const stagedPrefix = "staged:"
-
-// Bounds of a staged directory.
+// Bounds of an exported directory.
 const (
-	stagedMaxFiles = 100_000
-	stagedMaxDepth = 16
+	exportMaxFiles = 100_000
+	exportMaxDepth = 16
 )
 
-// StagedDir is an allowlisted directory the peer serves as a passthrough
-// artifact of the revision it holds.
-type StagedDir struct {
+// Export is an exported directory: one the peer's configuration
+// allowlists ([[peer.staged]], the configuration's name for exported
+// directories) and that the peer serves, as staged:NAME on the wire, as a
+// passthrough artifact of the revision it holds.
+type Export struct {
 	Name       string `toml:"name" json:"name"`
 	Path       string `toml:"path" json:"path"`
 	Repository string `toml:"repository" json:"repository,omitempty"`
@@ -42,32 +40,36 @@ type StagedDir struct {
 }
 
 var (
-	stagedNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	snapshotRE   = regexp.MustCompile(`(^|/)snapshots/([0-9a-f]{40})$`)
+	snapshotRE = regexp.MustCompile(`(^|/)snapshots/([0-9a-f]{40})$`)
 )
 
-// stagedSet holds the staged directories: each hashed once when first
+// exportSet holds the exported directories: each hashed once when first
 // asked for, then kept open and mapped while the total stays under the
 // ceiling; idle ones are dropped, least recently used first, to make room.
-type stagedSet struct {
-	dirs    map[string]StagedDir
+// It differs from the store's capacity limits (store/: a build that would
+// pass them is refused, nothing is evicted) and from staging's eviction
+// (staging/evict.go: the files of least recently used lanes are deleted
+// from disk to stay under a watermark): it bounds bytes held mapped in
+// memory, and dropping one only unmaps and closes files it never wrote.
+type exportSet struct {
+	dirs    map[string]Export
 	ceiling int64
 
 	mu      sync.Mutex
-	entries map[string]*stagedEntry // by staged id, for good
+	entries map[string]*exportEntry // by staged id, for good
 	mapped  int64
 	tick    uint64
 }
 
-// stagedEntry is one staged id: its current staging, made by one session
-// at a time.
-type stagedEntry struct {
+// exportEntry is one staged id (an exported directory, or one below it):
+// its current mapping, made by one session at a time.
+type exportEntry struct {
 	building sync.Mutex
-	cur      *staging // guarded by stagedSet.mu
+	cur      *mapping // guarded by exportSet.mu
 }
 
-// staging is a directory hashed, opened and mapped.
-type staging struct {
+// mapping is an exported directory hashed, opened and mapped.
+type mapping struct {
 	sv      servable // release unset
 	stats   []unix.Stat_t
 	bytes   int64
@@ -76,34 +78,34 @@ type staging struct {
 	dropped bool   // replaced or evicted: unmapped once refs is 0
 }
 
-func newStagedSet(dirs []StagedDir, ceiling int64) (*stagedSet, error) {
-	set := &stagedSet{dirs: map[string]StagedDir{}, ceiling: ceiling, entries: map[string]*stagedEntry{}}
+func newExportSet(dirs []Export, ceiling int64) (*exportSet, error) {
+	set := &exportSet{dirs: map[string]Export{}, ceiling: ceiling, entries: map[string]*exportEntry{}}
 	for _, d := range dirs {
-		if !stagedNameRE.MatchString(d.Name) || d.Path == "" {
-			return nil, badInput("staged directory %q: want a name and a path", d.Name)
+		if !wire.NameRE.MatchString(d.Name) || d.Path == "" {
+			return nil, badInput("exported directory %q: want a name and a path", d.Name)
 		}
 		if d.Revision != "" && !artifact.IsImmutableRevision(d.Revision) {
-			return nil, badInput("staged directory %q: revision %q is not immutable", d.Name, d.Revision)
+			return nil, badInput("exported directory %q: revision %q is not immutable", d.Name, d.Revision)
 		}
 		if _, dup := set.dirs[d.Name]; dup {
-			return nil, badInput("staged directory %q listed twice", d.Name)
+			return nil, badInput("exported directory %q listed twice", d.Name)
 		}
 		set.dirs[d.Name] = d
 	}
 	return set, nil
 }
 
-// list is every allowlisted directory, with the bytes it (and the
-// directories below it that were asked for) holds staged.
-func (set *stagedSet) list() []ListedStaged {
+// list is every exported directory, with the bytes it (and the
+// directories below it that were asked for) holds mapped.
+func (set *exportSet) list() []wire.ListedExport {
 	set.mu.Lock()
 	defer set.mu.Unlock()
-	out := []ListedStaged{}
+	out := []wire.ListedExport{}
 	for _, d := range set.dirs {
-		ls := ListedStaged{Name: d.Name, Revision: d.Revision}
+		ls := wire.ListedExport{Name: d.Name, Revision: d.Revision}
 		for id, e := range set.entries {
 			if name, _, _ := strings.Cut(id, "/"); name == d.Name && e.cur != nil {
-				ls.Staged, ls.Bytes = true, ls.Bytes+e.cur.bytes
+				ls.Mapped, ls.Bytes = true, ls.Bytes+e.cur.bytes
 			}
 		}
 		out = append(out, ls)
@@ -112,23 +114,23 @@ func (set *stagedSet) list() []ListedStaged {
 	return out
 }
 
-// open returns the staged directory id names, staging it if it is not, or
-// if its files changed since.
-func (set *stagedSet) open(ctx context.Context, id string) (*servable, error) {
+// open returns the exported directory id names, mapping it if it is not,
+// or if its files changed since.
+func (set *exportSet) open(ctx context.Context, id string) (*servable, error) {
 	name, sub, _ := strings.Cut(id, "/")
 	dir, ok := set.dirs[name]
 	if !ok {
-		return nil, fmt.Errorf("%s%s: not an allowlisted directory: %w", stagedPrefix, name, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("%s%s: not an allowlisted directory: %w", wire.ExportPrefix, name, errdefs.ErrNotFound)
 	}
 	if sub != "" {
 		if err := artifact.ValidateRelPath(sub); err != nil {
-			return nil, badInput("%s%s: %v", stagedPrefix, id, err)
+			return nil, badInput("%s%s: %v", wire.ExportPrefix, id, err)
 		}
 	}
 	set.mu.Lock()
 	e := set.entries[id]
 	if e == nil {
-		e = &stagedEntry{}
+		e = &exportEntry{}
 		set.entries[id] = e
 	}
 	set.mu.Unlock()
@@ -146,7 +148,7 @@ func (set *stagedSet) open(ctx context.Context, id string) (*servable, error) {
 		}
 		set.unpin(st)
 	}
-	fresh, err := set.stage(ctx, dir, id, sub)
+	fresh, err := set.mapDir(ctx, dir, id, sub)
 	if err != nil {
 		return nil, err
 	}
@@ -161,14 +163,14 @@ func (set *stagedSet) open(ctx context.Context, id string) (*servable, error) {
 }
 
 // pin counts one more user of st. The caller holds set.mu.
-func (set *stagedSet) pin(st *staging) {
+func (set *exportSet) pin(st *mapping) {
 	st.refs++
 	set.tick++
 	st.used = set.tick
 }
 
-// unpin counts one user less; the last one of a dropped staging unmaps it.
-func (set *stagedSet) unpin(st *staging) {
+// unpin counts one user less; the last one of a dropped mapping unmaps it.
+func (set *exportSet) unpin(st *mapping) {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	if st.refs--; st.refs == 0 && st.dropped {
@@ -176,17 +178,17 @@ func (set *stagedSet) unpin(st *staging) {
 	}
 }
 
-// servable hands a pinned staging to a session, which unpins it at release.
-func (set *stagedSet) servable(st *staging) *servable {
+// servable hands a pinned mapping to a session, which unpins it at release.
+func (set *exportSet) servable(st *mapping) *servable {
 	sv := st.sv
 	var once sync.Once
 	sv.release = func() { once.Do(func() { set.unpin(st) }) }
 	return &sv
 }
 
-// drop forgets an entry's staging; its mappings go when its last session
+// drop forgets an entry's mapping; its mappings go when its last session
 // ends. The caller holds set.mu.
-func (set *stagedSet) drop(e *stagedEntry) {
+func (set *exportSet) drop(e *exportEntry) {
 	st := e.cur
 	e.cur = nil
 	st.dropped = true
@@ -196,7 +198,7 @@ func (set *stagedSet) drop(e *stagedEntry) {
 	}
 }
 
-func (st *staging) unmap() {
+func (st *mapping) unmap() {
 	unmapShards(st.sv.shards)
 	for _, s := range st.sv.shards {
 		s.file.Close()
@@ -213,19 +215,19 @@ func unmapShards(shards []shard) {
 }
 
 // reserve makes room for n more mapped bytes under the ceiling, dropping
-// idle stagings least recently used first.
-func (set *stagedSet) reserve(n int64) error {
+// idle mappings least recently used first.
+func (set *exportSet) reserve(n int64) error {
 	set.mu.Lock()
 	defer set.mu.Unlock()
 	for set.mapped+n > set.ceiling {
-		var lru *stagedEntry
+		var lru *exportEntry
 		for _, e := range set.entries {
 			if e.cur != nil && e.cur.refs == 0 && (lru == nil || e.cur.used < lru.cur.used) {
 				lru = e
 			}
 		}
 		if lru == nil {
-			return fmt.Errorf("staging %d bytes would hold %d mapped, over the ceiling of %d: %w",
+			return fmt.Errorf("mapping %d bytes would hold %d mapped, over the ceiling of %d: %w",
 				n, set.mapped+n, set.ceiling, errdefs.ErrResourceExhausted)
 		}
 		set.drop(lru)
@@ -234,27 +236,27 @@ func (set *stagedSet) reserve(n int64) error {
 	return nil
 }
 
-// stage opens, hashes and maps every file below dir.Path/sub, refusing any
-// path that leaves the allowlisted directory.
-func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) (*staging, error) {
+// mapDir opens, hashes and maps every file below dir.Path/sub, refusing any
+// path that leaves the exported directory.
+func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*mapping, error) {
 	revision := dir.Revision
 	if revision == "" {
 		m := snapshotRE.FindStringSubmatch(sub)
 		if m == nil {
-			return nil, badInput("%s%s: no revision configured, and not a Hugging Face snapshot path (snapshots/<commit>)", stagedPrefix, id)
+			return nil, badInput("%s%s: no revision configured, and not a Hugging Face snapshot path (snapshots/<commit>)", wire.ExportPrefix, id)
 		}
 		revision = m[2]
 	}
 	root, err := unix.Open(dir.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, fmt.Errorf("%s%s: open allowlisted directory: %w", stagedPrefix, dir.Name, err)
+		return nil, fmt.Errorf("%s%s: open allowlisted directory: %w", wire.ExportPrefix, dir.Name, err)
 	}
 	defer unix.Close(root)
 	files, err := walkBeneath(root, sub)
 	if err != nil {
-		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
 	}
-	st := &staging{}
+	st := &mapping{}
 	defer func() {
 		if st.sv.shards == nil {
 			for _, f := range files {
@@ -266,7 +268,7 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 		st.bytes += f.st.Size
 	}
 	if err := set.reserve(st.bytes); err != nil {
-		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
 	}
 	shards, err := hashAndMap(ctx, files)
 	var identity artifact.Identity
@@ -286,21 +288,21 @@ func (set *stagedSet) stage(ctx context.Context, dir StagedDir, id, sub string) 
 		set.mu.Lock()
 		set.mapped -= st.bytes
 		set.mu.Unlock()
-		return nil, fmt.Errorf("%s%s: %w", stagedPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
 	}
 	for _, f := range files {
 		st.stats = append(st.stats, f.st)
 	}
-	st.sv = servable{shards: shards, manifest: WeightManifest{Schema: ManifestSchema, Identity: identity,
-		IdentityDigest: digest, Staged: id}}
+	st.sv = servable{shards: shards, manifest: wire.WeightManifest{Schema: wire.ManifestSchema, Identity: identity,
+		IdentityDigest: digest, Export: id}}
 	for _, s := range shards {
-		st.sv.manifest.Shards = append(st.sv.manifest.Shards, shardFromEntry(s.entry, s.data))
+		st.sv.manifest.Shards = append(st.sv.manifest.Shards, wire.ShardFromEntry(s.entry, s.data))
 	}
 	return st, nil
 }
 
-// unchanged says whether the staged files still are the ones hashed.
-func (st *staging) unchanged(dir StagedDir, sub string) bool {
+// unchanged says whether the exported files still are the ones hashed.
+func (st *mapping) unchanged(dir Export, sub string) bool {
 	root, err := unix.Open(dir.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
@@ -322,9 +324,9 @@ func (st *staging) unchanged(dir StagedDir, sub string) bool {
 	return true
 }
 
-// stagedFile is one file found below a staged directory.
-type stagedFile struct {
-	rel  string // relative to the staged directory
+// exportFile is one file found below an exported directory.
+type exportFile struct {
+	rel  string // relative to the exported directory
 	file *os.File
 	st   unix.Stat_t
 }
@@ -344,12 +346,12 @@ func openBeneath(root int, p string, flags uint64) (int, error) {
 }
 
 // walkBeneath lists the non-hidden regular files below root/sub, opened.
-func walkBeneath(root int, sub string) ([]stagedFile, error) {
-	var out []stagedFile
+func walkBeneath(root int, sub string) ([]exportFile, error) {
+	var out []exportFile
 	var walk func(rel string, depth int) error
 	walk = func(rel string, depth int) error {
-		if depth > stagedMaxDepth {
-			return badInput("%s: deeper than %d directories", rel, stagedMaxDepth)
+		if depth > exportMaxDepth {
+			return badInput("%s: deeper than %d directories", rel, exportMaxDepth)
 		}
 		fd, err := openBeneath(root, path.Join(sub, rel), unix.O_DIRECTORY)
 		if err != nil {
@@ -383,11 +385,11 @@ func walkBeneath(root int, sub string) ([]stagedFile, error) {
 					return err
 				}
 			case unix.S_IFREG:
-				if len(out) == stagedMaxFiles {
+				if len(out) == exportMaxFiles {
 					unix.Close(fd)
-					return badInput("more than %d files", stagedMaxFiles)
+					return badInput("more than %d files", exportMaxFiles)
 				}
-				out = append(out, stagedFile{rel: child, file: os.NewFile(uintptr(fd), child), st: st})
+				out = append(out, exportFile{rel: child, file: os.NewFile(uintptr(fd), child), st: st})
 			default:
 				unix.Close(fd)
 			}
@@ -410,7 +412,7 @@ func walkBeneath(root int, sub string) ([]stagedFile, error) {
 
 // hashAndMap hashes the files in parallel (sha256, BLAKE3, per tensor) and
 // maps them read-only.
-func hashAndMap(ctx context.Context, files []stagedFile) ([]shard, error) {
+func hashAndMap(ctx context.Context, files []exportFile) ([]shard, error) {
 	shards := make([]shard, len(files))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))

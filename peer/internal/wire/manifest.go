@@ -1,11 +1,10 @@
-package peer
+package wire
 
 import (
 	"bytes"
 	"fmt"
 	"io"
 	"math"
-	"regexp"
 	"strings"
 
 	"github.com/weightsnap/weightsnap/artifact"
@@ -26,8 +25,9 @@ type WeightManifest struct {
 	IdentityDigest string            `json:"identity_digest"`
 	// ManifestDigest is sha256 of the store's manifest.json (store artifacts).
 	ManifestDigest string `json:"manifest_digest,omitempty"`
-	// Staged is the staged id, for an allowlisted directory.
-	Staged string        `json:"staged,omitempty"`
+	// Export is the staged id of an exported directory (the JSON key
+	// "staged" names exported directories).
+	Export string        `json:"staged,omitempty"`
 	Shards []WeightShard `json:"shards"`
 }
 
@@ -55,9 +55,9 @@ type WeightTensorRecord struct {
 	BLAKE3 string  `json:"blake3"`
 }
 
-// shardFromEntry is a store index entry, of a file holding data, as a
+// ShardFromEntry is a store index entry, of a file holding data, as a
 // manifest shard.
-func shardFromEntry(e artifact.FileEntry, data []byte) WeightShard {
+func ShardFromEntry(e artifact.FileEntry, data []byte) WeightShard {
 	s := WeightShard{Name: e.Path, Size: e.Size, SHA256: e.SHA256, BLAKE3: e.BLAKE3,
 		DataStart: e.DataStart, HeaderBLAKE3: e.HeaderBLAKE3}
 	if e.DataStart > 0 {
@@ -70,8 +70,8 @@ func shardFromEntry(e artifact.FileEntry, data []byte) WeightShard {
 	return s
 }
 
-// entry is the shard as the store's index entry for its file.
-func (s WeightShard) entry() artifact.FileEntry {
+// Entry is the shard as the store's index entry for its file.
+func (s WeightShard) Entry() artifact.FileEntry {
 	e := artifact.FileEntry{Path: s.Name, Size: s.Size, SHA256: s.SHA256, BLAKE3: s.BLAKE3,
 		DataStart: s.DataStart, HeaderBLAKE3: s.HeaderBLAKE3}
 	for _, t := range s.Tensors {
@@ -90,45 +90,26 @@ func (m *WeightManifest) TotalBytes() int64 {
 	return n
 }
 
-// checkPassthrough checks that the shards of a passthrough identity are
+// CheckPassthrough checks that the shards of a passthrough identity are
 // its source fingerprint: a disagreement is an identity collision.
-func (m *WeightManifest) checkPassthrough() error {
+func (m *WeightManifest) CheckPassthrough() error {
 	entries := make([]artifact.FileEntry, len(m.Shards))
 	for i, s := range m.Shards {
-		entries[i] = s.entry()
+		entries[i] = s.Entry()
 	}
 	return m.Identity.CheckPassthrough(entries)
 }
 
-// answers says whether the manifest is the answer to a model request.
-func (m *WeightManifest) answers(request string) bool {
-	if name, ok := strings.CutPrefix(request, stagedPrefix); ok {
-		return m.Staged == name
+// Answers says whether the manifest is the answer to a model request.
+func (m *WeightManifest) Answers(request string) bool {
+	if name, ok := strings.CutPrefix(request, ExportPrefix); ok {
+		return m.Export == name
 	}
 	return m.IdentityDigest == request || (m.ManifestDigest != "" && m.ManifestDigest == request)
 }
 
-// sameContent says whether two manifests describe the same bytes, so a
-// fetch can resume from one peer's session with another's.
-func (m *WeightManifest) sameContent(o *WeightManifest) error {
-	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
-		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", short(o.IdentityDigest), short(m.IdentityDigest))
-	}
-	for i := range m.Shards {
-		if err := artifact.CompareEntry(m.Shards[i].entry(), o.Shards[i].entry()); err != nil {
-			return fmt.Errorf("the peer's shards differ from the ones being fetched: %w", err)
-		}
-	}
-	return nil
-}
-
 // emptyBLAKE3 is the BLAKE3 of no bytes.
 var emptyBLAKE3 = artifact.BLAKE3Hex(nil)
-
-var (
-	hex32RE = regexp.MustCompile(`^[0-9a-f]{32}$`)
-	hex64RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
 
 // decodeManifest parses and validates a manifest strictly: unknown fields,
 // trailing data, paths that leave the artifact, bad digests and shards whose
@@ -136,10 +117,10 @@ var (
 func decodeManifest(doc []byte) (*WeightManifest, error) {
 	var m WeightManifest
 	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &m); err != nil {
-		return nil, protoErr("manifest", "%v", err)
+		return nil, Errorf("manifest", "%v", err)
 	}
 	if err := m.validate(); err != nil {
-		return nil, protoErr("manifest", "%v", err)
+		return nil, Errorf("manifest", "%v", err)
 	}
 	return &m, nil
 }
@@ -229,16 +210,16 @@ func (s WeightShard) validateLayout() error {
 	if end != s.Size {
 		return fmt.Errorf("tensors end at %d, the file at %d", end, s.Size)
 	}
-	if tree, err := artifact.EntryTree(s.entry()); err != nil || tree != s.BLAKE3 {
+	if tree, err := artifact.EntryTree(s.Entry()); err != nil || tree != s.BLAKE3 {
 		return fmt.Errorf("blake3 is not the tensor tree of the header and tensors")
 	}
 	return nil
 }
 
-// readManifest reads [u32 len][WeightManifest JSON], refusing a length over
+// ReadManifest reads [u32 len][WeightManifest JSON], refusing a length over
 // limit before allocating.
-func readManifest(r io.Reader, limit uint32) (*WeightManifest, error) {
-	doc, err := readBlob32(r, limit, "manifest")
+func ReadManifest(r io.Reader, limit uint32) (*WeightManifest, error) {
+	doc, err := ReadBlob32(r, limit, "manifest")
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,6 @@
 //go:build libfabric
 
-package peer
+package fabric
 
 /*
 #cgo pkg-config: libfabric
@@ -238,36 +238,27 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// FabricError is a libfabric call that failed.
-type FabricError struct {
-	Op     string
-	Code   int // a negative fi_errno
-	Detail string
-}
+// Built says whether this build has the libfabric binding.
+const Built = true
 
-func (e *FabricError) Error() string {
-	s := fmt.Sprintf("libfabric %s: %s (%d)", e.Op, C.GoString(C.fi_strerror(C.int(-e.Code))), e.Code)
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	return s
-}
-
-// Unwrap classifies the error: a fabric failure is the peer's or the wire's.
-func (e *FabricError) Unwrap() error { return errdefs.ErrUnavailable }
-
-func fabricErr(op string, r C.int, detail string) error {
+// callErr is a libfabric call that failed (r, a negative fi_errno, not 0),
+// classified as the peer's or the wire's.
+func callErr(op string, r C.int, detail string) error {
 	if r == 0 {
 		return nil
 	}
-	return &FabricError{Op: op, Code: int(r), Detail: detail}
+	msg := fmt.Sprintf("libfabric %s: %s (%d)", op, C.GoString(C.fi_strerror(-r)), int(r))
+	if detail != "" {
+		msg += ": " + detail
+	}
+	return fmt.Errorf("%s: %w", msg, errdefs.ErrUnavailable)
 }
 
-// fabricEP is one connected FI_EP_MSG endpoint: one rail.
-type fabricEP struct{ x *C.wsf_ep }
+// EP is one connected FI_EP_MSG endpoint: one rail.
+type EP struct{ x *C.wsf_ep }
 
-// fabricListener is a passive endpoint that accepts a session's rails.
-type fabricListener struct{ l *C.wsf_listener }
+// Listener is a passive endpoint that accepts a session's rails.
+type Listener struct{ l *C.wsf_listener }
 
 func cstr(s string) (*C.char, func()) {
 	c := C.CString(s)
@@ -276,17 +267,17 @@ func cstr(s string) (*C.char, func()) {
 
 func millis(d time.Duration) C.int { return C.int(max(d.Milliseconds(), 1)) }
 
-// fabricProbe checks that the provider ("" for libfabric's choice) offers
+// Probe checks that the provider ("" for libfabric's choice) offers
 // connected endpoints with one-sided reads; it also pays libfabric's
 // one-time discovery of its providers.
-func fabricProbe(provider string) error {
+func Probe(provider string) error {
 	cp, fp := cstr(provider)
 	defer fp()
-	return fabricErr("probe provider "+provider, C.wsf_probe(cp), "")
+	return callErr("probe provider "+provider, C.wsf_probe(cp), "")
 }
 
-// fabricListen opens a passive endpoint on node (an IP address of this host).
-func fabricListen(provider, node string) (*fabricListener, int, error) {
+// Listen opens a passive endpoint on node (an IP address of this host).
+func Listen(provider, node string) (*Listener, int, error) {
 	cp, fp := cstr(provider)
 	defer fp()
 	cn, fn := cstr(node)
@@ -295,27 +286,29 @@ func fabricListen(provider, node string) (*fabricListener, int, error) {
 	var port C.int
 	if r := C.wsf_listen(cp, cn, &l, &port); r != 0 {
 		C.wsf_listener_close(l)
-		return nil, 0, fabricErr("listen "+provider+" on "+node, r, "")
+		return nil, 0, callErr("listen "+provider+" on "+node, r, "")
 	}
-	return &fabricListener{l}, int(port), nil
+	return &Listener{l}, int(port), nil
 }
 
-// accept accepts one rail.
-func (l *fabricListener) accept(timeout time.Duration) (*fabricEP, error) {
+// Accept accepts one rail.
+func (l *Listener) Accept(timeout time.Duration) (*EP, error) {
 	var x *C.wsf_ep
 	if r := C.wsf_accept(l.l, millis(timeout), &x); r != 0 {
 		C.wsf_ep_close(x)
-		return nil, fabricErr("accept", r, "")
+		return nil, callErr("accept", r, "")
 	}
-	return &fabricEP{x}, nil
+	return &EP{x}, nil
 }
 
-func (l *fabricListener) close() { C.wsf_listener_close(l.l) }
+// Close closes the passive endpoint.
+func (l *Listener) Close() { C.wsf_listener_close(l.l) }
 
-func (l *fabricListener) provider() string { return C.GoString(l.l.info.fabric_attr.prov_name) }
+// Provider is the provider the listener runs on.
+func (l *Listener) Provider() string { return C.GoString(l.l.info.fabric_attr.prov_name) }
 
-// fabricConnect connects a rail to host:port.
-func fabricConnect(provider, host string, port int, timeout time.Duration) (*fabricEP, error) {
+// Connect connects a rail to host:port.
+func Connect(provider, host string, port int, timeout time.Duration) (*EP, error) {
 	cp, fp := cstr(provider)
 	defer fp()
 	ch, fh := cstr(host)
@@ -325,65 +318,69 @@ func fabricConnect(provider, host string, port int, timeout time.Duration) (*fab
 	var x *C.wsf_ep
 	if r := C.wsf_connect(cp, ch, cport, millis(timeout), &x); r != 0 {
 		C.wsf_ep_close(x)
-		return nil, fabricErr("connect "+provider+" "+host+":"+strconv.Itoa(port), r, "")
+		return nil, callErr("connect "+provider+" "+host+":"+strconv.Itoa(port), r, "")
 	}
-	return &fabricEP{x}, nil
+	return &EP{x}, nil
 }
 
-func (e *fabricEP) provider() string { return C.GoString(C.wsf_prov(e.x)) }
+// Provider is the provider the endpoint runs on.
+func (e *EP) Provider() string { return C.GoString(C.wsf_prov(e.x)) }
 
-func (e *fabricEP) close() { C.wsf_ep_close(e.x) }
+// Close closes the endpoint; no read lands in a destination after.
+func (e *EP) Close() { C.wsf_ep_close(e.x) }
 
-// fabricMR is one registration.
-type fabricMR struct {
+// MR is one registration: its key, the address a peer names it by, and
+// the local descriptor.
+type MR struct {
 	mr    *C.struct_fid_mr
-	key   uint64
-	raddr uint64
-	desc  unsafe.Pointer
+	Key   uint64
+	RAddr uint64
+	Desc  unsafe.Pointer
 }
 
 // Access flags of a registration.
 const (
-	accessRemoteRead = C.FI_REMOTE_READ
-	accessLocalRead  = C.FI_READ
+	AccessRemoteRead = C.FI_REMOTE_READ
+	AccessLocalRead  = C.FI_READ
 )
 
-// register registers mem, which must lie outside the Go heap (a mapping).
+// Register registers mem, which must lie outside the Go heap (a mapping).
 // reqKey is used where the provider lets the caller choose keys.
-func (e *fabricEP) register(mem []byte, access uint64, reqKey uint64) (*fabricMR, error) {
+func (e *EP) Register(mem []byte, access uint64, reqKey uint64) (*MR, error) {
 	if len(mem) == 0 {
 		return nil, errors.New("libfabric: empty registration")
 	}
-	m := &fabricMR{}
+	m := &MR{}
 	var key, raddr C.uint64_t
 	var desc unsafe.Pointer
 	r := C.wsf_mr_reg(e.x, unsafe.Pointer(unsafe.SliceData(mem)), C.size_t(len(mem)), C.uint64_t(access),
 		C.uint64_t(reqKey), &m.mr, &key, &raddr, &desc)
 	if r != 0 {
 		C.wsf_mr_close(m.mr)
-		return nil, fabricErr("register", r, "")
+		return nil, callErr("register", r, "")
 	}
-	m.key, m.raddr, m.desc = uint64(key), uint64(raddr), desc
+	m.Key, m.RAddr, m.Desc = uint64(key), uint64(raddr), desc
 	return m, nil
 }
 
-func (m *fabricMR) close() { C.wsf_mr_close(m.mr) }
+// Close deregisters the memory.
+func (m *MR) Close() { C.wsf_mr_close(m.mr) }
 
-// needsLocalMR says whether destinations must be registered too (FI_MR_LOCAL).
-func (e *fabricEP) needsLocalMR() bool { return C.wsf_needs_local_mr(e.x) != 0 }
+// NeedsLocalMR says whether destinations must be registered too (FI_MR_LOCAL).
+func (e *EP) NeedsLocalMR() bool { return C.wsf_needs_local_mr(e.x) != 0 }
 
-// readOp is one one-sided read: len(dst) bytes from (raddr, key).
-type readOp struct {
-	dst   []byte // inside a mapping, never the Go heap
-	desc  unsafe.Pointer
-	raddr uint64
-	key   uint64
+// ReadOp is one one-sided read: len(Dst) bytes from (RAddr, Key).
+type ReadOp struct {
+	Dst   []byte // inside a mapping, never the Go heap
+	Desc  unsafe.Pointer
+	RAddr uint64
+	Key   uint64
 }
 
-// readBatch posts the reads in chunks with a window in flight and waits for
+// ReadBatch posts the reads in chunks with a window in flight and waits for
 // them, on the calling goroutine's locked OS thread. cancel stops it. After
 // an error the endpoint must be closed before any destination is unmapped.
-func (e *fabricEP) readBatch(ops []readOp, chunk, window int, timeout time.Duration, cancel *atomic.Int32) error {
+func (e *EP) ReadBatch(ops []ReadOp, chunk, window int, timeout time.Duration, cancel *atomic.Int32) error {
 	if len(ops) == 0 {
 		return nil
 	}
@@ -392,21 +389,21 @@ func (e *fabricEP) readBatch(ops []readOp, chunk, window int, timeout time.Durat
 	cops := unsafe.Slice((*C.wsf_op)(C.malloc(C.size_t(len(ops))*C.size_t(unsafe.Sizeof(C.wsf_op{})))), len(ops))
 	defer C.free(unsafe.Pointer(&cops[0]))
 	for i, op := range ops {
-		cops[i] = C.wsf_op{dst: unsafe.Pointer(unsafe.SliceData(op.dst)), len: C.size_t(len(op.dst)), desc: op.desc,
-			raddr: C.uint64_t(op.raddr), key: C.uint64_t(op.key)}
+		cops[i] = C.wsf_op{dst: unsafe.Pointer(unsafe.SliceData(op.Dst)), len: C.size_t(len(op.Dst)), desc: op.Desc,
+			raddr: C.uint64_t(op.RAddr), key: C.uint64_t(op.Key)}
 	}
 	var errbuf [256]C.char
 	r := C.wsf_read_batch(e.x, C.int(len(ops)), &cops[0], C.size_t(chunk), C.int(window), millis(timeout),
 		(*C.int)(unsafe.Pointer(cancel)), &errbuf[0], C.size_t(len(errbuf)))
-	return fabricErr("read", r, C.GoString(&errbuf[0]))
+	return callErr("read", r, C.GoString(&errbuf[0]))
 }
 
-// progress waits up to timeout for completions on the endpoint, driving the
+// Progress waits up to timeout for completions on the endpoint, driving the
 // provider where the target side must poll.
-func (e *fabricEP) progress(timeout time.Duration) error {
+func (e *EP) Progress(timeout time.Duration) error {
 	var errbuf [256]C.char
 	if n := C.wsf_cq_wait(e.x, millis(timeout), &errbuf[0], C.size_t(len(errbuf))); n < 0 {
-		return fabricErr("progress", C.int(n), C.GoString(&errbuf[0]))
+		return callErr("progress", C.int(n), C.GoString(&errbuf[0]))
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package peer
+package wire
 
 import (
 	"bufio"
@@ -68,19 +68,19 @@ func fuzzWire[T any](f *testing.F, seeds [][]byte, read func(io.Reader) (T, erro
 }
 
 func FuzzReadHello(f *testing.F) {
-	fuzzWire(f, [][]byte{hello{op: opFetch, token: []byte("tok")}.encode(), hello{op: opRail}.encode(), []byte("WSP1\x09")},
-		readHello, func(h hello) []byte { return h.encode() })
+	fuzzWire(f, [][]byte{Hello{Op: OpFetch, Token: []byte("tok")}.Encode(), Hello{Op: OpRail}.Encode(), []byte("WSP1\x09")},
+		ReadHello, func(h Hello) []byte { return h.Encode() })
 }
 
 func FuzzReadRequest(f *testing.F) {
-	fuzzWire(f, [][]byte{enc{}.blob32([]byte("sha256:00")), enc{}.u32(0xffffffff), enc{}.u32(ModelRequestMax + 1)},
-		readRequest, func(s string) []byte { return enc{}.blob32([]byte(s)) })
+	fuzzWire(f, [][]byte{Enc{}.Blob32([]byte("sha256:00")), Enc{}.U32(0xffffffff), Enc{}.U32(ModelRequestMax + 1)},
+		ReadRequest, func(s string) []byte { return Enc{}.Blob32([]byte(s)) })
 }
 
 func FuzzReadStatus(f *testing.F) {
-	fuzzWire(f, [][]byte{statusFrame(stOK, ""), statusFrame(stNotFound, "no"), enc{stBusy}.u32(0xffffffff), {200}},
+	fuzzWire(f, [][]byte{StatusFrame(StatusOK, ""), StatusFrame(StatusNotFound, "no"), Enc{StatusBusy}.U32(0xffffffff), {200}},
 		func(r io.Reader) (string, error) {
-			err := readStatus(r, "status")
+			err := ReadStatus(r, "status")
 			if re, ok := err.(*RemoteError); ok {
 				return string(rune(re.Code)) + re.Message, nil
 			}
@@ -89,44 +89,43 @@ func FuzzReadStatus(f *testing.F) {
 }
 
 func FuzzReadRailAttach(f *testing.F) {
-	fuzzWire(f, [][]byte{railAttach{rail: 3}.encode(), make([]byte, 32)},
-		readRailAttach, func(a railAttach) []byte { return a.encode() })
+	fuzzWire(f, [][]byte{RailAttach{Rail: 3}.Encode(), make([]byte, 32)},
+		ReadRailAttach, func(a RailAttach) []byte { return a.Encode() })
 }
 
 func FuzzReadRangeRequest(f *testing.F) {
-	fuzzWire(f, [][]byte{rangeRequest{shard: 1, off: 2, n: 3}.encode(), make([]byte, 19)},
-		readRangeRequest, func(q rangeRequest) []byte { return q.encode() })
+	fuzzWire(f, [][]byte{RangeRequest{Shard: 1, Off: 2, N: 3}.Encode(), make([]byte, 19)},
+		ReadRangeRequest, func(q RangeRequest) []byte { return q.Encode() })
 }
 
 func FuzzReadTransportAnswer(f *testing.F) {
-	ok := enc{stOK}.u8(2).raw(make([]byte, 16)).blob16(encodeTCPEndpoint("10.0.0.1", 7420)).blob16(encodeRMAEndpoint("sockets", "::1", 1))
-	fuzzWire(f, [][]byte{ok, enc{stOK}.u8(0), enc{stOK}.u8(1).raw(make([]byte, 16)).u16(0xffff)},
+	ok := Enc{StatusOK}.U8(2).Raw(make([]byte, 16)).Blob16(EncodeTCPEndpoint("10.0.0.1", 7420)).Blob16(EncodeRMAEndpoint("sockets", "::1", 1))
+	fuzzWire(f, [][]byte{ok, Enc{StatusOK}.U8(0), Enc{StatusOK}.U8(1).Raw(make([]byte, 16)).U16(0xffff)},
 		func(r io.Reader) ([][]byte, error) {
-			cs := &clientSession{r: bufio.NewReader(r)}
-			err := cs.readPlane(ModeTCP, 4)
-			return cs.endpoints, err
+			a, err := ReadTransportAnswer(bufio.NewReader(r), 4)
+			return a.Endpoints, err
 		}, nil)
 }
 
 func FuzzDecodeEndpoints(f *testing.F) {
-	for i, s := range [][]byte{encodeTCPEndpoint("10.233.0.1", 7420), encodeRMAEndpoint("verbs", "fe80::1", 9), {255}} {
+	for i, s := range [][]byte{EncodeTCPEndpoint("10.233.0.1", 7420), EncodeRMAEndpoint("verbs", "fe80::1", 9), {255}} {
 		f.Add(uint64(i), s)
 	}
 	f.Fuzz(func(t *testing.T, _ uint64, data []byte) {
-		if e, err := decodeTCPEndpoint(data); err == nil && !bytes.Equal(encodeTCPEndpoint(e.host, e.port), data) {
+		if e, err := DecodeTCPEndpoint(data); err == nil && !bytes.Equal(EncodeTCPEndpoint(e.Host, e.Port), data) {
 			t.Fatalf("tcp endpoint %x does not encode back", data)
 		}
-		if e, err := decodeRMAEndpoint(data); err == nil && !bytes.Equal(encodeRMAEndpoint(e.provider, e.host, e.port), data) {
+		if e, err := DecodeRMAEndpoint(data); err == nil && !bytes.Equal(EncodeRMAEndpoint(e.Provider, e.Host, e.Port), data) {
 			t.Fatalf("rma endpoint %x does not encode back", data)
 		}
 	})
 }
 
 func FuzzReadKeyTable(f *testing.F) {
-	keys := [][]remoteKey{{{1, 2}, {3, 4}}, {{5, 6}, {7, 8}}}
-	fuzzWire(f, [][]byte{encodeKeyTable(keys), enc{}.u32(0xffffffff), enc{}.u32(4)},
-		func(r io.Reader) ([][]remoteKey, error) { return readKeyTable(r, 2, 2) },
-		func(k [][]remoteKey) []byte { return encodeKeyTable(k) })
+	keys := [][]RemoteKey{{{1, 2}, {3, 4}}, {{5, 6}, {7, 8}}}
+	fuzzWire(f, [][]byte{EncodeKeyTable(keys), Enc{}.U32(0xffffffff), Enc{}.U32(4)},
+		func(r io.Reader) ([][]RemoteKey, error) { return ReadKeyTable(r, 2, 2) },
+		func(k [][]RemoteKey) []byte { return EncodeKeyTable(k) })
 }
 
 // fuzzManifest is a valid manifest document for the seeds.
@@ -138,7 +137,7 @@ func fuzzManifest(tb testing.TB) []byte {
 		Shards: []WeightShard{{Name: "a.safetensors", Size: 24, SHA256: hexOf(1), BLAKE3: hexOf(2), DataStart: 16, Header: header, HeaderBLAKE3: artifact.BLAKE3Hex(header),
 			Tensors: []WeightTensorRecord{{Name: "w", DType: "BF16", Shape: []int64{4}, Offset: 16, Length: 8, BLAKE3: hexOf(4)}}},
 			{Name: "config.json", Size: 2, SHA256: hexOf(5), BLAKE3: hexOf(6)}}}
-	tree, err := artifact.EntryTree(m.Shards[0].entry())
+	tree, err := artifact.EntryTree(m.Shards[0].Entry())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -155,9 +154,9 @@ func fuzzManifest(tb testing.TB) []byte {
 
 func FuzzReadManifest(f *testing.F) {
 	doc := fuzzManifest(f)
-	fuzzWire(f, [][]byte{enc{}.blob32(doc), enc{}.u32(0xffffffff), enc{}.blob32(doc[:len(doc)/2])},
+	fuzzWire(f, [][]byte{Enc{}.Blob32(doc), Enc{}.U32(0xffffffff), Enc{}.Blob32(doc[:len(doc)/2])},
 		func(r io.Reader) (*WeightManifest, error) {
-			m, err := readManifest(r, 1<<20)
+			m, err := ReadManifest(r, 1<<20)
 			if err == nil { // what was accepted is accepted again, unchanged
 				raw, _ := json.Marshal(m)
 				again, err := decodeManifest(raw)
@@ -171,9 +170,12 @@ func FuzzReadManifest(f *testing.F) {
 
 func FuzzReadListing(f *testing.F) {
 	ls, _ := json.Marshal(Listing{Generation: "00", Modes: []Mode{ModeTCP}, Artifacts: []ListedArtifact{{IdentityDigest: "sha256:00"}}})
-	fuzzWire(f, [][]byte{enc{stOK}.blob32(ls), enc{stOK}.u32(0xffffffff)},
-		func(r io.Reader) (*Listing, error) { return readListing(r, 1<<20) }, nil)
+	fuzzWire(f, [][]byte{Enc{StatusOK}.Blob32(ls), Enc{StatusOK}.U32(0xffffffff)},
+		func(r io.Reader) (*Listing, error) { return ReadListing(r, 1<<20) }, nil)
 }
+
+// testRevision is the immutable revision of the seeds' identity.
+const testRevision = "0123456789abcdef0123456789abcdef01234567"
 
 func fuzzIdentity() artifact.Identity {
 	src := &artifact.SourceDir{Files: []artifact.SourceFile{{Path: "a.safetensors", Size: 24, SHA256: hexOf(1)}}}

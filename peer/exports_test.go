@@ -9,14 +9,14 @@ import (
 	"github.com/containerd/errdefs"
 )
 
-// TestStagedCeiling: staged directories stay mapped within the ceiling: an
-// idle one is dropped to make room, one larger than the ceiling is refused,
-// and a directory whose files changed is staged again.
-func TestStagedCeiling(t *testing.T) {
+// TestExportCeiling: exported directories stay mapped within the ceiling:
+// an idle one is dropped to make room, one larger than the ceiling is
+// refused, and a directory whose files changed is mapped again.
+func TestExportCeiling(t *testing.T) {
 	a, _ := checkpoint(t, 6<<20, 1)
 	b, _ := checkpoint(t, 6<<20, 2)
 	big, _ := checkpoint(t, 12<<20, 1)
-	_, addr := serve(t, openStore(t), ServerConfig{StagedCeiling: 10 << 20, Staged: []StagedDir{
+	_, addr := serve(t, openStore(t), ServerConfig{ExportCeiling: 10 << 20, Exports: []Export{
 		{Name: "a", Path: a, Revision: testRevision}, {Name: "b", Path: b, Revision: testRevision}, {Name: "big", Path: big, Revision: testRevision}}})
 	fetch := func(name string) (*FetchReport, error) {
 		l, rep, err := Fetch(context.Background(), openStore(t), []string{addr}, "staged:"+name, FetchOptions{})
@@ -31,8 +31,8 @@ func TestStagedCeiling(t *testing.T) {
 			t.Fatal(err)
 		}
 		m := map[string]bool{}
-		for _, s := range ls.Staged {
-			m[s.Name] = s.Staged
+		for _, s := range ls.Exports {
+			m[s.Name] = s.Mapped
 		}
 		return m
 	}

@@ -1,0 +1,60 @@
+package wire
+
+import (
+	"bytes"
+	"io"
+
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// Listing is what a peer holds, as `list` answers it.
+type Listing struct {
+	Generation  string           `json:"generation"`
+	Sessions    int              `json:"sessions"`
+	MaxSessions int              `json:"max_sessions"`
+	Modes       []Mode           `json:"modes"`
+	Artifacts   []ListedArtifact `json:"artifacts"`
+	// Exports are the exported directories (the JSON key "staged" names
+	// exported directories).
+	Exports []ListedExport `json:"staged"`
+}
+
+// ListedArtifact is one READY artifact of the peer's store.
+type ListedArtifact struct {
+	IdentityDigest string `json:"identity_digest"`
+	ManifestDigest string `json:"manifest_digest"`
+	Repository     string `json:"repository,omitempty"`
+	Revision       string `json:"revision"`
+	Component      string `json:"component"`
+	Producer       string `json:"producer"`
+	Bytes          int64  `json:"bytes"`
+	Files          int    `json:"files"`
+	Tensors        int    `json:"tensors"`
+}
+
+// ListedExport is one exported directory.
+type ListedExport struct {
+	Name     string `json:"name"`
+	Revision string `json:"revision,omitempty"`
+	// Mapped says whether it is hashed and mapped now (the JSON key
+	// "staged" is the listing's word for it), and Bytes how much it holds
+	// mapped.
+	Mapped bool  `json:"staged"`
+	Bytes  int64 `json:"bytes,omitempty"`
+}
+
+// ReadListing reads the answer to list: a status, then [u32 len][JSON].
+func ReadListing(r io.Reader, limit uint32) (*Listing, error) {
+	if err := ReadStatus(r, "list"); err != nil {
+		return nil, err
+	}
+	doc, err := ReadBlob32(r, limit, "list")
+	if err != nil {
+		return nil, err
+	}
+	var ls Listing
+	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &ls); err != nil {
+		return nil, Errorf("list", "%v", err)
+	}
+	return &ls, nil
+}
