@@ -100,11 +100,11 @@ func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*
 		if err != nil {
 			return nil, err
 		}
-		idDigest, err := plan.Identity.Digest()
+		id, err := plan.Identity.ID()
 		if err != nil {
 			return nil, err
 		}
-		ptrs = append(ptrs, pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: idDigest, Target: t,
+		ptrs = append(ptrs, pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: id, Target: t,
 			Files: len(plan.Files), Bytes: plan.TotalBytes(), Mode: o.Mode})
 	}
 	for i, p := range ptrs {
@@ -271,7 +271,7 @@ func ComposeImage(baseConfig []byte, baseLayers []ocispec.Descriptor, pls []*Poi
 		if keepHistory {
 			h, err := json.Marshal(ocispec.History{
 				CreatedBy: "weightsnap image build --weights " + pl.Pointer.Artifact + " --at " + pl.Pointer.Target,
-				Comment:   "weightsnap pointer layer: " + pl.Pointer.Identity,
+				Comment:   "weightsnap pointer layer: " + pl.Pointer.Identity.String(),
 			})
 			if err != nil {
 				return nil, err

@@ -4,17 +4,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	"github.com/weightsnap/weightsnap/artifact"
 	"oras.land/oras-go/v2/registry"
 )
 
 // labelPrefix starts every weightsnap label of a pointer layer.
 const labelPrefix = "containerd.io/snapshot/weightsnap."
 
-var identityRE = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // labelError is a pointer layer's label (key) that is not acceptable,
 // invalid input: labels come from an image, so they are untrusted. The
@@ -44,14 +44,14 @@ func IsWeightLayer(labels map[string]string) bool {
 
 // Labels are the labels (layer annotations) that carry p.
 func Labels(p Pointer) map[string]string {
-	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target}
+	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity.String(), LabelTarget: p.Target}
 	if p.Mode != "" {
 		labels[LabelMode] = p.Mode
 	}
 	if len(p.Next) > 0 {
 		next := make([]string, len(p.Next))
 		for i, n := range p.Next {
-			next[i] = n.Identity + "=" + n.Artifact
+			next[i] = n.Identity.String() + "=" + n.Artifact
 		}
 		labels[LabelNext] = strings.Join(next, ",")
 	}
@@ -101,7 +101,8 @@ func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 	if err := CheckPinnedRef(art); err != nil {
 		return Pointer{}, true, labelError(LabelArtifact, art, "%v", err)
 	}
-	if !identityRE.MatchString(id) {
+	pid, err := artifact.ParseID(id)
+	if err != nil {
 		return Pointer{}, true, labelError(LabelIdentity, id, "not sha256:<64 lower-case hex>")
 	}
 	if c, err := CleanTarget(target); err != nil {
@@ -109,7 +110,7 @@ func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 	} else if c != target {
 		return Pointer{}, true, labelError(LabelTarget, target, "not clean (want %q)", c)
 	}
-	p = Pointer{Schema: Schema, Artifact: art, Identity: id, Target: target}
+	p = Pointer{Schema: Schema, Artifact: art, Identity: pid, Target: target}
 	if m, ok := labels[LabelMode]; ok {
 		if m != ModeRequired && m != ModePreferred {
 			return Pointer{}, true, labelError(LabelMode, m, "want %s or %s", ModeRequired, ModePreferred)
@@ -119,13 +120,14 @@ func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 	if next := labels[LabelNext]; next != "" {
 		for _, e := range strings.Split(next, ",") {
 			nid, nart, ok := strings.Cut(e, "=")
-			if !ok || !identityRE.MatchString(nid) {
+			id, err := artifact.ParseID(nid)
+			if !ok || err != nil {
 				return Pointer{}, true, labelError(LabelNext, next, "entry %q is not sha256:<hex>=<artifact>", e)
 			}
 			if err := CheckPinnedRef(nart); err != nil {
 				return Pointer{}, true, labelError(LabelNext, next, "entry %q: %v", e, err)
 			}
-			p.Next = append(p.Next, Pointer{Schema: Schema, Artifact: nart, Identity: nid})
+			p.Next = append(p.Next, Pointer{Schema: Schema, Artifact: nart, Identity: id})
 		}
 	}
 	return p, true, nil
@@ -142,7 +144,7 @@ func CheckPinnedRef(ref string) error {
 	if err != nil {
 		return fmt.Errorf("not pinned by a digest (a tag can move)")
 	}
-	if !identityRE.MatchString(d.String()) {
+	if d.Algorithm() != digest.SHA256 {
 		return fmt.Errorf("digest %s is not sha256", d)
 	}
 	if r.String() != ref {
@@ -178,7 +180,3 @@ func ParseFile(raw []byte) (Pointer, error) {
 	q.Files, q.Bytes = p.Files, p.Bytes
 	return q, nil
 }
-
-// IsIdentity says whether s is an identity digest as pointers carry it:
-// sha256:<64 lower-case hex>.
-func IsIdentity(s string) bool { return identityRE.MatchString(s) }

@@ -7,11 +7,12 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 func testLabels() map[string]string {
 	p := testPointer()
-	return map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity, LabelTarget: p.Target,
+	return map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity.String(), LabelTarget: p.Target,
 		"containerd.io/snapshot.ref": "sha256:" + zeros}
 }
 
@@ -69,7 +70,7 @@ func TestParseLabels(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ok && (p.Artifact != testPointer().Artifact || p.Identity != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode]) {
+				if ok && (p.Artifact != testPointer().Artifact || p.Identity.String() != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode]) {
 					t.Fatalf("pointer %+v", p)
 				}
 				if next := m[LabelNext]; next != "" && len(p.Next) != strings.Count(next, ",")+1 {
@@ -96,12 +97,12 @@ func TestParseLabels(t *testing.T) {
 // any directory it is joined to.
 func FuzzParseLabels(f *testing.F) {
 	p := testPointer()
-	f.Add(p.Artifact, p.Identity, p.Target, "")
-	f.Add("127.0.0.1:5000/models/x:v1", p.Identity, "/models/../../etc", "x")
+	f.Add(p.Artifact, testIdentity, p.Target, "")
+	f.Add("127.0.0.1:5000/models/x:v1", testIdentity, "/models/../../etc", "x")
 	f.Add("localhost/a@sha256:"+zeros, "sha256:"+zeros, "/a/b/c", strings.Repeat("z", 5000))
 	f.Add("host/repo@sha256:"+zeros+"/../x", "sha256:"+zeros+"\n", "/w\x00/x", "")
-	f.Add(p.Artifact, p.Identity, p.Target, p.Identity+"="+p.Artifact+","+p.Identity+"="+p.Artifact)
-	f.Add(p.Artifact, p.Identity, p.Target, p.Identity+"=,=")
+	f.Add(p.Artifact, testIdentity, p.Target, testIdentity+"="+p.Artifact+","+testIdentity+"="+p.Artifact)
+	f.Add(p.Artifact, testIdentity, p.Target, testIdentity+"=,=")
 	f.Fuzz(func(t *testing.T, art, id, target, extra string) {
 		labels := map[string]string{LabelArtifact: art, LabelIdentity: id, LabelTarget: target}
 		if extra != "" {
@@ -115,7 +116,7 @@ func FuzzParseLabels(f *testing.F) {
 			return
 		}
 		for _, q := range append([]Pointer{p}, p.Next...) {
-			if !identityRE.MatchString(q.Identity) || CheckPinnedRef(q.Artifact) != nil || Host(q) == "" {
+			if q.Identity.IsZero() || CheckPinnedRef(q.Artifact) != nil || Host(q) == "" {
 				t.Fatalf("accepted %+v", q)
 			}
 		}
@@ -159,7 +160,7 @@ func TestParseFile(t *testing.T) {
 			if err != nil && !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("err %v is not invalid input", err)
 			}
-			if tc.ok && (p.Identity != testIdentity || p.Target != "/models/llama") {
+			if tc.ok && (p.Identity.String() != testIdentity || p.Target != "/models/llama") {
 				t.Fatalf("pointer %+v", p)
 			}
 		})
@@ -190,5 +191,5 @@ const testIdentity = "sha256:111111111111111111111111111111111111111111111111111
 
 func testPointer() Pointer {
 	return Pointer{Artifact: "127.0.0.1:5000/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222",
-		Identity: testIdentity, Target: "/models/llama", Files: 3, Bytes: 1 << 30}
+		Identity: artifact.MustParseID(testIdentity), Target: "/models/llama", Files: 3, Bytes: 1 << 30}
 }

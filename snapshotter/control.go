@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errhttp"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 // The control API: host mounts and holders, HTTP/JSON on a unix socket
@@ -65,7 +66,10 @@ func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlSe
 		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			return nil, fmt.Errorf("mount request: %v: %w", err, errdefs.ErrInvalidArgument)
+			if !errdefs.IsInvalidArgument(err) { // a malformed identity says its class already
+				err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+			}
+			return nil, fmt.Errorf("mount request: %w", err)
 		}
 		return s.Mount(ctx, req)
 	})
@@ -76,7 +80,11 @@ func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlSe
 		return s.HostMounts(), nil
 	})
 	handle("GET /v1/holders", func(_ context.Context, r *http.Request) (any, error) {
-		return s.HoldersOf(r.URL.Query().Get("identity"))
+		id, err := artifact.ParseID(r.URL.Query().Get("identity"))
+		if err != nil {
+			return nil, err
+		}
+		return s.HoldersOf(id)
 	})
 	c := &ControlServer{hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, lis: lis}
 	go func() {
@@ -125,9 +133,9 @@ func (c *ControlClient) Mounts(ctx context.Context) ([]MountInfo, error) {
 }
 
 // Holders says what holds an artifact in the daemon.
-func (c *ControlClient) Holders(ctx context.Context, identity string) (*Holders, error) {
+func (c *ControlClient) Holders(ctx context.Context, identity artifact.ID) (*Holders, error) {
 	var h Holders
-	return &h, c.call(ctx, http.MethodGet, "/v1/holders?identity="+url.QueryEscape(identity), nil, &h)
+	return &h, c.call(ctx, http.MethodGet, "/v1/holders?identity="+url.QueryEscape(identity.String()), nil, &h)
 }
 
 // call makes one request; a daemon that does not answer is

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 )
@@ -59,7 +60,7 @@ func TestPointerFoundAtCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir, _ := snapshotDir(mounts)
-			ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), Identity: id, Target: "/models/m"}
+			ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), Identity: artifact.MustParseID(id), Target: "/models/m"}
 			body, _ := pointer.File(ptr)
 			pf := filepath.Join(dir, pointer.Path(ptr))
 			os.MkdirAll(filepath.Dir(pf), 0o755)

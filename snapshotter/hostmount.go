@@ -38,7 +38,7 @@ const mountHolderPrefix = "mount:"
 
 // MountRequest asks for a host mount.
 type MountRequest struct {
-	Identity string `json:"identity"`           // sha256:<hex>
+	Identity artifact.ID `json:"identity"`
 	Artifact string `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
 	Dir      string `json:"dir"`                // the absolute mount point
 }
@@ -46,7 +46,7 @@ type MountRequest struct {
 // MountInfo is a host mount.
 type MountInfo struct {
 	Dir      string    `json:"dir"`
-	Identity string    `json:"identity"`
+	Identity artifact.ID `json:"identity"`
 	Artifact string    `json:"artifact,omitempty"`
 	Created  time.Time `json:"created"`
 	Leased   bool      `json:"leased"` // false while a repair waits for the artifact
@@ -88,7 +88,7 @@ func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
 		if err == nil {
 			err = json.Unmarshal(raw, &mi)
 		}
-		if err == nil && (!pointer.IsIdentity(mi.Identity) || m.home(mi.Dir) != home) {
+		if err == nil && (mi.Identity.IsZero() || m.home(mi.Dir) != home) {
 			err = fmt.Errorf("record names %q at %q", mi.Identity, mi.Dir)
 		}
 		if err != nil || !sameInode(mi.Dir, filepath.Join(home, "view")) {
@@ -167,8 +167,8 @@ func emptyDir(dir string) error {
 // it on req.Dir (created if missing). A mount point that holds a host mount
 // already is refused.
 func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
-	if !pointer.IsIdentity(req.Identity) {
-		return nil, fmt.Errorf("identity %q is not sha256:<64 hex>: %w", req.Identity, errdefs.ErrInvalidArgument)
+	if req.Identity.IsZero() {
+		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
 	}
 	dir, err := s.mountPoint(req.Dir, true)
 	if err != nil {
@@ -177,7 +177,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	ptr := pointer.Pointer{Artifact: req.Artifact, Identity: req.Identity, Target: dir}
 	if req.Artifact != "" {
 		if ptr, _, err = pointer.ParseLabels(map[string]string{pointer.LabelArtifact: req.Artifact,
-			pointer.LabelIdentity: req.Identity, pointer.LabelTarget: dir}); err != nil {
+			pointer.LabelIdentity: req.Identity.String(), pointer.LabelTarget: dir}); err != nil {
 			return nil, err
 		}
 	}
@@ -309,7 +309,7 @@ func (s *Snapshotter) HostMounts() []MountInfo {
 
 // Holders is what holds an artifact in the snapshotter.
 type Holders struct {
-	Identity  string   `json:"identity"`
+	Identity  artifact.ID `json:"identity"`
 	Leased    bool     `json:"leased"`              // the daemon holds the artifact's lease
 	Snapshots []string `json:"snapshots,omitempty"` // weight snapshots with the lease
 	Mounts    []string `json:"mounts,omitempty"`    // host mount points with the lease
@@ -317,11 +317,8 @@ type Holders struct {
 }
 
 // HoldersOf says what holds the artifact identity.
-func (s *Snapshotter) HoldersOf(identity string) (*Holders, error) {
-	if !pointer.IsIdentity(identity) {
-		return nil, fmt.Errorf("identity %q is not sha256:<64 hex>: %w", identity, errdefs.ErrInvalidArgument)
-	}
-	hex := strings.TrimPrefix(identity, "sha256:")
+func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
+	hex := identity.Hex()
 	out := &Holders{Identity: identity}
 	var names []string
 	names, out.Leased = s.leases.holdersOf(hex)

@@ -3,6 +3,7 @@ package snapshotter
 import (
 	"context"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,11 +40,11 @@ func TestHostMount(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models", "m") // made by the mount
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 
-	mi, err := c.Mount(ctx, MountRequest{Identity: id, Dir: dir})
+	mi, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mi.Dir != dir || mi.Identity != id || !mi.Leased {
+	if mi.Dir != dir || mi.Identity.String() != id || !mi.Leased {
 		t.Fatalf("mount %+v", mi)
 	}
 	l, err := n.dom.Lookup(ctx, hex, "")
@@ -70,10 +72,10 @@ func TestHostMount(t *testing.T) {
 		}
 	}
 	busy()
-	if h, err := c.Holders(ctx, id); err != nil || !h.Leased || !slices.Equal(h.Mounts, []string{dir}) {
+	if h, err := c.Holders(ctx, artifact.MustParseID(id)); err != nil || !h.Leased || !slices.Equal(h.Mounts, []string{dir}) {
 		t.Fatalf("holders %+v %v", h, err)
 	}
-	if _, err := c.Mount(ctx, MountRequest{Identity: id, Dir: dir}); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) {
+	if _, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir}); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) {
 		t.Fatalf("a second mount on %s: %v, want refused as busy", dir, err)
 	}
 
@@ -85,17 +87,22 @@ func TestHostMount(t *testing.T) {
 		req  MountRequest
 		is   func(error) bool
 	}{
-		{"relative dir", MountRequest{Identity: id, Dir: "models"}, errdefs.IsInvalidArgument},
-		{"a directory with files", MountRequest{Identity: id, Dir: full}, errdefs.IsInvalidArgument},
-		{"a file", MountRequest{Identity: id, Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
-		{"inside the store", MountRequest{Identity: id, Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
-		{"bad identity", MountRequest{Identity: "sha256:12", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
-		{"tag reference", MountRequest{Identity: id, Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
-		{"missing artifact", MountRequest{Identity: "sha256:" + strings.Repeat("5", 64), Dir: t.TempDir()}, errdefs.IsNotFound},
+		{"relative dir", MountRequest{Identity: artifact.MustParseID(id), Dir: "models"}, errdefs.IsInvalidArgument},
+		{"a directory with files", MountRequest{Identity: artifact.MustParseID(id), Dir: full}, errdefs.IsInvalidArgument},
+		{"a file", MountRequest{Identity: artifact.MustParseID(id), Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
+		{"inside the store", MountRequest{Identity: artifact.MustParseID(id), Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
+		{"no identity", MountRequest{Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"tag reference", MountRequest{Identity: artifact.MustParseID(id), Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"missing artifact", MountRequest{Identity: artifact.MustParseID("sha256:" + strings.Repeat("5", 64)), Dir: t.TempDir()}, errdefs.IsNotFound},
 	} {
 		if _, err := c.Mount(ctx, tc.req); !tc.is(err) || repeatsClass(err) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
+	}
+	// A malformed identity is refused where the request is decoded.
+	bad := map[string]string{"identity": "sha256:12", "dir": t.TempDir()}
+	if err := c.call(ctx, http.MethodPost, "/v1/mounts", bad, &MountInfo{}); !errdefs.IsInvalidArgument(err) || repeatsClass(err) || !strings.Contains(err.Error(), "sha256:12") {
+		t.Errorf("bad identity: %v", err)
 	}
 	if err := c.Unmount(ctx, t.TempDir()); !errdefs.IsNotFound(err) {
 		t.Fatalf("unmount of a directory that is no host mount: %v", err)
@@ -128,7 +135,7 @@ func TestHostMount(t *testing.T) {
 	}
 
 	// A mount undone behind the daemon's back is forgotten at the next start.
-	if _, err := c.Mount(ctx, MountRequest{Identity: id, Dir: dir}); err != nil {
+	if _, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	n.sn.Close()

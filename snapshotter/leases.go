@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -61,7 +60,7 @@ func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
 // Concurrent calls for one identity share one resolution, which runs on in
 // the background if every caller gives up.
 func (l *leases) acquire(ctx context.Context, ptr pointer.Pointer) (*held, *resolve.Report, error) {
-	hex := strings.TrimPrefix(ptr.Identity, "sha256:")
+	hex := ptr.Identity.Hex()
 	l.mu.Lock()
 	if h := l.held[hex]; h != nil {
 		h.pins++
@@ -100,7 +99,7 @@ func (l *leases) prefetch(ctx context.Context, ptrs []pointer.Pointer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range ptrs {
-		hex := strings.TrimPrefix(p.Identity, "sha256:")
+		hex := p.Identity.Hex()
 		if l.held[hex] != nil || l.flights[hex] != nil || l.closed {
 			continue
 		}
@@ -121,7 +120,7 @@ func (l *leases) start(hex string, ptr pointer.Pointer) *flight {
 // the table.
 func (l *leases) fly(hex string, f *flight, ptr pointer.Pointer) {
 	start := time.Now()
-	res, err := l.resolver.Resolve(l.ctx, resolve.Request{Digest: ptr.Identity, Artifact: ptr.Artifact})
+	res, err := l.resolver.Resolve(l.ctx, resolve.Request{Digest: ptr.Identity.String(), Artifact: ptr.Artifact})
 	l.metrics.resolved(res.Report, time.Since(start))
 	l.mu.Lock()
 	defer l.mu.Unlock()

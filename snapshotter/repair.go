@@ -51,7 +51,7 @@ func newRepairs(ctx context.Context, s *Snapshotter, b Backoff) *repairs {
 // add queues holders for the artifact of ptr and starts its loop if none
 // runs.
 func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
-	hex := strings.TrimPrefix(ptr.Identity, "sha256:")
+	hex := ptr.Identity.Hex()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ctx.Err() != nil {
@@ -75,7 +75,7 @@ func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
 func (r *repairs) kick(ptr pointer.Pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if lp := r.loops[strings.TrimPrefix(ptr.Identity, "sha256:")]; lp != nil {
+	if lp := r.loops[ptr.Identity.Hex()]; lp != nil {
 		select {
 		case lp.kick <- struct{}{}:
 		default:

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"golang.org/x/sys/unix"
@@ -89,7 +90,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ptr := pointer.Pointer{Artifact: labels[pointer.LabelArtifact], Identity: id, Target: "/models/m"}
+	ptr := pointer.Pointer{Artifact: labels[pointer.LabelArtifact], Identity: artifact.MustParseID(id), Target: "/models/m"}
 	pointerFile := filepath.Join(dir, pointer.Path(ptr))
 	os.MkdirAll(filepath.Dir(pointerFile), 0o755)
 	if err := os.WriteFile(pointerFile, []byte("{}\n"), 0o444); err != nil {
@@ -105,7 +106,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 1 {
 		t.Fatalf("pending_repairs %v", got)
 	}
-	if h, _ := n.sn.HoldersOf(id); !slices.Equal(h.Pending, []string{chainID(41)}) || h.Leased {
+	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !slices.Equal(h.Pending, []string{chainID(41)}) || h.Leased {
 		t.Fatalf("holders %+v", h)
 	}
 
@@ -147,7 +148,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if raw, _ := os.ReadFile(filepath.Join(cdir, pointer.Path(ptr))); !strings.Contains(string(raw), fmt.Sprintf(`"files":%d,`, len(l.Files()))) {
 		t.Fatalf("pointer file after the repair: %s", raw)
 	}
-	if h, _ := n.sn.HoldersOf(id); !h.Leased || !slices.Equal(h.Snapshots, []string{chainID(41)}) || len(h.Pending) != 0 {
+	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !h.Leased || !slices.Equal(h.Snapshots, []string{chainID(41)}) || len(h.Pending) != 0 {
 		t.Fatalf("holders %+v", h)
 	}
 	if err := n.sn.Remove(ctx, chainID(41)); err != nil {

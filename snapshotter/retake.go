@@ -34,7 +34,7 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 	}
 	groups := map[string]*group{}
 	add := func(ptr pointer.Pointer, holder string, fallback bool) {
-		hex := strings.TrimPrefix(ptr.Identity, "sha256:")
+		hex := ptr.Identity.Hex()
 		g := groups[hex]
 		if g == nil {
 			g = &group{ptr: ptr}

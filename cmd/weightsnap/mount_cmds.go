@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/snapshotter"
 )
@@ -62,7 +63,7 @@ meanwhile), also across its own restarts.`,
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "DIR\tIDENTITY\tLEASED\tSINCE")
 				for _, m := range ms {
-					fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Dir, short(strings.TrimPrefix(m.Identity, "sha256:")), m.Leased, m.Created.Format(time.RFC3339))
+					fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Dir, m.Identity.Short(), m.Leased, m.Created.Format(time.RFC3339))
 				}
 				return tw.Flush()
 			}
@@ -101,8 +102,8 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 		if err != nil {
 			return req, err
 		}
-		req.Identity = "sha256:" + id
-		return req, nil
+		req.Identity, err = artifact.ParseIDHex(id)
+		return req, err
 	}
 	r, err := a.openRemote(ctx, rf, ref, 4)
 	if err != nil {
@@ -116,8 +117,9 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 		return req, fmt.Errorf("%s is a %s, not a weightsnap artifact (import a foreign artifact with weightsnap pull --revision; mount a weight image's artifacts by their own references): %w",
 			ref, info.Kind, errdefs.ErrInvalidArgument)
 	}
-	req.Identity, req.Artifact = info.IdentityDigest, r.Name()+"@"+info.Manifest
-	return req, nil
+	req.Artifact = r.Name() + "@" + info.Manifest
+	req.Identity, err = artifact.ParseID(info.IdentityDigest)
+	return req, err
 }
 
 func newUmountCmd(a *app) *cobra.Command {
@@ -150,9 +152,13 @@ func (a *app) daemonHolders(ctx context.Context, id string) *snapshotter.Holders
 	if err != nil {
 		return nil
 	}
+	identity, err := artifact.ParseIDHex(id)
+	if err != nil {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	h, err := c.Holders(ctx, "sha256:"+id)
+	h, err := c.Holders(ctx, identity)
 	if err != nil {
 		return nil
 	}

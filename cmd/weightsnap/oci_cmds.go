@@ -319,7 +319,7 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 		}
 	}
 	for _, ptr := range info.Pointers {
-		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, short(strings.TrimPrefix(ptr.Identity, "sha256:")), short(strings.TrimPrefix(ptr.Layer, "sha256:")))
+		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.Identity.Short(), short(strings.TrimPrefix(ptr.Layer, "sha256:")))
 		if ptr.Info != nil {
 			if err := printRemote(a, ptr.Info, indent+"    "); err != nil {
 				return err
