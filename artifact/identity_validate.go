@@ -22,7 +22,6 @@ func identityError(field, format string, args ...any) error {
 var (
 	commitRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 	digestRE = regexp.MustCompile(`^(sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}|blake3:[0-9a-f]{64})$`)
-	sha256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	nameRE   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$`)
 )
 
@@ -55,7 +54,7 @@ func (id Identity) Validate() error {
 		if f.Size < 0 {
 			return bad(field+".size", "negative size %d", f.Size)
 		}
-		if !sha256RE.MatchString(f.SHA256) {
+		if !IsSHA256Hex(f.SHA256) {
 			return bad(field+".sha256", "want 64 lower-case hex digits, got %q", f.SHA256)
 		}
 	}
@@ -73,7 +72,7 @@ func (id Identity) Validate() error {
 	if err := id.Layout.validate(); err != nil {
 		return err
 	}
-	if id.Adaptation != nil && !sha256RE.MatchString(strings.TrimPrefix(id.Adaptation.LoRAFingerprint, "sha256:")) {
+	if id.Adaptation != nil && !IsSHA256Hex(strings.TrimPrefix(id.Adaptation.LoRAFingerprint, "sha256:")) {
 		return bad("adaptation.lora_fingerprint", "want a sha256 digest, got %q", id.Adaptation.LoRAFingerprint)
 	}
 	p := id.Producer

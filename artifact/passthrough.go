@@ -70,7 +70,7 @@ func ListSource(root string) (*SourceDir, error) {
 		rel, _ := filepath.Rel(root, p)
 		f := SourceFile{Path: filepath.ToSlash(rel), Size: fi.Size()}
 		if target, err := os.Readlink(p); err == nil {
-			if base := filepath.Base(target); sha256RE.MatchString(base) && filepath.Base(filepath.Dir(target)) == "blobs" {
+			if base := filepath.Base(target); IsSHA256Hex(base) && filepath.Base(filepath.Dir(target)) == "blobs" {
 				f.SHA256 = base
 			}
 		}

@@ -14,21 +14,19 @@ import (
 	"strconv"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"golang.org/x/sys/unix"
 )
 
-var (
-	sha256NameRE  = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	gitSHA1NameRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
-)
+var gitSHA1NameRE = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // blobHash is the hash a hub blob's name is: sha256 of the content for a
 // 64-hex name (LFS and Xet files), the git blob sha1 (sha1 of
 // "blob <len>\0" + content) for a 40-hex name. ok is false for other names.
 func blobHash(name string, size int64) (h hash.Hash, algo string, ok bool) {
 	switch {
-	case sha256NameRE.MatchString(name):
+	case artifact.IsSHA256Hex(name):
 		return sha256.New(), "sha256", true
 	case gitSHA1NameRE.MatchString(name):
 		h := sha1.New()

@@ -30,7 +30,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sync"
 	"time"
@@ -108,10 +107,7 @@ func (c *Cache) Dir() string {
 	return c.dir
 }
 
-var (
-	hexSHA256RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-	errChanging = errors.New("changed while it was hashed")
-)
+var errChanging = errors.New("changed while it was hashed")
 
 // entry is one file being fingerprinted.
 type entry struct {
@@ -392,7 +388,7 @@ func decodeRecord(raw []byte) (record, error) {
 	if rec.Schema != Schema {
 		return rec, fmt.Errorf("record schema %d, want %d", rec.Schema, Schema)
 	}
-	if !hexSHA256RE.MatchString(rec.SHA256) {
+	if !artifact.IsSHA256Hex(rec.SHA256) {
 		return rec, fmt.Errorf("record sha256 %q is not 64 hex digits", rec.SHA256)
 	}
 	want := rec.Checksum
