@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 )
 
 // TestImportCommandBuildsOnceThenHits: the second import of an unchanged
@@ -57,10 +58,13 @@ func TestExitCodes(t *testing.T) {
 		{"NaN size", []string{"dev", "synth", "--out", filepath.Join(base, "m"), "--size", "NaN"}, 2},
 		{"huge chunk", []string{"pull", "--chunk-size", "1GiB", "127.0.0.1:1/x:y"}, 2},
 		{"no such artifact", []string{"verify", strings.Repeat("ab", 32)}, 3},
+		{"missing --revision", []string{"import", base}, 2},
+		{"unknown flag", []string{"ls", "--bogus"}, 2},
+		{"too many arguments", []string{"verify", "a", "b"}, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := runCLI(t, append(common, tc.args...)...)
-			if got := exitCode(err); err == nil || got != tc.code {
+			if got := exitcode.Of(err); err == nil || got != tc.code {
 				t.Fatalf("exit %d (%v), want %d", got, err, tc.code)
 			}
 		})
@@ -78,7 +82,7 @@ func TestParseSize(t *testing.T) {
 	} {
 		got, err := parseSize(tc.in)
 		if tc.want < 0 {
-			if err == nil || exitCode(err) != 2 {
+			if err == nil || exitcode.Of(err) != 2 {
 				t.Errorf("parseSize(%q) = %d, %v; want a bad-input error", tc.in, got, err)
 			}
 			continue

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -89,9 +90,9 @@ func main() {
 	defer stop()
 	ctx = log.WithLogger(ctx, log.L.WithField("cmd", "weightsnap"))
 	a := &app{out: os.Stdout, errOut: os.Stderr}
-	if err := newRoot(a).ExecuteContext(ctx); err != nil {
+	if err := exitcode.Execute(ctx, newRoot(a)); err != nil {
 		fmt.Fprintf(os.Stderr, "weightsnap: %v\n", err)
-		os.Exit(exitCode(err))
+		os.Exit(exitcode.Of(err))
 	}
 }
 

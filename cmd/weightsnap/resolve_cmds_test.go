@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/resolve"
 )
 
@@ -23,7 +24,7 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	cmd.SetArgs(args)
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
-	err := cmd.ExecuteContext(context.Background())
+	err := exitcode.Execute(context.Background(), cmd)
 	return out.String(), err
 }
 
@@ -75,7 +76,7 @@ func TestResolveCommand(t *testing.T) {
 			}
 			switch tc.outcome {
 			case resolve.OutcomeFailed:
-				if err == nil || out != "" || exitCode(err) != 3 {
+				if err == nil || out != "" || exitcode.Of(err) != 3 {
 					t.Fatalf("failure: %q %v", out, err)
 				}
 			case resolve.OutcomeCanonical:

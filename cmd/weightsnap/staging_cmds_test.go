@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/staging/hubsynth"
@@ -71,8 +72,8 @@ func TestStageCommands(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"outcome": "`+string(resolve.OutcomeBuilt)+`"`) {
 		t.Fatalf("resolve through the staged copy: %v\n%s", err, out)
 	}
-	if _, err = ws("stage", recipe, "--stage", "force"); exitCode(err) != 4 || !strings.Contains(err.Error(), "repo org/m") {
-		t.Fatalf("force over a corrupt source: %v (exit %d)", err, exitCode(err))
+	if _, err = ws("stage", recipe, "--stage", "force"); exitcode.Of(err) != 4 || !strings.Contains(err.Error(), "repo org/m") {
+		t.Fatalf("force over a corrupt source: %v (exit %d)", err, exitcode.Of(err))
 	}
 	if out, err := ws("stage", "resolve", "org/m"); err != nil || out != srcSnap+"\n" {
 		t.Fatalf("stage resolve of a failed lane: %q %v, want the source", out, err)
@@ -98,7 +99,7 @@ func TestStageCommands(t *testing.T) {
 
 	// A bad recipe is exit 2 and names the key and line.
 	os.WriteFile(recipe, []byte("[[staging]]\nid = \"m\"\nkind = \"hub-mirror\"\nsrc = \"/s\"\ndst = \"/d\"\nverify = \"fast\"\n"), 0o644)
-	if _, err := ws("stage", recipe); exitCode(err) != 2 || !strings.Contains(err.Error(), ":6: staging[0].verify") {
+	if _, err := ws("stage", recipe); exitcode.Of(err) != 2 || !strings.Contains(err.Error(), ":6: staging[0].verify") {
 		t.Fatalf("bad recipe: %v", err)
 	}
 }

@@ -7,13 +7,9 @@ import (
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
-	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/staging"
 	"golang.org/x/sys/unix"
 )
-
-// exitCode is the CLI's exit status for err, as weightsnapd's.
-func exitCode(err error) int { return exitcode.Of(err) }
 
 // parseSize reads sizes such as 1GiB, 512MiB, 100M, 4096 (as recipes do).
 func parseSize(s string) (int64, error) { return staging.ParseSize(s) }

@@ -34,7 +34,7 @@ import (
 const stopGrace = 10 * time.Second
 
 func main() {
-	if err := newRoot().Execute(); err != nil {
+	if err := exitcode.Execute(context.Background(), newRoot()); err != nil {
 		fmt.Fprintf(os.Stderr, "weightsnapd: %v\n", err)
 		os.Exit(exitcode.Of(err))
 	}

@@ -2,7 +2,13 @@
 // mapping from an error's class to a status.
 package exitcode
 
-import "github.com/containerd/errdefs"
+import (
+	"context"
+	"fmt"
+
+	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
+)
 
 // Exit statuses.
 const (
@@ -28,4 +34,34 @@ func Of(err error) int {
 		return Busy
 	}
 	return Other
+}
+
+// Execute runs root. What cobra refuses before a command starts (an
+// unknown command or flag, a wrong number of arguments, a required flag
+// not set) is bad input, as every other malformed request is.
+func Execute(ctx context.Context, root *cobra.Command) error {
+	started := false
+	var mark func(c *cobra.Command)
+	mark = func(c *cobra.Command) {
+		if run := c.RunE; run != nil {
+			c.RunE = func(cmd *cobra.Command, args []string) error {
+				started = true
+				return run(cmd, args)
+			}
+		} else if run := c.Run; run != nil {
+			c.Run = func(cmd *cobra.Command, args []string) {
+				started = true
+				run(cmd, args)
+			}
+		}
+		for _, sub := range c.Commands() {
+			mark(sub)
+		}
+	}
+	mark(root)
+	err := root.ExecuteContext(ctx)
+	if err != nil && !started && Of(err) == Other {
+		return fmt.Errorf("%w (see --help): %w", err, errdefs.ErrInvalidArgument)
+	}
+	return err
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/spf13/cobra"
 )
 
 func TestOf(t *testing.T) {
@@ -30,6 +33,40 @@ func TestOf(t *testing.T) {
 	} {
 		if got := Of(tc.err); got != tc.want {
 			t.Errorf("Of(%v) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestExecute(t *testing.T) {
+	newRoot := func() *cobra.Command {
+		root := &cobra.Command{Use: "tool", SilenceErrors: true, SilenceUsage: true}
+		var rev string
+		imp := &cobra.Command{Use: "import DIR", Args: cobra.ExactArgs(1), RunE: func(*cobra.Command, []string) error {
+			return errors.New("the command's own failure")
+		}}
+		imp.Flags().StringVar(&rev, "revision", "", "")
+		imp.MarkFlagRequired("revision")
+		root.AddCommand(imp)
+		return root
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"required flag missing", []string{"import", "dir"}, BadInput},
+		{"unknown flag", []string{"import", "dir", "--revision", "r", "--bogus"}, BadInput},
+		{"too many arguments", []string{"import", "a", "b", "--revision", "r"}, BadInput},
+		{"unknown command", []string{"bogus"}, BadInput},
+		{"the command ran and failed", []string{"import", "dir", "--revision", "r"}, Other},
+	} {
+		root := newRoot()
+		root.SetArgs(tc.args)
+		root.SetOut(io.Discard)
+		root.SetErr(io.Discard)
+		err := Execute(context.Background(), root)
+		if err == nil || Of(err) != tc.want || strings.Count(err.Error(), "invalid argument") > 1 {
+			t.Errorf("%s: %v (exit %d), want exit %d", tc.name, err, Of(err), tc.want)
 		}
 	}
 }
