@@ -15,7 +15,6 @@ import (
 // labelPrefix starts every weightsnap label of a pointer layer.
 const labelPrefix = "containerd.io/snapshot/weightsnap."
 
-
 // labelError is a pointer layer's label (key) that is not acceptable,
 // invalid input: labels come from an image, so they are untrusted. The
 // value is cut to a readable length.

@@ -51,12 +51,12 @@ const (
 // Pointer is the content of a pointer file, and what a pointer layer's
 // annotations carry: which artifact belongs at which directory.
 type Pointer struct {
-	Schema   int    `json:"schema"`
-	Artifact string `json:"artifact"` // registry/repo@sha256:<manifest>
+	Schema   int         `json:"schema"`
+	Artifact string      `json:"artifact"` // registry/repo@sha256:<manifest>
 	Identity artifact.ID `json:"identity"`
-	Target   string `json:"target"`   // absolute directory in the container
-	Files    int    `json:"files"`
-	Bytes    int64  `json:"bytes"`
+	Target   string      `json:"target"` // absolute directory in the container
+	Files    int         `json:"files"`
+	Bytes    int64       `json:"bytes"`
 	// Next are the pointers (artifact and identity) of the image's later
 	// pointer layers, carried in the LabelNext label so that a snapshotter
 	// resolves them while containerd still prepares this layer (containerd

@@ -102,12 +102,13 @@ func (c *ControlServer) Close() error {
 
 // ControlClient calls a daemon's control API.
 type ControlClient struct {
-	hc *http.Client
+	path string
+	hc   *http.Client
 }
 
 // NewControlClient is a client of the control socket at path.
 func NewControlClient(path string) *ControlClient {
-	return &ControlClient{hc: &http.Client{Transport: &http.Transport{
+	return &ControlClient{path: path, hc: &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", path)
@@ -155,7 +156,8 @@ func (c *ControlClient) call(ctx context.Context, method, path string, in, out a
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("weightsnapd's control socket: %w: %w", err, errdefs.ErrUnavailable)
+		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address): is it running? (%v): %w",
+			c.path, err, errdefs.ErrUnavailable)
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -89,6 +90,26 @@ func TestParseSize(t *testing.T) {
 		}
 		if err != nil || got != tc.want {
 			t.Errorf("parseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestDaemonNotRunning(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "control.sock")
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("root = %q\n[snapshotter]\ncontrol_address = %q\n", filepath.Join(dir, "store"), sock)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"mount"}, {"umount", filepath.Join(dir, "m")}} {
+		_, err := runCLI(t, append([]string{"--config", cfg}, args...)...)
+		if err == nil || exitcode.Of(err) != exitcode.Busy {
+			t.Fatalf("%v without weightsnapd: %v, want exit %d", args, err, exitcode.Busy)
+		}
+		for _, want := range []string{"weightsnapd does not answer", sock, "[snapshotter] control_address"} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%v: %q does not say %q", args, err, want)
+			}
 		}
 	}
 }
