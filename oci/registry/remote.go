@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -165,6 +166,10 @@ func readVerified(r io.Reader, desc ocispec.Descriptor, what string, limit int64
 	return raw, nil
 }
 
+// plainHTTPAnswer is how net/http says that a TLS handshake was answered in
+// plain HTTP; it has no error value of its own to match.
+const plainHTTPAnswer = "server gave HTTP response to HTTPS client"
+
 // Classify maps registry errors onto errdefs classes.
 func Classify(err error) error {
 	var er *errcode.ErrorResponse
@@ -175,6 +180,8 @@ func Classify(err error) error {
 		return &remoteError{fmt.Errorf("%w (log in with docker, nerdctl or oras login)", err), errdefs.ErrUnauthenticated}
 	case errors.Is(err, errdef.ErrNotFound):
 		return &remoteError{err, errdefs.ErrNotFound}
+	case strings.Contains(err.Error(), plainHTTPAnswer):
+		return &remoteError{fmt.Errorf("%w: the registry speaks plain HTTP (use --plain-http, or plain_http = true under [resolve] in the configuration file)", err), errdefs.ErrInvalidArgument}
 	case errors.As(err, &er):
 		switch er.StatusCode {
 		case http.StatusNotFound:
