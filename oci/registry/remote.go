@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"oras.land/oras-go/v2/errdef"
@@ -54,9 +55,9 @@ type Remote struct {
 
 // New opens the repository of ref ("host[:port]/repo[:tag|@digest]").
 func New(ctx context.Context, ref string, o Options) (*Remote, error) {
-	r, err := orasreg.ParseReference(ref)
+	r, err := ParseReference(ref)
 	if err != nil {
-		return nil, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
+		return nil, err
 	}
 	client := &auth.Client{Client: newHTTPClient(o), Cache: auth.NewCache()}
 	ua := o.UserAgent
@@ -85,11 +86,27 @@ func newRemote(r orasreg.Reference, client *auth.Client, plainHTTP bool) *Remote
 
 // Sibling opens another reference with the same client (credentials, pool).
 func (r *Remote) Sibling(ref string) (*Remote, error) {
-	p, err := orasreg.ParseReference(ref)
+	p, err := ParseReference(ref)
 	if err != nil {
-		return nil, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
+		return nil, err
 	}
 	return newRemote(p, r.client, r.plainHTTP), nil
+}
+
+// ParseReference reads an image or artifact reference as containerd and
+// nerdctl do: a short name is Docker Hub's ("busybox" is
+// docker.io/library/busybox:latest), a name without tag or digest is
+// :latest.
+func ParseReference(ref string) (orasreg.Reference, error) {
+	named, err := reference.ParseDockerRef(ref)
+	if err != nil {
+		return orasreg.Reference{}, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	r, err := orasreg.ParseReference(named.String())
+	if err != nil {
+		return orasreg.Reference{}, fmt.Errorf("reference %q: %w: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	return r, nil
 }
 
 // Name is the repository's name with its registry, "host/repo".
