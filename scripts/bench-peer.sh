@@ -73,7 +73,7 @@ files=$(cd "$work/src" && ls)
 bytes=$(cd "$work/src" && stat -c %s $files | awk '{ s += $1 } END { printf "%.0f\n", s }')
 
 # Node A: the peer (rma-capable binary, sockets provider) and a registry holding the same artifact.
-ina "$wsrma" --root "$work/a" --config "" peer serve --listen 10.233.91.1:7420 --fabric-provider sockets >"$work/serve.log" 2>&1 &
+ina "$wsrma" --root "$work/a" --config "" peer serve --listen 10.233.91.1:7420 --allow-unauthenticated --fabric-provider sockets >"$work/serve.log" 2>&1 &
 pids+=($!)
 registry_config "$work/registry.yml" "$work/registry" 10.233.91.1:5000
 OTEL_TRACES_EXPORTER=none ina "$registry" serve "$work/registry.yml" >"$work/registry.log" 2>&1 &

@@ -68,6 +68,7 @@ func newPeerServeCmd(a *app) *cobra.Command {
 	var listen, clientCA, provider string
 	var maxSessions, maxRails int
 	var railAddrs, staged []string
+	var allowUnauth bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve this node's READY artifacts (and exported directories) to other nodes",
@@ -97,6 +98,9 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 			if set("fabric-provider") {
 				c.FabricProvider = provider
 			}
+			if set("allow-unauthenticated") {
+				c.AllowUnauthenticated = allowUnauth
+			}
 			for _, s := range staged {
 				d, err := exportFlag(s)
 				if err != nil {
@@ -121,12 +125,16 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 				return fmt.Errorf("listen: %w", err)
 			}
 			fmt.Fprintf(a.errOut, "weightsnap peer: serving %s on %s (generation %s)\n", d.Root(), l.Addr(), s.Generation())
+			if c.Unauthenticated() {
+				fmt.Fprintf(a.errOut, "weightsnap peer: WARNING: no token and no client certificates: any host that reaches %s can read every artifact\n", l.Addr())
+			}
 			return s.Serve(ctx, l)
 		},
 	}
 	f := cmd.Flags()
 	pf.register(f)
-	f.StringVar(&listen, "listen", "", "address to listen on: control connections and tcp rails (default: [peer] listen, :7420)")
+	f.StringVar(&listen, "listen", "", "address to listen on: control connections and tcp rails (default: [peer] listen, 127.0.0.1:7420)")
+	f.BoolVar(&allowUnauth, "allow-unauthenticated", false, "listen beyond loopback with neither a token nor mTLS (default: [peer] allow_unauthenticated)")
 	f.StringVar(&clientCA, "tls-client-ca", "", "require client certificates signed by this CA (mTLS; needs --tls-cert)")
 	f.IntVar(&maxSessions, "max-sessions", 0, "fetch sessions served at once; more are answered busy (default: [peer] max_sessions)")
 	f.IntVar(&maxRails, "max-rails", 0, "rails one session may have (default: [peer] max_rails)")

@@ -159,6 +159,9 @@ func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- 
 	if err != nil {
 		return nil, err
 	}
+	if c.Unauthenticated() {
+		log.G(ctx).WithField("listen", c.Listen).Warn("the weight peer serves with no token and no client certificates: any host that reaches it can read every artifact (allow_unauthenticated)")
+	}
 	s, err := peer.NewServer(d, cfg)
 	if err != nil {
 		return nil, err

@@ -49,7 +49,7 @@ func (n *node) wsOK(t *testing.T, args ...string) string {
 // until from (another node) lists it.
 func (n *node) serve(t *testing.T, listen string, from *node, addr string) *harness.Proc {
 	t.Helper()
-	p := n.ns.Start(t, n.dir, "peer-serve", weightsnapBin(t), "--root", n.root, "--config", "", "peer", "serve", "--listen", listen)
+	p := n.ns.Start(t, n.dir, "peer-serve", weightsnapBin(t), "--root", n.root, "--config", "", "peer", "serve", "--listen", listen, "--allow-unauthenticated")
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := from.ws(t, "peer", "ls", addr); err == nil {
 			return p
@@ -315,7 +315,7 @@ func TestPeerKilledMidTransfer(t *testing.T) {
 func TestPeerServedByWeightsnapd(t *testing.T) {
 	harness.Peers(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-	w := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{ExtraConfig: fmt.Sprintf("\n[peer]\nserve = true\nlisten = %q\n", addr)})
+	w := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{ExtraConfig: fmt.Sprintf("\n[peer]\nserve = true\nlisten = %q\nallow_unauthenticated = true\n", addr)})
 	src := filepath.Join(w.Dir, "src")
 	wsOK(t, w.Root, "dev", "synth", "--out", src, "--size", "32MiB", "--shards", "2")
 	id := strings.TrimSpace(wsOK(t, w.Root, "import", src, "--revision", ociRevision, "--repository", "org/daemon"))

@@ -44,7 +44,11 @@ type Config struct {
 // Peer is the [peer] table.
 type Peer struct {
 	Serve  bool   `toml:"serve" comment:"weightsnapd serves this node's READY artifacts and staged directories to other nodes"`
-	Listen string `toml:"listen" comment:"address the peer listens on: control connections and tcp rails"`
+	Listen string `toml:"listen" comment:"address the peer listens on: control connections and tcp rails; beyond loopback it needs token_file,\nmTLS (tls_cert, tls_key, tls_client_ca) or allow_unauthenticated"`
+	// AllowUnauthenticated lets the peer listen beyond loopback with neither
+	// a token nor client certificates: any host that reaches the port reads
+	// every artifact.
+	AllowUnauthenticated bool `toml:"allow_unauthenticated" comment:"serve beyond loopback with neither token_file nor tls_client_ca: any host that reaches\nthe port can read every artifact"`
 	// Peers are the peers to fetch from: host:port, IP addresses, or DNS
 	// names with many addresses; resolution asks them before a registry.
 	Peers          []string `toml:"peers" comment:"peers to fetch from, in order: host:port, IPs, or DNS names with many addresses (a headless Service)"`
@@ -125,7 +129,7 @@ func Default() Config {
 			Mode: string(resolve.Required), RetryMaxSeconds: 300},
 		Metrics: Metrics{Address: "127.0.0.1:9878"},
 		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
-		Peer: Peer{Listen: fmt.Sprintf(":%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
+		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.Export{}, StagedCeilingBytes: peer.DefaultExportCeiling},
 	}

@@ -128,3 +128,30 @@ func TestUnknownKeysNamed(t *testing.T) {
 		t.Errorf("a wrong type: %v, want its line", err)
 	}
 }
+
+func TestPeerExposure(t *testing.T) {
+	token := filepath.Join(t.TempDir(), "token")
+	os.WriteFile(token, []byte("secret\n"), 0o600)
+	for _, tc := range []struct {
+		name string
+		peer Peer
+		ok   bool
+	}{
+		{"default", Default().Peer, true},
+		{"loopback v6", Peer{Listen: "[::1]:7420"}, true},
+		{"localhost", Peer{Listen: "localhost:7420"}, true},
+		{"every interface", Peer{Listen: ":7420"}, false},
+		{"a node address", Peer{Listen: "10.0.0.7:7420"}, false},
+		{"a name", Peer{Listen: "node-a:7420"}, false},
+		{"every interface with a token", Peer{Listen: ":7420", TokenFile: token}, true},
+		{"every interface, allowed", Peer{Listen: "0.0.0.0:7420", AllowUnauthenticated: true}, true},
+	} {
+		_, err := tc.peer.ServerConfig()
+		if tc.ok != (err == nil) || (err != nil && (!errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "allow_unauthenticated"))) {
+			t.Errorf("%s: %v, want ok=%v", tc.name, err, tc.ok)
+		}
+		if want := !tc.ok || tc.peer.AllowUnauthenticated; tc.peer.Unauthenticated() != want {
+			t.Errorf("%s: Unauthenticated() = %v, want %v", tc.name, !want, want)
+		}
+	}
+}

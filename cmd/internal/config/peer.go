@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"net"
 	"os"
 	"strings"
 	"time"
@@ -12,8 +13,32 @@ import (
 	"github.com/weightsnap/weightsnap/peer"
 )
 
-// ServerConfig is the weight peer server the [peer] table describes.
+// Unauthenticated says whether the peer would listen beyond loopback with
+// neither a token nor client certificates to check: any host that reaches
+// the port could read every artifact.
+func (p Peer) Unauthenticated() bool {
+	if p.TokenFile != "" || p.TLSClientCA != "" {
+		return false
+	}
+	host, _, err := net.SplitHostPort(p.Listen)
+	if err != nil {
+		return true
+	}
+	if host == "localhost" {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip == nil || !ip.IsLoopback()
+}
+
+// ServerConfig is the weight peer server the [peer] table describes. A
+// peer listening beyond loopback with neither a token nor mTLS is refused
+// unless allow_unauthenticated says so.
 func (p Peer) ServerConfig() (peer.ServerConfig, error) {
+	if p.Unauthenticated() && !p.AllowUnauthenticated {
+		return peer.ServerConfig{}, fmt.Errorf("[peer] listen %q reaches beyond loopback with neither token_file nor tls_client_ca, so any host that reaches it could read every artifact: set token_file, or tls_cert, tls_key and tls_client_ca, or allow_unauthenticated = true (--allow-unauthenticated): %w",
+			p.Listen, errdefs.ErrInvalidArgument)
+	}
 	cfg := peer.ServerConfig{MaxSessions: p.MaxSessions, MaxRails: p.MaxRails, RailAddrs: p.RailAddrs,
 		Provider: p.FabricProvider, Exports: p.Staged, ExportCeiling: p.StagedCeilingBytes,
 		Timeout: time.Duration(p.TimeoutSeconds) * time.Second}
