@@ -74,10 +74,11 @@ type DomainInfo struct {
 
 // Domain is one store on one local filesystem.
 type Domain struct {
-	root   string
-	info   DomainInfo
-	policy Policy
-	failed atomic.Pointer[DomainFailedError]
+	root    string
+	info    DomainInfo
+	policy  Policy
+	created bool // this Open created the domain
+	failed  atomic.Pointer[DomainFailedError]
 }
 
 const (
@@ -124,19 +125,20 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	defer lk.Close()
 	info := DomainInfo{Schema: DomainSchema, FSType: fsType, FSMagic: fmt.Sprintf("0x%x", magic),
 		Created: time.Now().UTC().Format(time.RFC3339), Scope: "node"}
-	if err := loadOrCreateJSON(root, "domain.json", &info); err != nil {
+	created, err := loadOrCreateJSON(root, "domain.json", &info)
+	if err != nil {
 		return nil, err
 	}
 	if info.Schema != DomainSchema {
 		return nil, fmt.Errorf("domain %s has schema %d, this build reads %d: %w", root, info.Schema, DomainSchema, errdefs.ErrNotImplemented)
 	}
-	if err := loadOrCreateJSON(root, "domain-policy.json", &p); err != nil {
+	if _, err := loadOrCreateJSON(root, "domain-policy.json", &p); err != nil {
 		return nil, err
 	}
 	if err := p.validate(); err != nil {
 		return nil, fmt.Errorf("domain-policy.json: %w", err)
 	}
-	d.info, d.policy = info, p
+	d.info, d.policy, d.created = info, p, created
 	return d, nil
 }
 
@@ -156,6 +158,9 @@ func (d *Domain) SetPolicy(p Policy) error {
 // Root is the domain's directory.
 func (d *Domain) Root() string { return d.root }
 
+// Created says whether Open created the domain (there was none at root).
+func (d *Domain) Created() bool { return d.created }
+
 // Policy is the domain's policy.
 func (d *Domain) Policy() Policy { return d.policy }
 
@@ -166,21 +171,22 @@ func (d *Domain) path(parts ...string) string {
 	return filepath.Join(append([]string{d.root}, parts...)...)
 }
 
-// loadOrCreateJSON decodes root/name into v, or writes v there if it is absent.
-func loadOrCreateJSON(root, name string, v any) error {
+// loadOrCreateJSON decodes root/name into v, or writes v there if it is
+// absent (created says so).
+func loadOrCreateJSON(root, name string, v any) (created bool, err error) {
 	p := filepath.Join(root, name)
 	raw, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		raw, _ = json.MarshalIndent(v, "", "  ")
-		return artifact.WriteFileAtomic(p, raw, 0o644, artifact.Durable)
+		return true, artifact.WriteFileAtomic(p, raw, 0o644, artifact.Durable)
 	}
 	if err != nil {
-		return fmt.Errorf("read %s: %w", name, err)
+		return false, fmt.Errorf("read %s: %w", name, err)
 	}
 	if err := json.Unmarshal(raw, v); err != nil {
-		return fmt.Errorf("%s is corrupt: %w: %w", p, err, errdefs.ErrDataLoss)
+		return false, fmt.Errorf("%s is corrupt: %w: %w", p, err, errdefs.ErrDataLoss)
 	}
-	return nil
+	return false, nil
 }
 
 func syncDir(dir string) error {

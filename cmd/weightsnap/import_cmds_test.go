@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -110,6 +111,22 @@ func TestDaemonNotRunning(t *testing.T) {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("%v: %q does not say %q", args, err, want)
 			}
+		}
+	}
+}
+
+func TestCreatedDomainSaid(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	for i, want := range []bool{true, false} {
+		var out, errOut bytes.Buffer
+		cmd := newRoot(&app{out: &out, errOut: &errOut})
+		cmd.SetArgs([]string{"--config", "", "--root", root, "ls"})
+		if err := exitcode.Execute(context.Background(), cmd); err != nil {
+			t.Fatal(err)
+		}
+		said := strings.Contains(errOut.String(), "created a store domain at "+root+" (validation manifest_and_metadata")
+		if said != want {
+			t.Errorf("run %d: said %v, want %v: %q", i, said, want, errOut.String())
 		}
 	}
 }

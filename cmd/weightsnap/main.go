@@ -41,9 +41,16 @@ func (a *app) effectiveRoot() string {
 	return a.cfg.Root
 }
 
-// domain opens the store at the effective root.
+// domain opens the store at the effective root, and says so when that
+// created it.
 func (a *app) domain(ctx context.Context) (*store.Domain, error) {
-	return store.Open(ctx, a.effectiveRoot(), &a.cfg.Store)
+	d, err := store.Open(ctx, a.effectiveRoot(), &a.cfg.Store)
+	if err == nil && d.Created() {
+		p := d.Policy()
+		fmt.Fprintf(a.errOut, "weightsnap: created a store domain at %s (validation %s, coordination timeout %ds; `weightsnap store init` changes its policy, [store] in the configuration file sets it for new ones)\n",
+			d.Root(), p.Validation, p.CoordinationTimeoutSeconds)
+	}
+	return d, err
 }
 
 // printJSON writes v as indented JSON to stdout.
