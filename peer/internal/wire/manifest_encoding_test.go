@@ -22,11 +22,11 @@ func pinnedShards() []WeightShard {
 	hex := func(c string) string { return strings.Repeat(c, 64) }
 	shards := make([]WeightShard, 2)
 	st := &shards[0]
-	st.Name, st.Size, st.SHA256, st.BLAKE3 = "a.safetensors", 24, hex("2"), hex("3")
+	st.Path, st.Size, st.SHA256, st.BLAKE3 = "a.safetensors", 24, hex("2"), hex("3")
 	st.DataStart, st.Header, st.HeaderBLAKE3 = 16, []byte("\x08\x00\x00\x00\x00\x00\x00\x00{}      "), hex("4")
-	st.Tensors = []WeightTensorRecord{{Name: "w", DType: "BF16", Shape: []int64{2, 2}, Offset: 16, Length: 8, BLAKE3: hex("5")}}
+	st.Tensors = []artifact.TensorEntry{{Name: "w", DType: "BF16", Shape: []int64{2, 2}, Offset: 16, Length: 8, BLAKE3: hex("5")}}
 	cfg := &shards[1]
-	cfg.Name, cfg.Size, cfg.SHA256, cfg.BLAKE3 = "config.json", 2, hex("6"), hex("7")
+	cfg.Path, cfg.Size, cfg.SHA256, cfg.BLAKE3 = "config.json", 2, hex("6"), hex("7")
 	return shards
 }
 
