@@ -18,7 +18,7 @@ func goldenEntry(t *testing.T) ([]byte, FileEntry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := HashFile(bytes.NewReader(data), Binding{Want: FileEntry{Path: "m.safetensors", Size: int64(len(data))}})
+	e, err := HashFile(bytes.NewReader(data), Binding{Want: FileEntry{File: File{Path: "m.safetensors", Size: int64(len(data))}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestFinishTree(t *testing.T) {
 		t.Fatal("a changed header was bound")
 	}
 	cfg := []byte(`{"a":1}`)
-	c := FileEntry{Path: "config.json", Size: int64(len(cfg)), SHA256: strings.Repeat("d", 64), BLAKE3: BLAKE3Hex(cfg)}
+	c := FileEntry{File: File{Path: "config.json", Size: int64(len(cfg)), SHA256: strings.Repeat("d", 64), BLAKE3: BLAKE3Hex(cfg)}}
 	if got, err := FinishTree(c, nil, []Digest{blake3.Sum256(cfg)}); err != nil || got.SHA256 != c.SHA256 {
 		t.Fatalf("a whole file: %+v, %v", got, err)
 	}

@@ -73,7 +73,7 @@ func NewFileHasher(b Binding) (*FileHasher, error) {
 	}
 	h := &FileHasher{
 		b:           b,
-		entry:       FileEntry{Path: b.Want.Path, Size: b.Want.Size},
+		entry:       FileEntry{File: File{Path: b.Want.Path, Size: b.Want.Size}},
 		part:        blake3.New(),
 		tensors:     b.By != BindSHA256,
 		safetensors: IsSafetensors(b.Want.Path),
@@ -291,7 +291,7 @@ func bindTree(want, got FileEntry) (FileEntry, error) {
 // for a file that is not safetensors) and parts the BLAKE3 the producer
 // reported for each part (a zero digest is one never reported).
 func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error) {
-	got := FileEntry{Path: want.Path, Size: want.Size}
+	got := FileEntry{File: File{Path: want.Path, Size: want.Size}}
 	missing := func(what string) error {
 		return fmt.Errorf("file %s: no BLAKE3 reported for %s: %w", want.Path, what, errdefs.ErrFailedPrecondition)
 	}

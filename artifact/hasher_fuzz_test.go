@@ -61,7 +61,7 @@ type hashResult struct {
 // hashPieces writes data to a hasher in pieces of cuts[i]+1 bytes (the
 // rest in one piece once the cuts run out) and returns the result.
 func hashPieces(t *testing.T, data, cuts []byte) hashResult {
-	h, err := NewFileHasher(Binding{Want: FileEntry{Path: "f.safetensors", Size: int64(len(data))}})
+	h, err := NewFileHasher(Binding{Want: FileEntry{File: File{Path: "f.safetensors", Size: int64(len(data))}}})
 	if err != nil {
 		t.Fatal(err)
 	}

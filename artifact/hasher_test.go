@@ -20,7 +20,7 @@ func TestFileHasherMatchesIndexOfWrittenFile(t *testing.T) {
 	// Any split of the writes gives the same entry.
 	var first FileEntry
 	for _, step := range []int{1, 3, 8, 64, len(data)} {
-		h, err := NewFileHasher(Binding{Want: FileEntry{Path: "m.safetensors", Size: int64(len(data))}})
+		h, err := NewFileHasher(Binding{Want: FileEntry{File: File{Path: "m.safetensors", Size: int64(len(data))}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,7 +63,7 @@ func TestFileHasherRefusesBadHeaders(t *testing.T) {
 		{"not JSON", append([]byte{8, 0, 0, 0, 0, 0, 0, 0}, []byte("xxxxxxxx")...)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			h, err := NewFileHasher(Binding{Want: FileEntry{Path: "bad.safetensors", Size: int64(len(tc.data))}})
+			h, err := NewFileHasher(Binding{Want: FileEntry{File: File{Path: "bad.safetensors", Size: int64(len(tc.data))}}})
 			if err != nil {
 				t.Fatal(err)
 			}

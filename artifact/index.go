@@ -24,14 +24,22 @@ type Index struct {
 	Files    []FileEntry `json:"files"`    // sorted by path
 }
 
-// FileEntry is one payload file.
-type FileEntry struct {
+// File is the record of one payload file: its path in the artifact, its
+// size and its digests. The store's manifest lists it, an index entry, a
+// pull's plan and the peer's wire shard embed it.
+type File struct {
 	Path   string `json:"path"`
 	Size   int64  `json:"size"`
 	SHA256 string `json:"sha256"` // hex; the OCI layer digest and the Hugging Face LFS oid
-	// BLAKE3 is hex: for a safetensors file in schema 2 its tensor tree
-	// (TreeBLAKE3), otherwise of the whole file.
+	// BLAKE3 is hex: for a safetensors file in an index of schema 2 its
+	// tensor tree (TreeBLAKE3), otherwise of the whole file.
 	BLAKE3 string `json:"blake3"`
+}
+
+// FileEntry is one payload file as the index describes it. The embedded
+// File's fields are the entry's first JSON fields.
+type FileEntry struct {
+	File
 	// Safetensors files only: the header region [0, DataStart) and its BLAKE3.
 	DataStart    int64         `json:"data_start,omitempty"`
 	HeaderBLAKE3 string        `json:"header_blake3,omitempty"`

@@ -12,11 +12,11 @@ func FuzzDecodeIndex(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	e, err := HashFile(bytes.NewReader(data), Binding{Want: FileEntry{Path: "m.safetensors", Size: int64(len(data))}})
+	e, err := HashFile(bytes.NewReader(data), Binding{Want: FileEntry{File: File{Path: "m.safetensors", Size: int64(len(data))}}})
 	if err != nil {
 		f.Fatal(err)
 	}
-	cfg := FileEntry{Path: "config.json", Size: 2, SHA256: strings.Repeat("a", 64), BLAKE3: strings.Repeat("b", 64)}
+	cfg := FileEntry{File: File{Path: "config.json", Size: 2, SHA256: strings.Repeat("a", 64), BLAKE3: strings.Repeat("b", 64)}}
 	x := Index{Schema: IndexSchema, Identity: "sha256:" + strings.Repeat("c", 64), Files: []FileEntry{cfg, e}}
 	two, _ := x.Encode()
 	old := e

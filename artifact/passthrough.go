@@ -290,7 +290,7 @@ func reuseKept(ctx context.Context, w Writer, files []SourceFile) ([]SourceFile,
 				return err
 			}
 			var err error
-			_, reused[i], err = r.Reuse(Binding{Want: FileEntry{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}})
+			_, reused[i], err = r.Reuse(Binding{Want: FileEntry{File: File{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}}})
 			return err
 		})
 	}

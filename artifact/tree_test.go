@@ -64,7 +64,7 @@ func TestTreeDigestGolden(t *testing.T) {
 	if want != goldenTree {
 		t.Fatalf("independent tree digest %s, golden %s", want, goldenTree)
 	}
-	e, err := HashFile(bytes.NewReader(data), Binding{Want: FileEntry{Path: "golden.safetensors", Size: int64(len(data))}})
+	e, err := HashFile(bytes.NewReader(data), Binding{Want: FileEntry{File: File{Path: "golden.safetensors", Size: int64(len(data))}}})
 	if err != nil {
 		t.Fatal(err)
 	}

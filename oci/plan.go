@@ -35,10 +35,10 @@ type Plan struct {
 
 // PlanFile is one payload file and the layer that holds it.
 type PlanFile struct {
-	Path   string
-	Size   int64
-	SHA256 string // hex; the layer digest
-	Layer  ocispec.Descriptor
+	// File is the file's record: its SHA256 is the layer digest's hex; its
+	// BLAKE3 the index entry's, empty for a foreign artifact.
+	artifact.File
+	Layer ocispec.Descriptor
 	// Binding is how the store's writer hashes the file: BindSHA256 with the
 	// index entry for a weightsnap artifact, BindNone for a foreign one.
 	Binding artifact.Binding
@@ -155,8 +155,7 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		if l.Size != f.Size {
 			return nil, indexMismatch(f.Path, "size", fmt.Sprint(f.Size), fmt.Sprint(l.Size))
 		}
-		plan.Files = append(plan.Files, PlanFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Layer: l,
-			Binding: artifact.Binding{Want: f, By: artifact.BindSHA256}})
+		plan.Files = append(plan.Files, PlanFile{File: f.File, Layer: l, Binding: artifact.Binding{Want: f, By: artifact.BindSHA256}})
 	}
 	if err := id.CheckPassthrough(x.Files); err != nil {
 		return nil, err
@@ -198,8 +197,8 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 		if artifact.IsSafetensors(p) {
 			safetensors++
 		}
-		plan.Files = append(plan.Files, PlanFile{Path: p, Size: l.Size, SHA256: l.Digest.Encoded(), Layer: l,
-			Binding: artifact.Binding{Want: artifact.FileEntry{Path: p, Size: l.Size, SHA256: l.Digest.Encoded()}}})
+		file := artifact.File{Path: p, Size: l.Size, SHA256: l.Digest.Encoded()}
+		plan.Files = append(plan.Files, PlanFile{File: file, Layer: l, Binding: artifact.Binding{Want: artifact.FileEntry{File: file}}})
 	}
 	if safetensors == 0 {
 		return nil, unsupported(ref, "no layer names a .safetensors file")

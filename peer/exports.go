@@ -421,7 +421,7 @@ func hashAndMap(ctx context.Context, files []exportFile) ([]shard, error) {
 			if err := gctx.Err(); err != nil {
 				return err
 			}
-			e, err := artifact.HashFile(f.file, artifact.Binding{Want: artifact.FileEntry{Path: f.rel, Size: f.st.Size}})
+			e, err := artifact.HashFile(f.file, artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: f.rel, Size: f.st.Size}}})
 			if err != nil {
 				return fmt.Errorf("hash %s: %w", f.rel, err)
 			}

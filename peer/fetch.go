@@ -175,13 +175,13 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 	}
 	rs, canReuse := w.(artifact.Resumer)
 	for i, s := range f.base.Shards {
-		bind := artifact.Binding{Want: s.Entry(), By: artifact.BindTree}
+		bind := artifact.Binding{Want: s.FileEntry, By: artifact.BindTree}
 		if canReuse {
 			if _, ok, err := rs.Reuse(bind); err != nil {
-				return fmt.Errorf("reuse %s: %w", s.Name, err)
+				return fmt.Errorf("reuse %s: %w", s.Path, err)
 			} else if ok {
 				f.reused.Add(s.Size)
-				log.G(ctx).WithField("file", s.Name).Debug("peer: reused from an interrupted fetch")
+				log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
 				continue
 			}
 		}
@@ -223,7 +223,7 @@ func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
 		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
 		return d
 	}
-	if !artifact.IsSafetensors(s.Name) {
+	if !artifact.IsSafetensors(s.Path) {
 		return []*unit{{shard: i, n: s.Size, dst: t, blake3: digest(s.BLAKE3)}}
 	}
 	us := []*unit{{shard: i, n: s.DataStart, dst: t, part: -1, blake3: digest(s.HeaderBLAKE3)}}
@@ -410,7 +410,7 @@ func sameContent(m, o *wire.WeightManifest) error {
 		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", short(o.IdentityDigest), short(m.IdentityDigest))
 	}
 	for i := range m.Shards {
-		if err := artifact.CompareEntry(m.Shards[i].Entry(), o.Shards[i].Entry()); err != nil {
+		if err := artifact.CompareEntry(m.Shards[i].FileEntry, o.Shards[i].FileEntry); err != nil {
 			return fmt.Errorf("the peer's shards differ from the ones being fetched: %w", err)
 		}
 	}

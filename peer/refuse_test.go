@@ -224,7 +224,7 @@ func TestClientRefuses(t *testing.T) {
 		var m wire.WeightManifest
 		json.Unmarshal(good, &m)
 		for i := range m.Shards {
-			if artifact.IsSafetensors(m.Shards[i].Name) {
+			if artifact.IsSafetensors(m.Shards[i].Path) {
 				change(&m.Shards[i])
 				break
 			}

@@ -23,8 +23,8 @@ type subsetPlan struct {
 // subsetFile is one file of a subset.
 type subsetFile struct {
 	shard   int
-	header  []byte                    // the new file's header region; nil: the shard as it is
-	tensors []wire.WeightTensorRecord // the source records of the matched tensors
+	header  []byte                 // the new file's header region; nil: the shard as it is
+	tensors []artifact.TensorEntry // the source records of the matched tensors
 }
 
 // checkPatterns refuses a tensor pattern path.Match cannot use.
@@ -51,7 +51,7 @@ func planSubset(m *wire.WeightManifest, patterns []string) (*subsetPlan, artifac
 	plan := &subsetPlan{}
 	matched := 0
 	for i, s := range m.Shards {
-		if !artifact.IsSafetensors(s.Name) {
+		if !artifact.IsSafetensors(s.Path) {
 			plan.files = append(plan.files, subsetFile{shard: i})
 			continue
 		}
@@ -71,11 +71,11 @@ func planSubset(m *wire.WeightManifest, patterns []string) (*subsetPlan, artifac
 		// The manifest's validation bound the header bytes to its BLAKE3.
 		src, err := artifact.ReadHeader(bytes.NewReader(s.Header), s.Size)
 		if err != nil {
-			return nil, artifact.Identity{}, wire.Errorf("manifest", "the header of %s: %v", s.Name, err)
+			return nil, artifact.Identity{}, wire.Errorf("manifest", "the header of %s: %v", s.Path, err)
 		}
 		hdr, err := artifact.EncodeHeader(infos, src.Metadata)
 		if err != nil {
-			return nil, artifact.Identity{}, fmt.Errorf("subset of %s: %w", s.Name, err)
+			return nil, artifact.Identity{}, fmt.Errorf("subset of %s: %w", s.Path, err)
 		}
 		sf.header = hdr
 		matched += len(sf.tensors)
@@ -95,7 +95,7 @@ func (p *subsetPlan) prepare(f *fetcher) error {
 	for _, sf := range p.files {
 		s := f.base.Shards[sf.shard]
 		if sf.header == nil {
-			t, err := f.createBound(artifact.Binding{Want: s.Entry(), By: artifact.BindTree})
+			t, err := f.createBound(artifact.Binding{Want: s.FileEntry, By: artifact.BindTree})
 			if err != nil {
 				return err
 			}
@@ -105,14 +105,15 @@ func (p *subsetPlan) prepare(f *fetcher) error {
 			continue
 		}
 		start := int64(len(sf.header))
-		t := &target{path: s.Name, want: artifact.FileEntry{Path: s.Name, DataStart: start,
+		t := &target{path: s.Path, want: artifact.FileEntry{File: artifact.File{Path: s.Path}, DataStart: start,
 			HeaderBLAKE3: artifact.BLAKE3Hex(sf.header)}}
 		var us []*unit
 		at := start
 		for _, x := range sf.tensors {
 			d, _ := artifact.ParseDigest(x.BLAKE3)
-			t.want.Tensors = append(t.want.Tensors, artifact.TensorEntry{Name: x.Name, DType: x.DType, Shape: x.Shape,
-				Offset: at, Length: x.Length, BLAKE3: x.BLAKE3})
+			moved := x
+			moved.Offset = at
+			t.want.Tensors = append(t.want.Tensors, moved)
 			us = append(us, &unit{shard: sf.shard, off: x.Offset, n: x.Length, dst: t, dstOff: at, part: -1, name: x.Name, blake3: d})
 			at += x.Length
 		}

@@ -27,16 +27,8 @@ type Manifest struct {
 	Schema         int               `json:"schema"`
 	Identity       artifact.Identity `json:"identity"`
 	IdentityDigest string            `json:"identity_digest"`
-	Files          []ManifestFile    `json:"files"`
+	Files          []artifact.File   `json:"files"` // the index's entries without their tensors
 	TotalBytes     int64             `json:"total_bytes"`
-}
-
-// ManifestFile is one payload file in the manifest.
-type ManifestFile struct {
-	Path   string `json:"path"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-	BLAKE3 string `json:"blake3"`
 }
 
 // Ready is READY.json: it seals the manifest and index by their digests.

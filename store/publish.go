@@ -58,7 +58,7 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 	idx := &artifact.Index{Schema: artifact.IndexSchema, Identity: digest, Files: entries}
 	m := Manifest{Schema: ManifestSchema, Identity: b.identity, IdentityDigest: digest, TotalBytes: idx.TotalBytes()}
 	for _, e := range entries {
-		m.Files = append(m.Files, ManifestFile{Path: e.Path, Size: e.Size, SHA256: e.SHA256, BLAKE3: e.BLAKE3})
+		m.Files = append(m.Files, e.File)
 	}
 	idxRaw, err := idx.Encode()
 	if err != nil {

@@ -96,7 +96,7 @@ func buildEqualsHashed(t *testing.T, src *artifact.SourceDir, p artifact.Produce
 		if err != nil {
 			t.Fatal(err)
 		}
-		e, err := artifact.HashFile(f, artifact.Binding{Want: artifact.FileEntry{Path: sf.Path, Size: sf.Size}})
+		e, err := artifact.HashFile(f, artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: sf.Path, Size: sf.Size}}})
 		f.Close()
 		if err != nil {
 			t.Fatal(err)

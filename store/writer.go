@@ -54,7 +54,7 @@ func (d *Domain) newBuild(identity artifact.Identity, id string) (*build, error)
 
 // Create implements artifact.Writer: the file is hashed as it is written.
 func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
-	return b.create(artifact.Binding{Want: artifact.FileEntry{Path: path, Size: size}})
+	return b.create(artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: path, Size: size}}})
 }
 
 // CreateBound implements artifact.BoundWriter.

@@ -284,7 +284,7 @@ func TestLookupThenRecordFromACopy(t *testing.T) {
 	// in path, so that file stays unrecorded.
 	var entries []artifact.FileEntry
 	for _, f := range want.Files {
-		entries = append(entries, artifact.FileEntry{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
+		entries = append(entries, artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}})
 	}
 	entries[0].Path = "elsewhere"
 	c.Record(context.Background(), cold, entries, started)

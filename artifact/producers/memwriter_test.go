@@ -68,5 +68,5 @@ func (f *memFile) Close() error {
 }
 
 func (f *memFile) Digest() (artifact.FileEntry, error) {
-	return artifact.HashFile(bytes.NewReader(f.buf), artifact.Binding{Want: artifact.FileEntry{Path: f.path, Size: f.size}})
+	return artifact.HashFile(bytes.NewReader(f.buf), artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: f.path, Size: f.size}}})
 }

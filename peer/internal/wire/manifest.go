@@ -2,6 +2,7 @@ package wire
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -31,54 +32,53 @@ type WeightManifest struct {
 	Shards []WeightShard `json:"shards"`
 }
 
-// WeightShard is one payload file.
+// WeightShard is one payload file: its index entry and, for a safetensors
+// shard, the bytes of its header region (which a tensor subset takes
+// __metadata__ from). Its wire encoding is shardJSON's.
 type WeightShard struct {
-	Name   string `json:"name"`
-	Size   int64  `json:"size"`
-	SHA256 string `json:"sha256"`
-	BLAKE3 string `json:"blake3"`
-	// Safetensors shards: the header region [0, DataStart), its bytes
-	// (which a tensor subset takes __metadata__ from) and its BLAKE3.
-	DataStart    int64                `json:"data_start,omitempty"`
-	Header       []byte               `json:"header,omitempty"`
-	HeaderBLAKE3 string               `json:"header_blake3,omitempty"`
-	Tensors      []WeightTensorRecord `json:"tensors,omitempty"`
+	artifact.FileEntry
+	Header []byte
 }
 
-// WeightTensorRecord is one tensor: where it lies in its shard and its BLAKE3.
-type WeightTensorRecord struct {
-	Name   string  `json:"name"`
-	DType  string  `json:"dtype"`
-	Shape  []int64 `json:"shape"`
-	Offset int64   `json:"offset"` // in the shard
-	Length int64   `json:"length"`
-	BLAKE3 string  `json:"blake3"`
+// shardJSON is a WeightShard on the wire (docs/formats.md): the entry's
+// path is "name", and the header bytes follow data_start.
+type shardJSON struct {
+	Name         string                 `json:"name"`
+	Size         int64                  `json:"size"`
+	SHA256       string                 `json:"sha256"`
+	BLAKE3       string                 `json:"blake3"`
+	DataStart    int64                  `json:"data_start,omitempty"`
+	Header       []byte                 `json:"header,omitempty"`
+	HeaderBLAKE3 string                 `json:"header_blake3,omitempty"`
+	Tensors      []artifact.TensorEntry `json:"tensors,omitempty"`
+}
+
+// MarshalJSON encodes the shard in its wire form.
+func (s WeightShard) MarshalJSON() ([]byte, error) {
+	return json.Marshal(shardJSON{Name: s.Path, Size: s.Size, SHA256: s.SHA256, BLAKE3: s.BLAKE3,
+		DataStart: s.DataStart, Header: s.Header, HeaderBLAKE3: s.HeaderBLAKE3, Tensors: s.Tensors})
+}
+
+// UnmarshalJSON decodes the shard's wire form as strictly as the manifest
+// around it: a field the wire does not name is refused.
+func (s *WeightShard) UnmarshalJSON(doc []byte) error {
+	var j shardJSON
+	if err := artifact.DecodeStrictJSON(bytes.NewReader(doc), &j); err != nil {
+		return err
+	}
+	*s = WeightShard{FileEntry: artifact.FileEntry{File: artifact.File{Path: j.Name, Size: j.Size, SHA256: j.SHA256, BLAKE3: j.BLAKE3},
+		DataStart: j.DataStart, HeaderBLAKE3: j.HeaderBLAKE3, Tensors: j.Tensors}, Header: j.Header}
+	return nil
 }
 
 // ShardFromEntry is a store index entry, of a file holding data, as a
 // manifest shard.
 func ShardFromEntry(e artifact.FileEntry, data []byte) WeightShard {
-	s := WeightShard{Name: e.Path, Size: e.Size, SHA256: e.SHA256, BLAKE3: e.BLAKE3,
-		DataStart: e.DataStart, HeaderBLAKE3: e.HeaderBLAKE3}
+	s := WeightShard{FileEntry: e}
 	if e.DataStart > 0 {
 		s.Header = bytes.Clone(data[:e.DataStart])
 	}
-	for _, t := range e.Tensors {
-		s.Tensors = append(s.Tensors, WeightTensorRecord{Name: t.Name, DType: t.DType, Shape: t.Shape,
-			Offset: t.Offset, Length: t.Length, BLAKE3: t.BLAKE3})
-	}
 	return s
-}
-
-// Entry is the shard as the store's index entry for its file.
-func (s WeightShard) Entry() artifact.FileEntry {
-	e := artifact.FileEntry{Path: s.Name, Size: s.Size, SHA256: s.SHA256, BLAKE3: s.BLAKE3,
-		DataStart: s.DataStart, HeaderBLAKE3: s.HeaderBLAKE3}
-	for _, t := range s.Tensors {
-		e.Tensors = append(e.Tensors, artifact.TensorEntry{Name: t.Name, DType: t.DType, Shape: t.Shape,
-			Offset: t.Offset, Length: t.Length, BLAKE3: t.BLAKE3})
-	}
-	return e
 }
 
 // TotalBytes is the sum of the shard sizes.
@@ -95,7 +95,7 @@ func (m *WeightManifest) TotalBytes() int64 {
 func (m *WeightManifest) CheckPassthrough() error {
 	entries := make([]artifact.FileEntry, len(m.Shards))
 	for i, s := range m.Shards {
-		entries[i] = s.Entry()
+		entries[i] = s.FileEntry
 	}
 	return m.Identity.CheckPassthrough(entries)
 }
@@ -146,21 +146,21 @@ func (m *WeightManifest) validate() error {
 	}
 	var total int64
 	for i, s := range m.Shards {
-		if err := artifact.ValidateRelPath(s.Name); err != nil {
+		if err := artifact.ValidateRelPath(s.Path); err != nil {
 			return fmt.Errorf("shard %d: %w", i, err)
 		}
-		if i > 0 && m.Shards[i-1].Name >= s.Name {
-			return fmt.Errorf("shards not sorted at %q", s.Name)
+		if i > 0 && m.Shards[i-1].Path >= s.Path {
+			return fmt.Errorf("shards not sorted at %q", s.Path)
 		}
 		if s.Size < 0 || s.Size > math.MaxInt64-total {
-			return fmt.Errorf("shard %q: bad size %d", s.Name, s.Size)
+			return fmt.Errorf("shard %q: bad size %d", s.Path, s.Size)
 		}
 		total += s.Size
 		if !hex64RE.MatchString(s.SHA256) || !hex64RE.MatchString(s.BLAKE3) {
-			return fmt.Errorf("shard %q: digests are not 64 hex digits", s.Name)
+			return fmt.Errorf("shard %q: digests are not 64 hex digits", s.Path)
 		}
 		if err := s.validateLayout(); err != nil {
-			return fmt.Errorf("shard %q: %w", s.Name, err)
+			return fmt.Errorf("shard %q: %w", s.Path, err)
 		}
 	}
 	return nil
@@ -169,7 +169,7 @@ func (m *WeightManifest) validate() error {
 // validateLayout checks that a safetensors shard's header region and
 // tensors tile the file exactly, and that any other file has neither.
 func (s WeightShard) validateLayout() error {
-	if !artifact.IsSafetensors(s.Name) {
+	if !artifact.IsSafetensors(s.Path) {
 		if s.DataStart != 0 || s.HeaderBLAKE3 != "" || s.Header != nil || len(s.Tensors) != 0 {
 			return fmt.Errorf("tensors in a file that is not safetensors")
 		}
@@ -210,7 +210,7 @@ func (s WeightShard) validateLayout() error {
 	if end != s.Size {
 		return fmt.Errorf("tensors end at %d, the file at %d", end, s.Size)
 	}
-	if tree, err := artifact.EntryTree(s.Entry()); err != nil || tree != s.BLAKE3 {
+	if tree, err := artifact.EntryTree(s.FileEntry); err != nil || tree != s.BLAKE3 {
 		return fmt.Errorf("blake3 is not the tensor tree of the header and tensors")
 	}
 	return nil

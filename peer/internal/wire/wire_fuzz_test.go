@@ -134,10 +134,10 @@ func fuzzManifest(tb testing.TB) []byte {
 	d, _ := id.Digest()
 	header := []byte("\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
 	m := WeightManifest{Schema: ManifestSchema, Generation: "00112233445566778899aabbccddeeff", Identity: id, IdentityDigest: d,
-		Shards: []WeightShard{{Name: "a.safetensors", Size: 24, SHA256: hexOf(1), BLAKE3: hexOf(2), DataStart: 16, Header: header, HeaderBLAKE3: artifact.BLAKE3Hex(header),
-			Tensors: []WeightTensorRecord{{Name: "w", DType: "BF16", Shape: []int64{4}, Offset: 16, Length: 8, BLAKE3: hexOf(4)}}},
-			{Name: "config.json", Size: 2, SHA256: hexOf(5), BLAKE3: hexOf(6)}}}
-	tree, err := artifact.EntryTree(m.Shards[0].Entry())
+		Shards: []WeightShard{{FileEntry: artifact.FileEntry{File: artifact.File{Path: "a.safetensors", Size: 24, SHA256: hexOf(1), BLAKE3: hexOf(2)}, DataStart: 16, HeaderBLAKE3: artifact.BLAKE3Hex(header),
+			Tensors: []artifact.TensorEntry{{Name: "w", DType: "BF16", Shape: []int64{4}, Offset: 16, Length: 8, BLAKE3: hexOf(4)}}}, Header: header},
+			{FileEntry: artifact.FileEntry{File: artifact.File{Path: "config.json", Size: 2, SHA256: hexOf(5), BLAKE3: hexOf(6)}}}}}
+	tree, err := artifact.EntryTree(m.Shards[0].FileEntry)
 	if err != nil {
 		tb.Fatal(err)
 	}
