@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -108,6 +109,11 @@ func (c *Containerd) start(t testing.TB) {
 	if err := c.waitReady(60 * time.Second); err != nil {
 		t.Fatalf("containerd did not start: %v\n%s", err, Tail(c.Proc.Log, 40))
 	}
+	// Its configuration and every snippet it imports (contrib/containerd's among them) are of
+	// containerd's current version: nothing for it to migrate at every start.
+	if raw, err := os.ReadFile(c.Proc.Log); err != nil || bytes.Contains(raw, []byte("Configuration migrated from version")) {
+		t.Fatalf("containerd migrated its configuration (%v):\n%s", err, Tail(c.Proc.Log, 40))
+	}
 }
 
 // Restart stops containerd (SIGTERM; running containers and their shims stay) and starts it
@@ -130,7 +136,7 @@ func (c *Containerd) config(sandbox string, imports []string) string {
 	if sandbox != "" {
 		pinned = fmt.Sprintf("\n  [plugins.\"io.containerd.cri.v1.images\".pinned_images]\n    sandbox = %q\n", sandbox)
 	}
-	return fmt.Sprintf(`version = 3
+	return fmt.Sprintf(`version = 4
 imports = [%s]
 root = %q
 state = %q
