@@ -77,7 +77,7 @@ type Domain struct {
 	root   string
 	info   DomainInfo
 	policy Policy
-	failed atomic.Pointer[DomainFailedError]
+	failed atomic.Pointer[error] // set once the domain cannot mark invalid entries
 }
 
 const (

@@ -134,14 +134,14 @@ func (d *Domain) setInvalidationMode(id string) (uint64, error) {
 
 // fail records that the domain can no longer mark invalid entries.
 func (d *Domain) fail(err error) error {
-	fe := &DomainFailedError{Root: d.root, Err: err}
-	d.failed.CompareAndSwap(nil, fe)
+	fe := domainFailed(d.root, err)
+	d.failed.CompareAndSwap(nil, &fe)
 	return fe
 }
 
 func (d *Domain) failedErr() error {
 	if fe := d.failed.Load(); fe != nil {
-		return fe
+		return *fe
 	}
 	return nil
 }
