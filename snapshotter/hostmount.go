@@ -39,17 +39,17 @@ const mountHolderPrefix = "mount:"
 // MountRequest asks for a host mount.
 type MountRequest struct {
 	Identity artifact.ID `json:"identity"`
-	Artifact string `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
-	Dir      string `json:"dir"`                // the absolute mount point
+	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
+	Dir      string      `json:"dir"`                // the absolute mount point
 }
 
 // MountInfo is a host mount.
 type MountInfo struct {
-	Dir      string    `json:"dir"`
+	Dir      string      `json:"dir"`
 	Identity artifact.ID `json:"identity"`
-	Artifact string    `json:"artifact,omitempty"`
-	Created  time.Time `json:"created"`
-	Leased   bool      `json:"leased"` // false while a repair waits for the artifact
+	Artifact string      `json:"artifact,omitempty"`
+	Created  time.Time   `json:"created"`
+	Leased   bool        `json:"leased"` // false while a repair waits for the artifact
 }
 
 // hostMounts is the table of host mounts, kept in dir (<root>/mounts).
@@ -201,7 +201,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	start := time.Now()
 	h, rep, err := s.leases.acquire(ctx, ptr)
 	if err != nil {
-		return nil, &WeightError{Pointer: ptr, Err: err}
+		return nil, weightErr(ptr, err)
 	}
 	defer s.leases.release(h)
 	home := m.home(dir)
@@ -310,10 +310,10 @@ func (s *Snapshotter) HostMounts() []MountInfo {
 // Holders is what holds an artifact in the snapshotter.
 type Holders struct {
 	Identity  artifact.ID `json:"identity"`
-	Leased    bool     `json:"leased"`              // the daemon holds the artifact's lease
-	Snapshots []string `json:"snapshots,omitempty"` // weight snapshots with the lease
-	Mounts    []string `json:"mounts,omitempty"`    // host mount points with the lease
-	Pending   []string `json:"pending,omitempty"`   // snapshots and mount points waiting for a repair
+	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
+	Snapshots []string    `json:"snapshots,omitempty"` // weight snapshots with the lease
+	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease
+	Pending   []string    `json:"pending,omitempty"`   // snapshots and mount points waiting for a repair
 }
 
 // HoldersOf says what holds the artifact identity.
