@@ -108,29 +108,12 @@ func short(id string) string {
 	return id
 }
 
-// StorageError is an I/O failure of the store itself (not of an artifact's
-// content). It never causes an artifact to be denied or quarantined.
-type StorageError struct {
-	Op  string
-	Err error
-	// OutcomeUncertain: the filesystem refused both the marker and the move
-	// after a publication rename; the entry may or may not resolve later.
-	OutcomeUncertain bool
+// storageErr is an I/O failure of the store itself (not of an artifact's
+// content), classified as retryable unavailability. It never causes an
+// artifact to be denied or quarantined.
+func storageErr(op string, err error) error {
+	return fmt.Errorf("store %s: %w: %w", op, err, errdefs.ErrUnavailable)
 }
-
-func (e *StorageError) Error() string {
-	s := "store " + e.Op + ": " + e.Err.Error()
-	if e.OutcomeUncertain {
-		s += " (outcome uncertain)"
-	}
-	return s
-}
-
-// Unwrap classifies the error as retryable unavailability.
-func (e *StorageError) Unwrap() []error { return []error{errdefs.ErrUnavailable, e.Err} }
-
-// Retryable reports whether a failure may go away on its own.
-func (e *StorageError) Retryable() bool { return true }
 
 // publicationFailed is a publication that failed after its rename; the
 // entry was contained in quarantine.

@@ -118,7 +118,7 @@ func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, de
 			removeTree(tmpDir)
 			return nil
 		case !IsInvalid(verr):
-			return &StorageError{Op: "inspect competing publication", Err: verr}
+			return storageErr("inspect competing publication", verr)
 		}
 		if err := d.quarantine(ctx, id, "replaced by a new publication"); err != nil {
 			return err
@@ -155,7 +155,9 @@ func (d *Domain) contain(ctx context.Context, id string, cause error) error {
 		return publicationFailed(id, cause)
 	}
 	if derr := d.deny(ctx, id, "publication failed: "+cause.Error()); derr != nil {
-		return &StorageError{Op: "contain a failed publication", Err: errors.Join(cause, qerr, derr), OutcomeUncertain: true}
+		// The filesystem refused both the marker and the move: the entry
+		// may or may not resolve later.
+		return fmt.Errorf("store contain a failed publication: %w (outcome uncertain): %w", errors.Join(cause, qerr, derr), errdefs.ErrUnavailable)
 	}
 	return publicationFailed(id, errors.Join(cause, qerr))
 }
