@@ -110,8 +110,12 @@ func short(id string) string {
 
 // storageErr is an I/O failure of the store itself (not of an artifact's
 // content), classified as retryable unavailability. It never causes an
-// artifact to be denied or quarantined.
+// artifact to be denied or quarantined. A cause already so classified (a
+// storage failure met inside op) keeps its class and is not named twice.
 func storageErr(op string, err error) error {
+	if errdefs.IsUnavailable(err) {
+		return fmt.Errorf("store %s: %w", op, err)
+	}
 	return fmt.Errorf("store %s: %w: %w", op, err, errdefs.ErrUnavailable)
 }
 

@@ -157,7 +157,7 @@ func (d *Domain) contain(ctx context.Context, id string, cause error) error {
 	if derr := d.deny(ctx, id, "publication failed: "+cause.Error()); derr != nil {
 		// The filesystem refused both the marker and the move: the entry
 		// may or may not resolve later.
-		return fmt.Errorf("store contain a failed publication: %w (outcome uncertain): %w", errors.Join(cause, qerr, derr), errdefs.ErrUnavailable)
+		return storageErr("contain a failed publication", fmt.Errorf("%w (outcome uncertain)", errors.Join(cause, qerr, derr)))
 	}
 	return publicationFailed(id, errors.Join(cause, qerr))
 }
