@@ -370,20 +370,14 @@ func PassthroughIdentity(src *SourceDir, repository, revision, component string,
 	}
 }
 
-// FingerprintMismatchError says that an artifact's payload disagrees with
-// the source fingerprint its passthrough identity names: these bytes are
-// not the artifact of that identity (an identity collision).
-type FingerprintMismatchError struct {
-	Path, Field, Want, Got string
+// fingerprintMismatch says that an artifact's payload disagrees with the
+// source fingerprint its passthrough identity names at path: these bytes are
+// not the artifact of that identity, an identity collision
+// (errdefs.ErrConflict).
+func fingerprintMismatch(path, field, want, got string) error {
+	return fmt.Errorf("identity collision: passthrough identity's source fingerprint and payload disagree at %s: %s: fingerprint says %q, payload has %q: %w",
+		path, field, want, got, errdefs.ErrConflict)
 }
-
-func (e *FingerprintMismatchError) Error() string {
-	return fmt.Sprintf("identity collision: passthrough identity's source fingerprint and payload disagree at %s: %s: fingerprint says %q, payload has %q",
-		e.Path, e.Field, e.Want, e.Got)
-}
-
-// Unwrap classifies the error.
-func (e *FingerprintMismatchError) Unwrap() error { return errdefs.ErrConflict }
 
 // CheckPassthrough checks, for an identity the passthrough producer made,
 // that the payload files (sorted by path) are exactly its source
@@ -394,17 +388,17 @@ func (id Identity) CheckPassthrough(files []FileEntry) error {
 	}
 	src := id.Model.Source
 	if len(src) != len(files) {
-		return &FingerprintMismatchError{Path: "(all)", Field: "file count", Want: fmt.Sprint(len(src)), Got: fmt.Sprint(len(files))}
+		return fingerprintMismatch("(all)", "file count", fmt.Sprint(len(src)), fmt.Sprint(len(files)))
 	}
 	for i, sf := range src {
 		f := files[i]
 		switch {
 		case sf.Path != f.Path:
-			return &FingerprintMismatchError{Path: sf.Path, Field: "path", Want: sf.Path, Got: f.Path}
+			return fingerprintMismatch(sf.Path, "path", sf.Path, f.Path)
 		case sf.Size != f.Size:
-			return &FingerprintMismatchError{Path: sf.Path, Field: "size", Want: fmt.Sprint(sf.Size), Got: fmt.Sprint(f.Size)}
+			return fingerprintMismatch(sf.Path, "size", fmt.Sprint(sf.Size), fmt.Sprint(f.Size))
 		case sf.SHA256 != f.SHA256:
-			return &FingerprintMismatchError{Path: sf.Path, Field: "sha256", Want: sf.SHA256, Got: f.SHA256}
+			return fingerprintMismatch(sf.Path, "sha256", sf.SHA256, f.SHA256)
 		}
 	}
 	return nil

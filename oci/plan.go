@@ -99,7 +99,7 @@ func IndexLayer(m *ocispec.Manifest) (ocispec.Descriptor, bool) {
 // index is upgraded (artifact.Index.Upgrade). Identity, index and layers must
 // all agree; a disagreement is errdefs.ErrDataLoss. A passthrough
 // identity whose source fingerprint disagrees with the layers is an
-// *artifact.FingerprintMismatchError: an identity collision.
+// identity collision, errdefs.ErrConflict.
 func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, error) {
 	idJSON := m.Annotations[AnnotationIdentity]
 	if idJSON == "" {

@@ -132,7 +132,7 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 			s.repairs.add(ptr, name)
 		}
 	default:
-		outcome, err = OutcomeFailed, &WeightError{Pointer: ptr, Err: rerr}
+		outcome, err = OutcomeFailed, weightErr(ptr, rerr)
 	}
 	if err != nil && outcome != OutcomeFailed {
 		outcome = OutcomeError

@@ -201,7 +201,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	start := time.Now()
 	h, rep, err := s.leases.acquire(ctx, ptr)
 	if err != nil {
-		return nil, &WeightError{Pointer: ptr, Err: err}
+		return nil, weightErr(ptr, err)
 	}
 	defer s.leases.release(h)
 	home := m.home(dir)

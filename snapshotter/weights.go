@@ -38,22 +38,16 @@ func fallbackLabel() snapshots.Opt {
 	return snapshots.WithLabels(map[string]string{LabelFallback: time.Now().UTC().Format(time.RFC3339)})
 }
 
-// WeightError is a weight layer whose Prepare failed: it names the artifact,
-// the identity and the target, and wraps the cause (a *resolve.Failure, a
-// pointer label error, or a filesystem error) with its errdefs class.
-type WeightError struct {
-	Pointer pointer.Pointer
-	Err     error
-}
-
-func (e *WeightError) Error() string {
-	if e.Pointer.Artifact == "" {
-		return "weightsnap: " + e.Err.Error()
+// weightErr is a weight layer whose Prepare failed: it names the artifact,
+// the identity and the target (when the pointer was read), and wraps the
+// cause (a *resolve.Failure, a pointer label error, or a filesystem error)
+// with its errdefs class.
+func weightErr(ptr pointer.Pointer, err error) error {
+	if ptr.Artifact == "" {
+		return fmt.Errorf("weightsnap: %w", err)
 	}
-	return fmt.Sprintf("weightsnap: weights %s (identity %s) for %s: %v", e.Pointer.Artifact, e.Pointer.Identity, e.Pointer.Target, e.Err)
+	return fmt.Errorf("weightsnap: weights %s (identity %s) for %s: %w", ptr.Artifact, ptr.Identity, ptr.Target, err)
 }
-
-func (e *WeightError) Unwrap() error { return e.Err }
 
 // prepareWeights builds and commits a weight layer's snapshot and answers
 // errdefs.ErrAlreadyExists; any failure leaves nothing behind. When the
@@ -82,17 +76,17 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	ptr, _, err = pointer.ParseLabels(labels)
 	if err != nil {
 		outcome = OutcomeInvalid
-		return nil, &WeightError{Err: err}
+		return nil, weightErr(pointer.Pointer{}, err)
 	}
 	chainID := labels[snapshots.LabelSnapshotRef]
 	if chainID == "" {
 		outcome = OutcomeInvalid
-		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
-			snapshots.LabelSnapshotRef, errdefs.ErrInvalidArgument)}
+		return nil, weightErr(ptr, fmt.Errorf("no %s label: a weight layer is prepared by an image unpack: %w",
+			snapshots.LabelSnapshotRef, errdefs.ErrInvalidArgument))
 	}
 	name, existing, err := s.committedName(ctx, chainID, parent)
 	if err != nil {
-		return nil, &WeightError{Pointer: ptr, Err: err}
+		return nil, weightErr(ptr, err)
 	}
 	if existing != nil {
 		outcome = OutcomeExists
@@ -101,7 +95,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 			// required layer must not run on it.
 			if err := s.repairs.now(ctx, ptr, name, s.modeOf(ptr) == resolve.Required); err != nil {
 				outcome = OutcomeFailed
-				return nil, &WeightError{Pointer: ptr, Err: err}
+				return nil, weightErr(ptr, err)
 			}
 		}
 		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
@@ -116,12 +110,12 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(labels), fallbackLabel())
 		if perr != nil {
 			outcome = OutcomeError
-			return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err)}
+			return nil, weightErr(ptr, fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err))
 		}
 		return mounts, nil
 	case err != nil:
 		outcome = OutcomeFailed
-		return nil, &WeightError{Pointer: ptr, Err: err}
+		return nil, weightErr(ptr, err)
 	}
 	outcome, source = resolvedOutcome(rep)
 	defer s.leases.release(h)
@@ -130,7 +124,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	mounts, err := s.overlay.Prepare(ctx, tmp, parent)
 	if err != nil {
 		outcome = OutcomeError
-		return nil, &WeightError{Pointer: ptr, Err: fmt.Errorf("prepare the view's snapshot: %w", err)}
+		return nil, weightErr(ptr, fmt.Errorf("prepare the view's snapshot: %w", err))
 	}
 	committed := false
 	defer func() {
@@ -147,7 +141,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	}
 	if err != nil {
 		outcome = OutcomeError
-		return nil, &WeightError{Pointer: ptr, Err: err}
+		return nil, weightErr(ptr, err)
 	}
 	committed = true
 	return nil, fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)

@@ -191,25 +191,15 @@ func errChanged(path, format string, args ...any) error {
 	return fmt.Errorf("source %s changed: %s: %w", path, fmt.Sprintf(format, args...), errdefs.ErrAborted)
 }
 
-// VerifyError is staged content that does not match what it must be: a hub
+// mismatch is staged content that does not match what it must be: a hub
 // blob whose bytes are not its name, or a copy unlike its source. Nothing
-// of it is installed. It unwraps to errdefs.ErrDataLoss.
-type VerifyError struct {
-	Lane string
-	Repo string // the hub repository, for hub-mirror lanes
-	Path string // the source file
-	What string // "blob <name>", "file", "rows of <table>"
-	Want string
-	Got  string
-}
-
-func (e *VerifyError) Error() string {
-	s := "lane " + e.Lane + ": "
-	if e.Repo != "" {
-		s += "repo " + e.Repo + ": "
+// of it is installed. repo is the hub repository of a hub-mirror lane ("" for
+// others), path the source file, what "blob <name>", "file" or "rows of
+// <table>". It is classified errdefs.ErrDataLoss.
+func mismatch(lane, repo, path, what, want, got string) error {
+	s := "lane " + lane + ": "
+	if repo != "" {
+		s += "repo " + repo + ": "
 	}
-	return s + e.What + " (" + e.Path + "): " + e.Got + ", want " + e.Want + ": refused"
+	return fmt.Errorf("%s%s (%s): %s, want %s: refused: %w", s, what, path, got, want, errdefs.ErrDataLoss)
 }
-
-// Unwrap classifies the error.
-func (e *VerifyError) Unwrap() error { return errdefs.ErrDataLoss }

@@ -131,7 +131,7 @@ type Report struct {
 }
 
 // Stage stages every lane of r: it locks them, plans, stops with a
-// *PreflightError before writing anything if a check fails, evicts what
+// the plan's Err before writing anything if a check fails, evicts what
 // the plan evicts, then stages lane by lane. A failed lane is recorded as
 // failed and the others still run; the error joins the failures.
 func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
@@ -148,8 +148,8 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 		return nil, err
 	}
 	rep := &Report{Node: e.st.Node, Mode: e.opts.Mode}
-	if len(plan.Problems) > 0 {
-		return rep, &PreflightError{Problems: plan.Problems}
+	if err := plan.Err(); err != nil {
+		return rep, err
 	}
 	ledgers, err := e.ledgers(ctx)
 	if err != nil {

@@ -128,7 +128,7 @@ func (r *laneRun) fullHash(it item) (hash.Hash, string, error) {
 
 // blobMismatch is the error of a blob whose bytes are not its name.
 func (r *laneRun) blobMismatch(it item, path, algo, got string) error {
-	return &VerifyError{Lane: r.b.ID, Repo: it.repo, Path: path, What: "blob " + it.name, Want: algo + ":" + it.name, Got: algo + ":" + got}
+	return mismatch(r.b.ID, it.repo, path, "blob "+it.name, algo+":"+it.name, algo+":"+got)
 }
 
 // adopt verifies a file already at dst that no ledger entry vouches for
@@ -312,7 +312,7 @@ func (r *laneRun) copyFile(ctx context.Context, it item, in *os.File, dst string
 		return fail(err)
 	}
 	if want != "" && e.Sample != want {
-		return fail(&VerifyError{Lane: r.b.ID, Repo: it.repo, Path: in.Name(), What: "sampled ranges of the copy", Want: want, Got: e.Sample})
+		return fail(mismatch(r.b.ID, it.repo, in.Name(), "sampled ranges of the copy", want, e.Sample))
 	}
 	if err := sameSize(in, it); err != nil {
 		return fail(err)

@@ -22,30 +22,26 @@ type Problem struct {
 	class  error
 }
 
-// PreflightError is a recipe that cannot be staged as things are. It
-// unwraps to the first problem's class: errdefs.ErrResourceExhausted for
-// space and memory, errdefs.ErrUnavailable for an unreachable source.
-type PreflightError struct {
-	Problems []Problem
-}
-
-func (e *PreflightError) Error() string {
-	parts := make([]string, len(e.Problems))
-	for i, p := range e.Problems {
-		parts[i] = p.Check + ": " + p.Detail
-		if p.Lane != "" {
-			parts[i] = "lane " + p.Lane + ": " + parts[i]
+// Err is nil when nothing stops the plan; otherwise it says that the recipe
+// cannot be staged as things are, naming every problem, classified as the
+// first problem is: errdefs.ErrResourceExhausted for space and memory,
+// errdefs.ErrUnavailable for an unreachable source.
+func (p *Plan) Err() error {
+	if len(p.Problems) == 0 {
+		return nil
+	}
+	parts := make([]string, len(p.Problems))
+	for i, pr := range p.Problems {
+		parts[i] = pr.Check + ": " + pr.Detail
+		if pr.Lane != "" {
+			parts[i] = "lane " + pr.Lane + ": " + parts[i]
 		}
 	}
-	return "staging preflight: " + strings.Join(parts, "; ") + "; nothing was written"
-}
-
-// Unwrap classifies the error.
-func (e *PreflightError) Unwrap() error {
-	if len(e.Problems) == 0 || e.Problems[0].class == nil {
-		return errdefs.ErrFailedPrecondition
+	class := p.Problems[0].class
+	if class == nil {
+		class = errdefs.ErrFailedPrecondition
 	}
-	return e.Problems[0].class
+	return fmt.Errorf("staging preflight: %s; nothing was written: %w", strings.Join(parts, "; "), class)
 }
 
 // FSPlan is one destination filesystem of a plan.

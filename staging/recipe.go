@@ -201,33 +201,21 @@ func (r *Recipe) Block(id string) (*Block, bool) {
 	return nil, false
 }
 
-// RecipeError is a recipe that cannot be used: the key (with its block
-// index) and the line it is on. It unwraps to errdefs.ErrInvalidArgument.
-type RecipeError struct {
-	File string
-	Line int // 1-based; 0 when unknown
-	Key  string
-	Msg  string
-}
-
-func (e *RecipeError) Error() string {
+// recipeErr is a recipe that cannot be used: the file, the line it is on
+// (1-based; 0 when unknown) and the key (with its block index), classified
+// errdefs.ErrInvalidArgument.
+func recipeErr(file string, line int, key, msg string) error {
 	var b strings.Builder
 	b.WriteString("recipe ")
-	if e.File != "" {
-		b.WriteString(e.File)
+	b.WriteString(file)
+	if line > 0 {
+		fmt.Fprintf(&b, ":%d", line)
 	}
-	if e.Line > 0 {
-		fmt.Fprintf(&b, ":%d", e.Line)
+	if key != "" {
+		b.WriteString(": " + key)
 	}
-	if e.Key != "" {
-		b.WriteString(": " + e.Key)
-	}
-	b.WriteString(": " + e.Msg)
-	return b.String()
+	return fmt.Errorf("%s: %s: %w", b.String(), msg, errdefs.ErrInvalidArgument)
 }
-
-// Unwrap classifies the error.
-func (e *RecipeError) Unwrap() error { return errdefs.ErrInvalidArgument }
 
 // maxRecipeBytes bounds a recipe read; at most maxRecipeErrors unknown
 // keys are reported.
@@ -248,15 +236,15 @@ func LoadRecipe(file string) (*Recipe, error) {
 		return nil, fmt.Errorf("recipe %s: %w", file, err)
 	}
 	if buf.Len() > maxRecipeBytes {
-		return nil, &RecipeError{File: file, Msg: fmt.Sprintf("larger than %d bytes", maxRecipeBytes)}
+		return nil, recipeErr(file, 0, "", fmt.Sprintf("larger than %d bytes", maxRecipeBytes))
 	}
 	return ParseRecipe(file, buf.Bytes())
 }
 
 // ParseRecipe parses and validates a recipe; file only names it in errors.
 // Unknown keys, values of the wrong type or out of range, and missing
-// required keys are *RecipeErrors naming the key and its line (several at
-// once are joined).
+// required keys are errdefs.ErrInvalidArgument naming the key and its line
+// (several at once are joined).
 func ParseRecipe(file string, data []byte) (*Recipe, error) {
 	var r Recipe
 	dec := toml.NewDecoder(bytes.NewReader(data))
@@ -284,14 +272,14 @@ func ParseRecipe(file string, data []byte) (*Recipe, error) {
 	return &r, nil
 }
 
-// decodeErrors turns go-toml's errors into RecipeErrors.
+// decodeErrors turns go-toml's errors into recipe errors.
 func decodeErrors(file string, pos *positions, err error) error {
 	var strict *toml.StrictMissingError
 	if errors.As(err, &strict) {
 		errs := make([]error, 0, len(strict.Errors))
 		for i := range min(len(strict.Errors), maxRecipeErrors) {
 			line, col := strict.Errors[i].Position()
-			errs = append(errs, &RecipeError{File: file, Line: line, Key: pos.keyName(strict.Errors[i].Key(), line, col), Msg: "unknown key"})
+			errs = append(errs, recipeErr(file, line, pos.keyName(strict.Errors[i].Key(), line, col), "unknown key"))
 		}
 		return errors.Join(errs...)
 	}
@@ -302,9 +290,9 @@ func decodeErrors(file string, pos *positions, err error) error {
 		if strings.HasPrefix(msg, "toml: ") {
 			msg = strings.TrimPrefix(msg, "toml: ")
 		}
-		return &RecipeError{File: file, Line: line, Key: pos.keyName(de.Key(), line, col), Msg: msg}
+		return recipeErr(file, line, pos.keyName(de.Key(), line, col), msg)
 	}
-	return &RecipeError{File: file, Msg: err.Error()}
+	return recipeErr(file, 0, "", err.Error())
 }
 
 var idRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
@@ -327,7 +315,7 @@ func (v *validator) add(block int, key, msg string) {
 	if key == "staging" {
 		full, line = key, 0
 	}
-	v.errs = append(v.errs, &RecipeError{File: v.file, Line: line, Key: full, Msg: msg})
+	v.errs = append(v.errs, recipeErr(v.file, line, full, msg))
 }
 
 func (v *validator) block(i int, b *Block) {

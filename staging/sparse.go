@@ -224,7 +224,7 @@ func (r *laneRun) stageSparse(ctx context.Context, it item, src, dst string) (En
 				return fail(err)
 			}
 			if got := "blake3:" + hex.EncodeToString(back.Sum(nil)); got != rec.Digest {
-				return fail(&VerifyError{Lane: r.b.ID, Path: src, What: "rows of " + rs.table, Want: rec.Digest, Got: got})
+				return fail(mismatch(r.b.ID, "", src, "rows of "+rs.table, rec.Digest, got))
 			}
 		}
 		e.Ranges = append(e.Ranges, rec)
@@ -236,7 +236,7 @@ func (r *laneRun) stageSparse(ctx context.Context, it item, src, dst string) (En
 		return fail(err)
 	}
 	if e.Sample != srcSample {
-		return fail(&VerifyError{Lane: r.b.ID, Path: src, What: "sampled header and rows", Want: srcSample, Got: e.Sample})
+		return fail(mismatch(r.b.ID, "", src, "sampled header and rows", srcSample, e.Sample))
 	}
 	if err := sameSize(in, it); err != nil {
 		return fail(err)

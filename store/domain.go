@@ -77,8 +77,8 @@ type Domain struct {
 	root    string
 	info    DomainInfo
 	policy  Policy
-	created bool // this Open created the domain
-	failed  atomic.Pointer[DomainFailedError]
+	created bool                  // this Open created the domain
+	failed  atomic.Pointer[error] // set once the domain cannot mark invalid entries
 }
 
 const (

@@ -69,26 +69,18 @@ func (e *CapacityError) Unwrap() []error {
 	return []error{errdefs.ErrResourceExhausted, e.Err}
 }
 
-// BusyError says an artifact is in use (leased or being built) and was left alone.
-type BusyError struct {
-	ID      string
-	Holders []LockHolder
-	What    string
-}
-
-func (e *BusyError) Error() string {
-	s := fmt.Sprintf("artifact %s has an active %s", short(e.ID), e.What)
-	for i, h := range e.Holders {
+// busy says an artifact is in use (leased or being built), naming the
+// processes that hold its lock, and was left alone.
+func busy(id, what string, holders []LockHolder) error {
+	s := fmt.Sprintf("artifact %s has an active %s", short(id), what)
+	for i, h := range holders {
 		if i == 0 {
 			s += " held by"
 		}
 		s += fmt.Sprintf(" pid %d (%s)", h.PID, h.Mode)
 	}
-	return s
+	return fmt.Errorf("%s: %w", s, errdefs.ErrFailedPrecondition)
 }
-
-// Unwrap classifies the error.
-func (e *BusyError) Unwrap() error { return errdefs.ErrFailedPrecondition }
 
 // TimeoutError is a coordination wait that ran out; it is retryable.
 type TimeoutError struct {
@@ -116,67 +108,31 @@ func short(id string) string {
 	return id
 }
 
-// StorageError is an I/O failure of the store itself (not of an artifact's
-// content). It never causes an artifact to be denied or quarantined.
-type StorageError struct {
-	Op  string
-	Err error
-	// OutcomeUncertain: the filesystem refused both the marker and the move
-	// after a publication rename; the entry may or may not resolve later.
-	OutcomeUncertain bool
-}
-
-func (e *StorageError) Error() string {
-	s := "store " + e.Op + ": " + e.Err.Error()
-	if e.OutcomeUncertain {
-		s += " (outcome uncertain)"
+// storageErr is an I/O failure of the store itself (not of an artifact's
+// content), classified as retryable unavailability. It never causes an
+// artifact to be denied or quarantined. A cause already so classified (a
+// storage failure met inside op) keeps its class and is not named twice.
+func storageErr(op string, err error) error {
+	if errdefs.IsUnavailable(err) {
+		return fmt.Errorf("store %s: %w", op, err)
 	}
-	return s
+	return fmt.Errorf("store %s: %w: %w", op, err, errdefs.ErrUnavailable)
 }
 
-// Unwrap classifies the error as retryable unavailability.
-func (e *StorageError) Unwrap() []error { return []error{errdefs.ErrUnavailable, e.Err} }
-
-// Retryable reports whether a failure may go away on its own.
-func (e *StorageError) Retryable() bool { return true }
-
-// PublicationFailedError is a publication that failed after its rename; the
+// publicationFailed is a publication that failed after its rename; the
 // entry was contained in quarantine.
-type PublicationFailedError struct {
-	ID  string
-	Err error
+func publicationFailed(id string, cause error) error {
+	return fmt.Errorf("PUBLICATION_FAILED: artifact %s: %w (contained in quarantine): %w", short(id), cause, errdefs.ErrInternal)
 }
 
-func (e *PublicationFailedError) Error() string {
-	return fmt.Sprintf("PUBLICATION_FAILED: artifact %s: %v (contained in quarantine)", short(e.ID), e.Err)
+// identityCollision is a publication whose identity is already published,
+// valid, with different bytes.
+func identityCollision(id string) error {
+	return fmt.Errorf("identity collision: artifact %s is already published with different content: %w", short(id), errdefs.ErrConflict)
 }
 
-// Unwrap classifies the error.
-func (e *PublicationFailedError) Unwrap() []error { return []error{errdefs.ErrInternal, e.Err} }
-
-// IdentityCollisionError is a publication whose identity is already
-// published, valid, with different bytes.
-type IdentityCollisionError struct {
-	ID string
+// domainFailed says the domain could persist neither a deny marker nor an
+// invalidation mode for an invalid entry; it refuses further work.
+func domainFailed(root string, err error) error {
+	return fmt.Errorf("store domain %s failed: cannot mark an invalid artifact: %w: %w", root, err, errdefs.ErrInternal)
 }
-
-func (e *IdentityCollisionError) Error() string {
-	return fmt.Sprintf("identity collision: artifact %s is already published with different content", short(e.ID))
-}
-
-// Unwrap classifies the error.
-func (e *IdentityCollisionError) Unwrap() error { return errdefs.ErrConflict }
-
-// DomainFailedError says the domain could persist neither a deny marker nor
-// an invalidation mode for an invalid entry; it refuses further work.
-type DomainFailedError struct {
-	Root string
-	Err  error
-}
-
-func (e *DomainFailedError) Error() string {
-	return fmt.Sprintf("store domain %s failed: cannot mark an invalid artifact: %v", e.Root, e.Err)
-}
-
-// Unwrap classifies the error.
-func (e *DomainFailedError) Unwrap() []error { return []error{errdefs.ErrInternal, e.Err} }

@@ -74,7 +74,7 @@ func (d *Domain) deny(ctx context.Context, id, reason string) error {
 	faultPoint("deny.before-marker")
 	raw, _ := json.Marshal(denyRecord{Reason: reason, Time: time.Now().UTC().Format(time.RFC3339), PID: os.Getpid()})
 	if err := artifact.WriteFileAtomic(d.path(dirDeny, id), raw, 0o644, artifact.Durable); err != nil {
-		return &StorageError{Op: "write deny marker", Err: err}
+		return storageErr("write deny marker", err)
 	}
 	faultPoint("deny.after-marker")
 	log.G(ctx).WithField("id", short(id)).WithField("reason", reason).Warn("artifact denied")
@@ -134,14 +134,14 @@ func (d *Domain) setInvalidationMode(id string) (uint64, error) {
 
 // fail records that the domain can no longer mark invalid entries.
 func (d *Domain) fail(err error) error {
-	fe := &DomainFailedError{Root: d.root, Err: err}
-	d.failed.CompareAndSwap(nil, fe)
+	fe := domainFailed(d.root, err)
+	d.failed.CompareAndSwap(nil, &fe)
 	return fe
 }
 
 func (d *Domain) failedErr() error {
 	if fe := d.failed.Load(); fe != nil {
-		return fe
+		return *fe
 	}
 	return nil
 }

@@ -147,7 +147,7 @@ func readFailure(id, file string, err error) error {
 	for _, transient := range []error{unix.EIO, unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EAGAIN,
 		unix.EINTR, unix.EBUSY, unix.ESTALE, unix.ETIMEDOUT} {
 		if errors.Is(err, transient) {
-			return &StorageError{Op: "read artifact " + short(id) + " " + file, Err: err}
+			return storageErr("read artifact "+short(id)+" "+file, err)
 		}
 	}
 	return &InvalidError{ID: id, File: file, Reason: err.Error()}

@@ -112,13 +112,13 @@ func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, de
 			same := o.ready.IndexSHA256 == indexSHA256
 			o.close()
 			if !same {
-				return &IdentityCollisionError{ID: id}
+				return identityCollision(id)
 			}
 			log.G(ctx).WithField("id", short(id)).Info("a competing publication with the same content won")
 			removeTree(tmpDir)
 			return nil
 		case !IsInvalid(verr):
-			return &StorageError{Op: "inspect competing publication", Err: verr}
+			return storageErr("inspect competing publication", verr)
 		}
 		if err := d.quarantine(ctx, id, "replaced by a new publication"); err != nil {
 			return err
@@ -152,12 +152,14 @@ func (d *Domain) contain(ctx context.Context, id string, cause error) error {
 	dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
 	qerr := d.moveOut(id, dst, "quarantine", true)
 	if qerr == nil {
-		return &PublicationFailedError{ID: id, Err: cause}
+		return publicationFailed(id, cause)
 	}
 	if derr := d.deny(ctx, id, "publication failed: "+cause.Error()); derr != nil {
-		return &StorageError{Op: "contain a failed publication", Err: errors.Join(cause, qerr, derr), OutcomeUncertain: true}
+		// The filesystem refused both the marker and the move: the entry
+		// may or may not resolve later.
+		return storageErr("contain a failed publication", fmt.Errorf("%w (outcome uncertain)", errors.Join(cause, qerr, derr)))
 	}
-	return &PublicationFailedError{ID: id, Err: errors.Join(cause, qerr)}
+	return publicationFailed(id, errors.Join(cause, qerr))
 }
 
 // harden makes every payload and metadata file read-only (they already are,

@@ -14,9 +14,10 @@ import (
 )
 
 // Remove deletes an artifact explicitly. It never waits: an active build or
-// lease is reported as a *BusyError and nothing is unlinked. The directory is
-// first renamed to a tombstone (tmp/.cleanup.<id>.*), so an interrupted
-// removal is finished by the next cleanup or build of that id.
+// lease is refused with errdefs.ErrFailedPrecondition naming its holders,
+// and nothing is unlinked. The directory is first renamed to a tombstone
+// (tmp/.cleanup.<id>.*), so an interrupted removal is finished by the next
+// cleanup or build of that id.
 func (d *Domain) Remove(ctx context.Context, id string) error {
 	if !idRE.MatchString(id) {
 		return fmt.Errorf("artifact id %q is not 64 hex digits: %w", id, errdefs.ErrInvalidArgument)
@@ -26,7 +27,7 @@ func (d *Domain) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	if !ok {
-		return &BusyError{ID: id, What: "build", Holders: lockHolders(d.lockPath(id, "build"))}
+		return busy(id, "build", lockHolders(d.lockPath(id, "build")))
 	}
 	defer bl.Close()
 	al, ok, err := tryLock(d.lockPath(id, "artifact"), unix.LOCK_EX)
@@ -34,7 +35,7 @@ func (d *Domain) Remove(ctx context.Context, id string) error {
 		return err
 	}
 	if !ok {
-		return &BusyError{ID: id, What: "lease", Holders: lockHolders(d.lockPath(id, "artifact"))}
+		return busy(id, "lease", lockHolders(d.lockPath(id, "artifact")))
 	}
 	defer al.Close()
 	if _, err := os.Lstat(d.path(dirArtifacts, id)); errors.Is(err, os.ErrNotExist) {

@@ -43,8 +43,8 @@ const verifyChunk = 1 << 20
 // BLAKE3 of any other file, and with c.sha256 every file's sha256. Each
 // worker reads its regions through one buffer of verifyChunk bytes, so a
 // full check of any size holds one buffer per worker in memory.
-// It returns an *InvalidError for bytes that disagree, a *StorageError for
-// a read the store failed.
+// It returns an *InvalidError for bytes that disagree, a storage failure
+// (errdefs.ErrUnavailable) for a read the store failed.
 func verifyHashes(ctx context.Context, id string, files []*LeaseFile, c hashCheck) error {
 	b3 := func() hash.Hash { return blake3.New() }
 	var tasks []hashTask
@@ -118,8 +118,9 @@ type hashTask struct {
 
 // check hashes the task's bytes, reading them through buf at the pace of
 // lim (nil: unthrottled), and compares the digest. A read the store failed
-// is a *StorageError, bytes that disagree or cannot be read an
-// *InvalidError, a cancelled or throttled-out check the context's error.
+// is a storage failure (errdefs.ErrUnavailable), bytes that disagree or
+// cannot be read an *InvalidError, a cancelled or throttled-out check the
+// context's error.
 func (t hashTask) check(ctx context.Context, id string, buf []byte, lim *rate.Limiter) error {
 	h := t.newHash()
 	for off, end := t.off, t.off+t.n; off < end; {

@@ -29,21 +29,12 @@ const (
 	BF16 = "BF16"
 )
 
-// Error is the typed failure of this package. Unwrap returns
+// failure is a refused conversion from one dtype to another, classified
 // errdefs.ErrNotImplemented for an unsupported dtype pair and
 // errdefs.ErrInvalidArgument for bad buffer lengths.
-type Error struct {
-	From, To string // the requested conversion
-	Reason   string // what went wrong
-	Err      error  // errdefs.ErrNotImplemented or errdefs.ErrInvalidArgument
+func failure(from, to, reason string, class error) error {
+	return fmt.Errorf("cast %s -> %s: %s: %w", from, to, reason, class)
 }
-
-func (e *Error) Error() string {
-	return fmt.Sprintf("cast %s -> %s: %s", e.From, e.To, e.Reason)
-}
-
-// Unwrap returns the errdefs class of the failure.
-func (e *Error) Unwrap() error { return e.Err }
 
 // ElemSize returns the byte size of one element of a supported dtype, or 0.
 func ElemSize(dtype string) int {
@@ -67,10 +58,10 @@ func Supported(from, to string) bool {
 func OutLen(n int, from, to string) (int, error) {
 	fs, ts := ElemSize(from), ElemSize(to)
 	if fs == 0 || ts == 0 {
-		return 0, &Error{From: from, To: to, Reason: "unsupported dtype pair", Err: errdefs.ErrNotImplemented}
+		return 0, failure(from, to, "unsupported dtype pair", errdefs.ErrNotImplemented)
 	}
 	if n < 0 || n%fs != 0 {
-		return 0, &Error{From: from, To: to, Reason: fmt.Sprintf("source length %d is not a multiple of %d", n, fs), Err: errdefs.ErrInvalidArgument}
+		return 0, failure(from, to, fmt.Sprintf("source length %d is not a multiple of %d", n, fs), errdefs.ErrInvalidArgument)
 	}
 	return n / fs * ts, nil
 }
@@ -84,7 +75,7 @@ func Convert(dst, src []byte, from, to string) error {
 		return err
 	}
 	if len(dst) != want {
-		return &Error{From: from, To: to, Reason: fmt.Sprintf("destination length %d, want %d for %d source bytes", len(dst), want, len(src)), Err: errdefs.ErrInvalidArgument}
+		return failure(from, to, fmt.Sprintf("destination length %d, want %d for %d source bytes", len(dst), want, len(src)), errdefs.ErrInvalidArgument)
 	}
 	switch {
 	case from == to:

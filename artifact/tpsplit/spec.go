@@ -79,28 +79,19 @@ const (
 	DefaultError      = "error"
 )
 
-// Error is the typed failure of this package. Unwrap returns
-// errdefs.ErrInvalidArgument (bad spec, shape, rank, length, or a dimension
-// that does not divide) or errdefs.ErrNotImplemented (splitting a sub-byte
-// dtype).
-type Error struct {
-	Tensor string // tensor name, when the failure concerns one
-	Reason string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	if e.Tensor != "" {
-		return fmt.Sprintf("tpsplit: tensor %q: %s", e.Tensor, e.Reason)
+// failure is a refused split, naming the tensor when it concerns one,
+// classified errdefs.ErrInvalidArgument (bad spec, shape, rank, length, or a
+// dimension that does not divide) or errdefs.ErrNotImplemented (splitting a
+// sub-byte dtype).
+func failure(tensor, reason string, class error) error {
+	if tensor != "" {
+		return fmt.Errorf("tpsplit: tensor %q: %s: %w", tensor, reason, class)
 	}
-	return "tpsplit: " + e.Reason
+	return fmt.Errorf("tpsplit: %s: %w", reason, class)
 }
-
-// Unwrap returns the errdefs class of the failure.
-func (e *Error) Unwrap() error { return e.Err }
 
 func invalid(tensor, format string, args ...any) error {
-	return &Error{Tensor: tensor, Reason: fmt.Sprintf(format, args...), Err: errdefs.ErrInvalidArgument}
+	return failure(tensor, fmt.Sprintf(format, args...), errdefs.ErrInvalidArgument)
 }
 
 // Rule is one [[rule]] entry of a layout spec.

@@ -87,7 +87,7 @@ func (s *Spec) Plan(name, dtype string, shape []int64, tpSize int) (Split, error
 		dim = rank - 1
 	}
 	if nbits%8 != 0 {
-		return Split{}, &Error{Tensor: name, Reason: "cannot split sub-byte dtype " + dtype + " (only replication is supported)", Err: errdefs.ErrNotImplemented}
+		return Split{}, failure(name, "cannot split sub-byte dtype "+dtype+" (only replication is supported)", errdefs.ErrNotImplemented)
 	}
 
 	size := shape[dim]

@@ -116,7 +116,7 @@ staged hub snapshot into the store (as weightsnap import would).`,
 					printPlan(a.out, plan)
 				}
 				if err == nil && len(plan.Problems) > 0 {
-					err = &staging.PreflightError{Problems: plan.Problems}
+					err = plan.Err()
 				}
 				return err
 			}
