@@ -1,10 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/snapshotter"
@@ -34,10 +37,11 @@ func newStoreCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return a.printJSON(rep)
+			return printDomain(a, rep)
 		},
 	}
 	f := initCmd.Flags()
+	f.BoolVar(&a.jsonOut, "json", false, "print JSON")
 	f.StringVar(&validation, "validation", string(p.Validation), "lookup validation: manifest_and_metadata or full_checksum")
 	f.Int64Var(&p.MaxArtifactBytes, "max-artifact-bytes", 0, "largest artifact accepted (0: no limit)")
 	f.Int64Var(&p.MaxStoreBytes, "max-store-bytes", 0, "largest store (0: no limit)")
@@ -96,23 +100,42 @@ func newLsCmd(a *app) *cobra.Command {
 				return a.printJSON(list)
 			}
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tREVISION\tCOMPONENT\tLAYOUT\tSIZE\tTENSORS\tCREATED")
+			fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tREVISION\tPRODUCER\tLAYOUT\tSIZE\tCREATED")
 			for _, info := range list {
-				rev, comp, layout := "-", "-", "-"
-				if id := info.Identity; id != nil {
-					rev, comp, layout = short(id.Model.Revision), id.Component, id.Layout.Name
-					if id.Layout.TPSize > 0 {
-						layout += fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
-					}
-				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", info.ID[:12], info.State, rev, comp, layout,
-					humanBytes(info.TotalBytes), info.TensorCount, info.Created)
+				fmt.Fprintln(tw, lsRow(info))
 			}
 			return tw.Flush()
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
 	return cmd
+}
+
+// lsRow is one artifact as `weightsnap ls` shows it, in at most 120
+// columns: long repositories, producers and layouts are cut.
+func lsRow(info *store.ArtifactInfo) string {
+	repo, rev, producer, layout := "-", "-", "-", "-"
+	if id := info.Identity; id != nil {
+		var tp string
+		if id.Layout.TPSize > 0 {
+			tp = fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
+		}
+		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), short(id.Model.Revision), cut(id.Producer.Name, 10)
+		layout = cut(id.Layout.Name, 17-len(tp)) + tp
+	}
+	created := info.Created
+	if t, err := time.Parse(time.RFC3339Nano, created); err == nil {
+		created = t.UTC().Format(time.DateTime)
+	}
+	return strings.Join([]string{short(info.ID), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
+}
+
+// cut shortens s to n characters, the last of them an ellipsis.
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	return s
 }
 
 func short(s string) string {
@@ -144,7 +167,7 @@ func newInspectCmd(a *app) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				return a.printJSON(rep)
+				return printDomain(a, rep)
 			}
 			if len(args) != 1 {
 				return fmt.Errorf("inspect needs an artifact ID or --domain")
@@ -196,10 +219,52 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 	for _, f := range info.Files {
 		fmt.Fprintf(tw, "  %s\t%s\t%d tensors\tsha256:%s\n", f.Path, humanBytes(f.Size), f.Tensors, short(f.SHA256))
 	}
-	for _, h := range info.Holders {
-		fmt.Fprintf(tw, "  lock %s\tpid %d\t%s\n", h.Lock, h.PID, h.Mode)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printLocks(a, info.Holders)
+}
+
+// printLocks is the section of the store's lock holders, when there are any.
+func printLocks(a *app, holders []store.LockHolder) error {
+	if len(holders) == 0 {
+		return nil
+	}
+	fmt.Fprintln(a.out, "Lock holders:")
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	for _, h := range holders {
+		fmt.Fprintf(tw, "  pid %d\t%s\t%s\n", h.PID, h.Mode, h.Lock)
 	}
 	return tw.Flush()
+}
+
+// printDomain shows the domain: JSON with --json, else its usage, policy
+// and lock holders as text.
+func printDomain(a *app, r *store.DomainReport) error {
+	if a.jsonOut {
+		return a.printJSON(r)
+	}
+	free := humanBytes(r.FreeBytes)
+	if r.HostMemory {
+		free += " (tmpfs: host memory)"
+	}
+	limit := func(n int64) string {
+		if n == 0 {
+			return "none"
+		}
+		return humanBytes(n)
+	}
+	p := r.Policy
+	fmt.Fprintf(a.out, "Root:        %s (%s, %s free)\n", r.Root, r.FSType, free)
+	fmt.Fprintf(a.out, "Policy:      validation %s, max artifact %s, max store %s, min free %s, coordination timeout %ds, quarantine kept %ds\n",
+		p.Validation, limit(p.MaxArtifactBytes), limit(p.MaxStoreBytes), limit(p.MinFreeBytes), p.CoordinationTimeoutSeconds, p.QuarantineMaxAgeSeconds)
+	for _, u := range []struct {
+		name string
+		u    store.Usage
+	}{{"Ready:", r.Ready}, {"Temp:", r.Temp}, {"Quarantined:", r.Quarantined}, {"Denied:", r.Denied}} {
+		fmt.Fprintf(a.out, "%-12s %d (%s)\n", u.name, u.u.Count, humanBytes(u.u.Bytes))
+	}
+	return printLocks(a, r.Locks)
 }
 
 // printHolders lists what of weightsnapd holds an artifact.
