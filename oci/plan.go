@@ -8,6 +8,7 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
 // Kind is where a pulled artifact's identity comes from.
@@ -168,10 +169,14 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 // file, at least one a safetensors file, and the identity is the passthrough
 // identity of those files with the given repository, revision and component:
 // a layer digest is the file's sha256, so the identity is known before any
-// payload byte is fetched.
+// payload byte is fetched. The repository defaults to the reference's
+// (host/repository).
 func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
 	if o.Revision == "" {
 		return nil, manifestError(ref, "not a weightsnap artifact: --revision is required to import it")
+	}
+	if r, err := registry.ParseReference(ref); err == nil && o.Repository == "" {
+		o.Repository = r.Registry + "/" + r.Repository
 	}
 	plan := &Plan{Ref: ref, Kind: KindForeign}
 	seen := map[string]bool{}

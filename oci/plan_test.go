@@ -60,6 +60,11 @@ func TestPlanForeignMatchesImport(t *testing.T) {
 	if d2, _ := plan2.Identity.Digest(); d2 != wd {
 		t.Fatal("ModelPack layers gave another identity")
 	}
+	// Without --repository the reference names the model.
+	plan3, err := PlanForeign("reg.example:5000/models/x:1", orasManifest(src), ImportOptions{Revision: testRevision})
+	if err != nil || plan3.Identity.Model.Repository != "reg.example:5000/models/x" {
+		t.Fatalf("default repository: %v, %+v", err, plan3.Identity.Model)
+	}
 }
 
 func TestPlanForeignRefuses(t *testing.T) {
