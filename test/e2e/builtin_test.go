@@ -30,7 +30,7 @@ func TestBuiltinContainerd(t *testing.T) {
 [plugins."io.containerd.snapshotter.v1.weightsnap"]
   config_path = "` + ws.Config + `"
 
-[metrics]
+[plugins."io.containerd.server.v1.metrics"]
   address = "127.0.0.1:` + strconv.Itoa(metrics) + `"
 `})
 	n := &snapNode{reg: reg, ws: ws, ctd: ctd, base: harness.PushBusybox(t, reg)}

@@ -143,10 +143,10 @@ state = %q
 # NRI listens on a fixed host path; two test daemons would collide.
 disabled_plugins = ["io.containerd.nri.v1.nri"]
 
-[grpc]
+[plugins."io.containerd.server.v1.grpc"]
   address = %q
 
-[ttrpc]
+[plugins."io.containerd.server.v1.ttrpc"]
   address = %q
 
 [debug]
