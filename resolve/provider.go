@@ -60,10 +60,3 @@ type DigestProvider interface {
 	Provider
 	ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error)
 }
-
-// TransferReporter is implemented by producers that can say how they moved
-// an artifact (a weight peer's: which peer, which data plane, how many
-// rails, how many bytes); the report's step records it.
-type TransferReporter interface {
-	Transfer() (endpoint, mode string, rails int, bytes int64)
-}
