@@ -8,7 +8,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -184,7 +183,6 @@ func (f *fetcher) closeSession() {
 // what it has not verified yet, from the next peer (or the same one, once
 // it answers again).
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
-	start := time.Now()
 	var mo store.MaterialiseOptions
 	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && wire.IsHex64(hex) {
 		mo.Known = hex // an identity this store may already have: no peer needed
@@ -222,6 +220,6 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 	if m.Transfer != nil {
 		rep.Transfer = *m.Transfer
 	}
-	rep.Seconds = time.Since(start).Seconds()
+	rep.Seconds = m.Total.Seconds()
 	return lease, rep, nil
 }

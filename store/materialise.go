@@ -75,8 +75,8 @@ type Materialised struct {
 	// Transfer is what the producer moved, when it ran and reports it
 	// (TransferReporter), with the timings of a build.
 	Transfer *Transfer
-	// Waited is the time spent waiting for the build lock; Total the whole call's.
-	Waited, Total time.Duration
+	// Total is the whole call's time.
+	Total time.Duration
 }
 
 // Materialise is the one way an artifact comes into the store from a
@@ -104,7 +104,7 @@ func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOption
 	defer g.stop()
 	tp := &timedProducer{Producer: p, g: g}
 	l, res, err := d.GetOrBuild(g.ctx, identity, tp)
-	m.Built, m.Waited, m.WaitSpent = res.Built, res.Waited, g.spent()
+	m.Built, m.WaitSpent = res.Built, g.spent()
 	m.Ran, m.ProduceErr = tp.ran, tp.err
 	if r, ok := p.(TransferReporter); ok && tp.ran {
 		t := r.Transfer()
