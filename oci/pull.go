@@ -144,18 +144,18 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		mo.Known, _ = id.Hex()
 	}
 	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
-		plan, err := planRemote(ctx, r, resolved.Manifest, o.Import)
+		p, err := planRemote(ctx, r, resolved.Manifest, o.Import)
 		if err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		if rep.Identity, err = plan.Identity.Digest(); err != nil {
+		if rep.Identity, err = p.Identity.Digest(); err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		rep.Kind, rep.Files, rep.Bytes = plan.Kind, len(plan.Files), plan.TotalBytes()
+		rep.Kind, rep.Files, rep.Bytes = p.Kind, len(p.Files), p.TotalBytes()
 		if o.OnPlan != nil {
-			o.OnPlan(plan)
+			o.OnPlan(p)
 		}
-		return plan.Identity, newPuller(r, plan, o), nil
+		return p.Identity, newPuller(r, p, o), nil
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)
 	rep.Seconds = time.Since(start).Seconds()
@@ -165,10 +165,8 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		}
 		return nil, rep, err
 	}
-	rep.ID, rep.Path, rep.Built = lease.ID, lease.Dir, m.Built
-	if !m.Planned {
-		rep.Identity, rep.Files, rep.Bytes = "sha256:"+lease.ID, len(lease.Index.Files), lease.Index.TotalBytes()
-	}
+	rep.Identity, rep.ID, rep.Path, rep.Built = "sha256:"+lease.ID, lease.ID, lease.Dir, m.Built
+	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
 	if m.Transfer != nil {
 		rep.Transfer = *m.Transfer
 	}

@@ -212,10 +212,7 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 		}
 		return nil, rep, err
 	}
-	if !m.Planned {
-		rep.Identity, rep.Tensors = request, nil
-	}
-	rep.ID, rep.Path, rep.Built = lease.ID, lease.Dir, m.Built
+	rep.Identity, rep.ID, rep.Path, rep.Built = "sha256:"+lease.ID, lease.ID, lease.Dir, m.Built
 	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
 	if m.Transfer != nil {
 		rep.Transfer = *m.Transfer
