@@ -362,7 +362,8 @@ func (a *attempt) remote(p Provider) bool {
 	return a.materialize(StepRemote, name, plan, true, OutcomeFetched, t)
 }
 
-// materialize runs a producer through the store and records the result.
+// materialize plans a producer and runs it through the store, and records
+// the result.
 func (a *attempt) materialize(step, source string, plan func() (artifact.Producer, *Failure), remote bool, outcome Outcome, t time.Time) bool {
 	moved := a.rep.BytesMoved
 	br, f := a.getOrBuild(step, source, plan, remote)
