@@ -63,7 +63,7 @@ func producerFor(ctx context.Context, r *registry.Remote, want string, o PullOpt
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
-	return got, &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}, nil
+	return got, newPuller(r, plan, o), nil
 }
 
 // ArtifactProvider is the registry source of one digest-pinned artifact

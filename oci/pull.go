@@ -69,24 +69,17 @@ const (
 
 // PullReport says what a pull did.
 type PullReport struct {
-	Ref         string `json:"ref"`
-	Manifest    string `json:"manifest"`
-	Kind        Kind   `json:"kind"`
-	Identity    string `json:"identity"`
-	ID          string `json:"id"`
-	Path        string `json:"path"`
-	Built       bool   `json:"built"`
-	Files       int    `json:"files"`
-	Bytes       int64  `json:"bytes"`
-	Fetched     int64  `json:"fetched_bytes"`
-	Reused      int64  `json:"reused_bytes"`
-	ReusedFiles int    `json:"reused_files"`
-	Ranged      bool   `json:"ranged"`
-	// FetchSeconds is the producer's time (transfers and hashing);
-	// PublishSeconds the store's publication after it (fsync waits included).
-	FetchSeconds   float64 `json:"fetch_seconds"`
-	PublishSeconds float64 `json:"publish_seconds"`
-	Seconds        float64 `json:"seconds"`
+	Ref      string `json:"ref"`
+	Manifest string `json:"manifest"`
+	Kind     Kind   `json:"kind"`
+	Identity string `json:"identity"`
+	ID       string `json:"id"`
+	Path     string `json:"path"`
+	Built    bool   `json:"built"`
+	Files    int    `json:"files"`
+	Bytes    int64  `json:"bytes"`
+	store.Transfer
+	Seconds float64 `json:"seconds"`
 }
 
 // plan fetches a manifest's index layer, if it has one, and plans the pull.
@@ -144,41 +137,40 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	if err != nil {
 		return nil, nil, err
 	}
-	mdigest := resolved.Desc.Digest.String()
+	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
+	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
 	if id, ok := annotatedIdentity(resolved.Manifest); ok {
-		if hex, err := id.Hex(); err == nil {
-			if l, err := d.Lookup(ctx, hex, ""); err == nil {
-				rep := &PullReport{Ref: r.String(), Manifest: mdigest, Kind: KindWeightsnap, Identity: "sha256:" + hex,
-					ID: hex, Path: l.Dir, Files: len(l.Index.Files), Bytes: l.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
-				return l, rep, nil
-			}
+		mo.Known, _ = id.Hex()
+	}
+	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
+		p, err := planRemote(ctx, r, resolved.Manifest, o.Import)
+		if err != nil {
+			return artifact.Identity{}, nil, err
 		}
+		if rep.Identity, err = p.Identity.Digest(); err != nil {
+			return artifact.Identity{}, nil, err
+		}
+		rep.Kind, rep.Files, rep.Bytes = p.Kind, len(p.Files), p.TotalBytes()
+		if o.OnPlan != nil {
+			o.OnPlan(p)
+		}
+		return p.Identity, newPuller(r, p, o), nil
 	}
-	plan, err := planRemote(ctx, r, resolved.Manifest, o.Import)
+	lease, m, err := d.Materialise(ctx, plan, mo)
+	rep.Seconds = time.Since(start).Seconds()
 	if err != nil {
-		return nil, nil, err
-	}
-	idDigest, err := plan.Identity.Digest()
-	if err != nil {
-		return nil, nil, err
-	}
-	rep := &PullReport{Ref: r.String(), Manifest: mdigest, Kind: plan.Kind, Identity: idDigest,
-		Files: len(plan.Files), Bytes: plan.TotalBytes()}
-	if o.OnPlan != nil {
-		o.OnPlan(plan)
-	}
-	p := &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}
-	lease, res, err := d.GetOrBuild(ctx, plan.Identity, p)
-	if err != nil {
+		if !m.Planned {
+			return nil, nil, err
+		}
 		return nil, rep, err
 	}
-	rep.ID, rep.Path, rep.Built = lease.ID, lease.Dir, res.Built
-	rep.Fetched, rep.Reused, rep.ReusedFiles, rep.Ranged = p.fetched.Load(), p.reused.Load(), int(p.reusedFiles.Load()), p.ranged
-	rep.FetchSeconds = p.took.Seconds()
-	rep.PublishSeconds = max(res.Produce-p.took, 0).Seconds()
-	rep.Seconds = time.Since(start).Seconds()
-	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", idDigest).WithField("built", res.Built).
+	rep.Identity, rep.ID, rep.Path, rep.Built = "sha256:"+lease.ID, lease.ID, lease.Dir, m.Built
+	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
+	if m.Transfer != nil {
+		rep.Transfer = *m.Transfer
+	}
+	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", rep.Identity).WithField("built", rep.Built).
 		WithField("fetched", rep.Fetched).WithField("reused", rep.Reused).Debug("pull done")
 	return lease, rep, nil
 }
@@ -191,7 +183,6 @@ type puller struct {
 	o    PullOptions
 
 	ranged      bool
-	took        time.Duration // Produce's duration
 	openMu      sync.Mutex
 	open        map[*fileTask]struct{} // created in the store, not finished
 	chunk       int64                  // the range size
@@ -201,7 +192,17 @@ type puller struct {
 	reusedFiles atomic.Int64
 }
 
+func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {
+	return &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}
+}
+
 func (p *puller) Name() string { return PullProducerName }
+
+// Transfer implements store.TransferReporter.
+func (p *puller) Transfer() store.Transfer {
+	return store.Transfer{Endpoint: p.r.String(), Fetched: p.fetched.Load(), Reused: p.reused.Load(),
+		ReusedFiles: int(p.reusedFiles.Load()), Ranged: p.ranged}
+}
 
 func (p *puller) progress(n int64) {
 	if p.o.Progress != nil && n > 0 {
@@ -211,8 +212,6 @@ func (p *puller) progress(n int64) {
 
 // Produce implements artifact.Producer.
 func (p *puller) Produce(ctx context.Context, w artifact.Writer) error {
-	start := time.Now()
-	defer func() { p.took = time.Since(start) }()
 	todo, err := p.reuse(ctx, w)
 	if err != nil {
 		return err

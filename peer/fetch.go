@@ -110,19 +110,19 @@ type fetcher struct {
 	slots   chan struct{}
 
 	fetched, reused atomic.Int64
-	rep             transferStats
+	reusedFiles     int
+	rep             sessionStats
 	gens            map[string]string
-	took            time.Duration
 }
 
-// transferStats is what the report says about the transfer.
-type transferStats struct {
-	Peer      string   `json:"peer,omitempty"`
-	Peers     []string `json:"peers,omitempty"`
-	Mode      Mode     `json:"mode,omitempty"`
-	Rails     int      `json:"rails,omitempty"`
-	Failovers int      `json:"failovers"`
-	Restarts  int      `json:"restarts"`
+// sessionStats are the sessions a fetch ran, for its report.
+type sessionStats struct {
+	Peer      string   // the last session's
+	Peers     []string // every session's, in order, repeats dropped
+	Mode      Mode
+	Rails     int
+	Failovers int
+	Restarts  int
 }
 
 func (f *fetcher) Name() string { return FetchProducerName }
@@ -135,8 +135,6 @@ func (f *fetcher) progress(n int64) {
 
 // Produce implements artifact.Producer.
 func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
-	start := time.Now()
-	defer func() { f.took = time.Since(start) }()
 	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
 	bw, ok := w.(artifact.BoundWriter)
 	if !ok {
@@ -181,6 +179,7 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 				return fmt.Errorf("reuse %s: %w", s.Path, err)
 			} else if ok {
 				f.reused.Add(s.Size)
+				f.reusedFiles++
 				log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
 				continue
 			}

@@ -30,7 +30,7 @@ func TestFetchTCP(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			if !rep.Built || rep.Rails != rails || rep.Mode != ModeTCP || rep.Peer != addr || rep.Fetched != rep.Bytes {
+			if !rep.Built || rep.Rails != rails || rep.Mode != string(ModeTCP) || rep.Endpoint != addr || rep.Fetched != rep.Bytes {
 				t.Fatalf("report %+v", rep)
 			}
 			verifyFull(t, dst, l.ID)
@@ -74,7 +74,7 @@ func testFailover(t *testing.T, mode Mode, cfg ServerConfig) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if rep.Failovers < 1 || len(rep.Peers) != 2 || rep.Peer != addrB || rep.Fetched != rep.Bytes {
+	if rep.Failovers < 1 || len(rep.Peers) != 2 || rep.Endpoint != addrB || rep.Fetched != rep.Bytes {
 		t.Fatalf("report %+v", rep)
 	}
 	verifyFull(t, dst, l.ID)
@@ -248,7 +248,7 @@ func TestFetchFromALyingPeer(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer got.Close()
-	if rep.Failovers < 1 || rep.Peer != addrB {
+	if rep.Failovers < 1 || rep.Endpoint != addrB {
 		t.Fatalf("report %+v", rep)
 	}
 	verifyFull(t, dst, got.ID)

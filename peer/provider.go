@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // Provider is the weight-peer source of resolution: the configured peers,
@@ -45,10 +46,11 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	return f, nil
 }
 
-// Transfer says how the producer moved the artifact, for resolution reports:
-// the peer it finished with, the data plane, its rails and the bytes fetched.
-func (f *fetcher) Transfer() (endpoint, mode string, rails int, bytes int64) {
-	return f.rep.Peer, string(f.rep.Mode), f.rep.Rails, f.fetched.Load()
+// Transfer implements store.TransferReporter: the peer the fetch finished
+// with, the data plane, its rails and the bytes fetched and reused.
+func (f *fetcher) Transfer() store.Transfer {
+	return store.Transfer{Endpoint: f.rep.Peer, Mode: string(f.rep.Mode), Rails: f.rep.Rails, Fetched: f.fetched.Load(),
+		Reused: f.reused.Load(), ReusedFiles: f.reusedFiles}
 }
 
 // ProducerForDigest implements resolve.DigestProvider: a peer is asked for

@@ -39,7 +39,7 @@ func TestFetchRMA(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			if !rep.Built || rep.Mode != ModeRMA || rep.Rails != rails || rep.Fetched != rep.Bytes {
+			if !rep.Built || rep.Mode != string(ModeRMA) || rep.Rails != rails || rep.Fetched != rep.Bytes {
 				t.Fatalf("report %+v", rep)
 			}
 			verifyFull(t, dst, l.ID) // every byte against the sender's hashes

@@ -2,15 +2,16 @@ package peer
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -61,22 +62,48 @@ func ExpandPeers(ctx context.Context, peers []string) ([]string, error) {
 	return out, nil
 }
 
-// FetchReport says what a fetch did.
+// FetchReport says what a fetch did. Transfer's Endpoint is the peer the
+// fetch finished with; Peers every peer it used, in order.
 type FetchReport struct {
-	Request  string   `json:"request"`
-	Identity string   `json:"identity"`
-	ID       string   `json:"id"`
-	Path     string   `json:"path"`
-	Tensors  []string `json:"tensors,omitempty"` // the patterns of a subset
-	Built    bool     `json:"built"`
-	Files    int      `json:"files"`
-	Bytes    int64    `json:"bytes"`
-	Fetched  int64    `json:"fetched_bytes"`
-	Reused   int64    `json:"reused_bytes"`
-	transferStats
-	FetchSeconds   float64 `json:"fetch_seconds"`
-	PublishSeconds float64 `json:"publish_seconds"`
-	Seconds        float64 `json:"seconds"`
+	Request  string
+	Identity string
+	ID       string
+	Path     string
+	Tensors  []string // the patterns of a subset
+	Built    bool
+	Files    int
+	Bytes    int64
+	store.Transfer
+	Peers     []string
+	Failovers int
+	Restarts  int
+	Seconds   float64
+}
+
+// MarshalJSON is the report's encoding, `weightsnap peer fetch --json`.
+func (r FetchReport) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Request        string   `json:"request"`
+		Identity       string   `json:"identity"`
+		ID             string   `json:"id"`
+		Path           string   `json:"path"`
+		Tensors        []string `json:"tensors,omitempty"`
+		Built          bool     `json:"built"`
+		Files          int      `json:"files"`
+		Bytes          int64    `json:"bytes"`
+		Fetched        int64    `json:"fetched_bytes"`
+		Reused         int64    `json:"reused_bytes"`
+		Peer           string   `json:"peer,omitempty"`
+		Peers          []string `json:"peers,omitempty"`
+		Mode           string   `json:"mode,omitempty"`
+		Rails          int      `json:"rails,omitempty"`
+		Failovers      int      `json:"failovers"`
+		Restarts       int      `json:"restarts"`
+		FetchSeconds   float64  `json:"fetch_seconds"`
+		PublishSeconds float64  `json:"publish_seconds"`
+		Seconds        float64  `json:"seconds"`
+	}{r.Request, r.Identity, r.ID, r.Path, r.Tensors, r.Built, r.Files, r.Bytes, r.Fetched, r.Reused, r.Endpoint, r.Peers,
+		r.Mode, r.Rails, r.Failovers, r.Restarts, r.FetchSeconds, r.PublishSeconds, r.Seconds})
 }
 
 // newFetcher picks the first peer that serves request and reads its
@@ -156,35 +183,40 @@ func (f *fetcher) closeSession() {
 // what it has not verified yet, from the next peer (or the same one, once
 // it answers again).
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
-	start := time.Now()
+	var mo store.MaterialiseOptions
 	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && wire.IsHex64(hex) {
-		if l, err := d.Lookup(ctx, hex, ""); err == nil { // an identity this store already has: no peer needed
-			rep := &FetchReport{Request: request, Identity: request, ID: l.ID, Path: l.Dir, Files: len(l.Index.Files),
-				Bytes: l.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
-			return l, rep, nil
+		mo.Known = hex // an identity this store may already have: no peer needed
+	}
+	rep := &FetchReport{Request: request, Tensors: o.Tensors}
+	var f *fetcher
+	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
+		addrs, err := ExpandPeers(ctx, peers)
+		if err != nil {
+			return artifact.Identity{}, nil, err
 		}
+		if f, err = newFetcher(ctx, addrs, request, o, true); err != nil {
+			return artifact.Identity{}, nil, err
+		}
+		f.scratch = d.Root()
+		rep.Identity, _ = f.identity.Digest()
+		return f.identity, f, nil
 	}
-	addrs, err := ExpandPeers(ctx, peers)
-	if err != nil {
-		return nil, nil, err
+	lease, m, err := d.Materialise(ctx, plan, mo)
+	if f != nil {
+		f.closeSession()
+		rep.Peers, rep.Failovers, rep.Restarts = f.rep.Peers, f.rep.Failovers, f.rep.Restarts
 	}
-	f, err := newFetcher(ctx, addrs, request, o, true)
 	if err != nil {
-		return nil, nil, err
-	}
-	defer f.closeSession()
-	f.scratch = d.Root()
-	digest, _ := f.identity.Digest()
-	rep := &FetchReport{Request: request, Identity: digest, Tensors: o.Tensors}
-	lease, res, err := d.GetOrBuild(ctx, f.identity, f)
-	if err != nil {
+		if !m.Planned {
+			return nil, nil, err
+		}
 		return nil, rep, err
 	}
-	rep.ID, rep.Path, rep.Built = lease.ID, lease.Dir, res.Built
+	rep.Identity, rep.ID, rep.Path, rep.Built = "sha256:"+lease.ID, lease.ID, lease.Dir, m.Built
 	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
-	rep.Fetched, rep.Reused, rep.transferStats = f.fetched.Load(), f.reused.Load(), f.rep
-	rep.FetchSeconds = f.took.Seconds()
-	rep.PublishSeconds = max(res.Produce-f.took, 0).Seconds()
-	rep.Seconds = time.Since(start).Seconds()
+	if m.Transfer != nil {
+		rep.Transfer = *m.Transfer
+	}
+	rep.Seconds = m.Total.Seconds()
 	return lease, rep, nil
 }

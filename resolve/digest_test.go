@@ -13,6 +13,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // digestProvider stands in for the registry artifact a pointer names: it
@@ -125,7 +126,9 @@ func (p *peerProvider) ProducerForDigest(ctx context.Context, digest string) (ar
 
 type transferring struct{ artifact.Producer }
 
-func (transferring) Transfer() (string, string, int, int64) { return "10.0.0.7:7420", "tcp", 4, 42 }
+func (transferring) Transfer() store.Transfer {
+	return store.Transfer{Endpoint: "10.0.0.7:7420", Mode: "tcp", Rails: 4, Fetched: 42}
+}
 
 // TestResolvePeersFirst: the weight peers are asked before the registry a
 // pointer names, and the report's step says how the peer moved the bytes.

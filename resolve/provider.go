@@ -13,7 +13,9 @@ import (
 // Provider uses only artifact and standard types, so package oci and package
 // peer implement it without importing resolve. A provider never writes into
 // the store itself: it returns a producer, which resolution runs under the
-// store's build lock (store.Domain.GetOrBuild) with the store-scoped writer.
+// store's build lock (store.Domain.Materialise) with the store-scoped
+// writer; a producer that moves bytes says how (store.TransferReporter) and
+// the report's step records it.
 // That producer writes every payload file through the writer (sequential
 // Write where it can, so the store hashes while it writes; WriteAt for
 // multi-stream fetches), verifies each file against the remote digests, and
@@ -59,11 +61,4 @@ func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) 
 type DigestProvider interface {
 	Provider
 	ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error)
-}
-
-// TransferReporter is implemented by producers that can say how they moved
-// an artifact (a weight peer's: which peer, which data plane, how many
-// rails, how many bytes); the report's step records it.
-type TransferReporter interface {
-	Transfer() (endpoint, mode string, rails int, bytes int64)
 }

@@ -57,7 +57,7 @@ func (a *attempt) publish(p producers.PhasedProducer) {
 		return
 	}
 	source := SourceProducerPrefix + p.Name()
-	br, f := a.getOrBuild(StepPublish, source, p, false)
+	br, f := a.getOrBuild(StepPublish, source, func() (artifact.Producer, *Failure) { return p, nil }, false)
 	if f == nil {
 		if f = a.collision(StepPublish, source, br.lease); f == nil {
 			br.lease.Close()
@@ -71,7 +71,7 @@ func (a *attempt) publish(p producers.PhasedProducer) {
 	s := a.rep.step(StepPublish, source, StepOK, t, "")
 	s.Bytes = a.rep.BytesMoved
 	a.rep.Outcome, a.rep.Source, a.rep.Path = OutcomePublished, source, br.lease.Dir
-	if !br.res.Built {
+	if !br.built {
 		a.rep.Outcome, a.rep.Source = OutcomePresent, SourceLocal
 	}
 }

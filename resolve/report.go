@@ -84,7 +84,8 @@ type Step struct {
 	Transfer *Transfer `json:"transfer,omitempty"`
 }
 
-// Transfer is how a remote provider moved an artifact.
+// Transfer is how a remote provider moved an artifact: the part of its
+// store.Transfer (store.TransferReporter) a resolution report records.
 type Transfer struct {
 	Endpoint string `json:"endpoint"`
 	Mode     string `json:"mode,omitempty"`

@@ -329,44 +329,48 @@ func (a *attempt) providers() ([]Provider, bool) {
 func (a *attempt) remote(p Provider) bool {
 	t := time.Now()
 	name := p.Name()
-	var prod artifact.Producer
-	var err error
-	if a.known {
-		prod, err = p.Producer(a.ctx, a.id)
-	} else if dp, ok := p.(DigestProvider); ok {
-		var id artifact.Identity
-		if id, prod, err = dp.ProducerForDigest(a.ctx, a.rep.Identity); err == nil {
-			if f := a.learn(StepRemote, name, id); f != nil {
-				a.rep.step(StepRemote, name, StepFailed, t, string(f.Kind))
-				return a.recover(f)
-			}
-		}
-	} else {
+	dp, isDigest := p.(DigestProvider)
+	if !a.known && !isDigest {
 		a.rep.step(StepRemote, name, StepSkipped, t, "needs the full identity, the request has only its digest")
 		return false
 	}
-	if err == nil && prod == nil {
-		err = fmt.Errorf("provider %s returned no producer: %w", name, errdefs.ErrNotFound)
-	}
-	if err != nil {
-		f := classifyProducerError(StepRemote, name, err, true)
-		if a.ctx.Err() != nil {
-			f.Kind = KindCanceled
+	plan := func() (artifact.Producer, *Failure) {
+		var prod artifact.Producer
+		var err error
+		if a.known {
+			prod, err = p.Producer(a.ctx, a.id)
+		} else {
+			var id artifact.Identity
+			if id, prod, err = dp.ProducerForDigest(a.ctx, a.rep.Identity); err == nil {
+				if f := a.learn(StepRemote, name, id); f != nil {
+					return nil, f
+				}
+			}
 		}
-		a.rep.step(StepRemote, name, missOrFailed(f), t, string(f.Kind))
-		return a.recover(f)
+		if err == nil && prod == nil {
+			err = fmt.Errorf("provider %s returned no producer: %w", name, errdefs.ErrNotFound)
+		}
+		if err != nil {
+			f := classifyProducerError(StepRemote, name, err, true)
+			if a.ctx.Err() != nil {
+				f.Kind = KindCanceled
+			}
+			return nil, f
+		}
+		return prod, nil
 	}
-	return a.materialize(StepRemote, name, prod, true, OutcomeFetched, t)
+	return a.materialize(StepRemote, name, plan, true, OutcomeFetched, t)
 }
 
-// materialize runs a producer through the store and records the result.
-func (a *attempt) materialize(step, source string, p artifact.Producer, remote bool, outcome Outcome, t time.Time) bool {
+// materialize plans a producer and runs it through the store, and records
+// the result.
+func (a *attempt) materialize(step, source string, plan func() (artifact.Producer, *Failure), remote bool, outcome Outcome, t time.Time) bool {
 	moved := a.rep.BytesMoved
-	br, f := a.getOrBuild(step, source, p, remote)
+	br, f := a.getOrBuild(step, source, plan, remote)
 	if f == nil {
 		f = a.collision(step, source, br.lease)
 	}
-	if f == nil && !remote && br.res.Built {
+	if f == nil && !remote && br.built {
 		f = a.sourceChanged(step, source, br.lease)
 	}
 	if f != nil {
@@ -376,7 +380,7 @@ func (a *attempt) materialize(step, source string, p artifact.Producer, remote b
 	}
 	s := a.rep.step(step, source, StepOK, t, "")
 	s.Bytes, s.Transfer = a.rep.BytesMoved-moved, br.transfer
-	if !br.res.Built { // another process published it meanwhile
+	if !br.built { // another process published it meanwhile
 		outcome, source = OutcomeHit, SourceLocal
 		s.Detail = "published by another process while waiting"
 	}
@@ -460,7 +464,8 @@ func (a *attempt) local() bool {
 			a.rep.step(StepProduce, source, StepFailed, t, string(f.Kind))
 			return a.recover(f)
 		}
-		if a.materialize(StepProduce, source, prod, false, OutcomeBuilt, t) || a.done {
+		made := func() (artifact.Producer, *Failure) { return prod, nil }
+		if a.materialize(StepProduce, source, made, false, OutcomeBuilt, t) || a.done {
 			return true
 		}
 	}

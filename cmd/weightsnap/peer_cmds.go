@@ -261,7 +261,7 @@ artifact of their own (producer tensor-subset).`,
 			}
 			fmt.Fprintln(a.out, rep.Identity)
 			if rep.Built {
-				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Peer, rep.Mode, rep.Rails, rep.Seconds)
+				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Endpoint, rep.Mode, rep.Rails, rep.Seconds)
 			}
 			return nil
 		},

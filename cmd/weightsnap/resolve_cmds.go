@@ -10,11 +10,9 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
-	"github.com/weightsnap/weightsnap/oci"
-	"github.com/weightsnap/weightsnap/peer"
+	"github.com/weightsnap/weightsnap/cmd/internal/node"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
-	"github.com/weightsnap/weightsnap/store"
 )
 
 // resolveOpts are the flags of weightsnap resolve.
@@ -74,32 +72,37 @@ the path. In disabled mode nothing under the store root is touched.`,
 	return cmd
 }
 
-// withConfig fills the options the command line left unset from the
-// configuration file's [resolve] table.
-func (o resolveOpts) withConfig(cmd *cobra.Command, c config.Resolve) resolveOpts {
-	set := func(flag string) bool { return cmd.Flags().Changed(flag) }
-	if !set("mode") {
-		o.mode = c.Mode
+// config is the configuration file with the command line's flags over it.
+func (o resolveOpts) config(cmd *cobra.Command, a *app) config.Config {
+	c := a.cfg
+	c.Root = a.effectiveRoot()
+	set := cmd.Flags().Changed
+	if set("mode") {
+		c.Resolve.Mode = o.mode
 	}
-	if !set("validation") {
-		o.validation = c.Validation
+	if set("validation") {
+		c.Resolve.Validation = o.validation
 	}
-	if !set("registry") {
-		o.registry = c.Registry
+	if set("registry") {
+		c.Resolve.Registry = o.registry
 	}
-	if !set("allow-local-build") {
-		o.allowLocalBuild = c.AllowLocalBuild
+	if set("allow-local-build") {
+		c.Resolve.AllowLocalBuild = o.allowLocalBuild
 	}
-	if !set("coordination-timeout") {
-		o.timeout = c.CoordinationTimeoutSeconds
+	if set("coordination-timeout") {
+		c.Resolve.CoordinationTimeoutSeconds = o.timeout
 	}
-	return o
+	c.Peer = o.peer.apply(cmd, c.Peer)
+	if len(o.peers) > 0 {
+		c.Peer.Peers = o.peers
+	}
+	return c
 }
 
 func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	ctx := cmd.Context()
-	o = o.withConfig(cmd, a.cfg.Resolve)
-	mode, err := resolve.ParseMode(o.mode)
+	cfg := o.config(cmd, a)
+	mode, err := resolve.ParseMode(cfg.Resolve.Mode)
 	if err != nil {
 		return err
 	}
@@ -131,25 +134,6 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 			}
 		}
 	}
-	wait := resolve.WaitPolicy{CoordinationTimeoutSeconds: o.timeout}
-	if wait.CoordinationTimeoutSeconds == 0 {
-		wait.CoordinationTimeoutSeconds = a.cfg.Store.CoordinationTimeoutSeconds
-	}
-	var peers, providers []resolve.Provider
-	if addrs := a.peers(o); len(addrs) > 0 && mode != resolve.Disabled {
-		fo, err := o.peer.apply(cmd, a.cfg.Peer).FetchOptions()
-		if err != nil {
-			return err
-		}
-		peers = append(peers, &peer.Provider{Peers: addrs, Options: fo})
-	}
-	if o.registry != "" && mode != resolve.Disabled {
-		repo, err := a.openRemote(ctx, &o.remote, o.registry, 0)
-		if err != nil {
-			return err
-		}
-		providers = append(providers, &oci.Provider{Repo: repo})
-	}
 	passthrough, err := a.localPassthrough(mode)
 	if err != nil {
 		return err
@@ -157,11 +141,8 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	if _, ok := req.Recipe.(producers.Passthrough); ok {
 		req.Recipe = passthrough
 	}
-	rt, err := resolve.New(resolve.Config{
-		Mode: mode, Root: a.effectiveRoot(), Store: &a.cfg.Store, Validation: store.ValidationMode(o.validation),
-		Wait: wait, AllowLocalBuild: o.allowLocalBuild, NoFingerprintCache: o.noFingerprintCache,
-		Peers: peers, Providers: providers, Producers: []producers.Recipe{passthrough},
-	})
+	rt, err := node.NewRuntime(ctx, cfg, node.RuntimeOptions{Mode: mode, Remote: o.remote.options(&cfg.Resolve, 0),
+		Producers: []producers.Recipe{passthrough}, NoFingerprintCache: o.noFingerprintCache})
 	if err != nil {
 		return err
 	}
@@ -204,12 +185,4 @@ func (a *app) writeReport(dest string, rep *resolve.Report) error {
 		return err
 	}
 	return os.WriteFile(dest, raw, 0o644)
-}
-
-// peers are the weight peers resolution asks: --peer, else [peer] peers.
-func (a *app) peers(o resolveOpts) []string {
-	if len(o.peers) > 0 {
-		return o.peers
-	}
-	return a.cfg.Peer.Peers
 }

@@ -1,8 +1,8 @@
 // Package node assembles weightsnap's node side from the configuration
-// file: the resolution runtime of weight layers, the snapshotter (with its
-// repairs and host mounts) and its control API. weightsnapd serves it to
-// containerd as a proxy snapshotter; cmd/weightsnapd/plugin compiles it
-// into containerd.
+// file: the resolution runtime (NewRuntime, weightsnap resolve's too), the
+// snapshotter (with its repairs and host mounts) and its control API.
+// weightsnapd serves it to containerd as a proxy snapshotter;
+// cmd/weightsnapd/plugin compiles it into containerd.
 package node
 
 import (
@@ -14,9 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
-	"github.com/weightsnap/weightsnap/oci"
-	"github.com/weightsnap/weightsnap/oci/registry"
-	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -36,7 +33,7 @@ type Node struct {
 // nil) and serves the control API ([snapshotter] control_address). ctx
 // bounds the node's resolutions and repairs: its life.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
-	rt, err := newRuntime(cfg)
+	rt, err := NewRuntime(ctx, cfg, RuntimeOptions{Mode: resolve.Required, Remote: cfg.Resolve.RegistryOptions("weightsnapd")})
 	if err != nil {
 		return nil, err
 	}
@@ -78,40 +75,4 @@ func (n *Node) Close() error {
 		n.control.Close()
 	}
 	return n.Snapshotter.Close()
-}
-
-// newRuntime is the resolution runtime of weight layers and host mounts:
-// required mode (the snapshotter decides what a failure means), the store,
-// then the weight peers ([peer] peers), then the registry a pointer names
-// when its host is configured, then the configured registry repository's
-// identity tags.
-func newRuntime(cfg config.Config) (*resolve.Runtime, error) {
-	remote := cfg.Resolve.RegistryOptions("weightsnapd")
-	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: remote}
-	rc := resolve.Config{
-		Mode: resolve.Required, Root: cfg.Root, Store: &cfg.Store,
-		Validation: store.ValidationMode(cfg.Resolve.Validation),
-		Wait:       resolve.WaitPolicy{CoordinationTimeoutSeconds: cfg.Resolve.CoordinationTimeoutSeconds},
-		Locate: func(ctx context.Context, ref string) (resolve.Provider, error) {
-			return loc.Locate(ctx, ref)
-		},
-	}
-	if rc.Wait.CoordinationTimeoutSeconds == 0 {
-		rc.Wait.CoordinationTimeoutSeconds = cfg.Store.CoordinationTimeoutSeconds
-	}
-	if len(cfg.Peer.Peers) > 0 {
-		fo, err := cfg.Peer.FetchOptions()
-		if err != nil {
-			return nil, err
-		}
-		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
-	}
-	if cfg.Resolve.Registry != "" {
-		repo, err := registry.New(context.Background(), cfg.Resolve.Registry, remote)
-		if err != nil {
-			return nil, err
-		}
-		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo})
-	}
-	return resolve.New(rc)
 }

@@ -1,0 +1,72 @@
+package node
+
+import (
+	"context"
+
+	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/peer"
+	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// RuntimeOptions are what a program adds to the runtime the configuration
+// describes.
+type RuntimeOptions struct {
+	// Mode is the resolution mode: the daemon's is required (the
+	// snapshotter decides what a failure means); weightsnap resolve's is
+	// [resolve] mode.
+	Mode resolve.Mode
+	// Remote are the registry client options: cfg.Resolve.RegistryOptions,
+	// with a command's flags over them.
+	Remote registry.Options
+	// Producers are the registered local producers.
+	Producers []producers.Recipe
+	// NoFingerprintCache hashes every source file instead of using the cache.
+	NoFingerprintCache bool
+}
+
+// NewRuntime is the resolution runtime of the configuration, the one
+// weightsnap resolve, weightsnapd and the containerd plugin use: the store
+// at cfg.Root (its policy [store], lookups as [resolve] validation, waits
+// bounded by [resolve] or else [store] coordination_timeout_seconds), then
+// the weight peers ([peer] peers, fetched from as the [peer] table says),
+// then the registry a request's artifact reference (a weight image's
+// pointer) names when its host is allowed ([resolve] registries), then
+// the identity tags of [resolve] registry, then the local producers when
+// [resolve] allow_local_build. In disabled mode it has no remote source.
+// The caller sets the file's values its flags override in cfg first.
+func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*resolve.Runtime, error) {
+	rc := resolve.Config{
+		Mode: o.Mode, Root: cfg.Root, Store: &cfg.Store, Validation: store.ValidationMode(cfg.Resolve.Validation),
+		Wait:            resolve.WaitPolicy{CoordinationTimeoutSeconds: cfg.Resolve.CoordinationTimeoutSeconds},
+		AllowLocalBuild: cfg.Resolve.AllowLocalBuild, NoFingerprintCache: o.NoFingerprintCache, Producers: o.Producers,
+	}
+	if rc.Wait.CoordinationTimeoutSeconds == 0 {
+		rc.Wait.CoordinationTimeoutSeconds = cfg.Store.CoordinationTimeoutSeconds
+	}
+	if o.Mode == resolve.Disabled {
+		return resolve.New(rc)
+	}
+	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: o.Remote}
+	rc.Locate = func(ctx context.Context, ref string) (resolve.Provider, error) {
+		return loc.Locate(ctx, ref)
+	}
+	if len(cfg.Peer.Peers) > 0 {
+		fo, err := cfg.Peer.FetchOptions()
+		if err != nil {
+			return nil, err
+		}
+		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
+	}
+	if cfg.Resolve.Registry != "" {
+		repo, err := registry.New(ctx, cfg.Resolve.Registry, o.Remote)
+		if err != nil {
+			return nil, err
+		}
+		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo})
+	}
+	return resolve.New(rc)
+}

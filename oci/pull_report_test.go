@@ -1,0 +1,21 @@
+package oci
+
+import (
+	"encoding/json"
+	"testing"
+)
+
+// TestPullReportJSON pins the names and order of `weightsnap pull --json`.
+func TestPullReportJSON(t *testing.T) {
+	var rep PullReport
+	rep.Ref, rep.Fetched, rep.Ranged = "reg/m:v", 7, true
+	raw, err := json.Marshal(&rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"ref":"reg/m:v","manifest":"","kind":"","identity":"","id":"","path":"","built":false,"files":0,"bytes":0,` +
+		`"fetched_bytes":7,"reused_bytes":0,"reused_files":0,"ranged":true,"fetch_seconds":0,"publish_seconds":0,"seconds":0}`
+	if string(raw) != want {
+		t.Fatalf("pull report\n got %s\nwant %s", raw, want)
+	}
+}
