@@ -120,8 +120,8 @@ func lsRow(info *store.ArtifactInfo) string {
 		if id.Layout.TPSize > 0 {
 			tp = fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
 		}
-		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), short(id.Model.Revision), cut(id.Producer.Name, 10)
-		layout = cut(id.Layout.Name, 17-len(tp)) + tp
+		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), short(id.Model.Revision), cut(id.Producer.Name, 11)
+		layout = cut(id.Layout.Name, 16-len(tp)) + tp
 	}
 	created := info.Created
 	if t, err := time.Parse(time.RFC3339Nano, created); err == nil {
