@@ -261,7 +261,8 @@ func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, 
 // use is refused, and stays, naming the processes using it: a process with
 // a file open or mapped, or its working directory, there, in this mount
 // namespace or through a container's bind mount of dir, and a container
-// that has dir bind-mounted (the unmount would empty its directory).
+// that has dir bind-mounted under another path (the unmount would empty
+// it there).
 func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
 	dir, err := s.mountPoint(dir, false)
 	if err != nil {

@@ -18,9 +18,10 @@ import (
 // another mount namespace (a container's `-v DIR:/models`) counts as the
 // mount: an unmount propagates into it. A process of any namespace uses
 // the mount when its working directory, root, or a file it has open or
-// mapped is on it; a container whose namespace has it mounted, with no
-// process using a file on it, is named by its first process: an unmount
-// would empty its directory. Files are matched by mount id (statx
+// mapped is on it; a container given the directory under another path
+// (not a copy propagated into a namespace that mounts a directory above it,
+// such as a host agent's hostPath /), with no process using a file on it,
+// is named by its first process: an unmount would empty its directory. Files are matched by mount id (statx
 // STATX_MNT_ID, Linux 5.8), so a process that uses the same files through
 // another mount (the store's, a weight snapshot's) is not a user.
 func MountUsers(dir string) ([]Holder, error) {
@@ -57,7 +58,7 @@ func MountUsers(dir string) ([]Holder, error) {
 		for _, m := range ms {
 			if sameView(m, view) {
 				ids[uint64(m.ID)] = true
-				mounted[ns] = true
+				mounted[ns] = mounted[ns] || boundElsewhere(m, dir)
 			}
 		}
 	}
@@ -88,6 +89,13 @@ func MountUsers(dir string) ([]Holder, error) {
 func sameView(m, view *mountinfo.Info) bool {
 	return m.Major == view.Major && m.Minor == view.Minor &&
 		(m.Root == view.Root || strings.HasPrefix(m.Root, strings.TrimSuffix(view.Root, "/")+"/"))
+}
+
+// boundElsewhere says whether m, a view of the mount on dir, is a bind
+// under another path (a container's /models), not the mount itself or its
+// copy where a namespace mounts a directory above dir (/host/DIR).
+func boundElsewhere(m *mountinfo.Info, dir string) bool {
+	return !strings.HasSuffix(m.Mountpoint, dir)
 }
 
 // usesMount says whether a process's working directory, root, or one of

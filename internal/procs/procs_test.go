@@ -92,3 +92,21 @@ func TestSameView(t *testing.T) {
 		}
 	}
 }
+
+func TestBoundElsewhere(t *testing.T) {
+	dir := "/srv/models/m"
+	for _, tc := range []struct {
+		mountpoint string
+		want       bool
+	}{
+		{"/models", true},             // nerdctl run -v /srv/models/m:/models
+		{"/x/srv/models/mm", true},    // another directory
+		{"/srv/models/m", false},      // the mount, or a namespace's copy of it
+		{"/host/srv/models/m", false}, // propagated below a hostPath /
+		{"/rootfs/host/srv/models/m", false},
+	} {
+		if got := boundElsewhere(&mountinfo.Info{Mountpoint: tc.mountpoint}, dir); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.mountpoint, got, tc.want)
+		}
+	}
+}
