@@ -16,6 +16,7 @@ func TestContainerID(t *testing.T) {
 	for _, tc := range []struct{ name, cgroup, want string }{
 		{"nerdctl cgroupfs v1", "9:name=systemd:/default/" + cid + "\n4:memory:/default/" + cid + "\n0::/\n", cid},
 		{"nerdctl systemd v2", "0::/system.slice/nerdctl-" + cid + ".scope\n", cid},
+		{"the e2e harness's namespace, cgroupfs v1", "11:pids:/ws-1a2b3c4d/" + cid + "\n4:memory:/ws-1a2b3c4d/" + cid + "\n", cid},
 		{"containerd namespace v2", "0::/k8s.io/" + cid + "\n", cid},
 		{"CRI systemd", "0::/kubepods.slice/kubepods-besteffort.slice/kubepods-besteffort-pod0d7f6a1e_3c2b_4a5d_9e8f_1a2b3c4d5e6f.slice/cri-containerd-" + cid + ".scope\n", cid},
 		{"CRI cgroupfs", "0::/kubepods/besteffort/pod0d7f6a1e-3c2b-4a5d-9e8f-1a2b3c4d5e6f/" + cid + "\n", cid},
