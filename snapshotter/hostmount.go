@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/pointer"
 	"golang.org/x/sys/unix"
 )
@@ -257,8 +258,11 @@ func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, 
 }
 
 // Unmount undoes the host mount on dir and lets its lease go. A mount in
-// use (a process has a file open or its working directory there) is
-// refused, and stays.
+// use is refused, and stays, naming the processes using it: a process with
+// a file open or mapped, or its working directory, there, in this mount
+// namespace or through a container's bind mount of dir, and a container
+// that has dir bind-mounted under another path (the unmount would empty
+// it there).
 func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
 	dir, err := s.mountPoint(dir, false)
 	if err != nil {
@@ -272,8 +276,15 @@ func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
 	}
 	home := m.home(dir)
 	if sameInode(dir, filepath.Join(home, "view")) {
+		if err := inUse(dir); err != nil {
+			return err
+		}
 		if err := unix.Unmount(dir, 0); errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("unmount %s: in use: %w", dir, errdefs.ErrFailedPrecondition)
+			// Used since the scan, or by what a scan cannot see.
+			if err := inUse(dir); err != nil {
+				return err
+			}
+			return fmt.Errorf("unmount %s: in use (the kernel says busy; no process found using it): %w", dir, errdefs.ErrFailedPrecondition)
 		} else if err != nil {
 			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
@@ -290,6 +301,19 @@ func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
 	s.repairs.forget(holder)
 	s.leases.detach(ctx, holder)
 	log.G(ctx).WithField("dir", dir).Info("host mount undone")
+	return nil
+}
+
+// inUse refuses the unmount of dir while a process uses the mount, in this
+// mount namespace or in a container's, naming each process.
+func inUse(dir string) error {
+	users, err := procs.MountUsers(dir)
+	if err != nil {
+		return fmt.Errorf("unmount %s: %w", dir, err)
+	}
+	if len(users) > 0 {
+		return fmt.Errorf("unmount %s: in use by %s: %w", dir, procs.Join(users), errdefs.ErrFailedPrecondition)
+	}
 	return nil
 }
 

@@ -3,6 +3,7 @@ package snapshotter
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -121,6 +122,20 @@ func TestHostMount(t *testing.T) {
 		t.Fatalf("host_mounts %v", got)
 	}
 
+	// A process with a file open there keeps the mount, named in the refusal.
+	files, _ := filepath.Glob(filepath.Join(dir, "*.safetensors"))
+	if len(files) == 0 {
+		t.Fatalf("no weight file in %s", dir)
+	}
+	held, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unmount(ctx, dir); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) ||
+		!strings.Contains(err.Error(), fmt.Sprintf("in use by pid %d (", os.Getpid())) {
+		t.Fatalf("unmount of a mount in use: %v, want refused naming pid %d", err, os.Getpid())
+	}
+	held.Close()
 	if err := c.Unmount(ctx, dir); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/internal/procs"
 )
 
 // Progress is told of the bytes a lane copies.
@@ -156,7 +157,7 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 		return nil, err
 	}
 	if len(plan.Evict) > 0 {
-		open := openInodes()
+		open := procs.OpenInodes()
 		for _, ev := range plan.Evict {
 			s, err := e.evict(ctx, ev.ID, ledgers, open)
 			if err != nil {
@@ -205,7 +206,7 @@ type LaneStatus struct {
 	Error    string    `json:"error,omitempty"`
 }
 
-func (e *Engine) status(l *Ledger, open map[devIno]int) LaneStatus {
+func (e *Engine) status(l *Ledger, open map[procs.Inode]int) LaneStatus {
 	s := LaneStatus{ID: l.ID, Node: l.Node, Kind: l.Kind, State: l.State, Src: l.Src, Dst: l.Dst, Verify: l.Verify,
 		Files: l.files(), Bytes: l.Bytes, StagedAt: l.StagedAt, LastUsed: l.LastUsed, Error: l.Error}
 	if open != nil && l.State != StateEvicted {
@@ -222,7 +223,7 @@ func (e *Engine) List(ctx context.Context) ([]LaneStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	open := openInodes()
+	open := procs.OpenInodes()
 	out := make([]LaneStatus, 0, len(ledgers))
 	for _, l := range ledgers {
 		out = append(out, e.status(l, open))

@@ -1,20 +1,19 @@
 package staging
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/procs"
 	"golang.org/x/sys/unix"
 )
 
@@ -27,69 +26,22 @@ type EvictPlan struct {
 	Frees    int64     `json:"frees"` // disk space its eviction frees
 }
 
-type devIno struct{ dev, ino uint64 }
-
-// openInodes maps every file some process has open or mapped to one such
-// process. Containers see staged files through bind mounts under other
-// paths, so files are matched by device and inode, not by path.
-func openInodes() map[devIno]int {
-	out := map[devIno]int{}
-	procs, _ := os.ReadDir("/proc")
-	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
-		if err != nil {
-			continue
-		}
-		dir := filepath.Join("/proc", p.Name())
-		fds, _ := os.ReadDir(filepath.Join(dir, "fd"))
-		for _, fd := range fds {
-			// Cached attributes only: a file open on a hung network or
-			// FUSE filesystem must not hang the scan.
-			var stx unix.Statx_t
-			err := unix.Statx(unix.AT_FDCWD, filepath.Join(dir, "fd", fd.Name()), unix.AT_STATX_DONT_SYNC, unix.STATX_TYPE|unix.STATX_INO, &stx)
-			if err == nil && stx.Mode&unix.S_IFMT == unix.S_IFREG {
-				out[devIno{unix.Mkdev(stx.Dev_major, stx.Dev_minor), stx.Ino}] = pid
-			}
-		}
-		if f, err := os.Open(filepath.Join(dir, "maps")); err == nil {
-			for k := range parseMaps(bufio.NewScanner(f)) {
-				out[k] = pid
-			}
-			f.Close()
+// inUse names a process that has one of a lane's files open or mapped
+// ("" if none): "PATH is open in pid N (COMMAND) in container ID".
+func inUse(l *Ledger, open map[procs.Inode]int) string {
+	for _, en := range l.Entries {
+		if pid, ok := open[procs.Inode{Dev: en.Dev, Ino: en.Ino}]; ok && en.Kind != EntryLink {
+			return fmt.Sprintf("%s is open in %s", filepath.Join(l.Dst, en.Path), procs.Describe(pid))
 		}
 	}
-	return out
-}
-
-// parseMaps reads the mapped files of a /proc/PID/maps listing.
-func parseMaps(sc *bufio.Scanner) map[devIno]bool {
-	out := map[devIno]bool{}
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) < 6 {
-			continue
-		}
-		ino, err := strconv.ParseUint(f[4], 10, 64)
-		maj, mn, ok := strings.Cut(f[3], ":")
-		if err != nil || ino == 0 || !ok {
-			continue
-		}
-		ma, err1 := strconv.ParseUint(maj, 16, 32)
-		mi, err2 := strconv.ParseUint(mn, 16, 32)
-		if err1 == nil && err2 == nil {
-			out[devIno{unix.Mkdev(uint32(ma), uint32(mi)), ino}] = true
-		}
-	}
-	return out
+	return ""
 }
 
 // busy says why a lane cannot be evicted now ("" if it can): a process has
 // one of its files open or mapped, or another process holds its lock.
-func (e *Engine) busy(l *Ledger, open map[devIno]int) string {
-	for _, en := range l.Entries {
-		if pid, ok := open[devIno{en.Dev, en.Ino}]; ok && en.Kind != EntryLink {
-			return fmt.Sprintf("%s is open in process %d", filepath.Join(l.Dst, en.Path), pid)
-		}
+func (e *Engine) busy(l *Ledger, open map[procs.Inode]int) string {
+	if why := inUse(l, open); why != "" {
+		return why
 	}
 	lk, err := e.st.lock(l.ID)
 	if err != nil {
@@ -107,7 +59,7 @@ func footprint(l *Ledger) int64 {
 		nlink  uint64
 		blocks int64
 	}
-	inodes := map[devIno]*inode{}
+	inodes := map[procs.Inode]*inode{}
 	for _, en := range l.Entries {
 		if en.Kind == EntryLink {
 			continue
@@ -116,7 +68,7 @@ func footprint(l *Ledger) int64 {
 		if unix.Lstat(filepath.Join(l.Dst, filepath.FromSlash(en.Path)), &st) != nil || st.Dev != en.Dev || st.Ino != en.Ino {
 			continue
 		}
-		k := devIno{st.Dev, st.Ino}
+		k := procs.Inode{Dev: st.Dev, Ino: st.Ino}
 		if inodes[k] == nil {
 			inodes[k] = &inode{nlink: uint64(st.Nlink), blocks: st.Blocks * 512}
 		}
@@ -137,7 +89,7 @@ func footprint(l *Ledger) int64 {
 // staged set (mappings in one process's memory, by reference count): a lane
 // is files on disk, its last use is in its ledger and its users are found
 // by scanning /proc.
-func (e *Engine) evictable(dev uint64, exclude map[string]bool, ledgers []*Ledger, open map[devIno]int) []EvictPlan {
+func (e *Engine) evictable(dev uint64, exclude map[string]bool, ledgers []*Ledger, open map[procs.Inode]int) []EvictPlan {
 	var out []EvictPlan
 	for _, l := range ledgers {
 		if exclude[l.ID] || l.State == StateEvicted || len(l.Entries) == 0 {
@@ -169,10 +121,10 @@ func (e *Engine) Evict(ctx context.Context, id string) (*LaneStatus, error) {
 	if err != nil {
 		return nil, err
 	}
-	return e.evict(ctx, id, ledgers, openInodes())
+	return e.evict(ctx, id, ledgers, procs.OpenInodes())
 }
 
-func (e *Engine) evict(ctx context.Context, id string, ledgers []*Ledger, open map[devIno]int) (*LaneStatus, error) {
+func (e *Engine) evict(ctx context.Context, id string, ledgers []*Ledger, open map[procs.Inode]int) (*LaneStatus, error) {
 	lk, err := e.st.lock(id)
 	if err != nil {
 		return nil, err
@@ -182,10 +134,8 @@ func (e *Engine) evict(ctx context.Context, id string, ledgers []*Ledger, open m
 	if err != nil {
 		return nil, err
 	}
-	for _, en := range l.Entries {
-		if pid, ok := open[devIno{en.Dev, en.Ino}]; ok && en.Kind != EntryLink {
-			return nil, fmt.Errorf("lane %s is in use: %s is open in process %d: %w", id, filepath.Join(l.Dst, en.Path), pid, errdefs.ErrFailedPrecondition)
-		}
+	if why := inUse(l, open); why != "" {
+		return nil, fmt.Errorf("lane %s is in use: %s: %w", id, why, errdefs.ErrFailedPrecondition)
 	}
 	frees := footprint(l)
 	if _, err := e.removeEntries(ctx, l, l.Entries, ledgers); err != nil {

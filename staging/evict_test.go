@@ -90,6 +90,8 @@ func TestEvictionLRU(t *testing.T) {
 	}
 	if _, err := e.Evict(context.Background(), "a"); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("evict a while in use: %v", err)
+	} else if !strings.Contains(err.Error(), fmt.Sprintf(" is open in pid %d (", os.Getpid())) {
+		t.Fatalf("evict a while in use: %v, want the holder's pid and command", err)
 	}
 	held.Close()
 

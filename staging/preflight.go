@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/procs"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,7 @@ func (e *Engine) preflight(ctx context.Context, lanes []*lanePlan, ledgers []*Le
 		}
 		groups[lp.dev] = append(groups[lp.dev], lp)
 	}
-	var open map[devIno]int
+	var open map[procs.Inode]int
 	for _, dev := range order {
 		group := groups[dev]
 		var st unix.Statfs_t
@@ -98,7 +99,7 @@ func (e *Engine) preflight(ctx context.Context, lanes []*lanePlan, ledgers []*Le
 		}
 		if fs.Used+fs.Need > fs.Limit {
 			if open == nil {
-				open = openInodes()
+				open = procs.OpenInodes()
 			}
 			for _, c := range e.evictable(dev, exclude, ledgers, open) {
 				if fs.Used+fs.Need-fs.Frees <= fs.Limit {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/procs"
 )
 
 // ErrMiss is returned by Lookup when no valid artifact is published under an id.
@@ -70,14 +71,17 @@ func (e *CapacityError) Unwrap() []error {
 }
 
 // busy says an artifact is in use (leased or being built), naming the
-// processes that hold its lock, and was left alone.
+// processes that hold its lock (PID, command, container, lock mode), and
+// was left alone.
 func busy(id, what string, holders []LockHolder) error {
 	s := fmt.Sprintf("artifact %s has an active %s", short(id), what)
 	for i, h := range holders {
 		if i == 0 {
 			s += " held by"
+		} else {
+			s += ","
 		}
-		s += fmt.Sprintf(" pid %d (%s)", h.PID, h.Mode)
+		s += fmt.Sprintf(" %s with a %s lock", procs.Describe(h.PID), h.Mode)
 	}
 	return fmt.Errorf("%s: %w", s, errdefs.ErrFailedPrecondition)
 }
