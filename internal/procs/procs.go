@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,24 +76,12 @@ func ContainerID(cgroup string) string {
 			if j := strings.LastIndexByte(e, '-'); j >= 0 {
 				e = e[j+1:]
 			}
-			if isContainerID(e) {
+			if artifact.IsSHA256Hex(e) { // container ids are written as 64 lower-case hex, as sha256s are
 				return e
 			}
 		}
 	}
 	return ""
-}
-
-func isContainerID(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }
 
 // Inode is a file by device and inode number: containers see files through
