@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -233,7 +234,7 @@ func printLocks(a *app, holders []store.LockHolder) error {
 	fmt.Fprintln(a.out, "Lock holders:")
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	for _, h := range holders {
-		fmt.Fprintf(tw, "  pid %d\t%s\t%s\n", h.PID, h.Mode, h.Lock)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\n", procs.Describe(h.PID), h.Mode, h.Lock)
 	}
 	return tw.Flush()
 }
