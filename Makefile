@@ -5,13 +5,34 @@ BIN     := bin
 PEERS   ?= $(HOME)/.cache/weightsnap/peers
 export PATH := $(CURDIR)/$(BIN):$(PATH)
 
-.PHONY: all build test unit e2e bench fuzz lint demo stress clean
+.PHONY: all build image test unit e2e bench fuzz lint demo stress clean
 
 all: build
 
 # -buildvcs=auto stamps the commit `weightsnap version` prints, even where GOFLAGS says -buildvcs=false.
 build:
 	$(GO) build -buildvcs=auto -o $(BIN)/ ./cmd/...
+
+# weightsnapd's container image (contrib/kubernetes/weightsnapd.yaml), built by ko without a Docker
+# daemon and pushed to IMAGE_REPO as IMAGE_REPO:IMAGE_TAG (the pushed reference, with its digest, is
+# the last line). ko runs pinned from the Go module proxy. Reproducible: same source and base image,
+# same digest (ko sets every time to SOURCE_DATE_EPOCH, 0 by default; -trimpath; no SBOM). The daemon
+# lands at /ko-app/weightsnapd, the image's entrypoint, and runs as root (it mounts); BASE_IMAGE is
+# ko's own default (static, with CA certificates; pin it by digest for a fixed image). A plain-HTTP
+# registry: KO_FLAGS=--insecure-registry.
+KO_VERSION  := v0.19.1
+KO          ?= $(GO) run github.com/google/ko@$(KO_VERSION)
+BASE_IMAGE  ?= cgr.dev/chainguard/static:latest
+IMAGE_TAG   ?= latest
+IMAGE_ARCH  ?= $(shell $(GO) env GOARCH)
+KO_FLAGS    ?=
+SOURCE_DATE_EPOCH ?= 0
+image:
+	@test -n "$(IMAGE_REPO)" || { echo 'make image: set IMAGE_REPO, the repository to push to (IMAGE_REPO=registry.example/weightsnap/weightsnapd)' >&2; exit 2; }
+	KO_DOCKER_REPO='$(IMAGE_REPO)' KO_DEFAULTBASEIMAGE='$(BASE_IMAGE)' SOURCE_DATE_EPOCH=$(SOURCE_DATE_EPOCH) \
+		GOFLAGS="$$GOFLAGS -buildvcs=auto" \
+		$(KO) build --bare --platform linux/$(IMAGE_ARCH) --image-user 0 --sbom none \
+		--tags '$(IMAGE_TAG)' $(KO_FLAGS) ./cmd/weightsnapd
 
 # Installs the pinned real peers (test/e2e/deps; cached, seconds when nothing changed) and hands
 # their bin directory to the tests. If that fails (no network, ...) the end-to-end tests skip, unless

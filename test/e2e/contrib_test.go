@@ -25,51 +25,7 @@ import (
 // one weightsnapd accepts; the pod mounts a weights-only image as an image
 // volume under the runtime class the manifests define.
 func TestKubernetesManifests(t *testing.T) {
-	root, err := harness.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	files, _ := filepath.Glob(filepath.Join(root, "contrib", "kubernetes", "*.yaml"))
-	var ds *appsv1.DaemonSet
-	var cm *corev1.ConfigMap
-	var pod *corev1.Pod
-	var rc *nodev1.RuntimeClass
-	for _, f := range files {
-		raw, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, doc := range strings.Split(string(raw), "\n---\n") {
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
-				t.Fatalf("%s document %d: %v", f, i, err)
-			}
-			var obj any
-			switch tm.APIVersion + " " + tm.Kind {
-			case "apps/v1 DaemonSet":
-				ds = &appsv1.DaemonSet{}
-				obj = ds
-			case "v1 ConfigMap":
-				cm = &corev1.ConfigMap{}
-				obj = cm
-			case "v1 Pod":
-				pod = &corev1.Pod{}
-				obj = pod
-			case "node.k8s.io/v1 RuntimeClass":
-				rc = &nodev1.RuntimeClass{}
-				obj = rc
-			default:
-				t.Fatalf("%s document %d: unexpected %s %s", f, i, tm.APIVersion, tm.Kind)
-			}
-			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
-				t.Fatalf("%s document %d (%s): %v", filepath.Base(f), i, tm.Kind, err)
-			}
-		}
-	}
-	if ds == nil || cm == nil || pod == nil || rc == nil {
-		t.Fatalf("contrib/kubernetes lacks a DaemonSet, ConfigMap, Pod or RuntimeClass (%d files)", len(files))
-	}
-
+	ds, cm, pod, rc := kubernetesManifests(t)
 	spec := ds.Spec.Template.Spec
 	hostPaths := map[string]string{} // volume name -> host path
 	for _, v := range spec.Volumes {
@@ -129,6 +85,55 @@ func TestKubernetesManifests(t *testing.T) {
 	if m := pod.Spec.Containers[0].VolumeMounts[0]; m.Name != vol.Name || !m.ReadOnly {
 		t.Errorf("the image volume is not mounted read-only: %+v", m)
 	}
+}
+
+// kubernetesManifests decodes every document of contrib/kubernetes strictly
+// (no unknown field) as its Kubernetes API type and returns the DaemonSet,
+// the ConfigMap, the pod and the RuntimeClass.
+func kubernetesManifests(t *testing.T) (ds *appsv1.DaemonSet, cm *corev1.ConfigMap, pod *corev1.Pod, rc *nodev1.RuntimeClass) {
+	t.Helper()
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "contrib", "kubernetes", "*.yaml"))
+	for _, f := range files {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, doc := range strings.Split(string(raw), "\n---\n") {
+			var tm metav1.TypeMeta
+			if err := yaml.Unmarshal([]byte(doc), &tm); err != nil {
+				t.Fatalf("%s document %d: %v", f, i, err)
+			}
+			var obj any
+			switch tm.APIVersion + " " + tm.Kind {
+			case "apps/v1 DaemonSet":
+				ds = &appsv1.DaemonSet{}
+				obj = ds
+			case "v1 ConfigMap":
+				cm = &corev1.ConfigMap{}
+				obj = cm
+			case "v1 Pod":
+				pod = &corev1.Pod{}
+				obj = pod
+			case "node.k8s.io/v1 RuntimeClass":
+				rc = &nodev1.RuntimeClass{}
+				obj = rc
+			default:
+				t.Fatalf("%s document %d: unexpected %s %s", f, i, tm.APIVersion, tm.Kind)
+			}
+			if err := yaml.UnmarshalStrict([]byte(doc), obj); err != nil {
+				t.Fatalf("%s document %d (%s): %v", filepath.Base(f), i, tm.Kind, err)
+			}
+		}
+	}
+	if ds == nil || cm == nil || pod == nil || rc == nil {
+		t.Fatalf("contrib/kubernetes lacks a DaemonSet, ConfigMap, Pod or RuntimeClass (%d files)", len(files))
+	}
+
+	return ds, cm, pod, rc
 }
 
 // TestSystemdUnit (issue 10, done-when 6): contrib/systemd/weightsnapd.service
