@@ -55,9 +55,11 @@ func TestHostsMirror(t *testing.T) {
 	if len(fromOrigin) != 0 {
 		t.Errorf("the origin served weightsnap blobs %v; the mirror should have", fromOrigin)
 	}
-	if proxied := proxiedBlobs(t, origin.Proc.Log); len(proxied) == 0 {
+	proxied := proxiedBlobs(t, origin.Proc.Log)
+	if len(proxied) == 0 {
 		t.Errorf("the origin's log shows no blob fetched by the mirror:\n%s", harness.Tail(origin.Proc.Log, 20))
 	}
+	t.Logf("%d layers; the mirror served weightsnap %d blobs, fetched %d from the origin", len(layers), len(fromMirror), len(proxied))
 
 	mirror.Proc.Stop()
 	if err := json.Unmarshal([]byte(wsOK(t, filepath.Join(t.TempDir(), "store"), "pull", "--json", "--hosts-dir", hosts, ref)), &rep); err != nil || !rep.Built {
