@@ -27,13 +27,14 @@ import (
 // registry at, with which certificates.
 
 // TestHostsMirror: a pull-through cache listed first in hosts.toml serves
-// every blob of a weightsnap pull (it fetched them from the origin; the
-// origin serves weightsnap none); with the mirror stopped the origin serves.
+// every blob of a weightsnap pull and of weightsnapd's (it fetched them from
+// the origin; the origin serves weightsnap none); with the mirror stopped
+// the origin serves.
 func TestHostsMirror(t *testing.T) {
 	harness.Peers(t)
 	origin := harness.StartRegistryWith(t, harness.RegistryOptions{AccessLog: true})
 	mirror := harness.StartRegistryWith(t, harness.RegistryOptions{AccessLog: true, Proxy: origin.URL})
-	_, src, id := ociCheckpoint(t, "16MiB", 2)
+	ckpt, src, id := ociCheckpoint(t, "16MiB", 2)
 	hosts := hostsDir(t, origin.Host, fmt.Sprintf(`server = %q
 [host.%q]
   capabilities = ["pull", "resolve"]
@@ -60,6 +61,24 @@ func TestHostsMirror(t *testing.T) {
 		t.Errorf("the origin's log shows no blob fetched by the mirror:\n%s", harness.Tail(origin.Proc.Log, 20))
 	}
 	t.Logf("%d layers; the mirror served weightsnap %d blobs, fetched %d from the origin", len(layers), len(fromMirror), len(proxied))
+
+	// The daemon, with [resolve] registry_config_path, pulls through the mirror too.
+	d := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{origin.Host}, RegistryConfigPath: hosts})
+	dir := filepath.Join(harness.TempDir(t), "models", "m")
+	if r := wsWith(t, d.Config, "mount", ref, dir); r.code != 0 {
+		t.Fatalf("mount through weightsnapd: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	sameFiles(t, ckpt, dir)
+	wsWith(t, d.Config, "umount", dir)
+	toDaemon := blobsServed(t, mirror.Proc.Log, func(agent string) bool { return agent == "weightsnapd" })
+	for _, l := range layers {
+		if !toDaemon[l] {
+			t.Errorf("the mirror did not serve layer %s to weightsnapd (it served %v)", l, toDaemon)
+		}
+	}
+	if fromOrigin := blobGETs(t, origin.Proc.Log); len(fromOrigin) != 0 {
+		t.Errorf("the origin served blobs %v to weightsnap or weightsnapd", fromOrigin)
+	}
 
 	mirror.Proc.Stop()
 	if err := json.Unmarshal([]byte(wsOK(t, filepath.Join(t.TempDir(), "store"), "pull", "--json", "--hosts-dir", hosts, ref)), &rep); err != nil || !rep.Built {
