@@ -92,6 +92,43 @@ func TestHostsMirror(t *testing.T) {
 	}
 }
 
+// TestHostsMirrorPrepare: a cold Prepare of a weight image's pointer
+// layer, by weightsnapd with [resolve] registry_config_path, fetches every
+// blob of the artifact through the mirror; the origin serves the daemon
+// none.
+func TestHostsMirrorPrepare(t *testing.T) {
+	harness.Peers(t)
+	origin := harness.StartRegistryWith(t, harness.RegistryOptions{AccessLog: true})
+	mirror := harness.StartRegistryWith(t, harness.RegistryOptions{AccessLog: true, Proxy: origin.URL})
+	hosts := hostsDir(t, origin.Host, fmt.Sprintf(`server = %q
+[host.%q]
+  capabilities = ["pull", "resolve"]
+`, origin.URL, mirror.URL))
+	n := &snapNode{reg: origin}
+	n.ws = harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{origin.Host}, RegistryConfigPath: hosts})
+	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: origin, Imports: []string{n.ws.ContainerdSnippetFile(t, "weightsnap.toml")}})
+	n.base = harness.PushBusybox(t, origin)
+	w := n.pushWeightImage(t, "cold", "8MiB", 2, "/models/x")
+	out, err := n.run(w.ref, "sh", "-c", "cd /models/x && sha256sum *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for path, sum := range w.files {
+		if !strings.Contains(out, sum+"  "+path) {
+			t.Errorf("the container does not see %s with sha256 %s:\n%s", path, sum, out)
+		}
+	}
+	toDaemon := blobsServed(t, mirror.Proc.Log, func(agent string) bool { return agent == "weightsnapd" })
+	for _, l := range manifestLayers(t, origin.URL+"/v2/models/cold/manifests/v1") {
+		if !toDaemon[l] {
+			t.Errorf("the mirror did not serve layer %s to weightsnapd (it served %v)", l, toDaemon)
+		}
+	}
+	if direct := blobsServed(t, origin.Proc.Log, func(agent string) bool { return agent == "weightsnapd" }); len(direct) != 0 {
+		t.Errorf("the origin served weightsnapd blobs %v; the mirror should have", direct)
+	}
+}
+
 // TestHostsTLS: an HTTPS registry with its own CA that requires a client
 // certificate, both named only in hosts.toml, takes a push and serves a
 // pull without --insecure or plain_http; without the directory it is
