@@ -228,8 +228,10 @@ func (r refusing) RoundTrip(*http.Request) (*http.Response, error) { return nil,
 // start at the host that served it.
 func (r *Remote) try(ctx context.Context, c docker.HostCapabilities, d digest.Digest, op func(h *host) error) error {
 	start := 0
-	if v, ok := r.served.Load(d); ok && d != "" {
-		start = v.(int)
+	if d != "" {
+		if v, ok := r.served.Load(d); ok {
+			start = v.(int)
+		}
 	}
 	var cands []int
 	for i := start; i < len(r.hosts); i++ {
