@@ -25,6 +25,7 @@ type remoteFlags struct {
 	flags        *pflag.FlagSet
 	plainHTTP    bool
 	insecure     bool
+	hostsDir     string
 	dockerConfig string
 }
 
@@ -32,6 +33,7 @@ func (rf *remoteFlags) register(f *pflag.FlagSet) {
 	rf.flags = f
 	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk plain HTTP to the registry (local registries; default [resolve] plain_http)")
 	f.BoolVar(&rf.insecure, "insecure", false, "skip TLS certificate verification (default [resolve] insecure)")
+	f.StringVar(&rf.hostsDir, "hosts-dir", "", "containerd's registry host directory with HOST[_PORT_]/hosts.toml (mirrors, CAs, client certificates); \"\" reads none (default [resolve] registry_config_path)")
 	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config with credentials and helpers (default $DOCKER_CONFIG/config.json or ~/.docker/config.json)")
 }
 
@@ -44,6 +46,9 @@ func (rf *remoteFlags) options(c *config.Resolve, conns int) registry.Options {
 	}
 	if rf.flags.Changed("insecure") {
 		o.Insecure = rf.insecure
+	}
+	if rf.flags.Changed("hosts-dir") {
+		o.HostsDir = rf.hostsDir
 	}
 	o.DockerConfig, o.Connections = rf.dockerConfig, conns
 	return o

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
@@ -23,37 +25,41 @@ import (
 	"oras.land/oras-go/v2/registry/remote/errcode"
 )
 
-// blobURL is the URL of a blob in the remote's repository.
-func (r *Remote) blobURL(d digest.Digest) string {
+// blobURL is the URL of a blob in the repository at this host.
+func (h *host) blobURL(d digest.Digest) string {
 	scheme := "https"
-	if r.plainHTTP {
+	if h.plainHTTP {
 		scheme = "http"
 	}
-	return fmt.Sprintf("%s://%s/v2/%s/blobs/%s", scheme, r.Ref.Host(), r.Ref.Repository, d)
+	return fmt.Sprintf("%s://%s/v2/%s/blobs/%s", scheme, h.ref.Host(), h.ref.Repository, d)
 }
 
 // GetBlob GETs a blob through the authenticating client: the whole blob
 // when n < 0, else the range [off, off+n) (it then insists on a 206 answer
 // for exactly that range).
 func (r *Remote) GetBlob(ctx context.Context, desc ocispec.Descriptor, off, n int64) (io.ReadCloser, error) {
-	resp, err := r.blobResponse(ctx, desc, off, n)
+	var resp *http.Response
+	err := r.try(ctx, docker.HostCapabilityPull, desc.Digest, func(h *host) (err error) {
+		resp, err = h.blobResponse(ctx, desc, off, n)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
 	return resp.Body, nil
 }
 
-// blobResponse is GetBlob's answer, whole.
-func (r *Remote) blobResponse(ctx context.Context, desc ocispec.Descriptor, off, n int64) (*http.Response, error) {
-	ctx = auth.AppendRepositoryScope(ctx, r.Ref, auth.ActionPull)
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, r.blobURL(desc.Digest), nil)
+// blobResponse is GetBlob's answer from this host, whole.
+func (h *host) blobResponse(ctx context.Context, desc ocispec.Descriptor, off, n int64) (*http.Response, error) {
+	ctx = auth.AppendRepositoryScope(ctx, h.ref, auth.ActionPull)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.blobURL(desc.Digest), nil)
 	if err != nil {
 		return nil, err
 	}
 	if n >= 0 {
 		req.Header.Set("Range", fmt.Sprintf("bytes=%d-%d", off, off+n-1))
 	}
-	resp, err := r.client.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -61,28 +67,31 @@ func (r *Remote) blobResponse(ctx context.Context, desc ocispec.Descriptor, off,
 	case n < 0 && resp.StatusCode == http.StatusOK:
 		if resp.ContentLength >= 0 && resp.ContentLength != desc.Size {
 			resp.Body.Close()
-			return nil, rangeError(desc, fmt.Sprintf("Content-Length %d, descriptor says %d", resp.ContentLength, desc.Size))
+			return nil, rangeError(desc, fmt.Errorf("Content-Length %d, descriptor says %d", resp.ContentLength, desc.Size))
 		}
 		return resp, nil
 	case n >= 0 && resp.StatusCode == http.StatusPartialContent:
 		s, e, _, ok := parseContentRange(resp.Header.Get("Content-Range"))
 		if !ok || s != off || e != off+n-1 {
 			resp.Body.Close()
-			return nil, rangeError(desc, fmt.Sprintf("asked bytes %d-%d, got Content-Range %q", off, off+n-1, resp.Header.Get("Content-Range")))
+			return nil, rangeError(desc, fmt.Errorf("asked bytes %d-%d, got Content-Range %q", off, off+n-1, resp.Header.Get("Content-Range")))
 		}
 		return resp, nil
 	case n >= 0 && resp.StatusCode == http.StatusOK:
 		resp.Body.Close()
-		return nil, rangeError(desc, "the registry ignored the Range header")
+		return nil, rangeError(desc, errRangeIgnored)
 	}
 	defer resp.Body.Close()
 	return nil, Classify(parseErrorResponse(resp))
 }
 
+// errRangeIgnored is a host that answered a ranged GET with the whole blob.
+var errRangeIgnored = errors.New("the registry ignored the Range header")
+
 // rangeError is a registry that answered a blob request wrongly: it
 // misbehaved, and may not the next time.
-func rangeError(desc ocispec.Descriptor, reason string) error {
-	return fmt.Errorf("fetch of %s: %s: %w", desc.Digest, reason, errdefs.ErrUnavailable)
+func rangeError(desc ocispec.Descriptor, reason error) error {
+	return fmt.Errorf("fetch of %s: %w: %w", desc.Digest, reason, errdefs.ErrUnavailable)
 }
 
 // parseErrorResponse turns a failed registry response into an error.
@@ -143,13 +152,26 @@ func (r *Remote) ProbeRanges(ctx context.Context, desc ocispec.Descriptor) Range
 	}
 	var conn net.Conn // of the last request: a redirect's target
 	ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { conn = i.Conn }})
-	resp, err := r.blobResponse(ctx, desc, 0, 1)
+	var probe RangeProbe
+	// The first host that has the blob answers, with its range or without
+	// (a pull-through cache that does not hold it yet sends it whole).
+	err := r.try(ctx, docker.HostCapabilityPull, desc.Digest, func(h *host) error {
+		resp, err := h.blobResponse(ctx, desc, 0, 1)
+		if errors.Is(err, errRangeIgnored) {
+			log.G(ctx).WithError(err).WithField("host", h.host).Debug("registry does not serve ranges; fetching blobs as single streams")
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		probe = RangeProbe{Served: true, RTT: tcpRTT(conn), Redirected: resp.Request.URL.Host != h.ref.Host()}
+		return nil
+	})
 	if err != nil {
 		log.G(ctx).WithError(err).Debug("registry does not serve ranges; fetching blobs as single streams")
-		return RangeProbe{}
 	}
-	defer resp.Body.Close()
-	return RangeProbe{Served: true, RTT: tcpRTT(conn), Redirected: resp.Request.URL.Host != r.Ref.Host()}
+	return probe
 }
 
 // tcpRTT is the least round-trip time the kernel measured on a TCP

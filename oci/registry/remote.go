@@ -1,7 +1,8 @@
 // Package registry is the client of an OCI registry: the repository of a
-// reference with its credentials, plain HTTP or TLS and connection pool,
-// manifests and small blobs read verified, ranged blob GETs with their
-// probe, and the one retry policy of registry requests.
+// reference at the registry's hosts (containerd's registry host directory:
+// mirrors, then the registry) with their credentials, plain HTTP or TLS and
+// connection pools, manifests and small blobs read verified, ranged blob
+// GETs with their probe, and the one retry policy of registry requests.
 package registry
 
 import (
@@ -12,10 +13,11 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -23,7 +25,6 @@ import (
 	orasreg "oras.land/oras-go/v2/registry"
 	"oras.land/oras-go/v2/registry/remote"
 	"oras.land/oras-go/v2/registry/remote/auth"
-	"oras.land/oras-go/v2/registry/remote/credentials"
 	"oras.land/oras-go/v2/registry/remote/errcode"
 	"oras.land/oras-go/v2/registry/remote/retry"
 )
@@ -42,15 +43,28 @@ type Options struct {
 	Connections int
 	// UserAgent is sent with every request.
 	UserAgent string
+	// HostsDir is containerd's registry host directory
+	// (/etc/containerd/certs.d: HOST[_PORT_]/hosts.toml with mirrors,
+	// capabilities, ca, client, skip_verify, header, override_path); ""
+	// reads none. A registry it has no directory for is reached as
+	// PlainHTTP and Insecure say; in one it has, PlainHTTP is the scheme of
+	// a server it does not name and Insecure skips verification of every
+	// host.
+	HostsDir string
 }
 
 // Remote is a client for one repository of a registry, with the reference
-// (tag or digest) it was opened with.
+// (tag or digest) it was opened with. Its reads go to the registry's hosts
+// in order (try).
 type Remote struct {
-	Repo      *remote.Repository
-	Ref       orasreg.Reference
-	client    *auth.Client
-	plainHTTP bool
+	// Repo is where pushes go: the repository at the first host with the
+	// push capability (the registry itself unless its hosts.toml says
+	// otherwise).
+	Repo   *remote.Repository
+	Ref    orasreg.Reference
+	conn   *connector
+	hosts  []host
+	served sync.Map // digest → index of the host that last served the blob
 }
 
 // New opens the repository of ref ("host[:port]/repo[:tag|@digest]").
@@ -59,38 +73,17 @@ func New(ctx context.Context, ref string, o Options) (*Remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := &auth.Client{Client: newHTTPClient(o), Cache: auth.NewCache()}
-	ua := o.UserAgent
-	if ua == "" {
-		ua = "weightsnap"
-	}
-	client.SetUserAgent(ua)
-	var store credentials.Store
-	if o.DockerConfig != "" {
-		store, err = credentials.NewStore(o.DockerConfig, credentials.StoreOptions{})
-	} else {
-		store, err = credentials.NewStoreFromDocker(credentials.StoreOptions{})
-	}
-	if err != nil {
-		log.G(ctx).WithError(err).Warn("docker credentials unavailable; using anonymous access")
-	} else {
-		client.Credential = credentials.Credential(store)
-	}
-	return newRemote(r, client, o.PlainHTTP), nil
+	return newConnector(ctx, o).open(r)
 }
 
-func newRemote(r orasreg.Reference, client *auth.Client, plainHTTP bool) *Remote {
-	repo := &remote.Repository{Client: client, Reference: r, PlainHTTP: plainHTTP}
-	return &Remote{Repo: repo, Ref: r, client: client, plainHTTP: plainHTTP}
-}
-
-// Sibling opens another reference with the same client (credentials, pool).
+// Sibling opens another reference with the same clients (credentials,
+// pools, registry hosts).
 func (r *Remote) Sibling(ref string) (*Remote, error) {
 	p, err := ParseReference(ref)
 	if err != nil {
 		return nil, err
 	}
-	return newRemote(p, r.client, r.plainHTTP), nil
+	return r.conn.open(p)
 }
 
 // ParseReference reads an image or artifact reference as containerd and
@@ -115,7 +108,16 @@ func (r *Remote) Name() string { return r.Ref.Registry + "/" + r.Ref.Repository 
 // String is the reference as given.
 func (r *Remote) String() string { return r.Ref.String() }
 
+// newHTTPClient is the client of a registry the host directory does not
+// name.
 func newHTTPClient(o Options) *http.Client {
+	tr := newTransport(o, &tls.Config{InsecureSkipVerify: o.Insecure}) //nolint:gosec // the user asked for --insecure
+	// The one layer that retries requests (see Resume).
+	return &http.Client{Transport: retry.NewTransport(tr)}
+}
+
+// newTransport is the transport of every registry host, with its TLS.
+func newTransport(o Options, tc *tls.Config) *http.Transport {
 	conns := o.Connections
 	if conns <= 0 {
 		conns = 16
@@ -131,9 +133,8 @@ func newHTTPClient(o Options) *http.Client {
 	// over one connection and one congestion window.
 	tr.ForceAttemptHTTP2 = false
 	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
-	tr.TLSClientConfig = &tls.Config{InsecureSkipVerify: o.Insecure} //nolint:gosec // the user asked for --insecure
-	// The one layer that retries requests (see Resume).
-	return &http.Client{Transport: retry.NewTransport(tr)}
+	tr.TLSClientConfig = tc
+	return tr
 }
 
 // maxManifestBytes bounds a manifest read (registries commonly cap at 4 MiB).
@@ -142,13 +143,26 @@ const maxManifestBytes = 4 << 20
 // FetchManifest resolves the remote's reference and reads its manifest,
 // verified against its digest.
 func (r *Remote) FetchManifest(ctx context.Context) (ocispec.Descriptor, []byte, error) {
-	desc, rc, err := r.Repo.FetchReference(ctx, r.Ref.ReferenceOrDefault())
-	if err != nil {
-		return ocispec.Descriptor{}, nil, fmt.Errorf("resolve %s: %w", r, Classify(err))
+	c := docker.HostCapabilityResolve
+	if _, err := r.Ref.Digest(); err == nil {
+		c = docker.HostCapabilityPull
 	}
-	defer rc.Close()
-	raw, err := readVerified(rc, desc, "manifest of "+r.String(), maxManifestBytes)
-	return desc, raw, err
+	var desc ocispec.Descriptor
+	var raw []byte
+	err := r.try(ctx, c, "", func(h *host) error {
+		d, rc, err := h.repo.FetchReference(ctx, r.Ref.ReferenceOrDefault())
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", r, Classify(err))
+		}
+		defer rc.Close()
+		desc = d
+		raw, err = readVerified(rc, desc, "manifest of "+r.String(), maxManifestBytes)
+		return err
+	})
+	if err != nil {
+		return ocispec.Descriptor{}, nil, err
+	}
+	return desc, raw, nil
 }
 
 // FetchSmall reads a small blob, verified against its descriptor.
@@ -156,12 +170,17 @@ func (r *Remote) FetchSmall(ctx context.Context, desc ocispec.Descriptor, what s
 	if desc.Size > limit {
 		return nil, fmt.Errorf("%s: %s is %d bytes, more than the %d allowed: %w", r, what, desc.Size, limit, errdefs.ErrInvalidArgument)
 	}
-	rc, err := r.Repo.Fetch(ctx, desc)
-	if err != nil {
-		return nil, fmt.Errorf("fetch %s: %w", what, Classify(err))
-	}
-	defer rc.Close()
-	return readVerified(rc, desc, what, limit)
+	var raw []byte
+	err := r.try(ctx, docker.HostCapabilityPull, desc.Digest, func(h *host) error {
+		rc, err := h.repo.Fetch(ctx, desc)
+		if err != nil {
+			return fmt.Errorf("fetch %s: %w", what, Classify(err))
+		}
+		defer rc.Close()
+		raw, err = readVerified(rc, desc, what, limit)
+		return err
+	})
+	return raw, err
 }
 
 // readVerified reads exactly desc.Size bytes and checks their digest.

@@ -81,6 +81,7 @@ type Resolve struct {
 	Registries                 []string `toml:"registries" comment:"registry hosts (host[:port]) that a weight image's pointers may name; no other host is contacted for them"`
 	PlainHTTP                  bool     `toml:"plain_http" comment:"talk plain HTTP to registries (local test registries)"`
 	Insecure                   bool     `toml:"insecure" comment:"skip TLS certificate verification"`
+	RegistryConfigPath         string   `toml:"registry_config_path" comment:"containerd's registry host directory (HOST[_PORT_]/hosts.toml: mirrors in order, then the server, with\ncapabilities, ca, client, skip_verify, header, override_path); a registry without a directory there is\nreached directly as plain_http and insecure say; \"\" reads none"`
 	AllowLocalBuild            bool     `toml:"allow_local_build" comment:"let local producers build a missing artifact (weightsnap resolve)"`
 	CoordinationTimeoutSeconds int      `toml:"coordination_timeout_seconds" comment:"seconds to wait for each lock; 0 uses [store] coordination_timeout_seconds"`
 }
@@ -121,9 +122,10 @@ func Default() Config {
 		Root:  DefaultRoot(),
 		Store: store.DefaultPolicy(),
 		Resolve: Resolve{
-			Mode:            string(resolve.Preferred),
-			Registries:      []string{},
-			AllowLocalBuild: true,
+			Mode:               string(resolve.Preferred),
+			Registries:         []string{},
+			RegistryConfigPath: "/etc/containerd/certs.d",
+			AllowLocalBuild:    true,
 		},
 		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", ControlAddress: "/run/weightsnap/control.sock",
 			Mode: string(resolve.Required), RetryMaxSeconds: 300},
@@ -263,10 +265,11 @@ func (r *Resolve) AllowedRegistries() []string {
 }
 
 // RegistryOptions are the registry client options the file sets
-// ([resolve] plain_http and insecure), for every command and the daemon
-// that talk to a registry; the CLI's flags override them.
+// ([resolve] plain_http, insecure and registry_config_path), for every
+// command and the daemon that talk to a registry; the CLI's flags override
+// them.
 func (r *Resolve) RegistryOptions(userAgent string) registry.Options {
-	return registry.Options{PlainHTTP: r.PlainHTTP, Insecure: r.Insecure, UserAgent: userAgent}
+	return registry.Options{PlainHTTP: r.PlainHTTP, Insecure: r.Insecure, HostsDir: r.RegistryConfigPath, UserAgent: userAgent}
 }
 
 // SnapshotRoot is the snapshotter's directory: [snapshotter] root, or

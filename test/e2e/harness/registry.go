@@ -2,20 +2,37 @@ package harness
 
 import (
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
 
-// Registry is a distribution registry serving plain HTTP on 127.0.0.1, storing in its own directory.
+// Registry is a distribution registry serving plain HTTP (or HTTPS, see
+// RegistryOptions) on 127.0.0.1, storing in its own directory.
 type Registry struct {
 	Addr string // listen address, 127.0.0.1:PORT
 	Host string // the registry part of image references ("127.0.0.1:PORT"); same as Addr
-	URL  string // http://127.0.0.1:PORT
+	URL  string // http://127.0.0.1:PORT, or https://
 	Dir  string
 	Proc *Proc
+	tls  bool
+}
+
+// RegistryOptions make a registry other than StartRegistry's.
+type RegistryOptions struct {
+	// Proxy makes it a pull-through cache of the registry at this URL
+	// (distribution's proxy.remoteurl).
+	Proxy string
+	// CertFile and KeyFile make it serve HTTPS with this certificate;
+	// ClientCAFile, when set, also requires a client certificate signed by
+	// it (http.tls.clientcas).
+	CertFile, KeyFile, ClientCAFile string
+	// AccessLog logs every request to Proc.Log, with its user agent.
+	AccessLog bool
 }
 
 // Ref returns the reference of repo (with tag or digest) in this registry: Host + "/" + repo.
@@ -23,6 +40,13 @@ func (r *Registry) Ref(repo string) string { return r.Host + "/" + repo }
 
 // StartRegistry starts a registry on a free port and waits until /v2/ answers.
 func StartRegistry(t testing.TB) *Registry {
+	t.Helper()
+	return StartRegistryWith(t, RegistryOptions{})
+}
+
+// StartRegistryWith starts a registry as o says on a free port and waits
+// until it answers.
+func StartRegistryWith(t testing.TB, o RegistryOptions) *Registry {
 	t.Helper()
 	tools := Peers(t)
 	dir := TempDir(t)
@@ -34,7 +58,7 @@ func StartRegistry(t testing.TB) *Registry {
 log:
   level: info
   accesslog:
-    disabled: true
+    disabled: %t
 storage:
   filesystem:
     rootdirectory: %s
@@ -42,13 +66,16 @@ storage:
     enabled: true
 http:
   addr: %s
-`, filepath.Join(dir, "data"), addr)), 0o644)
+`, !o.AccessLog, filepath.Join(dir, "data"), addr)+o.extra()), 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := StartProcess(t, dir, fmt.Sprintf("registry-%d", attempt),
 			tools.pathEnv("OTEL_TRACES_EXPORTER=none"), tools.Registry, "serve", cfg)
-		r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Proc: p}
+		r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Proc: p, tls: o.CertFile != ""}
+		if r.tls {
+			r.URL = "https://" + addr
+		}
 		if lastErr = r.waitReady(30 * time.Second); lastErr == nil {
 			return r
 		}
@@ -59,11 +86,35 @@ http:
 	return nil
 }
 
+// extra is the configuration o adds to http (TLS) and the file (proxy).
+func (o RegistryOptions) extra() string {
+	var b strings.Builder
+	if o.CertFile != "" {
+		fmt.Fprintf(&b, "  tls:\n    certificate: %s\n    key: %s\n", o.CertFile, o.KeyFile)
+		if o.ClientCAFile != "" {
+			fmt.Fprintf(&b, "    clientcas:\n      - %s\n", o.ClientCAFile)
+		}
+	}
+	if o.Proxy != "" {
+		fmt.Fprintf(&b, "proxy:\n  remoteurl: %s\n", o.Proxy)
+	}
+	return b.String()
+}
+
 func (r *Registry) waitReady(timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
 		if r.Proc.Exited() {
 			return fmt.Errorf("registry exited: %v", r.Proc.Err())
+		}
+		if r.tls { // its certificates are the test's: listening is ready
+			c, err := net.DialTimeout("tcp", r.Addr, time.Second)
+			if err == nil {
+				c.Close()
+				return nil
+			}
+			time.Sleep(50 * time.Millisecond)
+			continue
 		}
 		resp, err := client.Get(r.URL + "/v2/")
 		if err == nil {

@@ -58,6 +58,9 @@ type WeightsnapdOptions struct {
 	Registries []string
 	// Mode is [snapshotter] mode: "" (required) or "preferred".
 	Mode string
+	// RegistryConfigPath is [resolve] registry_config_path, the registry
+	// host directory; "" leaves the default.
+	RegistryConfigPath string
 	// ExtraConfig is appended to the generated config.toml; it must not repeat the tables the
 	// harness writes (root, [resolve], [snapshotter], [metrics]).
 	ExtraConfig string
@@ -112,12 +115,16 @@ func NewWeightsnapConfig(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	if mode == "" {
 		mode = "required"
 	}
+	hostsDir := ""
+	if opts.RegistryConfigPath != "" {
+		hostsDir = fmt.Sprintf("registry_config_path = %q\n", opts.RegistryConfigPath)
+	}
 	writeFile(t, w.Config, fmt.Sprintf(`root = %q
 
 [resolve]
 registries = [%s]
 plain_http = true
-
+%s
 [snapshotter]
 address = %q
 control_address = %q
@@ -127,7 +134,7 @@ retry_max_seconds = %d
 [metrics]
 address = %q
 %s
-`, w.Root, strings.Join(regs, ", "), w.Socket, w.Control, mode, repairRetryMax, metrics, opts.ExtraConfig))
+`, w.Root, strings.Join(regs, ", "), hostsDir, w.Socket, w.Control, mode, repairRetryMax, metrics, opts.ExtraConfig))
 	return w
 }
 
