@@ -42,6 +42,9 @@ type Options struct {
 	Connections int
 	// UserAgent is sent with every request.
 	UserAgent string
+	// Credentials, when set, are asked before the Docker config: the pull
+	// credentials a CRI request brought, kept in memory only.
+	Credentials CredentialFunc
 }
 
 // Remote is a client for one repository of a registry, with the reference
@@ -73,9 +76,9 @@ func New(ctx context.Context, ref string, o Options) (*Remote, error) {
 	}
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("docker credentials unavailable; using anonymous access")
-	} else {
-		client.Credential = credentials.Credential(store)
+		store = nil
 	}
+	client.Credential = credential(o.Credentials, r.Repository, store)
 	return newRemote(r, client, o.PlainHTTP), nil
 }
 
