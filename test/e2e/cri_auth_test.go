@@ -37,6 +37,9 @@ func startCRINode(t *testing.T) *criNode {
 	if err := os.Symlink(c.ctd.Socket, upstream); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.MkdirAll(filepath.Join(c.ctd.HostsDir, c.sec.Host), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	writeJSON(t, filepath.Join(c.ctd.HostsDir, c.sec.Host, "hosts.toml"), fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", c.sec.URL, c.sec.URL))
 	harness.PushPause(t, c.reg)
 	c.base = c.reg.Ref("busybox:latest") // pushed by PushPause
