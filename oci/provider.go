@@ -48,7 +48,9 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 
 // producerFor fetches the remote's manifest and index layer and returns the
 // identity it names and the producer that pulls it: a collision unless it
-// is a weightsnap artifact of the identity digest wanted.
+// is a weightsnap artifact of the identity digest wanted, or a foreign
+// artifact whose planned identity (PlanArtifact: what the CRI image service
+// made its weights-only image of) is that digest.
 func producerFor(ctx context.Context, r *registry.Remote, want string, o PullOptions) (artifact.Identity, artifact.Producer, error) {
 	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
@@ -56,6 +58,15 @@ func producerFor(ctx context.Context, r *registry.Remote, want string, o PullOpt
 	}
 	m := res.Manifest
 	got, ok := annotatedIdentity(m)
+	if _, weightsnap := IndexLayer(m); !weightsnap && IsArtifact(m) {
+		plan, err := PlanArtifact(ctx, r, res)
+		if err != nil {
+			return artifact.Identity{}, nil, err
+		}
+		if d, _ := plan.Identity.Digest(); d == want {
+			return plan.Identity, newPuller(r, plan, o), nil
+		}
+	}
 	if d, _ := got.Digest(); !ok || d != want {
 		return artifact.Identity{}, nil, fmt.Errorf("%s is not the weightsnap artifact of identity %s: %w", r, want, errdefs.ErrConflict)
 	}

@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc"
 )
 
-// Server serves a snapshotter as containerd's snapshots API (a proxy
-// plugin) on a unix socket.
+// Server serves a gRPC API on a unix socket: the snapshots API (a proxy
+// plugin's, Listen), or another one of the daemon's (ListenGRPC).
 type Server struct {
 	srv  *grpc.Server
 	lis  net.Listener
@@ -29,6 +29,15 @@ type Server struct {
 // replaced) and registers the snapshots API for sn on it; Serve serves.
 // Calls log through ctx's logger.
 func Listen(ctx context.Context, path string, sn snapshots.Snapshotter) (*Server, error) {
+	return ListenGRPC(ctx, path, func(srv *grpc.Server) {
+		snapshotsapi.RegisterSnapshotsServer(srv, snapshotservice.FromSnapshotter(sn))
+	})
+}
+
+// ListenGRPC is Listen of the services register registers (the CRI image
+// service's): the socket at path, mode 0660, calls logging through ctx's
+// logger.
+func ListenGRPC(ctx context.Context, path string, register func(*grpc.Server)) (*Server, error) {
 	lis, err := listenUnix(path)
 	if err != nil {
 		return nil, err
@@ -37,7 +46,7 @@ func Listen(ctx context.Context, path string, sn snapshots.Snapshotter) (*Server
 	srv := grpc.NewServer(grpc.UnaryInterceptor(func(c context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 		return h(log.WithLogger(c, logger), req)
 	}))
-	snapshotsapi.RegisterSnapshotsServer(srv, snapshotservice.FromSnapshotter(sn))
+	register(srv)
 	return &Server{srv: srv, lis: lis, path: path}, nil
 }
 

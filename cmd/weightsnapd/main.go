@@ -1,6 +1,7 @@
 // Command weightsnapd is weightsnap's node daemon: the containerd proxy
-// snapshotter that mounts the store's artifacts into containers, and the
-// weight peer that serves them to other nodes ([peer] serve).
+// snapshotter that mounts the store's artifacts into containers, the CRI
+// image service in front of containerd's ([cri] address), and the weight
+// peer that serves them to other nodes ([peer] serve).
 package main
 
 import (
@@ -25,6 +26,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/cmd/internal/node"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
+	"github.com/weightsnap/weightsnap/cri"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -119,7 +121,7 @@ func run(ctx context.Context, cfg config.Config) error {
 	if err != nil {
 		return err
 	}
-	errc := make(chan error, 3)
+	errc := make(chan error, 4)
 	go func() { errc <- srv.Serve() }()
 	if cfg.Peer.Serve {
 		stopPeer, err := servePeer(ctx, cfg.Peer, n.Store, errc)
@@ -136,6 +138,14 @@ func run(ctx context.Context, cfg config.Config) error {
 			return err
 		}
 		defer stopMetrics()
+	}
+	if cfg.CRI.Address != "" {
+		stopCRI, err := serveCRI(ctx, cfg, n, errc)
+		if err != nil {
+			srv.Stop(ctx, 0)
+			return err
+		}
+		defer stopCRI()
 	}
 	if _, err := daemon.SdNotify(false, daemon.SdNotifyReady); err != nil {
 		log.G(ctx).WithError(err).Warn("sd_notify READY")
@@ -179,6 +189,28 @@ func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- 
 		}
 	}()
 	return func() { cancel(); <-done }, nil
+}
+
+// serveCRI serves the CRI image service ([cri] address) until the returned
+// stop is called.
+func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, errc chan<- error) (func(), error) {
+	svc, err := cri.New(cri.Config{Upstream: cfg.CRI.Upstream, Runtime: n.Runtime, Credentials: n.Credentials,
+		Registries: cfg.Resolve.AllowedRegistries(), Remote: n.Remote})
+	if err != nil {
+		return nil, err
+	}
+	srv, err := cri.Listen(ctx, cfg.CRI.Address, svc)
+	if err != nil {
+		svc.Close()
+		return nil, fmt.Errorf("cri: %w", err)
+	}
+	go func() {
+		if err := srv.Serve(); err != nil {
+			errc <- fmt.Errorf("cri: %w", err)
+		}
+	}()
+	log.G(ctx).WithField("address", cfg.CRI.Address).WithField("upstream", cfg.CRI.Upstream).Info("CRI image service started")
+	return func() { srv.Stop(ctx, stopGrace); svc.Close() }, nil
 }
 
 // serveMetrics serves /metrics on addr until the returned stop is called.

@@ -68,9 +68,9 @@ func newConnector(ctx context.Context, o Options) *connector {
 	}
 	if err != nil {
 		log.G(ctx).WithError(err).Warn("docker credentials unavailable; using anonymous access")
-	} else {
-		c.cred = credentials.Credential(store)
+		store = nil
 	}
+	c.cred = credential(o.Credentials, store)
 	if o.HostsDir != "" {
 		scheme := ""
 		if o.PlainHTTP {

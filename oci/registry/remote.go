@@ -51,6 +51,9 @@ type Options struct {
 	// a server it does not name and Insecure skips verification of every
 	// host.
 	HostsDir string
+	// Credentials, when set, are asked before the Docker config: the pull
+	// credentials a CRI request brought, kept in memory only.
+	Credentials CredentialFunc
 }
 
 // Remote is a client for one repository of a registry, with the reference

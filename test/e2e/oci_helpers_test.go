@@ -77,17 +77,19 @@ type wsResult struct {
 // other than a non-zero exit.
 func ws(t *testing.T, root string, args ...string) wsResult {
 	t.Helper()
-	return runWS(t, append([]string{"--root", root, "--config", ""}, args...))
+	return runWS(t, nil, append([]string{"--root", root, "--config", ""}, args...))
 }
 
 // wsWith runs the weightsnap CLI with a configuration file (a daemon's:
 // its store root and control socket).
 func wsWith(t *testing.T, config string, args ...string) wsResult {
 	t.Helper()
-	return runWS(t, append([]string{"--config", config}, args...))
+	return runWS(t, nil, append([]string{"--config", config}, args...))
 }
 
-func runWS(t *testing.T, argv []string) wsResult {
+// runWS runs the weightsnap CLI with an empty Docker config, or the
+// variables of env over it.
+func runWS(t *testing.T, env []string, argv []string) wsResult {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wsTimeout)
 	defer cancel()
@@ -95,7 +97,7 @@ func runWS(t *testing.T, argv []string) wsResult {
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) } // a goroutine dump on timeout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}       // never outlive the test
 	cmd.WaitDelay = 10 * time.Second
-	cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+t.TempDir())
+	cmd.Env = append(append(os.Environ(), "DOCKER_CONFIG="+t.TempDir()), env...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -36,6 +36,7 @@ type Config struct {
 	Store       store.Policy `toml:"store" comment:"Policy of a store domain created by weightsnap (an existing domain keeps its own)."`
 	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
 	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
+	CRI         CRI          `toml:"cri" comment:"weightsnapd's CRI image service: the kubelet's image service endpoint, forwarded to containerd's CRI,\nkeeping pull credentials in memory for weight layers and pulling artifacts as weights-only images."`
 	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
 	Peer        Peer         `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
 	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
@@ -129,6 +130,7 @@ func Default() Config {
 		},
 		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", ControlAddress: "/run/weightsnap/control.sock",
 			Mode: string(resolve.Required), RetryMaxSeconds: 300},
+		CRI:     DefaultCRI(),
 		Metrics: Metrics{Address: "127.0.0.1:9878"},
 		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
@@ -233,6 +235,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Snapshotter.RetryMaxSeconds < 1 {
 		return bad("[snapshotter] retry_max_seconds must be at least 1")
+	}
+	if err := c.CRI.validate(); err != nil {
+		return err
 	}
 	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
 		return fmt.Errorf("[peer] %w", err)

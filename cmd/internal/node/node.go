@@ -1,6 +1,7 @@
 // Package node assembles weightsnap's node side from the configuration
 // file: the resolution runtime (NewRuntime, weightsnap resolve's too), the
-// snapshotter (with its repairs and host mounts) and its control API.
+// snapshotter (with its repairs and host mounts) and its control API, and
+// the CRI image service's pull credentials the runtime fetches with.
 // weightsnapd serves it to containerd as a proxy snapshotter;
 // cmd/weightsnapd/plugin compiles it into containerd.
 package node
@@ -14,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
+	"github.com/weightsnap/weightsnap/cri"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -24,6 +27,12 @@ type Node struct {
 	Snapshotter  *snapshotter.Snapshotter
 	Store        *store.Domain
 	SnapshotRoot string
+	// Runtime is the resolution runtime the snapshotter resolves with.
+	Runtime *resolve.Runtime
+	// Credentials are the CRI image service's pull credentials, which the
+	// runtime's registry client (Remote) asks before the Docker config.
+	Credentials *cri.Credentials
+	Remote      registry.Options
 
 	control *snapshotter.ControlServer
 }
@@ -33,7 +42,10 @@ type Node struct {
 // nil) and serves the control API ([snapshotter] control_address). ctx
 // bounds the node's resolutions and repairs: its life.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
-	rt, err := NewRuntime(ctx, cfg, RuntimeOptions{Mode: resolve.Required, Remote: cfg.Resolve.RegistryOptions("weightsnapd")})
+	creds := cri.NewCredentials(cfg.CRI.CredentialLifetime())
+	remote := cfg.Resolve.RegistryOptions("weightsnapd")
+	remote.Credentials = creds.Lookup
+	rt, err := NewRuntime(ctx, cfg, RuntimeOptions{Mode: resolve.Required, Remote: remote})
 	if err != nil {
 		return nil, err
 	}
@@ -50,7 +62,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
-	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root())}
+	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Credentials: creds, Remote: remote}
 	n.Snapshotter, err = snapshotter.New(ctx, snapshotter.Config{
 		Root: n.SnapshotRoot, Store: d, Resolver: rt, Mode: resolve.Mode(cfg.Snapshotter.Mode), Metrics: m,
 		Retry: snapshotter.Backoff{Initial: snapshotter.DefaultRetry.Initial, Max: time.Duration(cfg.Snapshotter.RetryMaxSeconds) * time.Second},

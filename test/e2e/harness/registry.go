@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/crypto/bcrypt"
 )
 
 // Registry is a distribution registry serving plain HTTP (or HTTPS, see
@@ -33,6 +35,10 @@ type RegistryOptions struct {
 	CertFile, KeyFile, ClientCAFile string
 	// AccessLog logs every request to Proc.Log, with its user agent.
 	AccessLog bool
+	// User and Password, when set, make it require HTTP basic
+	// authentication (distribution's htpasswd auth): /v2/ answers 401
+	// without them.
+	User, Password string
 }
 
 // Ref returns the reference of repo (with tag or digest) in this registry: Host + "/" + repo.
@@ -44,12 +50,29 @@ func StartRegistry(t testing.TB) *Registry {
 	return StartRegistryWith(t, RegistryOptions{})
 }
 
+// StartAuthRegistry is StartRegistry of a registry that requires HTTP basic authentication
+// as user with password.
+func StartAuthRegistry(t testing.TB, user, password string) *Registry {
+	t.Helper()
+	return StartRegistryWith(t, RegistryOptions{User: user, Password: password})
+}
+
 // StartRegistryWith starts a registry as o says on a free port and waits
 // until it answers.
 func StartRegistryWith(t testing.TB, o RegistryOptions) *Registry {
 	t.Helper()
 	tools := Peers(t)
 	dir := TempDir(t)
+	extra := o.extra()
+	if o.User != "" {
+		hash, err := bcrypt.GenerateFromPassword([]byte(o.Password), bcrypt.DefaultCost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		htpasswd := filepath.Join(dir, "htpasswd")
+		writeFile(t, htpasswd, o.User+":"+string(hash)+"\n")
+		extra += fmt.Sprintf("auth:\n  htpasswd:\n    realm: weightsnap-test\n    path: %s\n", htpasswd)
+	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // the free port may be taken before the registry binds it
 		addr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
@@ -66,7 +89,7 @@ storage:
     enabled: true
 http:
   addr: %s
-`, !o.AccessLog, filepath.Join(dir, "data"), addr)+o.extra()), 0o644)
+`, !o.AccessLog, filepath.Join(dir, "data"), addr)+extra), 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -76,7 +99,7 @@ http:
 		if r.tls {
 			r.URL = "https://" + addr
 		}
-		if lastErr = r.waitReady(30 * time.Second); lastErr == nil {
+		if lastErr = r.waitReady(30*time.Second, o.User != ""); lastErr == nil {
 			return r
 		}
 		p.Stop()
@@ -101,7 +124,9 @@ func (o RegistryOptions) extra() string {
 	return b.String()
 }
 
-func (r *Registry) waitReady(timeout time.Duration) error {
+// waitReady waits until /v2/ answers 200, or 401 for a registry with
+// authentication; for HTTPS, until it listens.
+func (r *Registry) waitReady(timeout time.Duration, auth bool) error {
 	client := &http.Client{Timeout: 2 * time.Second}
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
 		if r.Proc.Exited() {
@@ -119,7 +144,7 @@ func (r *Registry) waitReady(timeout time.Duration) error {
 		resp, err := client.Get(r.URL + "/v2/")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
+			if resp.StatusCode == http.StatusOK || auth && resp.StatusCode == http.StatusUnauthorized {
 				return nil
 			}
 		}

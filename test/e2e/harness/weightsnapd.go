@@ -62,8 +62,13 @@ type WeightsnapdOptions struct {
 	// host directory; "" leaves the default.
 	RegistryConfigPath string
 	// ExtraConfig is appended to the generated config.toml; it must not repeat the tables the
-	// harness writes (root, [resolve], [snapshotter], [metrics]).
+	// harness writes (root, [resolve], [snapshotter], [cri], [metrics]).
 	ExtraConfig string
+	// CRIUpstream is the containerd socket the daemon's CRI image service (on CRI, in the
+	// daemon's directory) forwards to; containerd starts after the daemon, so a test names a path
+	// and links it to containerd's socket once that runs (the daemon connects at its first call).
+	// "" leaves it the default, which no test serves.
+	CRIUpstream string
 }
 
 // repairRetryMax is [snapshotter] retry_max_seconds in tests: repairs retry within seconds.
@@ -76,6 +81,7 @@ type Weightsnapd struct {
 	SnapshotRoot string // the snapshotter's root: Root/snapshots
 	Socket       string // the snapshots API socket
 	Control      string // the control API socket (weightsnap mount, umount, inspect)
+	CRI          string // the CRI image service's socket
 	Config       string // config.toml path
 	MetricsURL   string // http://127.0.0.1:PORT/metrics
 	Proc         *Proc
@@ -103,13 +109,17 @@ func NewWeightsnapConfig(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	t.Helper()
 	dir := TempDir(t)
 	w := &Weightsnapd{Dir: dir, Root: filepath.Join(dir, "root"), Socket: filepath.Join(dir, "ws.sock"),
-		Control: filepath.Join(dir, "control.sock"), Config: filepath.Join(dir, "config.toml")}
+		Control: filepath.Join(dir, "control.sock"), CRI: filepath.Join(dir, "cri.sock"), Config: filepath.Join(dir, "config.toml")}
 	w.SnapshotRoot = filepath.Join(w.Root, "snapshots")
 	metrics := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
 	w.MetricsURL = "http://" + metrics + "/metrics"
 	regs := make([]string, len(opts.Registries))
 	for i, r := range opts.Registries {
 		regs[i] = fmt.Sprintf("%q", r)
+	}
+	upstream := ""
+	if opts.CRIUpstream != "" {
+		upstream = fmt.Sprintf("upstream = %q\n", opts.CRIUpstream)
 	}
 	mode := opts.Mode
 	if mode == "" {
@@ -131,10 +141,13 @@ control_address = %q
 mode = %q
 retry_max_seconds = %d
 
+[cri]
+address = %q
+%s
 [metrics]
 address = %q
 %s
-`, w.Root, strings.Join(regs, ", "), hostsDir, w.Socket, w.Control, mode, repairRetryMax, metrics, opts.ExtraConfig))
+`, w.Root, strings.Join(regs, ", "), hostsDir, w.Socket, w.Control, mode, repairRetryMax, w.CRI, upstream, metrics, opts.ExtraConfig))
 	return w
 }
 

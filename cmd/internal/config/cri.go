@@ -1,0 +1,38 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/containerd/errdefs"
+)
+
+// CRI is the [cri] table: weightsnapd's CRI image service.
+type CRI struct {
+	Address           string `toml:"address" comment:"unix socket of the CRI image service (the kubelet's imageServiceEndpoint), mode 0660; \"\" turns it off"`
+	Upstream          string `toml:"upstream" comment:"containerd's socket: the CRI it forwards to, and the image store a pulled artifact's weights-only image goes to"`
+	CredentialSeconds int    `toml:"credential_seconds" comment:"seconds the pull credentials of a PullImage are kept (in memory only) for the weight layers it resolves"`
+}
+
+// DefaultCRI is the [cri] table's defaults.
+func DefaultCRI() CRI {
+	return CRI{Address: "/run/weightsnap/cri.sock", Upstream: "/run/containerd/containerd.sock", CredentialSeconds: 3600}
+}
+
+// CredentialLifetime is credential_seconds as a duration.
+func (c *CRI) CredentialLifetime() time.Duration {
+	return time.Duration(c.CredentialSeconds) * time.Second
+}
+
+func (c *CRI) validate() error {
+	if c.Address == "" {
+		return nil
+	}
+	if c.Upstream == "" {
+		return fmt.Errorf("[cri] upstream: containerd's socket is required while [cri] address is set: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.CredentialSeconds < 1 {
+		return fmt.Errorf("[cri] credential_seconds %d: want at least 1: %w", c.CredentialSeconds, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}

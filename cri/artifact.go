@@ -1,0 +1,105 @@
+package cri
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/pkg/namespaces"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/distribution/reference"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/pointer"
+	"github.com/weightsnap/weightsnap/resolve"
+)
+
+// Namespace is containerd's namespace of the CRI's images.
+const Namespace = "k8s.io"
+
+// criImageLabel marks an image as the CRI's (containerd's CRI sets it on
+// the images it pulls).
+const criImageLabel = "io.cri-containerd.image"
+
+// pullArtifact resolves the artifact r names into the store (the store,
+// the weight peers, then its registry with the pull's credentials), then
+// writes its weights-only image (oci.WeightsOnlyImage: the artifact at
+// oci.ArtifactTarget) to containerd under the pulled name, and returns the
+// image id. Only the image config, the pointer layer and the manifest go
+// to containerd's content store: no weight byte.
+func (s *Service) pullArtifact(ctx context.Context, r *registry.Remote, res *oci.Resolved) (string, error) {
+	plan, err := oci.PlanArtifact(ctx, r, res)
+	if err != nil {
+		return "", err
+	}
+	id, err := plan.Identity.ID()
+	if err != nil {
+		return "", err
+	}
+	pinned := r.Name() + "@" + res.Desc.Digest.String()
+	resn, err := s.cfg.Runtime.Resolve(ctx, resolve.Request{Identity: &plan.Identity, Artifact: pinned})
+	if err != nil {
+		return "", err
+	}
+	defer resn.Close() // the snapshot of the image takes its own lease
+	img, pl, err := oci.WeightsOnlyImage(pointer.Pointer{Artifact: pinned, Identity: id, Target: oci.ArtifactTarget,
+		Files: len(plan.Files), Bytes: plan.TotalBytes()})
+	if err != nil {
+		return "", err
+	}
+	if err := s.createImage(namespaces.WithNamespace(ctx, Namespace), r.String(), img, pl); err != nil {
+		return "", err
+	}
+	log.G(ctx).WithField("image", r.String()).WithField("artifact", pinned).WithField("identity", id.String()).
+		WithField("outcome", resn.Report.Outcome).Info("cri: artifact pulled as a weights-only image")
+	return img.ConfigDesc.Digest.String(), nil
+}
+
+// createImage writes img's blobs to containerd's content store (the
+// manifest labelled so that containerd's garbage collector keeps the
+// others) and files it under name, its repo digest and its id, as
+// containerd's CRI files a pulled image.
+func (s *Service) createImage(ctx context.Context, name string, img *oci.Image, pl *oci.PointerLayer) error {
+	cs := s.ctd.ContentStore()
+	blobs := []struct {
+		desc   ocispec.Descriptor
+		data   []byte
+		labels map[string]string
+	}{
+		{img.ConfigDesc, img.Config, nil},
+		{pl.Desc, pl.Tar, nil},
+		{img.ManifestDesc, img.Manifest, map[string]string{
+			"containerd.io/gc.ref.content.config": img.ConfigDesc.Digest.String(),
+			"containerd.io/gc.ref.content.l.0":    pl.Desc.Digest.String(),
+		}},
+	}
+	for _, b := range blobs {
+		desc := ocispec.Descriptor{MediaType: b.desc.MediaType, Digest: b.desc.Digest, Size: b.desc.Size}
+		if err := content.WriteBlob(ctx, cs, "weightsnap-cri-"+b.desc.Digest.String(), bytes.NewReader(b.data), desc,
+			content.WithLabels(b.labels)); err != nil && !errdefs.IsAlreadyExists(err) {
+			return fmt.Errorf("containerd content store: %w", err)
+		}
+	}
+	named, err := reference.ParseDockerRef(name)
+	if err != nil {
+		return fmt.Errorf("image name %q: %w: %w", name, err, errdefs.ErrInvalidArgument)
+	}
+	names := []string{named.String(), named.Name() + "@" + img.ManifestDesc.Digest.String(), img.ConfigDesc.Digest.String()}
+	is := s.ctd.ImageService()
+	for _, n := range names {
+		im := images.Image{Name: n, Target: img.ManifestDesc, Labels: map[string]string{criImageLabel: "managed"}}
+		if _, err := is.Create(ctx, im); err != nil {
+			if !errdefs.IsAlreadyExists(err) {
+				return fmt.Errorf("containerd image %s: %w", n, err)
+			}
+			if _, err := is.Update(ctx, im, "target", "labels."+criImageLabel); err != nil {
+				return fmt.Errorf("containerd image %s: %w", n, err)
+			}
+		}
+	}
+	return nil
+}

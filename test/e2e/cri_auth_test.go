@@ -1,0 +1,225 @@
+package e2e
+
+import (
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
+)
+
+// criNode is a node whose pods pull through weightsnapd's CRI image
+// service, with an open registry (sandbox and base images) and one that
+// requires a password (weights); the node has no Docker config.
+type criNode struct {
+	*snapNode
+	sec        *harness.Registry
+	user, pass string
+	docker     string // a Docker config holding the password, for the producer's CLI only
+}
+
+func startCRINode(t *testing.T) *criNode {
+	t.Helper()
+	harness.Peers(t)
+	t.Setenv("DOCKER_CONFIG", t.TempDir()) // the node's daemons read no Docker config
+	c := &criNode{snapNode: &snapNode{reg: harness.StartRegistry(t)}, user: "puller", pass: "pw-" + fmt.Sprint(os.Getpid()) + "-Zq8xV3"}
+	c.sec = harness.StartAuthRegistry(t, c.user, c.pass)
+	upstream := filepath.Join(harness.TempDir(t), "containerd.sock")
+	c.ws = harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{c.reg.Host, c.sec.Host}, CRIUpstream: upstream})
+	c.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: c.reg, Imports: []string{c.ws.ContainerdSnippet(t)}})
+	if err := os.Symlink(c.ctd.Socket, upstream); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(c.ctd.HostsDir, c.sec.Host), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeJSON(t, filepath.Join(c.ctd.HostsDir, c.sec.Host, "hosts.toml"), fmt.Sprintf("server = %q\n\n[host.%q]\n  capabilities = [\"pull\", \"resolve\"]\n", c.sec.URL, c.sec.URL))
+	harness.PushPause(t, c.reg)
+	c.base = c.reg.Ref("busybox:latest") // pushed by PushPause
+	c.docker = t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte(c.user + ":" + c.pass))
+	writeJSON(t, filepath.Join(c.docker, "config.json"), fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, c.sec.Host, auth))
+	return c
+}
+
+// wsAuth runs the weightsnap CLI of the producer, which holds the password.
+func (c *criNode) wsAuth(t *testing.T, root string, args ...string) string {
+	t.Helper()
+	r := runWS(t, []string{"DOCKER_CONFIG=" + c.docker}, append([]string{"--root", root, "--config", ""}, args...))
+	if r.code != 0 {
+		t.Fatalf("weightsnap %s: exit %d\n%s%s", strings.Join(args, " "), r.code, r.out, r.errOut)
+	}
+	return r.out
+}
+
+// pull pulls ref through weightsnapd's CRI socket with creds (user:pass).
+func (c *criNode) pull(creds, ref string) (string, error) {
+	return c.ctd.Crictl("--image-endpoint", "unix://"+c.ws.CRI, "pull", "--creds", creds, ref)
+}
+
+// noPassword fails if the password is in any file of the store, snapshot,
+// containerd and state roots or in any log (all under the daemons' directories).
+func (c *criNode) noPassword(t *testing.T) {
+	t.Helper()
+	for _, dir := range []string{c.ws.Dir, c.ctd.Dir} {
+		out, err := exec.Command("grep", "-rlsF", "--", c.pass, dir).Output()
+		if len(out) > 0 {
+			t.Fatalf("the password is in %s", out)
+		}
+		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() > 2) {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCRIPullSecrets (issue 25, done-when 1, crictl): the node has no
+// Docker config; a weight image whose artifact sits in a registry that
+// requires a password, pulled through weightsnapd's CRI socket with
+// crictl pull --creds, runs as a pod's container that reads every weight
+// file with its source digest. Wrong credentials fail naming the registry
+// and unauthorized, and publish nothing. The password is nowhere on disk
+// or in a log.
+func TestCRIPullSecrets(t *testing.T) {
+	c := startCRINode(t)
+	_, root, id := ociCheckpoint(t, "8MiB", 2)
+	art := c.sec.Ref("models/private:v1")
+	c.wsAuth(t, root, "push", "--plain-http", id, art)
+	files := inspectFiles(t, root, id)
+	img := c.sec.Ref("apps/private:v1")
+	// The base lives in the secured registry too: image build mounts, never copies, base blobs.
+	orasRun(t, t.TempDir(), "cp", "--from-plain-http", "--to-plain-http", "--to-username", c.user, "--to-password", c.pass,
+		c.base, c.sec.Ref("library/busybox:latest"))
+	c.wsAuth(t, t.TempDir(), "image", "build", "--plain-http", "--base", c.sec.Ref("library/busybox:latest"),
+		"--weights", art, "--at", "/llama", "-t", img)
+
+	out, err := c.pull(c.user+":wrong-"+c.pass[:2], img)
+	if err == nil || !strings.Contains(err.Error(), c.sec.Host) || !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
+		t.Fatalf("a pull with wrong credentials: %v\n%s", err, out)
+	}
+	if list := wsWith(t, c.ws.Config, "list").out; strings.Contains(list, strings.TrimPrefix(id, "sha256:")[:12]) {
+		t.Fatalf("a pull with wrong credentials published the artifact:\n%s", list)
+	}
+	if imgs := crictl(t, c.ctd, "images"); strings.Contains(imgs, "apps/private") {
+		t.Fatalf("a pull with wrong credentials left an image:\n%s", imgs)
+	}
+
+	if out, err := c.pull(c.user+":"+c.pass, img); err != nil {
+		t.Fatalf("pull through the CRI socket: %v\n%s", err, out)
+	}
+	dir := t.TempDir()
+	pod := hostNetworkPod(t, dir, "private")
+	ctr := filepath.Join(dir, "container.json")
+	writeJSON(t, ctr, fmt.Sprintf(`{
+  "metadata": {"name": "reader"},
+  "image": {"image": %q},
+  "command": ["sh", "-c", "cd /llama && sha256sum * && echo read-all; exec sleep 3600"],
+  "log_path": "reader.log",
+  "linux": {"security_context": {"seccomp": {"profile_type": 1}}}
+}`, img))
+	podID := crictl(t, c.ctd, "runp", pod)
+	cid := crictl(t, c.ctd, "create", podID, ctr, pod)
+	crictl(t, c.ctd, "start", cid)
+	checkSums(t, waitCRILog(t, c.ctd, cid, "read-all"), &pushedArtifact{files: files})
+	c.noPassword(t)
+}
+
+// TestCRIModelPackVolume (issue 25, done-when 2, raw layers): a ModelPack
+// artifact pushed by the oras CLI (raw layers, filepath annotations) into
+// the secured registry, pulled through weightsnapd's CRI socket, is a
+// pod's image volume: the container reads every file under model/ with its
+// digest, and containerd's content store holds none of the weight bytes.
+func TestCRIModelPackVolume(t *testing.T) {
+	c := startCRINode(t)
+	dir, _, _ := ociCheckpoint(t, "8MiB", 2)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	ann := map[string]map[string]string{}
+	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
+		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json",
+		c.sec.Ref("models/modelpack:v1")}
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = sha256Hex(raw)
+		mt := "application/vnd.cncf.model.weight.config.v1.raw"
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			mt = "application/vnd.cncf.model.weight.v1.raw"
+		}
+		ann[e.Name()] = map[string]string{"org.cncf.model.filepath": e.Name()}
+		args = append(args, e.Name()+":"+mt)
+	}
+	pushDir := t.TempDir()
+	for name := range files {
+		if err := os.Link(filepath.Join(dir, name), filepath.Join(pushDir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, _ := json.Marshal(ann)
+	writeJSON(t, filepath.Join(pushDir, "annotations.json"), string(raw))
+	writeJSON(t, filepath.Join(pushDir, "model-config.json"), `{"descriptor": {"name": "tiny"}, "config": {}, "modelfs": {"type": "layers", "diffIds": []}}`)
+	orasRun(t, pushDir, args...)
+
+	ref := c.sec.Ref("models/modelpack:v1")
+	if out, err := c.pull(c.user+":"+c.pass, ref); err != nil {
+		t.Fatalf("pull of a ModelPack artifact through the CRI socket: %v\n%s", err, out)
+	}
+	pdir := t.TempDir()
+	pod := hostNetworkPod(t, pdir, "modelpack")
+	ctr := filepath.Join(pdir, "container.json")
+	writeJSON(t, ctr, fmt.Sprintf(`{
+  "metadata": {"name": "reader"},
+  "image": {"image": %q},
+  "command": ["sh", "-c", "cd /models/model && sha256sum * && echo read-all; exec sleep 3600"],
+  "mounts": [{"container_path": "/models", "readonly": true, "image": {"image": %q}}],
+  "log_path": "reader.log",
+  "linux": {"security_context": {"seccomp": {"profile_type": 1}}}
+}`, c.base, ref))
+	podID := crictl(t, c.ctd, "runp", pod)
+	crictl(t, c.ctd, "pull", c.base)
+	cid := crictl(t, c.ctd, "create", podID, ctr, pod)
+	crictl(t, c.ctd, "start", cid)
+	a := &pushedArtifact{files: files}
+	checkSums(t, waitCRILog(t, c.ctd, cid, "read-all"), a)
+	c.noWeightBlobs(t, a)
+	c.noPassword(t)
+}
+
+// inspectFiles is the sha256 of every payload file of the artifact id in
+// the store at root.
+func inspectFiles(t *testing.T, root, id string) map[string]string {
+	t.Helper()
+	var info struct {
+		Files []struct {
+			Path   string `json:"path"`
+			SHA256 string `json:"sha256"`
+		} `json:"files"`
+	}
+	if err := json.Unmarshal([]byte(wsOK(t, root, "inspect", "--json", id)), &info); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	for _, f := range info.Files {
+		files[f.Path] = f.SHA256
+	}
+	if len(files) == 0 {
+		t.Fatal("the artifact has no files")
+	}
+	return files
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
