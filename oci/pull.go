@@ -69,15 +69,15 @@ const (
 
 // PullReport says what a pull did.
 type PullReport struct {
-	Ref      string `json:"ref"`
-	Manifest string `json:"manifest"`
-	Kind     Kind   `json:"kind"`
-	Identity string `json:"identity"`
-	ID       string `json:"id"`
-	Path     string `json:"path"`
-	Built    bool   `json:"built"`
-	Files    int    `json:"files"`
-	Bytes    int64  `json:"bytes"`
+	Ref      string      `json:"ref"`
+	Manifest string      `json:"manifest"`
+	Kind     Kind        `json:"kind"`
+	Identity artifact.ID `json:"identity"`
+	ID       string      `json:"id"` // the identity hex
+	Path     string      `json:"path"`
+	Built    bool        `json:"built"`
+	Files    int         `json:"files"`
+	Bytes    int64       `json:"bytes"`
 	store.Transfer
 	Seconds float64 `json:"seconds"`
 }
@@ -115,7 +115,8 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 	if err != nil {
 		return artifact.Identity{}, false
 	}
-	if d, err := id.Digest(); err != nil || d != m.Annotations[AnnotationIdentityDigest] {
+	want, err := artifact.ParseID(m.Annotations[AnnotationIdentityDigest])
+	if d, derr := id.ID(); err != nil || derr != nil || d != want {
 		return artifact.Identity{}, false
 	}
 	return id, true
@@ -141,14 +142,14 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
 	if id, ok := annotatedIdentity(resolved.Manifest); ok {
-		mo.Known, _ = id.Hex()
+		mo.Known, _ = id.ID()
 	}
 	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
 		p, err := planRemote(ctx, r, resolved.Manifest, o.Import)
 		if err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		if rep.Identity, err = p.Identity.Digest(); err != nil {
+		if rep.Identity, err = p.Identity.ID(); err != nil {
 			return artifact.Identity{}, nil, err
 		}
 		rep.Kind, rep.Files, rep.Bytes = p.Kind, len(p.Files), p.TotalBytes()
@@ -165,7 +166,7 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		}
 		return nil, rep, err
 	}
-	rep.Identity, rep.ID, rep.Path, rep.Built = "sha256:"+lease.ID, lease.ID, lease.Dir, m.Built
+	rep.Identity, rep.ID, rep.Path, rep.Built = lease.ID, lease.ID.Hex(), lease.Dir, m.Built
 	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
 	if m.Transfer != nil {
 		rep.Transfer = *m.Transfer

@@ -284,7 +284,7 @@ func TestPullForeign(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want, _ := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0).Hex()
+	want, _ := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0).ID()
 	if l.ID != want || rep.Kind != KindForeign {
 		t.Fatalf("imported %s (%s), want the import identity %s", l.ID, rep.Kind, want)
 	}
