@@ -34,7 +34,8 @@ func TestManifestDeterministic(t *testing.T) {
 	other := l1.Identity()
 	other.Component = "language_model"
 	x := *l1.Index
-	x.Identity, _ = other.Digest()
+	otherID, _ := other.ID()
+	x.Identity = otherID.String()
 	a3, err := NewArtifact(other, &x)
 	if err != nil {
 		t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
@@ -276,7 +277,7 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 // fields already; a writer that computes everything is checked here).
 func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 	if got.SHA256 != f.SHA256 {
-		return registry.DigestMismatch(f.Path, "sha256:"+f.SHA256, "sha256:"+got.SHA256)
+		return registry.DigestMismatch(f.Path, digest.NewDigestFromEncoded(digest.SHA256, f.SHA256).String(), digest.NewDigestFromEncoded(digest.SHA256, got.SHA256).String())
 	}
 	if f.Binding.By == artifact.BindNone {
 		return nil
@@ -289,7 +290,7 @@ func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 func layerError(f PlanFile, err error) error {
 	var em *artifact.EntryMismatchError
 	if errors.As(err, &em) && em.Field == "sha256" && em.Tensor == "" {
-		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), "sha256:"+em.Got)
+		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), digest.NewDigestFromEncoded(digest.SHA256, em.Got).String())
 	}
 	return err
 }

@@ -239,7 +239,8 @@ func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
 	forged.Model.Source = append([]artifact.SourceFile(nil), forged.Model.Source...)
 	forged.Model.Source[0].SHA256 = strings.Repeat("e", 64)
 	x := *l.Index
-	x.Identity, _ = forged.Digest()
+	forgedID, _ := forged.ID()
+	x.Identity = forgedID.String()
 	d := openStore(t)
 	_, _, err := Pull(ctx, d, pushEdited(t, l, forged, &x, "models/forged:v1"), PullOptions{})
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "identity collision: passthrough identity's source fingerprint and payload disagree at ") ||

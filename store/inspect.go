@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
@@ -69,7 +70,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id artifact.ID) (*Artifact
 	}
 	defer o.close()
 	info.Identity, info.Created, info.Producer = &o.manifest.Identity, o.ready.Created, o.ready.Producer
-	info.ManifestDigest = "sha256:" + o.ready.ManifestSHA256
+	info.ManifestDigest = digest.NewDigestFromEncoded(digest.SHA256, o.ready.ManifestSHA256).String()
 	info.TotalBytes, info.TensorCount = o.index.TotalBytes(), o.index.TensorCount()
 	for _, f := range o.index.Files {
 		info.Files = append(info.Files, FileInfo{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Tensors: len(f.Tensors)})
