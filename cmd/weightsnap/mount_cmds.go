@@ -109,13 +109,13 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 	if err != nil {
 		return req, err
 	}
-	if info.Kind != "weightsnap-artifact" || info.IdentityDigest == "" {
+	if info.Kind != "weightsnap-artifact" || info.IdentityDigest.IsZero() {
 		return req, fmt.Errorf("%s is a %s, not a weightsnap artifact (import a foreign artifact with weightsnap pull --revision; mount a weight image's artifacts by their own references): %w",
 			ref, info.Kind, errdefs.ErrInvalidArgument)
 	}
 	req.Artifact = r.Name() + "@" + info.Manifest
-	req.Identity, err = artifact.ParseID(info.IdentityDigest)
-	return req, err
+	req.Identity = info.IdentityDigest
+	return req, nil
 }
 
 func newUmountCmd(a *app) *cobra.Command {
