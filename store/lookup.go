@@ -77,9 +77,9 @@ func (e *DeniedError) Error() string {
 // Unwrap makes a denied artifact a miss.
 func (e *DeniedError) Unwrap() error { return ErrMiss }
 
-// Lookup returns a lease on the valid artifact published under id (an
-// identity hex), or ErrMiss. An artifact that fails validation is denied
-// before the shared lock is released, and the *InvalidError is returned.
+// Lookup returns a lease on the valid artifact published under id, or
+// ErrMiss. An artifact that fails validation is denied before the shared
+// lock is released, and the *InvalidError is returned.
 func (d *Domain) Lookup(ctx context.Context, id artifact.ID, mode ValidationMode) (*Lease, error) {
 	if id.IsZero() {
 		return nil, fmt.Errorf("no artifact id: %w", errdefs.ErrInvalidArgument)
