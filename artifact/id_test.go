@@ -1,6 +1,8 @@
 package artifact
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"strings"
@@ -79,9 +81,10 @@ func TestIdentityID(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, _ := id.Digest()
-	if got.String() != d || !IsSHA256Hex(got.Hex()) {
-		t.Fatalf("ID() = %q, Digest() = %q", got, d)
+	c, _ := id.CanonicalJSON()
+	sum := sha256.Sum256(c)
+	if d := "sha256:" + hex.EncodeToString(sum[:]); got.String() != d || !IsSHA256Hex(got.Hex()) {
+		t.Fatalf("ID() = %q, the sha256 of the canonical JSON is %q", got, d)
 	}
 }
 

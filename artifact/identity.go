@@ -101,18 +101,6 @@ func (id Identity) ID() (ID, error) {
 	return ID{hex: hex.EncodeToString(sum[:])}, nil
 }
 
-// Digest returns "sha256:<hex>" of the canonical JSON.
-func (id Identity) Digest() (string, error) {
-	d, err := id.ID()
-	return d.String(), err
-}
-
-// Hex returns the hex part of the digest: the artifact's directory name.
-func (id Identity) Hex() (string, error) {
-	d, err := id.ID()
-	return d.Hex(), err
-}
-
 // Canonicalize re-encodes a JSON document with sorted object keys, no
 // insignificant white space and no HTML escaping. Numbers must be integers.
 func Canonicalize(doc []byte) ([]byte, error) {

@@ -24,8 +24,8 @@ func FuzzParseIdentity(f *testing.F) {
 		if err != nil {
 			t.Fatalf("canonical JSON of an accepted identity is refused: %v", err)
 		}
-		d1, _ := id.Digest()
-		d2, _ := back.Digest()
+		d1, _ := id.ID()
+		d2, _ := back.ID()
 		if d1 != d2 {
 			t.Fatal("digest changed through canonical JSON")
 		}

@@ -17,7 +17,7 @@ import (
 // same manifest digest from any host or store root.
 type Artifact struct {
 	Identity       artifact.Identity
-	IdentityDigest string
+	IdentityDigest artifact.ID
 	Layers         []ocispec.Descriptor // one per payload file, in index order (sorted by path)
 	Index          []byte               // the index layer: the store's index.json encoding
 	IndexDesc      ocispec.Descriptor
@@ -58,11 +58,11 @@ func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
 	if err != nil {
 		return nil, err
 	}
-	idDigest, err := id.Digest()
+	idDigest, err := id.ID()
 	if err != nil {
 		return nil, err
 	}
-	if x.Identity != idDigest {
+	if x.Identity != idDigest.String() {
 		return nil, fmt.Errorf("index names identity %s, the artifact is %s", x.Identity, idDigest)
 	}
 	if len(x.Files) == 0 {
@@ -120,7 +120,7 @@ func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
 		Config:       a.ConfigDesc,
 		Layers:       append(append([]ocispec.Descriptor(nil), a.Layers...), a.IndexDesc),
 		Annotations: map[string]string{
-			AnnotationIdentityDigest: idDigest,
+			AnnotationIdentityDigest: idDigest.String(),
 			AnnotationIdentity:       string(canon),
 		},
 	}

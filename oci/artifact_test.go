@@ -34,7 +34,8 @@ func TestManifestDeterministic(t *testing.T) {
 	other := l1.Identity()
 	other.Component = "language_model"
 	x := *l1.Index
-	x.Identity, _ = other.Digest()
+	otherID, _ := other.ID()
+	x.Identity = otherID.String()
 	a3, err := NewArtifact(other, &x)
 	if err != nil {
 		t.Fatal(err)
@@ -75,9 +76,9 @@ func TestManifestShape(t *testing.T) {
 			t.Fatalf("%s: media type %s, want %s", f.Path, ly.MediaType, want)
 		}
 	}
-	idDigest, _ := l.Identity().Digest()
+	idDigest, _ := l.Identity().ID()
 	canon, _ := l.Identity().CanonicalJSON()
-	if m.Annotations[AnnotationIdentityDigest] != idDigest || m.Annotations[AnnotationIdentity] != string(canon) {
+	if m.Annotations[AnnotationIdentityDigest] != idDigest.String() || m.Annotations[AnnotationIdentity] != string(canon) {
 		t.Fatalf("identity annotations: %v", m.Annotations)
 	}
 	if strings.Contains(string(a.Manifest), "created") {
@@ -102,7 +103,7 @@ func TestManifestShape(t *testing.T) {
 	}
 	// The index layer is the store's own index.json encoding.
 	x, err := artifact.DecodeIndex(a.Index)
-	if err != nil || x.Identity != idDigest {
+	if err != nil || x.Identity != idDigest.String() {
 		t.Fatalf("index layer: %v", err)
 	}
 }

@@ -24,7 +24,7 @@ type RemoteInfo struct {
 	MediaType      string             `json:"media_type"`
 	ArtifactType   string             `json:"artifact_type,omitempty"`
 	Kind           string             `json:"kind"` // weightsnap-artifact, foreign-artifact, weight-image, image
-	IdentityDigest string             `json:"identity_digest,omitempty"`
+	IdentityDigest artifact.ID        `json:"identity_digest,omitzero"`
 	Identity       *artifact.Identity `json:"identity,omitempty"`
 	Files          []RemoteFile       `json:"files,omitempty"`
 	TotalBytes     int64              `json:"total_bytes"`
@@ -154,7 +154,9 @@ func inspectArtifact(ctx context.Context, r *registry.Remote, platform string) (
 	info.Kind = "weightsnap-artifact"
 	id := plan.Identity
 	info.Identity = &id
-	info.IdentityDigest = plan.Index.Identity
+	if info.IdentityDigest, err = id.ID(); err != nil {
+		return nil, nil, err
+	}
 	for i, f := range plan.Index.Files {
 		info.Files = append(info.Files, RemoteFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256,
 			MediaType: plan.Files[i].Layer.MediaType, Tensors: len(f.Tensors)})

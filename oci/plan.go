@@ -110,12 +110,13 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 	if err != nil {
 		return nil, invalidManifest(ref, fmt.Errorf("identity annotation: %w", err))
 	}
-	idDigest, err := id.Digest()
+	idDigest, err := id.ID()
 	if err != nil {
 		return nil, err
 	}
-	if want := m.Annotations[AnnotationIdentityDigest]; want != idDigest {
-		return nil, indexMismatch("", "identity digest annotation", want, idDigest)
+	ann := m.Annotations[AnnotationIdentityDigest]
+	if want, err := artifact.ParseID(ann); err != nil || want != idDigest {
+		return nil, indexMismatch("", "identity digest annotation", ann, idDigest.String())
 	}
 	x, err := artifact.DecodeIndex(indexRaw)
 	if err == nil {
@@ -124,8 +125,8 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 	if err != nil {
 		return nil, invalidManifest(ref, err)
 	}
-	if x.Identity != idDigest {
-		return nil, indexMismatch("", "identity", x.Identity, idDigest)
+	if x.Identity != idDigest.String() {
+		return nil, indexMismatch("", "identity", x.Identity, idDigest.String())
 	}
 	byPath := map[string]ocispec.Descriptor{}
 	for _, l := range m.Layers {

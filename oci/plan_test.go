@@ -36,8 +36,8 @@ func TestPlanForeignMatchesImport(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)
-	wd, _ := want.Digest()
-	gd, _ := plan.Identity.Digest()
+	wd, _ := want.ID()
+	gd, _ := plan.Identity.ID()
 	if wd != gd || plan.Kind != KindForeign || len(plan.Files) != len(src.Files) {
 		t.Fatalf("identity %s, want %s (files %d)", gd, wd, len(plan.Files))
 	}
@@ -57,7 +57,7 @@ func TestPlanForeignMatchesImport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d2, _ := plan2.Identity.Digest(); d2 != wd {
+	if d2, _ := plan2.Identity.ID(); d2 != wd {
 		t.Fatal("ModelPack layers gave another identity")
 	}
 	// Without --repository the reference names the model.
@@ -138,7 +138,7 @@ func TestPlanWeightsnap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := plan.Identity.Digest(); d != a.IdentityDigest || len(plan.Files) != len(l.Index.Files) || plan.TotalBytes() != l.Index.TotalBytes() {
+	if d, _ := plan.Identity.ID(); d != a.IdentityDigest || len(plan.Files) != len(l.Index.Files) || plan.TotalBytes() != l.Index.TotalBytes() {
 		t.Fatalf("plan %+v", plan)
 	}
 	for name, edit := range map[string]func(m *ocispec.Manifest, x *artifact.Index){

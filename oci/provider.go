@@ -14,7 +14,7 @@ import (
 
 // IdentityTag is the tag Push also gives an artifact in its repository, so a
 // registry can be asked for an exact identity: "ws-" and the identity hex.
-func IdentityTag(identityHex string) string { return "ws-" + identityHex }
+func IdentityTag(id artifact.ID) string { return "ws-" + id.Hex() }
 
 // Provider is the registry source of resolution: a repository whose
 // artifacts are tagged by identity (IdentityTag). It implements
@@ -34,15 +34,15 @@ func (p *Provider) Name() string { return "registry" }
 // pulls the payload. A missing tag is a clean miss; a manifest that names
 // another identity is a collision.
 func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
-	hex, err := identity.Hex()
+	id, err := identity.ID()
 	if err != nil {
 		return nil, err
 	}
-	r, err := p.Repo.Sibling(p.Repo.Name() + ":" + IdentityTag(hex))
+	r, err := p.Repo.Sibling(p.Repo.Name() + ":" + IdentityTag(id))
 	if err != nil {
 		return nil, err
 	}
-	_, prod, err := producerFor(ctx, r, "sha256:"+hex, p.Options)
+	_, prod, err := producerFor(ctx, r, id, p.Options)
 	return prod, err // errdefs.ErrNotFound for a missing tag: a clean miss
 }
 
@@ -51,7 +51,7 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 // is a weightsnap artifact of the identity digest wanted, or a foreign
 // artifact whose planned identity (PlanArtifact: what the CRI image service
 // made its weights-only image of) is that digest.
-func producerFor(ctx context.Context, r *registry.Remote, want string, o PullOptions) (artifact.Identity, artifact.Producer, error) {
+func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o PullOptions) (artifact.Identity, artifact.Producer, error) {
 	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
 		return artifact.Identity{}, nil, err
@@ -63,11 +63,11 @@ func producerFor(ctx context.Context, r *registry.Remote, want string, o PullOpt
 		if err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		if d, _ := plan.Identity.Digest(); d == want {
+		if d, _ := plan.Identity.ID(); d == want {
 			return plan.Identity, newPuller(r, plan, o), nil
 		}
 	}
-	if d, _ := got.Digest(); !ok || d != want {
+	if d, _ := got.ID(); !ok || d != want {
 		return artifact.Identity{}, nil, fmt.Errorf("%s is not the weightsnap artifact of identity %s: %w", r, want, errdefs.ErrConflict)
 	}
 	plan, err := planRemote(ctx, r, m, o.Import)
@@ -92,16 +92,16 @@ func (p *ArtifactProvider) Name() string { return "registry" }
 
 // Producer implements resolve.Provider.
 func (p *ArtifactProvider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
-	d, err := identity.Digest()
+	id, err := identity.ID()
 	if err != nil {
 		return nil, err
 	}
-	_, prod, err := producerFor(ctx, p.Remote, d, p.Options)
+	_, prod, err := producerFor(ctx, p.Remote, id, p.Options)
 	return prod, err
 }
 
 // ProducerForDigest implements resolve.DigestProvider.
-func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	return producerFor(ctx, p.Remote, digest, p.Options)
 }
 
@@ -138,7 +138,7 @@ func AllowedHost(hosts []string, host string) bool {
 
 // tagIdentity files a pushed manifest under its identity tag too.
 func tagIdentity(ctx context.Context, r *registry.Remote, a *Artifact) error {
-	tagged, err := r.Sibling(r.Name() + ":" + IdentityTag(a.IdentityDigest[len("sha256:"):]))
+	tagged, err := r.Sibling(r.Name() + ":" + IdentityTag(a.IdentityDigest))
 	if err != nil {
 		return err
 	}

@@ -57,7 +57,7 @@ func TestProviderInResolution(t *testing.T) {
 		t.Fatalf("missing identity: %v, want a clean miss", err)
 	}
 	// A tag that names another identity is a collision.
-	otherHex, _ := other.Hex()
+	otherHex, _ := other.ID()
 	if err := pushManifest(ctx, remoteFor(t, f, "models/x:"+IdentityTag(otherHex)), mustArtifact(t, l).ManifestDesc, mustArtifact(t, l).Manifest); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestLocatorInResolution(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest := "sha256:" + l.ID
+	digest := l.ID
 	res, err := rt.Resolve(ctx, resolve.Request{Digest: digest, Artifact: pinned})
 	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Lease.ID != l.ID {
 		t.Fatalf("resolve by digest: %v %+v", err, res.Report)
@@ -110,7 +110,7 @@ func TestLocatorInResolution(t *testing.T) {
 	}
 	// The pinned artifact under another identity digest is a collision.
 	p, _ := loc.Locate(ctx, pinned)
-	if _, _, err := p.ProducerForDigest(ctx, "sha256:"+zeros); !errdefs.IsConflict(err) {
+	if _, _, err := p.ProducerForDigest(ctx, artifact.MustParseID("sha256:"+zeros)); !errdefs.IsConflict(err) {
 		t.Fatalf("wrong digest: %v", err)
 	}
 }

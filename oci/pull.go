@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
@@ -69,15 +70,15 @@ const (
 
 // PullReport says what a pull did.
 type PullReport struct {
-	Ref      string `json:"ref"`
-	Manifest string `json:"manifest"`
-	Kind     Kind   `json:"kind"`
-	Identity string `json:"identity"`
-	ID       string `json:"id"`
-	Path     string `json:"path"`
-	Built    bool   `json:"built"`
-	Files    int    `json:"files"`
-	Bytes    int64  `json:"bytes"`
+	Ref      string      `json:"ref"`
+	Manifest string      `json:"manifest"`
+	Kind     Kind        `json:"kind"`
+	Identity artifact.ID `json:"identity"`
+	ID       string      `json:"id"` // the identity hex
+	Path     string      `json:"path"`
+	Built    bool        `json:"built"`
+	Files    int         `json:"files"`
+	Bytes    int64       `json:"bytes"`
 	store.Transfer
 	Seconds float64 `json:"seconds"`
 }
@@ -115,7 +116,8 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 	if err != nil {
 		return artifact.Identity{}, false
 	}
-	if d, err := id.Digest(); err != nil || d != m.Annotations[AnnotationIdentityDigest] {
+	want, err := artifact.ParseID(m.Annotations[AnnotationIdentityDigest])
+	if d, derr := id.ID(); err != nil || derr != nil || d != want {
 		return artifact.Identity{}, false
 	}
 	return id, true
@@ -141,14 +143,14 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
 	if id, ok := annotatedIdentity(resolved.Manifest); ok {
-		mo.Known, _ = id.Hex()
+		mo.Known, _ = id.ID()
 	}
 	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
 		p, err := planRemote(ctx, r, resolved.Manifest, o.Import)
 		if err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		if rep.Identity, err = p.Identity.Digest(); err != nil {
+		if rep.Identity, err = p.Identity.ID(); err != nil {
 			return artifact.Identity{}, nil, err
 		}
 		rep.Kind, rep.Files, rep.Bytes = p.Kind, len(p.Files), p.TotalBytes()
@@ -165,7 +167,7 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		}
 		return nil, rep, err
 	}
-	rep.Identity, rep.ID, rep.Path, rep.Built = "sha256:"+lease.ID, lease.ID, lease.Dir, m.Built
+	rep.Identity, rep.ID, rep.Path, rep.Built = lease.ID, lease.ID.Hex(), lease.Dir, m.Built
 	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
 	if m.Transfer != nil {
 		rep.Transfer = *m.Transfer
@@ -275,7 +277,7 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 // fields already; a writer that computes everything is checked here).
 func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 	if got.SHA256 != f.SHA256 {
-		return registry.DigestMismatch(f.Path, "sha256:"+f.SHA256, "sha256:"+got.SHA256)
+		return registry.DigestMismatch(f.Path, digest.NewDigestFromEncoded(digest.SHA256, f.SHA256).String(), digest.NewDigestFromEncoded(digest.SHA256, got.SHA256).String())
 	}
 	if f.Binding.By == artifact.BindNone {
 		return nil
@@ -288,7 +290,7 @@ func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 func layerError(f PlanFile, err error) error {
 	var em *artifact.EntryMismatchError
 	if errors.As(err, &em) && em.Field == "sha256" && em.Tensor == "" {
-		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), "sha256:"+em.Got)
+		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), digest.NewDigestFromEncoded(digest.SHA256, em.Got).String())
 	}
 	return err
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/log"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sync/errgroup"
@@ -32,16 +33,16 @@ type PushOptions struct {
 
 // PushReport says what a push did.
 type PushReport struct {
-	Ref       string  `json:"ref"`
-	Reference string  `json:"reference"` // registry/repo@sha256:<manifest>
-	Manifest  string  `json:"manifest"`
-	Identity  string  `json:"identity"`
-	Blobs     int     `json:"blobs"`
-	Bytes     int64   `json:"bytes"`
-	Uploaded  int64   `json:"uploaded_bytes"`
-	Mounted   int64   `json:"mounted_bytes"`
-	Existing  int64   `json:"existing_bytes"`
-	Seconds   float64 `json:"seconds"`
+	Ref       string      `json:"ref"`
+	Reference string      `json:"reference"` // registry/repo@sha256:<manifest>
+	Manifest  string      `json:"manifest"`
+	Identity  artifact.ID `json:"identity"`
+	Blobs     int         `json:"blobs"`
+	Bytes     int64       `json:"bytes"`
+	Uploaded  int64       `json:"uploaded_bytes"`
+	Mounted   int64       `json:"mounted_bytes"`
+	Existing  int64       `json:"existing_bytes"`
+	Seconds   float64     `json:"seconds"`
 }
 
 // blobSource is one blob to push and how to read it.

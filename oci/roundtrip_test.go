@@ -239,7 +239,8 @@ func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
 	forged.Model.Source = append([]artifact.SourceFile(nil), forged.Model.Source...)
 	forged.Model.Source[0].SHA256 = strings.Repeat("e", 64)
 	x := *l.Index
-	x.Identity, _ = forged.Digest()
+	forgedID, _ := forged.ID()
+	x.Identity = forgedID.String()
 	d := openStore(t)
 	_, _, err := Pull(ctx, d, pushEdited(t, l, forged, &x, "models/forged:v1"), PullOptions{})
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "identity collision: passthrough identity's source fingerprint and payload disagree at ") ||
@@ -284,7 +285,7 @@ func TestPullForeign(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want, _ := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0).Hex()
+	want, _ := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0).ID()
 	if l.ID != want || rep.Kind != KindForeign {
 		t.Fatalf("imported %s (%s), want the import identity %s", l.ID, rep.Kind, want)
 	}

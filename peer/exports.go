@@ -272,7 +272,7 @@ func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*
 	}
 	shards, err := hashAndMap(ctx, files)
 	var identity artifact.Identity
-	var digest string
+	var digest artifact.ID
 	if err == nil {
 		src := &artifact.SourceDir{Root: path.Join(dir.Path, sub)}
 		for _, s := range shards {
@@ -280,7 +280,7 @@ func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*
 		}
 		identity = artifact.PassthroughIdentity(src, dir.Repository, revision, dir.Component, 0, 0)
 		if err = identity.Validate(); err == nil {
-			digest, err = identity.Digest()
+			digest, err = identity.ID()
 		}
 	}
 	if err != nil {

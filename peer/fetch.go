@@ -406,7 +406,7 @@ func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 // fetch can resume from one peer's session with another's.
 func sameContent(m, o *wire.WeightManifest) error {
 	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
-		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", short(o.IdentityDigest), short(m.IdentityDigest))
+		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", o.IdentityDigest.Short(), m.IdentityDigest.Short())
 	}
 	for i := range m.Shards {
 		if err := artifact.CompareEntry(m.Shards[i].FileEntry, o.Shards[i].FileEntry); err != nil {

@@ -130,7 +130,7 @@ func TestFetchExportAndList(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if want := digestOf(t, artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)); rep.Identity != want {
+	if want := digestOf(t, artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)); rep.Identity.String() != want {
 		t.Fatalf("staged identity %s, want the passthrough identity %s", rep.Identity, want)
 	}
 	verifyFull(t, dst, l.ID)
@@ -152,11 +152,11 @@ func TestFetchSubset(t *testing.T) {
 	}
 	defer l.Close()
 	want, _ := producers.SubsetIdentity(id, patterns)
-	if rep.Identity != digestOf(t, want) || l.Identity().Producer.Name != producers.TensorSubsetName {
+	if rep.Identity.String() != digestOf(t, want) || l.Identity().Producer.Name != producers.TensorSubsetName {
 		t.Fatalf("subset identity %s", rep.Identity)
 	}
 	verifyFull(t, dst, l.ID)
-	sl, err := src.Lookup(context.Background(), mustHex(t, id), "")
+	sl, err := src.Lookup(context.Background(), mustID(t, id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func TestFetchResumesKeptFiles(t *testing.T) {
 func TestFetchFromALyingPeer(t *testing.T) {
 	a, id := seeded(t, 8<<20, 2)
 	b, _ := seeded(t, 8<<20, 2)
-	l, err := a.Lookup(context.Background(), mustHex(t, id), "")
+	l, err := a.Lookup(context.Background(), mustID(t, id), "")
 	if err != nil {
 		t.Fatal(err)
 	}

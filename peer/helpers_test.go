@@ -95,15 +95,15 @@ func serveStoppable(tb testing.TB, d *store.Domain, cfg ServerConfig, l net.List
 
 func digestOf(tb testing.TB, id artifact.Identity) string {
 	tb.Helper()
-	d, err := id.Digest()
+	d, err := id.ID()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	return d
+	return d.String()
 }
 
 // verifyFull looks the artifact up with a full checksum of every byte.
-func verifyFull(tb testing.TB, d *store.Domain, id string) {
+func verifyFull(tb testing.TB, d *store.Domain, id artifact.ID) {
 	tb.Helper()
 	l, err := d.Lookup(context.Background(), id, store.FullChecksum)
 	if err != nil {

@@ -26,7 +26,7 @@ func (p *Provider) Name() string { return "peer" }
 // the identity and reads its manifest; a clean miss when none does. The
 // producer fetches from that peer first, then from the others on failure.
 func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
-	digest, err := identity.Digest()
+	digest, err := identity.ID()
 	if err != nil {
 		return nil, err
 	}
@@ -36,12 +36,12 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	}
 	o := p.Options
 	o.Tensors = nil
-	f, err := newFetcher(ctx, addrs, digest, o, false)
+	f, err := newFetcher(ctx, addrs, digest.String(), o, false)
 	if err != nil {
 		return nil, err // errdefs.ErrNotFound when no peer holds it: a clean miss
 	}
 	if f.base.IdentityDigest != digest {
-		return nil, fmt.Errorf("peer answered %s for %s: %w", short(f.base.IdentityDigest), short(digest), errdefs.ErrConflict)
+		return nil, fmt.Errorf("peer answered %s for %s: %w", f.base.IdentityDigest.Short(), digest.Short(), errdefs.ErrConflict)
 	}
 	return f, nil
 }
@@ -55,14 +55,14 @@ func (f *fetcher) Transfer() store.Transfer {
 
 // ProducerForDigest implements resolve.DigestProvider: a peer is asked for
 // an artifact by its identity digest, and its manifest carries the identity.
-func (p *Provider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+func (p *Provider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	addrs, err := ExpandPeers(ctx, p.Peers)
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
 	o := p.Options
 	o.Tensors = nil
-	f, err := newFetcher(ctx, addrs, digest, o, false)
+	f, err := newFetcher(ctx, addrs, digest.String(), o, false)
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}

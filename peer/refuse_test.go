@@ -282,7 +282,7 @@ func TestClientRefusesAnotherArtifact(t *testing.T) {
 // manifestDoc is the manifest a server of d sends for id.
 func manifestDoc(t *testing.T, d *store.Domain, id artifact.Identity) []byte {
 	t.Helper()
-	l, err := d.Lookup(context.Background(), mustHex(t, id), "")
+	l, err := d.Lookup(context.Background(), mustID(t, id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,9 +300,9 @@ func manifestDoc(t *testing.T, d *store.Domain, id artifact.Identity) []byte {
 	return raw
 }
 
-func mustHex(t *testing.T, id artifact.Identity) string {
+func mustID(t *testing.T, id artifact.Identity) artifact.ID {
 	t.Helper()
-	h, err := id.Hex()
+	h, err := id.ID()
 	if err != nil {
 		t.Fatal(err)
 	}

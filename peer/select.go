@@ -13,7 +13,6 @@ import (
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -66,8 +65,8 @@ func ExpandPeers(ctx context.Context, peers []string) ([]string, error) {
 // fetch finished with; Peers every peer it used, in order.
 type FetchReport struct {
 	Request  string
-	Identity string
-	ID       string
+	Identity artifact.ID
+	ID       string // the identity hex
 	Path     string
 	Tensors  []string // the patterns of a subset
 	Built    bool
@@ -83,25 +82,25 @@ type FetchReport struct {
 // MarshalJSON is the report's encoding, `weightsnap peer fetch --json`.
 func (r FetchReport) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		Request        string   `json:"request"`
-		Identity       string   `json:"identity"`
-		ID             string   `json:"id"`
-		Path           string   `json:"path"`
-		Tensors        []string `json:"tensors,omitempty"`
-		Built          bool     `json:"built"`
-		Files          int      `json:"files"`
-		Bytes          int64    `json:"bytes"`
-		Fetched        int64    `json:"fetched_bytes"`
-		Reused         int64    `json:"reused_bytes"`
-		Peer           string   `json:"peer,omitempty"`
-		Peers          []string `json:"peers,omitempty"`
-		Mode           string   `json:"mode,omitempty"`
-		Rails          int      `json:"rails,omitempty"`
-		Failovers      int      `json:"failovers"`
-		Restarts       int      `json:"restarts"`
-		FetchSeconds   float64  `json:"fetch_seconds"`
-		PublishSeconds float64  `json:"publish_seconds"`
-		Seconds        float64  `json:"seconds"`
+		Request        string      `json:"request"`
+		Identity       artifact.ID `json:"identity"`
+		ID             string      `json:"id"`
+		Path           string      `json:"path"`
+		Tensors        []string    `json:"tensors,omitempty"`
+		Built          bool        `json:"built"`
+		Files          int         `json:"files"`
+		Bytes          int64       `json:"bytes"`
+		Fetched        int64       `json:"fetched_bytes"`
+		Reused         int64       `json:"reused_bytes"`
+		Peer           string      `json:"peer,omitempty"`
+		Peers          []string    `json:"peers,omitempty"`
+		Mode           string      `json:"mode,omitempty"`
+		Rails          int         `json:"rails,omitempty"`
+		Failovers      int         `json:"failovers"`
+		Restarts       int         `json:"restarts"`
+		FetchSeconds   float64     `json:"fetch_seconds"`
+		PublishSeconds float64     `json:"publish_seconds"`
+		Seconds        float64     `json:"seconds"`
 	}{r.Request, r.Identity, r.ID, r.Path, r.Tensors, r.Built, r.Files, r.Bytes, r.Fetched, r.Reused, r.Endpoint, r.Peers,
 		r.Mode, r.Rails, r.Failovers, r.Restarts, r.FetchSeconds, r.PublishSeconds, r.Seconds})
 }
@@ -184,8 +183,8 @@ func (f *fetcher) closeSession() {
 // it answers again).
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
 	var mo store.MaterialiseOptions
-	if hex, ok := strings.CutPrefix(request, "sha256:"); ok && len(o.Tensors) == 0 && wire.IsHex64(hex) {
-		mo.Known = hex // an identity this store may already have: no peer needed
+	if id, err := artifact.ParseID(request); err == nil && len(o.Tensors) == 0 {
+		mo.Known = id // an identity this store may already have: no peer needed
 	}
 	rep := &FetchReport{Request: request, Tensors: o.Tensors}
 	var f *fetcher
@@ -198,7 +197,7 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 			return artifact.Identity{}, nil, err
 		}
 		f.scratch = d.Root()
-		rep.Identity, _ = f.identity.Digest()
+		rep.Identity, _ = f.identity.ID()
 		return f.identity, f, nil
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)
@@ -212,7 +211,7 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 		}
 		return nil, rep, err
 	}
-	rep.Identity, rep.ID, rep.Path, rep.Built = "sha256:"+lease.ID, lease.ID, lease.Dir, m.Built
+	rep.Identity, rep.ID, rep.Path, rep.Built = lease.ID, lease.ID.Hex(), lease.Dir, m.Built
 	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
 	if m.Transfer != nil {
 		rep.Transfer = *m.Transfer

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -36,21 +37,23 @@ func (s *Server) open(ctx context.Context, request string) (*servable, error) {
 	if name, ok := strings.CutPrefix(request, wire.ExportPrefix); ok {
 		return s.exports.open(ctx, name)
 	}
-	hex, ok := strings.CutPrefix(request, "sha256:")
-	if !ok || !wire.IsHex64(hex) {
+	// An identity and a manifest digest have the same form: the request is
+	// looked up as the one, then as the other.
+	id, err := artifact.ParseID(request)
+	if err != nil {
 		return nil, badInput("model request %q: want sha256:<identity or manifest digest> or %s<name>", request, wire.ExportPrefix)
 	}
-	l, err := s.d.Lookup(ctx, hex, store.ManifestAndMetadata)
+	l, err := s.d.Lookup(ctx, id, store.ManifestAndMetadata)
 	if errors.Is(err, store.ErrMiss) && !store.IsInvalid(err) {
-		id, ferr := s.byManifestDigest(ctx, request)
+		byManifest, ferr := s.byManifestDigest(ctx, request)
 		if ferr != nil {
 			return nil, ferr
 		}
-		l, err = s.d.Lookup(ctx, id, store.ManifestAndMetadata)
+		l, err = s.d.Lookup(ctx, byManifest, store.ManifestAndMetadata)
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrMiss) || store.IsInvalid(err) {
-			return nil, fmt.Errorf("no READY artifact %s here: %w", short(hex), errdefs.ErrNotFound)
+			return nil, fmt.Errorf("no READY artifact %s here: %w", id.Short(), errdefs.ErrNotFound)
 		}
 		return nil, err
 	}
@@ -58,17 +61,17 @@ func (s *Server) open(ctx context.Context, request string) (*servable, error) {
 }
 
 // byManifestDigest finds the artifact whose manifest.json has the digest.
-func (s *Server) byManifestDigest(ctx context.Context, digest string) (string, error) {
+func (s *Server) byManifestDigest(ctx context.Context, digest string) (artifact.ID, error) {
 	infos, err := s.d.List(ctx)
 	if err != nil {
-		return "", err
+		return artifact.ID{}, err
 	}
 	for _, a := range infos {
 		if a.State == store.StateReady && a.ManifestDigest == digest {
-			return a.ID, nil
+			return a.Digest, nil
 		}
 	}
-	return "", fmt.Errorf("no READY artifact with identity or manifest digest %s here: %w", short(strings.TrimPrefix(digest, "sha256:")), errdefs.ErrNotFound)
+	return artifact.ID{}, fmt.Errorf("no READY artifact with identity or manifest digest %s here: %w", digest, errdefs.ErrNotFound)
 }
 
 // servableFromLease serves a leased artifact; its manifest gives every
@@ -83,7 +86,7 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 	}
 	sv := &servable{release: func() { l.Close() }}
 	sv.manifest = wire.WeightManifest{Schema: wire.ManifestSchema, Identity: l.Identity(), IdentityDigest: l.Manifest.IdentityDigest,
-		ManifestDigest: "sha256:" + l.Ready.ManifestSHA256}
+		ManifestDigest: digest.NewDigestFromEncoded(digest.SHA256, l.Ready.ManifestSHA256)}
 	for i, f := range l.Files() {
 		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: f.Data})
 		sv.manifest.Shards = append(sv.manifest.Shards, wire.ShardFromEntry(x.Files[i], f.Data))

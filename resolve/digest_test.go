@@ -30,7 +30,7 @@ func (p *digestProvider) Producer(context.Context, artifact.Identity) (artifact.
 	return nil, errors.New("called with a full identity")
 }
 
-func (p *digestProvider) ProducerForDigest(_ context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+func (p *digestProvider) ProducerForDigest(_ context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	p.calls.Add(1)
 	prod, err := producers.Passthrough{}.Producer(p.src)
 	return p.id, prod, err
@@ -43,7 +43,7 @@ func TestResolveByDigest(t *testing.T) {
 	dir := synthModel(t, 256<<10, 2, "BF16")
 	src := mustScan(t, dir)
 	id := identityOf(t, producers.Passthrough{}, dir)
-	digest, _ := id.Digest()
+	digest, _ := id.ID()
 	other := id
 	other.Component = "other"
 	const ref = "reg.example/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222"
@@ -62,7 +62,7 @@ func TestResolveByDigest(t *testing.T) {
 			}
 			return good, nil
 		}})
-	resolveDigest := func(d, art string) (*resolve.Resolution, error) {
+	resolveDigest := func(d artifact.ID, art string) (*resolve.Resolution, error) {
 		return rt.Resolve(context.Background(), resolve.Request{Digest: d, Artifact: art})
 	}
 
@@ -86,7 +86,7 @@ func TestResolveByDigest(t *testing.T) {
 	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Report.Identity != digest || good.calls.Load() != 1 {
 		t.Fatalf("fetch: %v %+v", err, res.Report)
 	}
-	if d, _ := res.Lease.Identity().Digest(); d != digest {
+	if d, _ := res.Lease.Identity().ID(); d != digest {
 		t.Fatalf("leased %s", d)
 	}
 	res.Close()
@@ -108,7 +108,7 @@ func TestResolveByDigest(t *testing.T) {
 		t.Fatalf("full-identity provider: %v, %d calls", err, calls.Load())
 	}
 	// A malformed digest is an invalid request.
-	if _, err := rt2.Resolve(context.Background(), resolve.Request{Digest: "sha256:abc"}); !errdefs.IsInvalidArgument(err) {
+	if _, err := artifact.ParseID("sha256:abc"); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("bad digest: %v", err)
 	}
 }
@@ -119,7 +119,7 @@ type peerProvider struct{ digestProvider }
 
 func (p *peerProvider) Name() string { return "peer" }
 
-func (p *peerProvider) ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error) {
+func (p *peerProvider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	id, prod, err := p.digestProvider.ProducerForDigest(ctx, digest)
 	return id, transferring{prod}, err
 }
@@ -135,7 +135,7 @@ func (transferring) Transfer() store.Transfer {
 func TestResolvePeersFirst(t *testing.T) {
 	dir := synthModel(t, 256<<10, 2, "BF16")
 	id := identityOf(t, producers.Passthrough{}, dir)
-	digest, _ := id.Digest()
+	digest, _ := id.ID()
 	p := &peerProvider{digestProvider{id: id, src: mustScan(t, dir)}}
 	located := &digestProvider{id: id, src: mustScan(t, dir)}
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required,

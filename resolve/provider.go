@@ -60,5 +60,5 @@ func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) 
 // as for Producer.
 type DigestProvider interface {
 	Provider
-	ProducerForDigest(ctx context.Context, digest string) (artifact.Identity, artifact.Producer, error)
+	ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error)
 }

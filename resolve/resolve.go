@@ -6,9 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
-	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -31,8 +29,7 @@ type attempt struct {
 	fp    *fingerprint.Result
 	fpErr *Failure
 	id    artifact.Identity
-	known bool // id is set; false while only the digest is known
-	idHex string
+	known bool // id is set; false while only the digest (rep.Identity) is known
 	lease *store.Lease
 	last  *Failure // the last recoverable failure
 	done  bool
@@ -212,12 +209,8 @@ func (a *attempt) identify() bool {
 		a.fail(&Failure{Kind: KindInvalidRequest, Step: StepIdentity, Err: err})
 		return false
 	}
-	if a.req.Identity == nil && a.req.Digest != "" {
-		hex, ok := strings.CutPrefix(a.req.Digest, "sha256:")
-		if !ok || !sha256HexRE.MatchString(hex) {
-			return invalid(fmt.Errorf("identity digest %q is not sha256:<64 hex>: %w", a.req.Digest, errdefs.ErrInvalidArgument))
-		}
-		a.rep.Identity, a.idHex = a.req.Digest, hex
+	if a.req.Identity == nil && !a.req.Digest.IsZero() {
+		a.rep.Identity = a.req.Digest
 		return true
 	}
 	if a.req.Identity != nil {
@@ -243,20 +236,18 @@ func (a *attempt) identify() bool {
 	if err := a.id.Validate(); err != nil {
 		return invalid(err)
 	}
-	digest, err := a.id.Digest()
+	digest, err := a.id.ID()
 	if err != nil {
 		return invalid(err)
 	}
-	a.rep.Identity, a.idHex, a.known = digest, strings.TrimPrefix(digest, "sha256:"), true
+	a.rep.Identity, a.known = digest, true
 	return true
 }
-
-var sha256HexRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // learn settles the identity of a digest-only request from an artifact
 // that claims it: a collision unless its digest is the one asked for.
 func (a *attempt) learn(step, source string, id artifact.Identity) *Failure {
-	if d, err := id.Digest(); err != nil || d != a.rep.Identity {
+	if d, err := id.ID(); err != nil || d != a.rep.Identity {
 		return &Failure{Kind: KindIdentityCollision, Step: step, Source: source,
 			Err: fmt.Errorf("%s holds identity %s, not %s: %w", source, d, a.rep.Identity, errdefs.ErrConflict)}
 	}
@@ -280,14 +271,14 @@ func (a *attempt) collision(step, source string, l *store.Lease) *Failure {
 	}
 	l.Close()
 	return &Failure{Kind: KindIdentityCollision, Step: step, Source: source,
-		Err: fmt.Errorf("artifact %s holds another identity than the one asked for: %w", a.idHex[:12], errdefs.ErrConflict)}
+		Err: fmt.Errorf("artifact %s holds another identity than the one asked for: %w", a.rep.Identity.Short(), errdefs.ErrConflict)}
 }
 
 // lookup tries the validated local artifact.
 func (a *attempt) lookup() bool {
 	t := time.Now()
 	bctx, cancel := context.WithTimeoutCause(a.ctx, a.r.cfg.Wait.Budget(), errWaitBudget)
-	l, err := a.dom.Lookup(bctx, a.idHex, a.r.cfg.Validation)
+	l, err := a.dom.Lookup(bctx, a.rep.Identity, a.r.cfg.Validation)
 	spent := errors.Is(context.Cause(bctx), errWaitBudget)
 	cancel()
 	if err != nil {
@@ -399,7 +390,7 @@ func (a *attempt) sourceChanged(step, source string, l *store.Lease) *Failure {
 		return nil
 	}
 	l.Close()
-	if err := a.dom.Remove(a.ctx, a.idHex); err != nil {
+	if err := a.dom.Remove(a.ctx, a.rep.Identity); err != nil {
 		log.G(a.ctx).WithError(err).Warn("resolve: could not remove an artifact built from a changing source")
 	}
 	return &Failure{Kind: KindProducer, Step: step, Source: source,
@@ -454,7 +445,7 @@ func (a *attempt) local() bool {
 			a.rep.step(StepProduce, source, StepSkipped, t, err.Error())
 			continue
 		}
-		if d, _ := id.Digest(); d != a.rep.Identity {
+		if d, _ := id.ID(); d != a.rep.Identity {
 			a.rep.step(StepProduce, source, StepSkipped, t, "makes another identity from this source")
 			continue
 		}

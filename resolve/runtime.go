@@ -180,11 +180,11 @@ type Request struct {
 	// Recipe derives the identity from Source when Identity is nil, and is
 	// tried as a local producer before the registered ones.
 	Recipe producers.Recipe
-	// Digest is the identity digest (sha256:<hex>) when the caller knows
+	// Digest is the identity digest when the caller knows
 	// only that (a weight image's pointer label); Identity wins when both
 	// are set. Such a request is served by the store and by providers that
 	// implement DigestProvider.
-	Digest string
+	Digest artifact.ID
 	// Artifact is a digest-pinned registry reference that holds the
 	// artifact (a pointer label's); its provider (Config.Locate) is tried
 	// after the peers, before the configured Providers.

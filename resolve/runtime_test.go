@@ -212,7 +212,7 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := d.Remove(context.Background(), rep.Identity[len("sha256:"):]); err != nil {
+			if err := d.Remove(context.Background(), rep.Identity); err != nil {
 				t.Fatalf("lease still held: %v", err)
 			}
 		})
@@ -277,7 +277,7 @@ func TestPublishAfterLoad(t *testing.T) {
 			}
 			// Its lease is closed: nothing holds the published artifact.
 			d, _ := store.Open(context.Background(), root, nil)
-			if err := d.Remove(context.Background(), rep.Identity[len("sha256:"):]); err != nil {
+			if err := d.Remove(context.Background(), rep.Identity); err != nil {
 				t.Fatalf("publication kept a lease: %v", err)
 			}
 			if rep2, err := rt.PublishAfterLoad(context.Background(), identity, postLoad); err != nil || rep2.Outcome != resolve.OutcomePublished {

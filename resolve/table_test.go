@@ -256,7 +256,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 	bogus := &artifact.Identity{} // never read, let alone validated
 	src := filepath.Join(base, "canonical")
 	res, err := rt.Resolve(context.Background(), resolve.Request{Identity: bogus, Source: src, Recipe: rc})
-	if err != nil || !res.Canonical() || res.Path != src || res.Report.Identity != "" {
+	if err != nil || !res.Canonical() || res.Path != src || !res.Report.Identity.IsZero() {
 		t.Fatalf("%v %+v", err, res.Report)
 	}
 	rep, err := rt.PublishAfterLoad(context.Background(), artifact.Identity{}, &producers.TensorMap{})

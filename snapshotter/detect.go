@@ -8,12 +8,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 )
@@ -29,8 +29,15 @@ import (
 // file, so any larger layer is ordinary after this many entries.
 const maxPointerLayerEntries = 64
 
-// pointerFileRE is a pointer file's path in a layer.
-var pointerFileRE = regexp.MustCompile(`^(.+)/` + regexp.QuoteMeta(pointer.Dir) + `/[0-9a-f]{64}\.json$`)
+// isPointerFile says whether rel is a pointer file's path in a layer:
+// <target>/<pointer.Dir>/<identity hex>.json.
+func isPointerFile(rel string) bool {
+	parent, name := filepath.Split(rel)
+	target, inDir := strings.CutSuffix(parent, "/"+pointer.Dir+"/")
+	hex, isJSON := strings.CutSuffix(name, ".json")
+	_, err := artifact.ParseIDHex(hex)
+	return inDir && isJSON && target != "" && err == nil
+}
 
 // errNotPointer ends the walk of a layer that is not a pointer layer.
 var errNotPointer = errors.New("not a pointer layer")
@@ -58,7 +65,7 @@ func pointerInLayer(dir string) (ptr pointer.Pointer, ok bool, err error) {
 		switch {
 		case d.IsDir():
 			dirs = append(dirs, rel)
-		case d.Type().IsRegular() && file == "" && pointerFileRE.MatchString(rel):
+		case d.Type().IsRegular() && file == "" && isPointerFile(rel):
 			file = rel
 		default:
 			return errNotPointer

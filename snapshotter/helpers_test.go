@@ -89,7 +89,7 @@ func importInto(t testing.TB, d *store.Domain, src string) string {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	return "sha256:" + l.ID
+	return l.ID.String()
 }
 
 // elsewhere is the identity of the checkpoint src, computed in a store of

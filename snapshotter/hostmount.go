@@ -342,10 +342,9 @@ type Holders struct {
 
 // HoldersOf says what holds the artifact identity.
 func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
-	hex := identity.Hex()
 	out := &Holders{Identity: identity}
 	var names []string
-	names, out.Leased = s.leases.holdersOf(hex)
+	names, out.Leased = s.leases.holdersOf(identity)
 	for _, n := range names {
 		if dir, ok := strings.CutPrefix(n, mountHolderPrefix); ok {
 			out.Mounts = append(out.Mounts, dir)
@@ -353,7 +352,7 @@ func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
 			out.Snapshots = append(out.Snapshots, n)
 		}
 	}
-	for _, n := range s.repairs.pending(hex) {
+	for _, n := range s.repairs.pending(identity) {
 		out.Pending = append(out.Pending, strings.TrimPrefix(n, mountHolderPrefix))
 	}
 	return out, nil

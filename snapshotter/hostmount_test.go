@@ -26,7 +26,7 @@ func TestHostMount(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
 	id := n.importModel(t, 256<<10, 30)
-	hex := strings.TrimPrefix(id, "sha256:")
+	aid := artifact.MustParseID(id)
 	sock := filepath.Join(t.TempDir(), "control.sock")
 	var srv *ControlServer
 	serve := func() *ControlClient {
@@ -48,7 +48,7 @@ func TestHostMount(t *testing.T) {
 	if mi.Dir != dir || mi.Identity.String() != id || !mi.Leased {
 		t.Fatalf("mount %+v", mi)
 	}
-	l, err := n.dom.Lookup(ctx, hex, "")
+	l, err := n.dom.Lookup(ctx, aid, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestHostMount(t *testing.T) {
 	}
 	busy := func() {
 		t.Helper()
-		if err := n.dom.Remove(ctx, hex); !errdefs.IsFailedPrecondition(err) {
+		if err := n.dom.Remove(ctx, aid); !errdefs.IsFailedPrecondition(err) {
 			t.Fatalf("remove of a mounted artifact: %v, want busy", err)
 		}
 	}
@@ -161,7 +161,7 @@ func TestHostMount(t *testing.T) {
 	if ms := n.sn.HostMounts(); len(ms) != 0 || len(n.sn.leases.identities()) != 0 {
 		t.Fatalf("mounts %+v, leases %v after the mount went", ms, n.sn.leases.identities())
 	}
-	if err := n.dom.Remove(ctx, hex); err != nil {
+	if err := n.dom.Remove(ctx, aid); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
@@ -24,16 +25,16 @@ type leases struct {
 	metrics  *Metrics
 
 	mu       sync.Mutex
-	held     map[string]*held   // by identity hex
-	byHolder map[string]*held   // holder -> its artifact
-	flights  map[string]*flight // resolutions in progress, by identity hex
+	held     map[artifact.ID]*held   // by identity
+	byHolder map[string]*held        // holder -> its artifact
+	flights  map[artifact.ID]*flight // resolutions in progress, by identity
 	closed   bool
 }
 
 // held is one leased artifact: kept while a holder needs it or a Prepare
 // is using it (pinned).
 type held struct {
-	hex     string
+	id      artifact.ID
 	lease   *store.Lease
 	holders map[string]struct{}
 	pins    int
@@ -52,7 +53,7 @@ type flight struct {
 
 func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
 	return &leases{ctx: ctx, resolver: r, metrics: m,
-		held: map[string]*held{}, byHolder: map[string]*held{}, flights: map[string]*flight{}}
+		held: map[artifact.ID]*held{}, byHolder: map[string]*held{}, flights: map[artifact.ID]*flight{}}
 }
 
 // acquire returns the artifact of ptr, pinned (release unpins it), and the
@@ -60,16 +61,16 @@ func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
 // Concurrent calls for one identity share one resolution, which runs on in
 // the background if every caller gives up.
 func (l *leases) acquire(ctx context.Context, ptr pointer.Pointer) (*held, *resolve.Report, error) {
-	hex := ptr.Identity.Hex()
+	id := ptr.Identity
 	l.mu.Lock()
-	if h := l.held[hex]; h != nil {
+	if h := l.held[id]; h != nil {
 		h.pins++
 		l.mu.Unlock()
 		return h, nil, nil
 	}
-	f := l.flights[hex]
+	f := l.flights[id]
 	if f == nil {
-		f = l.start(hex, ptr)
+		f = l.start(id, ptr)
 	}
 	f.waiters++
 	l.mu.Unlock()
@@ -99,32 +100,32 @@ func (l *leases) prefetch(ctx context.Context, ptrs []pointer.Pointer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range ptrs {
-		hex := p.Identity.Hex()
-		if l.held[hex] != nil || l.flights[hex] != nil || l.closed {
+		id := p.Identity
+		if l.held[id] != nil || l.flights[id] != nil || l.closed {
 			continue
 		}
-		l.start(hex, p)
+		l.start(id, p)
 		log.G(ctx).WithField("identity", p.Identity).WithField("artifact", p.Artifact).Debug("resolving a later weight layer ahead")
 	}
 }
 
 // start starts the resolution of ptr; l.mu is held.
-func (l *leases) start(hex string, ptr pointer.Pointer) *flight {
+func (l *leases) start(id artifact.ID, ptr pointer.Pointer) *flight {
 	f := &flight{done: make(chan struct{})}
-	l.flights[hex] = f
-	go l.fly(hex, f, ptr)
+	l.flights[id] = f
+	go l.fly(id, f, ptr)
 	return f
 }
 
 // fly runs one resolution and hands its lease, pinned once per waiter, to
 // the table.
-func (l *leases) fly(hex string, f *flight, ptr pointer.Pointer) {
+func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 	start := time.Now()
-	res, err := l.resolver.Resolve(l.ctx, resolve.Request{Digest: ptr.Identity.String(), Artifact: ptr.Artifact})
+	res, err := l.resolver.Resolve(l.ctx, resolve.Request{Digest: ptr.Identity, Artifact: ptr.Artifact})
 	l.metrics.resolved(res.Report, time.Since(start))
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	delete(l.flights, hex)
+	delete(l.flights, id)
 	f.finished, f.report, f.err = true, res.Report, err
 	if err == nil {
 		switch {
@@ -134,18 +135,18 @@ func (l *leases) fly(hex string, f *flight, ptr pointer.Pointer) {
 		case f.waiters == 0: // everyone gave up: the artifact stays in the store
 			res.Close()
 		default:
-			f.held = l.hold(hex, res.Lease)
+			f.held = l.hold(id, res.Lease)
 			f.held.pins = f.waiters
 		}
 	}
 	close(f.done)
 }
 
-// hold enters a lease into the table, unpinned; l.mu is held and hex is
+// hold enters a lease into the table, unpinned; l.mu is held and id is
 // not held yet.
-func (l *leases) hold(hex string, lease *store.Lease) *held {
-	h := &held{hex: hex, lease: lease, holders: map[string]struct{}{}}
-	l.held[hex] = h
+func (l *leases) hold(id artifact.ID, lease *store.Lease) *held {
+	h := &held{id: id, lease: lease, holders: map[string]struct{}{}}
+	l.held[id] = h
 	l.metrics.leasesHeld.Set(float64(len(l.held)))
 	return h
 }
@@ -199,17 +200,17 @@ func (l *leases) detach(ctx context.Context, holder string) {
 	delete(l.byHolder, holder)
 	delete(h.holders, holder)
 	if l.dropIfUnused(h) {
-		log.G(ctx).WithField("identity", "sha256:"+h.hex).WithField("holder", holder).Info("lease released: nothing needs the artifact")
+		log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder).Info("lease released: nothing needs the artifact")
 	}
 }
 
 // dropIfUnused closes the lease of an artifact no holder and no Prepare
 // needs; l.mu is held.
 func (l *leases) dropIfUnused(h *held) bool {
-	if h.pins > 0 || len(h.holders) > 0 || l.held[h.hex] != h {
+	if h.pins > 0 || len(h.holders) > 0 || l.held[h.id] != h {
 		return false
 	}
-	delete(l.held, h.hex)
+	delete(l.held, h.id)
 	h.lease.Close()
 	l.metrics.leasesHeld.Set(float64(len(l.held)))
 	return true
@@ -220,9 +221,9 @@ func (l *leases) close() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.closed = true
-	for hex, h := range l.held {
+	for id, h := range l.held {
 		h.lease.Close()
-		delete(l.held, hex)
+		delete(l.held, id)
 	}
 	clear(l.byHolder)
 	l.metrics.leasesHeld.Set(0)
@@ -233,8 +234,8 @@ func (l *leases) identities() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []string
-	for hex := range l.held {
-		out = append(out, "sha256:"+hex)
+	for id := range l.held {
+		out = append(out, id.String())
 	}
 	return out
 }
@@ -246,12 +247,12 @@ func (l *leases) holds(holder string) bool {
 	return l.byHolder[holder] != nil
 }
 
-// holdersOf lists the holders of the artifact hex, sorted; leased is
+// holdersOf lists the holders of the artifact id, sorted; leased is
 // whether its lease is held.
-func (l *leases) holdersOf(hex string) (holders []string, leased bool) {
+func (l *leases) holdersOf(id artifact.ID) (holders []string, leased bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.held[hex]
+	h := l.held[id]
 	if h == nil {
 		return nil, false
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 )
 
@@ -32,8 +33,8 @@ type repairs struct {
 	backoff Backoff
 
 	mu    sync.Mutex
-	loops map[string]*repairLoop // by identity hex
-	by    map[string]string      // holder -> identity hex
+	loops map[artifact.ID]*repairLoop // by identity
+	by    map[string]artifact.ID      // holder -> identity
 }
 
 // repairLoop is the repair of one artifact's holders.
@@ -45,28 +46,28 @@ type repairLoop struct {
 
 func newRepairs(ctx context.Context, s *Snapshotter, b Backoff) *repairs {
 	ctx, cancel := context.WithCancel(ctx)
-	return &repairs{s: s, ctx: ctx, cancel: cancel, backoff: b, loops: map[string]*repairLoop{}, by: map[string]string{}}
+	return &repairs{s: s, ctx: ctx, cancel: cancel, backoff: b, loops: map[artifact.ID]*repairLoop{}, by: map[string]artifact.ID{}}
 }
 
 // add queues holders for the artifact of ptr and starts its loop if none
 // runs.
 func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
-	hex := ptr.Identity.Hex()
+	id := ptr.Identity
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ctx.Err() != nil {
 		return
 	}
-	lp := r.loops[hex]
+	lp := r.loops[id]
 	if lp == nil {
 		lp = &repairLoop{ptr: ptr, holders: map[string]struct{}{}, kick: make(chan struct{}, 1)}
-		r.loops[hex] = lp
+		r.loops[id] = lp
 		r.wg.Add(1)
-		go r.run(hex, lp)
+		go r.run(id, lp)
 	}
 	for _, h := range holders {
 		lp.holders[h] = struct{}{}
-		r.by[h] = hex
+		r.by[h] = id
 	}
 	r.s.metrics.pendingRepairs.Set(float64(len(r.by)))
 }
@@ -75,7 +76,7 @@ func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
 func (r *repairs) kick(ptr pointer.Pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if lp := r.loops[ptr.Identity.Hex()]; lp != nil {
+	if lp := r.loops[ptr.Identity]; lp != nil {
 		select {
 		case lp.kick <- struct{}{}:
 		default:
@@ -91,20 +92,20 @@ func (r *repairs) forget(holder string) {
 }
 
 func (r *repairs) dropLocked(holder string) {
-	hex, ok := r.by[holder]
+	id, ok := r.by[holder]
 	if !ok {
 		return
 	}
 	delete(r.by, holder)
-	delete(r.loops[hex].holders, holder)
+	delete(r.loops[id].holders, holder)
 	r.s.metrics.pendingRepairs.Set(float64(len(r.by)))
 }
 
-// pending lists the holders of the artifact hex waiting for a repair.
-func (r *repairs) pending(hex string) []string {
+// pending lists the holders of the artifact id waiting for a repair.
+func (r *repairs) pending(id artifact.ID) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	lp := r.loops[hex]
+	lp := r.loops[id]
 	if lp == nil {
 		return nil
 	}
@@ -141,7 +142,7 @@ func (r *repairs) stop() {
 }
 
 // run is one artifact's loop.
-func (r *repairs) run(hex string, lp *repairLoop) {
+func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 	defer r.wg.Done()
 	logger := log.G(r.ctx).WithField("identity", lp.ptr.Identity).WithField("artifact", lp.ptr.Artifact)
 	// wait is the pause before the next try: Initial, doubled after each
@@ -162,7 +163,7 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			restart()
 		case <-t.C:
 		}
-		if r.done(hex, lp) {
+		if r.done(id, lp) {
 			return
 		}
 		h, _, err := r.s.leases.acquire(r.ctx, lp.ptr)
@@ -172,12 +173,12 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			}
 			wait = bo.NextBackOff()
 			r.s.metrics.repairs.WithLabelValues("unresolved").Inc()
-			logger.WithError(err).WithField("try", try).WithField("holders", len(r.pending(hex))).WithField("next_try_in", wait).
+			logger.WithError(err).WithField("try", try).WithField("holders", len(r.pending(id))).WithField("next_try_in", wait).
 				Warn("repair: the artifact does not resolve yet")
 			continue
 		}
 		failed := false
-		for _, holder := range r.pending(hex) {
+		for _, holder := range r.pending(id) {
 			if err := r.repair(holder, h); err != nil {
 				failed = true
 				r.s.metrics.repairs.WithLabelValues(OutcomeError).Inc()
@@ -185,7 +186,7 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 			}
 		}
 		r.s.leases.release(h)
-		if r.done(hex, lp) {
+		if r.done(id, lp) {
 			return
 		}
 		if failed {
@@ -196,15 +197,15 @@ func (r *repairs) run(hex string, lp *repairLoop) {
 	}
 }
 
-// done ends the loop of hex when it has no holder left (all repaired, or
+// done ends the loop of id when it has no holder left (all repaired, or
 // gone while it waited).
-func (r *repairs) done(hex string, lp *repairLoop) bool {
+func (r *repairs) done(id artifact.ID, lp *repairLoop) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(lp.holders) > 0 {
 		return false
 	}
-	delete(r.loops, hex)
+	delete(r.loops, id)
 	return true
 }
 
@@ -245,7 +246,7 @@ func (r *repairs) repair(holder string, h *held) error {
 	if outcome == "filled" {
 		msg = "repair: weights filled in"
 	}
-	log.G(ctx).WithField("identity", "sha256:"+h.hex).WithField("holder", holder).Info(msg)
+	log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder).Info(msg)
 	return nil
 }
 

@@ -130,7 +130,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := n.dom.Lookup(ctx, strings.TrimPrefix(id, "sha256:"), "")
+	l, err := n.dom.Lookup(ctx, artifact.MustParseID(id), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +184,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.sn.Close()
-	if err := n.dom.Remove(ctx, strings.TrimPrefix(goneID, "sha256:")); err != nil {
+	if err := n.dom.Remove(ctx, artifact.MustParseID(goneID)); err != nil {
 		t.Fatal(err)
 	}
 

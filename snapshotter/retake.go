@@ -3,6 +3,7 @@ package snapshotter
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -32,13 +34,13 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 		holders  []string // to lease now
 		fallback []string // to fill in
 	}
-	groups := map[string]*group{}
+	groups := map[artifact.ID]*group{}
 	add := func(ptr pointer.Pointer, holder string, fallback bool) {
-		hex := ptr.Identity.Hex()
-		g := groups[hex]
+		id := ptr.Identity
+		g := groups[id]
 		if g == nil {
 			g = &group{ptr: ptr}
-			groups[hex] = g
+			groups[id] = g
 		}
 		if fallback {
 			g.fallback = append(g.fallback, holder)
@@ -84,13 +86,9 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 	}
 	s.metrics.hostMounts.Set(float64(len(mounts)))
 
-	hexes := make([]string, 0, len(groups))
-	for hex := range groups {
-		hexes = append(hexes, hex)
-	}
-	slices.Sort(hexes)
-	for _, hex := range hexes {
-		g := groups[hex]
+	ids := slices.SortedFunc(maps.Keys(groups), func(a, b artifact.ID) int { return strings.Compare(a.Hex(), b.Hex()) })
+	for _, id := range ids {
+		g := groups[id]
 		if len(g.fallback) > 0 {
 			s.repairs.add(g.ptr, g.fallback...)
 		}
@@ -99,7 +97,7 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 		}
 		start := time.Now()
 		lctx, cancel := context.WithTimeout(ctx, retakeTimeout)
-		lease, err := s.store.Lookup(lctx, hex, store.ManifestAndMetadata)
+		lease, err := s.store.Lookup(lctx, id, store.ManifestAndMetadata)
 		cancel()
 		logger := log.G(ctx).WithField("identity", g.ptr.Identity).WithField("holders", g.holders)
 		if err != nil {

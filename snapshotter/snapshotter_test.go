@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/core/snapshots/testsuite"
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
@@ -54,7 +55,7 @@ func TestWeightLayer(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
 	id := n.importModel(t, 1<<20, 1)
-	hex := strings.TrimPrefix(id, "sha256:")
+	aid := artifact.MustParseID(id)
 
 	// An ordinary base layer, then the weight layer over it.
 	if _, err := n.sn.Prepare(ctx, "base-extract", ""); err != nil {
@@ -82,7 +83,7 @@ func TestWeightLayer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := n.dom.Lookup(ctx, hex, "")
+	l, err := n.dom.Lookup(ctx, aid, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func TestWeightLayer(t *testing.T) {
 		}
 	}
 	l.Close()
-	if _, err := os.Stat(filepath.Join(dir, "models/m/.weightsnap/pointers", hex+".json")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "models/m/.weightsnap/pointers", aid.Hex()+".json")); err != nil {
 		t.Fatal(err)
 	}
 
@@ -111,7 +112,7 @@ func TestWeightLayer(t *testing.T) {
 	// Held: the store refuses to remove the artifact; a restart takes it again.
 	mustBusy := func() {
 		t.Helper()
-		if err := n.dom.Remove(ctx, hex); !errdefs.IsFailedPrecondition(err) {
+		if err := n.dom.Remove(ctx, aid); !errdefs.IsFailedPrecondition(err) {
 			t.Fatalf("remove of a leased artifact: %v, want busy", err)
 		}
 	}
@@ -139,7 +140,7 @@ func TestWeightLayer(t *testing.T) {
 	if got := n.sn.leases.identities(); len(got) != 0 {
 		t.Fatalf("leases after the last snapshot went: %v", got)
 	}
-	if err := n.dom.Remove(ctx, hex); err != nil {
+	if err := n.dom.Remove(ctx, aid); err != nil {
 		t.Fatalf("remove after the snapshots went: %v", err)
 	}
 }

@@ -162,10 +162,11 @@ func TestScrubFindsABoundLie(t *testing.T) {
 // passes a full check, and a flipped tensor byte is still found.
 func TestSchema1ArtifactStillVerifies(t *testing.T) {
 	const id = "43b8d0754f1087a877af6bd18fa516045e3aeb3b297ac615e485f15c278d86f0"
+	sid := artifact.MustParseID("sha256:" + id)
 	d := openDomain(t, t.TempDir())
 	dst := filepath.Join(d.Root(), "artifacts", id)
 	copyDir(t, filepath.Join("testdata", "schema1", id), dst)
-	l, err := d.Lookup(context.Background(), id, store.FullChecksum)
+	l, err := d.Lookup(context.Background(), sid, store.FullChecksum)
 	if err != nil {
 		t.Fatalf("full check of a schema-1 artifact: %v", err)
 	}
@@ -181,7 +182,7 @@ func TestSchema1ArtifactStillVerifies(t *testing.T) {
 	l.Close()
 	tensor := target.Tensors[len(target.Tensors)-1]
 	flipByte(t, filepath.Join(dst, target.Path), tensor.Offset)
-	_, err = d.Lookup(context.Background(), id, store.FullChecksum)
+	_, err = d.Lookup(context.Background(), sid, store.FullChecksum)
 	var inv *store.InvalidError
 	if !errors.As(err, &inv) || inv.Tensor != tensor.Name {
 		t.Fatalf("flipped byte in a schema-1 artifact: %v", err)

@@ -32,7 +32,7 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 	if err := identity.Validate(); err != nil {
 		return nil, res, err
 	}
-	id, err := identity.Hex()
+	id, err := identity.ID()
 	if err != nil {
 		return nil, res, err
 	}
@@ -41,7 +41,7 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 	}
 	deadline := time.Now().Add(d.policy.CoordinationTimeout())
 	start := time.Now()
-	bl, err := lockFile(ctx, d.lockPath(id, "build"), unix.LOCK_EX, deadline, "the build lock of "+short(id))
+	bl, err := lockFile(ctx, d.lockPath(id, "build"), unix.LOCK_EX, deadline, "the build lock of "+id.Short())
 	if err != nil {
 		return nil, res, err
 	}
@@ -75,8 +75,8 @@ func isRebuildable(err error) bool {
 	return errors.Is(err, ErrMiss) || IsInvalid(err)
 }
 
-func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id string, p artifact.Producer, deadline time.Time) error {
-	b, err := d.newBuild(identity, id)
+func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id artifact.ID, p artifact.Producer, deadline time.Time) error {
+	b, err := d.newBuild(identity, id, id.Hex())
 	if err != nil {
 		return err
 	}
@@ -97,19 +97,19 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id str
 	}
 	if err := b.publish(ctx, p.Name(), deadline); err != nil {
 		b.abort()
-		return fmt.Errorf("publish %s: %w", short(id), err)
+		return fmt.Errorf("publish %s: %w", id.Short(), err)
 	}
 	return nil
 }
 
 // clearInvalid quarantines a denied or invalid artifacts/<id> under the
 // exclusive artifact lock. The caller holds the build lock.
-func (d *Domain) clearInvalid(ctx context.Context, id string, deadline time.Time) error {
-	_, statErr := os.Lstat(d.path(dirArtifacts, id))
+func (d *Domain) clearInvalid(ctx context.Context, id artifact.ID, deadline time.Time) error {
+	_, statErr := os.Lstat(d.path(dirArtifacts, id.Hex()))
 	if errors.Is(statErr, os.ErrNotExist) {
 		return d.unmark(id) // a stale marker; an error if it cannot be cleared
 	}
-	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of invalid "+short(id))
+	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of invalid "+id.Short())
 	if err != nil {
 		return err
 	}

@@ -104,7 +104,7 @@ func TestChildProcessDoesNotInheritLocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(string(out), ".lock") || strings.Contains(string(out), l.ID) {
+	if strings.Contains(string(out), ".lock") || strings.Contains(string(out), l.ID.Hex()) {
 		t.Fatalf("child inherited store descriptors:\n%s", out)
 	}
 	// The child's exit released nothing: the lease still blocks removal.

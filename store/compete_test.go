@@ -19,8 +19,8 @@ import (
 // without the build lock, as two uncoordinated publishers would.
 func publishBytes(t *testing.T, d *Domain, identity artifact.Identity, data []byte) error {
 	t.Helper()
-	id, _ := identity.Hex()
-	b, err := d.newBuild(identity, id)
+	id, _ := identity.ID()
+	b, err := d.newBuild(identity, id, id.Hex())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,11 +42,11 @@ func publishBytes(t *testing.T, d *Domain, identity artifact.Identity, data []by
 // identityShort is the short form of an identity that messages name.
 func identityShort(t *testing.T, identity artifact.Identity) string {
 	t.Helper()
-	id, err := identity.Hex()
+	id, err := identity.ID()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return short(id)
+	return id.Short()
 }
 
 func testIdentity() artifact.Identity {
@@ -110,7 +110,7 @@ func TestReadFailuresAreNotFindings(t *testing.T) {
 		{unix.EIO, true}, {unix.EMFILE, true}, {unix.ENOMEM, true}, {unix.ESTALE, true},
 		{unix.ENOENT, false}, {unix.ELOOP, false}, {unix.EXDEV, false}, {errors.New("size 3, index says 4"), false},
 	} {
-		err := readFailure(strings.Repeat("a", 64), "f", fmt.Errorf("open: %w", tc.err))
+		err := readFailure(artifact.MustParseID("sha256:"+strings.Repeat("a", 64)), "f", fmt.Errorf("open: %w", tc.err))
 		if got := strings.HasPrefix(err.Error(), "store read artifact "); got != tc.storage || IsInvalid(err) == tc.storage {
 			t.Fatalf("%v: storage failure %v, invalid %v; want storage %v", tc.err, got, IsInvalid(err), tc.storage)
 		}

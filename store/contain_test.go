@@ -19,26 +19,26 @@ import (
 func TestContainFailedPublication(t *testing.T) {
 	ctx := context.Background()
 	cause := errors.New("harden: injected")
-	id, _ := testIdentity().Hex()
+	id, _ := testIdentity().ID()
 	d, err := Open(ctx, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Mkdir(d.path(dirArtifacts, id), 0o700); err != nil {
+	if err := os.Mkdir(d.path(dirArtifacts, id.Hex()), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	err = d.contain(ctx, id, cause)
-	if !errdefs.IsInternal(err) || !strings.Contains(err.Error(), "PUBLICATION_FAILED: artifact "+short(id)) || !errors.Is(err, cause) {
+	if !errdefs.IsInternal(err) || !strings.Contains(err.Error(), "PUBLICATION_FAILED: artifact "+id.Short()) || !errors.Is(err, cause) {
 		t.Fatalf("contain: %v, want PUBLICATION_FAILED wrapping the cause", err)
 	}
-	if _, err := os.Lstat(d.path(dirArtifacts, id)); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); !errors.Is(err, os.ErrNotExist) {
 		t.Fatal("the failed publication is still in artifacts/")
 	}
 
 	if os.Geteuid() != 0 {
 		harness.Skip(t, "read-only mounts need root")
 	}
-	if err := os.Mkdir(d.path(dirArtifacts, id), 0o700); err != nil {
+	if err := os.Mkdir(d.path(dirArtifacts, id.Hex()), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	for _, dir := range []string{d.path(dirArtifacts), d.path(dirDeny)} {

@@ -46,7 +46,7 @@ func TestDenyMarkerFailureFallsBackToInvalidationMode(t *testing.T) {
 	if !store.IsInvalid(err) || !errdefs.IsUnavailable(err) {
 		t.Fatalf("full lookup with a read-only deny/: %v, want invalid and retryable", err)
 	}
-	artDir := filepath.Join(root, "artifacts", id)
+	artDir := filepath.Join(root, "artifacts", id.Hex())
 	if fi, err := os.Stat(artDir); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Fatalf("artifact directory mode: %v %v, want the invalidation mode 0700", fi, err)
 	}
@@ -77,7 +77,7 @@ func TestDomainFailsWhenNoMarkerPersists(t *testing.T) {
 	corruptTensor(t, l)
 	l.Close()
 	mountReadOnly(t, filepath.Join(root, "deny"), true)
-	mountReadOnly(t, filepath.Join(root, "artifacts", id), false)
+	mountReadOnly(t, filepath.Join(root, "artifacts", id.Hex()), false)
 
 	_, err := d.Lookup(context.Background(), id, store.FullChecksum)
 	failed := func(err error) bool {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/procs"
 )
 
@@ -30,14 +31,14 @@ func (e *UnsupportedFSError) Unwrap() error { return errdefs.ErrNotImplemented }
 
 // InvalidError says an artifact failed validation; the artifact is denied.
 type InvalidError struct {
-	ID     string
+	ID     artifact.ID
 	File   string
 	Tensor string
 	Reason string
 }
 
 func (e *InvalidError) Error() string {
-	s := "artifact " + short(e.ID) + " is invalid"
+	s := "artifact " + e.ID.Short() + " is invalid"
 	if e.File != "" {
 		s += ": file " + e.File
 	}
@@ -73,8 +74,8 @@ func (e *CapacityError) Unwrap() []error {
 // busy says an artifact is in use (leased or being built), naming the
 // processes that hold its lock (PID, command, container, lock mode), and
 // was left alone.
-func busy(id, what string, holders []LockHolder) error {
-	s := fmt.Sprintf("artifact %s has an active %s", short(id), what)
+func busy(id artifact.ID, what string, holders []LockHolder) error {
+	s := fmt.Sprintf("artifact %s has an active %s", id.Short(), what)
 	for i, h := range holders {
 		if i == 0 {
 			s += " held by"
@@ -105,13 +106,6 @@ func IsInvalid(err error) bool {
 	return errors.As(err, &ie)
 }
 
-func short(id string) string {
-	if len(id) > 12 {
-		return id[:12]
-	}
-	return id
-}
-
 // storageErr is an I/O failure of the store itself (not of an artifact's
 // content), classified as retryable unavailability. It never causes an
 // artifact to be denied or quarantined. A cause already so classified (a
@@ -125,14 +119,14 @@ func storageErr(op string, err error) error {
 
 // publicationFailed is a publication that failed after its rename; the
 // entry was contained in quarantine.
-func publicationFailed(id string, cause error) error {
-	return fmt.Errorf("PUBLICATION_FAILED: artifact %s: %w (contained in quarantine): %w", short(id), cause, errdefs.ErrInternal)
+func publicationFailed(id artifact.ID, cause error) error {
+	return fmt.Errorf("PUBLICATION_FAILED: artifact %s: %w (contained in quarantine): %w", id.Short(), cause, errdefs.ErrInternal)
 }
 
 // identityCollision is a publication whose identity is already published,
 // valid, with different bytes.
-func identityCollision(id string) error {
-	return fmt.Errorf("identity collision: artifact %s is already published with different content: %w", short(id), errdefs.ErrConflict)
+func identityCollision(id artifact.ID) error {
+	return fmt.Errorf("identity collision: artifact %s is already published with different content: %w", id.Short(), errdefs.ErrConflict)
 }
 
 // domainFailed says the domain could persist neither a deny marker nor an

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -26,7 +27,7 @@ type GCReport struct {
 // owner is alive is left alone.
 func (d *Domain) GC(ctx context.Context) (*GCReport, error) {
 	r := &GCReport{}
-	r.Temps, r.Tombstones = d.cleanTemps(ctx, "", false)
+	r.Temps, r.Tombstones = d.cleanTemps(ctx, artifact.ID{}, false)
 	maxAge := time.Duration(d.policy.QuarantineMaxAgeSeconds) * time.Second
 	entries, err := os.ReadDir(d.path(dirQuarantine))
 	if err != nil {
@@ -48,7 +49,11 @@ func (d *Domain) GC(ctx context.Context) (*GCReport, error) {
 	}
 	markers, _ := os.ReadDir(d.path(dirDeny))
 	for _, m := range markers {
-		if _, err := os.Lstat(d.path(dirArtifacts, m.Name())); errors.Is(err, os.ErrNotExist) && d.unmark(m.Name()) == nil {
+		id, err := artifact.ParseIDHex(m.Name())
+		if err != nil {
+			continue
+		}
+		if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); errors.Is(err, os.ErrNotExist) && d.unmark(id) == nil {
 			r.DenyMarkers++
 		}
 	}
@@ -58,7 +63,7 @@ func (d *Domain) GC(ctx context.Context) (*GCReport, error) {
 // cleanTemps removes temp builds and cleanup tombstones whose owner is gone:
 // those of id (the caller holds its build lock) and those of any other id
 // whose build lock is free. keepOwn leaves id's temp builds for adoption.
-func (d *Domain) cleanTemps(ctx context.Context, id string, keepOwn bool) (temps, tombstones Usage) {
+func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool) (temps, tombstones Usage) {
 	entries, err := os.ReadDir(d.path(dirTmp))
 	if err != nil {
 		return
@@ -67,18 +72,18 @@ func (d *Domain) cleanTemps(ctx context.Context, id string, keepOwn bool) (temps
 		name := e.Name()
 		tomb := strings.HasPrefix(name, ".cleanup.")
 		owner, _, _ := strings.Cut(strings.TrimPrefix(name, ".cleanup."), ".")
-		if !(idRE.MatchString(owner) || strings.HasPrefix(owner, anonPrefix)) || (keepOwn && owner == id && !tomb) {
+		if !(artifact.IsSHA256Hex(owner) || strings.HasPrefix(owner, anonPrefix)) || (keepOwn && owner == id.Hex() && !tomb) {
 			continue
 		}
 		var lk *lock
-		if owner != id {
+		if owner != id.Hex() {
 			var ok bool
-			if lk, ok, _ = tryLock(d.lockPath(owner, "build"), unix.LOCK_EX); !ok {
+			if lk, ok, _ = tryLock(d.ownerLockPath(owner, "build"), unix.LOCK_EX); !ok {
 				continue
 			}
 		}
 		if strings.HasPrefix(owner, anonPrefix) {
-			os.Remove(d.lockPath(owner, "build"))
+			os.Remove(d.ownerLockPath(owner, "build"))
 		}
 		p := d.path(dirTmp, name)
 		u := dirUsage(p)

@@ -30,7 +30,7 @@ func TestGC(t *testing.T) {
 	mk(d.path(dirQuarantine, idA+".1000"))                                      // quarantined long ago
 	mk(d.path(dirQuarantine, fmt.Sprintf("%s.%d", idB, time.Now().UnixNano()))) // just now
 	os.WriteFile(d.path(dirDeny, idA), []byte("{}"), 0o644)                     // marker of an absent entry
-	live, ok, err := tryLock(d.lockPath(idB, "build"), unix.LOCK_EX)
+	live, ok, err := tryLock(d.ownerLockPath(idB, "build"), unix.LOCK_EX)
 	if !ok || err != nil {
 		t.Fatal(err)
 	}

@@ -32,16 +32,16 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 	var rnd [8]byte
 	rand.Read(rnd[:])
 	anon := anonPrefix + hex.EncodeToString(rnd[:])
-	al, ok, err := tryLock(d.lockPath(anon, "build"), unix.LOCK_EX)
+	al, ok, err := tryLock(d.ownerLockPath(anon, "build"), unix.LOCK_EX)
 	if !ok {
 		return nil, res, fmt.Errorf("lock anonymous build: %w", err)
 	}
 	defer func() {
-		os.Remove(d.lockPath(anon, "build"))
+		os.Remove(d.ownerLockPath(anon, "build"))
 		al.Close()
 	}()
 	start := time.Now()
-	b, err := d.newBuild(artifact.Identity{}, anon)
+	b, err := d.newBuild(artifact.Identity{}, artifact.ID{}, anon)
 	if err != nil {
 		return nil, res, err
 	}
@@ -57,9 +57,9 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 		b.abort()
 		return nil, res, err
 	}
-	id, _ := identity.Hex()
+	id, _ := identity.ID()
 	deadline := time.Now().Add(d.policy.CoordinationTimeout())
-	bl, err := lockFile(ctx, d.lockPath(id, "build"), unix.LOCK_EX, deadline, "the build lock of "+short(id))
+	bl, err := lockFile(ctx, d.lockPath(id, "build"), unix.LOCK_EX, deadline, "the build lock of "+id.Short())
 	if err != nil {
 		b.abort()
 		return nil, res, err
@@ -77,7 +77,7 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 	b.identity, b.id = identity, id
 	if err := b.publish(ctx, p.Name(), deadline); err != nil {
 		b.abort()
-		return nil, res, fmt.Errorf("publish %s: %w", short(id), err)
+		return nil, res, fmt.Errorf("publish %s: %w", id.Short(), err)
 	}
 	res.Built, res.Produce = true, time.Since(start)
 	l, err := d.Lookup(ctx, id, "")

@@ -33,7 +33,7 @@ func TestSinglePassImportMatchesTwoPass(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want, _ := artifact.PassthroughIdentity(scanned, "test/model", testRevision, "", 0, 0).Hex()
+	want, _ := artifact.PassthroughIdentity(scanned, "test/model", testRevision, "", 0, 0).ID()
 	if !res.Built || l.ID != want {
 		t.Fatalf("single pass published %s (built %v), two-pass identity is %s", l.ID, res.Built, want)
 	}

@@ -7,10 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
@@ -24,8 +24,8 @@ const (
 
 // ArtifactInfo is a read-only snapshot of one artifact, without validation of payload bytes.
 type ArtifactInfo struct {
-	ID     string `json:"id"`
-	Digest string `json:"digest"`
+	ID     string      `json:"id"` // the identity hex, as the artifact's directory is named
+	Digest artifact.ID `json:"digest"`
 	// ManifestDigest is sha256 of manifest.json, as READY.json seals it.
 	ManifestDigest string             `json:"manifest_digest,omitempty"`
 	State          string             `json:"state"`
@@ -49,14 +49,14 @@ type FileInfo struct {
 
 // InspectArtifact returns a snapshot of artifacts/<id>. It takes no lock and
 // checks the metadata only.
-func (d *Domain) InspectArtifact(ctx context.Context, id string) (*ArtifactInfo, error) {
-	if !idRE.MatchString(id) {
+func (d *Domain) InspectArtifact(ctx context.Context, id artifact.ID) (*ArtifactInfo, error) {
+	if id.IsZero() {
 		return nil, errdefs.ErrInvalidArgument
 	}
-	if _, err := os.Lstat(d.path(dirArtifacts, id)); err != nil {
+	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); err != nil {
 		return nil, ErrMiss
 	}
-	info := &ArtifactInfo{ID: id, Digest: "sha256:" + id, State: StateReady,
+	info := &ArtifactInfo{ID: id.Hex(), Digest: id, State: StateReady,
 		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact"))}
 	if err := d.checkDenied(id); err != nil {
 		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason
@@ -70,7 +70,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id string) (*ArtifactInfo,
 	}
 	defer o.close()
 	info.Identity, info.Created, info.Producer = &o.manifest.Identity, o.ready.Created, o.ready.Producer
-	info.ManifestDigest = "sha256:" + o.ready.ManifestSHA256
+	info.ManifestDigest = digest.NewDigestFromEncoded(digest.SHA256, o.ready.ManifestSHA256).String()
 	info.TotalBytes, info.TensorCount = o.index.TotalBytes(), o.index.TensorCount()
 	for _, f := range o.index.Files {
 		info.Files = append(info.Files, FileInfo{Path: f.Path, Size: f.Size, SHA256: f.SHA256, Tensors: len(f.Tensors)})
@@ -93,44 +93,47 @@ func (d *Domain) List(ctx context.Context) ([]*ArtifactInfo, error) {
 	return out, nil
 }
 
-func (d *Domain) ids() ([]string, error) {
+// ids are the identities the artifact directories are named by, sorted.
+func (d *Domain) ids() ([]artifact.ID, error) {
 	entries, err := os.ReadDir(d.path(dirArtifacts))
 	if err != nil {
 		return nil, err
 	}
-	var ids []string
-	for _, e := range entries {
-		if idRE.MatchString(e.Name()) {
-			ids = append(ids, e.Name())
+	var ids []artifact.ID
+	for _, e := range entries { // sorted by name: by hex
+		if id, err := artifact.ParseIDHex(e.Name()); err == nil {
+			ids = append(ids, id)
 		}
 	}
-	sort.Strings(ids)
 	return ids, nil
 }
 
-// ResolveID turns a full digest, a hex id or a unique hex prefix into an id.
-func (d *Domain) ResolveID(ref string) (string, error) {
-	p := strings.TrimPrefix(ref, "sha256:")
-	if p == "" || strings.Trim(p, "0123456789abcdef") != "" {
-		return "", errors.Join(errdefs.ErrInvalidArgument, errors.New("artifact id must be hex: "+ref))
+// ResolveID turns a full identity digest ("sha256:<hex>"), a hex id or a
+// unique hex prefix of a published artifact into its ID.
+func (d *Domain) ResolveID(ref string) (artifact.ID, error) {
+	if id, err := artifact.ParseID(ref); err == nil {
+		ref = id.Hex()
+	}
+	if ref == "" || strings.Trim(ref, "0123456789abcdef") != "" {
+		return artifact.ID{}, errors.Join(errdefs.ErrInvalidArgument, errors.New("artifact id must be hex: "+ref))
 	}
 	ids, err := d.ids()
 	if err != nil {
-		return "", err
+		return artifact.ID{}, err
 	}
-	var match []string
+	var match []artifact.ID
 	for _, id := range ids {
-		if strings.HasPrefix(id, p) {
+		if strings.HasPrefix(id.Hex(), ref) {
 			match = append(match, id)
 		}
 	}
 	switch len(match) {
 	case 0:
-		return "", ErrMiss
+		return artifact.ID{}, ErrMiss
 	case 1:
 		return match[0], nil
 	}
-	return "", fmt.Errorf("id prefix %q names %d artifacts: %w", p, len(match), errdefs.ErrInvalidArgument)
+	return artifact.ID{}, fmt.Errorf("id prefix %q names %d artifacts: %w", ref, len(match), errdefs.ErrInvalidArgument)
 }
 
 // Usage is a count and size of directory entries.
@@ -161,7 +164,7 @@ func (d *Domain) InspectDomain(ctx context.Context) (*DomainReport, error) {
 	r.Quarantined = dirUsage(d.path(dirQuarantine))
 	if entries, err := os.ReadDir(d.path(dirDeny)); err == nil {
 		for _, e := range entries {
-			if idRE.MatchString(e.Name()) {
+			if artifact.IsSHA256Hex(e.Name()) {
 				r.Denied.Count++
 				r.Denied.Bytes += dirUsage(d.path(dirArtifacts, e.Name())).Bytes
 			}

@@ -28,8 +28,8 @@ type denyRecord struct {
 	PID    int    `json:"pid"`
 }
 
-func (d *Domain) checkDenied(id string) error {
-	raw, err := os.ReadFile(d.path(dirDeny, id))
+func (d *Domain) checkDenied(id artifact.ID) error {
+	raw, err := os.ReadFile(d.path(dirDeny, id.Hex()))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -42,12 +42,12 @@ func (d *Domain) checkDenied(id string) error {
 
 // recheck runs before a lease is returned: no deny marker, and the directory
 // is still the validated inode in the hardened mode.
-func (d *Domain) recheck(id string, ino uint64) error {
+func (d *Domain) recheck(id artifact.ID, ino uint64) error {
 	if err := d.checkDenied(id); err != nil {
 		return err
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(d.path(dirArtifacts, id), &st); err != nil {
+	if err := unix.Lstat(d.path(dirArtifacts, id.Hex()), &st); err != nil {
 		return ErrMiss
 	}
 	if st.Ino != ino || os.FileMode(st.Mode).Perm() != dirHardened {
@@ -58,8 +58,8 @@ func (d *Domain) recheck(id string, ino uint64) error {
 
 // unmark removes the deny marker of id durably: a marker that came back
 // after a power cut would deny the artifact published after it.
-func (d *Domain) unmark(id string) error {
-	err := os.Remove(d.path(dirDeny, id))
+func (d *Domain) unmark(id artifact.ID) error {
+	err := os.Remove(d.path(dirDeny, id.Hex()))
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
@@ -70,14 +70,14 @@ func (d *Domain) unmark(id string) error {
 }
 
 // deny writes the external deny marker deny/<id>.
-func (d *Domain) deny(ctx context.Context, id, reason string) error {
+func (d *Domain) deny(ctx context.Context, id artifact.ID, reason string) error {
 	faultPoint("deny.before-marker")
 	raw, _ := json.Marshal(denyRecord{Reason: reason, Time: time.Now().UTC().Format(time.RFC3339), PID: os.Getpid()})
-	if err := artifact.WriteFileAtomic(d.path(dirDeny, id), raw, 0o644, artifact.Durable); err != nil {
+	if err := artifact.WriteFileAtomic(d.path(dirDeny, id.Hex()), raw, 0o644, artifact.Durable); err != nil {
 		return storageErr("write deny marker", err)
 	}
 	faultPoint("deny.after-marker")
-	log.G(ctx).WithField("id", short(id)).WithField("reason", reason).Warn("artifact denied")
+	log.G(ctx).WithField("id", id.Short()).WithField("reason", reason).Warn("artifact denied")
 	return nil
 }
 
@@ -87,7 +87,7 @@ func (d *Domain) deny(ctx context.Context, id, reason string) error {
 // a bounded attempt to quarantine the entry (keeping a publication that
 // replaced it meanwhile) and returns a retryable storage failure; if neither
 // marker persists, the domain fails.
-func (d *Domain) invalidate(ctx context.Context, id string, finding *InvalidError, lk *lock) error {
+func (d *Domain) invalidate(ctx context.Context, id artifact.ID, finding *InvalidError, lk *lock) error {
 	derr := d.deny(ctx, id, finding.Error())
 	if derr == nil {
 		lk.Close()
@@ -99,9 +99,9 @@ func (d *Domain) invalidate(ctx context.Context, id string, finding *InvalidErro
 		return d.fail(errors.Join(derr, merr))
 	}
 	wait := min(time.Second, d.policy.CoordinationTimeout())
-	if xl, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, time.Now().Add(wait), "the artifact lock of "+short(id)); err == nil {
+	if xl, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, time.Now().Add(wait), "the artifact lock of "+id.Short()); err == nil {
 		var st unix.Stat_t
-		if unix.Lstat(d.path(dirArtifacts, id), &st) == nil && st.Ino == ino {
+		if unix.Lstat(d.path(dirArtifacts, id.Hex()), &st) == nil && st.Ino == ino {
 			if qerr := d.quarantine(ctx, id, "invalid; deny marker could not be written"); qerr != nil {
 				log.G(ctx).WithError(qerr).Warn("quarantine after a failed deny marker")
 			}
@@ -113,8 +113,8 @@ func (d *Domain) invalidate(ctx context.Context, id string, finding *InvalidErro
 
 // setInvalidationMode durably sets the invalidation mode on artifacts/<id>
 // and returns the directory's inode.
-func (d *Domain) setInvalidationMode(id string) (uint64, error) {
-	fd, err := unix.Open(d.path(dirArtifacts, id), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+func (d *Domain) setInvalidationMode(id artifact.ID) (uint64, error) {
+	fd, err := unix.Open(d.path(dirArtifacts, id.Hex()), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, fmt.Errorf("open for invalidation: %w", err)
 	}
@@ -150,13 +150,13 @@ func (d *Domain) failedErr() error {
 // first, the rename is made durable by syncing both parents, and only then
 // is the moved directory re-hardened (reharden) or left for deletion. The
 // caller holds the exclusive artifact lock.
-func (d *Domain) moveOut(id, dst, step string, reharden bool) error {
+func (d *Domain) moveOut(id artifact.ID, dst, step string, reharden bool) error {
 	if _, err := d.setInvalidationMode(id); err != nil {
 		return err
 	}
 	faultPoint(step + ".after-mode")
-	if err := os.Rename(d.path(dirArtifacts, id), dst); err != nil {
-		return fmt.Errorf("move %s: %w", short(id), err)
+	if err := os.Rename(d.path(dirArtifacts, id.Hex()), dst); err != nil {
+		return fmt.Errorf("move %s: %w", id.Short(), err)
 	}
 	faultPoint(step + ".after-rename")
 	if err := syncDir(d.path(dirArtifacts)); err != nil {
@@ -174,17 +174,17 @@ func (d *Domain) moveOut(id, dst, step string, reharden bool) error {
 
 // quarantine moves artifacts/<id> to quarantine/ and clears its deny marker.
 // The caller holds the exclusive artifact lock.
-func (d *Domain) quarantine(ctx context.Context, id, why string) error {
-	if _, err := os.Lstat(d.path(dirArtifacts, id)); err == nil {
-		dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
+func (d *Domain) quarantine(ctx context.Context, id artifact.ID, why string) error {
+	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); err == nil {
+		dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id.Hex(), time.Now().UnixNano()))
 		if err := d.moveOut(id, dst, "quarantine", true); err != nil {
-			return fmt.Errorf("quarantine %s: %w", short(id), err)
+			return fmt.Errorf("quarantine %s: %w", id.Short(), err)
 		}
 	}
 	if err := d.unmark(id); err != nil {
 		return err
 	}
 	faultPoint("quarantine.after-unmark")
-	log.G(ctx).WithField("id", short(id)).WithField("why", why).Info("artifact quarantined")
+	log.G(ctx).WithField("id", id.Short()).WithField("why", why).Info("artifact quarantined")
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -12,13 +11,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-var idRE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-
 // Lease is a validated artifact held open for reading: its payload files are
 // mapped read-only and the shared artifact lock is held until Close, so the
 // artifact cannot be removed or replaced while the lease lives.
 type Lease struct {
-	ID       string // identity hex
+	ID       artifact.ID
 	Dir      string
 	Ready    *Ready
 	Manifest *Manifest
@@ -52,7 +49,7 @@ func (l *Lease) Tensor(name string) ([]byte, artifact.TensorEntry, error) {
 	}
 	r, ok := l.tensors[name]
 	if !ok {
-		return nil, artifact.TensorEntry{}, fmt.Errorf("tensor %q not in artifact %s: %w", name, short(l.ID), errdefs.ErrNotFound)
+		return nil, artifact.TensorEntry{}, fmt.Errorf("tensor %q not in artifact %s: %w", name, l.ID.Short(), errdefs.ErrNotFound)
 	}
 	return r.file.Data[r.entry.Offset : r.entry.Offset+r.entry.Length], r.entry, nil
 }
@@ -69,23 +66,23 @@ func (l *Lease) Close() error {
 
 // DeniedError is a lookup of an artifact that was found invalid and denied.
 type DeniedError struct {
-	ID     string
+	ID     artifact.ID
 	Reason string
 }
 
 func (e *DeniedError) Error() string {
-	return fmt.Sprintf("artifact %s is denied: %s", short(e.ID), e.Reason)
+	return fmt.Sprintf("artifact %s is denied: %s", e.ID.Short(), e.Reason)
 }
 
 // Unwrap makes a denied artifact a miss.
 func (e *DeniedError) Unwrap() error { return ErrMiss }
 
-// Lookup returns a lease on the valid artifact published under id (an
-// identity hex), or ErrMiss. An artifact that fails validation is denied
-// before the shared lock is released, and the *InvalidError is returned.
-func (d *Domain) Lookup(ctx context.Context, id string, mode ValidationMode) (*Lease, error) {
-	if !idRE.MatchString(id) {
-		return nil, fmt.Errorf("artifact id %q is not 64 hex digits: %w", id, errdefs.ErrInvalidArgument)
+// Lookup returns a lease on the valid artifact published under id, or
+// ErrMiss. An artifact that fails validation is denied before the shared
+// lock is released, and the *InvalidError is returned.
+func (d *Domain) Lookup(ctx context.Context, id artifact.ID, mode ValidationMode) (*Lease, error) {
+	if id.IsZero() {
+		return nil, fmt.Errorf("no artifact id: %w", errdefs.ErrInvalidArgument)
 	}
 	if mode == "" {
 		mode = d.policy.Validation
@@ -97,7 +94,7 @@ func (d *Domain) Lookup(ctx context.Context, id string, mode ValidationMode) (*L
 		return nil, err
 	}
 	deadline := time.Now().Add(d.policy.CoordinationTimeout())
-	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_SH, deadline, "the artifact lock of "+short(id))
+	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_SH, deadline, "the artifact lock of "+id.Short())
 	if err != nil {
 		return nil, err
 	}

@@ -20,7 +20,7 @@ func TestMaterialise(t *testing.T) {
 	_, src := checkpoint(t, 1<<20, 2)
 	d := openDomain(t, t.TempDir())
 	id := artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
-	hex, _ := id.Hex()
+	hex, _ := id.ID()
 	plans := 0
 	plan := func(context.Context) (artifact.Identity, artifact.Producer, error) {
 		plans++

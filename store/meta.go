@@ -26,19 +26,19 @@ const (
 type Manifest struct {
 	Schema         int               `json:"schema"`
 	Identity       artifact.Identity `json:"identity"`
-	IdentityDigest string            `json:"identity_digest"`
+	IdentityDigest artifact.ID       `json:"identity_digest"`
 	Files          []artifact.File   `json:"files"` // the index's entries without their tensors
 	TotalBytes     int64             `json:"total_bytes"`
 }
 
 // Ready is READY.json: it seals the manifest and index by their digests.
 type Ready struct {
-	Schema         int    `json:"schema"`
-	IdentityDigest string `json:"identity_digest"`
-	ManifestSHA256 string `json:"manifest_sha256"`
-	IndexSHA256    string `json:"index_sha256"`
-	Producer       string `json:"producer"`
-	Created        string `json:"created"`
+	Schema         int         `json:"schema"`
+	IdentityDigest artifact.ID `json:"identity_digest"`
+	ManifestSHA256 string      `json:"manifest_sha256"`
+	IndexSHA256    string      `json:"index_sha256"`
+	Producer       string      `json:"producer"`
+	Created        string      `json:"created"`
 }
 
 // DecodeManifest parses manifest.json strictly and checks it against its identity.
@@ -53,9 +53,9 @@ func DecodeManifest(doc []byte) (*Manifest, error) {
 	if err := m.Identity.Validate(); err != nil {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
-	dg, err := m.Identity.Digest()
+	dg, err := m.Identity.ID()
 	if err != nil || dg != m.IdentityDigest {
-		return nil, fmt.Errorf("manifest: identity digest %q does not match the identity", m.IdentityDigest)
+		return nil, fmt.Errorf("manifest: identity digest %q does not match the identity", m.IdentityDigest.String())
 	}
 	var total int64
 	for i, f := range m.Files {

@@ -18,8 +18,8 @@ func validMeta(t testing.TB) (ready, manifest, index []byte) {
 		t.Fatal(err)
 	}
 	identity := testIdentity()
-	id, _ := identity.Hex()
-	b, _ := d.newBuild(identity, id)
+	id, _ := identity.ID()
+	b, _ := d.newBuild(identity, id, id.Hex())
 	w, _ := b.Create("weights.bin", 4)
 	w.Write([]byte("same"))
 	w.Close()
@@ -27,7 +27,7 @@ func validMeta(t testing.TB) (ready, manifest, index []byte) {
 		t.Fatal(err)
 	}
 	read := func(name string) []byte {
-		raw, err := os.ReadFile(filepath.Join(d.path(dirArtifacts, id), name))
+		raw, err := os.ReadFile(filepath.Join(d.path(dirArtifacts, id.Hex()), name))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,7 +69,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		if total != m.TotalBytes {
 			t.Fatalf("accepted total %d for files summing to %d", m.TotalBytes, total)
 		}
-		if dg, _ := m.Identity.Digest(); dg != m.IdentityDigest {
+		if dg, _ := m.Identity.ID(); dg != m.IdentityDigest {
 			t.Fatal("accepted an identity digest that does not match")
 		}
 	})
@@ -115,8 +115,8 @@ func TestMalformedMetadataIsDenied(t *testing.T) {
 			if err := publishBytes(t, d, testIdentity(), []byte("same")); err != nil {
 				t.Fatal(err)
 			}
-			id, _ := testIdentity().Hex()
-			dir := d.path(dirArtifacts, id)
+			id, _ := testIdentity().ID()
+			dir := d.path(dirArtifacts, id.Hex())
 			os.Chmod(dir, 0o755)
 			for name, doc := range tc.files {
 				os.Chmod(filepath.Join(dir, name), 0o644)

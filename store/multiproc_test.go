@@ -132,7 +132,7 @@ func TestEightProcessesOneBuild(t *testing.T) {
 		t.Fatalf("%d builds ran, want exactly 1:\n%s", builds, raw)
 	}
 	d := openDomain(t, root)
-	info, err := d.InspectArtifact(context.Background(), id)
+	info, err := d.InspectArtifact(context.Background(), artifact.MustParseID(id))
 	if err != nil || info.State != store.StateReady {
 		t.Fatalf("inspect: %v %+v", err, info)
 	}

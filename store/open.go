@@ -35,7 +35,7 @@ type LeaseFile struct {
 // opened is an artifact directory whose metadata was read and whose payload
 // files are open and mapped.
 type opened struct {
-	id       string
+	id       artifact.ID
 	ino      uint64 // the directory's inode when it was validated
 	dir      string
 	ready    *Ready
@@ -58,8 +58,8 @@ func (o *opened) close() {
 // missing directory is ErrMiss; anything wrong with it is an *InvalidError.
 // A full checksum stops when ctx is done and returns its error, wrapped:
 // a cancelled validation never finds the artifact invalid.
-func (d *Domain) validateDir(ctx context.Context, id string, mode ValidationMode) (*opened, error) {
-	dir := d.path(dirArtifacts, id)
+func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode ValidationMode) (*opened, error) {
+	dir := d.path(dirArtifacts, id.Hex())
 	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil, ErrMiss
@@ -96,7 +96,7 @@ func (d *Domain) validateDir(ctx context.Context, id string, mode ValidationMode
 	if o.manifest, err = DecodeManifest(manRaw); err != nil {
 		return nil, bad(fileManifest, "", "%v", err)
 	}
-	if o.manifest.IdentityDigest != "sha256:"+id || o.ready.IdentityDigest != o.manifest.IdentityDigest {
+	if o.manifest.IdentityDigest != id || o.ready.IdentityDigest != id {
 		return nil, bad(fileManifest, "", "identity digest %s does not name this directory", o.manifest.IdentityDigest)
 	}
 	paths, sizes := make([]string, len(o.manifest.Files)), make([]int64, len(o.manifest.Files))
@@ -132,7 +132,7 @@ func (d *Domain) validateDir(ctx context.Context, id string, mode ValidationMode
 		if err := verifyHashes(ctx, id, o.files, hashCheck{}); err != nil {
 			o.close()
 			if ctx.Err() != nil && !IsInvalid(err) {
-				return nil, fmt.Errorf("checksum of artifact %s: %w", short(id), err)
+				return nil, fmt.Errorf("checksum of artifact %s: %w", id.Short(), err)
 			}
 			return nil, err
 		}
@@ -143,20 +143,20 @@ func (d *Domain) validateDir(ctx context.Context, id string, mode ValidationMode
 // readFailure classifies an error met while reading an artifact: an I/O
 // failure of the store (retryable, never a reason to deny) or a finding
 // about the artifact's content.
-func readFailure(id, file string, err error) error {
+func readFailure(id artifact.ID, file string, err error) error {
 	for _, transient := range []error{unix.EIO, unix.EMFILE, unix.ENFILE, unix.ENOMEM, unix.EAGAIN,
 		unix.EINTR, unix.EBUSY, unix.ESTALE, unix.ETIMEDOUT} {
 		if errors.Is(err, transient) {
-			return storageErr("read artifact "+short(id)+" "+file, err)
+			return storageErr("read artifact "+id.Short()+" "+file, err)
 		}
 	}
 	return &InvalidError{ID: id, File: file, Reason: err.Error()}
 }
 
-func (e *InvalidError) with(id string) *InvalidError { e.ID = id; return e }
+func (e *InvalidError) with(id artifact.ID) *InvalidError { e.ID = id; return e }
 
 func checkIndexAgainstManifest(x *artifact.Index, m *Manifest) error {
-	if x.Identity != m.IdentityDigest || len(x.Files) != len(m.Files) {
+	if x.Identity != m.IdentityDigest.String() || len(x.Files) != len(m.Files) {
 		return fmt.Errorf("index does not describe the manifest's files")
 	}
 	for i, f := range x.Files {

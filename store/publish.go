@@ -51,12 +51,12 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 		return fmt.Errorf("producer %s wrote no files: %w", producer, errdefs.ErrFailedPrecondition)
 	}
 	sort.Slice(entries, func(i, j int) bool { return entries[i].Path < entries[j].Path })
-	digest, err := b.identity.Digest()
+	id, err := b.identity.ID()
 	if err != nil {
 		return err
 	}
-	idx := &artifact.Index{Schema: artifact.IndexSchema, Identity: digest, Files: entries}
-	m := Manifest{Schema: ManifestSchema, Identity: b.identity, IdentityDigest: digest, TotalBytes: idx.TotalBytes()}
+	idx := &artifact.Index{Schema: artifact.IndexSchema, Identity: id.String(), Files: entries}
+	m := Manifest{Schema: ManifestSchema, Identity: b.identity, IdentityDigest: id, TotalBytes: idx.TotalBytes()}
 	for _, e := range entries {
 		m.Files = append(m.Files, e.File)
 	}
@@ -68,7 +68,7 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 	if err != nil {
 		return err
 	}
-	ready := Ready{Schema: ReadySchema, IdentityDigest: digest, ManifestSHA256: sha256Hex(manRaw),
+	ready := Ready{Schema: ReadySchema, IdentityDigest: id, ManifestSHA256: sha256Hex(manRaw),
 		IndexSHA256: sha256Hex(idxRaw), Producer: producer, Created: time.Now().UTC().Format(time.RFC3339Nano)}
 	readyRaw, _ := json.Marshal(ready)
 	faultPoint("publish.before-seal")
@@ -93,18 +93,18 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 // content is an identity collision; one that cannot be read stays
 // authoritative behind a retryable storage failure. Any failure after the
 // rename is contained in quarantine before PUBLICATION_FAILED is returned.
-func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, deadline time.Time) error {
-	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of "+short(id))
+func (d *Domain) install(ctx context.Context, tmpDir string, id artifact.ID, indexSHA256 string, deadline time.Time) error {
+	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_EX, deadline, "the artifact lock of "+id.Short())
 	if err != nil {
 		return err
 	}
 	committed := false
 	defer func() {
 		if err := lk.Close(); err != nil && committed {
-			log.G(ctx).WithError(err).WithField("id", short(id)).Warn("releasing the artifact lock after publication")
+			log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("releasing the artifact lock after publication")
 		}
 	}()
-	target := d.path(dirArtifacts, id)
+	target := d.path(dirArtifacts, id.Hex())
 	if _, err := os.Lstat(target); err == nil {
 		o, verr := d.validateDir(ctx, id, ManifestAndMetadata)
 		switch {
@@ -114,7 +114,7 @@ func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, de
 			if !same {
 				return identityCollision(id)
 			}
-			log.G(ctx).WithField("id", short(id)).Info("a competing publication with the same content won")
+			log.G(ctx).WithField("id", id.Short()).Info("a competing publication with the same content won")
 			removeTree(tmpDir)
 			return nil
 		case !IsInvalid(verr):
@@ -126,7 +126,7 @@ func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, de
 	}
 	faultPoint("publish.before-rename")
 	if err := os.Rename(tmpDir, target); err != nil {
-		return fmt.Errorf("publish %s: %w", short(id), classifyIO(err))
+		return fmt.Errorf("publish %s: %w", id.Short(), classifyIO(err))
 	}
 	faultPoint("publish.after-rename")
 	err = harden(target)
@@ -148,8 +148,8 @@ func (d *Domain) install(ctx context.Context, tmpDir, id, indexSHA256 string, de
 // contain quarantines an entry whose publication failed after its rename.
 // If the filesystem refuses the move, the entry keeps its invalidation mode
 // and gets a deny marker; if it refuses both, the outcome is uncertain.
-func (d *Domain) contain(ctx context.Context, id string, cause error) error {
-	dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
+func (d *Domain) contain(ctx context.Context, id artifact.ID, cause error) error {
+	dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id.Hex(), time.Now().UnixNano()))
 	qerr := d.moveOut(id, dst, "quarantine", true)
 	if qerr == nil {
 		return publicationFailed(id, cause)
@@ -233,6 +233,11 @@ func writeSynced(p string, data []byte) error {
 	return classifyIO(err)
 }
 
-func (d *Domain) lockPath(id, kind string) string {
-	return d.path(dirLocks, id+"."+kind+".lock")
+// lockPath is the path of an artifact's lock of the given kind.
+func (d *Domain) lockPath(id artifact.ID, kind string) string { return d.ownerLockPath(id.Hex(), kind) }
+
+// ownerLockPath is the path of a lock by its owner's name: an identity hex
+// or an anonymous import's name.
+func (d *Domain) ownerLockPath(owner, kind string) string {
+	return d.path(dirLocks, owner+"."+kind+".lock")
 }

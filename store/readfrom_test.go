@@ -155,7 +155,7 @@ func TestReadFromRefusesOtherLengths(t *testing.T) {
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)
 			}
-			hex, _ := id.Hex()
+			hex, _ := id.ID()
 			if _, err := d.Lookup(context.Background(), hex, ""); !errors.Is(err, store.ErrMiss) {
 				t.Fatalf("lookup after a failed build: %v, want a miss", err)
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,9 +19,9 @@ import (
 // and nothing is unlinked. The directory is first renamed to a tombstone
 // (tmp/.cleanup.<id>.*), so an interrupted removal is finished by the next
 // cleanup or build of that id.
-func (d *Domain) Remove(ctx context.Context, id string) error {
-	if !idRE.MatchString(id) {
-		return fmt.Errorf("artifact id %q is not 64 hex digits: %w", id, errdefs.ErrInvalidArgument)
+func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
+	if id.IsZero() {
+		return fmt.Errorf("no artifact id: %w", errdefs.ErrInvalidArgument)
 	}
 	bl, ok, err := tryLock(d.lockPath(id, "build"), unix.LOCK_EX)
 	if err != nil {
@@ -38,20 +39,20 @@ func (d *Domain) Remove(ctx context.Context, id string) error {
 		return busy(id, "lease", lockHolders(d.lockPath(id, "artifact")))
 	}
 	defer al.Close()
-	if _, err := os.Lstat(d.path(dirArtifacts, id)); errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); errors.Is(err, os.ErrNotExist) {
 		d.unmark(id)
 		return ErrMiss
 	}
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	tomb := d.path(dirTmp, ".cleanup."+id+"."+hex.EncodeToString(rnd[:]))
+	tomb := d.path(dirTmp, ".cleanup."+id.Hex()+"."+hex.EncodeToString(rnd[:]))
 	if err := d.moveOut(id, tomb, "remove", false); err != nil {
-		return fmt.Errorf("remove %s: %w", short(id), err)
+		return fmt.Errorf("remove %s: %w", id.Short(), err)
 	}
 	if err := d.unmark(id); err != nil {
 		return err
 	}
 	d.cleanTemps(ctx, id, false)
-	log.G(ctx).WithField("id", short(id)).Info("artifact removed")
+	log.G(ctx).WithField("id", id.Short()).Info("artifact removed")
 	return nil
 }

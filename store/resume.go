@@ -19,7 +19,7 @@ const resumeDir = ".resume"
 // holds its build lock) into the new build's resume area and removes the
 // others, so a producer can reuse what the interrupted build wrote.
 func (b *build) adoptStale() {
-	matches, _ := filepath.Glob(b.d.path(dirTmp, b.id+".*"))
+	matches, _ := filepath.Glob(b.d.path(dirTmp, b.id.Hex()+".*"))
 	var stale []string
 	for _, m := range matches {
 		if m != b.dir {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"golang.org/x/sys/unix"
 	"golang.org/x/time/rate"
@@ -45,7 +46,7 @@ const verifyChunk = 1 << 20
 // full check of any size holds one buffer per worker in memory.
 // It returns an *InvalidError for bytes that disagree, a storage failure
 // (errdefs.ErrUnavailable) for a read the store failed.
-func verifyHashes(ctx context.Context, id string, files []*LeaseFile, c hashCheck) error {
+func verifyHashes(ctx context.Context, id artifact.ID, files []*LeaseFile, c hashCheck) error {
 	b3 := func() hash.Hash { return blake3.New() }
 	var tasks []hashTask
 	for _, lf := range files {
@@ -121,7 +122,7 @@ type hashTask struct {
 // is a storage failure (errdefs.ErrUnavailable), bytes that disagree or
 // cannot be read an *InvalidError, a cancelled or throttled-out check the
 // context's error.
-func (t hashTask) check(ctx context.Context, id string, buf []byte, lim *rate.Limiter) error {
+func (t hashTask) check(ctx context.Context, id artifact.ID, buf []byte, lim *rate.Limiter) error {
 	h := t.newHash()
 	for off, end := t.off, t.off+t.n; off < end; {
 		if err := ctx.Err(); err != nil {
@@ -158,15 +159,15 @@ type ScrubOptions struct {
 // BLAKE3 of every region, the tree, and every file's sha256) at a bounded
 // rate, and denies the artifact if any disagrees, as a full lookup would.
 // It holds the shared artifact lock meanwhile and leases nothing.
-func (d *Domain) Scrub(ctx context.Context, id string, o ScrubOptions) error {
-	if !idRE.MatchString(id) {
-		return fmt.Errorf("artifact id %q is not 64 hex digits: %w", id, errdefs.ErrInvalidArgument)
+func (d *Domain) Scrub(ctx context.Context, id artifact.ID, o ScrubOptions) error {
+	if id.IsZero() {
+		return fmt.Errorf("no artifact id: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := d.checkDenied(id); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(d.policy.CoordinationTimeout())
-	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_SH, deadline, "the artifact lock of "+short(id))
+	lk, err := lockFile(ctx, d.lockPath(id, "artifact"), unix.LOCK_SH, deadline, "the artifact lock of "+id.Short())
 	if err != nil {
 		return err
 	}

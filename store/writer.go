@@ -19,7 +19,7 @@ import (
 type build struct {
 	d        *Domain
 	identity artifact.Identity
-	id       string // identity hex
+	id       artifact.ID
 	dir      string // tmp/<id>.<random>
 	budget   int64  // bytes this artifact may still take (max_artifact_bytes, max_store_bytes)
 
@@ -29,11 +29,13 @@ type build struct {
 	buffers sync.Pool // chunk buffers of the files' write pipelines
 }
 
-func (d *Domain) newBuild(identity artifact.Identity, id string) (*build, error) {
+// newBuild starts a temp build under tmp/<owner>.<random>: owner is the
+// identity hex, or an anonymous name while an import learns its identity.
+func (d *Domain) newBuild(identity artifact.Identity, id artifact.ID, owner string) (*build, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	b := &build{d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1,
-		dir: d.path(dirTmp, id+"."+hex.EncodeToString(rnd[:]))}
+		dir: d.path(dirTmp, owner+"."+hex.EncodeToString(rnd[:]))}
 	if p := d.policy; p.MaxArtifactBytes > 0 {
 		b.budget = p.MaxArtifactBytes
 	}

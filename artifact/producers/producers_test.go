@@ -317,8 +317,8 @@ func TestTPSplitIdentity(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, _ := id.Digest()
-		return d
+		d, _ := id.ID()
+		return d.String()
 	}
 	if digest(a, 0, "") != digest(b, 0, "") {
 		t.Fatal("formatting of the layout spec changed the identity")

@@ -22,14 +22,14 @@ const (
 // patterns: the parent's, made by the tensor-subset producer, whose
 // fingerprint names the implementation, the parent and the patterns.
 func SubsetIdentity(parent artifact.Identity, patterns []string) (artifact.Identity, error) {
-	digest, err := parent.Digest()
+	digest, err := parent.ID()
 	if err != nil {
 		return artifact.Identity{}, err
 	}
 	ps := slices.Clone(patterns)
 	slices.Sort(ps)
 	ps = slices.Compact(ps)
-	sum := sha256.Sum256([]byte(tensorSubsetImpl + "\nparent " + digest + "\ntensors " + strings.Join(ps, "\n")))
+	sum := sha256.Sum256([]byte(tensorSubsetImpl + "\nparent " + digest.String() + "\ntensors " + strings.Join(ps, "\n")))
 	id := parent
 	id.Producer = artifact.ProducerRef{Name: TensorSubsetName, Version: tensorSubsetVersion,
 		Fingerprint: "sha256:" + hex.EncodeToString(sum[:]), ManifestSchema: parent.Producer.ManifestSchema,

@@ -6,16 +6,17 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/resolve"
 )
 
 type importResult struct {
-	Digest  string  `json:"digest"`
-	Path    string  `json:"path"`
-	Built   bool    `json:"built"`
-	Bytes   int64   `json:"bytes"`
-	Seconds float64 `json:"seconds"`
+	Digest  artifact.ID `json:"digest"`
+	Path    string      `json:"path"`
+	Built   bool        `json:"built"`
+	Bytes   int64       `json:"bytes"`
+	Seconds float64     `json:"seconds"`
 }
 
 func newImportCmd(a *app) *cobra.Command {
@@ -44,10 +45,10 @@ func newImportCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer lease.Close()
-			out := importResult{Digest: "sha256:" + lease.ID, Path: lease.Dir, Built: res.Built,
+			out := importResult{Digest: lease.ID, Path: lease.Dir, Built: res.Built,
 				Bytes: lease.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
 			log.G(ctx).WithField("built", res.Built).WithField("seconds", out.Seconds).Debug("import done")
-			return a.printResult(out, out.Digest)
+			return a.printResult(out, out.Digest.String())
 		},
 	}
 	f := cmd.Flags()

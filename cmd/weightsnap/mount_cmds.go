@@ -98,11 +98,7 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 		if err != nil {
 			return req, err
 		}
-		id, err := d.ResolveID(ref)
-		if err != nil {
-			return req, err
-		}
-		req.Identity, err = artifact.ParseIDHex(id)
+		req.Identity, err = d.ResolveID(ref)
 		return req, err
 	}
 	r, err := a.openRemote(ctx, rf, ref, 4)
@@ -113,13 +109,13 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 	if err != nil {
 		return req, err
 	}
-	if info.Kind != "weightsnap-artifact" || info.IdentityDigest == "" {
+	if info.Kind != "weightsnap-artifact" || info.IdentityDigest.IsZero() {
 		return req, fmt.Errorf("%s is a %s, not a weightsnap artifact (import a foreign artifact with weightsnap pull --revision; mount a weight image's artifacts by their own references): %w",
 			ref, info.Kind, errdefs.ErrInvalidArgument)
 	}
 	req.Artifact = r.Name() + "@" + info.Manifest
-	req.Identity, err = artifact.ParseID(info.IdentityDigest)
-	return req, err
+	req.Identity = info.IdentityDigest
+	return req, nil
 }
 
 func newUmountCmd(a *app) *cobra.Command {
@@ -147,12 +143,8 @@ func newUmountCmd(a *app) *cobra.Command {
 
 // daemonHolders asks weightsnapd, briefly, what holds an artifact; nil when
 // it does not answer.
-func (a *app) daemonHolders(ctx context.Context, id string) *snapshotter.Holders {
+func (a *app) daemonHolders(ctx context.Context, identity artifact.ID) *snapshotter.Holders {
 	c, err := a.control()
-	if err != nil {
-		return nil
-	}
-	identity, err := artifact.ParseIDHex(id)
 	if err != nil {
 		return nil
 	}
@@ -184,7 +176,7 @@ func holdersText(h *snapshotter.Holders) string {
 }
 
 // explainBusy adds to a refused removal what of weightsnapd holds it.
-func (a *app) explainBusy(ctx context.Context, id string, err error) error {
+func (a *app) explainBusy(ctx context.Context, id artifact.ID, err error) error {
 	if !errdefs.IsFailedPrecondition(err) {
 		return err
 	}

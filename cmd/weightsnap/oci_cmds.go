@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
@@ -181,7 +182,7 @@ imported as "import" would import its files: --revision is then required.`,
 				return err
 			}
 			defer l.Close()
-			return a.printResult(rep, rep.Identity)
+			return a.printResult(rep, rep.Identity.String())
 		},
 	}
 	f := cmd.Flags()
@@ -324,7 +325,7 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 		}
 	}
 	for _, ptr := range info.Pointers {
-		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.Identity.Short(), short(strings.TrimPrefix(ptr.Layer, "sha256:")))
+		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.Identity.Short(), short(digest.Digest(ptr.Layer).Encoded()))
 		if ptr.Info != nil {
 			if err := printRemote(a, ptr.Info, indent+"    "); err != nil {
 				return err

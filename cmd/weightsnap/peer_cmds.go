@@ -9,6 +9,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/peer"
 )
@@ -169,7 +170,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "IDENTITY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
 			for _, x := range ls.Artifacts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", short12(strings.TrimPrefix(x.IdentityDigest, "sha256:")), short12(x.Revision),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.IdentityDigest.Short(), short(x.Revision),
 					x.Component, x.Producer, humanBytes(x.Bytes), x.Tensors)
 			}
 			for _, s := range ls.Exports {
@@ -177,10 +178,10 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				if s.Mapped {
 					state = "mapped " + humanBytes(s.Bytes)
 				}
-				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, short12(s.Revision), state)
+				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, short(s.Revision), state)
 			}
 			tw.Flush()
-			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], short12(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)
+			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], short(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)
 			return nil
 		},
 	}
@@ -189,23 +190,19 @@ func newPeerLsCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func short12(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
-}
-
 // peerRequest turns a command-line id into a model request.
 func peerRequest(id string) (string, error) {
 	if strings.HasPrefix(id, "staged:") {
 		return id, nil
 	}
-	hex := strings.TrimPrefix(id, "sha256:")
-	if len(hex) != 64 || strings.Trim(hex, "0123456789abcdef") != "" {
-		return "", fmt.Errorf("%q: want an identity or manifest digest (64 hex digits) or staged:NAME: %w", id, errdefs.ErrInvalidArgument)
+	// An identity and a manifest digest have one form: sha256:<64 hex>.
+	if d, err := artifact.ParseID(id); err == nil {
+		return d.String(), nil
 	}
-	return "sha256:" + hex, nil
+	if d, err := artifact.ParseIDHex(id); err == nil {
+		return d.String(), nil
+	}
+	return "", fmt.Errorf("%q: want an identity or manifest digest (64 hex digits) or staged:NAME: %w", id, errdefs.ErrInvalidArgument)
 }
 
 func newPeerFetchCmd(a *app) *cobra.Command {

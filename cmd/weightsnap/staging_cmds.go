@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/staging/hubsynth"
@@ -71,8 +72,8 @@ type stageResult struct {
 
 type published struct {
 	staging.Snapshot
-	Digest string `json:"digest"`
-	Built  bool   `json:"built"`
+	Digest artifact.ID `json:"digest"`
+	Built  bool        `json:"built"`
 }
 
 func newStageCmd(a *app) *cobra.Command {
@@ -175,7 +176,7 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 			if err != nil {
 				return out, fmt.Errorf("publish %s@%s from lane %s: %w", s.Repo, s.Revision, s.Lane, err)
 			}
-			out = append(out, published{Snapshot: s, Digest: "sha256:" + lease.ID, Built: res.Built})
+			out = append(out, published{Snapshot: s, Digest: lease.ID, Built: res.Built})
 			lease.Close()
 		}
 	}

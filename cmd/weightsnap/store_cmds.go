@@ -128,7 +128,7 @@ func lsRow(info *store.ArtifactInfo) string {
 	if t, err := time.Parse(time.RFC3339Nano, created); err == nil {
 		created = t.UTC().Format(time.DateTime)
 	}
-	return strings.Join([]string{short(info.ID), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
+	return strings.Join([]string{info.Digest.Short(), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
 }
 
 // cut shortens s to n characters, the last of them an ellipsis.
@@ -139,6 +139,8 @@ func cut(s string, n int) string {
 	return s
 }
 
+// short is the first 12 characters of a revision, a file or layer digest
+// or a generation; an identity shortens itself (artifact.ID.Short).
 func short(s string) string {
 	if len(s) > 12 {
 		return s[:12]
@@ -332,7 +334,7 @@ with its bytes.`,
 				return err
 			}
 			defer l.Close()
-			fmt.Fprintf(a.out, "%s: valid (%s, %d files, %s)\n", short(id), mode, len(l.Index.Files), humanBytes(l.Index.TotalBytes()))
+			fmt.Fprintf(a.out, "%s: valid (%s, %d files, %s)\n", id.Short(), mode, len(l.Index.Files), humanBytes(l.Index.TotalBytes()))
 			return nil
 		},
 	}
@@ -353,12 +355,12 @@ func scrubAll(ctx context.Context, a *app, d *store.Domain, rate int64) error {
 		if info.State != store.StateReady {
 			continue
 		}
-		if err := d.Scrub(ctx, info.ID, store.ScrubOptions{Rate: rate}); err != nil {
+		if err := d.Scrub(ctx, info.Digest, store.ScrubOptions{Rate: rate}); err != nil {
 			errs = append(errs, err)
-			fmt.Fprintf(a.out, "%s: %v\n", short(info.ID), err)
+			fmt.Fprintf(a.out, "%s: %v\n", info.Digest.Short(), err)
 			continue
 		}
-		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", short(info.ID), humanBytes(info.TotalBytes))
+		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", info.Digest.Short(), humanBytes(info.TotalBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -383,7 +385,7 @@ func newRmCmd(a *app) *cobra.Command {
 					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
 					continue
 				}
-				fmt.Fprintln(a.out, id)
+				fmt.Fprintln(a.out, id.Hex())
 			}
 			return errors.Join(errs...)
 		},

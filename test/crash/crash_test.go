@@ -108,12 +108,12 @@ func prepare(t *testing.T, scenario, root string, s, other *storetest.Source) st
 		return scenario
 	case "deny":
 		s.Publish(t, root)
-		storetest.Corrupt(t, root, s.Hex)
+		storetest.Corrupt(t, root, s.Digest.Hex())
 		return "deny"
 	case "rebuild":
 		d := s.Publish(t, root)
-		storetest.Corrupt(t, root, s.Hex)
-		if _, err := d.Lookup(context.Background(), s.Hex, store.FullChecksum); !store.IsInvalid(err) {
+		storetest.Corrupt(t, root, s.Digest.Hex())
+		if _, err := d.Lookup(context.Background(), s.Digest, store.FullChecksum); !store.IsInvalid(err) {
 			t.Fatalf("corrupted artifact not denied: %v", err)
 		}
 		return "build"
@@ -138,11 +138,15 @@ func checkInvariant(t *testing.T, point, root string, s *storetest.Source) {
 	}
 	entries, _ := os.ReadDir(filepath.Join(root, "artifacts"))
 	for _, e := range entries {
-		l, err := d.Lookup(ctx, e.Name(), store.FullChecksum)
+		id, err := artifact.ParseIDHex(e.Name())
+		if err != nil {
+			t.Fatalf("%s: artifacts/%s: %v", point, e.Name(), err)
+		}
+		l, err := d.Lookup(ctx, id, store.FullChecksum)
 		var de *store.DeniedError
 		switch {
 		case err == nil:
-			if e.Name() == s.Hex {
+			if e.Name() == s.Digest.Hex() {
 				checkBytes(t, point, l, s)
 			}
 			l.Close()

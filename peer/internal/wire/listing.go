@@ -21,15 +21,15 @@ type Listing struct {
 
 // ListedArtifact is one READY artifact of the peer's store.
 type ListedArtifact struct {
-	IdentityDigest string `json:"identity_digest"`
-	ManifestDigest string `json:"manifest_digest"`
-	Repository     string `json:"repository,omitempty"`
-	Revision       string `json:"revision"`
-	Component      string `json:"component"`
-	Producer       string `json:"producer"`
-	Bytes          int64  `json:"bytes"`
-	Files          int    `json:"files"`
-	Tensors        int    `json:"tensors"`
+	IdentityDigest artifact.ID `json:"identity_digest"`
+	ManifestDigest string      `json:"manifest_digest"`
+	Repository     string      `json:"repository,omitempty"`
+	Revision       string      `json:"revision"`
+	Component      string      `json:"component"`
+	Producer       string      `json:"producer"`
+	Bytes          int64       `json:"bytes"`
+	Files          int         `json:"files"`
+	Tensors        int         `json:"tensors"`
 }
 
 // ListedExport is one exported directory.

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
@@ -23,9 +24,9 @@ type WeightManifest struct {
 	// every start of the peer.
 	Generation     string            `json:"generation"`
 	Identity       artifact.Identity `json:"identity"`
-	IdentityDigest string            `json:"identity_digest"`
+	IdentityDigest artifact.ID       `json:"identity_digest"`
 	// ManifestDigest is sha256 of the store's manifest.json (store artifacts).
-	ManifestDigest string `json:"manifest_digest,omitempty"`
+	ManifestDigest digest.Digest `json:"manifest_digest,omitempty"`
 	// Export is the staged id of an exported directory (the JSON key
 	// "staged" names exported directories).
 	Export string        `json:"staged,omitempty"`
@@ -105,7 +106,7 @@ func (m *WeightManifest) Answers(request string) bool {
 	if name, ok := strings.CutPrefix(request, ExportPrefix); ok {
 		return m.Export == name
 	}
-	return m.IdentityDigest == request || (m.ManifestDigest != "" && m.ManifestDigest == request)
+	return m.IdentityDigest.String() == request || (m.ManifestDigest != "" && m.ManifestDigest.String() == request)
 }
 
 // emptyBLAKE3 is the BLAKE3 of no bytes.
@@ -135,10 +136,10 @@ func (m *WeightManifest) validate() error {
 	if err := m.Identity.Validate(); err != nil {
 		return err
 	}
-	if d, err := m.Identity.Digest(); err != nil || d != m.IdentityDigest {
-		return fmt.Errorf("identity digest %q does not match the identity", m.IdentityDigest)
+	if d, err := m.Identity.ID(); err != nil || d != m.IdentityDigest {
+		return fmt.Errorf("identity digest %q does not match the identity", m.IdentityDigest.String())
 	}
-	if m.ManifestDigest != "" && !hex64RE.MatchString(strings.TrimPrefix(m.ManifestDigest, "sha256:")) {
+	if m.ManifestDigest != "" && (m.ManifestDigest.Validate() != nil || m.ManifestDigest.Algorithm() != digest.SHA256) {
 		return fmt.Errorf("manifest digest %q is not a sha256 digest", m.ManifestDigest)
 	}
 	if len(m.Shards) == 0 {
@@ -156,7 +157,7 @@ func (m *WeightManifest) validate() error {
 			return fmt.Errorf("shard %q: bad size %d", s.Path, s.Size)
 		}
 		total += s.Size
-		if !hex64RE.MatchString(s.SHA256) || !hex64RE.MatchString(s.BLAKE3) {
+		if !artifact.IsSHA256Hex(s.SHA256) || !artifact.IsSHA256Hex(s.BLAKE3) {
 			return fmt.Errorf("shard %q: digests are not 64 hex digits", s.Path)
 		}
 		if err := s.validateLayout(); err != nil {
@@ -178,7 +179,7 @@ func (s WeightShard) validateLayout() error {
 		}
 		return nil
 	}
-	if s.DataStart < 8 || s.DataStart > s.Size || !hex64RE.MatchString(s.HeaderBLAKE3) {
+	if s.DataStart < 8 || s.DataStart > s.Size || !artifact.IsSHA256Hex(s.HeaderBLAKE3) {
 		return fmt.Errorf("bad header region")
 	}
 	if int64(len(s.Header)) != s.DataStart || artifact.BLAKE3Hex(s.Header) != s.HeaderBLAKE3 {
@@ -202,7 +203,7 @@ func (s WeightShard) validateLayout() error {
 				return fmt.Errorf("tensor %q: negative shape", t.Name)
 			}
 		}
-		if !hex64RE.MatchString(t.BLAKE3) || (t.Length == 0 && t.BLAKE3 != emptyBLAKE3) {
+		if !artifact.IsSHA256Hex(t.BLAKE3) || (t.Length == 0 && t.BLAKE3 != emptyBLAKE3) {
 			return fmt.Errorf("tensor %q: BLAKE3 is not 64 hex digits, or not the empty one of an empty tensor", t.Name)
 		}
 		end = t.Offset + t.Length

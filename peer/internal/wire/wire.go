@@ -43,13 +43,7 @@ const ExportPrefix = "staged:"
 // provider's.
 var NameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
 
-var (
-	hex32RE = regexp.MustCompile(`^[0-9a-f]{32}$`)
-	hex64RE = regexp.MustCompile(`^[0-9a-f]{64}$`)
-)
-
-// IsHex64 says whether s is 64 lower-case hex digits (a sha256 or BLAKE3).
-func IsHex64(s string) bool { return hex64RE.MatchString(s) }
+var hex32RE = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // magic opens every connection: control and rail.
 var magic = [4]byte{'W', 'S', 'P', '1'}

@@ -131,7 +131,7 @@ func FuzzReadKeyTable(f *testing.F) {
 // fuzzManifest is a valid manifest document for the seeds.
 func fuzzManifest(tb testing.TB) []byte {
 	id := fuzzIdentity()
-	d, _ := id.Digest()
+	d, _ := id.ID()
 	header := []byte("\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
 	m := WeightManifest{Schema: ManifestSchema, Generation: "00112233445566778899aabbccddeeff", Identity: id, IdentityDigest: d,
 		Shards: []WeightShard{{FileEntry: artifact.FileEntry{File: artifact.File{Path: "a.safetensors", Size: 24, SHA256: hexOf(1), BLAKE3: hexOf(2)}, DataStart: 16, HeaderBLAKE3: artifact.BLAKE3Hex(header),
@@ -169,7 +169,7 @@ func FuzzReadManifest(f *testing.F) {
 }
 
 func FuzzReadListing(f *testing.F) {
-	ls, _ := json.Marshal(Listing{Generation: "00", Modes: []Mode{ModeTCP}, Artifacts: []ListedArtifact{{IdentityDigest: "sha256:00"}}})
+	ls, _ := json.Marshal(Listing{Generation: "00", Modes: []Mode{ModeTCP}, Artifacts: []ListedArtifact{{IdentityDigest: artifact.MustParseID("sha256:" + hexOf(0))}}})
 	fuzzWire(f, [][]byte{Enc{StatusOK}.Blob32(ls), Enc{StatusOK}.U32(0xffffffff)},
 		func(r io.Reader) (*Listing, error) { return ReadListing(r, 1<<20) }, nil)
 }

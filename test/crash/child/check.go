@@ -30,7 +30,7 @@ func check(ctx context.Context, root, srcDir, expect string) (string, error) {
 		return "", err
 	}
 	identity := storetest.IdentityOf(src)
-	id, _ := identity.Hex()
+	id, _ := identity.ID()
 	entries, err := os.ReadDir(filepath.Join(root, "artifacts"))
 	if err != nil {
 		return "", err
@@ -38,11 +38,11 @@ func check(ctx context.Context, root, srcDir, expect string) (string, error) {
 	var problems []error
 	state := "gone"
 	for _, e := range entries {
-		s, err := entryState(ctx, d, e.Name(), srcDir, e.Name() == id)
-		if err != nil && !(expect == "any-corrupted" && e.Name() == id && s == "corrupt") {
+		s, err := entryState(ctx, d, e.Name(), srcDir, e.Name() == id.Hex())
+		if err != nil && !(expect == "any-corrupted" && e.Name() == id.Hex() && s == "corrupt") {
 			problems = append(problems, err)
 		}
-		if e.Name() == id {
+		if e.Name() == id.Hex() {
 			state = s
 		}
 	}
@@ -62,7 +62,11 @@ func check(ctx context.Context, root, srcDir, expect string) (string, error) {
 // that finds it READY, by full checksum: ready, corrupt (READY by the
 // metadata but not by the bytes, with the error), denied or invalid.
 func entryState(ctx context.Context, d *store.Domain, name, srcDir string, ours bool) (string, error) {
-	l, err := d.Lookup(ctx, name, store.ManifestAndMetadata)
+	id, err := artifact.ParseIDHex(name)
+	if err != nil {
+		return "unreadable", err
+	}
+	l, err := d.Lookup(ctx, id, store.ManifestAndMetadata)
 	var denied *store.DeniedError
 	switch {
 	case errors.As(err, &denied):
@@ -73,7 +77,7 @@ func entryState(ctx context.Context, d *store.Domain, name, srcDir string, ours 
 		return "unreadable", fmt.Errorf("lookup of %s: %w", name[:12], err)
 	}
 	l.Close()
-	full, err := d.Lookup(ctx, name, store.FullChecksum)
+	full, err := d.Lookup(ctx, id, store.FullChecksum)
 	if err != nil {
 		return "corrupt", fmt.Errorf("%s is READY but not valid by full checksum: %w", name[:12], err)
 	}

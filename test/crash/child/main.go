@@ -52,14 +52,14 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 		return "", err
 	}
 	identity := storetest.IdentityOf(src)
-	id, _ := identity.Hex()
+	id, _ := identity.ID()
 	switch op {
 	case "build", "rebuild":
 		l, _, err := d.GetOrBuild(ctx, identity, &artifact.Passthrough{Src: src})
 		if err != nil {
 			return "", err
 		}
-		return l.ID, l.Close()
+		return l.ID.Hex(), l.Close()
 	case "import":
 		return importSource(ctx, d, srcDir)
 	case "deny", "lookup":
@@ -67,15 +67,15 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		return "lease " + l.ID, l.Close()
+		return "lease " + l.ID.Hex(), l.Close()
 	case "lookup-metadata":
 		l, err := d.Lookup(ctx, id, store.ManifestAndMetadata)
 		if err != nil {
 			return "", err
 		}
-		return "lease " + l.ID, l.Close()
+		return "lease " + l.ID.Hex(), l.Close()
 	case "remove":
-		return id, d.Remove(ctx, id)
+		return id.Hex(), d.Remove(ctx, id)
 	case "gc":
 		r, err := d.GC(ctx)
 		if err != nil {
@@ -107,5 +107,5 @@ func importSource(ctx context.Context, d *store.Domain, srcDir string) (string, 
 	}
 	defer l.Close()
 	cache.Record(ctx, fp, l.Index.Files, started)
-	return l.ID, nil
+	return l.ID.Hex(), nil
 }

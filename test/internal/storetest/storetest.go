@@ -28,10 +28,10 @@ func IdentityOf(src *artifact.SourceDir) artifact.Identity {
 
 // Source is a synthetic checkpoint and its identity.
 type Source struct {
-	Dir string
-	Src *artifact.SourceDir
-	ID  artifact.Identity
-	Hex string
+	Dir    string
+	Src    *artifact.SourceDir
+	ID     artifact.Identity
+	Digest artifact.ID // ID's digest; its hex names the artifact's directory
 }
 
 // NewSource writes a synthetic checkpoint of about size bytes in shards.
@@ -46,8 +46,8 @@ func NewSource(t testing.TB, size int64, shards int, seed uint64) *Source {
 		t.Fatal(err)
 	}
 	id := IdentityOf(src)
-	h, _ := id.Hex()
-	return &Source{Dir: dir, Src: src, ID: id, Hex: h}
+	dg, _ := id.ID()
+	return &Source{Dir: dir, Src: src, ID: id, Digest: dg}
 }
 
 // Publish publishes s in the domain at root and returns the domain.
