@@ -159,7 +159,7 @@ func (a *attempt) finish() (*Resolution, error) {
 	a.rep.DurationNs = time.Since(a.start).Nanoseconds()
 	res := &Resolution{Report: a.rep, Lease: a.lease, Path: a.rep.Path}
 	l := log.G(a.ctx).WithField("identity", a.rep.Identity).WithField("mode", a.rep.Mode).
-		WithField("outcome", a.rep.Outcome).WithField("source", a.rep.Source).WithField("duration", time.Duration(a.rep.DurationNs))
+		WithField("outcome", a.rep.Outcome).WithField("source", a.rep.Source).WithField("seconds", time.Duration(a.rep.DurationNs).Seconds())
 	if a.rep.Failure != nil {
 		l.WithError(a.rep.Failure).Warn("resolve: failed")
 		return res, a.rep.Failure

@@ -146,7 +146,7 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 	}
 	s.metrics.weight(outcome, time.Since(start))
 	l := log.G(ctx).WithField("identity", ptr.Identity).WithField("artifact", ptr.Artifact).WithField("target", ptr.Target).
-		WithField("source", source).WithField("outcome", outcome).WithField("duration", time.Since(start)).WithField("key", key)
+		WithField("source", source).WithField("outcome", outcome).WithField("seconds", time.Since(start).Seconds()).WithField("key", key)
 	if err != nil {
 		l = l.WithError(err)
 	} else if rerr != nil {

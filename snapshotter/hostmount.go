@@ -224,7 +224,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 		source = rep.Source
 	}
 	log.G(ctx).WithField("dir", dir).WithField("identity", req.Identity).WithField("source", source).
-		WithField("duration", time.Since(start)).Info("host mount")
+		WithField("seconds", time.Since(start).Seconds()).Info("host mount")
 	return &mi, nil
 }
 

@@ -173,7 +173,7 @@ func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 			}
 			wait = bo.NextBackOff()
 			r.s.metrics.repairs.WithLabelValues("unresolved").Inc()
-			logger.WithError(err).WithField("try", try).WithField("holders", len(r.pending(id))).WithField("next_try_in", wait).
+			logger.WithError(err).WithField("try", try).WithField("holders", len(r.pending(id))).WithField("next_try_seconds", wait.Seconds()).
 				Warn("repair: the artifact does not resolve yet")
 			continue
 		}

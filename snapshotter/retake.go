@@ -106,7 +106,7 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 			continue
 		}
 		s.leases.adopt(lease, g.holders...)
-		logger.WithField("duration", time.Since(start)).Info("lease taken again")
+		logger.WithField("seconds", time.Since(start).Seconds()).Info("lease taken again")
 	}
 	return nil
 }

@@ -63,7 +63,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 		s.metrics.weight(outcome, time.Since(start))
 		l := log.G(ctx).WithField("identity", ptr.Identity).WithField("artifact", ptr.Artifact).
 			WithField("target", ptr.Target).WithField("source", source).WithField("outcome", outcome).
-			WithField("duration", time.Since(start)).WithField("key", key)
+			WithField("seconds", time.Since(start).Seconds()).WithField("key", key)
 		if fallbackCause != nil {
 			l.WithError(fallbackCause).WithField("then", "the pointer layer unpacks; a repair fills the weights in when the artifact resolves").
 				Warn("prepare weight layer")
