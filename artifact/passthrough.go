@@ -90,6 +90,15 @@ func ListSource(root string) (*SourceDir, error) {
 	return src, nil
 }
 
+// TotalBytes is the sum of the source files' sizes.
+func (s *SourceDir) TotalBytes() int64 {
+	var n int64
+	for _, f := range s.Files {
+		n += f.Size
+	}
+	return n
+}
+
 // Complete reports whether every file's sha256 is known.
 func (s *SourceDir) Complete() bool {
 	for _, f := range s.Files {

@@ -189,6 +189,11 @@ type Request struct {
 	// artifact (a pointer label's); its provider (Config.Locate) is tried
 	// after the peers, before the configured Providers.
 	Artifact string
+	// OnProduce, if set, is told when a local producer is about to make
+	// the artifact from Source: its source name, the bytes of the source and
+	// the producer (a producers.SourceCounter counts what it has read), so a
+	// caller can show its progress.
+	OnProduce func(source string, total int64, p artifact.Producer)
 }
 
 // Resolution is a completed resolution: a leased artifact, or the

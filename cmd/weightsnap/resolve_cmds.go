@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
@@ -146,7 +148,10 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	if err != nil {
 		return err
 	}
+	var shown producerProgress
+	req.OnProduce = shown.start
 	res, rerr := rt.Resolve(ctx, req)
+	shown.stop()
 	defer res.Close()
 	if rerr == nil {
 		fmt.Fprintln(a.out, res.Path)
@@ -185,4 +190,55 @@ func (a *app) writeReport(dest string, rep *resolve.Report) error {
 		return err
 	}
 	return os.WriteFile(dest, raw, 0o644)
+}
+
+// producerProgress shows a local producer's progress while it runs: the
+// source bytes it has read, polled from its counter.
+type producerProgress struct {
+	pr   *progress
+	quit chan struct{}
+	done chan struct{}
+}
+
+// start follows p, a producer about to read total source bytes; it stops
+// following the one before.
+func (s *producerProgress) start(source string, total int64, p artifact.Producer) {
+	s.stop()
+	c, ok := p.(producers.SourceCounter)
+	if !ok {
+		return
+	}
+	s.pr = newProgress(strings.TrimPrefix(source, resolve.SourceProducerPrefix), total)
+	s.quit, s.done = make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(s.done)
+		var shown int64
+		show := func() {
+			n := c.SourceBytesRead()
+			s.pr.Add(n - shown)
+			shown = n
+		}
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.quit:
+				show()
+				return
+			case <-t.C:
+				show()
+			}
+		}
+	}()
+}
+
+// stop ends the display of the producer followed, if any.
+func (s *producerProgress) stop() {
+	if s.pr == nil {
+		return
+	}
+	close(s.quit)
+	<-s.done
+	s.pr.Done()
+	s.pr = nil
 }

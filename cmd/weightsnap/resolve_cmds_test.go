@@ -8,9 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -119,4 +121,35 @@ func TestResolveConfigTableAndFlags(t *testing.T) {
 	if _, err := runCLI(t, common...); err == nil {
 		t.Fatal("an unknown [resolve] key was accepted")
 	}
+}
+
+// countingProducer is a producer whose source reads a test sets.
+type countingProducer struct{ read atomic.Int64 }
+
+func (*countingProducer) Name() string                                   { return "counting" }
+func (*countingProducer) Produce(context.Context, artifact.Writer) error { return nil }
+func (p *countingProducer) SourceBytesRead() int64                       { return p.read.Load() }
+
+// TestProducerProgress: while a local producer runs, resolve shows the
+// source bytes it has read, to the last byte once it stops.
+func TestProducerProgress(t *testing.T) {
+	var shown producerProgress
+	p := &countingProducer{}
+	shown.start("producer:tp-split", 1000, p)
+	pr := shown.pr
+	if pr == nil || pr.label != "tp-split" || pr.total != 1000 {
+		t.Fatalf("progress %+v", pr)
+	}
+	p.read.Store(300)
+	time.Sleep(500 * time.Millisecond)
+	p.read.Store(700)
+	shown.stop()
+	if pr.done != 700 || shown.pr != nil {
+		t.Fatalf("shown %d bytes, want 700", pr.done)
+	}
+	shown.start("producer:cast", 10, &struct{ artifact.Producer }{}) // no counter: nothing shown
+	if shown.pr != nil {
+		t.Fatal("a producer that counts nothing got a progress")
+	}
+	shown.stop()
 }
