@@ -3,6 +3,7 @@ package artifact
 import (
 	"context"
 	"io"
+	"time"
 )
 
 // Writer is the store-scoped writer a producer writes an artifact through.
@@ -45,6 +46,39 @@ type Producer interface {
 	Name() string
 	// Produce writes every payload file through w.
 	Produce(ctx context.Context, w Writer) error
+}
+
+// ProgressReporter is a producer that says, while it runs, how far it is:
+// the payload bytes done (read from its source, fetched or reused) and the
+// bytes it will have done in all (0 when it cannot say). Safe to call from
+// another goroutine at any time.
+type ProgressReporter interface {
+	Progress() (done, total int64)
+}
+
+// Follow calls fn with p's progress every interval, from a goroutine of its
+// own, until the stop it returns is called; stop calls fn once more, so the
+// last call sees where p stopped, and returns after it.
+func Follow(p ProgressReporter, every time.Duration, fn func(done, total int64)) (stop func()) {
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				fn(p.Progress())
+				return
+			case <-t.C:
+				fn(p.Progress())
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-finished
+	}
 }
 
 // ProducerFunc adapts a function to a Producer.

@@ -206,6 +206,11 @@ func (p *puller) Transfer() store.Transfer {
 		ReusedFiles: int(p.reusedFiles.Load()), Ranged: p.ranged}
 }
 
+// Progress implements artifact.ProgressReporter.
+func (p *puller) Progress() (done, total int64) {
+	return p.fetched.Load() + p.reused.Load(), p.plan.TotalBytes()
+}
+
 func (p *puller) progress(n int64) {
 	if p.o.Progress != nil && n > 0 {
 		p.o.Progress(n)

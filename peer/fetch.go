@@ -127,6 +127,17 @@ type sessionStats struct {
 
 func (f *fetcher) Name() string { return FetchProducerName }
 
+// Progress implements artifact.ProgressReporter; the total of a tensor
+// subset is not known before its units are.
+func (f *fetcher) Progress() (done, total int64) {
+	if f.subset == nil {
+		for _, s := range f.base.Shards {
+			total += s.Size
+		}
+	}
+	return f.fetched.Load() + f.reused.Load(), total
+}
+
 func (f *fetcher) progress(n int64) {
 	if f.o.Progress != nil && n > 0 {
 		f.o.Progress(n)

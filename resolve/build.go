@@ -26,6 +26,9 @@ func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer
 		if prod, pf = plan(); pf != nil {
 			return artifact.Identity{}, nil, pf
 		}
+		if a.req.OnProduce != nil {
+			a.req.OnProduce(source, prod)
+		}
 		return a.id, prod, nil
 	}
 	lease, m, err := a.dom.Materialise(a.ctx, storePlan, store.MaterialiseOptions{WaitBudget: a.r.cfg.Wait.Budget()})

@@ -455,9 +455,6 @@ func (a *attempt) local() bool {
 			a.rep.step(StepProduce, source, StepFailed, t, string(f.Kind))
 			return a.recover(f)
 		}
-		if a.req.OnProduce != nil {
-			a.req.OnProduce(source, fp.Src.TotalBytes(), prod)
-		}
 		made := func() (artifact.Producer, *Failure) { return prod, nil }
 		if a.materialize(StepProduce, source, made, false, OutcomeBuilt, t) || a.done {
 			return true

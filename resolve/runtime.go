@@ -189,11 +189,11 @@ type Request struct {
 	// artifact (a pointer label's); its provider (Config.Locate) is tried
 	// after the peers, before the configured Providers.
 	Artifact string
-	// OnProduce, if set, is told when a local producer is about to make
-	// the artifact from Source: its source name, the bytes of the source and
-	// the producer (a producers.SourceCounter counts what it has read), so a
-	// caller can show its progress.
-	OnProduce func(source string, total int64, p artifact.Producer)
+	// OnProduce, if set, is told of each producer resolution is about to
+	// run, local or remote, with the source it stands for ("producer:NAME",
+	// "registry", "peer"), so a caller can show its progress (an
+	// artifact.ProgressReporter says how far it is).
+	OnProduce func(source string, p artifact.Producer)
 }
 
 // Resolution is a completed resolution: a leased artifact, or the

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -152,12 +153,15 @@ func (n *node) snapshotNames(t testing.TB) []string {
 // countingResolver counts resolutions, can hold them for a while, and
 // records how many ran at once.
 type countingResolver struct {
-	inner   Resolver
-	delay   time.Duration
-	calls   atomic.Int32
-	mu      sync.Mutex
-	running int
-	maxRun  int
+	inner Resolver
+	delay time.Duration
+	// producing, if set, is announced to the request's OnProduce before
+	// the delay, as the producer of a source "registry".
+	producing artifact.Producer
+	calls     atomic.Int32
+	mu        sync.Mutex
+	running   int
+	maxRun    int
 }
 
 func (c *countingResolver) Resolve(ctx context.Context, req resolve.Request) (*resolve.Resolution, error) {
@@ -171,6 +175,9 @@ func (c *countingResolver) Resolve(ctx context.Context, req resolve.Request) (*r
 		c.running--
 		c.mu.Unlock()
 	}()
+	if c.producing != nil && req.OnProduce != nil {
+		req.OnProduce("registry", c.producing)
+	}
 	time.Sleep(c.delay)
 	return c.inner.Resolve(ctx, req)
 }

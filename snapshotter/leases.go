@@ -121,7 +121,13 @@ func (l *leases) start(id artifact.ID, ptr pointer.Pointer) *flight {
 // the table.
 func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 	start := time.Now()
-	res, err := l.resolver.Resolve(l.ctx, resolve.Request{Digest: ptr.Identity, Artifact: ptr.Artifact})
+	stop := func() {}
+	req := resolve.Request{Digest: ptr.Identity, Artifact: ptr.Artifact, OnProduce: func(source string, p artifact.Producer) {
+		stop()
+		stop = l.follow(id, source, p)
+	}}
+	res, err := l.resolver.Resolve(l.ctx, req)
+	stop()
 	l.metrics.resolved(res.Report, time.Since(start))
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -140,6 +146,37 @@ func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 		}
 	}
 	close(f.done)
+}
+
+// progressLogEvery is how often a resolution in flight logs how far it is;
+// its progress gauges follow it every second.
+const progressLogEvery = 5 * time.Second
+
+// follow shows the progress of the producer a resolution of id runs, in
+// the metrics every second and in the log every progressLogEvery, until
+// the returned stop.
+func (l *leases) follow(id artifact.ID, source string, p artifact.Producer) (stop func()) {
+	r, ok := p.(artifact.ProgressReporter)
+	if !ok {
+		return func() {}
+	}
+	g, gt := l.metrics.progress.WithLabelValues(id.String(), source), l.metrics.progressTotal.WithLabelValues(id.String(), source)
+	start, logged := time.Now(), time.Now()
+	end := artifact.Follow(r, time.Second, func(done, total int64) {
+		g.Set(float64(done))
+		gt.Set(float64(total))
+		if time.Since(logged) >= progressLogEvery {
+			logged = time.Now()
+			log.G(l.ctx).WithField("identity", id.String()).WithField("source", source).WithField("bytes", done).
+				WithField("total_bytes", total).WithField("mib_per_second", float64(done)/(1<<20)/time.Since(start).Seconds()).
+				Info("resolving: weights in flight")
+		}
+	})
+	return func() {
+		end()
+		l.metrics.progress.DeleteLabelValues(id.String(), source)
+		l.metrics.progressTotal.DeleteLabelValues(id.String(), source)
+	}
 }
 
 // hold enters a lease into the table, unpinned; l.mu is held and id is

@@ -20,6 +20,10 @@ type Metrics struct {
 	repairs        *prometheus.CounterVec
 	pendingRepairs prometheus.Gauge
 	hostMounts     prometheus.Gauge
+
+	// progress and progressTotal are the bytes each resolution in flight
+	// has moved and will have moved, by identity.
+	progress, progressTotal *prometheus.GaugeVec
 }
 
 // NewMetrics makes the metrics; Register adds them to a registry.
@@ -46,12 +50,16 @@ func NewMetrics() *Metrics {
 			Name: "pending_repairs", Help: "Fallback snapshots waiting for their weights, and snapshots and host mounts waiting for their lease."}),
 		hostMounts: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
 			Name: "host_mounts", Help: "Host mounts (weightsnap mount)."}),
+		progress: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
+			Name: "resolve_progress_bytes", Help: "Bytes fetched (or made) so far by each resolution in flight, by identity and source."}, []string{"identity", "source"}),
+		progressTotal: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "snapshotter",
+			Name: "resolve_progress_total_bytes", Help: "Bytes each resolution in flight will have fetched (or made), by identity and source; 0 when unknown."}, []string{"identity", "source"}),
 	}
 }
 
 // Register adds the metrics to r.
 func (m *Metrics) Register(r prometheus.Registerer) error {
-	for _, c := range []prometheus.Collector{m.prepares, m.prepareDur, m.resolveDur, m.viewBytes, m.fetched, m.leasesHeld, m.fallbacks, m.repairs, m.pendingRepairs, m.hostMounts} {
+	for _, c := range []prometheus.Collector{m.prepares, m.prepareDur, m.resolveDur, m.viewBytes, m.fetched, m.leasesHeld, m.fallbacks, m.repairs, m.pendingRepairs, m.hostMounts, m.progress, m.progressTotal} {
 		if err := r.Register(c); err != nil {
 			return err
 		}

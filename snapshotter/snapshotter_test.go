@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/core/snapshots/testsuite"
 	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -226,6 +227,35 @@ func TestConcurrentPrepares(t *testing.T) {
 	}
 	if len(n.snapshotNames(t)) != 6 || len(n.sn.leases.identities()) != 2 {
 		t.Fatalf("snapshots %v, leases %v", n.snapshotNames(t), n.sn.leases.identities())
+	}
+}
+
+// halfDone is a producer halfway through 1 KiB.
+type halfDone struct{ artifact.Producer }
+
+func (halfDone) Progress() (int64, int64) { return 512, 1024 }
+
+// TestResolveProgress: while a weight layer's resolution runs its
+// producer, the metrics show how far it is, by identity and source, and
+// forget it once it ends.
+func TestResolveProgress(t *testing.T) {
+	n := newNode(t, t.TempDir())
+	id := n.importModel(t, 256<<10, 5)
+	n.resolver.delay, n.resolver.producing = 1500*time.Millisecond, halfDone{}
+	done := make(chan error, 1)
+	go func() {
+		_, err := n.sn.Prepare(context.Background(), "extract "+chainID(30), "", snapshots.WithLabels(weightLabels(id, "/w", chainID(30))))
+		done <- err
+	}()
+	eventually(t, "the progress gauges", func() bool {
+		return testutil.ToFloat64(n.metrics.progress.WithLabelValues(id, "registry")) == 512 &&
+			testutil.ToFloat64(n.metrics.progressTotal.WithLabelValues(id, "registry")) == 1024
+	})
+	if err := <-done; !errdefs.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if c := testutil.CollectAndCount(n.metrics.progress); c != 0 {
+		t.Fatalf("%d progress series after the resolution ended", c)
 	}
 }
 

@@ -45,3 +45,6 @@ func (p *passthrough) Produce(ctx context.Context, w artifact.Writer) error {
 }
 
 func (p *passthrough) SourceBytesRead() int64 { return p.read.Load() }
+
+// Progress implements artifact.ProgressReporter.
+func (p *passthrough) Progress() (done, total int64) { return p.read.Load(), p.inner.Src.TotalBytes() }

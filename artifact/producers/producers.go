@@ -104,6 +104,8 @@ var (
 	_ Recipe                       = (*Cast)(nil)
 	_ PhasedProducer               = (*TensorMap)(nil)
 	_ SourceCounter                = (*transform)(nil)
+	_ artifact.ProgressReporter    = (*transform)(nil)
+	_ artifact.ProgressReporter    = (*passthrough)(nil)
 	_ artifact.Restorer[*MapModel] = MapRestorer{}
 	_ artifact.Hydratable          = (*MapModel)(nil)
 )

@@ -52,6 +52,10 @@ func (t *transform) Name() string { return t.name }
 // SourceBytesRead implements SourceCounter.
 func (t *transform) SourceBytesRead() int64 { return t.read.Load() }
 
+// Progress implements artifact.ProgressReporter: the source bytes read of
+// the source's (a split reads only its rank's rows of some tensors).
+func (t *transform) Progress() (done, total int64) { return t.read.Load(), t.src.TotalBytes() }
+
 // shardPlan is one output shard.
 type shardPlan struct {
 	file    artifact.SourceFile

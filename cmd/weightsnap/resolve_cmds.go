@@ -192,53 +192,36 @@ func (a *app) writeReport(dest string, rep *resolve.Report) error {
 	return os.WriteFile(dest, raw, 0o644)
 }
 
-// producerProgress shows a local producer's progress while it runs: the
-// source bytes it has read, polled from its counter.
+// producerProgress shows the progress of the producer resolution runs
+// (a local producer's source bytes read, a fetch's bytes fetched).
 type producerProgress struct {
-	pr   *progress
-	quit chan struct{}
-	done chan struct{}
+	pr     *progress
+	follow func() // stops following; nil when nothing is followed
 }
 
-// start follows p, a producer about to read total source bytes; it stops
-// following the one before.
-func (s *producerProgress) start(source string, total int64, p artifact.Producer) {
+// start follows p, which stands for source; it stops following the one
+// before.
+func (s *producerProgress) start(source string, p artifact.Producer) {
 	s.stop()
-	c, ok := p.(producers.SourceCounter)
+	r, ok := p.(artifact.ProgressReporter)
 	if !ok {
 		return
 	}
+	_, total := r.Progress()
 	s.pr = newProgress(strings.TrimPrefix(source, resolve.SourceProducerPrefix), total)
-	s.quit, s.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(s.done)
-		var shown int64
-		show := func() {
-			n := c.SourceBytesRead()
-			s.pr.Add(n - shown)
-			shown = n
-		}
-		t := time.NewTicker(200 * time.Millisecond)
-		defer t.Stop()
-		for {
-			select {
-			case <-s.quit:
-				show()
-				return
-			case <-t.C:
-				show()
-			}
-		}
-	}()
+	var shown int64
+	s.follow = artifact.Follow(r, 200*time.Millisecond, func(done, _ int64) {
+		s.pr.Add(done - shown)
+		shown = done
+	})
 }
 
 // stop ends the display of the producer followed, if any.
 func (s *producerProgress) stop() {
-	if s.pr == nil {
+	if s.follow == nil {
 		return
 	}
-	close(s.quit)
-	<-s.done
+	s.follow()
 	s.pr.Done()
-	s.pr = nil
+	s.pr, s.follow = nil, nil
 }

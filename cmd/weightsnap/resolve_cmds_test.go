@@ -123,33 +123,33 @@ func TestResolveConfigTableAndFlags(t *testing.T) {
 	}
 }
 
-// countingProducer is a producer whose source reads a test sets.
-type countingProducer struct{ read atomic.Int64 }
+// countingProducer is a producer whose progress a test sets.
+type countingProducer struct{ done atomic.Int64 }
 
 func (*countingProducer) Name() string                                   { return "counting" }
 func (*countingProducer) Produce(context.Context, artifact.Writer) error { return nil }
-func (p *countingProducer) SourceBytesRead() int64                       { return p.read.Load() }
+func (p *countingProducer) Progress() (int64, int64)                     { return p.done.Load(), 1000 }
 
-// TestProducerProgress: while a local producer runs, resolve shows the
-// source bytes it has read, to the last byte once it stops.
+// TestProducerProgress: while a producer runs, resolve shows how far it
+// is, to the last byte once it stops.
 func TestProducerProgress(t *testing.T) {
 	var shown producerProgress
 	p := &countingProducer{}
-	shown.start("producer:tp-split", 1000, p)
+	shown.start("producer:tp-split", p)
 	pr := shown.pr
 	if pr == nil || pr.label != "tp-split" || pr.total != 1000 {
 		t.Fatalf("progress %+v", pr)
 	}
-	p.read.Store(300)
+	p.done.Store(300)
 	time.Sleep(500 * time.Millisecond)
-	p.read.Store(700)
+	p.done.Store(700)
 	shown.stop()
 	if pr.done != 700 || shown.pr != nil {
 		t.Fatalf("shown %d bytes, want 700", pr.done)
 	}
-	shown.start("producer:cast", 10, &struct{ artifact.Producer }{}) // no counter: nothing shown
+	shown.start("registry", &struct{ artifact.Producer }{}) // says nothing of its progress: nothing shown
 	if shown.pr != nil {
-		t.Fatal("a producer that counts nothing got a progress")
+		t.Fatal("a producer that reports no progress got a progress bar")
 	}
 	shown.stop()
 }
