@@ -19,11 +19,14 @@ import (
 )
 
 // benchRateMbit is every link's rate. One node alone, unshaped, resolves 256 MiB from the registry
-// on this 2-core virtual machine at about 1.9 Gbit/s (the bench's first row measures it again):
-// hashing, not the veth, bounds it. With chain seeding, 16 nodes each receive at the link's rate at
-// once, so the machine must hash 16 links' worth at the same time: 100 Mbit/s (12.5 MB/s, 21 s for
-// one copy of 256 MiB) times 16 is 1.6 Gbit/s, still below one node's unshaped rate, so the links,
-// not the CPUs or a disk (the stores are tmpfs), bound every row.
+// on this 2-core virtual machine at about 3 Gbit/s (0.72 s, measured with the machine shared, load
+// average about 7; the bench's first line measures it again every run): hashing and copying, not
+// the veth, bound it. With chain seeding, 16 nodes each receive at the link's rate at once, so the
+// machine must take in 16 links' worth at the same time: 100 Mbit/s (12.5 MB/s, about 22 s for one
+// copy of 256 MiB) times 16 is 1.6 Gbit/s, about half of one node's unshaped rate, so the links,
+// not the CPUs or a disk (stores and registry are on tmpfs), bound every row. A faster rate would
+// let 16 nodes outrun the CPUs; a slower one only makes the run longer (about 25 minutes at 100
+// Mbit/s today, when every node still pulls from the origin).
 const benchRateMbit = 100
 
 func TestFleetBench(t *testing.T) {
@@ -68,6 +71,10 @@ func TestFleetBench(t *testing.T) {
 		size, f.Bytes, rate, runtime.NumCPU())
 	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s); on the %d Mbit/s links: %.2fs (%.0f Mbit/s)\n",
 		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped), rate, alone.Last.Seconds(), mbits(f.Bytes, alone))
+	if need := float64(most * rate); need > mbits(f.Bytes, unshaped)/1.5 {
+		fmt.Printf("warning: %d nodes at %d Mbit/s each is %.0f Mbit/s, not well below one node's unshaped %.0f Mbit/s: the CPUs may bound the largest rows\n",
+			most, rate, need, mbits(f.Bytes, unshaped))
+	}
 	fmt.Printf("%5s | %-44s | %-44s\n", "", "fleet: resolve with the other nodes as peers", "registry only")
 	fmt.Printf("%5s | %7s %8s %8s %8s %9s | %7s %8s %8s %8s %9s\n", "nodes",
 		"copies", "first s", "last s", "/alone", "origin MB", "copies", "first s", "last s", "/alone", "origin MB")
