@@ -67,8 +67,9 @@ func TestFleetBench(t *testing.T) {
 		t.Logf("%d nodes done", n)
 	}
 
-	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, every link %d Mbit/s both ways (tbf), %d cores\n",
-		size, f.Bytes, rate, runtime.NumCPU())
+	load, _ := os.ReadFile("/proc/loadavg") // the machine may be shared: say how busy it was
+	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, every link %d Mbit/s both ways (tbf), %d cores, load average at the end %s\n",
+		size, f.Bytes, rate, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
 	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s); on the %d Mbit/s links: %.2fs (%.0f Mbit/s)\n",
 		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped), rate, alone.Last.Seconds(), mbits(f.Bytes, alone))
 	if need := float64(most * rate); need > mbits(f.Bytes, unshaped)/1.5 {

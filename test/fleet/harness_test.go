@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -115,8 +116,8 @@ func Start(t *testing.T, opts Options) *Fleet {
 // ip runs ip(8) with args, failing the test on an error.
 func (f *Fleet) ip(args ...string) {
 	f.t.Helper()
-	if out, err := harness.Run("", append([]string{f.tools.IP}, args...)...); err != nil {
-		f.t.Fatalf("%v\n%s", err, out)
+	if _, err := harness.Run("", append([]string{f.tools.IP}, args...)...); err != nil {
+		f.t.Fatal(err)
 	}
 }
 
@@ -142,9 +143,9 @@ func (f *Fleet) Shape(rateMbit int) {
 			_, _ = harness.Run("", f.tc, "-n", e.ns, "qdisc", "del", "dev", e.dev, "root")
 			continue
 		}
-		if out, err := harness.Run("", f.tc, "-n", e.ns, "qdisc", "replace", "dev", e.dev, "root", "tbf",
+		if _, err := harness.Run("", f.tc, "-n", e.ns, "qdisc", "replace", "dev", e.dev, "root", "tbf",
 			"rate", fmt.Sprintf("%dmbit", rateMbit), "burst", "256kb", "latency", "50ms"); err != nil {
-			f.t.Fatalf("%v\n%s", err, out)
+			f.t.Fatal(err)
 		}
 	}
 	f.opts.RateMbit = rateMbit
@@ -165,11 +166,11 @@ func (f *Fleet) tmpfs(size int64) string {
 func (f *Fleet) seed() {
 	t := f.t
 	t.Helper()
-	var size int64
-	if _, err := fmt.Sscanf(strings.TrimSuffix(f.opts.Size, "MiB"), "%d", &size); err != nil || !strings.HasSuffix(f.opts.Size, "MiB") {
-		t.Fatalf("fleet size %q: give MiB", f.opts.Size)
+	size, err := staging.ParseSize(f.opts.Size)
+	if err != nil {
+		t.Fatal(err)
 	}
-	reg := harness.StartRegistryIn(t, f.origin, subnet+"1:5000", f.tmpfs(size<<20+64<<20))
+	reg := harness.StartRegistryIn(t, f.origin, subnet+"1:5000", f.tmpfs(size+64<<20))
 	f.repo = reg.Host + "/fleet/model"
 	work := harness.TempDir(t)
 	store, src := filepath.Join(work, "store"), filepath.Join(work, "src")
