@@ -82,6 +82,7 @@ bench: build
 	scripts/bench-store.sh $(BENCH_SIZE) 8
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 5
 	scripts/bench-peer.sh $(BENCH_SIZE) 8
+	scripts/bench-fleet.sh
 	scripts/bench-snapshotter.sh 2GiB 4GiB
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...

@@ -76,30 +76,14 @@ func StartRegistryWith(t testing.TB, o RegistryOptions) *Registry {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // the free port may be taken before the registry binds it
 		addr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-		cfg := filepath.Join(dir, fmt.Sprintf("config-%d.yml", attempt))
-		err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 0.1
-log:
-  level: info
-  accesslog:
-    disabled: %t
-storage:
-  filesystem:
-    rootdirectory: %s
-  delete:
-    enabled: true
-http:
-  addr: %s
-`, !o.AccessLog, filepath.Join(dir, "data"), addr)+extra), 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
+		cfg := writeRegistryConfig(t, dir, fmt.Sprintf("config-%d.yml", attempt), filepath.Join(dir, "data"), addr, !o.AccessLog, extra)
 		p := StartProcess(t, dir, fmt.Sprintf("registry-%d", attempt),
 			tools.pathEnv("OTEL_TRACES_EXPORTER=none"), tools.Registry, "serve", cfg)
 		r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Proc: p, tls: o.CertFile != ""}
 		if r.tls {
 			r.URL = "https://" + addr
 		}
-		if lastErr = r.waitReady(30*time.Second, o.User != ""); lastErr == nil {
+		if lastErr = r.waitReady(30*time.Second, r.answers(o.User != "")); lastErr == nil {
 			return r
 		}
 		p.Stop()
@@ -124,29 +108,80 @@ func (o RegistryOptions) extra() string {
 	return b.String()
 }
 
-// waitReady waits until /v2/ answers 200, or 401 for a registry with
-// authentication; for HTTPS, until it listens.
-func (r *Registry) waitReady(timeout time.Duration, auth bool) error {
+// StartRegistryIn starts a registry inside ns, listening on addr (an address of ns, "10.233.x.y:PORT"),
+// storing under data (a directory the caller made, a tmpfs for instance), and waits until /v2/ answers
+// from inside ns.
+func StartRegistryIn(t testing.TB, ns *NS, addr, data string) *Registry {
+	t.Helper()
+	tools := Peers(t)
+	dir := TempDir(t)
+	cfg := writeRegistryConfig(t, dir, "config.yml", data, addr, true, "")
+	p := ns.Start(t, dir, "registry", "env", "OTEL_TRACES_EXPORTER=none", tools.Registry, "serve", cfg)
+	r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Proc: p}
+	answers := func() bool {
+		_, err := ns.Exec(tools.Busybox, "wget", "-q", "-O", "/dev/null", r.URL+"/v2/")
+		return err == nil
+	}
+	if err := r.waitReady(30*time.Second, answers); err != nil {
+		t.Fatalf("%v\n%s", err, Tail(p.Log, 20))
+	}
+	return r
+}
+
+// writeRegistryConfig writes dir/name, the configuration of a registry storing under data and
+// listening on addr, with extra (TLS, proxy, auth) added, and returns its path.
+func writeRegistryConfig(t testing.TB, dir, name, data, addr string, noAccessLog bool, extra string) string {
+	t.Helper()
+	cfg := filepath.Join(dir, name)
+	err := os.WriteFile(cfg, []byte(fmt.Sprintf(`version: 0.1
+log:
+  level: info
+  accesslog:
+    disabled: %t
+storage:
+  filesystem:
+    rootdirectory: %s
+  delete:
+    enabled: true
+http:
+  addr: %s
+`, noAccessLog, data, addr)+extra), 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// answers is the readiness probe of a registry started from this process's namespace: /v2/
+// answers 200 (or 401 with auth); an HTTPS registry, whose certificates are the test's, is
+// ready once it listens.
+func (r *Registry) answers(auth bool) func() bool {
 	client := &http.Client{Timeout: 2 * time.Second}
+	return func() bool {
+		if r.tls {
+			c, err := net.DialTimeout("tcp", r.Addr, time.Second)
+			if err == nil {
+				c.Close()
+			}
+			return err == nil
+		}
+		resp, err := client.Get(r.URL + "/v2/")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK || auth && resp.StatusCode == http.StatusUnauthorized
+	}
+}
+
+// waitReady waits until answers says yes, the registry exits, or timeout passes.
+func (r *Registry) waitReady(timeout time.Duration, answers func() bool) error {
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
 		if r.Proc.Exited() {
 			return fmt.Errorf("registry exited: %v", r.Proc.Err())
 		}
-		if r.tls { // its certificates are the test's: listening is ready
-			c, err := net.DialTimeout("tcp", r.Addr, time.Second)
-			if err == nil {
-				c.Close()
-				return nil
-			}
-			time.Sleep(50 * time.Millisecond)
-			continue
-		}
-		resp, err := client.Get(r.URL + "/v2/")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK || auth && resp.StatusCode == http.StatusUnauthorized {
-				return nil
-			}
+		if answers() {
+			return nil
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

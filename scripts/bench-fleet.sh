@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Fleet benchmark (issue 26): N nodes (network namespaces on one bridge, stores on tmpfs, every link
+# shaped with tc to one rate) resolve the same artifact from an origin registry at the same instant,
+# each with the other nodes as its weight peers; beside it, in the same run, the same nodes pulling
+# from the registry only, and one node alone on the same links (and unshaped, the machine's own
+# bound). The table: origin egress in copies of the artifact (the origin interface's counters), time
+# to the first and the last READY, and the last over one node alone; every node passes verify --full.
+# Real registry (test/e2e/deps), bin/weightsnap; needs root, tc and flock.
+# The driver is TestFleetBench in test/fleet/bench_test.go (build tag bench).
+#
+# Usage: scripts/bench-fleet.sh [N...]   (default 2 4 8 16)
+# Env:   BENCH_FLEET_SIZE       the artifact's size (default 256MiB)
+#        BENCH_FLEET_RATE_MBIT  every link's rate (default: benchRateMbit, 100)
+#        BENCH_OUT              also write the table to this file
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ "$(id -u)" != 0 ]; then
+	echo "bench-fleet: needs root (network namespaces, tc, tmpfs); skipped" >&2
+	exit 0
+fi
+export BENCH_FLEET_NODES="${*:-2 4 8 16}"
+export WEIGHTSNAP_PEERS_BIN=${WEIGHTSNAP_PEERS_BIN:-$(test/e2e/deps -q | tail -n 1)}
+go build -o bin/ ./cmd/...
+log=$(mktemp /tmp/bench-fleet.XXXXXX.log)
+echo "bench-fleet: nodes $BENCH_FLEET_NODES, ${BENCH_FLEET_SIZE:-256MiB}; log in $log" >&2
+if ! go test -tags bench -count=1 -timeout 120m -v -run '^TestFleetBench$' ./test/fleet/ >"$log" 2>&1; then
+	tail -n 60 "$log" >&2
+	exit 1
+fi
+awk '/^weightsnap fleet benchmark/ { p = 1 } p && /^(--- |PASS|ok )/ { exit } p' "$log" | tee ${BENCH_OUT:+"$BENCH_OUT"}
+rm -f "$log"

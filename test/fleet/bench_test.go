@@ -1,0 +1,94 @@
+//go:build bench
+
+package fleet
+
+// The fleet benchmark (issue 26), run by scripts/bench-fleet.sh (make bench), never by make test:
+//
+//	go test -tags bench -count=1 -timeout 120m -v -run '^TestFleetBench$' ./test/fleet/
+//
+// Env: BENCH_FLEET_NODES (default "2 4 8 16"), BENCH_FLEET_SIZE (default 256MiB),
+// BENCH_FLEET_RATE_MBIT (default benchRateMbit).
+
+import (
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// benchRateMbit is every link's rate. One node alone, unshaped, resolves 256 MiB from the registry
+// on this 2-core virtual machine at about 3 Gbit/s (0.72 s, measured with the machine shared, load
+// average about 7; the bench's first line measures it again every run): hashing and copying, not
+// the veth, bound it. With chain seeding, 16 nodes each receive at the link's rate at once, so the
+// machine must take in 16 links' worth at the same time: 100 Mbit/s (12.5 MB/s, about 22 s for one
+// copy of 256 MiB) times 16 is 1.6 Gbit/s, about half of one node's unshaped rate, so the links,
+// not the CPUs or a disk (stores and registry are on tmpfs), bound every row. A faster rate would
+// let 16 nodes outrun the CPUs; a slower one only makes the run longer (about 25 minutes at 100
+// Mbit/s today, when every node still pulls from the origin).
+const benchRateMbit = 100
+
+func TestFleetBench(t *testing.T) {
+	counts := []int{2, 4, 8, 16}
+	if s := os.Getenv("BENCH_FLEET_NODES"); s != "" {
+		counts = nil
+		for _, f := range strings.Fields(s) {
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				t.Fatalf("BENCH_FLEET_NODES=%q", s)
+			}
+			counts = append(counts, n)
+		}
+	}
+	size := "256MiB"
+	if s := os.Getenv("BENCH_FLEET_SIZE"); s != "" {
+		size = s
+	}
+	rate := benchRateMbit
+	if s := os.Getenv("BENCH_FLEET_RATE_MBIT"); s != "" {
+		var err error
+		if rate, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("BENCH_FLEET_RATE_MBIT=%q", s)
+		}
+	}
+	most := 1
+	for _, n := range counts {
+		most = max(most, n)
+	}
+	f := Start(t, Options{Nodes: most, Size: size, Shards: 4})
+	unshaped := f.Run(Round{Nodes: 1})
+	f.Shape(rate)
+	alone := f.Run(Round{Nodes: 1})
+	type row struct{ fleet, registry Result }
+	var rows []row
+	for _, n := range counts {
+		rows = append(rows, row{f.Run(Round{Nodes: n, Peers: true}), f.Run(Round{Nodes: n})})
+		t.Logf("%d nodes done", n)
+	}
+
+	load, _ := os.ReadFile("/proc/loadavg") // the machine may be shared: say how busy it was
+	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, every link %d Mbit/s both ways (tbf), %d cores, load average at the end %s\n",
+		size, f.Bytes, rate, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s); on the %d Mbit/s links: %.2fs (%.0f Mbit/s)\n",
+		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped), rate, alone.Last.Seconds(), mbits(f.Bytes, alone))
+	if need := float64(most * rate); need > mbits(f.Bytes, unshaped)/1.5 {
+		fmt.Printf("warning: %d nodes at %d Mbit/s each is %.0f Mbit/s, not well below one node's unshaped %.0f Mbit/s: the CPUs may bound the largest rows\n",
+			most, rate, need, mbits(f.Bytes, unshaped))
+	}
+	fmt.Printf("%5s | %-44s | %-44s\n", "", "fleet: resolve with the other nodes as peers", "registry only")
+	fmt.Printf("%5s | %7s %8s %8s %8s %9s | %7s %8s %8s %8s %9s\n", "nodes",
+		"copies", "first s", "last s", "/alone", "origin MB", "copies", "first s", "last s", "/alone", "origin MB")
+	for _, r := range rows {
+		fmt.Printf("%5d | %7.2f %8.2f %8.2f %7.2fx %9.0f | %7.2f %8.2f %8.2f %7.2fx %9.0f\n", r.fleet.Nodes,
+			r.fleet.Copies, r.fleet.First.Seconds(), r.fleet.Last.Seconds(), r.fleet.Last.Seconds()/alone.Last.Seconds(), float64(r.fleet.OriginBytes)/1e6,
+			r.registry.Copies, r.registry.First.Seconds(), r.registry.Last.Seconds(), r.registry.Last.Seconds()/alone.Last.Seconds(), float64(r.registry.OriginBytes)/1e6)
+	}
+	fmt.Println("copies: the origin interface's tx bytes over the artifact's; first/last: from the common start to READY; /alone: last over one node alone on the same links")
+	for _, r := range rows {
+		fmt.Printf("sources at %d nodes: fleet %v, registry only %v\n", r.fleet.Nodes, r.fleet.Sources, r.registry.Sources)
+	}
+}
+
+// mbits is the rate of moving bytes in a round's last READY.
+func mbits(bytes int64, r Result) float64 { return float64(bytes) * 8 / r.Last.Seconds() / 1e6 }
