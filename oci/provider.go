@@ -110,6 +110,9 @@ func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest artifac
 // outside Registries is refused before any connection.
 type Locator struct {
 	Registries []string
+	// ConfigFile names the file whose [resolve] registries Registries are,
+	// for the error that refuses a host; "" when they come from defaults.
+	ConfigFile string
 	Remote     registry.Options
 	Pull       PullOptions
 }
@@ -122,7 +125,12 @@ func (l *Locator) Locate(ctx context.Context, ref string) (*ArtifactProvider, er
 	}
 	host := pointer.Host(pointer.Pointer{Artifact: ref})
 	if !AllowedHost(l.Registries, host) {
-		return nil, fmt.Errorf("artifact %s: %s is not a configured registry (%s): %w", ref, host, strings.Join(l.Registries, ", "), errdefs.ErrPermissionDenied)
+		file := "the configuration file"
+		if l.ConfigFile != "" {
+			file = l.ConfigFile
+		}
+		return nil, fmt.Errorf("artifact %s: %s is not a configured registry: add it to [resolve] registries in %s (now [%s]) to let weight images pull from it: %w",
+			ref, host, file, strings.Join(l.Registries, ", "), errdefs.ErrPermissionDenied)
 	}
 	r, err := registry.New(ctx, ref, l.Remote)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
 )
 
 // Server serves a gRPC API on a unix socket: the snapshots API (a proxy
@@ -44,10 +45,23 @@ func ListenGRPC(ctx context.Context, path string, register func(*grpc.Server)) (
 	}
 	logger := log.G(ctx)
 	srv := grpc.NewServer(grpc.UnaryInterceptor(func(c context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		return h(log.WithLogger(c, logger), req)
+		resp, err := h(log.WithLogger(c, logger), req)
+		return resp, oneStatus(err)
 	}))
 	register(srv)
 	return &Server{srv: srv, lis: lis, path: path}, nil
+}
+
+// oneStatus drops the details of a gRPC status error: containerd's
+// conversion (errgrpc.ToGRPC) adds one for every error a chain joins, and
+// clients print each on a line of its own ("permission denied" three
+// times over in nerdctl's output), while the message already names the
+// cause and its class once.
+func oneStatus(err error) error {
+	if st, ok := status.FromError(err); ok && len(st.Details()) > 0 {
+		return status.Error(st.Code(), st.Message())
+	}
+	return err
 }
 
 // Serve serves until Stop.

@@ -217,6 +217,10 @@ func TestSnapshotterBadLabels(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "weights "+elsewhere) || !strings.Contains(err.Error(), "127.0.0.2:5000 is not a configured registry") {
 			t.Fatalf("required-mode failure does not name the artifact and the cause: %v", err)
 		}
+		// It says what to edit, and its class once.
+		if msg := err.Error(); !strings.Contains(msg, "[resolve] registries in "+n.ws.Config) || strings.Count(msg, "permission denied") != 1 {
+			t.Fatalf("the failure does not name the key and the file to edit, once: %v", err)
+		}
 		t.Logf("nerdctl: %s", lastLine(err.Error()))
 	})
 	if got := mountsUnder(t, n.ws.SnapshotRoot); got != mountsBefore {

@@ -32,6 +32,9 @@ const DefaultPath = "/etc/weightsnap/config.toml"
 
 // Config is the whole configuration file, loaded once.
 type Config struct {
+	// Path is the file the configuration was read from; "" for the
+	// defaults alone.
+	Path        string       `toml:"-"`
 	Root        string       `toml:"root" comment:"Store root: the domain's directory (weightsnap --root overrides it). The default is\n$WEIGHTSNAP_ROOT, else /var/lib/weightsnap for root, else $XDG_DATA_HOME/weightsnap."`
 	Store       store.Policy `toml:"store" comment:"Policy of a store domain created by weightsnap (an existing domain keeps its own)."`
 	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
@@ -169,7 +172,9 @@ func Load(path string) (Config, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("config: %w", err)
 	}
-	return Parse(path, raw)
+	cfg, err = Parse(path, raw)
+	cfg.Path = path
+	return cfg, err
 }
 
 // Parse decodes a file's bytes over the defaults and validates the result;

@@ -50,7 +50,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 	if o.Mode == resolve.Disabled {
 		return resolve.New(rc)
 	}
-	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), Remote: o.Remote}
+	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), ConfigFile: cfg.Path, Remote: o.Remote}
 	rc.Locate = func(ctx context.Context, ref string) (resolve.Provider, error) {
 		return loc.Locate(ctx, ref)
 	}
