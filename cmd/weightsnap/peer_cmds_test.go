@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
+	"net"
+	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/peer"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 func TestPeerArguments(t *testing.T) {
@@ -18,7 +24,7 @@ func TestPeerArguments(t *testing.T) {
 		{"sha256:" + hex[:63], ""},
 		{"sha256:" + strings.ToUpper(hex), ""},
 	} {
-		got, err := peerRequest(tc.in)
+		got, err := peerRequest(context.Background(), peer.ClientConfig{}, nil, tc.in)
 		if got != tc.want || (err != nil) != (tc.want == "") || (err != nil && exitcode.Of(err) != 2) {
 			t.Errorf("peerRequest(%q) = %q, %v", tc.in, got, err)
 		}
@@ -38,5 +44,49 @@ func TestPeerArguments(t *testing.T) {
 		if exitcode.Of(err) != 2 {
 			t.Errorf("%v: %v (exit %d), want exit 2", args, err, exitcode.Of(err))
 		}
+	}
+}
+
+// TestPeerFetchByPrefix: peer fetch takes a unique prefix of an identity
+// (or manifest digest) the peer lists, as local commands take one of a
+// store id; a prefix no peer lists is not found.
+func TestPeerFetchByPrefix(t *testing.T) {
+	base := t.TempDir()
+	src := filepath.Join(base, "src")
+	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 2, DType: "F16", Seed: 11}); err != nil {
+		t.Fatal(err)
+	}
+	served := filepath.Join(base, "served")
+	out, err := runCLI(t, "--root", served, "--config", "", "import", src, "--revision", strings.Repeat("cd", 20), "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var imp importResult
+	if err := json.Unmarshal([]byte(out), &imp); err != nil {
+		t.Fatal(err)
+	}
+	d, err := store.Open(context.Background(), served, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := peer.NewServer(d, peer.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Serve(ctx, l)
+	fetch := func(id string) (string, error) {
+		return runCLI(t, "--root", filepath.Join(base, "fetched"), "--config", "", "peer", "fetch", l.Addr().String(), id)
+	}
+	if got, err := fetch(imp.Digest.Hex()[:10]); err != nil || strings.TrimSpace(got) != imp.Digest.String() {
+		t.Fatalf("fetch by prefix: %q, %v; want %s", got, err, imp.Digest)
+	}
+	if _, err := fetch("ffffffffff"); exitcode.Of(err) != exitcode.NotFound {
+		t.Fatalf("a prefix no peer lists: %v (exit %d), want not found", err, exitcode.Of(err))
 	}
 }
