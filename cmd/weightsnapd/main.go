@@ -140,7 +140,7 @@ func run(ctx context.Context, cfg config.Config) error {
 		defer stopMetrics()
 	}
 	if cfg.CRI.Address != "" {
-		stopCRI, err := serveCRI(ctx, cfg, n, errc)
+		stopCRI, err := serveCRI(ctx, cfg, n, reg, errc)
 		if err != nil {
 			srv.Stop(ctx, 0)
 			return err
@@ -191,9 +191,10 @@ func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- 
 	return func() { cancel(); <-done }, nil
 }
 
-// serveCRI serves the CRI image service ([cri] address) until the returned
-// stop is called.
-func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, errc chan<- error) (func(), error) {
+// serveCRI serves the CRI image service ([cri] address), and watches
+// containerd's images for weight images another snapshotter unpacked
+// ([cri] unpack_check_seconds), until the returned stop is called.
+func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, reg prometheus.Registerer, errc chan<- error) (func(), error) {
 	svc, err := cri.New(cri.Config{Upstream: cfg.CRI.Upstream, Runtime: n.Runtime, Credentials: n.Credentials,
 		Registries: cfg.Resolve.AllowedRegistries(), Remote: n.Remote})
 	if err != nil {
@@ -210,7 +211,18 @@ func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, errc chan<- 
 		}
 	}()
 	log.G(ctx).WithField("address", cfg.CRI.Address).WithField("upstream", cfg.CRI.Upstream).Info("CRI image service started")
-	return func() { srv.Stop(ctx, stopGrace); svc.Close() }, nil
+	wctx, stopWatch := context.WithCancel(ctx)
+	if every := time.Duration(cfg.CRI.UnpackCheckSeconds) * time.Second; every > 0 {
+		w, err := cri.NewUnpackWatch(svc, reg)
+		if err != nil {
+			stopWatch()
+			srv.Stop(ctx, 0)
+			svc.Close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		go w.Run(wctx, every)
+	}
+	return func() { stopWatch(); srv.Stop(ctx, stopGrace); svc.Close() }, nil
 }
 
 // serveMetrics serves /metrics on addr until the returned stop is called.

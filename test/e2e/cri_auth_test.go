@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -11,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
@@ -222,4 +224,36 @@ func inspectFiles(t *testing.T, root, id string) map[string]string {
 func sha256Hex(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
+}
+
+// TestUnseenWeightUnpack (issue 27, item 2): a weight image run without
+// weightsnap's snapshotter (nerdctl's default is overlayfs) starts with only
+// the pointer files; weightsnapd, which never sees such a layer, finds the
+// unpack among containerd's images, logs it naming the image and the
+// snapshotter, and counts it once.
+func TestUnseenWeightUnpack(t *testing.T) {
+	c := startCRINode(t)
+	w := c.pushWeightImage(t, "unseen", "4MiB", 1, "/models/x")
+	if _, err := c.ctd.Nerdctl("pull", w.ref); err != nil { // unpacked by overlayfs
+		t.Fatal(err)
+	}
+	c.waitMetric(t, "weightsnap_unseen_weight_unpacks_total", 1, 20*time.Second)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		raw, _ := os.ReadFile(c.ws.Proc.Log)
+		if bytes.Contains(raw, []byte("unpacked by another snapshotter")) && bytes.Contains(raw, []byte(w.ref)) && bytes.Contains(raw, []byte(`"snapshotter":"overlayfs"`)) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("weightsnapd did not log the unpack of %s:\n%s", w.ref, harness.Tail(c.ws.Proc.Log, 20))
+		}
+	}
+	// Through weightsnap, another weight image is not counted; the first is not counted again.
+	w2 := c.pushWeightImage(t, "seen", "4MiB", 1, "/models/y")
+	if _, err := c.ctd.Nerdctl("--snapshotter", "weightsnap", "pull", w2.ref); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // three more looks
+	if got := c.metric(t, "weightsnap_unseen_weight_unpacks_total"); got != 1 {
+		t.Fatalf("%v unseen unpacks counted, want 1", got)
+	}
 }

@@ -12,11 +12,14 @@ type CRI struct {
 	Address           string `toml:"address" comment:"unix socket of the CRI image service (the kubelet's imageServiceEndpoint), mode 0660; \"\" turns it off"`
 	Upstream          string `toml:"upstream" comment:"containerd's socket: the CRI it forwards to, and the image store a pulled artifact's weights-only image goes to"`
 	CredentialSeconds int    `toml:"credential_seconds" comment:"seconds the pull credentials of a PullImage are kept (in memory only) for the weight layers it resolves"`
+	// UnpackCheckSeconds is how often containerd's images are looked at for
+	// weight images another snapshotter unpacked.
+	UnpackCheckSeconds int `toml:"unpack_check_seconds" comment:"seconds between looks at containerd's images (through upstream) for weight images another snapshotter\nunpacked, whose containers see only the pointer files: each is logged and counted once; 0 turns it off"`
 }
 
 // DefaultCRI is the [cri] table's defaults.
 func DefaultCRI() CRI {
-	return CRI{Address: "/run/weightsnap/cri.sock", Upstream: "/run/containerd/containerd.sock", CredentialSeconds: 3600}
+	return CRI{Address: "/run/weightsnap/cri.sock", Upstream: "/run/containerd/containerd.sock", CredentialSeconds: 3600, UnpackCheckSeconds: 30}
 }
 
 // CredentialLifetime is credential_seconds as a duration.
@@ -30,6 +33,9 @@ func (c *CRI) validate() error {
 	}
 	if c.Upstream == "" {
 		return fmt.Errorf("[cri] upstream: containerd's socket is required while [cri] address is set: %w", errdefs.ErrInvalidArgument)
+	}
+	if c.UnpackCheckSeconds < 0 {
+		return fmt.Errorf("[cri] unpack_check_seconds %d: want 0 (off) or more: %w", c.UnpackCheckSeconds, errdefs.ErrInvalidArgument)
 	}
 	if c.CredentialSeconds < 1 {
 		return fmt.Errorf("[cri] credential_seconds %d: want at least 1: %w", c.CredentialSeconds, errdefs.ErrInvalidArgument)

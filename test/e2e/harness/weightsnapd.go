@@ -143,6 +143,7 @@ retry_max_seconds = %d
 
 [cri]
 address = %q
+unpack_check_seconds = 1
 %s
 [metrics]
 address = %q
