@@ -131,9 +131,7 @@ func (f *fetcher) Name() string { return FetchProducerName }
 // subset is not known before its units are.
 func (f *fetcher) Progress() (done, total int64) {
 	if f.subset == nil {
-		for _, s := range f.base.Shards {
-			total += s.Size
-		}
+		total = f.base.TotalBytes()
 	}
 	return f.fetched.Load() + f.reused.Load(), total
 }
