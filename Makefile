@@ -106,7 +106,7 @@ stress:
 lint:
 	$(GO) vet ./...
 	$(GO) vet -tags libfabric ./peer/...
-	$(GO) vet -tags bench ./test/e2e/
+	$(GO) vet -tags bench ./test/e2e/ ./test/fleet/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 demo: build
