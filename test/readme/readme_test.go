@@ -22,8 +22,9 @@ func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 // sandboxTimeout bounds the whole walkthrough (make build, containerd, a pull and a run).
 const sandboxTimeout = 8 * time.Minute
 
-// TestContainersWalkthrough runs the Containers section's proxy setup as the README writes it: the
-// container prints every weight file with its source sha256.
+// TestContainersWalkthrough runs the Containers section's proxy setup as the README writes it (the
+// container prints every weight file with its source sha256), then its host mount block on the same
+// node (the container given the mount with -v prints them too).
 func TestContainersWalkthrough(t *testing.T) {
 	harness.RequireRoot(t)
 	tools := harness.Peers(t)
@@ -34,7 +35,9 @@ func TestContainersWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	setup := shBlock(t, filepath.Join(repo, "README.md"), "## Containers")
+	readme := filepath.Join(repo, "README.md")
+	setup := shBlock(t, readme, "## Containers")
+	hostMount := shBlock(t, readme, "**Host mounts**")
 
 	work := harness.TempDir(t)
 	cli := buildCLI(t, repo, work)
@@ -71,17 +74,42 @@ TOML
 	--weights registry.example/models/llama:8b --at /models/llama -t registry.example/apps/llama:8b
 `, cli, filepath.Join(work, "build"))
 
-	outs := runSandbox(t, ns, tools, repo, work, prepare, setup)
-	got := outs[len(outs)-1]
-	t.Logf("the container printed:\n%s", got)
-	for name, sum := range sums.files {
-		if !strings.Contains(got, sum+"  /models/llama/"+name) {
-			t.Errorf("the container did not print %s with its source sha256 %s; it printed:\n%s", name, sum, got)
-		}
+	// The host mount block's placeholders: any image (the busybox base) and the artifact's id prefix.
+	hostMount = substitute(t, hostMount, map[string]string{
+		"IMAGE":  "registry.example/library/busybox:latest",
+		"7a1b70": strings.TrimPrefix(sums.id, "sha256:")[:6],
+	})
+
+	outs := runSandbox(t, ns, tools, repo, work, prepare, append(setup, hostMount...))
+	sums.printed(t, "/models/llama/", outs[len(setup)-1])
+	mounts := outs[len(setup):]
+	sums.printed(t, "/models/", mounts[1])
+	if !strings.Contains(mounts[2], "/srv/models/llama") || !strings.Contains(mounts[3], "/srv/models/llama") {
+		t.Errorf("weightsnap mount and inspect do not list the mount /srv/models/llama:\n%s\n%s", mounts[2], mounts[3])
 	}
 }
 
-// shBlock returns the commands of the first ```sh block after the line heading in the README at
+// substitute replaces the README's placeholders in cmds (each one must be there, so a README edit
+// that drops one is noticed).
+func substitute(t *testing.T, cmds []string, placeholders map[string]string) []string {
+	t.Helper()
+	joined := strings.Join(cmds, "\n")
+	for word := range placeholders {
+		if !strings.Contains(joined, word) {
+			t.Fatalf("the README's block no longer has the placeholder %q:\n%s", word, joined)
+		}
+	}
+	out := make([]string, len(cmds))
+	for i, c := range cmds {
+		for word, value := range placeholders {
+			c = strings.ReplaceAll(c, word, value)
+		}
+		out[i] = c
+	}
+	return out
+}
+
+// shBlock returns the commands of the first ```sh block after the line starting with heading in the README at
 // path: one per line, continuation lines (ending in \) joined, blank and comment lines dropped.
 func shBlock(t *testing.T, path, heading string) []string {
 	t.Helper()
@@ -97,7 +125,7 @@ func shBlock(t *testing.T, path, heading string) []string {
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
-		case state == 0 && strings.TrimSpace(line) == heading:
+		case state == 0 && strings.HasPrefix(strings.TrimSpace(line), heading):
 			state = 1
 		case state == 1 && strings.TrimSpace(line) == "```sh":
 			state = 2
@@ -136,6 +164,17 @@ func buildCLI(t *testing.T, repo, dir string) string {
 type weights struct {
 	id    string
 	files map[string]string // name: hex sha256
+}
+
+// printed checks that out, a container's `sha256sum DIR*`, lists every file with its sha256.
+func (w weights) printed(t *testing.T, dir, out string) {
+	t.Helper()
+	t.Logf("the container printed:\n%s", out)
+	for name, sum := range w.files {
+		if !strings.Contains(out, sum+"  "+dir+name) {
+			t.Errorf("the container did not print %s%s with its source sha256 %s", dir, name, sum)
+		}
+	}
 }
 
 // model synthesises a small checkpoint, imports it into the store work/src and returns it.
@@ -231,8 +270,15 @@ func runSandbox(t *testing.T, ns *harness.NS, tools *harness.Tools, repo, work, 
 		if _, err := fmt.Sscan(string(failed), &n, &rc); err != nil {
 			t.Fatalf("the preparation failed:\n%s\nsandbox:\n%s", read("prepare.log"), read("sandbox.log"))
 		}
-		t.Fatalf("README command %d failed (exit %d):\n  %s\noutput:\n%s\ncontainerd's log (tail):\n%s",
-			n+1, rc, cmds[n], read(fmt.Sprintf("out/%d.log", n)), harness.Tail(filepath.Join(work, "containerd.log"), 20))
+		var before strings.Builder // what the earlier commands (weightsnapd's log among them) said
+		for i := range n {
+			fmt.Fprintf(&before, "--- %s\n%s\n", cmds[i], harness.Tail(filepath.Join(work, "out", fmt.Sprintf("%d.log", i)), 15))
+		}
+		if _, err := os.Stat(filepath.Join(work, "containerd.log")); err == nil {
+			fmt.Fprintf(&before, "--- containerd's log\n%s\n", harness.Tail(filepath.Join(work, "containerd.log"), 20))
+		}
+		t.Fatalf("README command %d failed (exit %d):\n  %s\noutput:\n%s\nthe commands before it:\n%s",
+			n+1, rc, cmds[n], read(fmt.Sprintf("out/%d.log", n)), before.String())
 	}
 	if runErr != nil {
 		t.Fatalf("the sandbox failed: %v\n%s", runErr, read("sandbox.log"))
