@@ -22,18 +22,35 @@ var busyboxApplets = []string{
 // /bin and PATH=/bin) to reg as busybox:latest and returns its reference.
 func PushBusybox(t testing.TB, reg *Registry) string {
 	t.Helper()
+	ref := reg.Ref("busybox:latest")
+	pushBusybox(t, nil, ref)
+	return ref
+}
+
+// PushBusyboxIn is PushBusybox run inside ns, to ref (a registry that ns's processes reach, such as
+// one StartRegistryIn started there).
+func PushBusyboxIn(t testing.TB, ns *NS, ref string) {
+	t.Helper()
+	pushBusybox(t, ns, ref)
+}
+
+// pushBusybox pushes the busybox image to ref with crane, inside ns unless it is nil.
+func pushBusybox(t testing.TB, ns *NS, ref string) {
+	t.Helper()
 	tools := Peers(t)
 	dir := TempDir(t)
 	layer := filepath.Join(dir, "layer.tar")
 	if err := writeBusyboxLayer(layer, tools.Busybox); err != nil {
 		t.Fatalf("busybox layer: %v", err)
 	}
-	ref := reg.Ref("busybox:latest")
+	crane := []string{tools.Crane}
+	if ns != nil {
+		crane = []string{tools.IP, "netns", "exec", ns.Name, tools.Crane}
+	}
 	env := tools.pathEnv()
-	mustRun(t, env, dir, tools.Crane, "append", "--insecure", "--oci-empty-base", "-f", layer, "-t", ref)
-	mustRun(t, env, dir, tools.Crane, "mutate", "--insecure", ref, "--set-platform", "linux/"+runtime.GOARCH,
-		"--env", "PATH=/bin", "--cmd", "/bin/sh", "-t", ref)
-	return ref
+	mustRun(t, env, dir, append(crane, "append", "--insecure", "--oci-empty-base", "-f", layer, "-t", ref)...)
+	mustRun(t, env, dir, append(crane, "mutate", "--insecure", ref, "--set-platform", "linux/"+runtime.GOARCH,
+		"--env", "PATH=/bin", "--cmd", "/bin/sh", "-t", ref)...)
 }
 
 // PushPause pushes the CRI sandbox image (busybox whose entrypoint sleeps forever) to reg as

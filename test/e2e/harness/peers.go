@@ -13,6 +13,9 @@ import (
 // Tools holds the absolute paths of the peers installed by test/e2e/deps.
 type Tools struct {
 	Bin string // the pinned bin directory
+	// CNI is the directory of the CNI plugins nerdctl's default bridge network runs (bridge,
+	// host-local, loopback, portmap, firewall, tuning), built beside Bin.
+	CNI string
 
 	// Built from the Go module proxy into Bin.
 	Containerd, Ctr, Shim, Runc, Nerdctl, Crictl, Oras, Registry, Crane string
@@ -94,6 +97,12 @@ func findPeers() (*Tools, error) {
 	inBin(&tl.Oras, "oras")
 	inBin(&tl.Registry, "registry")
 	inBin(&tl.Crane, "crane")
+	tl.CNI = filepath.Join(filepath.Dir(bin), "cni")
+	for _, name := range []string{"bridge", "host-local", "loopback", "portmap", "firewall", "tuning"} {
+		if !isExec(filepath.Join(tl.CNI, name)) {
+			missing = append(missing, "cni/"+name)
+		}
+	}
 	onSystem := func(dst *string, name, pkg string) {
 		for _, dir := range []string{"/usr/sbin", "/sbin", "/usr/bin", "/bin"} {
 			if p := filepath.Join(dir, name); isExec(p) {
