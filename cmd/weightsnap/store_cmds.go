@@ -25,7 +25,9 @@ func newStoreCmd(a *app) *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			p.Validation = store.ValidationMode(validation)
-			d, err := a.domain(cmd.Context())
+			// It prints the domain it made or found, policy included: no word
+			// on its creation (a.domain's) before the policy is set.
+			d, err := store.Open(cmd.Context(), a.effectiveRoot(), &a.cfg.Store)
 			if err != nil {
 				return err
 			}
