@@ -96,6 +96,7 @@ type fetcher struct {
 	subset   *subsetPlan
 	w        artifact.Writer      // Produce's
 	bw       artifact.BoundWriter // the same writer, binding digests
+	seed     artifact.Seeder      // the same writer, when this node serves what it fetches (seed.go)
 	scratch  string               // directory of a subset's scratch files (the store's filesystem)
 	identity artifact.Identity
 	sess     *clientSession // opened by the selection; Produce uses it first
@@ -141,6 +142,12 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
 	}
 	f.w, f.bw = w, bw
+	if sd, ok := w.(artifact.Seeder); ok && f.subset == nil {
+		if err := announce(sd, f.base); err != nil {
+			return err
+		}
+		f.seed = sd
+	}
 	err := f.prepare(ctx, w)
 	if err == nil {
 		if f.o.OnTotal != nil {
@@ -178,6 +185,9 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 			if _, ok, err := rs.Reuse(bind); err != nil {
 				return fmt.Errorf("reuse %s: %w", s.Path, err)
 			} else if ok {
+				if err := f.verified(s.Path, 0, s.Size); err != nil {
+					return err
+				}
 				f.reused.Add(s.Size)
 				f.reusedFiles++
 				log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
@@ -286,12 +296,26 @@ func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 	}
 	u.done = true
 	f.mu.Unlock()
+	if u.dst.fw != nil {
+		if err := f.verified(u.dst.path, u.dstOff, u.n); err != nil {
+			return err
+		}
+	}
 	f.fetched.Add(u.n)
 	f.progress(u.n)
 	if u.dst.pending.Add(-1) == 0 {
 		f.closeTarget(u.dst)
 	}
 	return nil
+}
+
+// verified tells the store a range of a bound file is written and verified,
+// when this node serves what it fetches.
+func (f *fetcher) verified(path string, off, n int64) error {
+	if f.seed == nil || n == 0 {
+		return nil
+	}
+	return f.seed.Verified(path, off, n)
 }
 
 // closeTarget finishes a target: the store derives a bound file's tree and
