@@ -46,7 +46,7 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 				return
 			}
 			for _, a := range ls.Artifacts {
-				if a.IdentityDigest == id {
+				if a.IdentityDigest == id || a.ManifestDigest == id.String() {
 					offers[i] = &source{addr: addr, building: a.Building, children: a.Children, verified: a.VerifiedBytes,
 						full: ls.MaxChildren > 0 && a.Children >= ls.MaxChildren}
 					return

@@ -67,7 +67,7 @@ func exportFlag(s string) (peer.Export, error) {
 func newPeerServeCmd(a *app) *cobra.Command {
 	var pf peerFlags
 	var listen, clientCA, provider string
-	var maxSessions, maxRails int
+	var maxSessions, maxChildren, maxRails int
 	var railAddrs, staged []string
 	var allowUnauth bool
 	cmd := &cobra.Command{
@@ -89,6 +89,9 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 			}
 			if set("max-sessions") {
 				c.MaxSessions = maxSessions
+			}
+			if set("max-children") {
+				c.MaxChildren = maxChildren
 			}
 			if set("max-rails") {
 				c.MaxRails = maxRails
@@ -138,6 +141,7 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 	f.BoolVar(&allowUnauth, "allow-unauthenticated", false, "listen beyond loopback with neither a token nor mTLS (default: [peer] allow_unauthenticated)")
 	f.StringVar(&clientCA, "tls-client-ca", "", "require client certificates signed by this CA (mTLS; needs --tls-cert)")
 	f.IntVar(&maxSessions, "max-sessions", 0, "fetch sessions served at once; more are answered busy (default: [peer] max_sessions)")
+	f.IntVar(&maxChildren, "max-children", 0, "sessions served of one artifact at once; more are answered busy (default: [peer] max_children)")
 	f.IntVar(&maxRails, "max-rails", 0, "rails one session may have (default: [peer] max_rails)")
 	f.StringSliceVar(&railAddrs, "rail-addr", nil, "local addresses to serve rails on, one per NIC (default: the control connection's)")
 	f.StringVar(&provider, "fabric-provider", "", "libfabric provider of the rma plane: verbs, efa, tcp, sockets (default: libfabric's choice)")
