@@ -49,6 +49,9 @@ func (s *Server) open(ctx context.Context, request string) (*servable, error) {
 	if errors.Is(err, store.ErrMiss) && !store.IsInvalid(err) {
 		byManifest, ferr := s.byManifestDigest(ctx, request)
 		if ferr != nil {
+			if sv, berr := s.openBuilding(ctx, id); berr == nil {
+				return sv, nil // not READY here, but being built
+			}
 			return nil, ferr
 		}
 		l, err = s.d.Lookup(ctx, byManifest, store.ManifestAndMetadata)
