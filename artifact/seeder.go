@@ -6,6 +6,9 @@ package artifact
 // means: a reader of a building artifact reads only ranges recorded
 // verified.
 type Seeder interface {
+	// Seeding says whether a process serves this store's builds now: a
+	// producer that would do extra work to announce may skip it when none does.
+	Seeding() bool
 	// Announce records the document a serving side needs before any
 	// payload (the weight peer's manifest of the artifact). Once only,
 	// before the first Verified.

@@ -10,7 +10,7 @@ import (
 )
 
 // announce lets this node serve a weightsnap artifact while it pulls it
-// (chain seeding), when the store's writer records progress: before any
+// (chain seeding), when a process serves the store: before any
 // payload it announces the index layer's entries with every safetensors
 // file's header region, fetched first as a small range and checked against
 // the entry's header BLAKE3 (which the manifest's sha256 chain pins). A
@@ -18,7 +18,7 @@ import (
 // is pulled without being announced.
 func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
 	sd, ok := w.(artifact.Seeder)
-	if !ok || p.plan.Kind != KindWeightsnap {
+	if !ok || p.plan.Kind != KindWeightsnap || !sd.Seeding() {
 		return nil
 	}
 	a := artifact.Announcement{Identity: p.plan.Identity}

@@ -142,7 +142,7 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
 	}
 	f.w, f.bw = w, bw
-	if sd, ok := w.(artifact.Seeder); ok && f.subset == nil {
+	if sd, ok := w.(artifact.Seeder); ok && f.subset == nil && sd.Seeding() {
 		if err := announce(sd, f.base); err != nil {
 			return err
 		}

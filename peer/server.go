@@ -142,11 +142,15 @@ func (s *Server) modes() []Mode {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
+	release, err := s.d.Serving(ctx) // builds of the store announce their progress to this server
+	if err != nil {
+		return err
+	}
+	defer release()
 	log.G(ctx).WithField("addr", l.Addr().String()).WithField("generation", s.gen).WithField("modes", s.modes()).Info("peer: serving")
 	if s.rma != nil && fabric.Built {
 		log.G(ctx).WithError(s.rma).Warn("peer: the rma plane is unavailable")
 	}
-	var err error
 	for {
 		var c net.Conn
 		if c, err = l.Accept(); err != nil {

@@ -1,12 +1,15 @@
 package store
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 // fileProgress is the append-only record of a seeding build's progress, in
@@ -23,6 +26,33 @@ const (
 	recVerified = 'V'
 	recHeader   = 5
 )
+
+// Seeding implements artifact.Seeder.
+func (b *build) Seeding() bool { return b.d.served() }
+
+// Serving marks the domain served to other nodes (a weight peer) until
+// release: builds then announce their progress (artifact.Seeder.Seeding).
+// It is a shared flock on locks/serve.lock, so it ends with the process.
+func (d *Domain) Serving(ctx context.Context) (release func(), err error) {
+	lk, err := lockFile(ctx, d.path(dirLocks, "serve.lock"), unix.LOCK_SH, time.Now().Add(d.policy.CoordinationTimeout()), "the serve lock")
+	if err != nil {
+		return nil, err
+	}
+	return func() { lk.Close() }, nil
+}
+
+// served says whether a process serves the domain: the serve lock cannot be
+// taken exclusively (for an instant; Serving waits its turn).
+func (d *Domain) served() bool {
+	lk, free, err := tryLock(d.path(dirLocks, "serve.lock"), unix.LOCK_EX)
+	if err != nil {
+		return false
+	}
+	if free {
+		lk.Close()
+	}
+	return !free
+}
 
 // Announce implements artifact.Seeder: it starts the progress file with
 // the document.

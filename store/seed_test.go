@@ -179,3 +179,34 @@ func TestBuildingNeedsARunningAnnouncedBuild(t *testing.T) {
 		t.Fatalf("no build: %v, want not found", err)
 	}
 }
+
+// TestSeedingFollowsTheServeLock: a build seeds only while a process (here
+// another Domain on the root) serves the store.
+func TestSeedingFollowsTheServeLock(t *testing.T) {
+	_, src := checkpoint(t, 1<<20, 1)
+	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	for _, serving := range []bool{false, true} {
+		root := t.TempDir()
+		d := openDomain(t, root)
+		if serving {
+			release, err := openDomain(t, root).Serving(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+		}
+		var seeding bool
+		p := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
+			seeding = w.(artifact.Seeder).Seeding()
+			return (&artifact.Passthrough{Src: src}).Produce(ctx, w)
+		}}
+		l, _, err := d.GetOrBuild(context.Background(), identity, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if seeding != serving {
+			t.Fatalf("served %v: the build says seeding %v", serving, seeding)
+		}
+	}
+}
