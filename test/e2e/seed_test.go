@@ -2,7 +2,11 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -70,4 +74,82 @@ func (n *node) waitListed(t *testing.T, addr, id string) {
 		}
 	}
 	t.Fatalf("%s never listed %s", addr, id)
+}
+
+// TestPeerFleetOneRoot (issue 26, choosing a source): three nodes, each a
+// store served by `weightsnap peer serve` and listing the others as peers,
+// resolve the same artifact at the same instant: the rendezvous root pulls
+// it from the registry, the others take it from a peer, and the registry
+// serves about one copy.
+func TestPeerFleetOneRoot(t *testing.T) {
+	harness.Peers(t)
+	reg := harness.StartRegistry(t)
+	_, rootA, id := ociCheckpoint(t, "64MiB", 4)
+	wsOK(t, rootA, "push", "--plain-http", id, reg.Ref("fleet/one:v1"))
+	proxy := newBlobProxy(t, reg)
+	var info struct {
+		Identity json.RawMessage `json:"identity"`
+		Bytes    int64           `json:"total_bytes"`
+	}
+	if err := json.Unmarshal([]byte(wsOK(t, rootA, "inspect", "--json", id)), &info); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	identityFile := filepath.Join(dir, "identity.json")
+	os.WriteFile(identityFile, info.Identity, 0o644)
+	addrs := []string{"127.0.0.1:7441", "127.0.0.1:7442", "127.0.0.1:7443"}
+	var configs []string
+	for i, addr := range addrs {
+		cfg := filepath.Join(dir, fmt.Sprintf("node%d.toml", i))
+		body := fmt.Sprintf("root = %q\n[peer]\nlisten = %q\nadvertise = %q\npeers = [%q, %q, %q]\n",
+			filepath.Join(dir, fmt.Sprintf("store%d", i)), addr, addr, addrs[0], addrs[1], addrs[2])
+		if err := os.WriteFile(cfg, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		configs = append(configs, cfg)
+		p := harness.StartProcess(t, dir, fmt.Sprintf("serve%d", i), nil, weightsnapBin(t), "--config", cfg, "peer", "serve")
+		for deadline := time.Now().Add(30 * time.Second); wsWith(t, cfg, "peer", "ls", addr).code != 0; time.Sleep(50 * time.Millisecond) {
+			if p.Exited() || time.Now().After(deadline) {
+				t.Fatalf("peer serve on %s did not answer:\n%s", addr, harness.Tail(p.Log, 20))
+			}
+		}
+	}
+	type report struct {
+		Outcome string `json:"outcome"`
+		Source  string `json:"source"`
+	}
+	reports := make([]report, len(addrs))
+	var wg sync.WaitGroup
+	for i, cfg := range configs {
+		wg.Go(func() {
+			file := filepath.Join(dir, fmt.Sprintf("report%d.json", i))
+			r := wsWith(t, cfg, "resolve", "--identity", identityFile, "--mode", "required",
+				"--registry", proxy.host()+"/fleet/one", "--plain-http", "--report", file)
+			raw, _ := os.ReadFile(file)
+			if r.code != 0 || json.Unmarshal(raw, &reports[i]) != nil {
+				t.Errorf("node %d: exit %d, report %s\n%s", i, r.code, raw, r.errOut)
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	fromRegistry := 0
+	for i, r := range reports {
+		if r.Source == "registry" {
+			fromRegistry++
+		}
+		if r.Outcome != "fetched" {
+			t.Fatalf("node %d: %+v", i, r)
+		}
+		if v := wsWith(t, configs[i], "verify", "--full", id); v.code != 0 {
+			t.Fatalf("node %d: verify --full: %s%s", i, v.out, v.errOut)
+		}
+	}
+	copies := float64(proxy.served.Load()) / float64(info.Bytes)
+	t.Logf("sources %+v; the registry served %.2f copies", reports, copies)
+	if fromRegistry != 1 || copies > 1.1 {
+		t.Fatalf("%d nodes went to the registry, which served %.2f copies; want one root, one copy", fromRegistry, copies)
+	}
 }
