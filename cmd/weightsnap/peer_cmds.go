@@ -153,7 +153,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 	var pf peerFlags
 	cmd := &cobra.Command{
 		Use:   "ls ADDR",
-		Short: "List what a peer holds: READY artifacts and exported directories",
+		Short: "List what a peer holds: READY artifacts, those it builds, and exported directories",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := pf.apply(cmd, a.cfg.Peer).ClientConfig()
@@ -174,8 +174,12 @@ func newPeerLsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "IDENTITY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
 			for _, x := range ls.Artifacts {
+				size := humanBytes(x.Bytes)
+				if x.Building {
+					size = fmt.Sprintf("%s of %s verified (building)", humanBytes(x.VerifiedBytes), size)
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.IdentityDigest.Short(), short(x.Revision),
-					x.Component, x.Producer, humanBytes(x.Bytes), x.Tensors)
+					x.Component, x.Producer, size, x.Tensors)
 			}
 			for _, s := range ls.Exports {
 				state := "not mapped"
