@@ -114,6 +114,7 @@ type fetcher struct {
 	reusedFiles     int
 	rep             sessionStats
 	gens            map[string]string
+	refused         map[string]bool // peers that served a unit with wrong bytes
 }
 
 // sessionStats are the sessions a fetch ran, for its report.
@@ -374,6 +375,9 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 					err = cs.finish()
 				} else {
 					cs.close()
+					if errdefs.IsDataLoss(err) {
+						f.refused[cs.addr] = true // it served a unit that did not match: not asked again
+					}
 				}
 			}
 			if err == nil {
@@ -405,11 +409,15 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 }
 
 // nextSession opens a session on the next peer after the one used last
-// that serves the same bytes.
+// that serves the same bytes, passing over peers that served wrong bytes
+// while another is left.
 func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 	var last error
 	for i := range f.peers {
 		k := (f.last + 1 + i) % len(f.peers)
+		if f.refused[f.peers[k]] && len(f.refused) < len(f.peers) {
+			continue
+		}
 		cs, err := openSession(ctx, f.o.Client, f.peers[k], f.request)
 		if err != nil {
 			last = err

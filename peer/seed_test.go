@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync/atomic"
@@ -13,12 +14,15 @@ import (
 
 // delayedProducer copies a READY artifact of another store like a builder
 // that announces first and writes every byte at once, but records the
-// files verified only once release is closed; it fails instead if fail.
+// files verified only once release is closed; it fails instead if fail. A
+// lying one flips bytes of the last tensor of a file and records every
+// file verified at once, then waits for release.
 type delayedProducer struct {
 	src     *store.Lease
 	written chan struct{}
 	release chan struct{}
 	fail    bool
+	lie     bool
 }
 
 func (p *delayedProducer) Name() string { return artifact.PassthroughName }
@@ -37,24 +41,37 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 		if err != nil {
 			return err
 		}
-		if _, err := fw.Write(f.Data); err != nil {
+		data := f.Data
+		if n := len(f.Entry.Tensors); p.lie && n > 0 {
+			data = bytes.Clone(data)
+			data[f.Entry.Tensors[n-1].Offset] ^= 0xff
+		}
+		if _, err := fw.Write(data); err != nil {
 			return err
 		}
 		if err := fw.Close(); err != nil {
 			return err
 		}
 	}
-	close(p.written)
-	<-p.release
-	if p.fail {
-		return fmt.Errorf("the builder failed")
+	verify := func() error {
+		for _, f := range p.src.Files() {
+			if err := sd.Verified(f.Path, 0, f.Entry.Size); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
-	for _, f := range p.src.Files() {
-		if err := sd.Verified(f.Path, 0, f.Entry.Size); err != nil {
+	if p.lie {
+		if err := verify(); err != nil {
 			return err
 		}
 	}
-	return nil
+	close(p.written)
+	<-p.release
+	if p.fail || p.lie {
+		return fmt.Errorf("the builder failed")
+	}
+	return verify()
 }
 
 // building starts a build on a new store, served, that copies a seeded
@@ -62,6 +79,14 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 func building(t *testing.T, fail bool) (*delayedProducer, artifact.Identity, string, chan error) {
 	t.Helper()
 	a, identity := seeded(t, 8<<20, 2)
+	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{fail: fail})
+	return p, identity, addr, built
+}
+
+// buildingFrom starts p's build, on a new store served, of the artifact
+// identity that a holds.
+func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer) (*delayedProducer, string, chan error) {
+	t.Helper()
 	id, _ := identity.ID()
 	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
 	if err != nil {
@@ -70,7 +95,7 @@ func building(t *testing.T, fail bool) (*delayedProducer, artifact.Identity, str
 	t.Cleanup(func() { src.Close() })
 	b := openStore(t)
 	_, addr := serve(t, b, ServerConfig{})
-	p := &delayedProducer{src: src, written: make(chan struct{}), release: make(chan struct{}), fail: fail}
+	p.src, p.written, p.release = src, make(chan struct{}), make(chan struct{})
 	built := make(chan error, 1)
 	go func() {
 		l, _, err := b.GetOrBuild(context.Background(), identity, p)
@@ -80,7 +105,7 @@ func building(t *testing.T, fail bool) (*delayedProducer, artifact.Identity, str
 		built <- err
 	}()
 	<-p.written
-	return p, identity, addr, built
+	return p, addr, built
 }
 
 // TestBuildingArtifactServesOnlyVerifiedRanges: a child fetches from a
@@ -145,6 +170,32 @@ func TestBuildEndEndsTheSession(t *testing.T) {
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatal("the child still waits on a build that ended")
+	}
+}
+
+// TestLyingBuilderIsRefused: a builder that serves a unit with wrong bytes
+// (recorded verified) is refused by the child, which names it and takes
+// the unit from the holder once the holder has room.
+func TestLyingBuilderIsRefused(t *testing.T) {
+	a, identity := seeded(t, 8<<20, 2)
+	p, addrB, built := buildingFrom(t, a, identity, &delayedProducer{lie: true})
+	defer func() { close(p.release); <-built }()
+	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
+	// The holder is full for a moment: the child picks the builder first.
+	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, digestOf(t, identity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, hold.close)
+	c := openStore(t)
+	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	verifyFull(t, c, l.ID)
+	if len(rep.Peers) < 2 || rep.Peers[0] != addrB || rep.Endpoint != addrA || rep.Failovers < 1 {
+		t.Fatalf("report %+v: want the builder first, refused, then the holder", rep)
 	}
 }
 

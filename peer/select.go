@@ -129,7 +129,7 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if id, err := artifact.ParseID(request); err == nil && len(peers) > 1 {
 		peers, _ = orderSources(ctx, o.Client, peers, id)
 	}
-	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}}
+	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}}
 	var errs []error
 	for i, addr := range peers {
 		cs, err := openSession(ctx, o.Client, addr, request)
