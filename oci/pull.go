@@ -192,6 +192,7 @@ type puller struct {
 	fetched     atomic.Int64
 	reused      atomic.Int64
 	reusedFiles atomic.Int64
+	seed        artifact.Seeder // the writer, when this node serves what it pulls (seed.go)
 }
 
 func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {
@@ -219,6 +220,9 @@ func (p *puller) progress(n int64) {
 
 // Produce implements artifact.Producer.
 func (p *puller) Produce(ctx context.Context, w artifact.Writer) error {
+	if err := p.announce(ctx, w); err != nil {
+		return err
+	}
 	todo, err := p.reuse(ctx, w)
 	if err != nil {
 		return err
@@ -254,6 +258,9 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 				return nil
 			}
 			if err := p.checkEntry(f, entry); err != nil {
+				return err
+			}
+			if err := p.verified(f); err != nil {
 				return err
 			}
 			done[i] = true

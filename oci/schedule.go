@@ -394,6 +394,9 @@ func (p *puller) finish(t *fileTask) error {
 	if err := p.checkEntry(t.f, got); err != nil {
 		return err
 	}
+	if err := p.verified(t.f); err != nil {
+		return err
+	}
 	close(t.done)
 	return nil
 }

@@ -96,6 +96,7 @@ type fetcher struct {
 	subset   *subsetPlan
 	w        artifact.Writer      // Produce's
 	bw       artifact.BoundWriter // the same writer, binding digests
+	seed     artifact.Seeder      // the same writer, when this node serves what it fetches (seed.go)
 	scratch  string               // directory of a subset's scratch files (the store's filesystem)
 	identity artifact.Identity
 	sess     *clientSession // opened by the selection; Produce uses it first
@@ -113,6 +114,7 @@ type fetcher struct {
 	reusedFiles     int
 	rep             sessionStats
 	gens            map[string]string
+	refused         map[string]bool // peers that served a unit with wrong bytes
 }
 
 // sessionStats are the sessions a fetch ran, for its report.
@@ -150,6 +152,12 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
 	}
 	f.w, f.bw = w, bw
+	if sd, ok := w.(artifact.Seeder); ok && f.subset == nil && sd.Seeding() {
+		if err := announce(sd, f.base); err != nil {
+			return err
+		}
+		f.seed = sd
+	}
 	err := f.prepare(ctx, w)
 	if err == nil {
 		if f.o.OnTotal != nil {
@@ -187,6 +195,9 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 			if _, ok, err := rs.Reuse(bind); err != nil {
 				return fmt.Errorf("reuse %s: %w", s.Path, err)
 			} else if ok {
+				if err := f.verified(s.Path, 0, s.Size); err != nil {
+					return err
+				}
 				f.reused.Add(s.Size)
 				f.reusedFiles++
 				log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
@@ -295,12 +306,26 @@ func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 	}
 	u.done = true
 	f.mu.Unlock()
+	if u.dst.fw != nil {
+		if err := f.verified(u.dst.path, u.dstOff, u.n); err != nil {
+			return err
+		}
+	}
 	f.fetched.Add(u.n)
 	f.progress(u.n)
 	if u.dst.pending.Add(-1) == 0 {
 		f.closeTarget(u.dst)
 	}
 	return nil
+}
+
+// verified tells the store a range of a bound file is written and verified,
+// when this node serves what it fetches.
+func (f *fetcher) verified(path string, off, n int64) error {
+	if f.seed == nil || n == 0 {
+		return nil
+	}
+	return f.seed.Verified(path, off, n)
 }
 
 // closeTarget finishes a target: the store derives a bound file's tree and
@@ -359,6 +384,9 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 					err = cs.finish()
 				} else {
 					cs.close()
+					if errdefs.IsDataLoss(err) {
+						f.refused[cs.addr] = true // it served a unit that did not match: not asked again
+					}
 				}
 			}
 			if err == nil {
@@ -390,11 +418,15 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 }
 
 // nextSession opens a session on the next peer after the one used last
-// that serves the same bytes.
+// that serves the same bytes, passing over peers that served wrong bytes
+// while another is left.
 func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 	var last error
 	for i := range f.peers {
 		k := (f.last + 1 + i) % len(f.peers)
+		if f.refused[f.peers[k]] && len(f.refused) < len(f.peers) {
+			continue
+		}
 		cs, err := openSession(ctx, f.o.Client, f.peers[k], f.request)
 		if err != nil {
 			last = err

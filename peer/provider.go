@@ -2,7 +2,14 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -17,6 +24,77 @@ type Provider struct {
 	// addresses (see ExpandPeers).
 	Peers   []string
 	Options FetchOptions
+	// Self is the address other nodes reach this node's peer at (host:port,
+	// as they list it), "" when unknown. With it, nodes that miss an
+	// artifact together agree on one root (the top of the rendezvous
+	// ranking of the peers and self), which goes to the registry at once;
+	// the others ask the peers again for a holder or builder for up to
+	// RootWait before they take the origin themselves. Without it, a node
+	// that finds no source goes to the registry at once.
+	Self string
+	// RootWait bounds how long a node that is not the root asks again; 0
+	// means DefaultRootWait.
+	RootWait time.Duration
+}
+
+// DefaultRootWait is how long a node that is not an artifact's root asks
+// the peers again before it goes to the registry itself: long enough for
+// the root to plan its pull and announce it (a manifest and an index
+// layer, well under a second on a registry near the nodes), short against
+// the transfer of a model. It is the worst-case delay a dead or slow root
+// adds to every other node.
+const DefaultRootWait = 5 * time.Second
+
+// Waits between the asks of a node that is not the root: jittered, so the
+// nodes' listings spread out.
+const (
+	reaskFirst = 100 * time.Millisecond
+	reaskMax   = 800 * time.Millisecond
+)
+
+// fetcherFor finds a holder or builder of id among the peers (never this
+// node itself): a node that is not the root of id asks again, jittered and
+// for at most RootWait, while no peer has it or every one is busy. A clean
+// miss (errdefs.ErrNotFound) sends resolution on to the registry.
+func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, error) {
+	addrs, err := ExpandPeers(ctx, p.Peers)
+	if err != nil {
+		return nil, err
+	}
+	addrs = slices.DeleteFunc(addrs, func(a string) bool { return a == p.Self })
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("no peer but this node: %w", errdefs.ErrNotFound)
+	}
+	o := p.Options
+	o.Tensors = nil
+	f, err := newFetcher(ctx, addrs, id.String(), o, false)
+	if err == nil || p.Self == "" || isRoot(id, addrs, p.Self) || !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
+		return f, err
+	}
+	wait := p.RootWait
+	if wait <= 0 {
+		wait = DefaultRootWait
+	}
+	log.G(ctx).WithField("identity", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
+	b := &backoff.ExponentialBackOff{InitialInterval: reaskFirst, RandomizationFactor: 0.5, Multiplier: 1.5, MaxInterval: reaskMax}
+	f, err = backoff.Retry(ctx, func() (*fetcher, error) {
+		f, err := newFetcher(ctx, addrs, id.String(), o, false)
+		if err != nil && !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
+			return nil, backoff.Permanent(err)
+		}
+		return f, err
+	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(wait))
+	if err != nil && ctx.Err() == nil {
+		return nil, fmt.Errorf("no peer holds or builds %s after %s: %w: %w", id.Short(), wait, err, errdefs.ErrNotFound)
+	}
+	return f, err
+}
+
+// isBusy says whether a peer answered busy (its sessions, or its
+// max_children sessions of the artifact, are taken).
+func isBusy(err error) bool {
+	var re *wire.RemoteError
+	return errors.As(err, &re) && re.Code == wire.StatusBusy
 }
 
 // Name implements resolve.Provider.
@@ -30,13 +108,7 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	if err != nil {
 		return nil, err
 	}
-	addrs, err := ExpandPeers(ctx, p.Peers)
-	if err != nil {
-		return nil, err
-	}
-	o := p.Options
-	o.Tensors = nil
-	f, err := newFetcher(ctx, addrs, digest.String(), o, false)
+	f, err := p.fetcherFor(ctx, digest)
 	if err != nil {
 		return nil, err // errdefs.ErrNotFound when no peer holds it: a clean miss
 	}
@@ -56,13 +128,7 @@ func (f *fetcher) Transfer() store.Transfer {
 // ProducerForDigest implements resolve.DigestProvider: a peer is asked for
 // an artifact by its identity digest, and its manifest carries the identity.
 func (p *Provider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
-	addrs, err := ExpandPeers(ctx, p.Peers)
-	if err != nil {
-		return artifact.Identity{}, nil, err
-	}
-	o := p.Options
-	o.Tensors = nil
-	f, err := newFetcher(ctx, addrs, digest.String(), o, false)
+	f, err := p.fetcherFor(ctx, digest)
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}

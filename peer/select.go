@@ -105,8 +105,9 @@ func (r FetchReport) MarshalJSON() ([]byte, error) {
 		r.Mode, r.Rails, r.Failovers, r.Restarts, r.FetchSeconds, r.PublishSeconds, r.Seconds})
 }
 
-// newFetcher picks the first peer that serves request and reads its
-// manifest. With keep the session stays open for the fetch; otherwise the
+// newFetcher picks the first peer that serves request, in the order of
+// orderSources (holders, then builders, with the fewest children first),
+// and reads its manifest. With keep the session stays open for the fetch; otherwise the
 // fetch opens a new one on the same peer first.
 func newFetcher(ctx context.Context, peers []string, request string, o FetchOptions, keep bool) (*fetcher, error) {
 	o.Client = o.Client.withDefaults()
@@ -125,7 +126,10 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if err := checkPatterns(o.Tensors); err != nil {
 		return nil, err
 	}
-	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}}
+	if id, err := artifact.ParseID(request); err == nil && len(peers) > 1 {
+		peers, _ = orderSources(ctx, o.Client, peers, id)
+	}
+	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}}
 	var errs []error
 	for i, addr := range peers {
 		cs, err := openSession(ctx, o.Client, addr, request)

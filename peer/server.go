@@ -18,6 +18,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -28,6 +29,7 @@ const (
 	DefaultPort          = 7420
 	DefaultTimeout       = 30 * time.Second
 	DefaultMaxSessions   = 16
+	DefaultMaxChildren   = 2
 	DefaultMaxRails      = 16
 	DefaultExportCeiling = 64 << 30
 )
@@ -42,6 +44,9 @@ type ServerConfig struct {
 	TLS *tls.Config
 	// MaxSessions bounds concurrent fetch sessions; more are answered busy.
 	MaxSessions int
+	// MaxChildren bounds the sessions of one artifact at once; more are
+	// answered busy, so a child goes to another holder or builder.
+	MaxChildren int
 	// MaxRails bounds the rails of one session.
 	MaxRails int
 	// RailAddrs are local addresses rail r is served on (r modulo their
@@ -65,6 +70,9 @@ type ServerConfig struct {
 func (c *ServerConfig) defaults() {
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxChildren <= 0 {
+		c.MaxChildren = DefaultMaxChildren
 	}
 	if c.MaxRails <= 0 {
 		c.MaxRails = DefaultMaxRails
@@ -94,6 +102,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[[16]byte]*session
+	children map[artifact.ID]int // sessions per artifact
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
 }
@@ -111,7 +120,7 @@ func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{d: d, cfg: cfg, exports: exports, slots: make(chan struct{}, cfg.MaxSessions),
-		sessions: map[[16]byte]*session{}, conns: map[net.Conn]struct{}{}}
+		sessions: map[[16]byte]*session{}, children: map[artifact.ID]int{}, conns: map[net.Conn]struct{}{}}
 	rand.Read(s.genRaw[:])
 	s.gen = hex.EncodeToString(s.genRaw[:])
 	s.rma = probeRMA(cfg.Provider)
@@ -133,11 +142,15 @@ func (s *Server) modes() []Mode {
 func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 	stop := context.AfterFunc(ctx, func() { l.Close() })
 	defer stop()
+	release, err := s.d.Serving(ctx) // builds of the store announce their progress to this server
+	if err != nil {
+		return err
+	}
+	defer release()
 	log.G(ctx).WithField("addr", l.Addr().String()).WithField("generation", s.gen).WithField("modes", s.modes()).Info("peer: serving")
 	if s.rma != nil && fabric.Built {
 		log.G(ctx).WithError(s.rma).Warn("peer: the rma plane is unavailable")
 	}
-	var err error
 	for {
 		var c net.Conn
 		if c, err = l.Accept(); err != nil {
@@ -212,7 +225,7 @@ func (s *Server) handle(ctx context.Context, raw net.Conn) error {
 			conn.Write(wire.StatusFrame(wire.StatusBadRequest, "rails are plain TCP: sendfile cannot write into TLS"))
 			return errors.New("rail over TLS refused")
 		}
-		return s.serveRail(raw, r)
+		return s.serveRail(ctx, raw, r)
 	}
 	if s.cfg.TLS != nil && !secure {
 		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, "this peer requires TLS on the control connection"))

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sys/unix"
 )
@@ -107,6 +108,10 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		return fail(err)
 	}
 	defer sv.release()
+	if !s.addChild(sv.manifest.IdentityDigest) {
+		return fail(&wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of %s, the most this peer serves of one artifact", s.cfg.MaxChildren, sv.manifest.IdentityDigest.Short())})
+	}
+	defer s.dropChild(sv.manifest.IdentityDigest)
 	m := sv.manifest
 	m.Generation = s.gen
 	if err := s.sendDoc(conn, &m); err != nil {
@@ -124,6 +129,9 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	if mode == ModeRMA {
 		if s.rma != nil {
 			return fail(s.rma)
+		}
+		if sv.building != nil {
+			return fail(unsupported(ModeRMA, "a building artifact is served on the tcp plane only"))
 		}
 		if plane, err = newRMAServePlane(s.cfg.Provider, ss, hosts, s.cfg.Timeout); err != nil {
 			return fail(err)
@@ -169,6 +177,25 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	}
 }
 
+// addChild counts a session of id; false when id has MaxChildren already.
+func (s *Server) addChild(id artifact.ID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.children[id] >= s.cfg.MaxChildren {
+		return false
+	}
+	s.children[id]++
+	return true
+}
+
+func (s *Server) dropChild(id artifact.ID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.children[id]--; s.children[id] <= 0 {
+		delete(s.children, id)
+	}
+}
+
 // tcpServePlane serves rails on the server's own listener.
 type tcpServePlane struct {
 	hosts []string
@@ -188,7 +215,7 @@ func (tcpServePlane) close()                                {}
 
 // serveRail serves one tcp rail: ranged reads of the session's shards,
 // each answered by a status byte and the bytes, sent with sendfile.
-func (s *Server) serveRail(raw net.Conn, r *bufio.Reader) error {
+func (s *Server) serveRail(ctx context.Context, raw net.Conn, r *bufio.Reader) error {
 	conn := wire.DeadlineConn{Conn: raw, Timeout: s.cfg.Timeout}
 	a, err := wire.ReadRailAttach(r)
 	if err != nil {
@@ -227,10 +254,15 @@ func (s *Server) serveRail(raw net.Conn, r *bufio.Reader) error {
 			conn.Write(wire.StatusFrame(wire.StatusBadRequest, fmt.Sprintf("range %d+%d past the end of %s", q.Off, q.N, sh.entry.Path)))
 			return errors.New("range past the end")
 		}
+		f, err := ss.sv.rangeFile(ctx, int(q.Shard), int64(q.Off), int64(q.N), s.cfg.Timeout)
+		if err != nil {
+			conn.Write(wire.StatusFrame(statusOf(err), err.Error()))
+			return fmt.Errorf("range of %s: %w", sh.entry.Path, err)
+		}
 		if _, err := conn.Write(wire.StatusFrame(wire.StatusOK, "")); err != nil {
 			return err
 		}
-		if err := sendRange(raw, sh.file, int64(q.Off), int64(q.N), s.cfg.Timeout); err != nil {
+		if err := sendRange(raw, f, int64(q.Off), int64(q.N), s.cfg.Timeout); err != nil {
 			return fmt.Errorf("send %s: %w", sh.entry.Path, err)
 		}
 	}

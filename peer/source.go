@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -28,6 +29,7 @@ type shard struct {
 type servable struct {
 	manifest wire.WeightManifest // without the generation
 	shards   []shard
+	building *store.Building // set when the artifact is being built here (seed.go); shards then have no file yet
 	release  func()
 }
 
@@ -47,12 +49,18 @@ func (s *Server) open(ctx context.Context, request string) (*servable, error) {
 	if errors.Is(err, store.ErrMiss) && !store.IsInvalid(err) {
 		byManifest, ferr := s.byManifestDigest(ctx, request)
 		if ferr != nil {
+			if sv, berr := s.openBuilding(ctx, id); berr == nil {
+				return sv, nil // not READY here, but being built
+			}
 			return nil, ferr
 		}
 		l, err = s.d.Lookup(ctx, byManifest, store.ManifestAndMetadata)
 	}
 	if err != nil {
 		if errors.Is(err, store.ErrMiss) || store.IsInvalid(err) {
+			if sv, berr := s.openBuilding(ctx, id); berr == nil {
+				return sv, nil
+			}
 			return nil, fmt.Errorf("no READY artifact %s here: %w", id.Short(), errdefs.ErrNotFound)
 		}
 		return nil, err
@@ -99,15 +107,29 @@ func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 	if err != nil {
 		return nil, err
 	}
-	ls := &wire.Listing{Generation: s.gen, Sessions: int(s.active.Load()), MaxSessions: s.cfg.MaxSessions,
+	ls := &wire.Listing{Generation: s.gen, Sessions: int(s.active.Load()), MaxSessions: s.cfg.MaxSessions, MaxChildren: s.cfg.MaxChildren,
 		Modes: s.modes(), Artifacts: []wire.ListedArtifact{}, Exports: s.exports.list()}
+	s.mu.Lock()
+	children := maps.Clone(s.children)
+	s.mu.Unlock()
+	ready := map[artifact.ID]bool{}
 	for _, a := range infos {
 		if a.State != store.StateReady || a.Identity == nil {
 			continue
 		}
+		ready[a.Digest] = true
 		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{IdentityDigest: a.Digest, ManifestDigest: a.ManifestDigest,
 			Repository: a.Identity.Model.Repository, Revision: a.Identity.Model.Revision, Component: a.Identity.Component,
-			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount})
+			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[a.Digest]})
+	}
+	for _, id := range s.d.Builds(ctx) {
+		if ready[id] {
+			continue
+		}
+		if la, ok := listBuilding(ctx, s.d, id); ok {
+			la.Children = children[id]
+			ls.Artifacts = append(ls.Artifacts, la)
+		}
 	}
 	return ls, nil
 }

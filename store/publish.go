@@ -32,6 +32,9 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 	if err := b.dropResume(); err != nil {
 		return err
 	}
+	if err := b.dropProgress(); err != nil {
+		return err
+	}
 	entries := make([]artifact.FileEntry, 0, len(b.files))
 	b.startSyncs()
 	for _, w := range b.files {

@@ -107,5 +107,5 @@ func (b *build) dropResume() error {
 }
 
 func isReservedPath(path string) bool {
-	return isMetadataName(path) || path == resumeDir || strings.HasPrefix(path, resumeDir+"/")
+	return isMetadataName(path) || path == resumeDir || path == fileProgress || strings.HasPrefix(path, resumeDir+"/")
 }

@@ -23,10 +23,11 @@ type build struct {
 	dir      string // tmp/<id>.<random>
 	budget   int64  // bytes this artifact may still take (max_artifact_bytes, max_store_bytes)
 
-	mu      sync.Mutex
-	files   map[string]*fileWriter
-	total   int64
-	buffers sync.Pool // chunk buffers of the files' write pipelines
+	mu       sync.Mutex
+	files    map[string]*fileWriter
+	total    int64
+	progress *os.File  // the progress file once announced (seed.go)
+	buffers  sync.Pool // chunk buffers of the files' write pipelines
 }
 
 // newBuild starts a temp build under tmp/<owner>.<random>: owner is the
@@ -161,6 +162,10 @@ func (b *build) abort() {
 func (b *build) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.progress != nil {
+		b.progress.Close()
+		b.progress = nil
+	}
 	for _, w := range b.files {
 		w.discard()
 	}

@@ -72,7 +72,7 @@ func exportFlag(s string) (peer.Export, error) {
 func newPeerServeCmd(a *app) *cobra.Command {
 	var pf peerFlags
 	var listen, clientCA, provider string
-	var maxSessions, maxRails int
+	var maxSessions, maxChildren, maxRails int
 	var railAddrs, staged []string
 	var allowUnauth bool
 	cmd := &cobra.Command{
@@ -94,6 +94,9 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 			}
 			if set("max-sessions") {
 				c.MaxSessions = maxSessions
+			}
+			if set("max-children") {
+				c.MaxChildren = maxChildren
 			}
 			if set("max-rails") {
 				c.MaxRails = maxRails
@@ -143,6 +146,7 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 	f.BoolVar(&allowUnauth, "allow-unauthenticated", false, "listen beyond loopback with neither a token nor mTLS (default: [peer] allow_unauthenticated)")
 	f.StringVar(&clientCA, "tls-client-ca", "", "require client certificates signed by this CA (mTLS; needs --tls-cert)")
 	f.IntVar(&maxSessions, "max-sessions", 0, "fetch sessions served at once; more are answered busy (default: [peer] max_sessions)")
+	f.IntVar(&maxChildren, "max-children", 0, "sessions served of one artifact at once; more are answered busy (default: [peer] max_children)")
 	f.IntVar(&maxRails, "max-rails", 0, "rails one session may have (default: [peer] max_rails)")
 	f.StringSliceVar(&railAddrs, "rail-addr", nil, "local addresses to serve rails on, one per NIC (default: the control connection's)")
 	f.StringVar(&provider, "fabric-provider", "", "libfabric provider of the rma plane: verbs, efa, tcp, sockets (default: libfabric's choice)")
@@ -154,7 +158,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 	var pf peerFlags
 	cmd := &cobra.Command{
 		Use:   "ls ADDR",
-		Short: "List what a peer holds: READY artifacts and exported directories",
+		Short: "List what a peer holds: READY artifacts, those it builds, and exported directories",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := pf.apply(cmd, a.cfg.Peer).ClientConfig()
@@ -175,8 +179,12 @@ func newPeerLsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "IDENTITY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
 			for _, x := range ls.Artifacts {
+				size := humanBytes(x.Bytes)
+				if x.Building {
+					size = fmt.Sprintf("%s of %s verified (building)", humanBytes(x.VerifiedBytes), size)
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.IdentityDigest.Short(), short(x.Revision),
-					x.Component, x.Producer, humanBytes(x.Bytes), x.Tensors)
+					x.Component, x.Producer, size, x.Tensors)
 			}
 			for _, s := range ls.Exports {
 				state := "not mapped"

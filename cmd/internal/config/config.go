@@ -62,6 +62,8 @@ type Peer struct {
 	TLSClientCA    string   `toml:"tls_client_ca" comment:"CA the peer requires client certificates from (mTLS); \"\" accepts any client"`
 	TLSCA          string   `toml:"tls_ca" comment:"CA of other peers' certificates: talk TLS to them; \"\" for plain TCP"`
 	MaxSessions    int      `toml:"max_sessions" comment:"fetch sessions served at once; more are answered busy"`
+	MaxChildren    int      `toml:"max_children" comment:"sessions served of one artifact at once (children); more are answered busy, and a node\nfetching picks a holder, else a builder, with fewer"`
+	Advertise      string   `toml:"advertise" comment:"host:port other nodes reach this node's peer at, as in their peers list; \"\" is listen unless\nit is a wildcard. With it, nodes missing an artifact together agree on one of them to pull it from the registry"`
 	MaxRails       int      `toml:"max_rails" comment:"rails one session may have"`
 	RailAddrs      []string `toml:"rail_addrs" comment:"local addresses rails are served on, rail r on entry r modulo their count (one per NIC); empty: the control connection's"`
 	FabricProvider string   `toml:"fabric_provider" comment:"libfabric provider of the rma plane: verbs (InfiniBand, RoCE), efa, tcp, sockets; \"\" lets libfabric choose"`
@@ -136,7 +138,7 @@ func Default() Config {
 		CRI:     DefaultCRI(),
 		Metrics: Metrics{Address: "127.0.0.1:9878"},
 		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
-		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions,
+		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.Export{}, StagedCeilingBytes: peer.DefaultExportCeiling},
 	}
@@ -247,8 +249,8 @@ func (c *Config) Validate() error {
 	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
 		return fmt.Errorf("[peer] %w", err)
 	}
-	if p := c.Peer; p.MaxSessions < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.StagedCeilingBytes < 0 {
-		return bad("[peer] max_sessions, max_rails, rails, timeout_seconds and staged_ceiling_bytes must not be negative")
+	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.StagedCeilingBytes < 0 {
+		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds and staged_ceiling_bytes must not be negative")
 	}
 	if (c.Peer.TLSCert == "") != (c.Peer.TLSKey == "") || (c.Peer.TLSClientCA != "" && c.Peer.TLSCert == "") {
 		return bad("[peer] tls_cert and tls_key go together, and tls_client_ca needs them")

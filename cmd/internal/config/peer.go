@@ -31,6 +31,20 @@ func (p Peer) Unauthenticated() bool {
 	return ip == nil || !ip.IsLoopback()
 }
 
+// Self is the address other nodes reach this node's peer at: advertise,
+// else listen unless its host is a wildcard, loopback (a node alone: its
+// peers do not list it so) or a name; "" when unknown.
+func (p Peer) Self() string {
+	if p.Advertise != "" {
+		return p.Advertise
+	}
+	host, _, err := net.SplitHostPort(p.Listen)
+	if ip := net.ParseIP(host); err != nil || ip == nil || ip.IsUnspecified() || ip.IsLoopback() {
+		return ""
+	}
+	return p.Listen
+}
+
 // ServerConfig is the weight peer server the [peer] table describes. A
 // peer listening beyond loopback with neither a token nor mTLS is refused
 // unless allow_unauthenticated says so.
@@ -39,7 +53,7 @@ func (p Peer) ServerConfig() (peer.ServerConfig, error) {
 		return peer.ServerConfig{}, fmt.Errorf("[peer] listen %q reaches beyond loopback with neither token_file nor tls_client_ca, so any host that reaches it could read every artifact: set token_file, or tls_cert, tls_key and tls_client_ca, or allow_unauthenticated = true (--allow-unauthenticated): %w",
 			p.Listen, errdefs.ErrInvalidArgument)
 	}
-	cfg := peer.ServerConfig{MaxSessions: p.MaxSessions, MaxRails: p.MaxRails, RailAddrs: p.RailAddrs,
+	cfg := peer.ServerConfig{MaxSessions: p.MaxSessions, MaxChildren: p.MaxChildren, MaxRails: p.MaxRails, RailAddrs: p.RailAddrs,
 		Provider: p.FabricProvider, Exports: p.Staged, ExportCeiling: p.StagedCeilingBytes,
 		Timeout: time.Duration(p.TimeoutSeconds) * time.Second}
 	var err error

@@ -59,7 +59,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 		if err != nil {
 			return nil, err
 		}
-		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo}}
+		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo, Self: cfg.Peer.Self()}}
 	}
 	if cfg.Resolve.Registry != "" {
 		repo, err := registry.New(ctx, cfg.Resolve.Registry, o.Remote)

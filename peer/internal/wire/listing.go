@@ -9,17 +9,20 @@ import (
 
 // Listing is what a peer holds, as `list` answers it.
 type Listing struct {
-	Generation  string           `json:"generation"`
-	Sessions    int              `json:"sessions"`
-	MaxSessions int              `json:"max_sessions"`
-	Modes       []Mode           `json:"modes"`
+	Generation  string `json:"generation"`
+	Sessions    int    `json:"sessions"`
+	MaxSessions int    `json:"max_sessions"`
+	Modes       []Mode `json:"modes"`
+	// MaxChildren is how many sessions this peer serves of one artifact at once.
+	MaxChildren int              `json:"max_children,omitempty"`
 	Artifacts   []ListedArtifact `json:"artifacts"`
 	// Exports are the exported directories (the JSON key "staged" names
 	// exported directories).
 	Exports []ListedExport `json:"staged"`
 }
 
-// ListedArtifact is one READY artifact of the peer's store.
+// ListedArtifact is one artifact of the peer's store: READY, or being
+// built and served as it verifies (Building, with VerifiedBytes so far).
 type ListedArtifact struct {
 	IdentityDigest artifact.ID `json:"identity_digest"`
 	ManifestDigest string      `json:"manifest_digest"`
@@ -30,6 +33,10 @@ type ListedArtifact struct {
 	Bytes          int64       `json:"bytes"`
 	Files          int         `json:"files"`
 	Tensors        int         `json:"tensors"`
+	Building       bool        `json:"building,omitempty"`
+	VerifiedBytes  int64       `json:"verified_bytes,omitempty"`
+	// Children are the sessions serving it now.
+	Children int `json:"children,omitempty"`
 }
 
 // ListedExport is one exported directory.

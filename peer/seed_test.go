@@ -1,0 +1,227 @@
+package peer
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// delayedProducer copies a READY artifact of another store like a builder
+// that announces first and writes every byte at once, but records the
+// files verified only once release is closed; it fails instead if fail. A
+// lying one flips bytes of the last tensor of a file and records every
+// file verified at once, then waits for release.
+type delayedProducer struct {
+	src     *store.Lease
+	written chan struct{}
+	release chan struct{}
+	fail    bool
+	lie     bool
+}
+
+func (p *delayedProducer) Name() string { return artifact.PassthroughName }
+
+func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	sv, err := servableFromLease(p.src)
+	if err != nil {
+		return err
+	}
+	sd := w.(artifact.Seeder)
+	if err := announce(sd, &sv.manifest); err != nil {
+		return err
+	}
+	for _, f := range p.src.Files() {
+		fw, err := w.Create(f.Path, f.Entry.Size)
+		if err != nil {
+			return err
+		}
+		data := f.Data
+		if n := len(f.Entry.Tensors); p.lie && n > 0 {
+			data = bytes.Clone(data)
+			data[f.Entry.Tensors[n-1].Offset] ^= 0xff
+		}
+		if _, err := fw.Write(data); err != nil {
+			return err
+		}
+		if err := fw.Close(); err != nil {
+			return err
+		}
+	}
+	verify := func() error {
+		for _, f := range p.src.Files() {
+			if err := sd.Verified(f.Path, 0, f.Entry.Size); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if p.lie {
+		if err := verify(); err != nil {
+			return err
+		}
+	}
+	close(p.written)
+	<-p.release
+	if p.fail || p.lie {
+		return fmt.Errorf("the builder failed")
+	}
+	return verify()
+}
+
+// building starts a build on a new store, served, that copies a seeded
+// artifact and holds its ranges unverified until release is closed.
+func building(t *testing.T, fail bool) (*delayedProducer, artifact.Identity, string, chan error) {
+	t.Helper()
+	a, identity := seeded(t, 8<<20, 2)
+	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{fail: fail})
+	return p, identity, addr, built
+}
+
+// buildingFrom starts p's build, on a new store served, of the artifact
+// identity that a holds.
+func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer) (*delayedProducer, string, chan error) {
+	t.Helper()
+	id, _ := identity.ID()
+	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	b := openStore(t)
+	_, addr := serve(t, b, ServerConfig{})
+	p.src, p.written, p.release = src, make(chan struct{}), make(chan struct{})
+	built := make(chan error, 1)
+	go func() {
+		l, _, err := b.GetOrBuild(context.Background(), identity, p)
+		if err == nil {
+			l.Close()
+		}
+		built <- err
+	}()
+	<-p.written
+	return p, addr, built
+}
+
+// TestBuildingArtifactServesOnlyVerifiedRanges: a child fetches from a
+// node that builds the artifact; every byte is on the builder's disk, but
+// none is sent before the builder records it verified.
+func TestBuildingArtifactServesOnlyVerifiedRanges(t *testing.T) {
+	p, identity, addr, built := building(t, false)
+	ls, err := (ClientConfig{}).List(context.Background(), addr)
+	if err != nil || len(ls.Artifacts) != 1 || !ls.Artifacts[0].Building || ls.Artifacts[0].VerifiedBytes != 0 {
+		t.Fatalf("listing of a building artifact: %+v %v", ls, err)
+	}
+	var moved atomic.Int64
+	c := openStore(t)
+	fetched := make(chan error, 1)
+	go func() {
+		l, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Progress: func(n int64) { moved.Add(n) }})
+		if err == nil {
+			verifyFull(t, c, l.ID)
+			l.Close()
+		}
+		fetched <- err
+	}()
+	select {
+	case err := <-fetched:
+		t.Fatalf("the fetch ended before the builder verified anything: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if n := moved.Load(); n != 0 {
+		t.Fatalf("%d bytes reached the child before any was verified", n)
+	}
+	if ls, _ := (ClientConfig{}).List(context.Background(), addr); ls == nil || ls.Artifacts[0].Children != 1 {
+		t.Fatalf("listing while a child waits: %+v", ls)
+	}
+	close(p.release)
+	if err := <-built; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-fetched; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBuildEndEndsTheSession: a build that fails ends its children's
+// sessions with a typed reason instead of letting them wait.
+func TestBuildEndEndsTheSession(t *testing.T) {
+	p, identity, addr, built := building(t, true)
+	c := openStore(t)
+	fetched := make(chan error, 1)
+	go func() {
+		_, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Patience: 500 * time.Millisecond})
+		fetched <- err
+	}()
+	time.Sleep(100 * time.Millisecond)
+	close(p.release)
+	if err := <-built; err == nil {
+		t.Fatal("the build did not fail")
+	}
+	select {
+	case err := <-fetched:
+		if err == nil {
+			t.Fatal("the child published an artifact its only source never verified")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the child still waits on a build that ended")
+	}
+}
+
+// TestLyingBuilderIsRefused: a builder that serves a unit with wrong bytes
+// (recorded verified) is refused by the child, which names it and takes
+// the unit from the holder once the holder has room.
+func TestLyingBuilderIsRefused(t *testing.T) {
+	a, identity := seeded(t, 8<<20, 2)
+	p, addrB, built := buildingFrom(t, a, identity, &delayedProducer{lie: true})
+	defer func() { close(p.release); <-built }()
+	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
+	// The holder is full for a moment: the child picks the builder first.
+	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, digestOf(t, identity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(300*time.Millisecond, hold.close)
+	c := openStore(t)
+	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	verifyFull(t, c, l.ID)
+	if len(rep.Peers) < 2 || rep.Peers[0] != addrB || rep.Endpoint != addrA || rep.Failovers < 1 {
+		t.Fatalf("report %+v: want the builder first, refused, then the holder", rep)
+	}
+}
+
+// TestRendezvousElectsOneRoot: nodes that each rank the others and
+// themselves agree on exactly one root per artifact.
+func TestRendezvousElectsOneRoot(t *testing.T) {
+	var nodes []string
+	for i := range 16 {
+		nodes = append(nodes, fmt.Sprintf("10.0.0.%d:7420", i+1))
+	}
+	roots := map[string]int{}
+	for k := range 64 {
+		id, _ := artifact.ParseIDHex(fmt.Sprintf("%064x", k+1))
+		n := 0
+		for i, self := range nodes {
+			others := append(append([]string{}, nodes[:i]...), nodes[i+1:]...)
+			if isRoot(id, others, self) {
+				n++
+				roots[self]++
+			}
+		}
+		if n != 1 {
+			t.Fatalf("artifact %d: %d roots, want 1", k, n)
+		}
+	}
+	if len(roots) < 8 {
+		t.Fatalf("64 artifacts rooted on only %d of 16 nodes: %v", len(roots), roots)
+	}
+}

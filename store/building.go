@@ -1,0 +1,291 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// BuildEndedError says a build a reader followed ended without publishing
+// (it failed, was cancelled, or its process died): its ranges not yet
+// verified never will be.
+type BuildEndedError struct {
+	ID artifact.ID
+}
+
+func (e *BuildEndedError) Error() string {
+	return fmt.Sprintf("the build of %s ended without publishing", e.ID.Short())
+}
+
+// Unwrap classifies the error: another source may have the artifact.
+func (e *BuildEndedError) Unwrap() error { return errdefs.ErrUnavailable }
+
+// Building is a read-only view of an in-progress build of one artifact, by
+// this process or another: its announced document, its payload files, and
+// which of their ranges the builder verified. It reads payload only through
+// Wait: a range not recorded verified is never handed out.
+type Building struct {
+	d   *Domain
+	id  artifact.ID
+	dir *os.File // the temp build directory, followed through publication
+	doc []byte
+
+	mu       sync.Mutex
+	prog     *os.File
+	read     int64 // how far prog is parsed
+	verified map[string][]span
+	files    map[string]*os.File
+	total    int64 // bytes verified, over every file
+	done     bool  // published: every range counts verified
+}
+
+// span is a verified range [off, end) of one file.
+type span struct{ off, end int64 }
+
+// Building opens the announced in-progress build of id: errdefs.ErrNotFound
+// when no build of id is running or it has not announced yet.
+func (d *Domain) Building(ctx context.Context, id artifact.ID) (*Building, error) {
+	if !d.buildRunning(id) {
+		return nil, fmt.Errorf("no build of %s running: %w", id.Short(), errdefs.ErrNotFound)
+	}
+	matches, _ := filepath.Glob(d.path(dirTmp, id.Hex()+".*"))
+	for _, m := range matches {
+		b, err := d.openBuilding(id, m)
+		if err == nil {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("no announced build of %s: %w", id.Short(), errdefs.ErrNotFound)
+}
+
+// Builds are the ids whose builds run and announced their progress.
+func (d *Domain) Builds(ctx context.Context) []artifact.ID {
+	matches, _ := filepath.Glob(d.path(dirTmp, "*", fileProgress))
+	var out []artifact.ID
+	for _, m := range matches {
+		owner, _, _ := strings.Cut(filepath.Base(filepath.Dir(m)), ".")
+		id, err := artifact.ParseIDHex(owner)
+		if err == nil && !slices.Contains(out, id) && d.buildRunning(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// buildRunning says whether a process holds id's build lock. The probe is a
+// shared flock held for an instant: a builder waiting for the lock polls.
+func (d *Domain) buildRunning(id artifact.ID) bool {
+	lk, free, err := tryLock(d.lockPath(id, "build"), unix.LOCK_SH)
+	if err != nil {
+		return false
+	}
+	if free {
+		lk.Close()
+	}
+	return !free
+}
+
+func (d *Domain) openBuilding(id artifact.ID, dir string) (*Building, error) {
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	df := os.NewFile(uintptr(dfd), dir)
+	pfd, err := unix.Openat(dfd, fileProgress, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		df.Close()
+		return nil, err
+	}
+	b := &Building{d: d, id: id, dir: df, prog: os.NewFile(uintptr(pfd), fileProgress), verified: map[string][]span{}, files: map[string]*os.File{}}
+	b.mu.Lock()
+	err = b.refresh()
+	b.mu.Unlock()
+	if err == nil && b.doc == nil {
+		err = fmt.Errorf("build of %s not announced yet: %w", id.Short(), errdefs.ErrNotFound)
+	}
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// ID is the artifact being built.
+func (b *Building) ID() artifact.ID { return b.id }
+
+// Document is what the builder announced.
+func (b *Building) Document() []byte { return b.doc }
+
+// VerifiedBytes is how many payload bytes the builder verified so far.
+func (b *Building) VerifiedBytes() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh()
+	return b.total
+}
+
+// refresh parses the records appended since the last look. The caller holds mu.
+func (b *Building) refresh() error {
+	for {
+		var hdr [recHeader]byte
+		if _, err := b.prog.ReadAt(hdr[:], b.read); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil // a record not written yet, or in part
+			}
+			return err
+		}
+		body := make([]byte, binary.LittleEndian.Uint32(hdr[1:]))
+		if _, err := b.prog.ReadAt(body, b.read+recHeader); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		switch {
+		case hdr[0] == recAnnounce && b.doc == nil:
+			b.doc = body
+		case hdr[0] == recVerified && len(body) > 16 && b.doc != nil:
+			off, n := int64(binary.LittleEndian.Uint64(body)), int64(binary.LittleEndian.Uint64(body[8:]))
+			b.add(string(body[16:]), span{off, off + n})
+		default:
+			return fmt.Errorf("progress of %s: bad record %q at %d: %w", b.id.Short(), hdr[0], b.read, errdefs.ErrDataLoss)
+		}
+		b.read += recHeader + int64(len(body))
+	}
+}
+
+// add merges a verified range into its file's sorted, disjoint spans.
+func (b *Building) add(path string, s span) {
+	var out []span
+	added := s.end - s.off
+	for _, o := range b.verified[path] {
+		if o.end < s.off || o.off > s.end {
+			out = append(out, o)
+			continue
+		}
+		added -= min(o.end, s.end) - max(o.off, s.off) // the overlap was counted before
+		s = span{min(o.off, s.off), max(o.end, s.end)}
+	}
+	out = append(out, s)
+	slices.SortFunc(out, func(x, y span) int { return int(x.off - y.off) })
+	b.verified[path] = out
+	b.total += added
+}
+
+// covered says whether [off, off+n) of path is verified. The caller holds mu.
+func (b *Building) covered(path string, off, n int64) bool {
+	if b.done || n == 0 {
+		return true
+	}
+	for _, s := range b.verified[path] {
+		if s.off <= off && off+n <= s.end {
+			return true
+		}
+	}
+	return false
+}
+
+// Polls of Wait: from waitFirst, doubling up to waitMax while nothing new
+// is verified.
+const (
+	waitFirst = time.Millisecond
+	waitMax   = 20 * time.Millisecond
+)
+
+var errNotYet = errors.New("range not verified yet")
+
+// Wait returns once [off, off+n) of the payload file at path is verified,
+// or once the build is published (every range then is); a
+// *BuildEndedError when the build ended without publishing; ctx's error
+// when ctx ends first.
+func (b *Building) Wait(ctx context.Context, path string, off, n int64) error {
+	poll := &backoff.ExponentialBackOff{InitialInterval: waitFirst, Multiplier: 2, MaxInterval: waitMax}
+	_, err := backoff.Retry(ctx, func() (struct{}, error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if err := b.refresh(); err != nil {
+			return struct{}{}, backoff.Permanent(err)
+		}
+		if b.covered(path, off, n) {
+			return struct{}{}, nil
+		}
+		if b.published() {
+			b.done = true
+			return struct{}{}, nil
+		}
+		if !b.d.buildRunning(b.id) {
+			// Publication comes before the build lock's release: a build
+			// that holds the lock no longer and is not published never will be.
+			if b.published() {
+				b.done = true
+				return struct{}{}, nil
+			}
+			return struct{}{}, backoff.Permanent(&BuildEndedError{ID: b.id})
+		}
+		return struct{}{}, errNotYet
+	}, backoff.WithBackOff(poll), backoff.WithMaxElapsedTime(0))
+	if err != nil && ctx.Err() != nil {
+		return fmt.Errorf("waiting for %s of %s: %w", path, b.id.Short(), context.Cause(ctx))
+	}
+	return err
+}
+
+// published says whether the followed directory is artifacts/<id> now.
+func (b *Building) published() bool {
+	var mine, pub unix.Stat_t
+	if unix.Fstat(int(b.dir.Fd()), &mine) != nil || unix.Lstat(b.d.path(dirArtifacts, b.id.Hex()), &pub) != nil {
+		return false
+	}
+	return mine.Dev == pub.Dev && mine.Ino == pub.Ino
+}
+
+// File opens the payload file at path read-only beneath the build's
+// directory, following no link. Read only ranges Wait returned for.
+func (b *Building) File(path string) (*os.File, error) {
+	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
+		return nil, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if f, ok := b.files[path]; ok {
+		return f, nil
+	}
+	fd, err := unix.Openat2(int(b.dir.Fd()), path, &unix.OpenHow{
+		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		fd, err = unix.Openat(int(b.dir.Fd()), path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open building %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	b.files[path] = f
+	return f, nil
+}
+
+// Close releases the descriptors.
+func (b *Building) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, f := range b.files {
+		f.Close()
+	}
+	b.files = map[string]*os.File{}
+	b.prog.Close()
+	return b.dir.Close()
+}

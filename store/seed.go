@@ -1,0 +1,120 @@
+package store
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
+)
+
+// fileProgress is the append-only record of a seeding build's progress, in
+// its temp directory: the announced document, then every range verified.
+// Other processes read it (Building); it is removed before the build is
+// sealed, so it never reaches artifacts/ and never changes what READY means.
+const fileProgress = ".progress"
+
+// Records of the progress file: [kind u8][body length u32 LE][body].
+// An announce's body is the document; a verified range's is
+// [off u64 LE][n u64 LE][path].
+const (
+	recAnnounce = 'A'
+	recVerified = 'V'
+	recHeader   = 5
+)
+
+// Seeding implements artifact.Seeder.
+func (b *build) Seeding() bool { return b.d.served() }
+
+// Serving marks the domain served to other nodes (a weight peer) until
+// release: builds then announce their progress (artifact.Seeder.Seeding).
+// It is a shared flock on locks/serve.lock, so it ends with the process.
+func (d *Domain) Serving(ctx context.Context) (release func(), err error) {
+	lk, err := lockFile(ctx, d.path(dirLocks, "serve.lock"), unix.LOCK_SH, time.Now().Add(d.policy.CoordinationTimeout()), "the serve lock")
+	if err != nil {
+		return nil, err
+	}
+	return func() { lk.Close() }, nil
+}
+
+// served says whether a process serves the domain: the serve lock cannot be
+// taken exclusively (for an instant; Serving waits its turn).
+func (d *Domain) served() bool {
+	lk, free, err := tryLock(d.path(dirLocks, "serve.lock"), unix.LOCK_EX)
+	if err != nil {
+		return false
+	}
+	if free {
+		lk.Close()
+	}
+	return !free
+}
+
+// Announce implements artifact.Seeder: it starts the progress file with
+// the document.
+func (b *build) Announce(doc []byte) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.progress != nil {
+		return fmt.Errorf("build %s announced twice: %w", b.id.Short(), errdefs.ErrAlreadyExists)
+	}
+	f, err := os.OpenFile(filepath.Join(b.dir, fileProgress), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", b.id.Short(), classifyIO(err))
+	}
+	if err := appendRecord(f, recAnnounce, doc); err != nil {
+		f.Close()
+		return err
+	}
+	b.progress = f
+	return nil
+}
+
+// Verified implements artifact.Seeder: it appends the range to the
+// progress file. The range must lie in a payload file this build created.
+func (b *build) Verified(path string, off, n int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.progress == nil {
+		return fmt.Errorf("build %s: a range verified before the announce: %w", b.id.Short(), errdefs.ErrFailedPrecondition)
+	}
+	w, ok := b.files[path]
+	if !ok || off < 0 || n < 0 || off > w.size || n > w.size-off {
+		return fmt.Errorf("build %s: verified range %d+%d of %q is not in a payload file: %w", b.id.Short(), off, n, path, errdefs.ErrInvalidArgument)
+	}
+	body := binary.LittleEndian.AppendUint64(nil, uint64(off))
+	body = binary.LittleEndian.AppendUint64(body, uint64(n))
+	return appendRecord(b.progress, recVerified, append(body, path...))
+}
+
+// appendRecord appends one record in a single write, so a reader sees it
+// whole or not yet.
+func appendRecord(f *os.File, kind byte, body []byte) error {
+	rec := make([]byte, 0, recHeader+len(body))
+	rec = append(rec, kind)
+	rec = binary.LittleEndian.AppendUint32(rec, uint32(len(body)))
+	if _, err := f.Write(append(rec, body...)); err != nil {
+		return fmt.Errorf("record progress: %w", classifyIO(err))
+	}
+	return nil
+}
+
+// dropProgress closes and removes the progress file before the build is
+// sealed; readers keep the descriptor they opened.
+func (b *build) dropProgress() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.progress == nil {
+		return nil
+	}
+	b.progress.Close()
+	b.progress = nil
+	if err := os.Remove(filepath.Join(b.dir, fileProgress)); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// seedingProducer copies a source like Passthrough, announcing first, and
+// records ranges verified only when the test says so.
+type seedingProducer struct {
+	src      *artifact.SourceDir
+	written  chan struct{} // closed once every file is written
+	verify   chan [2]int64 // ranges of the first file to record, until closed
+	recorded chan error    // a receive per range recorded
+	fail     error         // returned at the end, if set
+}
+
+// big is the source's largest file.
+func (p *seedingProducer) big() artifact.SourceFile {
+	b := p.src.Files[0]
+	for _, f := range p.src.Files {
+		if f.Size > b.Size {
+			b = f
+		}
+	}
+	return b
+}
+
+func (p *seedingProducer) Name() string { return artifact.PassthroughName }
+
+func (p *seedingProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	s := w.(artifact.Seeder)
+	if err := s.Verified(p.big().Path, 0, 1); err == nil {
+		return errors.New("a range verified before the announce was taken")
+	}
+	if err := s.Announce([]byte(`{"doc":1}`)); err != nil {
+		return err
+	}
+	if err := (&artifact.Passthrough{Src: p.src}).Produce(ctx, w); err != nil {
+		return err
+	}
+	close(p.written)
+	for r := range p.verify {
+		err := s.Verified(p.big().Path, r[0], r[1])
+		p.recorded <- err
+		if err != nil {
+			return err
+		}
+	}
+	return p.fail
+}
+
+func startSeeding(t *testing.T, fail error) (builder, reader *store.Domain, p *seedingProducer, id artifact.ID, done chan error) {
+	t.Helper()
+	_, src := checkpoint(t, 1<<20, 1)
+	root := t.TempDir()
+	builder, reader = openDomain(t, root), openDomain(t, root) // two domains on one root: separate locks, as two processes
+	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	id, _ = identity.ID()
+	p = &seedingProducer{src: src, written: make(chan struct{}), verify: make(chan [2]int64), recorded: make(chan error), fail: fail}
+	done = make(chan error, 1)
+	go func() {
+		l, _, err := builder.GetOrBuild(context.Background(), identity, p)
+		if err == nil {
+			l.Close()
+		}
+		done <- err
+	}()
+	<-p.written
+	return builder, reader, p, id, done
+}
+
+func TestBuildingServesOnlyVerifiedRanges(t *testing.T) {
+	_, reader, p, id, done := startSeeding(t, nil)
+	ctx := context.Background()
+	b, err := reader.Building(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if string(b.Document()) != `{"doc":1}` {
+		t.Fatalf("document %q", b.Document())
+	}
+	if got := reader.Builds(ctx); len(got) != 1 || got[0] != id {
+		t.Fatalf("builds %v, want [%s]", got, id.Short())
+	}
+	path, size := p.big().Path, p.big().Size
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	err = b.Wait(short, path, 0, 4096)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a range not verified yet: %v, want the wait to end at its deadline", err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- b.Wait(ctx, path, 1024, 2048) }()
+	select {
+	case err := <-waited:
+		t.Fatalf("the wait ended before the range was verified: %v", err)
+	case <-time.After(30 * time.Millisecond):
+	}
+	for _, r := range [][2]int64{{0, 2048}, {2048, 2048}} { // adjacent: merged
+		p.verify <- r
+		if err := <-p.recorded; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := <-waited; err != nil {
+		t.Fatal(err)
+	}
+	if n := b.VerifiedBytes(); n != 4096 {
+		t.Fatalf("verified bytes %d, want 4096", n)
+	}
+	f, err := b.File(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 2048)
+	if _, err := f.ReadAt(got, 1024); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(filepath.Join(p.src.Root, path))
+	if !bytes.Equal(got, want[1024:3072]) {
+		t.Fatal("the verified range read back differs from the source")
+	}
+	if _, err := b.File("../x"); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("a path out of the build: %v", err)
+	}
+	close(p.verify)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// Published: every range counts verified, through the same descriptors.
+	if err := b.Wait(ctx, path, 4096, size-4096); err != nil {
+		t.Fatalf("after publication: %v", err)
+	}
+	if _, err := reader.Building(ctx, id); !errdefs.IsNotFound(err) {
+		t.Fatalf("a published artifact is still building: %v", err)
+	}
+	l, err := reader.Lookup(ctx, id, store.FullChecksum)
+	if err != nil {
+		t.Fatalf("the progress file changed what was published: %v", err)
+	}
+	l.Close()
+}
+
+func TestBuildingEndedWithoutPublishing(t *testing.T) {
+	_, reader, p, id, done := startSeeding(t, errors.New("producer failed"))
+	ctx := context.Background()
+	b, err := reader.Building(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	waited := make(chan error, 1)
+	go func() { waited <- b.Wait(ctx, p.big().Path, 0, 4096) }()
+	close(p.verify)
+	if err := <-done; err == nil {
+		t.Fatal("the build did not fail")
+	}
+	var ended *store.BuildEndedError
+	if err := <-waited; !errors.As(err, &ended) || !errdefs.IsUnavailable(err) {
+		t.Fatalf("wait after a failed build: %v, want a BuildEndedError", err)
+	}
+}
+
+func TestBuildingNeedsARunningAnnouncedBuild(t *testing.T) {
+	d := openDomain(t, t.TempDir())
+	id, _ := artifact.ParseIDHex("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
+	if _, err := d.Building(context.Background(), id); !errdefs.IsNotFound(err) {
+		t.Fatalf("no build: %v, want not found", err)
+	}
+}
+
+// TestSeedingFollowsTheServeLock: a build seeds only while a process (here
+// another Domain on the root) serves the store.
+func TestSeedingFollowsTheServeLock(t *testing.T) {
+	_, src := checkpoint(t, 1<<20, 1)
+	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	for _, serving := range []bool{false, true} {
+		root := t.TempDir()
+		d := openDomain(t, root)
+		if serving {
+			release, err := openDomain(t, root).Serving(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer release()
+		}
+		var seeding bool
+		p := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
+			seeding = w.(artifact.Seeder).Seeding()
+			return (&artifact.Passthrough{Src: src}).Produce(ctx, w)
+		}}
+		l, _, err := d.GetOrBuild(context.Background(), identity, p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		if seeding != serving {
+			t.Fatalf("served %v: the build says seeding %v", serving, seeding)
+		}
+	}
+}
