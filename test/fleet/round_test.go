@@ -72,11 +72,18 @@ func (f *Fleet) Run(r Round) Result {
 	reports := make([]string, len(nodes))
 	for i, n := range nodes {
 		reports[i] = filepath.Join(f.dir, fmt.Sprintf("report-%d-%d.json", f.rounds, i))
-		argv := []string{f.flock, "--shared", lockPath, f.ws, "--root", n.root, "--config", "", "resolve",
-			"--identity", f.identity, "--mode", "required", "--registry", f.repo, "--plain-http", "--report", reports[i]}
+		cfg := ""
+		argv := []string{"resolve", "--identity", f.identity, "--mode", "required", "--registry", f.repo, "--plain-http", "--report", reports[i]}
 		if peers := f.peersOf(nodes, i); r.Peers && len(peers) > 0 {
 			argv = append(argv, "--peer", strings.Join(peers, ","))
+			// The node's own address, as the others list it: the nodes that
+			// start together rank the same addresses and agree on one root.
+			cfg = filepath.Join(f.dir, fmt.Sprintf("config-%d-%d.toml", f.rounds, i))
+			if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[peer]\nadvertise = %q\n", n.addr)), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
+		argv = append([]string{f.flock, "--shared", lockPath, f.ws, "--root", n.root, "--config", cfg}, argv...)
 		procs[i] = n.ns.Start(t, f.dir, fmt.Sprintf("resolve-%d-%d", f.rounds, i), argv...)
 	}
 	if err := poll(time.Minute, func() error {
