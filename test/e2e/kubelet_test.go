@@ -12,8 +12,9 @@ import (
 
 // TestKubeletStaticPods (issue 25, done-when 3): under the pinned kubelet,
 // standalone, with containerd as its runtime and weightsnapd's CRI socket
-// as its image service, two static pods from the secured registry, whose
-// password only the kubelet holds (config.json in its root directory): one
+// as its image service, two static pods whose images all come from the
+// secured registry, whose password only the kubelet holds (config.json in
+// its root directory; only the sandbox image is the node's own): one
 // whose container is a weight image, one with a ModelPack artifact pushed
 // by the oras CLI as an image volume. Both containers read every file with
 // its digest. Once the manifests are removed the pods go, and once their
@@ -28,7 +29,8 @@ func TestKubeletStaticPods(t *testing.T) {
 	k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI,
 		Auths: map[string]string{c.sec.Host: c.user + ":" + c.pass}})
 	k.PodManifest(t, "weights", staticPod("weights", img, "/llama", ""))
-	k.PodManifest(t, "volume", staticPod("volume", c.base, "/models/model", volume))
+	// busybox too comes from the secured registry (pushPrivateWeightImage copied it there).
+	k.PodManifest(t, "volume", staticPod("volume", c.sec.Ref("library/busybox:latest"), "/models/model", volume))
 	checkSums(t, waitPodLog(t, c.ctd, "weights-"+k.NodeName, "read-all"), &pushedArtifact{files: files})
 	checkSums(t, waitPodLog(t, c.ctd, "volume-"+k.NodeName, "read-all"), &pushedArtifact{files: volumeFiles})
 
