@@ -90,16 +90,7 @@ func (c *criNode) noPassword(t *testing.T) {
 // or in a log.
 func TestCRIPullSecrets(t *testing.T) {
 	c := startCRINode(t)
-	_, root, id := ociCheckpoint(t, "8MiB", 2)
-	art := c.sec.Ref("models/private:v1")
-	c.wsAuth(t, root, "push", "--plain-http", id, art)
-	files := inspectFiles(t, root, id)
-	img := c.sec.Ref("apps/private:v1")
-	// The base lives in the secured registry too: image build mounts, never copies, base blobs.
-	orasRun(t, t.TempDir(), "cp", "--from-plain-http", "--to-plain-http", "--to-username", c.user, "--to-password", c.pass,
-		c.base, c.sec.Ref("library/busybox:latest"))
-	c.wsAuth(t, t.TempDir(), "image", "build", "--plain-http", "--base", c.sec.Ref("library/busybox:latest"),
-		"--weights", art, "--at", "/llama", "-t", img)
+	img, id, files := c.pushPrivateWeightImage(t, "private")
 
 	out, err := c.pull(c.user+":wrong-"+c.pass[:2], img)
 	if err == nil || !strings.Contains(err.Error(), c.sec.Host) || !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
@@ -139,39 +130,7 @@ func TestCRIPullSecrets(t *testing.T) {
 // digest, and containerd's content store holds none of the weight bytes.
 func TestCRIModelPackVolume(t *testing.T) {
 	c := startCRINode(t)
-	dir, _, _ := ociCheckpoint(t, "8MiB", 2)
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]string{}
-	ann := map[string]map[string]string{}
-	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
-		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json",
-		c.sec.Ref("models/modelpack:v1")}
-	for _, e := range ents {
-		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[e.Name()] = sha256Hex(raw)
-		mt := "application/vnd.cncf.model.weight.config.v1.raw"
-		if strings.HasSuffix(e.Name(), ".safetensors") {
-			mt = "application/vnd.cncf.model.weight.v1.raw"
-		}
-		ann[e.Name()] = map[string]string{"org.cncf.model.filepath": e.Name()}
-		args = append(args, e.Name()+":"+mt)
-	}
-	pushDir := t.TempDir()
-	for name := range files {
-		if err := os.Link(filepath.Join(dir, name), filepath.Join(pushDir, name)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, _ := json.Marshal(ann)
-	writeJSON(t, filepath.Join(pushDir, "annotations.json"), string(raw))
-	writeJSON(t, filepath.Join(pushDir, "model-config.json"), `{"descriptor": {"name": "tiny"}, "config": {}, "modelfs": {"type": "layers", "diffIds": []}}`)
-	orasRun(t, pushDir, args...)
+	files := c.pushModelPack(t, "models/modelpack:v1")
 
 	ref := c.sec.Ref("models/modelpack:v1")
 	if out, err := c.pull(c.user+":"+c.pass, ref); err != nil {
@@ -196,6 +155,66 @@ func TestCRIModelPackVolume(t *testing.T) {
 	checkSums(t, waitCRILog(t, c.ctd, cid, "read-all"), a)
 	c.noWeightBlobs(t, a)
 	c.noPassword(t)
+}
+
+// pushPrivateWeightImage pushes an artifact as models/NAME:v1 and a weight
+// image over busybox with it at /llama as apps/NAME:v1, both to the secured
+// registry, and returns the image, the artifact's identity and its files'
+// sha256.
+func (c *criNode) pushPrivateWeightImage(t *testing.T, name string) (img, id string, files map[string]string) {
+	t.Helper()
+	_, root, id := ociCheckpoint(t, "8MiB", 2)
+	art := c.sec.Ref("models/" + name + ":v1")
+	c.wsAuth(t, root, "push", "--plain-http", id, art)
+	files = inspectFiles(t, root, id)
+	img = c.sec.Ref("apps/" + name + ":v1")
+	// The base lives in the secured registry too: image build mounts, never copies, base blobs.
+	orasRun(t, t.TempDir(), "cp", "--from-plain-http", "--to-plain-http", "--to-username", c.user, "--to-password", c.pass,
+		c.base, c.sec.Ref("library/busybox:latest"))
+	c.wsAuth(t, t.TempDir(), "image", "build", "--plain-http", "--base", c.sec.Ref("library/busybox:latest"),
+		"--weights", art, "--at", "/llama", "-t", img)
+	return img, id, files
+}
+
+// pushModelPack pushes a synthetic checkpoint with the oras CLI as a
+// ModelPack artifact (raw layers, filepath annotations) to repo in the
+// secured registry, and returns its files' sha256.
+func (c *criNode) pushModelPack(t *testing.T, repo string) map[string]string {
+	t.Helper()
+	dir, _, _ := ociCheckpoint(t, "8MiB", 2)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	ann := map[string]map[string]string{}
+	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
+		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json",
+		c.sec.Ref(repo)}
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[e.Name()] = sha256Hex(raw)
+		mt := "application/vnd.cncf.model.weight.config.v1.raw"
+		if strings.HasSuffix(e.Name(), ".safetensors") {
+			mt = "application/vnd.cncf.model.weight.v1.raw"
+		}
+		ann[e.Name()] = map[string]string{"org.cncf.model.filepath": e.Name()}
+		args = append(args, e.Name()+":"+mt)
+	}
+	pushDir := t.TempDir()
+	for name := range files {
+		if err := os.Link(filepath.Join(dir, name), filepath.Join(pushDir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, _ := json.Marshal(ann)
+	writeJSON(t, filepath.Join(pushDir, "annotations.json"), string(raw))
+	writeJSON(t, filepath.Join(pushDir, "model-config.json"), `{"descriptor": {"name": "tiny"}, "config": {}, "modelfs": {"type": "layers", "diffIds": []}}`)
+	orasRun(t, pushDir, args...)
+	return files
 }
 
 // inspectFiles is the sha256 of every payload file of the artifact id in

@@ -1,7 +1,7 @@
 // Package harness runs weightsnap's end-to-end tests against real peers: containerd, runc, nerdctl,
-// crictl, the oras CLI, a distribution registry, crane and the CNI plugins, all built at pinned
-// versions by test/e2e/deps (run by `make e2e`, `make test` and .ci/run), plus network namespaces
-// for multi-node tests.
+// crictl, the oras CLI, a distribution registry, crane, the CNI plugins and a standalone kubelet
+// (StartKubelet), all built at pinned versions by test/e2e/deps (run by `make e2e`, `make test` and
+// .ci/run), plus network namespaces for multi-node tests.
 //
 // Every Start/New function takes a testing.TB and registers t.Cleanup teardown, so whatever a test
 // started is stopped, unmounted and removed even when it fails. Each component runs in its own short

@@ -19,6 +19,8 @@ type Tools struct {
 
 	// Built from the Go module proxy into Bin.
 	Containerd, Ctr, Shim, Runc, Nerdctl, Crictl, Oras, Registry, Crane string
+	// Kubelet is built from the Kubernetes source module (test/kubelet pins it) into Bin.
+	Kubelet string
 
 	// From Debian packages (found on PATH or in /usr/sbin, /sbin, /bin).
 	Busybox, IP, Ping, Socat, Rsync, B3sum, FiInfo string
@@ -97,6 +99,7 @@ func findPeers() (*Tools, error) {
 	inBin(&tl.Oras, "oras")
 	inBin(&tl.Registry, "registry")
 	inBin(&tl.Crane, "crane")
+	inBin(&tl.Kubelet, "kubelet")
 	tl.CNI = filepath.Join(filepath.Dir(bin), "cni")
 	for _, name := range []string{"bridge", "host-local", "loopback", "portmap", "firewall", "tuning"} {
 		if !isExec(filepath.Join(tl.CNI, name)) {

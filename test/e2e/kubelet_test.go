@@ -1,0 +1,112 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
+)
+
+// TestKubeletStaticPods (issue 25, done-when 3): under the pinned kubelet,
+// standalone, with containerd as its runtime and weightsnapd's CRI socket
+// as its image service, two static pods whose images all come from the
+// secured registry, whose password only the kubelet holds (config.json in
+// its root directory; only the sandbox image is the node's own): one
+// whose container is a weight image, one with a ModelPack artifact pushed
+// by the oras CLI as an image volume. Both containers read every file with
+// its digest. Once the manifests are removed the pods go, and once their
+// images are removed through the image service (as the kubelet's image
+// garbage collection does) weightsnapd holds no lease on either artifact.
+func TestKubeletStaticPods(t *testing.T) {
+	c := startCRINode(t)
+	img, id, files := c.pushPrivateWeightImage(t, "kubelet")
+	volume := c.sec.Ref("models/modelpack-kubelet:v1")
+	volumeFiles := c.pushModelPack(t, "models/modelpack-kubelet:v1")
+
+	k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI,
+		Auths: map[string]string{c.sec.Host: c.user + ":" + c.pass}})
+	k.PodManifest(t, "weights", staticPod("weights", img, "/llama", ""))
+	// busybox too comes from the secured registry (pushPrivateWeightImage copied it there).
+	k.PodManifest(t, "volume", staticPod("volume", c.sec.Ref("library/busybox:latest"), "/models/model", volume))
+	checkSums(t, waitPodLog(t, c.ctd, "weights-"+k.NodeName, "read-all"), &pushedArtifact{files: files})
+	checkSums(t, waitPodLog(t, c.ctd, "volume-"+k.NodeName, "read-all"), &pushedArtifact{files: volumeFiles})
+
+	k.RemovePodManifest(t, "weights")
+	k.RemovePodManifest(t, "volume")
+	for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(time.Second) {
+		pods, ctrs := crictl(t, c.ctd, "pods", "-q"), crictl(t, c.ctd, "ps", "-a", "-q")
+		if pods == "" && ctrs == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the kubelet left pods %q and containers %q after their manifests went", pods, ctrs)
+		}
+	}
+	crictl(t, c.ctd, "--image-endpoint", "unix://"+c.ws.CRI, "rmi", img, volume)
+
+	var list []struct {
+		Digest string `json:"digest"`
+	}
+	if err := json.Unmarshal([]byte(wsWith(t, c.ws.Config, "ls", "--json").out), &list); err != nil || len(list) != 2 {
+		t.Fatalf("weightsnapd's store: %v %+v, want the weight image's and the volume's artifacts", err, list)
+	}
+	for _, a := range list {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			r := wsWith(t, c.ws.Config, "inspect", a.Digest)
+			if r.code != 0 {
+				t.Fatalf("weightsnap inspect %s: exit %d\n%s%s", a.Digest, r.code, r.out, r.errOut)
+			}
+			if !strings.Contains(r.out, "weightsnapd: lease held") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("weightsnapd still holds %s after its pod and image went:\n%s", a.Digest, r.out)
+			}
+		}
+	}
+	if !strings.Contains(list[0].Digest+list[1].Digest, strings.TrimPrefix(id, "sha256:")) {
+		t.Fatalf("weightsnapd's store lacks the weight image's artifact %s: %+v", id, list)
+	}
+	c.noPassword(t)
+}
+
+// staticPod is a host-network pod manifest whose container (image) reads
+// every file in dir and sleeps; volume, when set, is an image volume at
+// /models. It goes within a second of its manifest.
+func staticPod(name, image, dir, volume string) string {
+	var mounts, volumes string
+	if volume != "" {
+		mounts = `, "volumeMounts": [{"name": "w", "mountPath": "/models", "readOnly": true}]`
+		volumes = fmt.Sprintf(`, "volumes": [{"name": "w", "image": {"reference": %q, "pullPolicy": "IfNotPresent"}}]`, volume)
+	}
+	return fmt.Sprintf(`{
+  "apiVersion": "v1", "kind": "Pod",
+  "metadata": {"name": %q, "namespace": "default"},
+  "spec": {
+    "hostNetwork": true,
+    "terminationGracePeriodSeconds": 1,
+    "containers": [{"name": "reader", "image": %q,
+      "command": ["sh", "-c", "cd %s && sha256sum * && echo read-all; exec sleep 3600"]%s}]%s
+  }
+}`, name, image, dir, mounts, volumes)
+}
+
+// waitPodLog polls the log of the container of the CRI pod named pod
+// until it holds want, and returns it.
+func waitPodLog(t *testing.T, ctd *harness.Containerd, pod, want string) string {
+	t.Helper()
+	var logs string
+	for deadline := time.Now().Add(120 * time.Second); !strings.Contains(logs, want); time.Sleep(200 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			ps, _ := ctd.Crictl("ps", "-a")
+			t.Fatalf("the log of pod %s lacks %q: %q\n%s", pod, want, logs, ps)
+		}
+		if id := strings.Fields(crictl(t, ctd, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name="+pod)); len(id) > 0 {
+			logs, _ = ctd.Crictl("logs", id[0])
+		}
+	}
+	return logs
+}
