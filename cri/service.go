@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/errdefs"
@@ -22,6 +23,7 @@ import (
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
@@ -55,7 +57,12 @@ type Service struct {
 
 // New connects (lazily) to containerd at cfg.Upstream.
 func New(cfg Config) (*Service, error) {
-	conn, err := grpc.NewClient("unix://"+cfg.Upstream, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	// Calls wait for containerd (within their own deadlines: the kubelet
+	// sets them) rather than fail at once while the connection backs off,
+	// which failed a pull made just after containerd came up.
+	conn, err := grpc.NewClient("unix://"+cfg.Upstream, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, MaxDelay: time.Second}}))
 	if err != nil {
 		return nil, fmt.Errorf("cri upstream %s: %w", cfg.Upstream, err)
 	}

@@ -92,3 +92,34 @@ func TestFleetBench(t *testing.T) {
 
 // mbits is the rate of moving bytes in a round's last READY.
 func mbits(bytes int64, r Result) float64 { return float64(bytes) * 8 / r.Last.Seconds() / 1e6 }
+
+// TestFleetMaxChildren (tag bench) rolls the artifact out to BENCH_FLEET_NODES' largest count (16)
+// once for each of peer serve's --max-children in BENCH_FLEET_MAX_CHILDREN (default "1 2 4"): how
+// [peer] max_children's default was chosen.
+func TestFleetMaxChildren(t *testing.T) {
+	nodes := 16
+	if s := os.Getenv("BENCH_FLEET_NODES"); s != "" {
+		f := strings.Fields(s)
+		var err error
+		if nodes, err = strconv.Atoi(f[len(f)-1]); err != nil || nodes < 2 {
+			t.Fatalf("BENCH_FLEET_NODES=%q", s)
+		}
+	}
+	values := "1 2 4"
+	if s := os.Getenv("BENCH_FLEET_MAX_CHILDREN"); s != "" {
+		values = s
+	}
+	f := Start(t, Options{Nodes: nodes, Size: "256MiB", Shards: 4})
+	f.Shape(benchRateMbit)
+	alone := f.Run(Round{Nodes: 1})
+	fmt.Printf("\nmax_children at %d nodes, 256 MiB, %d Mbit/s links; one node alone %.2fs\n", nodes, benchRateMbit, alone.Last.Seconds())
+	fmt.Printf("%12s %7s %8s %8s %8s\n", "max_children", "copies", "first s", "last s", "/alone")
+	for _, v := range strings.Fields(values) {
+		mc, err := strconv.Atoi(v)
+		if err != nil || mc < 1 {
+			t.Fatalf("BENCH_FLEET_MAX_CHILDREN=%q", values)
+		}
+		r := f.Run(Round{Nodes: nodes, Peers: true, MaxChildren: mc})
+		fmt.Printf("%12d %7.2f %8.2f %8.2f %7.2fx  sources %v\n", mc, r.Copies, r.First.Seconds(), r.Last.Seconds(), r.Last.Seconds()/alone.Last.Seconds(), r.Sources)
+	}
+}

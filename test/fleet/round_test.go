@@ -21,6 +21,8 @@ import (
 type Round struct {
 	Nodes int
 	Peers bool // each node runs peer serve and resolves with the round's other nodes as its peers; else the registry only
+	// MaxChildren is peer serve's --max-children; 0 leaves its default.
+	MaxChildren int
 }
 
 // Result is what a round measured.
@@ -49,7 +51,7 @@ func (f *Fleet) Run(r Round) Result {
 	for i, n := range nodes {
 		removeStore(n.root)
 		if r.Peers {
-			n.serve = f.serve(n, fmt.Sprintf("serve-%d-%d", f.rounds, i))
+			n.serve = f.serve(n, fmt.Sprintf("serve-%d-%d", f.rounds, i), r.MaxChildren)
 		}
 	}
 
@@ -149,11 +151,14 @@ func (f *Fleet) Run(r Round) Result {
 }
 
 // serve starts peer serve on n and waits until it lists (asked from inside n's namespace).
-func (f *Fleet) serve(n *node, name string) *harness.Proc {
+func (f *Fleet) serve(n *node, name string, maxChildren int) *harness.Proc {
 	t := f.t
 	t.Helper()
-	p := n.ns.Start(t, f.dir, name, f.ws, "--root", n.root, "--config", "", "peer", "serve",
-		"--listen", n.addr, "--allow-unauthenticated")
+	argv := []string{f.ws, "--root", n.root, "--config", "", "peer", "serve", "--listen", n.addr, "--allow-unauthenticated"}
+	if maxChildren > 0 {
+		argv = append(argv, "--max-children", strconv.Itoa(maxChildren))
+	}
+	p := n.ns.Start(t, f.dir, name, argv...)
 	if err := poll(30*time.Second, func() error {
 		if p.Exited() {
 			return fmt.Errorf("peer serve exited: %w", p.Err())
