@@ -64,11 +64,15 @@ func (id ID) String() string {
 func (id ID) Hex() string { return id.hex }
 
 // Short is the first 12 hex digits, as `weightsnap ls` shows an artifact.
-func (id ID) Short() string {
-	if len(id.hex) < 12 {
-		return id.hex
+func (id ID) Short() string { return ShortHex(id.hex) }
+
+// ShortHex is the first 12 characters of a digest's hex, a revision or a
+// generation, as the commands show them.
+func ShortHex(s string) string {
+	if len(s) > 12 {
+		return s[:12]
 	}
-	return id.hex[:12]
+	return s
 }
 
 // IsZero reports whether id names nothing; JSON fields tagged omitzero

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 // StaleGenerationError is a peer that is not the process a session was
@@ -16,7 +17,7 @@ type StaleGenerationError struct {
 }
 
 func (e *StaleGenerationError) Error() string {
-	return fmt.Sprintf("peer %s restarted: session generation %s, peer now %s", e.Addr, short(e.Want), short(e.Got))
+	return fmt.Sprintf("peer %s restarted: session generation %s, peer now %s", e.Addr, artifact.ShortHex(e.Want), artifact.ShortHex(e.Got))
 }
 
 // Unwrap classifies the error: the session is gone, a new one may work.
@@ -40,13 +41,6 @@ func badInput(format string, args ...any) error {
 // unsupported says a data plane is not built in.
 func unsupported(m Mode, why string) error {
 	return fmt.Errorf("data plane %s: %s: %w", m, why, errdefs.ErrNotImplemented)
-}
-
-func short(s string) string {
-	if len(s) > 12 {
-		return s[:12]
-	}
-	return s
 }
 
 // peerFault says whether err came from the peer or the wire, rather than

@@ -292,7 +292,7 @@ func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 			what += " tensor " + u.name
 		}
 		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: BLAKE3 %s, manifest says %s: %w", what,
-			short(artifact.DigestHex(sum)), short(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
+			artifact.ShortHex(artifact.DigestHex(sum)), artifact.ShortHex(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
 	}
 	if u.dst.fw != nil && u.part >= 0 {
 		if err := u.dst.fw.SetPartBLAKE3(u.part, sum); err != nil {
@@ -461,7 +461,7 @@ func sameContent(m, o *wire.WeightManifest) error {
 func (f *fetcher) use(ctx context.Context, cs *clientSession) {
 	if old, ok := f.gens[cs.addr]; ok && old != cs.manifest.Generation {
 		f.rep.Restarts++
-		log.G(ctx).WithField("peer", cs.addr).WithField("old", short(old)).WithField("new", short(cs.manifest.Generation)).
+		log.G(ctx).WithField("peer", cs.addr).WithField("old", artifact.ShortHex(old)).WithField("new", artifact.ShortHex(cs.manifest.Generation)).
 			Warn("peer: restarted since its last session: nothing of that session is reused but the verified bytes")
 	}
 	f.gens[cs.addr] = cs.manifest.Generation

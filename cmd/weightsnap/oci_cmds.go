@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
@@ -318,14 +319,14 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 			if f.Tensors < 0 {
 				t = "-"
 			}
-			fmt.Fprintf(tw, "%s  %s\t%s\t%s\tsha256:%s\n", indent, f.Path, humanBytes(f.Size), t, short(f.SHA256))
+			fmt.Fprintf(tw, "%s  %s\t%s\t%s\tsha256:%s\n", indent, f.Path, humanBytes(f.Size), t, artifact.ShortHex(f.SHA256))
 		}
 		if err := tw.Flush(); err != nil {
 			return err
 		}
 	}
 	for _, ptr := range info.Pointers {
-		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.Identity.Short(), short(digest.Digest(ptr.Layer).Encoded()))
+		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.Identity.Short(), artifact.ShortHex(digest.Digest(ptr.Layer).Encoded()))
 		if ptr.Info != nil {
 			if err := printRemote(a, ptr.Info, indent+"    "); err != nil {
 				return err

@@ -183,7 +183,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				if x.Building {
 					size = fmt.Sprintf("%s of %s verified (building)", humanBytes(x.VerifiedBytes), size)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.IdentityDigest.Short(), short(x.Revision),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.IdentityDigest.Short(), artifact.ShortHex(x.Revision),
 					x.Component, x.Producer, size, x.Tensors)
 			}
 			for _, s := range ls.Exports {
@@ -191,10 +191,10 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				if s.Mapped {
 					state = "mapped " + humanBytes(s.Bytes)
 				}
-				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, short(s.Revision), state)
+				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, artifact.ShortHex(s.Revision), state)
 			}
 			tw.Flush()
-			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], short(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)
+			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], artifact.ShortHex(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)
 			return nil
 		},
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -123,7 +124,7 @@ func lsRow(info *store.ArtifactInfo) string {
 		if id.Layout.TPSize > 0 {
 			tp = fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
 		}
-		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), short(id.Model.Revision), cut(id.Producer.Name, 11)
+		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), artifact.ShortHex(id.Model.Revision), cut(id.Producer.Name, 11)
 		layout = cut(id.Layout.Name, 16-len(tp)) + tp
 	}
 	created := info.Created
@@ -137,15 +138,6 @@ func lsRow(info *store.ArtifactInfo) string {
 func cut(s string, n int) string {
 	if r := []rune(s); len(r) > n {
 		return string(r[:n-1]) + "…"
-	}
-	return s
-}
-
-// short is the first 12 characters of a revision, a file or layer digest
-// or a generation; an identity shortens itself (artifact.ID.Short).
-func short(s string) string {
-	if len(s) > 12 {
-		return s[:12]
 	}
 	return s
 }
@@ -222,7 +214,7 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 	fmt.Fprintf(a.out, "Created:   %s\nSize:      %s (%d bytes), %d tensors\nFiles:\n", info.Created, humanBytes(info.TotalBytes), info.TotalBytes, info.TensorCount)
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	for _, f := range info.Files {
-		fmt.Fprintf(tw, "  %s\t%s\t%d tensors\tsha256:%s\n", f.Path, humanBytes(f.Size), f.Tensors, short(f.SHA256))
+		fmt.Fprintf(tw, "  %s\t%s\t%d tensors\tsha256:%s\n", f.Path, humanBytes(f.Size), f.Tensors, artifact.ShortHex(f.SHA256))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
