@@ -90,7 +90,7 @@ func (c *criNode) noPassword(t *testing.T) {
 // or in a log.
 func TestCRIPullSecrets(t *testing.T) {
 	c := startCRINode(t)
-	img, id, files := c.pushPrivateWeightImage(t, "private")
+	img, id, files := c.pushPrivateWeightImage(t, "private", "8MiB")
 
 	out, err := c.pull(c.user+":wrong-"+c.pass[:2], img)
 	if err == nil || !strings.Contains(err.Error(), c.sec.Host) || !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
@@ -161,9 +161,9 @@ func TestCRIModelPackVolume(t *testing.T) {
 // image over busybox with it at /llama as apps/NAME:v1, both to the secured
 // registry, and returns the image, the artifact's identity and its files'
 // sha256.
-func (c *criNode) pushPrivateWeightImage(t *testing.T, name string) (img, id string, files map[string]string) {
+func (c *criNode) pushPrivateWeightImage(t *testing.T, name, size string) (img, id string, files map[string]string) {
 	t.Helper()
-	_, root, id := ociCheckpoint(t, "8MiB", 2)
+	_, root, id := ociCheckpoint(t, size, 2)
 	art := c.sec.Ref("models/" + name + ":v1")
 	c.wsAuth(t, root, "push", "--plain-http", id, art)
 	files = inspectFiles(t, root, id)

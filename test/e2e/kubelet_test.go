@@ -22,7 +22,7 @@ import (
 // garbage collection does) weightsnapd holds no lease on either artifact.
 func TestKubeletStaticPods(t *testing.T) {
 	c := startCRINode(t)
-	img, id, files := c.pushPrivateWeightImage(t, "kubelet")
+	img, id, files := c.pushPrivateWeightImage(t, "kubelet", "8MiB")
 	volume := c.sec.Ref("models/modelpack-kubelet:v1")
 	volumeFiles := c.pushModelPack(t, "models/modelpack-kubelet:v1")
 
@@ -109,4 +109,41 @@ func waitPodLog(t *testing.T, ctd *harness.Containerd, pod, want string) string 
 		}
 	}
 	return logs
+}
+
+// TestKubeletWeightsnapdKilled (issue 25, done-when 5): weightsnapd is
+// killed (kill -9) while the kubelet runs a pod of a weight image. The
+// running container keeps reading its weights; a pull through the image
+// service fails, naming weightsnapd's socket, while weightsnapd is down; a
+// static pod added meanwhile runs once weightsnapd is back; and nothing is
+// pulled twice: the restarted daemon takes the first artifact's lease again
+// from the store, fetching only the new pod's artifact.
+func TestKubeletWeightsnapdKilled(t *testing.T) {
+	c := startCRINode(t)
+	img, _, files := c.pushPrivateWeightImage(t, "survivor", "8MiB")
+	img2, _, files2 := c.pushPrivateWeightImage(t, "latecomer", "6MiB") // another artifact
+	k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI,
+		Auths: map[string]string{c.sec.Host: c.user + ":" + c.pass}})
+	k.PodManifest(t, "survivor", staticPod("survivor", img, "/llama", ""))
+	checkSums(t, waitPodLog(t, c.ctd, "survivor-"+k.NodeName, "read-all"), &pushedArtifact{files: files})
+
+	c.ws.Proc.Kill()
+	cid := strings.Fields(crictl(t, c.ctd, "ps", "-q", "--label", "io.kubernetes.pod.name=survivor-"+k.NodeName))
+	if len(cid) != 1 {
+		t.Fatalf("survivor's containers: %v", cid)
+	}
+	checkSums(t, crictl(t, c.ctd, "exec", cid[0], "sh", "-c", "cd /llama && sha256sum *"), &pushedArtifact{files: files})
+	if out, err := c.pull(c.user+":"+c.pass, img2); err == nil || !strings.Contains(err.Error(), c.ws.CRI) {
+		t.Fatalf("a pull while weightsnapd is down: %v\n%s", err, out)
+	}
+	k.PodManifest(t, "latecomer", staticPod("latecomer", img2, "/llama", ""))
+	time.Sleep(3 * time.Second) // the kubelet tries, and fails, while weightsnapd is down
+
+	c.ws.Restart(t)
+	checkSums(t, waitPodLog(t, c.ctd, "latecomer-"+k.NodeName, "read-all"), &pushedArtifact{files: files2})
+	checkSums(t, crictl(t, c.ctd, "exec", cid[0], "sh", "-c", "cd /llama && sha256sum *"), &pushedArtifact{files: files})
+	c.waitMetric(t, "weightsnap_snapshotter_leases_held", 2, 30*time.Second)
+	if got := c.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"}`); got != 1 {
+		t.Fatalf("the restarted weightsnapd fetched %v weight layers, want 1 (the latecomer's only)", got)
+	}
 }
