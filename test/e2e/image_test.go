@@ -32,8 +32,8 @@ import (
 func TestImageRunsAsDaemonSet(t *testing.T) {
 	harness.RequireRoot(t)
 	tools := harness.Peers(t)
-	ds, cm, _, _ := kubernetesManifests(t)
-	spec := ds.Spec.Template.Spec
+	contrib := kubernetesManifests(t)
+	cm, spec := contrib.cm, contrib.ds.Spec.Template.Spec
 	c := spec.Containers[0]
 
 	reg := harness.StartRegistry(t)
