@@ -1,0 +1,74 @@
+//go:build bench
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// TestCRIProxyLatency (issue 25, done-when 4; make bench): what weightsnapd's
+// CRI image service adds to the calls it forwards. ImageStatus and
+// ListImages, 1,000 calls each, straight to containerd's CRI and through
+// weightsnapd's socket, interleaved; it prints the 50th and 99th
+// percentiles and what the proxy adds at the 99th (goal: at most 2 ms).
+func TestCRIProxyLatency(t *testing.T) {
+	c := startCRINode(t)
+	img := c.reg.Ref("busybox:latest")
+	if _, err := c.ctd.Crictl("pull", img); err != nil {
+		t.Fatal(err)
+	}
+	dial := func(sock string) runtime.ImageServiceClient {
+		conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return runtime.NewImageServiceClient(conn)
+	}
+	paths := []struct {
+		name string
+		c    runtime.ImageServiceClient
+	}{{"containerd", dial(c.ctd.Socket)}, {"weightsnapd", dial(c.ws.CRI)}}
+	calls := []struct {
+		name string
+		call func(context.Context, runtime.ImageServiceClient) error
+	}{
+		{"ImageStatus", func(ctx context.Context, s runtime.ImageServiceClient) error {
+			_, err := s.ImageStatus(ctx, &runtime.ImageStatusRequest{Image: &runtime.ImageSpec{Image: img}})
+			return err
+		}},
+		{"ListImages", func(ctx context.Context, s runtime.ImageServiceClient) error {
+			_, err := s.ListImages(ctx, &runtime.ListImagesRequest{})
+			return err
+		}},
+	}
+	const n = 1000
+	ctx := context.Background()
+	fmt.Printf("\nweightsnapd's CRI image service: %d calls each, interleaved with the same calls to containerd's CRI\n", n)
+	fmt.Printf("%-12s %12s %12s %12s %12s %14s\n", "call", "direct p50", "direct p99", "proxy p50", "proxy p99", "added at p99")
+	for _, cl := range calls {
+		took := map[string][]time.Duration{}
+		for i := range 2 * n {
+			p := paths[i%2]
+			start := time.Now()
+			if err := cl.call(ctx, p.c); err != nil {
+				t.Fatalf("%s through %s: %v", cl.name, p.name, err)
+			}
+			took[p.name] = append(took[p.name], time.Since(start))
+		}
+		q := func(d []time.Duration, f float64) time.Duration {
+			slices.Sort(d)
+			return d[int(f*float64(len(d)-1))]
+		}
+		d, w := took["containerd"], took["weightsnapd"]
+		fmt.Printf("%-12s %12v %12v %12v %12v %14v\n", cl.name, q(d, 0.5), q(d, 0.99), q(w, 0.5), q(w, 0.99), q(w, 0.99)-q(d, 0.99))
+	}
+}
