@@ -84,7 +84,7 @@ bench: build
 	scripts/bench-peer.sh $(BENCH_SIZE) 8
 	scripts/bench-fleet.sh
 	scripts/bench-snapshotter.sh 2GiB 4GiB
-	$(GO) test -tags bench -count=1 -v -run '^TestCRIProxyLatency$$' ./test/e2e/ | grep -E "^(weightsnapd's CRI|call|ImageStatus|ListImages|--- )"
+	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestCRIProxyLatency$$' ./test/e2e/ | grep -E "^(weightsnapd's CRI|call|ImageStatus|ListImages|--- )"
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
