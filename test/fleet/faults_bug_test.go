@@ -52,3 +52,10 @@ func TestFleetRootKilled(t *testing.T) {
 		t.Fatalf("the origin sent %.2f copies, more than %.2f", r.Copies, faultMaxCopies)
 	}
 }
+
+// TestFleetHolderNoStall is TestFleetHolderMaxChildren with each resolve bounded by 15 s, five times
+// the 3 s the round takes without a stall. Known bug: the builders answered busy by the holder can
+// wait on each other in a cycle until their sessions' 30 s deadline (see holderBound); 3 of the
+// first 5 runs stalled (last READY 33 s). Run it with: go test -tags faults_known_bug -run
+// TestFleetHolderNoStall -count=3 ./test/fleet/
+func TestFleetHolderNoStall(t *testing.T) { holderRound(t, 15*time.Second) }

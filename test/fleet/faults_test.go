@@ -71,15 +71,24 @@ func (ro *Rollout) rootOf() int {
 	return best
 }
 
+// holderBound bounds each resolve of TestFleetHolderMaxChildren: seven copies leaving one 400 Mbit/s
+// link take 9.4 s and the chain less (about 3 s measured), but today a round can stall for a session's
+// 30 s deadline: builders that were answered busy by the holder at the same instant can choose each
+// other in a cycle (node 1 waits on node 2 for config.json, 2 on 3, 3 on 1: "peer: waiting for
+// config.json of ...: context deadline exceeded"), which only the deadline breaks (a known bug,
+// TestFleetHolderNoStall under the build tag faults_known_bug). 45 s is that deadline with a margin
+// for this 2-core machine's load.
+const holderBound = 45 * time.Second
+
 // TestFleetHolderMaxChildren (Done-when 3, at 8 nodes): one node holds the artifact READY, and the
 // seven others ask it at the same instant, with max_children 2. The holder never serves more than 2
 // sessions of it at once, the others take builders, each node is READY and verifies in full, no
 // resolve takes longer than holderBound, and the origin sends nothing of the payload.
-func TestFleetHolderMaxChildren(t *testing.T) {
+func TestFleetHolderMaxChildren(t *testing.T) { holderRound(t, holderBound) }
+
+// holderRound runs TestFleetHolderMaxChildren's round with bound on each resolve.
+func holderRound(t *testing.T, bound time.Duration) {
 	const nodes, maxChildren = 8, 2
-	// holderBound bounds each resolve: seven copies leaving one 400 Mbit/s link take 9.4 s; the
-	// chain takes less, and this leaves room for the rest of this 2-core machine's load.
-	const holderBound = 45 * time.Second
 	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
 	f.Run(Round{Nodes: 1}) // the holder: node 0 pulls from the registry alone
 	ro := f.Launch(Round{Nodes: nodes, Peers: true, MaxChildren: maxChildren, Holders: 1})
@@ -112,8 +121,8 @@ func TestFleetHolderMaxChildren(t *testing.T) {
 	if most > maxChildren {
 		t.Fatalf("the holder served %d sessions of the artifact at once, more than max_children %d", most, maxChildren)
 	}
-	if r.Last > holderBound {
-		t.Fatalf("the last node was READY after %v, past %v (each end: %v)", r.Last, holderBound, r.Ends)
+	if r.Last > bound {
+		t.Fatalf("the last node was READY after %v, past %v (each end: %v)", r.Last, bound, r.Ends)
 	}
 	if r.Copies > 0.1 {
 		t.Fatalf("the origin sent %.2f copies with a holder READY", r.Copies)
