@@ -56,8 +56,8 @@ func TestFleetRootKilled(t *testing.T) {
 // TestFleetHolderStrict is TestFleetHolderMaxChildren with each resolve bounded by 15 s, five times
 // the 3 s the round takes without a stall, and the origin's egress by 0.1 copies. Known bugs, each
 // seen in some runs: the builders answered busy by the holder wait on each other in a cycle until
-// their sessions' 30 s deadline (see holderBound; 3 of the first 5 runs, last READY 33 s), and the
-// node at the top of the rendezvous ranking, answered busy by the full holder, takes the origin at
-// once (see holderMaxCopies; 1 of 10 runs). Run it with: go test -tags faults_known_bug -run
+// their sessions' 30 s deadline (see holderBound; 3 of the first 5 runs, last READY 33 s), and a node
+// answered busy by the full holder (the rendezvous top, most likely: it does not ask again) takes
+// the origin (see holderMaxCopies; 1 of 10 runs). Run it with: go test -tags faults_known_bug -run
 // TestFleetHolderStrict -count=5 ./test/fleet/
 func TestFleetHolderStrict(t *testing.T) { holderRound(t, 15*time.Second, 0.1) }

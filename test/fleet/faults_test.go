@@ -81,8 +81,8 @@ func (ro *Rollout) rootOf() int {
 const holderBound = 45 * time.Second
 
 // holderMaxCopies bounds the origin's egress in TestFleetHolderMaxChildren: nothing should come from
-// it with a holder READY, but today the node at the top of the rendezvous ranking, answered busy by
-// the full holder at the start, can take the origin at once (a whole copy: 1 of 10 runs so far; a
+// it with a holder READY, but today one node, answered busy by the full holder at the start (the
+// rendezvous top, most likely: it does not ask again), can take the origin (a whole copy: 1 of 10 runs so far; a
 // known bug, TestFleetHolderStrict under the build tag faults_known_bug, asserts 0.1).
 const holderMaxCopies = 1.1
 
