@@ -23,6 +23,9 @@ type Round struct {
 	Peers bool // each node runs peer serve and resolves with the round's other nodes as its peers; else the registry only
 	// MaxChildren is peer serve's --max-children; 0 leaves its default.
 	MaxChildren int
+	// Holders are the first nodes of the round that keep their stores (what an earlier round left
+	// there) and only serve (with Peers): they do not resolve.
+	Holders int
 }
 
 // Result is what a round measured.
@@ -31,13 +34,35 @@ type Result struct {
 	OriginBytes int64   // the origin interface's tx bytes during the round
 	Copies      float64 // OriginBytes over the artifact's bytes
 	First, Last time.Duration
-	Sources     map[string]int // resolve's report: the source each node's copy came from
+	Ends        []time.Duration // each resolving node's time from the start to its end (0: killed)
+	Sources     map[string]int  // resolve's report: the source each node's copy came from
 }
 
-// Run runs one round: it stops every peer serve, empties the round's stores, starts peer serve on
-// each (with Peers), starts every node's resolve blocked on one lock, releases them together, waits
-// for all (bounded), and checks `verify --full` on each. Any node failing fails the test.
+// Run runs one round: it launches it, waits for every node and checks that each is READY and
+// verifies in full (`verify --full`). Any node failing fails the test.
 func (f *Fleet) Run(r Round) Result {
+	f.t.Helper()
+	return f.Launch(r).Wait()
+}
+
+// Rollout is a round under way.
+type Rollout struct {
+	f       *Fleet
+	r       Round
+	Nodes   []*node         // the resolving nodes (the round's nodes after its holders)
+	Procs   []*harness.Proc // each resolving node's resolve
+	Start   time.Time       // the common start
+	reports []string
+	before  int64 // the origin's tx bytes at the start
+	ends    []time.Time
+	all     chan struct{} // closed once every resolve ended
+	killed  map[int]bool
+}
+
+// Launch starts a round: it stops every peer serve, empties the stores of the round's nodes but its
+// holders, starts peer serve on each (with Peers), starts every resolving node's resolve blocked on
+// one lock and releases them together.
+func (f *Fleet) Launch(r Round) *Rollout {
 	t := f.t
 	t.Helper()
 	f.rounds++
@@ -49,7 +74,9 @@ func (f *Fleet) Run(r Round) Result {
 	}
 	nodes := f.nodes[:r.Nodes]
 	for i, n := range nodes {
-		removeStore(n.root)
+		if i >= r.Holders {
+			removeStore(n.root)
+		}
 		if r.Peers {
 			n.serve = f.serve(n, fmt.Sprintf("serve-%d-%d", f.rounds, i), r.MaxChildren)
 		}
@@ -70,12 +97,14 @@ func (f *Fleet) Run(r Round) Result {
 	if err := syscall.Fstat(int(lock.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
-	procs := make([]*harness.Proc, len(nodes))
-	reports := make([]string, len(nodes))
+	ro := &Rollout{f: f, r: r, Nodes: nodes[r.Holders:], killed: map[int]bool{}}
 	for i, n := range nodes {
-		reports[i] = filepath.Join(f.dir, fmt.Sprintf("report-%d-%d.json", f.rounds, i))
+		if i < r.Holders {
+			continue
+		}
+		report := filepath.Join(f.dir, fmt.Sprintf("report-%d-%d.json", f.rounds, i))
 		cfg := ""
-		argv := []string{"resolve", "--identity", f.identity, "--mode", "required", "--registry", f.repo, "--plain-http", "--report", reports[i]}
+		argv := []string{"resolve", "--identity", f.identity, "--mode", "required", "--registry", f.repo, "--plain-http", "--report", report}
 		if peers := f.peersOf(nodes, i); r.Peers && len(peers) > 0 {
 			argv = append(argv, "--peer", strings.Join(peers, ","))
 			// The node's own address, as the others list it: the nodes that
@@ -86,65 +115,97 @@ func (f *Fleet) Run(r Round) Result {
 			}
 		}
 		argv = append([]string{f.flock, "--shared", lockPath, f.ws, "--root", n.root, "--config", cfg}, argv...)
-		procs[i] = n.ns.Start(t, f.dir, fmt.Sprintf("resolve-%d-%d", f.rounds, i), argv...)
+		ro.reports = append(ro.reports, report)
+		ro.Procs = append(ro.Procs, n.ns.Start(t, f.dir, fmt.Sprintf("resolve-%d-%d", f.rounds, i), argv...))
 	}
 	if err := poll(time.Minute, func() error {
-		for _, p := range procs {
+		for _, p := range ro.Procs {
 			if p.Exited() {
 				return fmt.Errorf("%s exited before the start: %v\n%s", p.Name, p.Err(), harness.Tail(p.Log, 20))
 			}
 		}
-		if w := lockWaiters(st.Ino); w < len(procs) {
-			return fmt.Errorf("%d of %d nodes wait at the barrier", w, len(procs))
+		if w := lockWaiters(st.Ino); w < len(ro.Procs) {
+			return fmt.Errorf("%d of %d nodes wait at the barrier", w, len(ro.Procs))
 		}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 
-	before := f.originTx()
-	start := time.Now()
+	ro.before = f.originTx()
+	ro.Start = time.Now()
 	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_UN); err != nil {
 		t.Fatal(err)
 	}
-	ends := make([]time.Time, len(procs))
+	ro.ends = make([]time.Time, len(ro.Procs))
 	var wg sync.WaitGroup
-	for i, p := range procs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+	for i, p := range ro.Procs {
+		wg.Go(func() {
 			<-p.Done()
-			ends[i] = time.Now()
-		}()
+			ro.ends[i] = time.Now()
+		})
 	}
-	all := make(chan struct{})
-	go func() { wg.Wait(); close(all) }()
+	ro.all = make(chan struct{})
+	go func() { wg.Wait(); close(ro.all) }()
+	return ro
+}
+
+// Kill crashes the i-th resolving node: its resolve and its peer serve, with SIGKILL. Wait then
+// expects its resolve to have failed and checks that it published nothing unverified.
+func (ro *Rollout) Kill(i int) {
+	ro.killed[i] = true
+	ro.Procs[i].Kill()
+	if s := ro.Nodes[i].serve; s != nil {
+		s.Kill()
+		ro.Nodes[i].serve = nil
+	}
+}
+
+// OriginTx is the bytes the origin's interface has sent since the start.
+func (ro *Rollout) OriginTx() int64 { return ro.f.originTx() - ro.before }
+
+// Wait waits for every resolve (bounded by the round's timeout) and checks each node: READY and
+// verifying in full, or, for a node it killed, no unverifiable artifact published.
+func (ro *Rollout) Wait() Result {
+	f, t, r := ro.f, ro.f.t, ro.r
+	t.Helper()
 	select {
-	case <-all:
+	case <-ro.all:
 	case <-time.After(f.roundTimeout(r.Nodes)):
-		for _, p := range procs {
+		for _, p := range ro.Procs {
 			p.Kill()
 		}
-		<-all
+		<-ro.all
 		t.Fatalf("round of %d nodes: not all READY within %v", r.Nodes, f.roundTimeout(r.Nodes))
 	}
-	res := Result{Round: r, Sources: map[string]int{}}
-	for i, p := range procs {
-		if err := p.Err(); err != nil {
-			t.Fatalf("node %d: resolve: %v\n%s", i, err, harness.Tail(p.Log, 30))
+	res := Result{Round: r, Sources: map[string]int{}, Ends: make([]time.Duration, len(ro.Procs))}
+	for i, p := range ro.Procs {
+		if ro.killed[i] {
+			continue
 		}
-		d := ends[i].Sub(start)
+		if err := p.Err(); err != nil {
+			t.Fatalf("node %d: resolve: %v\n%s", r.Holders+i, err, harness.Tail(p.Log, 30))
+		}
+		d := ro.ends[i].Sub(ro.Start)
+		res.Ends[i] = d
 		if res.First == 0 || d < res.First {
 			res.First = d
 		}
 		res.Last = max(res.Last, d)
-		res.Sources[reportSource(t, reports[i])]++
+		res.Sources[reportSource(t, ro.reports[i])]++
 	}
-	res.OriginBytes = f.originTx() - before
+	res.OriginBytes = ro.OriginTx()
 	res.Copies = float64(res.OriginBytes) / float64(f.Bytes)
-	for i, n := range nodes {
-		if out, err := harness.Run("", f.ws, "--root", n.root, "--config", "", "verify", "--full", f.ID); err != nil {
-			t.Fatalf("node %d: verify --full: %v\n%s", i, err, out)
+	for i, n := range ro.Nodes {
+		out, err := harness.Run("", f.ws, "--root", n.root, "--config", "", "verify", "--full", f.ID)
+		if err == nil {
+			continue
+		}
+		if !ro.killed[i] {
+			t.Fatalf("node %d: verify --full: %v\n%s", r.Holders+i, err, out)
+		}
+		if _, ierr := harness.Run("", f.ws, "--root", n.root, "--config", "", "inspect", f.ID); ierr == nil {
+			t.Fatalf("killed node %d: its artifact is published and fails verify --full: %v\n%s", r.Holders+i, err, out)
 		}
 	}
 	return res
