@@ -106,20 +106,8 @@ func TestCRIPullSecrets(t *testing.T) {
 	if out, err := c.pull(c.user+":"+c.pass, img); err != nil {
 		t.Fatalf("pull through the CRI socket: %v\n%s", err, out)
 	}
-	dir := t.TempDir()
-	pod := hostNetworkPod(t, dir, "private")
-	ctr := filepath.Join(dir, "container.json")
-	writeJSON(t, ctr, fmt.Sprintf(`{
-  "metadata": {"name": "reader"},
-  "image": {"image": %q},
-  "command": ["sh", "-c", "cd /llama && sha256sum * && echo read-all; exec sleep 3600"],
-  "log_path": "reader.log",
-  "linux": {"security_context": {"seccomp": {"profile_type": 1}}}
-}`, img))
-	podID := crictl(t, c.ctd, "runp", pod)
-	cid := crictl(t, c.ctd, "create", podID, ctr, pod)
-	crictl(t, c.ctd, "start", cid)
-	checkSums(t, waitCRILog(t, c.ctd, cid, "read-all"), &pushedArtifact{files: files})
+	logs := runReaderPod(t, c.ctd, readerPod{name: "private", image: img, dir: "/llama"})
+	checkSums(t, logs, &pushedArtifact{files: files})
 	c.noPassword(t)
 }
 
@@ -136,23 +124,9 @@ func TestCRIModelPackVolume(t *testing.T) {
 	if out, err := c.pull(c.user+":"+c.pass, ref); err != nil {
 		t.Fatalf("pull of a ModelPack artifact through the CRI socket: %v\n%s", err, out)
 	}
-	pdir := t.TempDir()
-	pod := hostNetworkPod(t, pdir, "modelpack")
-	ctr := filepath.Join(pdir, "container.json")
-	writeJSON(t, ctr, fmt.Sprintf(`{
-  "metadata": {"name": "reader"},
-  "image": {"image": %q},
-  "command": ["sh", "-c", "cd /models/model && sha256sum * && echo read-all; exec sleep 3600"],
-  "mounts": [{"container_path": "/models", "readonly": true, "image": {"image": %q}}],
-  "log_path": "reader.log",
-  "linux": {"security_context": {"seccomp": {"profile_type": 1}}}
-}`, c.base, ref))
-	podID := crictl(t, c.ctd, "runp", pod)
 	crictl(t, c.ctd, "pull", c.base)
-	cid := crictl(t, c.ctd, "create", podID, ctr, pod)
-	crictl(t, c.ctd, "start", cid)
 	a := &pushedArtifact{files: files}
-	checkSums(t, waitCRILog(t, c.ctd, cid, "read-all"), a)
+	checkSums(t, runReaderPod(t, c.ctd, readerPod{name: "modelpack", image: c.base, dir: "/models/model", volume: ref}), a)
 	c.noWeightBlobs(t, a)
 	c.noPassword(t)
 }

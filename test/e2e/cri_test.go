@@ -114,22 +114,38 @@ func TestCRIImageVolume(t *testing.T) {
 // it has.
 func runImageVolumePod(t *testing.T, n *snapNode, img, runtime string) string {
 	t.Helper()
+	crictl(t, n.ctd, "pull", img) // kubelet pulls an image volume's image first
+	crictl(t, n.ctd, "pull", n.base)
+	return runReaderPod(t, n.ctd, readerPod{name: "weights", image: n.base, dir: "/models/llama", volume: img, runtime: runtime})
+}
+
+// readerPod is a host-network CRI pod whose container, of image (pulled
+// already), prints sha256sum of the files in dir and "read-all"; volume,
+// when set, is an image (pulled already) mounted at /models as an image
+// volume; runtime is the runtime handler ("" for the default).
+type readerPod struct{ name, image, dir, volume, runtime string }
+
+// runReaderPod runs p and returns its container's log once it has read
+// every file.
+func runReaderPod(t *testing.T, ctd *harness.Containerd, p readerPod) string {
+	t.Helper()
 	dir := t.TempDir()
-	pod := hostNetworkPod(t, dir, "weights")
+	pod := hostNetworkPod(t, dir, p.name)
+	var mounts string
+	if p.volume != "" {
+		mounts = fmt.Sprintf(`"mounts": [{"container_path": "/models", "readonly": true, "image": {"image": %q}}],`, p.volume)
+	}
 	ctr := filepath.Join(dir, "container.json")
 	writeJSON(t, ctr, fmt.Sprintf(`{
   "metadata": {"name": "reader"},
   "image": {"image": %q},
-  "command": ["sh", "-c", "cd /models/llama && sha256sum * && echo read-all; exec sleep 3600"],
-  "mounts": [{"container_path": "/models", "readonly": true, "image": {"image": %q}}],
+  "command": ["sh", "-c", "cd %s && sha256sum * && echo read-all; exec sleep 3600"],
+  %s
   "log_path": "reader.log",
   "linux": {"security_context": {"seccomp": {"profile_type": 1}}}
-}`, n.base, img))
-
-	crictl(t, n.ctd, "pull", img) // kubelet pulls an image volume's image first
-	podID := crictl(t, n.ctd, "runp", "--runtime", runtime, pod)
-	crictl(t, n.ctd, "pull", n.base)
-	cid := crictl(t, n.ctd, "create", podID, ctr, pod)
-	crictl(t, n.ctd, "start", cid)
-	return waitCRILog(t, n.ctd, cid, "read-all")
+}`, p.image, p.dir, mounts))
+	podID := crictl(t, ctd, "runp", "--runtime", p.runtime, pod)
+	cid := crictl(t, ctd, "create", podID, ctr, pod)
+	crictl(t, ctd, "start", cid)
+	return waitCRILog(t, ctd, cid, "read-all")
 }
