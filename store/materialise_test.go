@@ -51,20 +51,7 @@ func TestMaterialiseWaitBudget(t *testing.T) {
 	_, src := checkpoint(t, 1<<20, 1)
 	d := openDomain(t, t.TempDir())
 	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
-	started, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		l, _, err := d.GetOrBuild(context.Background(), id, artifact.ProducerFunc{ProducerName: "slow", Fn: func(ctx context.Context, w artifact.Writer) error {
-			close(started)
-			<-release
-			return (&artifact.Passthrough{Src: src}).Produce(ctx, w)
-		}})
-		if err == nil {
-			l.Close()
-		}
-		done <- err
-	}()
-	<-started
+	release, done := holdBuild(d, id, src)
 	plan := func(context.Context) (artifact.Identity, artifact.Producer, error) {
 		return id, &artifact.Passthrough{Src: src}, nil
 	}

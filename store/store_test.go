@@ -258,14 +258,12 @@ func openFiles(t *testing.T) int {
 	return len(fds)
 }
 
-func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	d := openDomain(t, t.TempDir())
-	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
-	// A producer that blocks holds the build lock; a second builder with a
-	// short deadline gets a typed, retryable timeout and leaves it alone.
-	started, release := make(chan struct{}), make(chan struct{})
-	done := make(chan error, 1)
+// holdBuild starts a build of id from src whose producer blocks, holding
+// the build lock, until release is closed; done gives the build's error.
+// It returns once the producer runs.
+func holdBuild(d *store.Domain, id artifact.Identity, src *artifact.SourceDir) (release chan struct{}, done chan error) {
+	started := make(chan struct{})
+	release, done = make(chan struct{}), make(chan error, 1)
 	go func() {
 		l, _, err := d.GetOrBuild(context.Background(), id, artifact.ProducerFunc{ProducerName: "slow", Fn: func(ctx context.Context, w artifact.Writer) error {
 			close(started)
@@ -278,6 +276,16 @@ func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
 		done <- err
 	}()
 	<-started
+	return release, done
+}
+
+func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
+	_, src := checkpoint(t, 1<<20, 1)
+	d := openDomain(t, t.TempDir())
+	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	// A producer that blocks holds the build lock; a second builder with a
+	// short deadline gets a typed, retryable timeout and leaves it alone.
+	release, done := holdBuild(d, id, src)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
 	_, _, err := d.GetOrBuild(ctx, id, &artifact.Passthrough{Src: src})
