@@ -21,7 +21,7 @@ func invalidManifest(ref string, cause error) error {
 }
 
 // unsupported is something valid in OCI that weightsnap does not import,
-// such as a compressed or tarred layer.
+// such as a sha512 layer or an artifact without safetensors files.
 func unsupported(ref, reason string) error {
 	return fmt.Errorf("%s: %s: %w", ref, reason, errdefs.ErrNotImplemented)
 }

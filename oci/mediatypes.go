@@ -75,7 +75,8 @@ const (
 	LayerSkip LayerKind = iota
 	// LayerFile is one raw file whose layer digest is the file's sha256.
 	LayerFile
-	// LayerArchive is a tar, compressed or tarred directory: not importable as a file.
+	// LayerArchive is a tar layer, compressed or not, or a tarred
+	// directory: its files are extracted (PlanArchive).
 	LayerArchive
 )
 

@@ -3,6 +3,7 @@ package oci
 import (
 	"encoding/json"
 	"fmt"
+	"path"
 	"sort"
 	"strings"
 
@@ -19,8 +20,9 @@ const (
 	// KindWeightsnap is an artifact weightsnap pushed: identity in the
 	// manifest annotations, tensor index in the index layer.
 	KindWeightsnap Kind = "weightsnap"
-	// KindForeign is any artifact of raw safetensors layers (oras push,
-	// modctl): the identity is the passthrough identity of its files.
+	// KindForeign is any artifact of safetensors files that other tools
+	// pushed (oras push, modctl), in raw or tar layers: the identity is the
+	// fingerprint of its layers (PlanForeign).
 	KindForeign Kind = "foreign"
 )
 
@@ -31,7 +33,10 @@ type Plan struct {
 	Kind     Kind
 	Identity artifact.Identity
 	Index    *artifact.Index // KindWeightsnap: the pulled index layer
-	Files    []PlanFile      // sorted by path
+	Files    []PlanFile      // the raw file layers, sorted by path
+	// Archives are a foreign artifact's tar layers, sorted by path: their
+	// files are known only once extracted.
+	Archives []PlanArchive
 }
 
 // PlanFile is one payload file and the layer that holds it.
@@ -45,11 +50,15 @@ type PlanFile struct {
 	Binding artifact.Binding
 }
 
-// TotalBytes is the sum of the payload sizes.
+// TotalBytes is the sum of the payload sizes, with each tar layer counted
+// at its layer size: the bytes a pull fetches.
 func (p *Plan) TotalBytes() int64 {
 	var n int64
 	for _, f := range p.Files {
 		n += f.Size
+	}
+	for _, a := range p.Archives {
+		n += a.Layer.Size
 	}
 	return n
 }
@@ -165,13 +174,18 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 	return plan, nil
 }
 
-// PlanForeign plans the import of an artifact weightsnap did not write: every
-// layer that names a file (ModelPack filepath or oras title) must be one raw
-// file, at least one a safetensors file, and the identity is the passthrough
-// identity of those files with the given repository, revision and component:
-// a layer digest is the file's sha256, so the identity is known before any
-// payload byte is fetched. The repository defaults to the reference's
-// (host/repository).
+// PlanForeign plans the import of an artifact weightsnap did not write:
+// every layer that names a file (ModelPack filepath or oras title) is one raw
+// file, or a tar, tar+gzip or tar+zstd layer of files at or below that path
+// (PlanArchive), and at least one raw layer is a safetensors file, unless
+// the safetensors files are in tar layers (the pull checks that then). The
+// identity is made of the manifest alone, so it is known before any payload
+// byte is fetched and every node that pulls the manifest plans the same
+// one: the passthrough identity of the layers' files with the given
+// repository, revision and component (a raw layer's digest is its file's
+// sha256), each tar layer fingerprinted as a source file of its path, layer
+// size and layer digest, under the unpack producer (unpackRef) when there is
+// one. The repository defaults to the reference's (host/repository).
 func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
 	if o.Revision == "" {
 		return nil, manifestError(ref, "not a weightsnap artifact: --revision is required to import it")
@@ -183,14 +197,15 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 	seen := map[string]bool{}
 	safetensors := 0
 	for _, l := range m.Layers {
-		switch ClassifyLayer(l) {
-		case LayerSkip:
+		kind := ClassifyLayer(l)
+		if kind == LayerSkip {
 			continue
-		case LayerArchive:
-			return nil, unsupported(ref, fmt.Sprintf("layer %s (%s, %s) is an archive; only raw file layers can be imported", LayerPath(l), l.MediaType, l.Digest))
 		}
 		p := strings.TrimPrefix(LayerPath(l), "./")
-		if err := artifact.ValidateRelPath(p); err != nil {
+		if err := artifact.ValidateRelPath(p); err != nil || p == "." {
+			if err == nil {
+				err = fmt.Errorf("path %q is the artifact's root", p)
+			}
 			return nil, invalidManifest(ref, fmt.Errorf("layer file name %q: %w", p, err))
 		}
 		if seen[p] {
@@ -200,21 +215,40 @@ func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error
 		if l.Digest.Algorithm() != "sha256" {
 			return nil, unsupported(ref, "layer "+p+" has a "+string(l.Digest.Algorithm())+" digest; only sha256 is a file fingerprint")
 		}
+		if kind == LayerArchive {
+			plan.Archives = append(plan.Archives, PlanArchive{Path: p, Layer: l, Compression: archiveCompression(l.MediaType)})
+			continue
+		}
 		if artifact.IsSafetensors(p) {
 			safetensors++
 		}
 		file := artifact.File{Path: p, Size: l.Size, SHA256: l.Digest.Encoded()}
 		plan.Files = append(plan.Files, PlanFile{File: file, Layer: l, Binding: artifact.Binding{Want: artifact.FileEntry{File: file}}})
 	}
-	if safetensors == 0 {
+	if safetensors == 0 && len(plan.Archives) == 0 {
 		return nil, unsupported(ref, "no layer names a .safetensors file")
 	}
+	for p := range seen {
+		for d := path.Dir(p); d != "."; d = path.Dir(d) {
+			if seen[d] {
+				return nil, manifestError(ref, "layer "+p+" is inside layer "+d)
+			}
+		}
+	}
 	sort.Slice(plan.Files, func(i, j int) bool { return plan.Files[i].Path < plan.Files[j].Path })
+	sort.Slice(plan.Archives, func(i, j int) bool { return plan.Archives[i].Path < plan.Archives[j].Path })
 	src := &artifact.SourceDir{}
 	for _, f := range plan.Files {
 		src.Files = append(src.Files, artifact.SourceFile{Path: f.Path, Size: f.Size, SHA256: f.SHA256})
 	}
+	for _, a := range plan.Archives {
+		src.Files = append(src.Files, artifact.SourceFile{Path: a.Path, Size: a.Layer.Size, SHA256: a.Layer.Digest.Encoded()})
+	}
+	sort.Slice(src.Files, func(i, j int) bool { return src.Files[i].Path < src.Files[j].Path })
 	plan.Identity = artifact.PassthroughIdentity(src, o.Repository, o.Revision, o.Component, o.TPSize, o.TPRank)
+	if len(plan.Archives) > 0 {
+		plan.Identity.Producer = unpackRef()
+	}
 	if err := plan.Identity.Validate(); err != nil {
 		return nil, err
 	}

@@ -227,16 +227,20 @@ func (p *puller) Produce(ctx context.Context, w artifact.Writer) error {
 	if err != nil {
 		return err
 	}
+	g, gctx := errgroup.WithContext(ctx)
 	if len(todo) > 0 {
-		if err := p.fetchAll(ctx, w, todo); err != nil {
-			return err
-		}
+		g.Go(func() error { return p.fetchAll(gctx, w, todo) })
 	}
-	return nil
+	if len(p.plan.Archives) > 0 {
+		g.Go(func() error { return p.unpackAll(gctx, w) })
+	}
+	return g.Wait()
 }
 
-// reuse adopts the files an interrupted build of the same artifact completed,
-// hashing them back in parallel, and returns the files still to fetch.
+// reuse adopts the raw files an interrupted build of the same artifact
+// completed, hashing them back in parallel, and returns the files still to
+// fetch. A tar layer's files are never reused: the layer is read whole
+// again, since only its digest pins them.
 func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, error) {
 	rs, ok := w.(artifact.Resumer)
 	if !ok {

@@ -7,9 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync/atomic"
 
+	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
+	"golang.org/x/sync/errgroup"
 )
 
 // stream fetches a whole blob as one stream, written in order so the store
@@ -100,4 +103,79 @@ func (p *puller) diagnose(ctx context.Context, f PlanFile, err error) error {
 		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), got)
 	}
 	return err
+}
+
+// unpackAll fetches and extracts the plan's tar layers, a few at a time
+// (each is decompressed and extracted on one core), and checks that the
+// artifact holds a safetensors file when no raw layer is one.
+func (p *puller) unpackAll(ctx context.Context, w artifact.Writer) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(p.filesInFlight())
+	var safetensors atomic.Int64
+	for _, f := range p.plan.Files {
+		if artifact.IsSafetensors(f.Path) {
+			safetensors.Add(1)
+		}
+	}
+	for _, a := range p.plan.Archives {
+		g.Go(func() error {
+			files, err := p.unpack(gctx, w, a)
+			if err != nil {
+				return fmt.Errorf("fetch %s (%s): %w", a.Path, a.Layer.Digest, err)
+			}
+			for _, f := range files {
+				if artifact.IsSafetensors(f.Path) {
+					safetensors.Add(1)
+				}
+			}
+			log.G(ctx).WithField("layer", a.Layer.Digest).WithField("files", len(files)).Debug("tar layer extracted")
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	if safetensors.Load() == 0 {
+		return unsupported(p.plan.Ref, "no .safetensors file in its layers")
+	}
+	return nil
+}
+
+// errUnpackDone stops a tar layer's fetch once its extraction has ended.
+var errUnpackDone = errors.New("tar layer extraction ended")
+
+// unpack streams one tar layer from the registry into its extraction
+// (extractLayer), which hashes it as it reads; a body that breaks is
+// requested again from where it stopped, as a file's stream is. A failed
+// fetch is reported before what the extraction made of its end.
+func (p *puller) unpack(ctx context.Context, w artifact.Writer, a PlanArchive) ([]artifact.File, error) {
+	pr, pw := io.Pipe()
+	fetched := make(chan error, 1)
+	go func() {
+		size := a.Layer.Size
+		var pos int64
+		err := registry.Resume(ctx, a.Path, func() (io.ReadCloser, error) {
+			n := int64(-1)
+			if pos > 0 {
+				n = size - pos
+			}
+			return p.r.GetBlob(ctx, a.Layer, pos, n)
+		}, func(rc io.Reader) (bool, error) {
+			k, err := artifact.CopyTo(ctx, pw, rc, size-pos, func(k int64) {
+				p.fetched.Add(k)
+				p.progress(k)
+			})
+			pos += k
+			var se *artifact.SourceError
+			return errors.As(err, &se), err
+		})
+		pw.CloseWithError(err)
+		fetched <- err
+	}()
+	files, err := extractLayer(ctx, pr, a, w, limitsFor(a))
+	pr.CloseWithError(errUnpackDone)
+	if ferr := <-fetched; ferr != nil && !errors.Is(ferr, errUnpackDone) {
+		return nil, ferr
+	}
+	return files, err
 }
