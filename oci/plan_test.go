@@ -75,10 +75,12 @@ func TestPlanForeignRefuses(t *testing.T) {
 		o     ImportOptions
 		class func(error) bool
 	}{
-		"no revision":   {func(*ocispec.Manifest) {}, ImportOptions{}, errdefs.IsInvalidArgument},
-		"bad revision":  {func(*ocispec.Manifest) {}, ImportOptions{Revision: "main"}, errdefs.IsInvalidArgument},
-		"tarred dir":    {func(m *ocispec.Manifest) { m.Layers[0].Annotations[annotationOrasUnpack] = "true" }, o, errdefs.IsNotImplemented},
-		"gzip layer":    {func(m *ocispec.Manifest) { m.Layers[0].MediaType = ocispec.MediaTypeImageLayerGzip }, o, errdefs.IsNotImplemented},
+		"no revision":  {func(*ocispec.Manifest) {}, ImportOptions{}, errdefs.IsInvalidArgument},
+		"bad revision": {func(*ocispec.Manifest) {}, ImportOptions{Revision: "main"}, errdefs.IsInvalidArgument},
+		"nested layers": {func(m *ocispec.Manifest) {
+			m.Layers[1].Annotations[AnnotationTitle] = m.Layers[0].Annotations[AnnotationTitle] + "/x"
+		}, o, errdefs.IsInvalidArgument},
+		"root layer":    {func(m *ocispec.Manifest) { m.Layers[0].Annotations[AnnotationTitle] = "./" }, o, errdefs.IsInvalidArgument},
 		"escaping path": {func(m *ocispec.Manifest) { m.Layers[0].Annotations[AnnotationTitle] = "../x.safetensors" }, o, errdefs.IsInvalidArgument},
 		"absolute path": {func(m *ocispec.Manifest) { m.Layers[0].Annotations[AnnotationTitle] = "/etc/x" }, o, errdefs.IsInvalidArgument},
 		"duplicate": {func(m *ocispec.Manifest) {

@@ -235,6 +235,9 @@ func (x *extraction) checkEntry(hdr *tar.Header) (string, error) {
 	case tar.TypeReg, tar.TypeDir:
 	case tar.TypeSymlink, tar.TypeLink:
 		return bad("a link (to %q): only regular files and directories are extracted", hdr.Linkname)
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return bad("a %s: only regular files and directories are extracted", map[byte]string{tar.TypeChar: "character device",
+			tar.TypeBlock: "block device", tar.TypeFifo: "fifo"}[hdr.Typeflag])
 	default:
 		return bad("type %q: only regular files and directories are extracted", hdr.Typeflag)
 	}
