@@ -49,8 +49,6 @@ func tarLayers(t *testing.T, c Compression) (*ocispec.Manifest, map[digest.Diges
 	return m, blobs, src
 }
 
-
-
 // pushLayers pushes a manifest and its blobs to the fake registry.
 func pushLayers(t *testing.T, f *fakeRegistry, repoTag string, m *ocispec.Manifest, blobs map[digest.Digest][]byte) {
 	t.Helper()
