@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
 	"crypto/sha256"
 	"encoding/base64"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -118,7 +120,7 @@ func TestCRIPullSecrets(t *testing.T) {
 // digest, and containerd's content store holds none of the weight bytes.
 func TestCRIModelPackVolume(t *testing.T) {
 	c := startCRINode(t)
-	files := c.pushModelPack(t, "models/modelpack:v1")
+	files := c.pushModelPack(t, "models/modelpack:v1", "raw")
 
 	ref := c.sec.Ref("models/modelpack:v1")
 	if out, err := c.pull(c.user+":"+c.pass, ref); err != nil {
@@ -151,9 +153,11 @@ func (c *criNode) pushPrivateWeightImage(t *testing.T, name, size string) (img, 
 }
 
 // pushModelPack pushes a synthetic checkpoint with the oras CLI as a
-// ModelPack artifact (raw layers, filepath annotations) to repo in the
-// secured registry, and returns its files' sha256.
-func (c *criNode) pushModelPack(t *testing.T, repo string) map[string]string {
+// ModelPack artifact to repo in the secured registry, one layer per file
+// with its filepath annotation, each of the layers kind: "raw" (the file
+// itself), "tar" or "tar+zstd" (the file tarred, as modctl tars it); it
+// returns the files' sha256.
+func (c *criNode) pushModelPack(t *testing.T, repo, layers string) map[string]string {
 	t.Helper()
 	dir, _, _ := ociCheckpoint(t, "8MiB", 2)
 	ents, err := os.ReadDir(dir)
@@ -165,30 +169,51 @@ func (c *criNode) pushModelPack(t *testing.T, repo string) map[string]string {
 	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
 		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json",
 		c.sec.Ref(repo)}
+	pushDir := t.TempDir()
 	for _, e := range ents {
 		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
 		if err != nil {
 			t.Fatal(err)
 		}
 		files[e.Name()] = sha256Hex(raw)
-		mt := "application/vnd.cncf.model.weight.config.v1.raw"
+		mt := "application/vnd.cncf.model.weight.config.v1." + layers
 		if strings.HasSuffix(e.Name(), ".safetensors") {
-			mt = "application/vnd.cncf.model.weight.v1.raw"
+			mt = "application/vnd.cncf.model.weight.v1." + layers
 		}
-		ann[e.Name()] = map[string]string{"org.cncf.model.filepath": e.Name()}
-		args = append(args, e.Name()+":"+mt)
-	}
-	pushDir := t.TempDir()
-	for name := range files {
-		if err := os.Link(filepath.Join(dir, name), filepath.Join(pushDir, name)); err != nil {
+		blob, name := raw, e.Name()
+		if layers != "raw" {
+			blob, name = tarFile(t, layers, &tar.Header{Typeflag: tar.TypeReg, Name: e.Name(), Size: int64(len(raw)), Mode: 0o644}, raw), e.Name()+".tar"
+		}
+		if err := os.WriteFile(filepath.Join(pushDir, name), blob, 0o644); err != nil {
 			t.Fatal(err)
 		}
+		ann[name] = map[string]string{"org.cncf.model.filepath": e.Name()}
+		args = append(args, name+":"+mt)
 	}
 	raw, _ := json.Marshal(ann)
 	writeJSON(t, filepath.Join(pushDir, "annotations.json"), string(raw))
 	writeJSON(t, filepath.Join(pushDir, "model-config.json"), `{"descriptor": {"name": "tiny"}, "config": {}, "modelfs": {"type": "layers", "diffIds": []}}`)
 	orasRun(t, pushDir, args...)
 	return files
+}
+
+// tarFile is a tar layer of one entry, compressed as layers says ("tar" or "tar+zstd").
+func tarFile(t *testing.T, layers string, hdr *tar.Header, data []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(hdr); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if layers != "tar+zstd" {
+		return buf.Bytes()
+	}
+	zw, _ := zstd.NewWriter(nil)
+	return zw.EncodeAll(buf.Bytes(), nil)
 }
 
 // inspectFiles is the sha256 of every payload file of the artifact id in

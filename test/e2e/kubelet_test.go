@@ -24,7 +24,7 @@ func TestKubeletStaticPods(t *testing.T) {
 	c := startCRINode(t)
 	img, id, files := c.pushPrivateWeightImage(t, "kubelet", "8MiB")
 	volume := c.sec.Ref("models/modelpack-kubelet:v1")
-	volumeFiles := c.pushModelPack(t, "models/modelpack-kubelet:v1")
+	volumeFiles := c.pushModelPack(t, "models/modelpack-kubelet:v1", "raw")
 
 	k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI,
 		Auths: map[string]string{c.sec.Host: c.user + ":" + c.pass}})
