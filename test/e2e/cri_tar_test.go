@@ -13,7 +13,8 @@ import (
 // artifacts whose layers are tar and tar+zstd (one file each, as modctl
 // tars them), pushed by the oras CLI, pulled through weightsnapd's CRI
 // socket, are a pod's image volume with every file under model/ with its
-// digest and no weight byte in containerd's content store. A tar layer
+// digest and no weight byte in containerd's content store, and their
+// artifacts pass a scrub of every digest. A tar layer
 // holding a link out is refused by the CRI pull and by weightsnap pull,
 // with the entry named, and nothing is published or mounted.
 func TestCRIModelPackTarVolume(t *testing.T) {
@@ -31,7 +32,13 @@ func TestCRIModelPackTarVolume(t *testing.T) {
 		checkSums(t, runReaderPod(t, c.ctd, readerPod{name: name, image: c.base, dir: "/models/model", volume: ref}), a)
 		c.noWeightBlobs(t, a)
 	}
+	if r := wsWith(t, c.ws.Config, "verify", "--all"); r.code != 0 { // every digest recomputed from the bytes
+		t.Fatalf("verify --all: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
 	published := c.artifacts(t)
+	if published != 2 {
+		t.Fatalf("%d artifacts published, want 2", published)
+	}
 
 	evil := c.sec.Ref("models/hostile:v1")
 	pushDir := t.TempDir()
