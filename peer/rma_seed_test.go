@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // TestBuildingArtifactRMA: a child fetches over rma from a node that
@@ -143,4 +144,36 @@ func readUnit(ep *fabric.EP, k wire.RemoteKey, n int64, want []byte) error {
 		return errors.New("the unit's bytes differ from the artifact's")
 	}
 	return nil
+}
+
+// TestRMAUnitKeyReady: a unit key asked of a READY artifact (as a client
+// does for a shard whose table key a provider made zero) is its range,
+// registered at once.
+func TestRMAUnitKeyReady(t *testing.T) {
+	src, identity := seeded(t, 4<<20, 1)
+	l, err := src.Lookup(context.Background(), mustID(t, identity), store.ManifestAndMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, addr := serve(t, src, rmaConfig)
+	cs, ep, _ := rmaSession(t, addr, digestOf(t, identity))
+	defer cs.close()
+	defer ep.Close()
+	f := l.Files()[len(l.Files())-1]
+	off, n := f.Entry.Size/3, f.Entry.Size/3
+	q := wire.UnitKeyRequest{RangeRequest: wire.RangeRequest{Shard: uint32(len(l.Files()) - 1), Off: uint64(off), N: uint64(n)}}
+	if _, err := cs.conn.Write(wire.Enc{wire.CtlUnit}.Raw(q.Encode())); err != nil {
+		t.Fatal(err)
+	}
+	k, err := wire.ReadUnitKey(cs.r)
+	if err == nil {
+		err = readUnit(ep, k, n, f.Data[off:off+n])
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cs.finish(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"time"
@@ -115,14 +116,13 @@ func (p *rmaServePlane) register(ep *fabric.EP, mem []byte) (wire.RemoteKey, err
 	return wire.RemoteKey{Base: mr.RAddr, Key: mr.Key}, nil
 }
 
-// unit registers q's range of a building artifact on q's rail once the
-// builder verified it, waiting for it within the timeout, and answers its
-// key; a *store.BuildEndedError when the build ended without publishing.
+// unit registers q's range on q's rail once the builder verified it,
+// waiting for it within the timeout, and answers its key; a
+// *store.BuildEndedError when the build ended without publishing. A READY
+// artifact's range (whose shard's key a provider happened to make zero) is
+// registered at once.
 func (p *rmaServePlane) unit(ctx context.Context, q wire.UnitKeyRequest) (wire.RemoteKey, error) {
 	sv := p.ss.sv
-	if sv.building == nil {
-		return wire.RemoteKey{}, badInput("unit key of a READY artifact: every shard is in the key table")
-	}
 	if int(q.Rail) >= len(p.eps) || q.N == 0 {
 		return wire.RemoteKey{}, badInput("unit key of %d bytes on rail %d of %d", q.N, q.Rail, len(p.eps))
 	}
@@ -134,20 +134,32 @@ func (p *rmaServePlane) unit(ctx context.Context, q wire.UnitKeyRequest) (wire.R
 	if err != nil {
 		return wire.RemoteKey{}, fmt.Errorf("unit of %s: %w", path, err)
 	}
-	data, ok := p.maps[i]
-	if !ok {
-		// Mapped whole, as long as the file will be: what is not written
-		// yet is never touched, here or remotely.
-		if data, err = unix.Mmap(int(f.Fd()), 0, int(sv.shards[i].entry.Size), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+	data := sv.shards[i].data // a READY artifact's mapping
+	if sv.building != nil {
+		if data, err = p.mapBuilding(i, f); err != nil {
 			return wire.RemoteKey{}, fmt.Errorf("map building %s: %w", path, err)
 		}
-		p.maps[i] = data
 	}
 	k, err := p.register(p.eps[q.Rail], data[q.Off:q.Off+q.N])
 	if err != nil {
 		return wire.RemoteKey{}, fmt.Errorf("rail %d: register %d+%d of %s: %w", q.Rail, q.Off, q.N, path, err)
 	}
 	return k, nil
+}
+
+// mapBuilding maps a building artifact's file f, shard i, once per
+// session: whole, as long as the file will be; what is not written yet is
+// never touched, here or remotely.
+func (p *rmaServePlane) mapBuilding(i int, f *os.File) ([]byte, error) {
+	if data, ok := p.maps[i]; ok {
+		return data, nil
+	}
+	data, err := unix.Mmap(int(f.Fd()), 0, int(p.ss.sv.shards[i].entry.Size), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, err
+	}
+	p.maps[i] = data
+	return data, nil
 }
 
 // drive waits on the rail's completion queue on a locked OS thread, for
