@@ -14,8 +14,9 @@
 // attached to the session by its secret and the server's generation id,
 // serving ranged reads with sendfile; "rma" (build tag libfabric): one
 // FI_EP_MSG endpoint per rail, every shard's mapping registered read-only for
-// remote reads, the client posting batched one-sided reads into its mapped
-// destination files. Without the tag the rma mode is reported unsupported.
+// remote reads (a building artifact's unit by unit, once verified, as the
+// client asks for each unit's key), the client posting batched one-sided
+// reads into its mapped destination files. Without the tag the rma mode is reported unsupported.
 //
 // Every session carries the server's generation id (random per process), so
 // a client that reconnects to a restarted peer notices, and never presents

@@ -19,8 +19,9 @@ import (
 // payload and records every range it verified; the server answers a
 // request for an artifact it does not hold READY with the announced
 // manifest, and a ranged read of it waits until the range is verified.
-// The tcp plane only: the rma plane refuses a building artifact (its
-// remote reads cannot wait for a unit).
+// On the rma plane, whose one-sided reads cannot wait, the client asks for
+// each unit's key and the server registers the unit only once it is
+// verified (rma_server.go).
 
 // announce records the manifest a fetch serves from, as its announcement.
 func announce(sd artifact.Seeder, m *wire.WeightManifest) error {

@@ -16,13 +16,15 @@ import (
 // that announces first and writes every byte at once, but records the
 // files verified only once release is closed; it fails instead if fail. A
 // lying one flips bytes of the last tensor of a file and records every
-// file verified at once, then waits for release.
+// file verified at once, then waits for release. A holding one records
+// every file but the last verified at once, and the last at release.
 type delayedProducer struct {
 	src     *store.Lease
 	written chan struct{}
 	release chan struct{}
 	fail    bool
 	lie     bool
+	hold    bool
 }
 
 func (p *delayedProducer) Name() string { return artifact.PassthroughName }
@@ -53,25 +55,31 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 			return err
 		}
 	}
-	verify := func() error {
-		for _, f := range p.src.Files() {
+	verify := func(files []*store.LeaseFile) error {
+		for _, f := range files {
 			if err := sd.Verified(f.Path, 0, f.Entry.Size); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	if p.lie {
-		if err := verify(); err != nil {
-			return err
-		}
+	all := p.src.Files()
+	var early []*store.LeaseFile
+	switch {
+	case p.lie:
+		early = all
+	case p.hold:
+		early = all[:len(all)-1]
+	}
+	if err := verify(early); err != nil {
+		return err
 	}
 	close(p.written)
 	<-p.release
 	if p.fail || p.lie {
 		return fmt.Errorf("the builder failed")
 	}
-	return verify()
+	return verify(all)
 }
 
 // building starts a build on a new store, served, that copies a seeded
@@ -79,13 +87,13 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 func building(t *testing.T, fail bool) (*delayedProducer, artifact.Identity, string, chan error) {
 	t.Helper()
 	a, identity := seeded(t, 8<<20, 2)
-	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{fail: fail})
+	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{fail: fail}, ServerConfig{})
 	return p, identity, addr, built
 }
 
-// buildingFrom starts p's build, on a new store served, of the artifact
-// identity that a holds.
-func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer) (*delayedProducer, string, chan error) {
+// buildingFrom starts p's build, on a new store served with cfg, of the
+// artifact identity that a holds.
+func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer, cfg ServerConfig) (*delayedProducer, string, chan error) {
 	t.Helper()
 	id, _ := identity.ID()
 	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
@@ -94,7 +102,7 @@ func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *
 	}
 	t.Cleanup(func() { src.Close() })
 	b := openStore(t)
-	_, addr := serve(t, b, ServerConfig{})
+	_, addr := serve(t, b, cfg)
 	p.src, p.written, p.release = src, make(chan struct{}), make(chan struct{})
 	built := make(chan error, 1)
 	go func() {
@@ -178,7 +186,7 @@ func TestBuildEndEndsTheSession(t *testing.T) {
 // the unit from the holder once the holder has room.
 func TestLyingBuilderIsRefused(t *testing.T) {
 	a, identity := seeded(t, 8<<20, 2)
-	p, addrB, built := buildingFrom(t, a, identity, &delayedProducer{lie: true})
+	p, addrB, built := buildingFrom(t, a, identity, &delayedProducer{lie: true}, ServerConfig{})
 	defer func() { close(p.release); <-built }()
 	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
 	// The holder is full for a moment: the child picks the builder first.

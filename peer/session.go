@@ -70,6 +70,9 @@ type servePlane interface {
 	// plane accepts every rail and registers the shards, returning the key
 	// table; the tcp plane has nothing to add.
 	ready(ctx context.Context) ([]byte, error)
+	// unit answers a CtlUnit: the rma plane registers the range on the
+	// rail once it is verified; the tcp plane has no keys.
+	unit(ctx context.Context, q wire.UnitKeyRequest) (wire.RemoteKey, error)
 	close()
 }
 
@@ -130,9 +133,6 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		if s.rma != nil {
 			return fail(s.rma)
 		}
-		if sv.building != nil {
-			return fail(unsupported(ModeRMA, "a building artifact is served on the tcp plane only"))
-		}
 		if plane, err = newRMAServePlane(s.cfg.Provider, ss, hosts, s.cfg.Timeout); err != nil {
 			return fail(err)
 		}
@@ -168,6 +168,18 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		}
 		switch b {
 		case wire.CtlPing:
+		case wire.CtlUnit:
+			q, err := wire.ReadUnitKeyRequest(r)
+			if err != nil {
+				return fail(err)
+			}
+			k, err := plane.unit(ctx, q)
+			if err != nil {
+				return fail(err)
+			}
+			if _, err := conn.Write(k.Encode()); err != nil {
+				return err
+			}
 		case wire.CtlDone:
 			_, err := conn.Write(wire.StatusFrame(wire.StatusOK, ""))
 			return err
@@ -213,6 +225,22 @@ func (p tcpServePlane) endpoints() [][]byte {
 func (tcpServePlane) ready(context.Context) ([]byte, error) { return nil, nil }
 func (tcpServePlane) close()                                {}
 
+func (tcpServePlane) unit(context.Context, wire.UnitKeyRequest) (wire.RemoteKey, error) {
+	return wire.RemoteKey{}, badInput("a tcp session has no unit keys")
+}
+
+// checkRange refuses a range of no shard, or past its shard's end.
+func (sv *servable) checkRange(q wire.RangeRequest) error {
+	if uint64(q.Shard) >= uint64(len(sv.shards)) {
+		return badInput("shard %d of %d", q.Shard, len(sv.shards))
+	}
+	sh := sv.shards[q.Shard]
+	if size := uint64(sh.entry.Size); q.Off > size || q.N > size-q.Off {
+		return badInput("range %d+%d past the end of %s", q.Off, q.N, sh.entry.Path)
+	}
+	return nil
+}
+
 // serveRail serves one tcp rail: ranged reads of the session's shards,
 // each answered by a status byte and the bytes, sent with sendfile.
 func (s *Server) serveRail(ctx context.Context, raw net.Conn, r *bufio.Reader) error {
@@ -245,15 +273,11 @@ func (s *Server) serveRail(ctx context.Context, raw net.Conn, r *bufio.Reader) e
 		if err != nil {
 			return err
 		}
-		if uint64(q.Shard) >= uint64(len(ss.sv.shards)) {
-			conn.Write(wire.StatusFrame(wire.StatusBadRequest, fmt.Sprintf("shard %d of %d", q.Shard, len(ss.sv.shards))))
-			return errors.New("range of no shard")
+		if err := ss.sv.checkRange(q); err != nil {
+			conn.Write(wire.StatusFrame(wire.StatusBadRequest, err.Error()))
+			return err
 		}
 		sh := ss.sv.shards[q.Shard]
-		if size := uint64(sh.entry.Size); q.Off > size || q.N > size-q.Off {
-			conn.Write(wire.StatusFrame(wire.StatusBadRequest, fmt.Sprintf("range %d+%d past the end of %s", q.Off, q.N, sh.entry.Path)))
-			return errors.New("range past the end")
-		}
 		f, err := ss.sv.rangeFile(ctx, int(q.Shard), int64(q.Off), int64(q.N), s.cfg.Timeout)
 		if err != nil {
 			conn.Write(wire.StatusFrame(statusOf(err), err.Error()))

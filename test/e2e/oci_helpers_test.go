@@ -64,6 +64,46 @@ func weightsnapBin(t *testing.T) string {
 	return ociCLI.path
 }
 
+// rmaCLI is the weightsnap CLI built with the rma plane (build tag libfabric).
+var rmaCLI struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// weightsnapRMABin builds the CLI with the rma plane once per test binary.
+// libfabric's development files come with test/e2e/deps; without them the
+// test skips (see harness.Skip: fatal where WEIGHTSNAP_REQUIRE_ALL=1).
+func weightsnapRMABin(t *testing.T) string {
+	t.Helper()
+	if _, err := harness.Run("", "pkg-config", "--exists", "libfabric"); err != nil {
+		harness.Skip(t, "libfabric-dev missing (test/e2e/deps installs it): cannot build the rma plane")
+	}
+	rmaCLI.once.Do(func() {
+		root, err := harness.ModuleRoot()
+		if err != nil {
+			rmaCLI.err = err
+			return
+		}
+		sum := sha256.Sum256([]byte(root))
+		dir := filepath.Join(os.TempDir(), "weightsnap-e2e-cli-rma-"+hex.EncodeToString(sum[:4]))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			rmaCLI.err = err
+			return
+		}
+		out, err := harness.Run(root, "go", "build", "-tags", "libfabric", "-o", dir+"/", "./cmd/weightsnap")
+		if err != nil {
+			rmaCLI.err = fmt.Errorf("go build -tags libfabric: %v\n%s", err, out)
+			return
+		}
+		rmaCLI.path = filepath.Join(dir, "weightsnap")
+	})
+	if rmaCLI.err != nil {
+		t.Fatalf("build the weightsnap CLI with the rma plane: %v", rmaCLI.err)
+	}
+	return rmaCLI.path
+}
+
 // wsTimeout bounds one CLI run.
 var wsTimeout = 3 * time.Minute
 

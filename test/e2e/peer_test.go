@@ -23,6 +23,7 @@ type node struct {
 	ns   *harness.NS
 	root string
 	dir  string // logs of its processes
+	rma  bool   // runs the CLI built with the rma plane; its peer serve uses the sockets provider
 }
 
 func newNode(t *testing.T, name string) *node {
@@ -33,7 +34,16 @@ func newNode(t *testing.T, name string) *node {
 // ws runs the CLI inside the node's namespace on its store.
 func (n *node) ws(t *testing.T, args ...string) (string, error) {
 	t.Helper()
-	return n.ns.Exec(append([]string{weightsnapBin(t), "--root", n.root, "--config", ""}, args...)...)
+	return n.ns.Exec(append([]string{n.bin(t), "--root", n.root, "--config", ""}, args...)...)
+}
+
+// bin is the node's CLI: with the rma plane or without.
+func (n *node) bin(t *testing.T) string {
+	t.Helper()
+	if n.rma {
+		return weightsnapRMABin(t)
+	}
+	return weightsnapBin(t)
 }
 
 func (n *node) wsOK(t *testing.T, args ...string) string {
@@ -49,7 +59,11 @@ func (n *node) wsOK(t *testing.T, args ...string) string {
 // until from (another node) lists it.
 func (n *node) serve(t *testing.T, listen string, from *node, addr string) *harness.Proc {
 	t.Helper()
-	p := n.ns.Start(t, n.dir, "peer-serve", weightsnapBin(t), "--root", n.root, "--config", "", "peer", "serve", "--listen", listen, "--allow-unauthenticated")
+	argv := []string{n.bin(t), "--root", n.root, "--config", "", "peer", "serve", "--listen", listen, "--allow-unauthenticated"}
+	if n.rma {
+		argv = append(argv, "--fabric-provider", "sockets")
+	}
+	p := n.ns.Start(t, n.dir, "peer-serve", argv...)
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 		if _, err := from.ws(t, "peer", "ls", addr); err == nil {
 			return p

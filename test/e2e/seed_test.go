@@ -153,3 +153,51 @@ func TestPeerFleetOneRoot(t *testing.T) {
 		t.Fatalf("%d nodes went to the registry, which served %.2f copies; want one root, one copy", fromRegistry, copies)
 	}
 }
+
+// TestPeerChainSeedingRMA (issue 26, done-when 5): a chain of three nodes
+// over the rma plane (sockets provider): A pulls the artifact from the
+// origin registry over a slow link, B fetches it over rma from A while A
+// builds it, and C over rma from B while B builds it; every node ends READY
+// with a verified artifact and each child names its parent.
+func TestPeerChainSeedingRMA(t *testing.T) {
+	harness.Peers(t)
+	o, a, b, c := newNode(t, "ro"), newNode(t, "ra"), newNode(t, "rb"), newNode(t, "rc")
+	a.rma, b.rma, c.rma = true, true, true
+	oa, _ := harness.Link(t, o.ns, a.ns, "10.233.51.1/24", "10.233.51.2/24")
+	harness.Link(t, a.ns, b.ns, "10.233.52.1/24", "10.233.52.2/24")
+	harness.Link(t, b.ns, c.ns, "10.233.53.1/24", "10.233.53.2/24")
+	reg := harness.StartRegistryIn(t, o.ns, "10.233.51.1:5000", filepath.Join(o.dir, "registry"))
+	id := o.seed(t, "256MiB", 4)
+	ref := reg.Ref("chain/rma:v1")
+	o.wsOK(t, "push", "--plain-http", id, ref)
+	throttle(t, o, oa) // about 5 s for the whole artifact: the chain forms while A pulls
+	const aAddr, bAddr = "10.233.52.1:7420", "10.233.53.1:7420"
+	a.serve(t, aAddr, b, aAddr)
+	b.serve(t, bAddr, c, bAddr)
+
+	pulled := make(chan error, 1)
+	go func() {
+		_, err := a.ws(t, "pull", "--plain-http", ref)
+		pulled <- err
+	}()
+	b.waitListed(t, aAddr, id)
+	waitB := b.fetchAsync(t, aAddr, id, "--mode", "rma")
+	c.waitListed(t, bAddr, id)
+	waitC := c.fetchAsync(t, bAddr, id, "--mode", "rma")
+	select {
+	case err := <-pulled:
+		t.Fatalf("A's pull ended (%v) before C started: no chain formed while A built", err)
+	default:
+	}
+	if err := <-pulled; err != nil {
+		t.Fatal(err)
+	}
+	rb, rc := waitB(), waitC()
+	for _, n := range []*node{a, b, c} {
+		n.wsOK(t, "verify", "--full", id)
+	}
+	t.Logf("B %.2fs, C %.2fs over rma", rb.Seconds, rc.Seconds)
+	if !rb.Built || !rc.Built || rb.Peer != aAddr || rc.Peer != bAddr || rb.Mode != "rma" || rc.Mode != "rma" {
+		t.Fatalf("reports: %+v %+v", rb, rc)
+	}
+}

@@ -222,6 +222,9 @@ func DecodeRMAEndpoint(b []byte) (RMAEndpoint, error) {
 }
 
 // RemoteKey is where one shard lies for one rail: its base address and key.
+// In a key table, the zero RemoteKey is a shard not registered (empty, or
+// of a building artifact): its units' keys are asked for one by one
+// (CtlUnit).
 type RemoteKey struct{ Base, Key uint64 }
 
 // EncodeKeyTable encodes [u32 count] and count (base, key) pairs, rail by
@@ -238,6 +241,43 @@ func EncodeKeyTable(keys [][]RemoteKey) []byte {
 		}
 	}
 	return e
+}
+
+// UnitKeyRequest asks, after CtlUnit, for the key under which rail Rail
+// reads N bytes of a shard from Off: the server answers once it verified
+// the range and registered it, with a status and the range's RemoteKey
+// (Base is where Off lies).
+type UnitKeyRequest struct {
+	Rail byte
+	RangeRequest
+}
+
+// Encode encodes the request, without its CtlUnit byte.
+func (q UnitKeyRequest) Encode() Enc { return Enc{}.U8(q.Rail).Raw(q.RangeRequest.Encode()) }
+
+// ReadUnitKeyRequest reads a unit key request after its CtlUnit byte.
+func ReadUnitKeyRequest(r io.Reader) (UnitKeyRequest, error) {
+	rail, err := ReadU8(r, "unit key rail")
+	if err != nil {
+		return UnitKeyRequest{}, err
+	}
+	q, err := ReadRangeRequest(r)
+	return UnitKeyRequest{Rail: rail, RangeRequest: q}, err
+}
+
+// Encode encodes a unit's key after an OK status.
+func (k RemoteKey) Encode() Enc { return Enc{StatusOK}.U64(k.Base).U64(k.Key) }
+
+// ReadUnitKey reads the status and the key answering a UnitKeyRequest.
+func ReadUnitKey(r io.Reader) (RemoteKey, error) {
+	if err := ReadStatus(r, "unit key"); err != nil {
+		return RemoteKey{}, err
+	}
+	var b [16]byte
+	if err := ReadFull(r, b[:], "unit key"); err != nil {
+		return RemoteKey{}, err
+	}
+	return RemoteKey{Base: le64(b[:8]), Key: le64(b[8:])}, nil
 }
 
 // ReadKeyTable reads the key table of rails x shards entries; any other

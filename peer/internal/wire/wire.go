@@ -59,6 +59,9 @@ const (
 const (
 	CtlDone byte = 0
 	CtlPing byte = 1
+	// CtlUnit asks an rma session for the key of one unit whose shard has
+	// none in the key table (a building artifact's): a UnitKeyRequest.
+	CtlUnit byte = 2
 )
 
 // Transport modes, as sent on the wire.

@@ -98,6 +98,16 @@ func FuzzReadRangeRequest(f *testing.F) {
 		ReadRangeRequest, func(q RangeRequest) []byte { return q.Encode() })
 }
 
+func FuzzReadUnitKeyRequest(f *testing.F) {
+	fuzzWire(f, [][]byte{UnitKeyRequest{Rail: 1, RangeRequest: RangeRequest{Shard: 2, Off: 3, N: 4}}.Encode(), make([]byte, 20)},
+		ReadUnitKeyRequest, func(q UnitKeyRequest) []byte { return q.Encode() })
+}
+
+func FuzzReadUnitKey(f *testing.F) {
+	fuzzWire(f, [][]byte{RemoteKey{Base: 1, Key: 2}.Encode(), StatusFrame(StatusBusy, "ended"), Enc{StatusOK}.U64(1)},
+		ReadUnitKey, func(k RemoteKey) []byte { return k.Encode() })
+}
+
 func FuzzReadTransportAnswer(f *testing.F) {
 	ok := Enc{StatusOK}.U8(2).Raw(make([]byte, 16)).Blob16(EncodeTCPEndpoint("10.0.0.1", 7420)).Blob16(EncodeRMAEndpoint("sockets", "::1", 1))
 	fuzzWire(f, [][]byte{ok, Enc{StatusOK}.U8(0), Enc{StatusOK}.U8(1).Raw(make([]byte, 16)).U16(0xffff)},
