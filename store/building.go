@@ -49,6 +49,7 @@ type Building struct {
 	verified map[string][]span
 	files    map[string]*os.File
 	total    int64 // bytes verified, over every file
+	depth    int   // the last source recorded, -1 before any
 	done     bool  // published: every range counts verified
 }
 
@@ -109,7 +110,7 @@ func (d *Domain) openBuilding(id artifact.ID, dir string) (*Building, error) {
 		df.Close()
 		return nil, err
 	}
-	b := &Building{d: d, id: id, dir: df, prog: os.NewFile(uintptr(pfd), fileProgress), verified: map[string][]span{}, files: map[string]*os.File{}}
+	b := &Building{d: d, id: id, dir: df, prog: os.NewFile(uintptr(pfd), fileProgress), verified: map[string][]span{}, files: map[string]*os.File{}, depth: -1}
 	b.mu.Lock()
 	err = b.refresh()
 	b.mu.Unlock()
@@ -137,6 +138,16 @@ func (b *Building) VerifiedBytes() int64 {
 	return b.total
 }
 
+// Depth is the build's depth (artifact.Seeder.Source): how many building
+// nodes stand between it and a complete source, -1 while it records none
+// (it has no source yet).
+func (b *Building) Depth() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh()
+	return b.depth
+}
+
 // refresh parses the records appended since the last look. The caller holds mu.
 func (b *Building) refresh() error {
 	for {
@@ -160,6 +171,13 @@ func (b *Building) refresh() error {
 		case hdr[0] == recVerified && len(body) > 16 && b.doc != nil:
 			off, n := int64(binary.LittleEndian.Uint64(body)), int64(binary.LittleEndian.Uint64(body[8:]))
 			b.add(string(body[16:]), span{off, off + n})
+		case hdr[0] == recSource && len(body) == 4 && b.doc != nil:
+			// Untrusted: compared as unsigned before it is converted.
+			d := binary.LittleEndian.Uint32(body)
+			if d > MaxDepth {
+				return fmt.Errorf("progress of %s: depth %d out of bounds: %w", b.id.Short(), d, errdefs.ErrDataLoss)
+			}
+			b.depth = int(d)
 		default:
 			return fmt.Errorf("progress of %s: bad record %q at %d: %w", b.id.Short(), hdr[0], b.read, errdefs.ErrDataLoss)
 		}

@@ -20,12 +20,16 @@ const fileProgress = ".progress"
 
 // Records of the progress file: [kind u8][body length u32 LE][body].
 // An announce's body is the document; a verified range's is
-// [off u64 LE][n u64 LE][path].
+// [off u64 LE][n u64 LE][path]; a source's is [depth u32 LE].
 const (
 	recAnnounce = 'A'
 	recVerified = 'V'
+	recSource   = 'S'
 	recHeader   = 5
 )
+
+// MaxDepth bounds the depth a build records (artifact.Seeder.Source).
+const MaxDepth = 1 << 16
 
 // Seeding implements artifact.Seeder.
 func (b *build) Seeding() bool { return b.d.served() }
@@ -89,6 +93,19 @@ func (b *build) Verified(path string, off, n int64) error {
 	body := binary.LittleEndian.AppendUint64(nil, uint64(off))
 	body = binary.LittleEndian.AppendUint64(body, uint64(n))
 	return appendRecord(b.progress, recVerified, append(body, path...))
+}
+
+// Source implements artifact.Seeder: it records the build's depth.
+func (b *build) Source(depth int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.progress == nil {
+		return fmt.Errorf("build %s: a source recorded before the announce: %w", b.id.Short(), errdefs.ErrFailedPrecondition)
+	}
+	if depth < 0 || depth > MaxDepth {
+		return fmt.Errorf("build %s: depth %d out of [0, %d]: %w", b.id.Short(), depth, MaxDepth, errdefs.ErrInvalidArgument)
+	}
+	return appendRecord(b.progress, recSource, binary.LittleEndian.AppendUint32(nil, uint32(depth)))
 }
 
 // appendRecord appends one record in a single write, so a reader sees it

@@ -95,7 +95,11 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 			return nil, classifyIO(fmt.Errorf("preallocate %s: %w", path, err))
 		}
 	}
-	fw, err := newFileWriter(bind, f, &b.buffers)
+	var onChecked func(off, n int64) error
+	if b.progress != nil && bind.CheckTensors {
+		onChecked = func(off, n int64) error { return b.Verified(path, off, n) }
+	}
+	fw, err := newFileWriter(bind, f, &b.buffers, onChecked)
 	if err != nil {
 		f.Close()
 		os.Remove(full)
