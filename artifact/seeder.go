@@ -26,6 +26,9 @@ type Seeder interface {
 	Source(depth int) error
 }
 
+// MaxDepth bounds a build's depth (Seeder.Source), wherever it is read.
+const MaxDepth = 1 << 16
+
 // Announcement is the document a seeding producer announces, as JSON: the
 // artifact's identity and every payload file's entry, with each safetensors
 // file's header region (Headers[i] for Files[i], nil for a file without

@@ -12,10 +12,12 @@ import (
 )
 
 // Choosing a source without a coordinator: every peer is asked what it
-// holds and builds (list), holders come first, then builders, each with the
-// fewest children first; a peer serving max_children sessions of the
-// artifact already comes last (it would answer busy). Nodes that start
-// together agree on one root per artifact by rendezvous hashing.
+// holds and builds (list), holders come first, then builders attached to a
+// source, each with the fewest children first, then the nearest a complete
+// source; a builder with no source yet, or a peer serving max_children
+// sessions of the artifact already, comes last (it would be refused or
+// answer busy). Nodes that start together agree on one root per artifact
+// by rendezvous hashing.
 
 // listTimeout bounds the listing round of a source choice: a peer that does
 // not answer within it is tried after the ones that did.
@@ -27,6 +29,7 @@ type source struct {
 	building bool
 	full     bool // serving max_children sessions of it already
 	children int
+	depth    int // a builder's: -1 while it has no source
 	verified int64
 }
 
@@ -47,7 +50,7 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 			}
 			for _, a := range ls.Artifacts {
 				if a.IdentityDigest == id || a.ManifestDigest == id.String() {
-					offers[i] = &source{addr: addr, building: a.Building, children: a.Children, verified: a.VerifiedBytes,
+					offers[i] = &source{addr: addr, building: a.Building, children: a.Children, depth: a.Depth, verified: a.VerifiedBytes,
 						full: ls.MaxChildren > 0 && a.Children >= ls.MaxChildren}
 					return
 				}
@@ -75,8 +78,12 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 			return boolCmp(a.full, b.full)
 		case a.building != b.building:
 			return boolCmp(a.building, b.building)
+		case (a.depth < 0) != (b.depth < 0):
+			return boolCmp(a.depth < 0, b.depth < 0)
 		case a.children != b.children:
 			return a.children - b.children
+		case a.depth != b.depth:
+			return a.depth - b.depth
 		}
 		return int(min(max(b.verified-a.verified, -1), 1)) // the builder further along first
 	})

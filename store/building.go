@@ -50,6 +50,7 @@ type Building struct {
 	files    map[string]*os.File
 	total    int64 // bytes verified, over every file
 	depth    int   // the last source recorded, -1 before any
+	ended    bool  // the builder recorded its end without publishing
 	done     bool  // published: every range counts verified
 }
 
@@ -114,8 +115,8 @@ func (d *Domain) openBuilding(id artifact.ID, dir string) (*Building, error) {
 	b.mu.Lock()
 	err = b.refresh()
 	b.mu.Unlock()
-	if err == nil && b.doc == nil {
-		err = fmt.Errorf("build of %s not announced yet: %w", id.Short(), errdefs.ErrNotFound)
+	if err == nil && (b.doc == nil || b.ended) {
+		err = fmt.Errorf("build of %s not announced yet, or ended: %w", id.Short(), errdefs.ErrNotFound)
 	}
 	if err != nil {
 		b.Close()
@@ -174,10 +175,12 @@ func (b *Building) refresh() error {
 		case hdr[0] == recSource && len(body) == 4 && b.doc != nil:
 			// Untrusted: compared as unsigned before it is converted.
 			d := binary.LittleEndian.Uint32(body)
-			if d > MaxDepth {
+			if d > artifact.MaxDepth {
 				return fmt.Errorf("progress of %s: depth %d out of bounds: %w", b.id.Short(), d, errdefs.ErrDataLoss)
 			}
 			b.depth = int(d)
+		case hdr[0] == recEnd && len(body) == 0:
+			b.ended = true
 		default:
 			return fmt.Errorf("progress of %s: bad record %q at %d: %w", b.id.Short(), hdr[0], b.read, errdefs.ErrDataLoss)
 		}
@@ -243,6 +246,9 @@ func (b *Building) Wait(ctx context.Context, path string, off, n int64) error {
 		if b.published() {
 			b.done = true
 			return struct{}{}, nil
+		}
+		if b.ended {
+			return struct{}{}, backoff.Permanent(&BuildEndedError{ID: b.id})
 		}
 		if !b.d.buildRunning(b.id) {
 			// Publication comes before the build lock's release: a build

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,16 +21,15 @@ const fileProgress = ".progress"
 
 // Records of the progress file: [kind u8][body length u32 LE][body].
 // An announce's body is the document; a verified range's is
-// [off u64 LE][n u64 LE][path]; a source's is [depth u32 LE].
+// [off u64 LE][n u64 LE][path]; a source's is [depth u32 LE]; an end's
+// (the build stopped without publishing) is empty.
 const (
 	recAnnounce = 'A'
 	recVerified = 'V'
 	recSource   = 'S'
+	recEnd      = 'E'
 	recHeader   = 5
 )
-
-// MaxDepth bounds the depth a build records (artifact.Seeder.Source).
-const MaxDepth = 1 << 16
 
 // Seeding implements artifact.Seeder.
 func (b *build) Seeding() bool { return b.d.served() }
@@ -102,10 +102,23 @@ func (b *build) Source(depth int) error {
 	if b.progress == nil {
 		return fmt.Errorf("build %s: a source recorded before the announce: %w", b.id.Short(), errdefs.ErrFailedPrecondition)
 	}
-	if depth < 0 || depth > MaxDepth {
-		return fmt.Errorf("build %s: depth %d out of [0, %d]: %w", b.id.Short(), depth, MaxDepth, errdefs.ErrInvalidArgument)
+	if depth < 0 || depth > artifact.MaxDepth {
+		return fmt.Errorf("build %s: depth %d out of [0, %d]: %w", b.id.Short(), depth, artifact.MaxDepth, errdefs.ErrInvalidArgument)
 	}
 	return appendRecord(b.progress, recSource, binary.LittleEndian.AppendUint32(nil, uint32(depth)))
+}
+
+// endProgress tells the followers of a build in dir that it ended without
+// publishing: its process stopped it (release), or died and a new build of
+// the same identity adopts its files (adoptStale). Best effort: a follower
+// of a build whose process died also sees its build lock free.
+func endProgress(dir string) {
+	f, err := os.OpenFile(filepath.Join(dir, fileProgress), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	appendRecord(f, recEnd, nil)
 }
 
 // appendRecord appends one record in a single write, so a reader sees it

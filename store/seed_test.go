@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -324,4 +325,46 @@ func TestBuildingServesTensorsAsTheyCheck(t *testing.T) {
 			}
 		})
 	}
+}
+
+// blockingProducer holds its build (and its build lock) until release.
+type blockingProducer struct{ started, release chan struct{} }
+
+func (p *blockingProducer) Name() string { return artifact.PassthroughName }
+
+func (p *blockingProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	close(p.started)
+	<-p.release
+	return errors.New("released")
+}
+
+// A build interrupted (kept for the next build to reuse) ends its
+// followers at once, even while the next build of the identity runs.
+func TestBuildingEndsWhenInterruptedAndRebuilt(t *testing.T) {
+	builder, reader, p, id, done := startSeeding(t, fmt.Errorf("source went away: %w", errdefs.ErrUnavailable))
+	ctx := context.Background()
+	b, err := reader.Building(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	close(p.verify)
+	if err := <-done; !errdefs.IsUnavailable(err) {
+		t.Fatalf("the build: %v, want it interrupted", err)
+	}
+	next := &blockingProducer{started: make(chan struct{}), release: make(chan struct{})}
+	second := make(chan error, 1)
+	go func() {
+		_, _, err := builder.GetOrBuild(ctx, artifact.PassthroughIdentity(p.src, "", testRevision, "", 0, 0), next)
+		second <- err
+	}()
+	<-next.started
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var ended *store.BuildEndedError
+	if err := b.Wait(wctx, p.big().Path, 0, 4096); !errors.As(err, &ended) {
+		t.Fatalf("following an interrupted build while the next one runs: %v, want a BuildEndedError", err)
+	}
+	close(next.release)
+	<-second
 }

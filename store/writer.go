@@ -167,6 +167,7 @@ func (b *build) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.progress != nil {
+		appendRecord(b.progress, recEnd, nil)
 		b.progress.Close()
 		b.progress = nil
 	}
