@@ -33,11 +33,9 @@ type source struct {
 	verified int64
 }
 
-// orderSources lists every peer at once and returns them in the order to
-// ask for id: holders, then builders, each not full and with the fewest
-// children first, then full ones, then the peers that did not list it in
-// their configured order. found says whether any peer holds or builds it.
-func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, found bool) {
+// listSources lists every peer at once and returns each one's offer of
+// id, nil for a peer that did not list it (within listTimeout).
+func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) []*source {
 	lctx, cancel := context.WithTimeout(ctx, min(listTimeout, cfg.withDefaults().Timeout))
 	defer cancel()
 	offers := make([]*source, len(addrs))
@@ -63,6 +61,15 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 	case <-done:
 	case <-lctx.Done(): // the stragglers end at their own timeout
 	}
+	return offers
+}
+
+// orderSources returns the peers in the order to ask for id: holders,
+// then builders, each not full and with the fewest children first, then
+// full ones, then the peers that did not list it in their configured
+// order. found says whether any peer holds or builds it.
+func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, found bool) {
+	offers := listSources(ctx, cfg, addrs, id)
 	var got []source
 	var rest []string
 	for i, addr := range addrs {

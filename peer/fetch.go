@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -40,6 +42,8 @@ type FetchOptions struct {
 	// Progress, if set, is told of payload bytes verified or reused; it is
 	// called from several goroutines at once.
 	Progress func(n int64)
+
+	self string // Provider.Self, for orphanWait
 }
 
 // Defaults of FetchOptions.
@@ -105,8 +109,8 @@ type fetcher struct {
 	// from a holder, a builder's depth plus one from that builder
 	// (artifact.Seeder.Source). A builder is a source only if it is nearer
 	// a complete source (eligible), so builders never wait on each other.
-	depth  int
-	jitter time.Duration // under orphanJitter, drawn once (orphanWait)
+	depth       int
+	orphanAfter time.Duration // orphanWait's, -1 before it is computed
 
 	mu      sync.Mutex
 	units   []*unit
@@ -410,8 +414,10 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 			}
 			failures++
 			var ns *noSourceError
-			if errors.As(err, &ns) && time.Since(since) > f.orphanWait() {
+			if errors.As(err, &ns) && time.Since(since) > f.orphanWait(ctx) {
 				// Another source may be the registry: resolution goes on to it.
+				log.G(ctx).WithError(err).WithField("depth", f.depth).WithField("waited", time.Since(since).Round(time.Millisecond)).
+					Warn("peer: no source left nearer a complete source; leaving the fetch")
 				return struct{}{}, backoff.Permanent(fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable))
 			}
 			if time.Since(since) > f.o.Patience && failures > len(f.peers) {
@@ -429,20 +435,44 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 }
 
 // orphanWait is how long a fetch whose sources are gone asks the peers
-// again before it gives up (and resolution takes the registry): a node
-// near the origin (depth 0 or 1: its source was a holder or the root)
-// waits a random instant under orphanJitter, so one of the orphans of a
-// source takes the origin and the others find it building; a node
+// again before it gives up (and resolution takes the registry). Orphans
+// near the origin (depth 0 or 1: their source was a holder or the root)
+// lose it at the same instant and agree on which of them takes the origin
+// first: the builders listed at depth 0 or 1 and this node, ranked by
+// rendezvous hashing, each wait orphanSettle and then orphanStep per rank
+// (a random instant under it without this node's address), so every
+// orphan lists the others before the first one leaves, and the first
+// one's new build is announced before the next one would go. A node
 // farther down waits for its upstream to recover, up to DefaultRootWait.
-func (f *fetcher) orphanWait() time.Duration {
-	if f.depth <= 1 {
-		return f.jitter
+// Computed once, at the first miss of a source.
+func (f *fetcher) orphanWait(ctx context.Context) time.Duration {
+	if f.depth > 1 {
+		return DefaultRootWait
 	}
-	return DefaultRootWait
+	if f.orphanAfter >= 0 {
+		return f.orphanAfter
+	}
+	rank := rand.N(orphanStep)
+	if f.o.self != "" {
+		near := []string{f.o.self}
+		for _, o := range listSources(ctx, f.o.Client, f.peers, f.base.IdentityDigest) {
+			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != f.o.self {
+				near = append(near, o.addr)
+			}
+		}
+		rank = time.Duration(slices.Index(rendezvous(f.base.IdentityDigest, near), f.o.self)) * orphanStep
+	}
+	f.orphanAfter = orphanSettle + rank
+	return f.orphanAfter
 }
 
-// orphanJitter bounds the wait of an orphan near the origin.
-const orphanJitter = time.Second
+// Orphans near the origin: within orphanSettle of losing their source
+// each one has listed the others; orphanStep is longer than a registry
+// pull takes to announce its build.
+const (
+	orphanSettle = 300 * time.Millisecond
+	orphanStep   = time.Second
+)
 
 // nextSession opens a session on the next peer after the one used last
 // that serves the same bytes, passing over peers that served wrong bytes

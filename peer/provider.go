@@ -66,7 +66,7 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 		return nil, fmt.Errorf("no peer but this node: %w", errdefs.ErrNotFound)
 	}
 	o := p.Options
-	o.Tensors = nil
+	o.Tensors, o.self = nil, p.Self
 	f, err := newFetcher(ctx, addrs, id.String(), o, false)
 	// The root goes to the registry at once when no peer holds or builds
 	// the artifact; when one does but cannot serve it now (busy, or a

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"strconv"
 	"strings"
@@ -131,7 +130,7 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 		peers, _ = orderSources(ctx, o.Client, peers, id)
 	}
 	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}, depth: -1,
-		jitter: rand.N(orphanJitter)}
+		orphanAfter: -1}
 	var errs []error
 	for i, addr := range peers {
 		cs, err := openSession(ctx, o.Client, addr, request)
