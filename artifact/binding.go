@@ -20,7 +20,10 @@ import (
 //     the header's BLAKE3 and the tensor table must equal Want's, the sha256
 //     must equal Want.SHA256, and Want's tensor BLAKE3 values (from the index
 //     layer, which the manifest's sha256 chain pins to these layers) are
-//     recorded without hashing the tensor bytes.
+//     recorded without hashing the tensor bytes. With CheckTensors the
+//     writer hashes them too and checks each tensor as it ends, so a build
+//     can serve the tensors it verified before the whole file's sha256
+//     (chain seeding; FileHasher.Checked).
 //   - BindTree: a peer fetch. The bytes land in any order (WriteAt, several
 //     connections); the producer hashes each tensor as its bytes land and
 //     reports the BLAKE3 (BoundFileWriter.SetPartBLAKE3). The writer keeps
@@ -34,6 +37,9 @@ type Binding struct {
 	// (Index.Upgrade).
 	Want FileEntry
 	By   BindBy
+	// CheckTensors (BindSHA256 only) checks every tensor's bytes against
+	// Want's tensor BLAKE3 as the tensor ends.
+	CheckTensors bool
 }
 
 // BindBy is the digest a Binding computes from the bytes.
@@ -99,6 +105,9 @@ func checkBinding(b Binding) error {
 	case BindNone:
 		return nil
 	case BindSHA256, BindTree:
+		if b.CheckTensors && b.By != BindSHA256 {
+			return fmt.Errorf("binding of %s: tensors are checked under BindSHA256 only: %w", b.Want.Path, errdefs.ErrInvalidArgument)
+		}
 		if err := checkEntry(IndexSchema, b.Want); err != nil {
 			return fmt.Errorf("binding of %s: %w: %w", b.Want.Path, err, errdefs.ErrInvalidArgument)
 		}

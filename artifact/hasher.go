@@ -9,6 +9,7 @@ import (
 	"hash"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
@@ -23,7 +24,8 @@ import (
 //     on a lane of its own, overlapped with the BLAKE3, so one Write keeps
 //     two cores busy.
 //   - BindSHA256: the sha256 and the header region's BLAKE3; the tensor
-//     BLAKE3 values come from the record.
+//     BLAKE3 values come from the record, or with CheckTensors are computed
+//     and checked against it as each tensor ends.
 //   - BindTree: the BLAKE3 values (a kept file of a peer fetch, read once);
 //     the sha256 comes from the record.
 type FileHasher struct {
@@ -41,6 +43,7 @@ type FileHasher struct {
 	sums        []Digest // per tensor, as each one ends
 	next        int      // index of the tensor being hashed
 	pos         int64
+	checked     atomic.Int64 // see Checked
 	err         error
 	once        sync.Once
 }
@@ -75,7 +78,7 @@ func NewFileHasher(b Binding) (*FileHasher, error) {
 		b:           b,
 		entry:       FileEntry{File: File{Path: b.Want.Path, Size: b.Want.Size}},
 		part:        blake3.New(),
-		tensors:     b.By != BindSHA256,
+		tensors:     b.By != BindSHA256 || (b.CheckTensors && IsSafetensors(b.Want.Path)),
 		safetensors: IsSafetensors(b.Want.Path),
 	}
 	if b.By != BindTree {
@@ -138,7 +141,9 @@ func (h *FileHasher) hashParts(p []byte) error {
 		h.pos += take
 		p = p[take:]
 		if h.safetensors {
-			h.closeTensors()
+			if err := h.closeTensors(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -197,9 +202,11 @@ func (h *FileHasher) parseHeader() error {
 		}
 		h.next = len(hdr.Tensors)
 	}
+	if h.b.By == BindSHA256 {
+		h.checked.Store(h.entry.DataStart)
+	}
 	h.sums = make([]Digest, 0, len(hdr.Tensors))
-	h.closeTensors()
-	return nil
+	return h.closeTensors()
 }
 
 // tensorEntries are the index entries of a header's tensors, without digests.
@@ -223,17 +230,33 @@ func checkHeader(want, got FileEntry) error {
 	return nil
 }
 
-// closeTensors finishes every tensor that ends at h.pos (empty ones included).
-func (h *FileHasher) closeTensors() {
+// closeTensors finishes every tensor that ends at h.pos (empty ones
+// included); under CheckTensors each must equal the record's.
+func (h *FileHasher) closeTensors() error {
 	for h.next < len(h.header.Tensors) && h.header.DataStart()+h.header.Tensors[h.next].End <= h.pos {
 		var sum Digest
 		h.part.Sum(sum[:0])
 		h.part.Reset()
 		h.sums = append(h.sums, sum)
-		h.entry.Tensors[h.next].BLAKE3 = DigestHex(sum)
+		t := &h.entry.Tensors[h.next]
+		t.BLAKE3 = DigestHex(sum)
 		h.next++
+		if h.b.CheckTensors {
+			if w := h.b.Want.Tensors[h.next-1]; w.BLAKE3 != t.BLAKE3 {
+				return &EntryMismatchError{Path: h.entry.Path, Tensor: w.Name, Field: "blake3", Want: w.BLAKE3, Got: t.BLAKE3}
+			}
+			h.checked.Store(t.Offset + t.Length)
+		}
 	}
+	return nil
 }
+
+// Checked is how far the bytes written are checked against the record, as
+// [0, Checked()): under BindSHA256 the header region once it checks and,
+// with CheckTensors, every tensor as it checks; 0 otherwise (a BindTree
+// file is checked by its producer, part by part). Safe to call from
+// another goroutine while Write runs.
+func (h *FileHasher) Checked() int64 { return h.checked.Load() }
 
 // Sum returns the finished entry; it fails if fewer bytes than declared were
 // written, or if the bytes disagree with the record they are bound to.
@@ -254,7 +277,7 @@ func (h *FileHasher) Sum() (FileEntry, error) {
 		e.SHA256 = hex.EncodeToString(h.sha.Sum(nil))
 	}
 	switch {
-	case !h.tensors: // BindSHA256
+	case h.b.By == BindSHA256:
 		if e.SHA256 != h.b.Want.SHA256 {
 			return FileEntry{}, &EntryMismatchError{Path: e.Path, Field: "sha256", Want: h.b.Want.SHA256, Got: e.SHA256}
 		}

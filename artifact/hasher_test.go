@@ -80,3 +80,75 @@ func TestFileHasherRefusesBadHeaders(t *testing.T) {
 		})
 	}
 }
+
+// A BindSHA256 file with CheckTensors reports each tensor checked as it
+// ends, and refuses a tensor whose bytes differ from the record when that
+// tensor ends, before the rest of the file.
+func TestFileHasherChecksTensorsAsTheyEnd(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := WriteSafetensors(&buf, []WriteTensor{
+		{Name: "a", DType: "U8", Shape: []int64{4}, Data: []byte{1, 2, 3, 4}},
+		{Name: "b", DType: "U8", Shape: []int64{4}, Data: []byte{5, 6, 7, 8}},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	whole, err := NewFileHasher(Binding{Want: FileEntry{File: File{Path: "m.safetensors", Size: int64(len(data))}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	whole.Write(data)
+	want, err := whole.Sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := want.Tensors[0]
+	for _, tc := range []struct {
+		name      string
+		flip      int64 // a byte flipped, -1 for none
+		check     bool
+		checkedAt map[int64]int64 // bytes written -> Checked()
+		failAt    int64           // bytes written when Write fails, 0 for none
+	}{
+		{"checked", -1, true, map[int64]int64{want.DataStart - 1: 0, want.DataStart: want.DataStart, a.Offset + a.Length - 1: want.DataStart,
+			a.Offset + a.Length: a.Offset + a.Length, want.Size: want.Size}, 0},
+		{"not asked", -1, false, map[int64]int64{want.DataStart: want.DataStart, want.Size: want.DataStart}, 0},
+		{"first tensor wrong", a.Offset, true, map[int64]int64{a.Offset + a.Length - 1: want.DataStart}, a.Offset + a.Length},
+		{"wrong but not asked", a.Offset, false, map[int64]int64{want.Size: want.DataStart}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bad := bytes.Clone(data)
+			if tc.flip >= 0 {
+				bad[tc.flip] ^= 0xff
+			}
+			h, err := NewFileHasher(Binding{Want: want, By: BindSHA256, CheckTensors: tc.check})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range bad {
+				_, err := h.Write(bad[i : i+1])
+				n := int64(i + 1)
+				if n == tc.failAt {
+					var mm *EntryMismatchError
+					if !errors.As(err, &mm) || mm.Tensor != "a" {
+						t.Fatalf("byte %d: %v, want a mismatch of tensor a", n, err)
+					}
+					return
+				}
+				if err != nil {
+					t.Fatalf("byte %d: %v", n, err)
+				}
+				if c, ok := tc.checkedAt[n]; ok && h.Checked() != c {
+					t.Fatalf("after %d bytes Checked() = %d, want %d", n, h.Checked(), c)
+				}
+			}
+			if tc.failAt != 0 {
+				t.Fatal("no mismatch")
+			}
+			_, err = h.Sum()
+			if (tc.flip >= 0) != (err != nil) {
+				t.Fatalf("Sum: %v", err)
+			}
+		})
+	}
+}

@@ -17,7 +17,17 @@ type Seeder interface {
 	// bytes this node verified against the artifact's digests. It must be
 	// called only after those bytes are written to the file.
 	Verified(path string, off, n int64) error
+	// Source records where the build takes its bytes from now, as its
+	// depth: how many building nodes stand between it and a complete
+	// source (0: the registry or a node holding the artifact READY; a
+	// builder's depth plus one when it fetches from that builder). After
+	// the announce, and again whenever the source changes. Peers choose
+	// builders by it so that no two builders wait on each other.
+	Source(depth int) error
 }
+
+// MaxDepth bounds a build's depth (Seeder.Source), wherever it is read.
+const MaxDepth = 1 << 16
 
 // Announcement is the document a seeding producer announces, as JSON: the
 // artifact's identity and every payload file's entry, with each safetensors

@@ -47,7 +47,16 @@ func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
 	if err := sd.Announce(doc); err != nil {
 		return err
 	}
+	if err := sd.Source(0); err != nil {
+		return err
+	}
 	p.seed = sd
+	// Each tensor is checked against the index layer as it is written, so
+	// peers get it before the whole file's sha256.
+	for i := range p.plan.Files {
+		f := &p.plan.Files[i]
+		f.Binding.CheckTensors = f.Binding.By == artifact.BindSHA256 && artifact.IsSafetensors(f.Path)
+	}
 	return nil
 }
 
@@ -67,7 +76,8 @@ func (p *puller) header(ctx context.Context, f PlanFile) ([]byte, error) {
 }
 
 // verified records a file whose sha256 (and entry) checked, once written:
-// a pull verifies whole files.
+// the store's writer recorded its tensors as each checked (CheckTensors);
+// the rest of the file, a file that is not safetensors, counts now.
 func (p *puller) verified(f PlanFile) error {
 	if p.seed == nil {
 		return nil

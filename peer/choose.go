@@ -12,10 +12,12 @@ import (
 )
 
 // Choosing a source without a coordinator: every peer is asked what it
-// holds and builds (list), holders come first, then builders, each with the
-// fewest children first; a peer serving max_children sessions of the
-// artifact already comes last (it would answer busy). Nodes that start
-// together agree on one root per artifact by rendezvous hashing.
+// holds and builds (list), holders come first, then builders attached to a
+// source, each with the fewest children first, then the nearest a complete
+// source; a builder with no source yet, or a peer serving max_children
+// sessions of the artifact already, comes last (it would be refused or
+// answer busy). Nodes that start together agree on one root per artifact
+// by rendezvous hashing.
 
 // listTimeout bounds the listing round of a source choice: a peer that does
 // not answer within it is tried after the ones that did.
@@ -27,14 +29,13 @@ type source struct {
 	building bool
 	full     bool // serving max_children sessions of it already
 	children int
+	depth    int // a builder's: -1 while it has no source
 	verified int64
 }
 
-// orderSources lists every peer at once and returns them in the order to
-// ask for id: holders, then builders, each not full and with the fewest
-// children first, then full ones, then the peers that did not list it in
-// their configured order. found says whether any peer holds or builds it.
-func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, found bool) {
+// listSources lists every peer at once and returns each one's offer of
+// id, nil for a peer that did not list it (within listTimeout).
+func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) []*source {
 	lctx, cancel := context.WithTimeout(ctx, min(listTimeout, cfg.withDefaults().Timeout))
 	defer cancel()
 	offers := make([]*source, len(addrs))
@@ -47,7 +48,7 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 			}
 			for _, a := range ls.Artifacts {
 				if a.IdentityDigest == id || a.ManifestDigest == id.String() {
-					offers[i] = &source{addr: addr, building: a.Building, children: a.Children, verified: a.VerifiedBytes,
+					offers[i] = &source{addr: addr, building: a.Building, children: a.Children, depth: a.Depth, verified: a.VerifiedBytes,
 						full: ls.MaxChildren > 0 && a.Children >= ls.MaxChildren}
 					return
 				}
@@ -60,6 +61,15 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 	case <-done:
 	case <-lctx.Done(): // the stragglers end at their own timeout
 	}
+	return offers
+}
+
+// orderSources returns the peers in the order to ask for id: holders,
+// then builders, each not full and with the fewest children first, then
+// full ones, then the peers that did not list it in their configured
+// order. found says whether any peer holds or builds it.
+func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, found bool) {
+	offers := listSources(ctx, cfg, addrs, id)
 	var got []source
 	var rest []string
 	for i, addr := range addrs {
@@ -75,8 +85,12 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 			return boolCmp(a.full, b.full)
 		case a.building != b.building:
 			return boolCmp(a.building, b.building)
+		case (a.depth < 0) != (b.depth < 0):
+			return boolCmp(a.depth < 0, b.depth < 0)
 		case a.children != b.children:
 			return a.children - b.children
+		case a.depth != b.depth:
+			return a.depth - b.depth
 		}
 		return int(min(max(b.verified-a.verified, -1), 1)) // the builder further along first
 	})

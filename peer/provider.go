@@ -66,9 +66,13 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 		return nil, fmt.Errorf("no peer but this node: %w", errdefs.ErrNotFound)
 	}
 	o := p.Options
-	o.Tensors = nil
+	o.Tensors, o.self = nil, p.Self
 	f, err := newFetcher(ctx, addrs, id.String(), o, false)
-	if err == nil || p.Self == "" || isRoot(id, addrs, p.Self) || !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
+	// The root goes to the registry at once when no peer holds or builds
+	// the artifact; when one does but cannot serve it now (busy, or a
+	// builder not yet attached to a source) it asks again like any node.
+	root := isRoot(id, addrs, p.Self) && !isBusy(err) && !errors.Is(err, errNotNearer)
+	if err == nil || p.Self == "" || root || !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
 		return f, err
 	}
 	wait := p.RootWait

@@ -3,12 +3,15 @@ package peer
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -36,6 +39,9 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 	}
 	sd := w.(artifact.Seeder)
 	if err := announce(sd, &sv.manifest); err != nil {
+		return err
+	}
+	if err := sd.Source(0); err != nil { // it copies a READY artifact
 		return err
 	}
 	for _, f := range p.src.Files() {
@@ -231,5 +237,45 @@ func TestRendezvousElectsOneRoot(t *testing.T) {
 	}
 	if len(roots) < 8 {
 		t.Fatalf("64 artifacts rooted on only %d of 16 nodes: %v", len(roots), roots)
+	}
+}
+
+// A builder is a source only once it has a source itself and, for a fetch
+// that has a depth, only at a smaller one; a holder always is.
+func TestEligibleSources(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		building bool
+		depth    int // the peer's
+		mine     int // the fetch's
+		ok       bool
+	}{
+		{"holder, new fetch", false, 0, -1, true},
+		{"holder, deep fetch", false, 0, 7, true},
+		{"holder, fetch from a holder", false, 0, 0, true},
+		{"builder with no source", true, -1, -1, false},
+		{"attached builder, new fetch", true, 3, -1, true},
+		{"nearer builder", true, 1, 3, true},
+		{"builder as deep", true, 3, 3, false},
+		{"deeper builder (maybe a child)", true, 4, 3, false},
+		{"any builder, fetch from a holder", true, 0, 0, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &fetcher{depth: tc.mine}
+			err := f.eligible("10.0.0.1:7420", &wire.WeightManifest{Building: tc.building, Depth: tc.depth})
+			if (err == nil) != tc.ok {
+				t.Fatalf("eligible: %v, want ok %t", err, tc.ok)
+			}
+			if err != nil && (!errors.Is(err, errNotNearer) || !errdefs.IsUnavailable(err) || !peerFault(err)) {
+				t.Fatalf("refusal %v: want errNotNearer, unavailable, a peer fault", err)
+			}
+		})
+	}
+	m := &wire.WeightManifest{Building: true, Depth: 2}
+	if d := sourceDepth(m); d != 3 {
+		t.Fatalf("depth through a builder at 2: %d", d)
+	}
+	if d := sourceDepth(&wire.WeightManifest{}); d != 0 {
+		t.Fatalf("depth through a holder: %d", d)
 	}
 }

@@ -129,10 +129,16 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if id, err := artifact.ParseID(request); err == nil && len(peers) > 1 {
 		peers, _ = orderSources(ctx, o.Client, peers, id)
 	}
-	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}}
+	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}, depth: -1,
+		orphanAfter: -1}
 	var errs []error
 	for i, addr := range peers {
 		cs, err := openSession(ctx, o.Client, addr, request)
+		if err == nil {
+			if err = f.eligible(addr, cs.manifest); err != nil {
+				cs.close()
+			}
+		}
 		if err != nil {
 			errs = append(errs, err)
 			if ctx.Err() != nil {

@@ -49,6 +49,8 @@ type Building struct {
 	verified map[string][]span
 	files    map[string]*os.File
 	total    int64 // bytes verified, over every file
+	depth    int   // the last source recorded, -1 before any
+	ended    bool  // the builder recorded its end without publishing
 	done     bool  // published: every range counts verified
 }
 
@@ -109,12 +111,12 @@ func (d *Domain) openBuilding(id artifact.ID, dir string) (*Building, error) {
 		df.Close()
 		return nil, err
 	}
-	b := &Building{d: d, id: id, dir: df, prog: os.NewFile(uintptr(pfd), fileProgress), verified: map[string][]span{}, files: map[string]*os.File{}}
+	b := &Building{d: d, id: id, dir: df, prog: os.NewFile(uintptr(pfd), fileProgress), verified: map[string][]span{}, files: map[string]*os.File{}, depth: -1}
 	b.mu.Lock()
 	err = b.refresh()
 	b.mu.Unlock()
-	if err == nil && b.doc == nil {
-		err = fmt.Errorf("build of %s not announced yet: %w", id.Short(), errdefs.ErrNotFound)
+	if err == nil && (b.doc == nil || b.ended) {
+		err = fmt.Errorf("build of %s not announced yet, or ended: %w", id.Short(), errdefs.ErrNotFound)
 	}
 	if err != nil {
 		b.Close()
@@ -135,6 +137,16 @@ func (b *Building) VerifiedBytes() int64 {
 	defer b.mu.Unlock()
 	b.refresh()
 	return b.total
+}
+
+// Depth is the build's depth (artifact.Seeder.Source): how many building
+// nodes stand between it and a complete source, -1 while it records none
+// (it has no source yet).
+func (b *Building) Depth() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refresh()
+	return b.depth
 }
 
 // refresh parses the records appended since the last look. The caller holds mu.
@@ -160,6 +172,15 @@ func (b *Building) refresh() error {
 		case hdr[0] == recVerified && len(body) > 16 && b.doc != nil:
 			off, n := int64(binary.LittleEndian.Uint64(body)), int64(binary.LittleEndian.Uint64(body[8:]))
 			b.add(string(body[16:]), span{off, off + n})
+		case hdr[0] == recSource && len(body) == 4 && b.doc != nil:
+			// Untrusted: compared as unsigned before it is converted.
+			d := binary.LittleEndian.Uint32(body)
+			if d > artifact.MaxDepth {
+				return fmt.Errorf("progress of %s: depth %d out of bounds: %w", b.id.Short(), d, errdefs.ErrDataLoss)
+			}
+			b.depth = int(d)
+		case hdr[0] == recEnd && len(body) == 0:
+			b.ended = true
 		default:
 			return fmt.Errorf("progress of %s: bad record %q at %d: %w", b.id.Short(), hdr[0], b.read, errdefs.ErrDataLoss)
 		}
@@ -225,6 +246,9 @@ func (b *Building) Wait(ctx context.Context, path string, off, n int64) error {
 		if b.published() {
 			b.done = true
 			return struct{}{}, nil
+		}
+		if b.ended {
+			return struct{}{}, backoff.Permanent(&BuildEndedError{ID: b.id})
 		}
 		if !b.d.buildRunning(b.id) {
 			// Publication comes before the build lock's release: a build

@@ -38,6 +38,14 @@ type fileWriter struct {
 	tree    *treeFile // BindTree files
 	mapping []byte    // Map's, for BindTree files; unmapped at Close
 
+	// A build that announces its progress records the ranges both written
+	// and checked against the record (onChecked, set for bindings that
+	// check tensors): how far the write stage wrote, and how far is recorded.
+	onChecked func(off, n int64) error
+	progMu    sync.Mutex
+	written   int64
+	recorded  int64
+
 	closed    bool
 	startSync func()
 	synced    chan error
@@ -45,8 +53,8 @@ type fileWriter struct {
 	err       error
 }
 
-func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool) (*fileWriter, error) {
-	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f}
+func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool, onChecked func(off, n int64) error) (*fileWriter, error) {
+	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f, onChecked: onChecked}
 	if b.By == artifact.BindTree {
 		w.tree = newTreeFile(b.Want)
 		return w, nil
@@ -86,6 +94,8 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 			if s.failed() == nil {
 				if _, err := w.hasher.Write(c.buf); err != nil {
 					s.fail(err)
+				} else if err := w.advance(0); err != nil {
+					s.fail(err)
 				}
 			}
 			s.release(c)
@@ -98,15 +108,38 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 				if _, err := pwrite(w.f, c.buf, c.off); err != nil {
 					s.fail(err)
 				}
-				if end := c.off + int64(len(c.buf)); end-started >= writebackChunk {
+				end := c.off + int64(len(c.buf))
+				if end-started >= writebackChunk {
 					writeBehind(w.f, started, started, end)
 					started = end
+				}
+				if err := w.advance(end); err != nil {
+					s.fail(err)
 				}
 			}
 			s.release(c)
 		}
 	})
 	return s
+}
+
+// advance records the bytes both written and checked that are not
+// recorded yet, when the build records its progress; wrote is where the
+// write stage's last write ended (0 from the hash stage).
+func (w *fileWriter) advance(wrote int64) error {
+	if w.onChecked == nil {
+		return nil
+	}
+	w.progMu.Lock()
+	defer w.progMu.Unlock()
+	w.written = max(w.written, wrote)
+	end := min(w.written, w.hasher.Checked())
+	if end <= w.recorded {
+		return nil
+	}
+	off := w.recorded
+	w.recorded = end
+	return w.onChecked(off, end-off)
 }
 
 // pwrite writes p at off in pieces the page cache takes fast

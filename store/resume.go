@@ -28,6 +28,7 @@ func (b *build) adoptStale() {
 	}
 	sort.Slice(stale, func(i, j int) bool { return modTime(stale[i]) > modTime(stale[j]) })
 	for i, s := range stale {
+		endProgress(s)
 		if i == 0 && os.Rename(s, filepath.Join(b.dir, resumeDir)) == nil {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,10 +21,13 @@ const fileProgress = ".progress"
 
 // Records of the progress file: [kind u8][body length u32 LE][body].
 // An announce's body is the document; a verified range's is
-// [off u64 LE][n u64 LE][path].
+// [off u64 LE][n u64 LE][path]; a source's is [depth u32 LE]; an end's
+// (the build stopped without publishing) is empty.
 const (
 	recAnnounce = 'A'
 	recVerified = 'V'
+	recSource   = 'S'
+	recEnd      = 'E'
 	recHeader   = 5
 )
 
@@ -89,6 +93,32 @@ func (b *build) Verified(path string, off, n int64) error {
 	body := binary.LittleEndian.AppendUint64(nil, uint64(off))
 	body = binary.LittleEndian.AppendUint64(body, uint64(n))
 	return appendRecord(b.progress, recVerified, append(body, path...))
+}
+
+// Source implements artifact.Seeder: it records the build's depth.
+func (b *build) Source(depth int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.progress == nil {
+		return fmt.Errorf("build %s: a source recorded before the announce: %w", b.id.Short(), errdefs.ErrFailedPrecondition)
+	}
+	if depth < 0 || depth > artifact.MaxDepth {
+		return fmt.Errorf("build %s: depth %d out of [0, %d]: %w", b.id.Short(), depth, artifact.MaxDepth, errdefs.ErrInvalidArgument)
+	}
+	return appendRecord(b.progress, recSource, binary.LittleEndian.AppendUint32(nil, uint32(depth)))
+}
+
+// endProgress tells the followers of a build in dir that it ended without
+// publishing: its process stopped it (release), or died and a new build of
+// the same identity adopts its files (adoptStale). Best effort: a follower
+// of a build whose process died also sees its build lock free.
+func endProgress(dir string) {
+	f, err := os.OpenFile(filepath.Join(dir, fileProgress), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	appendRecord(f, recEnd, nil)
 }
 
 // appendRecord appends one record in a single write, so a reader sees it

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -209,4 +210,161 @@ func TestSeedingFollowsTheServeLock(t *testing.T) {
 			t.Fatalf("served %v: the build says seeding %v", serving, seeding)
 		}
 	}
+}
+
+// checkingProducer announces, records a source, and writes one safetensors
+// file bound by its sha256 with CheckTensors: split bytes, then the rest
+// once step is closed.
+type checkingProducer struct {
+	data  []byte
+	want  artifact.FileEntry
+	split int64
+	step  chan struct{}
+}
+
+func (p *checkingProducer) Name() string { return artifact.PassthroughName }
+
+func (p *checkingProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	s := w.(artifact.Seeder)
+	if err := s.Announce([]byte(`{"doc":2}`)); err != nil {
+		return err
+	}
+	if err := s.Source(3); err != nil {
+		return err
+	}
+	fw, err := w.(artifact.BoundWriter).CreateBound(artifact.Binding{Want: p.want, By: artifact.BindSHA256, CheckTensors: true})
+	if err != nil {
+		return err
+	}
+	if _, err := fw.Write(p.data[:p.split]); err != nil {
+		return err
+	}
+	<-p.step
+	if _, err := fw.Write(p.data[p.split:]); err != nil {
+		fw.Close()
+		return err
+	}
+	return fw.Close()
+}
+
+// A build that checks tensors as they are written serves each one once it
+// is written and checked, before the file's sha256, and records its depth;
+// a tensor that differs from the record fails the build.
+func TestBuildingServesTensorsAsTheyCheck(t *testing.T) {
+	var buf bytes.Buffer
+	if _, err := artifact.WriteSafetensors(&buf, []artifact.WriteTensor{
+		{Name: "a", DType: "U8", Shape: []int64{1 << 16}, Data: bytes.Repeat([]byte{1}, 1<<16)},
+		{Name: "b", DType: "U8", Shape: []int64{1 << 16}, Data: bytes.Repeat([]byte{2}, 1<<16)},
+	}, nil); err != nil {
+		t.Fatal(err)
+	}
+	data := buf.Bytes()
+	h, _ := artifact.NewFileHasher(artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: "m.safetensors", Size: int64(len(data))}}})
+	h.Write(data)
+	want, err := h.Sum()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := want.Tensors[0]
+	for _, corrupt := range []bool{false, true} {
+		t.Run(map[bool]string{false: "good", true: "second tensor wrong"}[corrupt], func(t *testing.T) {
+			root := t.TempDir()
+			builder, reader := openDomain(t, root), openDomain(t, root)
+			bytesIn := bytes.Clone(data)
+			if corrupt {
+				bytesIn[len(bytesIn)-1] ^= 0xff
+			}
+			p := &checkingProducer{data: bytesIn, want: want, split: a.Offset + a.Length + 10, step: make(chan struct{})}
+			identity := artifact.Identity{Schema: artifact.IdentitySchema,
+				Model:          artifact.Model{Revision: testRevision, Source: []artifact.SourceFile{{Path: want.Path, Size: want.Size, SHA256: want.SHA256}}},
+				Component:      "all",
+				Representation: artifact.Representation{DType: "source"},
+				Layout:         artifact.Layout{Name: "source"},
+				Producer:       artifact.ProducerRef{Name: "test", Version: "1", Fingerprint: "test", ManifestSchema: 1, RestorerSchema: 1}}
+			id, _ := identity.ID()
+			done := make(chan error, 1)
+			go func() {
+				l, _, err := builder.GetOrBuild(context.Background(), identity, p)
+				if err == nil {
+					l.Close()
+				}
+				done <- err
+			}()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var b *store.Building
+			for b == nil {
+				if b, err = reader.Building(ctx, id); err != nil {
+					if ctx.Err() != nil {
+						t.Fatal(err)
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+			defer b.Close()
+			if err := b.Wait(ctx, want.Path, 0, a.Offset+a.Length); err != nil {
+				t.Fatalf("the header and first tensor, written and checked: %v", err)
+			}
+			if d := b.Depth(); d != 3 {
+				t.Fatalf("depth %d, want 3", d)
+			}
+			short, cancelShort := context.WithTimeout(ctx, 100*time.Millisecond)
+			err := b.Wait(short, want.Path, a.Offset+a.Length, 1)
+			cancelShort()
+			if !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("a tensor written in part: %v, want it not served", err)
+			}
+			close(p.step)
+			err = <-done
+			var mm *artifact.EntryMismatchError
+			switch {
+			case !corrupt && err != nil:
+				t.Fatal(err)
+			case corrupt && (!errors.As(err, &mm) || mm.Tensor != "b"):
+				t.Fatalf("build: %v, want the mismatch of tensor b", err)
+			}
+		})
+	}
+}
+
+// blockingProducer holds its build (and its build lock) until release.
+type blockingProducer struct{ started, release chan struct{} }
+
+func (p *blockingProducer) Name() string { return artifact.PassthroughName }
+
+func (p *blockingProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	close(p.started)
+	<-p.release
+	return errors.New("released")
+}
+
+// A build interrupted (kept for the next build to reuse) ends its
+// followers at once, even while the next build of the identity runs.
+func TestBuildingEndsWhenInterruptedAndRebuilt(t *testing.T) {
+	builder, reader, p, id, done := startSeeding(t, fmt.Errorf("source went away: %w", errdefs.ErrUnavailable))
+	ctx := context.Background()
+	b, err := reader.Building(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	close(p.verify)
+	if err := <-done; !errdefs.IsUnavailable(err) {
+		t.Fatalf("the build: %v, want it interrupted", err)
+	}
+	next := &blockingProducer{started: make(chan struct{}), release: make(chan struct{})}
+	second := make(chan error, 1)
+	go func() {
+		_, _, err := builder.GetOrBuild(ctx, artifact.PassthroughIdentity(p.src, "", testRevision, "", 0, 0), next)
+		second <- err
+	}()
+	<-next.started
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	var ended *store.BuildEndedError
+	if err := b.Wait(wctx, p.big().Path, 0, 4096); !errors.As(err, &ended) {
+		t.Fatalf("following an interrupted build while the next one runs: %v, want a BuildEndedError", err)
+	}
+	close(next.release)
+	<-second
 }

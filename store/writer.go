@@ -95,7 +95,11 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 			return nil, classifyIO(fmt.Errorf("preallocate %s: %w", path, err))
 		}
 	}
-	fw, err := newFileWriter(bind, f, &b.buffers)
+	var onChecked func(off, n int64) error
+	if b.progress != nil && bind.CheckTensors {
+		onChecked = func(off, n int64) error { return b.Verified(path, off, n) }
+	}
+	fw, err := newFileWriter(bind, f, &b.buffers, onChecked)
 	if err != nil {
 		f.Close()
 		os.Remove(full)
@@ -163,6 +167,7 @@ func (b *build) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.progress != nil {
+		appendRecord(b.progress, recEnd, nil)
 		b.progress.Close()
 		b.progress = nil
 	}

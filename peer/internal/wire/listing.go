@@ -35,6 +35,8 @@ type ListedArtifact struct {
 	Tensors        int         `json:"tensors"`
 	Building       bool        `json:"building,omitempty"`
 	VerifiedBytes  int64       `json:"verified_bytes,omitempty"`
+	// Depth is a building artifact's (WeightManifest.Depth).
+	Depth int `json:"depth,omitempty"`
 	// Children are the sessions serving it now.
 	Children int `json:"children,omitempty"`
 }

@@ -31,6 +31,11 @@ type WeightManifest struct {
 	// "staged" names exported directories).
 	Export string        `json:"staged,omitempty"`
 	Shards []WeightShard `json:"shards"`
+	// Building says the peer serves the artifact while it builds it (chain
+	// seeding), and Depth how many building nodes stand between that build
+	// and a complete source (artifact.Seeder.Source), -1 while it has none.
+	Building bool `json:"building,omitempty"`
+	Depth    int  `json:"depth,omitempty"`
 }
 
 // WeightShard is one payload file: its index entry and, for a safetensors
@@ -144,6 +149,9 @@ func (m *WeightManifest) validate() error {
 	}
 	if len(m.Shards) == 0 {
 		return fmt.Errorf("no shards")
+	}
+	if m.Depth < -1 || m.Depth > artifact.MaxDepth || (!m.Building && m.Depth != 0) {
+		return fmt.Errorf("depth %d (building %t) out of bounds", m.Depth, m.Building)
 	}
 	var total int64
 	for i, s := range m.Shards {

@@ -62,3 +62,33 @@ func TestWeightShardStrict(t *testing.T) {
 		}
 	}
 }
+
+// A building artifact's depth is bounded, and a READY one has none.
+func TestManifestDepth(t *testing.T) {
+	var base WeightManifest
+	if err := json.Unmarshal(fuzzManifest(t), &base); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		building bool
+		depth    int
+		ok       bool
+	}{
+		{false, 0, true}, {true, 0, true}, {true, -1, true}, {true, artifact.MaxDepth, true},
+		{true, -2, false}, {true, artifact.MaxDepth + 1, false}, {false, 1, false}, {false, -1, false},
+	} {
+		m := base
+		m.Building, m.Depth = tc.building, tc.depth
+		raw, err := json.Marshal(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeManifest(raw)
+		if (err == nil) != tc.ok {
+			t.Fatalf("building %t depth %d: %v, want ok %t", tc.building, tc.depth, err, tc.ok)
+		}
+		if err == nil && (got.Building != tc.building || got.Depth != tc.depth) {
+			t.Fatalf("building %t depth %d decoded as %t %d", tc.building, tc.depth, got.Building, got.Depth)
+		}
+	}
+}
