@@ -61,8 +61,8 @@ func (d *Domain) served() bool {
 // Announce implements artifact.Seeder: it starts the progress file with
 // the document.
 func (b *build) Announce(doc []byte) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
 	if b.progress != nil {
 		return fmt.Errorf("build %s announced twice: %w", b.id.Short(), errdefs.ErrAlreadyExists)
 	}
@@ -78,34 +78,48 @@ func (b *build) Announce(doc []byte) error {
 	return nil
 }
 
+// announced says whether the build announced its progress.
+func (b *build) announced() bool {
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
+	return b.progress != nil
+}
+
 // Verified implements artifact.Seeder: it appends the range to the
 // progress file. The range must lie in a payload file this build created.
 func (b *build) Verified(path string, off, n int64) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.progress == nil {
-		return fmt.Errorf("build %s: a range verified before the announce: %w", b.id.Short(), errdefs.ErrFailedPrecondition)
-	}
 	w, ok := b.files[path]
+	b.mu.Unlock()
 	if !ok || off < 0 || n < 0 || off > w.size || n > w.size-off {
 		return fmt.Errorf("build %s: verified range %d+%d of %q is not in a payload file: %w", b.id.Short(), off, n, path, errdefs.ErrInvalidArgument)
 	}
+	return b.record(recVerified, verifiedBody(path, off, n))
+}
+
+// verifiedBody is a verified range's record body.
+func verifiedBody(path string, off, n int64) []byte {
 	body := binary.LittleEndian.AppendUint64(nil, uint64(off))
 	body = binary.LittleEndian.AppendUint64(body, uint64(n))
-	return appendRecord(b.progress, recVerified, append(body, path...))
+	return append(body, path...)
 }
 
 // Source implements artifact.Seeder: it records the build's depth.
 func (b *build) Source(depth int) error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.progress == nil {
-		return fmt.Errorf("build %s: a source recorded before the announce: %w", b.id.Short(), errdefs.ErrFailedPrecondition)
-	}
 	if depth < 0 || depth > artifact.MaxDepth {
 		return fmt.Errorf("build %s: depth %d out of [0, %d]: %w", b.id.Short(), depth, artifact.MaxDepth, errdefs.ErrInvalidArgument)
 	}
-	return appendRecord(b.progress, recSource, binary.LittleEndian.AppendUint32(nil, uint32(depth)))
+	return b.record(recSource, binary.LittleEndian.AppendUint32(nil, uint32(depth)))
+}
+
+// record appends a record after the announce.
+func (b *build) record(kind byte, body []byte) error {
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
+	if b.progress == nil {
+		return fmt.Errorf("build %s: progress recorded before the announce: %w", b.id.Short(), errdefs.ErrFailedPrecondition)
+	}
+	return appendRecord(b.progress, kind, body)
 }
 
 // endProgress tells the followers of a build in dir that it ended without
@@ -136,8 +150,8 @@ func appendRecord(f *os.File, kind byte, body []byte) error {
 // dropProgress closes and removes the progress file before the build is
 // sealed; readers keep the descriptor they opened.
 func (b *build) dropProgress() error {
-	b.mu.Lock()
-	defer b.mu.Unlock()
+	b.progMu.Lock()
+	defer b.progMu.Unlock()
 	if b.progress == nil {
 		return nil
 	}

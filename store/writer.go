@@ -23,11 +23,16 @@ type build struct {
 	dir      string // tmp/<id>.<random>
 	budget   int64  // bytes this artifact may still take (max_artifact_bytes, max_store_bytes)
 
-	mu       sync.Mutex
-	files    map[string]*fileWriter
-	total    int64
-	progress *os.File  // the progress file once announced (seed.go)
-	buffers  sync.Pool // chunk buffers of the files' write pipelines
+	mu      sync.Mutex
+	files   map[string]*fileWriter
+	total   int64
+	buffers sync.Pool // chunk buffers of the files' write pipelines
+
+	// progMu guards progress, the progress file once announced (seed.go).
+	// It is taken after mu, never before: the files' hash and write stages
+	// record ranges under progMu alone while a writer may hold mu.
+	progMu   sync.Mutex
+	progress *os.File
 }
 
 // newBuild starts a temp build under tmp/<owner>.<random>: owner is the
@@ -96,8 +101,8 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 		}
 	}
 	var onChecked func(off, n int64) error
-	if b.progress != nil && bind.CheckTensors {
-		onChecked = func(off, n int64) error { return b.Verified(path, off, n) }
+	if b.announced() && bind.CheckTensors {
+		onChecked = func(off, n int64) error { return b.record(recVerified, verifiedBody(path, off, n)) }
 	}
 	fw, err := newFileWriter(bind, f, &b.buffers, onChecked)
 	if err != nil {
@@ -166,11 +171,13 @@ func (b *build) abort() {
 func (b *build) release() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.progMu.Lock()
 	if b.progress != nil {
 		appendRecord(b.progress, recEnd, nil)
 		b.progress.Close()
 		b.progress = nil
 	}
+	b.progMu.Unlock()
 	for _, w := range b.files {
 		w.discard()
 	}
