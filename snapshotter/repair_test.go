@@ -106,8 +106,15 @@ func TestFallbackRepaired(t *testing.T) {
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 1 {
 		t.Fatalf("pending_repairs %v", got)
 	}
+	// A container over the fallback started without the weights: it waits for no lease.
+	if _, err := n.sn.Prepare(ctx, "early", chainID(41)); err != nil {
+		t.Fatal(err)
+	}
 	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !slices.Equal(h.Pending, []string{chainID(41)}) || h.Leased {
 		t.Fatalf("holders %+v", h)
+	}
+	if err := n.sn.Remove(ctx, "early"); err != nil {
+		t.Fatal(err)
 	}
 
 	// A required image of the same layers must not run on the fallback.

@@ -43,7 +43,9 @@ func (s *Snapshotter) use(ctx context.Context, key, parent string, labels map[st
 
 // weightsUnder lists the pointers of the weight snapshots in the chain of
 // parent (itself included), once per identity, reading each snapshot with
-// stat. A weight snapshot with bad labels is logged and skipped.
+// stat. A fallback is skipped: what runs over it started without the
+// weights (its repair fills them in for the next one). A weight snapshot
+// with bad labels is logged and skipped.
 func weightsUnder(ctx context.Context, parent string, stat func(name string) (snapshots.Info, error)) ([]pointer.Pointer, error) {
 	var out []pointer.Pointer
 	seen := map[artifact.ID]bool{}
@@ -52,7 +54,7 @@ func weightsUnder(ctx context.Context, parent string, stat func(name string) (sn
 		if err != nil {
 			return nil, err
 		}
-		if info.Kind == snapshots.KindCommitted && info.Labels[pointer.LabelIdentity] != "" {
+		if info.Kind == snapshots.KindCommitted && info.Labels[pointer.LabelIdentity] != "" && info.Labels[LabelFallback] == "" {
 			ptr, _, err := pointer.ParseLabels(info.Labels)
 			switch {
 			case err != nil:
@@ -71,8 +73,8 @@ func weightsUnder(ctx context.Context, parent string, stat func(name string) (sn
 // or one from the store alone (a lookup with manifest_and_metadata
 // validation: the files were validated when they were placed), never
 // waiting for a remote fetch. When the store cannot serve it now (evicted
-// or removed since its weight snapshot was made, or a fallback's artifact
-// not had yet) the holders keep their files (the snapshot's hardlinks keep
+// or removed since its weight snapshot was made) the holders keep their
+// files (the snapshot's hardlinks keep
 // the bytes) and are handed to the repairs, which resolve the artifact
 // again (store, peers, registry) and give them its lease.
 func (s *Snapshotter) lease(ctx context.Context, ptr pointer.Pointer, holders ...string) {
