@@ -141,6 +141,14 @@ func TestSnapshotterSharedPageCache(t *testing.T) {
 	if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "pull", w.ref); err != nil {
 		t.Fatal(err)
 	}
+	// A first container of the image leases the artifact, so the readers' Prepares find it held: the
+	// store lookup that takes a lease reads the files' tensor tables, into pages charged to
+	// weightsnapd's cgroup, not the readers'.
+	if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "run", "-d", "--name", "holder", "--net", "none",
+		w.ref, "sleep", "600"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 1, 30*time.Second)
 	// No page of the weights in the cache: only these files, not the machine's cache.
 	evict(t, filepath.Join(n.ws.Root, "artifacts", w.hex))
 	before := meminfoCached(t)
