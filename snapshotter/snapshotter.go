@@ -23,8 +23,8 @@
 // While something uses an artifact the snapshotter holds a store lease on
 // it (weightsnap rm refuses): an active snapshot over its weight snapshot
 // (a container's rootfs, an image volume, a view), a host mount
-// (hostmount.go), a Prepare in flight (use.go). A committed weight snapshot
-// alone holds none. The record of that is the snapshots' own labels and
+// (hostmount.go), a Prepare in flight. A committed weight snapshot alone
+// holds none (use.go). The record of that is the snapshots' own labels and
 // parents, kept by the overlay snapshotter's metastore, and the host
 // mount's record file: New takes every lease again from the store alone
 // (retake.go); Remove drops a lease with the last user. The control API
