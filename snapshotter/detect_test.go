@@ -17,7 +17,8 @@ import (
 
 // TestPointerFoundAtCommit: a pointer layer prepared and applied as an
 // ordinary layer (an unpack that passes no layer annotations) becomes a
-// weight snapshot at Commit: linked and leased when the artifact resolves,
+// weight snapshot at Commit: linked when the artifact resolves (and leased
+// by a container over it),
 // a fallback in preferred mode when it does not, refused in required mode;
 // a layer with anything besides the pointer, or an unusable pointer file,
 // is committed as it is.
@@ -94,8 +95,14 @@ func TestPointerFoundAtCommit(t *testing.T) {
 			if got != tc.want || info.Labels[snapshots.LabelSnapshotRef] != chainID(60) {
 				t.Fatalf("committed as %s (%v), want %s", got, info.Labels, tc.want)
 			}
+			if leased := n.sn.leases.identities(); len(leased) != 0 {
+				t.Fatalf("leases of a committed snapshot nothing uses: %v", leased)
+			}
+			if _, err := n.sn.Prepare(ctx, "container", chainID(60)); err != nil {
+				t.Fatal(err)
+			}
 			if leased := n.sn.leases.identities(); (tc.want == "weight") != slices.Contains(leased, id) {
-				t.Fatalf("leases %v", leased)
+				t.Fatalf("leases of a container over it %v", leased)
 			}
 			if tc.want == "weight" {
 				cdir, _ := committedDir(ctx, n.sn.overlay, chainID(60))

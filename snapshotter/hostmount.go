@@ -335,9 +335,9 @@ func (s *Snapshotter) HostMounts() []MountInfo {
 type Holders struct {
 	Identity  artifact.ID `json:"identity"`
 	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
-	Snapshots []string    `json:"snapshots,omitempty"` // weight snapshots with the lease
+	Snapshots []string    `json:"snapshots,omitempty"` // active snapshots using it (containers, image volumes, views)
 	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease
-	Pending   []string    `json:"pending,omitempty"`   // snapshots and mount points waiting for a repair
+	Pending   []string    `json:"pending,omitempty"`   // snapshots (fallbacks, users) and mount points waiting for a repair
 }
 
 // HoldersOf says what holds the artifact identity.

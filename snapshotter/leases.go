@@ -15,10 +15,13 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// leases holds one store lease per artifact that a holder needs (a
-// committed weight snapshot, by its name, or a host mount, by
-// mountHolderPrefix and its directory), and runs at most one resolution per
-// identity at a time.
+// leases holds one store lease per artifact that a holder uses (an active
+// snapshot over weight snapshots, by its key: a container's rootfs, an
+// image volume's mount, a view; or a host mount, by mountHolderPrefix and
+// its directory) or a Prepare is using (a pin), and runs at most one
+// resolution per identity at a time. A committed weight snapshot alone
+// holds no lease: its artifact stays in the store, unleased, until
+// something uses it again.
 type leases struct {
 	ctx      context.Context // bounds resolutions: the snapshotter's life
 	resolver Resolver
@@ -26,12 +29,12 @@ type leases struct {
 
 	mu       sync.Mutex
 	held     map[artifact.ID]*held   // by identity
-	byHolder map[string]*held        // holder -> its artifact
+	byHolder map[string][]*held      // holder -> the artifacts it uses
 	flights  map[artifact.ID]*flight // resolutions in progress, by identity
 	closed   bool
 }
 
-// held is one leased artifact: kept while a holder needs it or a Prepare
+// held is one leased artifact: kept while a holder uses it or a Prepare
 // is using it (pinned).
 type held struct {
 	id      artifact.ID
@@ -53,7 +56,7 @@ type flight struct {
 
 func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
 	return &leases{ctx: ctx, resolver: r, metrics: m,
-		held: map[artifact.ID]*held{}, byHolder: map[string]*held{}, flights: map[artifact.ID]*flight{}}
+		held: map[artifact.ID]*held{}, byHolder: map[string][]*held{}, flights: map[artifact.ID]*flight{}}
 }
 
 // acquire returns the artifact of ptr, pinned (release unpins it), and the
@@ -188,8 +191,23 @@ func (l *leases) hold(id artifact.ID, lease *store.Lease) *held {
 	return h
 }
 
-// adopt gives holders a lease taken outside a resolution (from the store at
-// start); when the artifact is held already, the lease is closed.
+// heldNow attaches holders to the artifact id when its lease is held, and
+// says whether it is.
+func (l *leases) heldNow(id artifact.ID, holders ...string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h := l.held[id]
+	if h == nil {
+		return false
+	}
+	for _, name := range holders {
+		l.attachLocked(h, name)
+	}
+	return true
+}
+
+// adopt gives holders a lease taken outside a resolution (from the store);
+// when the artifact is held already, the lease is closed.
 func (l *leases) adopt(lease *store.Lease, holders ...string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -204,17 +222,24 @@ func (l *leases) adopt(lease *store.Lease, holders ...string) {
 		h = l.hold(lease.ID, lease)
 	}
 	for _, name := range holders {
-		h.holders[name] = struct{}{}
-		l.byHolder[name] = h
+		l.attachLocked(h, name)
 	}
 }
 
-// attach records that holder needs h.
+// attach records that holder uses h.
 func (l *leases) attach(h *held, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.attachLocked(h, holder)
+}
+
+// attachLocked is attach; l.mu is held.
+func (l *leases) attachLocked(h *held, holder string) {
+	if _, ok := h.holders[holder]; ok {
+		return
+	}
 	h.holders[holder] = struct{}{}
-	l.byHolder[holder] = h
+	l.byHolder[holder] = append(l.byHolder[holder], h)
 }
 
 // release unpins h; an artifact nothing needs any more is let go.
@@ -225,24 +250,22 @@ func (l *leases) release(h *held) {
 	l.dropIfUnused(h)
 }
 
-// detach forgets holder (a snapshot removed, a mount undone); the last
-// holder of an artifact lets its lease go.
+// detach forgets holder (a snapshot removed or committed, a mount undone);
+// the last holder of an artifact lets its lease go.
 func (l *leases) detach(ctx context.Context, holder string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.byHolder[holder]
-	if h == nil {
-		return
+	for _, h := range l.byHolder[holder] {
+		delete(h.holders, holder)
+		if l.dropIfUnused(h) {
+			log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder).Info("lease released: nothing uses the artifact")
+		}
 	}
 	delete(l.byHolder, holder)
-	delete(h.holders, holder)
-	if l.dropIfUnused(h) {
-		log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder).Info("lease released: nothing needs the artifact")
-	}
 }
 
 // dropIfUnused closes the lease of an artifact no holder and no Prepare
-// needs; l.mu is held.
+// uses; l.mu is held.
 func (l *leases) dropIfUnused(h *held) bool {
 	if h.pins > 0 || len(h.holders) > 0 || l.held[h.id] != h {
 		return false
@@ -277,11 +300,11 @@ func (l *leases) identities() []string {
 	return out
 }
 
-// holds says whether holder has its artifact's lease.
+// holds says whether holder has its artifacts' leases.
 func (l *leases) holds(holder string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.byHolder[holder] != nil
+	return len(l.byHolder[holder]) > 0
 }
 
 // holdersOf lists the holders of the artifact id, sorted; leased is

@@ -2,7 +2,6 @@ package snapshotter
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"path/filepath"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -20,8 +20,9 @@ import (
 
 // repairs bring holders back to their artifact in the background, one loop
 // per artifact: a fallback snapshot gets its weights (buildView into its own
-// directory, then its LabelFallback removed), and a snapshot or host mount
-// whose lease was not taken again at start gets it. A loop resolves the
+// directory, then its LabelFallback removed), and an active snapshot or a
+// host mount whose lease the store could not serve (at start, or since
+// the store evicted the artifact) gets it. A loop resolves the
 // artifact through the whole resolution order (store, peers, registry) with
 // an exponential backoff, logging every failed try, until each of its
 // holders is repaired or gone.
@@ -129,7 +130,7 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 	r.mu.Lock()
 	_, pending := r.by[name]
 	r.mu.Unlock()
-	if !pending { // not queued (the daemon restarted since): queue it, so repair attaches the lease
+	if !pending { // not queued (the daemon restarted since): queue it, so repair fills it
 		r.add(ptr, name)
 	}
 	return r.repair(name, h)
@@ -209,29 +210,27 @@ func (r *repairs) done(id artifact.ID, lp *repairLoop) bool {
 	return true
 }
 
-// errGone is a holder that went while it was repaired.
-var errGone = errors.New("gone")
-
 // repair brings one holder to the leased artifact h: a fallback snapshot
-// gets its weights first. The holder gets the lease only if it is still
-// pending (not removed meanwhile).
+// gets its weights; an active snapshot (a user) or a host mount gets the
+// lease, a committed weight snapshot none (what uses it does). Only a
+// holder still pending (not removed meanwhile) is repaired.
 func (r *repairs) repair(holder string, h *held) error {
 	ctx := r.ctx
-	outcome := "leased"
+	filled, leased := false, true
 	if !strings.HasPrefix(holder, mountHolderPrefix) {
-		filled, err := r.fill(ctx, holder, h)
-		if errdefs.IsNotFound(err) {
-			err = errGone
+		info, err := r.s.overlay.Stat(ctx, holder)
+		if err == nil {
+			leased = info.Kind != snapshots.KindCommitted
+			if info.Labels[LabelFallback] != "" {
+				filled, err = true, r.fill(ctx, info, h)
+			}
+		}
+		if errdefs.IsNotFound(err) { // gone meanwhile
+			r.forget(holder)
+			return nil
 		}
 		if err != nil {
-			if errors.Is(err, errGone) {
-				r.forget(holder)
-				return nil
-			}
 			return err
-		}
-		if filled {
-			outcome = "filled"
 		}
 	}
 	r.mu.Lock()
@@ -239,43 +238,38 @@ func (r *repairs) repair(holder string, h *held) error {
 	if _, ok := r.by[holder]; !ok {
 		return nil
 	}
-	r.s.leases.attach(h, holder)
 	r.dropLocked(holder)
-	r.s.metrics.repairs.WithLabelValues(outcome).Inc()
-	msg := "repair: lease taken again"
-	if outcome == "filled" {
-		msg = "repair: weights filled in"
+	logger := log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder)
+	if leased {
+		r.s.leases.attach(h, holder)
 	}
-	log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder).Info(msg)
+	switch {
+	case filled:
+		r.s.metrics.repairs.WithLabelValues("filled").Inc()
+		logger.Info("repair: weights filled in")
+	case leased:
+		r.s.metrics.repairs.WithLabelValues("leased").Inc()
+		logger.Info("repair: lease taken again")
+	}
 	return nil
 }
 
-// fill puts the artifact into a fallback snapshot's own directory and
-// removes its LabelFallback; a snapshot that is not a fallback is left as
-// it is.
-func (r *repairs) fill(ctx context.Context, name string, h *held) (bool, error) {
-	info, err := r.s.overlay.Stat(ctx, name)
-	if err != nil {
-		return false, err
-	}
-	if info.Labels[LabelFallback] == "" {
-		return false, nil
-	}
+// fill puts the artifact into the fallback snapshot info's own directory
+// and removes its LabelFallback.
+func (r *repairs) fill(ctx context.Context, info snapshots.Info, h *held) error {
 	ptr, _, err := pointer.ParseLabels(info.Labels) // its own target: images may mount one artifact at different places
 	if err != nil {
-		return false, err
+		return err
 	}
-	dir, err := committedDir(ctx, r.s.overlay, name)
+	dir, err := committedDir(ctx, r.s.overlay, info.Name)
 	if err != nil {
-		return false, err
+		return err
 	}
 	if err := buildView(filepath.Join(dir, ptr.Target), ptr, h.lease); err != nil {
-		return false, err
+		return err
 	}
 	info.Labels = maps.Clone(info.Labels)
 	delete(info.Labels, LabelFallback)
-	if _, err := r.s.overlay.Update(ctx, info, "labels"); err != nil {
-		return false, err
-	}
-	return true, nil
+	_, err = r.s.overlay.Update(ctx, info, "labels")
+	return err
 }

@@ -74,7 +74,7 @@ func newNodeMode(t *testing.T, mode resolve.Mode) *node {
 // TestFallbackRepaired: a preferred weight layer whose artifact is missing
 // unpacks as its pointer layer; once the artifact is in the store, the
 // repair fills the committed snapshot's own directory with the store's
-// inodes, drops the fallback label and takes the lease.
+// inodes and drops the fallback label; a container over it takes the lease.
 func TestFallbackRepaired(t *testing.T) {
 	ctx := context.Background()
 	n := newNodeMode(t, resolve.Preferred)
@@ -106,8 +106,15 @@ func TestFallbackRepaired(t *testing.T) {
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 1 {
 		t.Fatalf("pending_repairs %v", got)
 	}
+	// A container over the fallback started without the weights: it waits for no lease.
+	if _, err := n.sn.Prepare(ctx, "early", chainID(41)); err != nil {
+		t.Fatal(err)
+	}
 	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !slices.Equal(h.Pending, []string{chainID(41)}) || h.Leased {
 		t.Fatalf("holders %+v", h)
+	}
+	if err := n.sn.Remove(ctx, "early"); err != nil {
+		t.Fatal(err)
 	}
 
 	// A required image of the same layers must not run on the fallback.
@@ -148,22 +155,29 @@ func TestFallbackRepaired(t *testing.T) {
 	if raw, _ := os.ReadFile(filepath.Join(cdir, pointer.Path(ptr))); !strings.Contains(string(raw), fmt.Sprintf(`"files":%d,`, len(l.Files()))) {
 		t.Fatalf("pointer file after the repair: %s", raw)
 	}
-	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !h.Leased || !slices.Equal(h.Snapshots, []string{chainID(41)}) || len(h.Pending) != 0 {
+	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); h.Leased || len(h.Pending) != 0 {
+		t.Fatalf("holders of the repaired snapshot nothing uses %+v", h)
+	}
+	if _, err := n.sn.Prepare(ctx, "container", chainID(41)); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
 		t.Fatalf("holders %+v", h)
 	}
-	if err := n.sn.Remove(ctx, chainID(41)); err != nil {
+	if err := n.sn.Remove(ctx, "container"); err != nil {
 		t.Fatal(err)
 	}
 	if got := n.sn.leases.identities(); len(got) != 0 {
-		t.Fatalf("leases after the snapshot went: %v", got)
+		t.Fatalf("leases after the container went: %v", got)
 	}
 }
 
-// TestRestartFromTheStoreOnly: at start the snapshotter takes leases from
-// the store without resolving anything; a snapshot whose artifact is gone
-// from the store, and one with bad labels, do not stop the others; the gone
-// artifact's snapshot gets its lease from a background repair once the
-// artifact is back; a Prepare a crash interrupted leaves nothing.
+// TestRestartFromTheStoreOnly: at start the snapshotter takes the leases of
+// the containers over weight snapshots from the store without resolving
+// anything; a container whose artifact is gone from the store, and one over
+// a snapshot with bad labels, do not stop the others; the gone artifact's
+// containers get its lease from a background repair once the artifact is
+// back; a Prepare a crash interrupted leaves nothing.
 func TestRestartFromTheStoreOnly(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
@@ -183,6 +197,11 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	if _, err := n.sn.overlay.Prepare(ctx, tmpView+" 1 crashed", ""); err != nil {
 		t.Fatal(err)
 	}
+	for key, parent := range map[string]string{"container-a": chainID(50), "container-b": chainID(51), "container-bad": chainID(52)} {
+		if _, err := n.sn.Prepare(ctx, key, parent); err != nil {
+			t.Fatal(err)
+		}
+	}
 	n.sn.Close()
 	if err := n.dom.Remove(ctx, artifact.MustParseID(goneID)); err != nil {
 		t.Fatal(err)
@@ -201,20 +220,20 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	}
 	eventually(t, "repair tries", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
 	// The gone artifact's snapshot still serves its files (the inodes live on).
-	if _, err := n.sn.Prepare(ctx, "container-b", chainID(51)); err != nil {
+	if _, err := n.sn.Prepare(ctx, "container-b2", chainID(51)); err != nil {
 		t.Fatal(err)
 	}
 
 	importInto(t, n.dom, gone) // back in the store
 	// The repair counts itself last, after the lease.
-	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 })
+	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 2 })
 	if got := n.sn.leases.identities(); len(got) != 2 {
 		t.Fatalf("leases after the repair: %v", got)
 	}
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 0 {
 		t.Fatalf("pending_repairs %v", got)
 	}
-	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")); got != 1 {
+	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")); got != 2 { // container-b, container-b2
 		t.Fatalf("repairs_total{leased} %v", got)
 	}
 }
@@ -243,4 +262,52 @@ func TestRepairEndsWithItsHolders(t *testing.T) {
 		defer n.sn.repairs.mu.Unlock()
 		return len(n.sn.repairs.loops) == 0
 	})
+}
+
+// TestEvictedUnderWeightSnapshot: a weight snapshot nothing uses holds no
+// lease, so the store may remove its artifact; the snapshot keeps serving
+// its files (its hardlinks keep the inodes), and a container prepared over
+// it then gets the lease once a repair resolves the artifact again.
+func TestEvictedUnderWeightSnapshot(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	src := synthModel(t, 128<<10, 25)
+	id := importInto(t, n.dom, src)
+	aid := artifact.MustParseID(id)
+	n.prepareWeights(t, "extract", "", weightLabels(id, "/w", chainID(43)))
+	if err := n.dom.Remove(ctx, aid); err != nil {
+		t.Fatalf("remove of an artifact only a committed weight snapshot has: %v", err)
+	}
+	calls := n.resolver.calls.Load()
+	if _, err := n.sn.Prepare(ctx, "container", chainID(43)); err != nil {
+		t.Fatal(err)
+	}
+	if h, _ := n.sn.HoldersOf(aid); h.Leased || !slices.Equal(h.Pending, []string{"container"}) {
+		t.Fatalf("holders with the artifact evicted %+v", h)
+	}
+	dir, err := committedDir(ctx, n.sn.overlay, chainID(43))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ents, err := os.ReadDir(filepath.Join(dir, "w")); err != nil || len(ents) < 2 {
+		t.Fatalf("the snapshot's files after the eviction: %v %v", ents, err)
+	}
+
+	importInto(t, n.dom, src) // resolvable again
+	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 })
+	if h, _ := n.sn.HoldersOf(aid); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
+		t.Fatalf("holders after the repair %+v", h)
+	}
+	if n.resolver.calls.Load() == calls {
+		t.Fatal("the repair did not resolve the artifact again")
+	}
+	if err := n.dom.Remove(ctx, aid); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("remove of an artifact a container uses: %v, want busy", err)
+	}
+	if err := n.sn.Remove(ctx, "container"); err != nil {
+		t.Fatal(err)
+	}
+	if got := n.sn.leases.identities(); len(got) != 0 {
+		t.Fatalf("leases after the container went: %v", got)
+	}
 }

@@ -20,13 +20,15 @@
 // Prepare; preferred mode lets the pointer layer unpack, marks the snapshot
 // (LabelFallback) and repairs it in the background (repair.go).
 //
-// While a committed weight snapshot or a host mount (hostmount.go) exists
-// the snapshotter holds a store lease on its artifact (weightsnap rm
-// refuses). The record of that is the snapshot's own labels, kept by the
-// overlay snapshotter's metastore, and the host mount's record file: New
-// takes every lease again from the store alone (retake.go); Remove drops a
-// lease with the last holder needing it. The control API (control.go)
-// serves host mounts and holders to the CLI.
+// While something uses an artifact the snapshotter holds a store lease on
+// it (weightsnap rm refuses): an active snapshot over its weight snapshot
+// (a container's rootfs, an image volume, a view), a host mount
+// (hostmount.go), a Prepare in flight. A committed weight snapshot alone
+// holds none (use.go). The record of that is the snapshots' own labels and
+// parents, kept by the overlay snapshotter's metastore, and the host
+// mount's record file: New takes every lease again from the store alone
+// (retake.go); Remove drops a lease with the last user. The control API
+// (control.go) serves host mounts and holders to the CLI.
 package snapshotter
 
 import (
@@ -103,8 +105,8 @@ var _ snapshots.Snapshotter = (*Snapshotter)(nil)
 
 // New checks that Root and the store share a filesystem (views are
 // hardlinks), opens the overlay snapshotter at Root, and takes again, from
-// the store alone, the lease of every committed weight snapshot and host
-// mount; whatever the store cannot serve now is repaired in the background
+// the store alone, the leases of every active snapshot over weight
+// snapshots and every host mount; whatever the store cannot serve now is repaired in the background
 // (see retake). ctx bounds the resolutions and repairs it starts for the
 // rest of its life.
 func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
@@ -149,25 +151,47 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 // Prepare creates an active snapshot; a weight layer's is committed at once
 // with its weights in place, answered with errdefs.ErrAlreadyExists (or, in
 // preferred mode when the artifact cannot be had, prepared as an ordinary
-// layer and marked a fallback).
+// layer and marked a fallback). Any other over weight snapshots leases
+// their artifacts while it exists (use).
 func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
+	labels, err := optLabels(opts)
+	if err != nil {
+		return nil, err
+	}
+	if !pointer.IsWeightLayer(labels) {
+		m, err := s.overlay.Prepare(ctx, key, parent, opts...)
+		s.metrics.ordinary(err)
+		if err == nil {
+			s.use(ctx, key, parent, labels)
+		}
+		return m, err
+	}
+	return s.prepareWeights(ctx, key, parent, labels)
+}
+
+// View creates a read-only snapshot of parent, which leases the artifacts
+// of the weight snapshots under it while it exists (use).
+func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
+	labels, err := optLabels(opts)
+	if err != nil {
+		return nil, err
+	}
+	m, err := s.overlay.View(ctx, key, parent, opts...)
+	if err == nil {
+		s.use(ctx, key, parent, labels)
+	}
+	return m, err
+}
+
+// optLabels are the labels opts set.
+func optLabels(opts []snapshots.Opt) (map[string]string, error) {
 	var info snapshots.Info
 	for _, o := range opts {
 		if err := o(&info); err != nil {
 			return nil, err
 		}
 	}
-	if !pointer.IsWeightLayer(info.Labels) {
-		m, err := s.overlay.Prepare(ctx, key, parent, opts...)
-		s.metrics.ordinary(err)
-		return m, err
-	}
-	return s.prepareWeights(ctx, key, parent, info.Labels)
-}
-
-// View creates a read-only snapshot of parent.
-func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
-	return s.overlay.View(ctx, key, parent, opts...)
+	return info.Labels, nil
 }
 
 // Mounts returns the mounts of an active snapshot.
@@ -175,10 +199,18 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 	return s.overlay.Mounts(ctx, key)
 }
 
-// Commit commits an active snapshot. A fallback weight layer stays marked
-// as one, and its repair starts; a pointer layer unpacked without its
-// labels becomes a weight snapshot (commitFound).
+// Commit commits an active snapshot, which lets its leases go. A fallback
+// weight layer stays marked as one, and its repair starts; a pointer layer
+// unpacked without its labels becomes a weight snapshot (commitFound).
 func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snapshots.Opt) error {
+	err := s.commit(ctx, name, key, opts)
+	if err == nil {
+		s.unuse(ctx, key)
+	}
+	return err
+}
+
+func (s *Snapshotter) commit(ctx context.Context, name, key string, opts []snapshots.Opt) error {
 	active, err := s.overlay.Stat(ctx, key)
 	switch {
 	case err != nil || active.Kind != snapshots.KindActive: // the overlay snapshotter says what is wrong
@@ -217,14 +249,13 @@ func (s *Snapshotter) Walk(ctx context.Context, fn snapshots.WalkFunc, filters .
 	return s.overlay.Walk(ctx, fn, filters...)
 }
 
-// Remove removes a snapshot; the last holder of an artifact takes its
-// lease with it.
+// Remove removes a snapshot; the last user of an artifact takes its lease
+// with it.
 func (s *Snapshotter) Remove(ctx context.Context, key string) error {
 	if err := s.overlay.Remove(ctx, key); err != nil {
 		return err
 	}
-	s.repairs.forget(key)
-	s.leases.detach(ctx, key)
+	s.unuse(ctx, key)
 	return nil
 }
 

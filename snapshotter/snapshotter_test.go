@@ -49,9 +49,10 @@ func TestSnapshotterSuite(t *testing.T) {
 }
 
 // TestWeightLayer: a weight layer's Prepare commits a snapshot under the
-// chain ID whose files are the store's inodes, answers ErrAlreadyExists,
-// and holds the artifact's lease until the snapshot is removed; a restart
-// takes the lease again from the snapshot's labels.
+// chain ID whose files are the store's inodes and answers ErrAlreadyExists;
+// the snapshot alone holds no lease, a container's rootfs over it holds the
+// artifact's lease until it is removed, and a restart takes the lease again
+// from the snapshots' labels and parents.
 func TestWeightLayer(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
@@ -105,6 +106,10 @@ func TestWeightLayer(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Committed, unused: no lease.
+	if got := n.sn.leases.identities(); len(got) != 0 {
+		t.Fatalf("leases of a weight snapshot nothing uses: %v", got)
+	}
 	// A container's rootfs over it sees the weights.
 	if _, err := n.sn.Prepare(ctx, "container", chainID(2)); err != nil {
 		t.Fatal(err)
@@ -132,17 +137,18 @@ func TestWeightLayer(t *testing.T) {
 		t.Fatal("an existing weight snapshot was resolved again")
 	}
 
-	// Removing the container, then the weight snapshot, lets the lease go.
-	for _, k := range []string{"container", chainID(2)} {
-		if err := n.sn.Remove(ctx, k); err != nil {
-			t.Fatal(err)
-		}
+	// Removing the container lets the lease go; the weight snapshot stays.
+	if err := n.sn.Remove(ctx, "container"); err != nil {
+		t.Fatal(err)
 	}
 	if got := n.sn.leases.identities(); len(got) != 0 {
-		t.Fatalf("leases after the last snapshot went: %v", got)
+		t.Fatalf("leases after the last user went: %v", got)
 	}
 	if err := n.dom.Remove(ctx, aid); err != nil {
-		t.Fatalf("remove after the snapshots went: %v", err)
+		t.Fatalf("remove after the container went: %v", err)
+	}
+	if err := n.sn.Remove(ctx, chainID(2)); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -198,7 +204,8 @@ func TestRequiredFailure(t *testing.T) {
 }
 
 // TestConcurrentPrepares: layers of one identity prepared at once resolve
-// once; layers of two identities resolve at the same time.
+// once; layers of two identities resolve at the same time; once prepared,
+// with nothing using them, no lease is left.
 func TestConcurrentPrepares(t *testing.T) {
 	n := newNode(t, t.TempDir())
 	ids := []string{n.importModel(t, 256<<10, 3), n.importModel(t, 256<<10, 4)}
@@ -225,7 +232,7 @@ func TestConcurrentPrepares(t *testing.T) {
 	if n.resolver.maxRun != 2 {
 		t.Fatalf("at most %d resolutions ran at once, want 2", n.resolver.maxRun)
 	}
-	if len(n.snapshotNames(t)) != 6 || len(n.sn.leases.identities()) != 2 {
+	if len(n.snapshotNames(t)) != 6 || len(n.sn.leases.identities()) != 0 {
 		t.Fatalf("snapshots %v, leases %v", n.snapshotNames(t), n.sn.leases.identities())
 	}
 }
@@ -283,7 +290,8 @@ func TestRefusesAnotherFilesystem(t *testing.T) {
 
 // TestLaterLayersResolveAhead: the Prepare of an image's first weight layer
 // starts resolving the later ones its labels name, so they resolve at the
-// same time although containerd prepares the layers one after the other.
+// same time although containerd prepares the layers one after the other. A
+// container over the image leases all three artifacts.
 func TestLaterLayersResolveAhead(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
@@ -300,17 +308,27 @@ func TestLaterLayersResolveAhead(t *testing.T) {
 	if n.resolver.maxRun != 3 {
 		t.Fatalf("at most %d resolutions ran at once, want 3", n.resolver.maxRun)
 	}
+	if _, err := n.sn.Stat(ctx, chainID(22)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.sn.Prepare(ctx, "container", chainID(22)); err != nil {
+		t.Fatal(err)
+	}
 	if got := n.sn.leases.identities(); len(got) != 3 {
 		t.Fatalf("leases %v", got)
 	}
-	if _, err := n.sn.Stat(ctx, chainID(22)); err != nil {
+	if err := n.sn.Remove(ctx, "container"); err != nil {
 		t.Fatal(err)
+	}
+	if got := n.sn.leases.identities(); len(got) != 0 {
+		t.Fatalf("leases after the container went: %v", got)
 	}
 }
 
 // TestSameLayerOverAnotherParent: the same image unpacked in two containerd
 // namespaces gives one weight layer (one chain ID) over two parents (each
-// namespace's own base snapshot): two snapshots, one lease.
+// namespace's own base snapshot): two snapshots, and one lease while a
+// container of either uses it.
 func TestSameLayerOverAnotherParent(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
@@ -331,13 +349,20 @@ func TestSameLayerOverAnotherParent(t *testing.T) {
 			t.Fatalf("%s: %+v %v", name, info, err)
 		}
 	}
-	if err := n.sn.Remove(ctx, chainID(31)); err != nil {
-		t.Fatal(err)
+	for key, parent := range map[string]string{"ns1/container": chainID(31), "ns2/container": second} {
+		if _, err := n.sn.Prepare(ctx, key, parent); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"ns1/container", chainID(31)} {
+		if err := n.sn.Remove(ctx, k); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if got := n.sn.leases.identities(); len(got) != 1 {
-		t.Fatalf("the other namespace's snapshot lost its lease: %v", got)
+		t.Fatalf("the other namespace's container lost its lease: %v", got)
 	}
-	if err := n.sn.Remove(ctx, second); err != nil {
+	if err := n.sn.Remove(ctx, "ns2/container"); err != nil {
 		t.Fatal(err)
 	}
 	if got := n.sn.leases.identities(); len(got) != 0 {

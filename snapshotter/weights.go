@@ -19,7 +19,7 @@ import (
 const (
 	OutcomeHit      = "hit"      // the artifact was in the store
 	OutcomeFetched  = "fetched"  // resolution fetched it
-	OutcomeHeld     = "held"     // another snapshot already held its lease
+	OutcomeHeld     = "held"     // its lease was held already (a snapshot in use, a mount, a Prepare)
 	OutcomeExists   = "exists"   // the weight snapshot was already committed
 	OutcomeFailed   = "failed"   // it could not resolve (required mode: Prepare fails)
 	OutcomeFallback = "fallback" // it could not resolve (preferred mode: the pointer layer unpacks)
@@ -160,8 +160,9 @@ func resolvedOutcome(rep *resolve.Report) (outcome, source string) {
 }
 
 // commitView puts the leased artifact h at ptr's target in the active
-// snapshot key (whose mounts are given), commits it as name with opts, and
-// gives name the lease. A commit error is returned as it is.
+// snapshot key (whose mounts are given) and commits it as name with opts;
+// the snapshot holds no lease (what uses it does). A commit error is
+// returned as it is.
 func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr pointer.Pointer, source string, mounts []mount.Mount,
 	name, key string, opts ...snapshots.Opt) error {
 	dir, err := snapshotDir(mounts)
@@ -177,7 +178,6 @@ func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr pointer.Point
 		}
 		return err
 	}
-	s.leases.attach(h, name)
 	s.metrics.viewBytes.WithLabelValues(source).Add(float64(h.lease.Index.TotalBytes()))
 	return nil
 }

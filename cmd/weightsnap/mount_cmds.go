@@ -167,7 +167,7 @@ func holdersText(h *snapshotter.Holders) string {
 		parts = append(parts, "mounted at "+m)
 	}
 	if n := len(h.Snapshots); n > 0 {
-		parts = append(parts, fmt.Sprintf("%d weight snapshot(s)", n))
+		parts = append(parts, fmt.Sprintf("%d snapshot(s) in use", n))
 	}
 	if n := len(h.Pending); n > 0 {
 		parts = append(parts, fmt.Sprintf("%d holder(s) waiting for a repair", n))

@@ -68,6 +68,24 @@ func (c *criNode) pull(creds, ref string) (string, error) {
 	return c.ctd.Crictl("--image-endpoint", "unix://"+c.ws.CRI, "pull", "--creds", creds, ref)
 }
 
+// stored says whether weightsnapd's store holds the artifact id.
+func (c *criNode) stored(t *testing.T, id string) bool {
+	t.Helper()
+	r := wsWith(t, c.ws.Config, "ls", "--json")
+	var list []struct {
+		Digest string `json:"digest"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &list); r.code != 0 || err != nil {
+		t.Fatalf("weightsnap ls: exit %d, %v\n%s%s", r.code, err, r.out, r.errOut)
+	}
+	for _, a := range list {
+		if a.Digest == id {
+			return true
+		}
+	}
+	return false
+}
+
 // noPassword fails if the password is in any file of the store, snapshot,
 // containerd and state roots or in any log (all under the daemons' directories).
 func (c *criNode) noPassword(t *testing.T) {
@@ -86,10 +104,11 @@ func (c *criNode) noPassword(t *testing.T) {
 // TestCRIPullSecrets (issue 25, done-when 1, crictl): the node has no
 // Docker config; a weight image whose artifact sits in a registry that
 // requires a password, pulled through weightsnapd's CRI socket with
-// crictl pull --creds, runs as a pod's container that reads every weight
-// file with its source digest. Wrong credentials fail naming the registry
-// and unauthorized, and publish nothing. The password is nowhere on disk
-// or in a log.
+// crictl pull --creds, runs as a pod's container, and a weights-only image
+// of another artifact of that registry, pulled the same way, is another
+// pod's image volume: both read every weight file with its source digest.
+// Wrong credentials fail naming the registry and unauthorized, and publish
+// nothing. The password is nowhere on disk or in a log.
 func TestCRIPullSecrets(t *testing.T) {
 	c := startCRINode(t)
 	img, id, files := c.pushPrivateWeightImage(t, "private", "8MiB")
@@ -98,8 +117,8 @@ func TestCRIPullSecrets(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), c.sec.Host) || !strings.Contains(strings.ToLower(err.Error()), "unauthorized") {
 		t.Fatalf("a pull with wrong credentials: %v\n%s", err, out)
 	}
-	if list := wsWith(t, c.ws.Config, "list").out; strings.Contains(list, strings.TrimPrefix(id, "sha256:")[:12]) {
-		t.Fatalf("a pull with wrong credentials published the artifact:\n%s", list)
+	if c.stored(t, id) {
+		t.Fatalf("a pull with wrong credentials published the artifact %s", id)
 	}
 	if imgs := crictl(t, c.ctd, "images"); strings.Contains(imgs, "apps/private") {
 		t.Fatalf("a pull with wrong credentials left an image:\n%s", imgs)
@@ -110,6 +129,18 @@ func TestCRIPullSecrets(t *testing.T) {
 	}
 	logs := runReaderPod(t, c.ctd, readerPod{name: "private", image: img, dir: "/llama"})
 	checkSums(t, logs, &pushedArtifact{files: files})
+
+	vol, volID, volFiles := c.pushPrivateWeightsOnly(t, "private-volume", "6MiB")
+	if out, err := c.pull(c.user+":"+c.pass, vol); err != nil {
+		t.Fatalf("pull of a weights-only image through the CRI socket: %v\n%s", err, out)
+	}
+	crictl(t, c.ctd, "pull", c.base) // the volume pod's container, from the open registry
+	a := &pushedArtifact{files: volFiles}
+	checkSums(t, runReaderPod(t, c.ctd, readerPod{name: "private-volume", image: c.base, dir: "/models/llama", volume: vol}), a)
+	if !c.stored(t, volID) {
+		t.Fatalf("the weights-only image's artifact %s is not in the store", volID)
+	}
+	c.noWeightBlobs(t, a)
 	c.noPassword(t)
 }
 
@@ -139,16 +170,29 @@ func TestCRIModelPackVolume(t *testing.T) {
 // sha256.
 func (c *criNode) pushPrivateWeightImage(t *testing.T, name, size string) (img, id string, files map[string]string) {
 	t.Helper()
+	// The base lives in the secured registry too: image build mounts, never copies, base blobs.
+	orasRun(t, t.TempDir(), "cp", "--from-plain-http", "--to-plain-http", "--to-username", c.user, "--to-password", c.pass,
+		c.base, c.sec.Ref("library/busybox:latest"))
+	return c.pushPrivateImage(t, name, size, c.sec.Ref("library/busybox:latest"))
+}
+
+// pushPrivateWeightsOnly is pushPrivateWeightImage of a weights-only image
+// (no base: the pointer layer alone), to be an image volume.
+func (c *criNode) pushPrivateWeightsOnly(t *testing.T, name, size string) (img, id string, files map[string]string) {
+	t.Helper()
+	return c.pushPrivateImage(t, name, size, "scratch")
+}
+
+// pushPrivateImage pushes an artifact as models/NAME:v1 and an image over
+// base with it at /llama as apps/NAME:v1.
+func (c *criNode) pushPrivateImage(t *testing.T, name, size, base string) (img, id string, files map[string]string) {
+	t.Helper()
 	_, root, id := ociCheckpoint(t, size, 2)
 	art := c.sec.Ref("models/" + name + ":v1")
 	c.wsAuth(t, root, "push", "--plain-http", id, art)
 	files = inspectFiles(t, root, id)
 	img = c.sec.Ref("apps/" + name + ":v1")
-	// The base lives in the secured registry too: image build mounts, never copies, base blobs.
-	orasRun(t, t.TempDir(), "cp", "--from-plain-http", "--to-plain-http", "--to-username", c.user, "--to-password", c.pass,
-		c.base, c.sec.Ref("library/busybox:latest"))
-	c.wsAuth(t, t.TempDir(), "image", "build", "--plain-http", "--base", c.sec.Ref("library/busybox:latest"),
-		"--weights", art, "--at", "/llama", "-t", img)
+	c.wsAuth(t, t.TempDir(), "image", "build", "--plain-http", "--base", base, "--weights", art, "--at", "/llama", "-t", img)
 	return img, id, files
 }
 

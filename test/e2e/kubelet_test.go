@@ -17,9 +17,11 @@ import (
 // its root directory; only the sandbox image is the node's own): one
 // whose container is a weight image, one with a ModelPack artifact pushed
 // by the oras CLI as an image volume. Both containers read every file with
-// its digest. Once the manifests are removed the pods go, and once their
-// images are removed through the image service (as the kubelet's image
-// garbage collection does) weightsnapd holds no lease on either artifact.
+// its digest, and both artifacts are leased while the pods run. Once the
+// manifests are removed the pods go, and weightsnapd
+// holds no lease on either artifact while the images stay; removing the
+// images through the image service (as the kubelet's image garbage
+// collection does) then works, and leases nothing.
 func TestKubeletStaticPods(t *testing.T) {
 	c := startCRINode(t)
 	img, id, files := c.pushPrivateWeightImage(t, "kubelet", "8MiB")
@@ -33,6 +35,18 @@ func TestKubeletStaticPods(t *testing.T) {
 	k.PodManifest(t, "volume", staticPod("volume", c.sec.Ref("library/busybox:latest"), "/models/model", volume))
 	checkSums(t, waitPodLog(t, c.ctd, "weights-"+k.NodeName, "read-all"), &pushedArtifact{files: files})
 	checkSums(t, waitPodLog(t, c.ctd, "volume-"+k.NodeName, "read-all"), &pushedArtifact{files: volumeFiles})
+	var list []struct {
+		Digest string `json:"digest"`
+	}
+	if err := json.Unmarshal([]byte(wsWith(t, c.ws.Config, "ls", "--json").out), &list); err != nil || len(list) != 2 {
+		t.Fatalf("weightsnapd's store: %v %+v, want the weight image's and the volume's artifacts", err, list)
+	}
+	// The pods' rootfs and image volume use the artifacts: both leased.
+	for _, a := range list {
+		if r := wsWith(t, c.ws.Config, "inspect", a.Digest); r.code != 0 || !strings.Contains(r.out, "weightsnapd: lease held true") {
+			t.Fatalf("weightsnap inspect %s while its pod runs: exit %d\n%s%s", a.Digest, r.code, r.out, r.errOut)
+		}
+	}
 
 	k.RemovePodManifest(t, "weights")
 	k.RemovePodManifest(t, "volume")
@@ -45,28 +59,35 @@ func TestKubeletStaticPods(t *testing.T) {
 			t.Fatalf("the kubelet left pods %q and containers %q after their manifests went", pods, ctrs)
 		}
 	}
-	crictl(t, c.ctd, "--image-endpoint", "unix://"+c.ws.CRI, "rmi", img, volume)
 
-	var list []struct {
-		Digest string `json:"digest"`
-	}
-	if err := json.Unmarshal([]byte(wsWith(t, c.ws.Config, "ls", "--json").out), &list); err != nil || len(list) != 2 {
-		t.Fatalf("weightsnapd's store: %v %+v, want the weight image's and the volume's artifacts", err, list)
-	}
-	for _, a := range list {
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
-			r := wsWith(t, c.ws.Config, "inspect", a.Digest)
-			if r.code != 0 {
-				t.Fatalf("weightsnap inspect %s: exit %d\n%s%s", a.Digest, r.code, r.out, r.errOut)
-			}
-			if !strings.Contains(r.out, "weightsnapd: lease held") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("weightsnapd still holds %s after its pod and image went:\n%s", a.Digest, r.out)
+	// The images stay (a kubelet removes none on its own); what used the artifacts went.
+	noLease := func(when string) {
+		t.Helper()
+		for _, a := range list {
+			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+				r := wsWith(t, c.ws.Config, "inspect", a.Digest)
+				if r.code != 0 {
+					t.Fatalf("weightsnap inspect %s: exit %d\n%s%s", a.Digest, r.code, r.out, r.errOut)
+				}
+				if !strings.Contains(r.out, "weightsnapd: lease held") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("weightsnapd still holds %s %s:\n%s", a.Digest, when, r.out)
+				}
 			}
 		}
 	}
+	noLease("after its pod went")
+	if out, err := c.ctd.Crictl("--image-endpoint", "unix://"+c.ws.CRI, "inspecti", img); err != nil {
+		t.Fatalf("the weight image %s went with its pod: %v\n%s", img, err, out)
+	}
+	// Removing the images (as the kubelet's image garbage collection does) works, and leases nothing.
+	crictl(t, c.ctd, "--image-endpoint", "unix://"+c.ws.CRI, "rmi", img, volume)
+	if out, err := c.ctd.Crictl("--image-endpoint", "unix://"+c.ws.CRI, "inspecti", img); err == nil {
+		t.Fatalf("the weight image %s is left after rmi:\n%s", img, out)
+	}
+	noLease("after its image went")
 	if !strings.Contains(list[0].Digest+list[1].Digest, strings.TrimPrefix(id, "sha256:")) {
 		t.Fatalf("weightsnapd's store lacks the weight image's artifact %s: %+v", id, list)
 	}

@@ -14,8 +14,9 @@ import (
 // TestSnapshotterSurvivesRestarts (done-when 1): weightsnapd is killed
 // (SIGKILL) while a container reads its weights, and started again; then
 // containerd restarts. The container keeps reading its weights, new
-// containers start, and the daemon holds the artifact's lease again (from
-// its snapshots' labels), as weightsnap inspect and rm show.
+// containers start, and the daemon holds the artifact's lease again for the
+// running container (from its snapshots' labels and parents), as weightsnap
+// inspect and rm show.
 func TestSnapshotterSurvivesRestarts(t *testing.T) {
 	n := startSnapNode(t)
 	w := n.pushWeightImage(t, "restart", "16MiB", 2, "/models/x")
@@ -66,8 +67,8 @@ func TestSnapshotterSurvivesRestarts(t *testing.T) {
 		!strings.Contains(info.out, "snapshot ") {
 		t.Fatalf("weightsnap inspect: exit %d\n%s%s", info.code, info.out, info.errOut)
 	}
-	if r := wsWith(t, n.ws.Config, "rm", w.id); r.code != 5 || !strings.Contains(r.errOut, "weight snapshot") {
-		t.Fatalf("weightsnap rm of the leased artifact: exit %d, want 5 naming the snapshot\n%s%s", r.code, r.out, r.errOut)
+	if r := wsWith(t, n.ws.Config, "rm", w.id); r.code != 5 || !strings.Contains(r.errOut, "snapshot(s) in use") {
+		t.Fatalf("weightsnap rm of the leased artifact: exit %d, want 5 naming the snapshots in use\n%s%s", r.code, r.out, r.errOut)
 	}
 	t.Logf("weightsnap rm: %s", strings.TrimSpace(wsWith(t, n.ws.Config, "rm", w.id).errOut))
 }

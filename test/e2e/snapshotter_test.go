@@ -17,9 +17,9 @@ import (
 // every weight file with its source digest, containerd's content store
 // holds none of the weight bytes, and each file of the committed weight
 // snapshots on the host is the store file's inode. The second artifact
-// resolves ahead, while the first is prepared. The leases hold the
-// artifacts (rm refuses), survive a daemon restart, and go with the last
-// snapshot.
+// resolves ahead, while the first is prepared. The image alone holds no
+// lease; a running container's leases hold the artifacts (rm refuses),
+// survive a daemon restart, and go with the container.
 func TestSnapshotterRunsWeightImage(t *testing.T) {
 	n := startSnapNode(t)
 	x := n.pushArtifact(t, "x", "24MiB", 2)
@@ -85,7 +85,13 @@ func TestSnapshotterRunsWeightImage(t *testing.T) {
 	}
 	t.Logf("content store %d bytes, weights %d bytes", stored, x.bytes+y.bytes)
 
-	// The daemon holds the artifacts: rm refuses, also after a restart.
+	// The image alone holds no lease (the cold run's container is gone).
+	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 0, 10*time.Second)
+	// While a container uses the artifacts the daemon holds them: rm refuses, also after a restart.
+	if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "run", "-d", "--name", "user", "--net", "none",
+		"--security-opt", "seccomp=unconfined", img, "sleep", "600"); err != nil {
+		t.Fatal(err)
+	}
 	rmRefused := func() {
 		t.Helper()
 		if r := ws(t, n.ws.Root, "rm", x.id); r.code != 5 {
@@ -105,7 +111,12 @@ func TestSnapshotterRunsWeightImage(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// Removing the image removes its snapshots (containerd's GC), and the leases with them.
+	// The last container's snapshot takes the leases with it; the image stays.
+	if _, err := n.ctd.Nerdctl("rm", "-f", "user"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 0, 60*time.Second)
+	// Removing the image removes its snapshots (containerd's GC); no lease comes back.
 	if _, err := n.ctd.Nerdctl("rmi", img); err != nil {
 		t.Fatal(err)
 	}
@@ -130,6 +141,14 @@ func TestSnapshotterSharedPageCache(t *testing.T) {
 	if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "pull", w.ref); err != nil {
 		t.Fatal(err)
 	}
+	// A first container of the image leases the artifact, so the readers' Prepares find it held: the
+	// store lookup that takes a lease reads the files' tensor tables, into pages charged to
+	// weightsnapd's cgroup, not the readers'.
+	if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "run", "-d", "--name", "holder", "--net", "none",
+		w.ref, "sleep", "600"); err != nil {
+		t.Fatal(err)
+	}
+	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 1, 30*time.Second)
 	// No page of the weights in the cache: only these files, not the machine's cache.
 	evict(t, filepath.Join(n.ws.Root, "artifacts", w.hex))
 	before := meminfoCached(t)

@@ -1,0 +1,103 @@
+package snapshotter
+
+import (
+	"context"
+	"time"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/pointer"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// What holds a lease: the snapshots that use an artifact. An active
+// snapshot (a container's rootfs, an image volume's mount, a view) whose
+// parent chain holds weight snapshots uses their artifacts: it takes their
+// leases when it is made (Prepare, View) and lets them go when it is
+// removed or committed. A committed weight snapshot alone holds none: once
+// the last container of an image goes, its artifacts stay in the store,
+// ready and unleased (weightsnap rm and the store's eviction may take
+// them; the snapshot's files, hardlinks, keep their bytes). An image
+// unpack's own Prepares (they carry containerd.io/snapshot.ref) read no
+// weights and take no lease.
+
+// lookupTimeout bounds each store lookup that takes a lease for a user.
+const lookupTimeout = 30 * time.Second
+
+// use gives the active snapshot key, just made over parent, the leases of
+// the weight snapshots in parent's chain.
+func (s *Snapshotter) use(ctx context.Context, key, parent string, labels map[string]string) {
+	if parent == "" || labels[snapshots.LabelSnapshotRef] != "" {
+		return
+	}
+	ptrs, err := weightsUnder(ctx, parent, func(name string) (snapshots.Info, error) { return s.overlay.Stat(ctx, name) })
+	if err != nil {
+		log.G(ctx).WithError(err).WithField("key", key).Warn("no lease taken: the snapshot's parents cannot be read")
+		return
+	}
+	for _, ptr := range ptrs {
+		s.lease(ctx, ptr, key)
+	}
+}
+
+// weightsUnder lists the pointers of the weight snapshots in the chain of
+// parent (itself included), once per identity, reading each snapshot with
+// stat. A fallback is skipped: what runs over it started without the
+// weights (its repair fills them in for the next one). A weight snapshot
+// with bad labels is logged and skipped.
+func weightsUnder(ctx context.Context, parent string, stat func(name string) (snapshots.Info, error)) ([]pointer.Pointer, error) {
+	var out []pointer.Pointer
+	seen := map[artifact.ID]bool{}
+	for name := parent; name != ""; {
+		info, err := stat(name)
+		if err != nil {
+			return nil, err
+		}
+		if info.Kind == snapshots.KindCommitted && info.Labels[pointer.LabelIdentity] != "" && info.Labels[LabelFallback] == "" {
+			ptr, _, err := pointer.ParseLabels(info.Labels)
+			switch {
+			case err != nil:
+				log.G(ctx).WithError(err).WithField("snapshot", info.Name).Error("weight snapshot with bad labels: no lease taken")
+			case !seen[ptr.Identity]:
+				seen[ptr.Identity] = true
+				out = append(out, ptr)
+			}
+		}
+		name = info.Parent
+	}
+	return out, nil
+}
+
+// lease gives holders the lease of ptr's artifact: the one held already,
+// or one from the store alone (a lookup with manifest_and_metadata
+// validation: the files were validated when they were placed), never
+// waiting for a remote fetch. When the store cannot serve it now (evicted
+// or removed since its weight snapshot was made) the holders keep their
+// files (the snapshot's hardlinks keep
+// the bytes) and are handed to the repairs, which resolve the artifact
+// again (store, peers, registry) and give them its lease.
+func (s *Snapshotter) lease(ctx context.Context, ptr pointer.Pointer, holders ...string) {
+	if s.leases.heldNow(ptr.Identity, holders...) {
+		return
+	}
+	start := time.Now()
+	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
+	lease, err := s.store.Lookup(lctx, ptr.Identity, store.ManifestAndMetadata)
+	cancel()
+	logger := log.G(ctx).WithField("identity", ptr.Identity).WithField("holders", holders)
+	if err != nil {
+		logger.WithError(err).Warn("lease not taken: the store cannot serve the artifact now; the holders keep their files, and a repair resolves it in the background")
+		s.repairs.add(ptr, holders...)
+		return
+	}
+	s.leases.adopt(lease, holders...)
+	logger.WithField("seconds", time.Since(start).Seconds()).Info("lease taken from the store")
+}
+
+// unuse forgets the active snapshot key (removed, or committed): its
+// repairs, and its leases, the last user of an artifact letting it go.
+func (s *Snapshotter) unuse(ctx context.Context, key string) {
+	s.repairs.forget(key)
+	s.leases.detach(ctx, key)
+}
