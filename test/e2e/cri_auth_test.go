@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -156,21 +157,25 @@ func (c *criNode) pushPrivateWeightImage(t *testing.T, name, size string) (img, 
 func (c *criNode) pushModelPack(t *testing.T, repo string) map[string]string {
 	t.Helper()
 	dir, _, _ := ociCheckpoint(t, "8MiB", 2)
+	return orasPushModelPack(t, dir, c.sec.Ref(repo), "-u", c.user, "-p", c.pass)
+}
+
+// orasPushModelPack pushes the files of dir with the oras CLI as a
+// ModelPack artifact (raw layers, each annotated with its name as its
+// filepath) to ref, with login (oras's credential flags) if any, and
+// returns the files' sha256.
+func orasPushModelPack(t *testing.T, dir, ref string, login ...string) map[string]string {
+	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{}
 	ann := map[string]map[string]string{}
-	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
-		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json",
-		c.sec.Ref(repo)}
+	args := append(append([]string{"push", "--plain-http"}, login...), "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
+		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json", ref)
 	for _, e := range ents {
-		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[e.Name()] = sha256Hex(raw)
+		files[e.Name()] = fileSHA256(t, filepath.Join(dir, e.Name()))
 		mt := "application/vnd.cncf.model.weight.config.v1.raw"
 		if strings.HasSuffix(e.Name(), ".safetensors") {
 			mt = "application/vnd.cncf.model.weight.v1.raw"
@@ -189,6 +194,21 @@ func (c *criNode) pushModelPack(t *testing.T, repo string) map[string]string {
 	writeJSON(t, filepath.Join(pushDir, "model-config.json"), `{"descriptor": {"name": "tiny"}, "config": {}, "modelfs": {"type": "layers", "diffIds": []}}`)
 	orasRun(t, pushDir, args...)
 	return files
+}
+
+// fileSHA256 is the sha256 of the file at path, read in a stream.
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // inspectFiles is the sha256 of every payload file of the artifact id in
@@ -212,11 +232,6 @@ func inspectFiles(t *testing.T, root, id string) map[string]string {
 		t.Fatal("the artifact has no files")
 	}
 	return files
-}
-
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // TestUnseenWeightUnpack (issue 27, item 2): a weight image run without
