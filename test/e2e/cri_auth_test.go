@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,39 +198,52 @@ func (c *criNode) pushPrivateImage(t *testing.T, name, size, base string) (img, 
 }
 
 // pushModelPack pushes a synthetic checkpoint with the oras CLI as a
-// ModelPack artifact to repo in the secured registry, one layer per file
-// with its filepath annotation, each of the layers kind: "raw" (the file
-// itself), "tar" or "tar+zstd" (the file tarred, as modctl tars it); it
-// returns the files' sha256.
+// ModelPack artifact to repo in the secured registry (orasPushModelPack)
+// and returns the files' sha256.
 func (c *criNode) pushModelPack(t *testing.T, repo, layers string) map[string]string {
 	t.Helper()
 	dir, _, _ := ociCheckpoint(t, "8MiB", 2)
+	return orasPushModelPack(t, dir, c.sec.Ref(repo), layers, "-u", c.user, "-p", c.pass)
+}
+
+// orasPushModelPack pushes the files of dir with the oras CLI as a
+// ModelPack artifact to ref, with login (oras's credential flags) if any:
+// one layer per file with its name as its filepath annotation, each of the
+// layers kind: "raw" (the file itself, linked), "tar" or "tar+zstd" (the
+// file tarred, as modctl tars it). It returns the files' sha256.
+func orasPushModelPack(t *testing.T, dir, ref, layers string, login ...string) map[string]string {
+	t.Helper()
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := map[string]string{}
 	ann := map[string]map[string]string{}
-	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
-		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json",
-		c.sec.Ref(repo)}
+	args := append(append([]string{"push", "--plain-http"}, login...), "--artifact-type", "application/vnd.cncf.model.manifest.v1+json",
+		"--config", "model-config.json:application/vnd.cncf.model.config.v1+json", "--annotation-file", "annotations.json", ref)
 	pushDir := t.TempDir()
 	for _, e := range ents {
-		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[e.Name()] = sha256Hex(raw)
+		src := filepath.Join(dir, e.Name())
+		files[e.Name()] = fileSHA256(t, src)
 		mt := "application/vnd.cncf.model.weight.config.v1." + layers
 		if strings.HasSuffix(e.Name(), ".safetensors") {
 			mt = "application/vnd.cncf.model.weight.v1." + layers
 		}
-		blob, name := raw, e.Name()
-		if layers != "raw" {
-			blob, name = tarFile(t, layers, &tar.Header{Typeflag: tar.TypeReg, Name: e.Name(), Size: int64(len(raw)), Mode: 0o644}, raw), e.Name()+".tar"
-		}
-		if err := os.WriteFile(filepath.Join(pushDir, name), blob, 0o644); err != nil {
-			t.Fatal(err)
+		name := e.Name()
+		if layers == "raw" {
+			if err := os.Link(src, filepath.Join(pushDir, name)); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			raw, err := os.ReadFile(src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			name += ".tar"
+			blob := tarFile(t, layers, &tar.Header{Typeflag: tar.TypeReg, Name: e.Name(), Size: int64(len(raw)), Mode: 0o644}, raw)
+			if err := os.WriteFile(filepath.Join(pushDir, name), blob, 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
 		ann[name] = map[string]string{"org.cncf.model.filepath": e.Name()}
 		args = append(args, name+":"+mt)
@@ -260,6 +274,21 @@ func tarFile(t *testing.T, layers string, hdr *tar.Header, data []byte) []byte {
 	return zw.EncodeAll(buf.Bytes(), nil)
 }
 
+// fileSHA256 is the sha256 of the file at path, read in a stream.
+func fileSHA256(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		t.Fatal(err)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
 // inspectFiles is the sha256 of every payload file of the artifact id in
 // the store at root.
 func inspectFiles(t *testing.T, root, id string) map[string]string {
@@ -281,11 +310,6 @@ func inspectFiles(t *testing.T, root, id string) map[string]string {
 		t.Fatal("the artifact has no files")
 	}
 	return files
-}
-
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
 
 // TestUnseenWeightUnpack (issue 27, item 2): a weight image run without

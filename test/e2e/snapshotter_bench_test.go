@@ -35,6 +35,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"oras.land/oras-go/v2"
@@ -54,8 +55,8 @@ func TestSnapshotterBench(t *testing.T) {
 		t.Run(size, func(t *testing.T) {
 			n := startSnapNode(t)
 			w := n.pushWeightImage(t, "bench", size, 4, "/models/x")
-			tarImg := pushTarImage(t, n, w)
-			first := firstWeightFile(w)
+			tarImg := pushTarImage(t, n.base, w.src, "models/x", n.reg.Ref("apps/bench-tar:v1"))
+			first := firstWeightFile(t, w.files)
 			r := row{size: size}
 			for i := 0; i < reps; i++ {
 				t.Logf("%s: round %d of %d", size, i+1, reps)
@@ -115,13 +116,17 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// firstWeightFile is the first safetensors file of the artifact, by name.
-func firstWeightFile(w *weightImage) string {
+// firstWeightFile is the first safetensors file of files (path -> sha256), by name.
+func firstWeightFile(t *testing.T, files map[string]string) string {
+	t.Helper()
 	var names []string
-	for p := range w.files {
+	for p := range files {
 		if strings.HasSuffix(p, ".safetensors") {
 			names = append(names, p)
 		}
+	}
+	if len(names) == 0 {
+		t.Fatal("no safetensors file")
 	}
 	sort.Strings(names)
 	return names[0]
@@ -186,38 +191,16 @@ func rmImage(t *testing.T, n *snapNode, ref string) {
 	n.waitMetric(t, "weightsnap_snapshotter_leases_held", 0, 2*time.Minute)
 }
 
-// pushTarImage pushes the weight image's files as one uncompressed tar
-// layer (models/x/...) over the same base, and returns its reference.
-func pushTarImage(t *testing.T, n *snapNode, w *weightImage) string {
+// pushTarImage pushes the files of dir as one uncompressed tar layer
+// (under prefix) over base, or alone when base is "", as the image ref
+// (plain HTTP), and returns ref.
+func pushTarImage(t *testing.T, base, dir, prefix, ref string) string {
 	t.Helper()
 	ctx := context.Background()
 	layerPath := filepath.Join(t.TempDir(), "layer.tar")
-	layer := writeTarLayer(t, w.src, "models/x", layerPath)
+	layer := writeTarLayer(t, dir, prefix, layerPath)
+	defer os.Remove(layerPath)
 
-	base, err := registry.New(ctx, n.base, registry.Options{PlainHTTP: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, rawManifest, err := oras.FetchBytes(ctx, base.Repo, "latest", oras.DefaultFetchBytesOptions)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(rawManifest, &m); err != nil {
-		t.Fatal(err)
-	}
-	var cfg map[string]any
-	rawCfg, err := content.FetchAll(ctx, base.Repo, m.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	json.Unmarshal(rawCfg, &cfg)
-	rootfs := cfg["rootfs"].(map[string]any)
-	rootfs["diff_ids"] = append(rootfs["diff_ids"].([]any), layer.Digest.String())
-	delete(cfg, "history")
-	rawCfg, _ = json.Marshal(cfg)
-
-	ref := n.reg.Ref("apps/bench-tar:v1")
 	target, err := remote.NewRepository(ref)
 	if err != nil {
 		t.Fatal(err)
@@ -229,14 +212,40 @@ func pushTarImage(t *testing.T, n *snapNode, w *weightImage) string {
 			t.Fatal(err)
 		}
 	}
-	for _, l := range m.Layers {
-		rc, err := base.Repo.Fetch(ctx, l)
+	m := ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		Config: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig}}
+	cfg := map[string]any{"architecture": runtime.GOARCH, "os": "linux", "rootfs": map[string]any{"type": "layers", "diff_ids": []any{}}}
+	if base != "" {
+		from, err := registry.New(ctx, base, registry.Options{PlainHTTP: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		push(l, rc)
-		rc.Close()
+		_, rawManifest, err := oras.FetchBytes(ctx, from.Repo, "latest", oras.DefaultFetchBytesOptions)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(rawManifest, &m); err != nil {
+			t.Fatal(err)
+		}
+		rawCfg, err := content.FetchAll(ctx, from.Repo, m.Config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.Unmarshal(rawCfg, &cfg)
+		delete(cfg, "history")
+		for _, l := range m.Layers {
+			rc, err := from.Repo.Fetch(ctx, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			push(l, rc)
+			rc.Close()
+		}
 	}
+	rootfs := cfg["rootfs"].(map[string]any)
+	rootfs["diff_ids"] = append(rootfs["diff_ids"].([]any), layer.Digest.String())
+	rawCfg, _ := json.Marshal(cfg)
+
 	f, err := os.Open(layerPath)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +257,7 @@ func pushTarImage(t *testing.T, n *snapNode, w *weightImage) string {
 	m.Config, m.Layers = cd, append(m.Layers, layer)
 	raw, _ := json.Marshal(m)
 	md := ocispec.Descriptor{MediaType: m.MediaType, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
-	if err := target.PushReference(ctx, md, bytes.NewReader(raw), "v1"); err != nil {
+	if err := target.PushReference(ctx, md, bytes.NewReader(raw), ref[strings.LastIndex(ref, ":")+1:]); err != nil {
 		t.Fatal(err)
 	}
 	return ref
