@@ -12,12 +12,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/zstd"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
+	"golang.org/x/sys/unix"
 )
 
 // criNode is a node whose pods pull through weightsnapd's CRI image
@@ -72,6 +74,12 @@ func (c *criNode) pull(creds, ref string) (string, error) {
 // stored says whether weightsnapd's store holds the artifact id.
 func (c *criNode) stored(t *testing.T, id string) bool {
 	t.Helper()
+	return slices.Contains(c.ids(t), id)
+}
+
+// ids is the identities of the artifacts weightsnapd's store holds.
+func (c *criNode) ids(t *testing.T) []string {
+	t.Helper()
 	r := wsWith(t, c.ws.Config, "ls", "--json")
 	var list []struct {
 		Digest string `json:"digest"`
@@ -79,12 +87,11 @@ func (c *criNode) stored(t *testing.T, id string) bool {
 	if err := json.Unmarshal([]byte(r.out), &list); r.code != 0 || err != nil {
 		t.Fatalf("weightsnap ls: exit %d, %v\n%s%s", r.code, err, r.out, r.errOut)
 	}
-	for _, a := range list {
-		if a.Digest == id {
-			return true
-		}
+	ids := make([]string, len(list))
+	for i, a := range list {
+		ids[i] = a.Digest
 	}
-	return false
+	return ids
 }
 
 // noPassword fails if the password is in any file of the store, snapshot,
@@ -145,24 +152,72 @@ func TestCRIPullSecrets(t *testing.T) {
 	c.noPassword(t)
 }
 
-// TestCRIModelPackVolume (issue 25, done-when 2, raw layers): a ModelPack
-// artifact pushed by the oras CLI (raw layers, filepath annotations) into
-// the secured registry, pulled through weightsnapd's CRI socket, is a
-// pod's image volume: the container reads every file under model/ with its
-// digest, and containerd's content store holds none of the weight bytes.
+// TestCRIModelPackVolume (issue 25, done-when 2, raw layers and a plain
+// oras push): a ModelPack artifact pushed by the oras CLI (raw layers,
+// filepath annotations) and a plain oras push of files with an
+// --artifact-type (the empty config, each file named by its title), both
+// into the secured registry and pulled through weightsnapd's CRI socket,
+// are pods' image volumes: the containers read every file under model/
+// with its digest, and containerd's content store holds none of the weight
+// bytes. Two pods of the ModelPack artifact read the store's inodes: every
+// file either container sees is the store's payload file (device and inode).
 func TestCRIModelPackVolume(t *testing.T) {
 	c := startCRINode(t)
-	files := c.pushModelPack(t, "models/modelpack:v1", "raw")
-
+	creds := c.user + ":" + c.pass
+	crictl(t, c.ctd, "pull", c.base)
 	ref := c.sec.Ref("models/modelpack:v1")
-	if out, err := c.pull(c.user+":"+c.pass, ref); err != nil {
+	a := &pushedArtifact{files: c.pushModelPack(t, "models/modelpack:v1", "raw")}
+	if out, err := c.pull(creds, ref); err != nil {
 		t.Fatalf("pull of a ModelPack artifact through the CRI socket: %v\n%s", err, out)
 	}
-	crictl(t, c.ctd, "pull", c.base)
-	a := &pushedArtifact{files: files}
-	checkSums(t, runReaderPod(t, c.ctd, readerPod{name: "modelpack", image: c.base, dir: "/models/model", volume: ref}), a)
+	ids := c.ids(t)
+	if len(ids) != 1 {
+		t.Fatalf("the store holds %v, want the pulled artifact alone", ids)
+	}
+	store := filepath.Join(c.ws.Root, "artifacts", strings.TrimPrefix(ids[0], "sha256:"))
+	for _, name := range []string{"modelpack", "modelpack-2"} {
+		logs := runReaderPod(t, c.ctd, readerPod{name: name, image: c.base, dir: "/models/model", volume: ref, inodes: true})
+		checkSums(t, logs, a)
+		c.storeInodes(t, logs, store, a)
+	}
+	c.noWeightBlobs(t, a)
+
+	plain := c.sec.Ref("models/plain:v1")
+	a = &pushedArtifact{files: c.orasPushPlain(t, plain)}
+	if out, err := c.pull(creds, plain); err != nil {
+		t.Fatalf("pull of a plain oras artifact through the CRI socket: %v\n%s", err, out)
+	}
+	checkSums(t, runReaderPod(t, c.ctd, readerPod{name: "plain", image: c.base, dir: "/models/model", volume: plain}), a)
 	c.noWeightBlobs(t, a)
 	c.noPassword(t)
+}
+
+// storeInodes fails unless every file of a that a reader pod's log
+// (readerPod.inodes) shows is the store's payload file under store. The
+// container sees the weight snapshot through containerd's overlay mount of
+// it: the device is the overlay's, and overlayfs over one filesystem
+// passes the lower file's inode number through, so the pod's inode number
+// is compared with the store's, and on the host the snapshot's file is the
+// store's (device and inode).
+func (c *criNode) storeInodes(t *testing.T, logs, store string, a *pushedArtifact) {
+	t.Helper()
+	seen := map[string]string{}
+	for _, line := range strings.Split(logs, "\n") {
+		if f := strings.Fields(line); len(f) == 4 && f[0] == "inode" {
+			seen[f[1]] = f[3]
+		}
+	}
+	snap := c.weightSnapshotDir(t, a, "/model") // an artifact image's target
+	for p := range a.files {
+		var st unix.Stat_t
+		if err := unix.Stat(filepath.Join(store, p), &st); err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] != fmt.Sprint(st.Ino) {
+			t.Fatalf("%s is inode %q in the pod, the store's is %d\n%s", p, seen[p], st.Ino, logs)
+		}
+		sameInode(t, filepath.Join(snap, p), filepath.Join(store, p))
+	}
 }
 
 // pushPrivateWeightImage pushes an artifact as models/NAME:v1 and a weight
@@ -252,6 +307,37 @@ func orasPushModelPack(t *testing.T, dir, ref, layers string, login ...string) m
 	writeJSON(t, filepath.Join(pushDir, "annotations.json"), string(raw))
 	writeJSON(t, filepath.Join(pushDir, "model-config.json"), `{"descriptor": {"name": "tiny"}, "config": {}, "modelfs": {"type": "layers", "diffIds": []}}`)
 	orasRun(t, pushDir, args...)
+	return files
+}
+
+// orasPushPlain pushes the files of a synthetic checkpoint to ref in the
+// secured registry with a plain oras push (an --artifact-type, no config:
+// oras writes the empty one; each layer named by its title), checks that
+// the manifest is such an artifact, and returns the files' sha256.
+func (c *criNode) orasPushPlain(t *testing.T, ref string) map[string]string {
+	t.Helper()
+	dir, _, _ := ociCheckpoint(t, "4MiB", 2)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{}
+	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.example.weights.v1", ref}
+	for _, e := range ents {
+		files[e.Name()] = fileSHA256(t, filepath.Join(dir, e.Name()))
+		args = append(args, e.Name())
+	}
+	orasRun(t, dir, args...)
+	var m struct {
+		ArtifactType string `json:"artifactType"`
+		Config       struct {
+			MediaType string `json:"mediaType"`
+		} `json:"config"`
+	}
+	raw := orasRun(t, dir, "manifest", "fetch", "--plain-http", "-u", c.user, "-p", c.pass, ref)
+	if err := json.Unmarshal([]byte(raw), &m); err != nil || m.Config.MediaType != "application/vnd.oci.empty.v1+json" || m.ArtifactType == "" {
+		t.Fatalf("oras push wrote no artifact with the empty config (%v):\n%s", err, raw)
+	}
 	return files
 }
 

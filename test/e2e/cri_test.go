@@ -122,8 +122,12 @@ func runImageVolumePod(t *testing.T, n *snapNode, img, runtime string) string {
 // readerPod is a host-network CRI pod whose container, of image (pulled
 // already), prints sha256sum of the files in dir and "read-all"; volume,
 // when set, is an image (pulled already) mounted at /models as an image
-// volume; runtime is the runtime handler ("" for the default).
-type readerPod struct{ name, image, dir, volume, runtime string }
+// volume; runtime is the runtime handler ("" for the default); inodes adds
+// a line "inode NAME DEV INO" per file (statLines reads them).
+type readerPod struct {
+	name, image, dir, volume, runtime string
+	inodes                            bool
+}
 
 // runReaderPod runs p and returns its container's log once it has read
 // every file.
@@ -135,15 +139,19 @@ func runReaderPod(t *testing.T, ctd *harness.Containerd, p readerPod) string {
 	if p.volume != "" {
 		mounts = fmt.Sprintf(`"mounts": [{"container_path": "/models", "readonly": true, "image": {"image": %q}}],`, p.volume)
 	}
+	var stat string
+	if p.inodes {
+		stat = ` && stat -c 'inode %n %d %i' *`
+	}
 	ctr := filepath.Join(dir, "container.json")
 	writeJSON(t, ctr, fmt.Sprintf(`{
   "metadata": {"name": "reader"},
   "image": {"image": %q},
-  "command": ["sh", "-c", "cd %s && sha256sum * && echo read-all; exec sleep 3600"],
+  "command": ["sh", "-c", "cd %s && sha256sum *%s && echo read-all; exec sleep 3600"],
   %s
   "log_path": "reader.log",
   "linux": {"security_context": {"seccomp": {"profile_type": 1}}}
-}`, p.image, p.dir, mounts))
+}`, p.image, p.dir, stat, mounts))
 	podID := crictl(t, ctd, "runp", "--runtime", p.runtime, pod)
 	cid := crictl(t, ctd, "create", podID, ctr, pod)
 	crictl(t, ctd, "start", cid)
