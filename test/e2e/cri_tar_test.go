@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"archive/tar"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -37,7 +36,7 @@ func TestCRIModelPackTarVolume(t *testing.T) {
 	if r := wsWith(t, c.ws.Config, "verify", "--all"); r.code != 0 { // every digest recomputed from the bytes
 		t.Fatalf("verify --all: exit %d\n%s%s", r.code, r.out, r.errOut)
 	}
-	published := c.artifacts(t)
+	published := len(c.ids(t))
 	if published != 2 {
 		t.Fatalf("%d artifacts published, want 2", published)
 	}
@@ -63,7 +62,7 @@ func TestCRIModelPackTarVolume(t *testing.T) {
 		if imgs := crictl(t, c.ctd, "images"); strings.Contains(imgs, "models/hostile") {
 			t.Fatalf("a refused artifact (%s) left an image:\n%s", h.name, imgs)
 		}
-		if got := c.artifacts(t); got != published {
+		if got := len(c.ids(t)); got != published {
 			t.Fatalf("%d artifacts after the refused pull (%s), %d before", got, h.name, published)
 		}
 		if got := mountsUnder(t, c.ws.Dir) + mountsUnder(t, c.ctd.Dir); got != mounts {
@@ -91,6 +90,7 @@ type hostileTar struct {
 // out, a device, and a size that lies (the header says 400 bytes, the
 // stream ends after 300).
 func hostileTars(t *testing.T) []hostileTar {
+	t.Helper()
 	const f = "model.safetensors"
 	data := make([]byte, 400)
 	return []hostileTar{
@@ -103,14 +103,4 @@ func hostileTars(t *testing.T) []hostileTar {
 		{"size-lies", f, "a truncated or corrupt layer",
 			tarFile(t, "tar", &tar.Header{Typeflag: tar.TypeReg, Name: f, Size: 400, Mode: 0o644}, data)[:512+300]},
 	}
-}
-
-// artifacts is how many artifacts weightsnapd's store holds.
-func (c *criNode) artifacts(t *testing.T) int {
-	t.Helper()
-	var list []json.RawMessage
-	if err := json.Unmarshal([]byte(wsWith(t, c.ws.Config, "ls", "--json").out), &list); err != nil {
-		t.Fatal(err)
-	}
-	return len(list)
 }
