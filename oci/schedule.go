@@ -178,7 +178,8 @@ func (p *puller) filesInFlight() int {
 	return artifact.FilesInFlight()
 }
 
-// dispatch hands out the jobs, the largest file first: each file is hashed
+// dispatch hands out the jobs, the largest file first (in plan order for
+// a pull that peers follow, seed.go): each file is hashed
 // in order on one core, so a large file left to the end would finish the
 // pull on one core while the others idle. Small files go straight to the
 // workers. Large files open a few at a time (FilesInFlight): each has a
@@ -199,7 +200,9 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 	feeders, fctx := errgroup.WithContext(ctx)
 	feeders.SetLimit(open)
 	files = slices.Clone(files)
-	slices.SortStableFunc(files, func(a, b PlanFile) int { return cmp.Compare(b.Size, a.Size) })
+	if !p.inOrder {
+		slices.SortStableFunc(files, func(a, b PlanFile) int { return cmp.Compare(b.Size, a.Size) })
+	}
 	for _, f := range files {
 		t := &fileTask{f: f, w: w, p: p, done: make(chan struct{})}
 		switch {

@@ -51,8 +51,12 @@ func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
 		return err
 	}
 	p.seed = sd
-	// Each tensor is checked against the index layer as it is written, so
-	// peers get it before the whole file's sha256.
+	// Peers read the files in plan order, each tensor in turn, as soon as
+	// this node verified it: the files stream one at a time, in that order,
+	// whole (ranges in parallel would verify a file in bursts), and each
+	// tensor is checked against the index layer as it is written, before
+	// the whole file's sha256.
+	p.o.FilesInFlight, p.o.Ranges, p.inOrder = 1, RangesOff, true
 	for i := range p.plan.Files {
 		f := &p.plan.Files[i]
 		f.Binding.CheckTensors = f.Binding.By == artifact.BindSHA256 && artifact.IsSafetensors(f.Path)

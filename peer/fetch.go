@@ -592,7 +592,14 @@ func (f *fetcher) runSession(ctx context.Context, cs *clientSession, todo []*uni
 	if err := f.use(ctx, cs); err != nil {
 		return err
 	}
-	if err := cs.startPlane(ctx, f.o.Mode, f.o.Rails); err != nil {
+	rails := f.o.Rails
+	if cs.manifest.Building {
+		// A builder's units come as it verifies them, in order: one rail
+		// takes each whole at the link's rate, so this node can pass it on
+		// one unit after its source, not two.
+		rails = 1
+	}
+	if err := cs.startPlane(ctx, f.o.Mode, rails); err != nil {
 		return err
 	}
 	f.rep.Mode, f.rep.Rails = cs.mode, cs.rails

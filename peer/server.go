@@ -25,14 +25,16 @@ import (
 )
 
 // Defaults of ServerConfig and ClientConfig. DefaultMaxChildren is
-// measured (TestFleetMaxChildren, 16 nodes, 256 MiB, 100 Mbit/s links): the
-// last node READY after 91 s with 1 child per node (a long chain), 73 s
-// with 2, 115 s with 4 (each parent's uplink split four ways).
+// measured (TestFleetMaxChildren, 16 nodes, 256 MiB, 100 Mbit/s links, one
+// node alone 22.5 s): the last node READY after 44 s with 1 child per node
+// (a chain: every hop at the link's full rate, each one tensor behind its
+// source), 63 s with 2 (each parent's uplink split two ways). With whole
+// files as the unit a chain had been the slowest (91 s against 73 s).
 const (
 	DefaultPort          = 7420
 	DefaultTimeout       = 30 * time.Second
 	DefaultMaxSessions   = 16
-	DefaultMaxChildren   = 2
+	DefaultMaxChildren   = 1
 	DefaultMaxRails      = 16
 	DefaultExportCeiling = 64 << 30
 )
