@@ -3,12 +3,9 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -279,7 +276,7 @@ func orasPushModelPack(t *testing.T, dir, ref, layers string, login ...string) m
 	pushDir := t.TempDir()
 	for _, e := range ents {
 		src := filepath.Join(dir, e.Name())
-		files[e.Name()] = fileSHA256(t, src)
+		files[e.Name()] = harness.FileSHA256(t, src)
 		mt := "application/vnd.cncf.model.weight.config.v1." + layers
 		if strings.HasSuffix(e.Name(), ".safetensors") {
 			mt = "application/vnd.cncf.model.weight.v1." + layers
@@ -324,7 +321,7 @@ func (c *criNode) orasPushPlain(t *testing.T, ref string) map[string]string {
 	files := map[string]string{}
 	args := []string{"push", "--plain-http", "-u", c.user, "-p", c.pass, "--artifact-type", "application/vnd.example.weights.v1", ref}
 	for _, e := range ents {
-		files[e.Name()] = fileSHA256(t, filepath.Join(dir, e.Name()))
+		files[e.Name()] = harness.FileSHA256(t, filepath.Join(dir, e.Name()))
 		args = append(args, e.Name())
 	}
 	orasRun(t, dir, args...)
@@ -358,21 +355,6 @@ func tarFile(t *testing.T, layers string, hdr *tar.Header, data []byte) []byte {
 	}
 	zw, _ := zstd.NewWriter(nil)
 	return zw.EncodeAll(buf.Bytes(), nil)
-}
-
-// fileSHA256 is the sha256 of the file at path, read in a stream.
-func fileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // inspectFiles is the sha256 of every payload file of the artifact id in

@@ -3,10 +3,7 @@ package readme
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,27 +196,13 @@ func model(t *testing.T, cli, work string) weights {
 	}
 	for _, e := range ents {
 		if e.Type().IsRegular() {
-			w.files[e.Name()] = fileSHA256(t, filepath.Join(ckpt, e.Name()))
+			w.files[e.Name()] = harness.FileSHA256(t, filepath.Join(ckpt, e.Name()))
 		}
 	}
 	if len(w.files) == 0 {
 		t.Fatalf("dev synth wrote no files in %s", ckpt)
 	}
 	return w
-}
-
-func fileSHA256(t *testing.T, path string) string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		t.Fatal(err)
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // runSandbox runs prepare, then cmds in order, on the sandbox node (sandbox.sh) inside ns, and
