@@ -56,10 +56,10 @@ func (n *node) wsOK(t *testing.T, args ...string) string {
 }
 
 // serve starts `weightsnap peer serve` in the node on listen and waits
-// until from (another node) lists it.
-func (n *node) serve(t *testing.T, listen string, from *node, addr string) *harness.Proc {
+// until from (another node) lists it; flags go to peer serve.
+func (n *node) serve(t *testing.T, listen string, from *node, addr string, flags ...string) *harness.Proc {
 	t.Helper()
-	argv := []string{n.bin(t), "--root", n.root, "--config", "", "peer", "serve", "--listen", listen, "--allow-unauthenticated"}
+	argv := append([]string{n.bin(t), "--root", n.root, "--config", "", "peer", "serve", "--listen", listen, "--allow-unauthenticated"}, flags...)
 	if n.rma {
 		argv = append(argv, "--fabric-provider", "sockets")
 	}
@@ -231,7 +231,7 @@ func TestPeerFanOut(t *testing.T) {
 	ac, _ := harness.Link(t, a.ns, c.ns, "10.233.22.1/24", "10.233.22.2/24")
 	bd, _ := harness.Link(t, b.ns, d.ns, "10.233.23.1/24", "10.233.23.2/24")
 	id := a.seed(t, "256MiB", 4)
-	a.serve(t, ":7420", b, "10.233.21.1:7420")
+	a.serve(t, ":7420", b, "10.233.21.1:7420", "--max-children", "2") // two direct children at once (the default is a chain)
 	before := a.txBytes(t, ab) + a.txBytes(t, ac)
 	w1, w2 := b.fetchAsync(t, "10.233.21.1", id), c.fetchAsync(t, "10.233.22.1", id)
 	r1, r2 := w1(), w2()
