@@ -189,16 +189,19 @@ func TestFleetCorruptUnit(t *testing.T) {
 	}
 }
 
-// TestFleetDiskFull (Done-when 2): four nodes start together; the root's store is a tmpfs of half
-// the artifact, so its build fails mid-pull for lack of space. Its resolve fails saying so (a
-// capacity failure, exit status 5, "no space" in its message); its children move on to others or
+// TestFleetDiskFull (Done-when 2): four nodes start together on an artifact of four files; the
+// root's store is a tmpfs of five eighths of the artifact, so its pull, two files in flight at a
+// time (artifact.FilesInFlight on 2 cores), serves its children what it verifies of the first two
+// and fails to open the third for lack of space (about half a copy in). Its resolve fails saying so
+// (a capacity failure, exit status 5, "no space" in its message); its children move on to others or
 // the origin, every other node is READY and verifies in full, the root published nothing, and the
 // origin sends at most faultMaxCopies copies.
 func TestFleetDiskFull(t *testing.T) {
 	const nodes = 4
-	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
+	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 4, RateMbit: testRateMbit})
 	root := f.rootOf(f.nodes[:nodes])
-	f.StoreSize(root, f.Bytes/2)
+	size := f.Bytes * 5 / 8
+	f.StoreSize(root, size)
 	ro := f.Launch(Round{Nodes: nodes, Peers: true})
 	ro.Lose(root)
 	r := ro.Wait()
@@ -214,10 +217,13 @@ func TestFleetDiskFull(t *testing.T) {
 		_ = json.Unmarshal(raw, &fail)
 	}
 	t.Logf("root node %d on a %d MiB store: resolve %v (%s: %s); the origin sent %.2f copies; last READY %.2fs; sources %v",
-		root, f.Bytes/2>>20, err, fail.Failure.Kind, fail.Failure.Message, r.Copies, r.Last.Seconds(), r.Sources)
+		root, size>>20, err, fail.Failure.Kind, fail.Failure.Message, r.Copies, r.Last.Seconds(), r.Sources)
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 5 {
 		t.Fatalf("the root's resolve: %v, want exit status 5 (out of space)\n%s", err, harness.Tail(ro.Procs[root].Log, 20))
+	}
+	if !logHas(t, ro.Nodes[root].serve.Log, "peer: session started") {
+		t.Fatalf("the root (node %d) served no child before its build failed", root)
 	}
 	if fail.Failure.Kind != "capacity" || !strings.Contains(fail.Failure.Message, "no space") {
 		t.Fatalf("the root's report: failure %q %q, want a capacity failure saying no space\n%s", fail.Failure.Kind, fail.Failure.Message, harness.Tail(ro.Procs[root].Log, 20))
