@@ -153,8 +153,9 @@ const corruptUnit = "corrupt-unit@3"
 // runs down a chain: the root, a middle node, a leaf. The two that are not the root serve with a
 // weightsnap built with the faults tag and WEIGHTSNAP_PEER_FAULT=corruptUnit, so the one of them
 // that has a child (the middle) sends that unit with one byte flipped. The child refuses the unit
-// (BLAKE3 mismatch), its log naming the faulty peer's address, takes what it lacks from another
-// source, and every node is READY and verifies in full (nothing unverified published anywhere).
+// (BLAKE3 mismatch), its log naming the faulty peer's address, takes what it lacks from the root
+// (the origin sends at most maxCopies), and every node is READY and verifies in full (nothing
+// unverified published anywhere).
 func TestFleetCorruptUnit(t *testing.T) {
 	const nodes = 3
 	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
@@ -186,6 +187,9 @@ func TestFleetCorruptUnit(t *testing.T) {
 		bad, root, child, r.Copies, r.Last.Seconds(), r.Sources)
 	if child < 0 {
 		t.Fatalf("node %d sent a corrupt unit, and no node's log names %s with a BLAKE3 mismatch", bad, ro.Nodes[bad].addr)
+	}
+	if r.Copies > maxCopies {
+		t.Fatalf("the origin sent %.2f copies, more than %.2f: the child took the origin, not the root", r.Copies, maxCopies)
 	}
 }
 
