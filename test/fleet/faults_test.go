@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -146,8 +147,9 @@ func TestFleetRootKilled(t *testing.T) {
 	}
 }
 
-// corruptUnit is the unit a faulty peer serve sends with one byte flipped: its third range.
-const corruptUnit = "corrupt-unit@3"
+// corruptUnit is the unit a faulty peer serve sends with one byte flipped: its eighth range (past
+// the small files and headers the first ranges often are, most likely a tensor).
+const corruptUnit = "corrupt-unit@8"
 
 // TestFleetCorruptUnit (Done-when 2): three nodes start together with max_children 1, so the copy
 // runs down a chain: the root, a middle node, a leaf. The two that are not the root serve with a
@@ -170,21 +172,21 @@ func TestFleetCorruptUnit(t *testing.T) {
 	r := ro.Wait()
 	bad := -1
 	for i, n := range ro.Nodes {
-		if n.serve != nil && logHas(t, n.serve.Log, "fault injected") {
+		if n.serve != nil && logLine(t, n.serve.Log, "fault injected") != "" {
 			bad = i
 		}
 	}
 	if bad < 0 {
 		t.Fatalf("no node sent a corrupt unit (root %d; sources %v): no builder had a child", root, r.Sources)
 	}
-	child := -1
+	child, refusal := -1, ""
 	for i, p := range ro.Procs {
-		if logHas(t, p.Log, "peer "+ro.Nodes[bad].addr+": ") && logHas(t, p.Log, "BLAKE3") {
-			child = i
+		if l := logLine(t, p.Log, "peer "+ro.Nodes[bad].addr+": ", "BLAKE3"); l != "" {
+			child, refusal = i, l
 		}
 	}
-	t.Logf("node %d (root %d) sent a corrupt unit; node %d refused it and finished; the origin sent %.2f copies; last READY %.2fs; sources %v",
-		bad, root, child, r.Copies, r.Last.Seconds(), r.Sources)
+	t.Logf("node %d (root %d) sent a corrupt unit; node %d refused it and finished; the origin sent %.2f copies; last READY %.2fs; sources %v; the refusal: %s",
+		bad, root, child, r.Copies, r.Last.Seconds(), r.Sources, refusal)
 	if child < 0 {
 		t.Fatalf("node %d sent a corrupt unit, and no node's log names %s with a BLAKE3 mismatch", bad, ro.Nodes[bad].addr)
 	}
@@ -226,7 +228,7 @@ func TestFleetDiskFull(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 5 {
 		t.Fatalf("the root's resolve: %v, want exit status 5 (out of space)\n%s", err, harness.Tail(ro.Procs[root].Log, 20))
 	}
-	if !logHas(t, ro.Nodes[root].serve.Log, "peer: session started") {
+	if logLine(t, ro.Nodes[root].serve.Log, "peer: session started") == "" {
 		t.Fatalf("the root (node %d) served no child before its build failed", root)
 	}
 	if fail.Failure.Kind != "capacity" || !strings.Contains(fail.Failure.Message, "no space") {
@@ -254,12 +256,17 @@ func faultsBinary(t *testing.T) string {
 	return bin
 }
 
-// logHas says whether the log file at path holds s.
-func logHas(t *testing.T, path, s string) bool {
+// logLine is the first line of the log file at path that holds every one of subs, "" if none.
+func logLine(t *testing.T, path string, subs ...string) string {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return strings.Contains(string(b), s)
+	for line := range strings.Lines(string(b)) {
+		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }
