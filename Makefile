@@ -109,7 +109,7 @@ lint:
 	$(GO) vet ./...
 	$(GO) vet -tags libfabric ./peer/...
 	$(GO) vet -tags bench ./test/e2e/ ./test/fleet/
-	$(GO) vet -tags faults_known_bug ./test/fleet/
+	$(GO) vet -tags faults ./store/ ./peer/
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
 
 demo: build

@@ -186,8 +186,11 @@ func (p *puller) filesInFlight() int {
 // feeder that hands out its ranges (or its one stream) and holds its slot
 // until the file is complete, so at any moment at most that many large
 // files are partly written (a killed pull leaves the rest complete, to be
-// reused, or untouched) and their ranges interleave on the workers.
+// reused, or untouched) and their ranges interleave on the workers. It
+// returns only once every feeder has: the caller then closes jobs.
 func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFile, chunk int64, jobs chan<- job) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	open := p.filesInFlight()
 	send := func(j job) error {
 		select {
@@ -199,6 +202,13 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 	}
 	feeders, fctx := errgroup.WithContext(ctx)
 	feeders.SetLimit(open)
+	// fail stops the feeders and waits for them before dispatch returns
+	// err: a feeder left sending after jobs is closed would panic.
+	fail := func(err error) error {
+		cancel()
+		feeders.Wait()
+		return err
+	}
 	files = slices.Clone(files)
 	if !p.inOrder {
 		slices.SortStableFunc(files, func(a, b PlanFile) int { return cmp.Compare(b.Size, a.Size) })
@@ -208,14 +218,14 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 		switch {
 		case f.Size == 0:
 			if err := t.write(nil); err != nil {
-				return err
+				return fail(err)
 			}
 			if err := p.finish(t); err != nil {
-				return err
+				return fail(err)
 			}
 		case f.Size <= smallFile:
 			if err := send(job{t: t, n: -1}); err != nil {
-				return err
+				return fail(err)
 			}
 		default:
 			js := []job{{t: t, n: -1}}

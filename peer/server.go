@@ -104,6 +104,7 @@ type Server struct {
 	rma     error // why the rma plane is unavailable, nil when it is
 	slots   chan struct{}
 	active  atomic.Int64
+	faults  faults // test builds only (faults_on.go)
 
 	mu       sync.Mutex
 	sessions map[[16]byte]*session
@@ -126,6 +127,7 @@ func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 	}
 	s := &Server{d: d, cfg: cfg, exports: exports, slots: make(chan struct{}, cfg.MaxSessions),
 		sessions: map[[16]byte]*session{}, children: map[artifact.ID]int{}, conns: map[net.Conn]struct{}{}}
+	s.faults = newFaults()
 	rand.Read(s.genRaw[:])
 	s.gen = hex.EncodeToString(s.genRaw[:])
 	s.rma = probeRMA(cfg.Provider)

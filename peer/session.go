@@ -286,7 +286,7 @@ func (s *Server) serveRail(ctx context.Context, raw net.Conn, r *bufio.Reader) e
 		if _, err := conn.Write(wire.StatusFrame(wire.StatusOK, "")); err != nil {
 			return err
 		}
-		if err := sendRange(raw, f, int64(q.Off), int64(q.N), s.cfg.Timeout); err != nil {
+		if err := s.faults.sender(ctx, sh.entry.Path)(raw, f, int64(q.Off), int64(q.N), s.cfg.Timeout); err != nil {
 			return fmt.Errorf("send %s: %w", sh.entry.Path, err)
 		}
 	}

@@ -63,6 +63,9 @@ func (e *CapacityError) Error() string {
 	if e.Limit == "ENOSPC" {
 		return fmt.Sprintf("store is out of space: %v", e.Err)
 	}
+	if e.Limit == "min_free_bytes" {
+		return fmt.Sprintf("store has no space for the file: it needs %d bytes free (min_free_bytes included), the filesystem has %d", e.Need, e.Have)
+	}
 	return fmt.Sprintf("store capacity: %s would be exceeded: need %d bytes, limit allows %d", e.Limit, e.Need, e.Have)
 }
 

@@ -4,17 +4,26 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// Faults of chain seeding (issue 26, Done-when 2 and 3), each on a small fleet (64 MiB, the 400
-// Mbit/s links of TestFleet): a holder asked by every node at once, and a node in the middle of the
-// chain killed; the root killed mid-pull is in faults_bug_test.go (build tag faults_known_bug).
+// Faults of chain seeding (issue 26, Done-when 2), each on a small fleet (64 MiB, the 400 Mbit/s
+// links of TestFleet): the root killed mid-pull, a node in the middle of the chain killed, a builder
+// serving one unit with wrong bytes, and the root's disk full mid-build. Every node but the one the
+// fault takes ends READY and verifies in full, and that one publishes nothing unverified (Wait).
 
-// faultMaxCopies bounds the origin's egress when the root dies at a third of its pull: the third it
-// sent, and one more copy to whichever node takes the origin after it.
+// faultMaxCopies bounds the origin's egress when the root is lost mid-pull: what it had received,
+// and one more copy to whichever node takes the origin after it.
 const faultMaxCopies = 2.0
 
 // listing is what `peer ls --json` says of the fleet's artifact.
@@ -53,87 +62,23 @@ func (f *Fleet) list(n *node) (listing, error) {
 	return l, nil
 }
 
-// rootOf is the index, in ro.Nodes, of the node that goes to the registry for the fleet's artifact
-// when the round starts from empty stores: the top of the rendezvous ranking peer computes
-// (peer/choose.go), SHA-256 of the identity, a zero byte and the address, the highest first. The
-// test computes it independently: a change of peer's ranking shows here as a root not found.
-func (ro *Rollout) rootOf() int {
+// rootOf is the index, in nodes, of the node that goes to the registry for the fleet's artifact
+// when a round of those nodes starts from empty stores: the top of the rendezvous ranking peer
+// computes (peer/choose.go), SHA-256 of the identity, a zero byte and the address, the highest
+// first. The test computes it independently: a change of peer's ranking shows here as a root not
+// found.
+func (f *Fleet) rootOf(nodes []*node) int {
 	score := func(addr string) uint64 {
-		h := sha256.Sum256([]byte(ro.f.ID + "\x00" + addr))
+		h := sha256.Sum256([]byte(f.ID + "\x00" + addr))
 		return binary.BigEndian.Uint64(h[:])
 	}
 	best := -1
-	for i, n := range ro.Nodes {
-		if best < 0 || score(n.addr) > score(ro.Nodes[best].addr) {
+	for i, n := range nodes {
+		if best < 0 || score(n.addr) > score(nodes[best].addr) {
 			best = i
 		}
 	}
 	return best
-}
-
-// holderBound bounds each resolve of TestFleetHolderMaxChildren: seven copies leaving one 400 Mbit/s
-// link take 9.4 s and the chain less (about 3 s measured), but today a round can stall for a session's
-// 30 s deadline: builders that were answered busy by the holder at the same instant can choose each
-// other in a cycle (node 1 waits on node 2 for config.json, 2 on 3, 3 on 1: "peer: waiting for
-// config.json of ...: context deadline exceeded"), which only the deadline breaks (a known bug,
-// TestFleetHolderNoStall under the build tag faults_known_bug). 45 s is that deadline with a margin
-// for this 2-core machine's load.
-const holderBound = 45 * time.Second
-
-// holderMaxCopies bounds the origin's egress in TestFleetHolderMaxChildren: nothing should come from
-// it with a holder READY, but today one node, answered busy by the full holder at the start (the
-// rendezvous top, most likely: it does not ask again), can take the origin (a whole copy: 1 of 10 runs so far; a
-// known bug, TestFleetHolderStrict under the build tag faults_known_bug, asserts 0.1).
-const holderMaxCopies = 1.1
-
-// TestFleetHolderMaxChildren (Done-when 3, at 8 nodes): one node holds the artifact READY, and the
-// seven others ask it at the same instant, with max_children 2. The holder never serves more than 2
-// sessions of it at once, the others take builders, each node is READY and verifies in full, no
-// resolve takes longer than holderBound, and the origin sends at most holderMaxCopies.
-func TestFleetHolderMaxChildren(t *testing.T) { holderRound(t, holderBound, holderMaxCopies) }
-
-// holderRound runs TestFleetHolderMaxChildren's round with bound on each resolve and copies on the
-// origin's egress.
-func holderRound(t *testing.T, bound time.Duration, copies float64) {
-	const nodes, maxChildren = 8, 2
-	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
-	f.Run(Round{Nodes: 1}) // the holder: node 0 pulls from the registry alone
-	ro := f.Launch(Round{Nodes: nodes, Peers: true, MaxChildren: maxChildren, Holders: 1})
-	holder := f.nodes[0]
-	most, asked := 0, 0
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(50 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ro.all:
-				return
-			case <-tick.C:
-			}
-			if l, err := f.list(holder); err == nil {
-				asked++
-				most = max(most, l.Children)
-			}
-		}
-	}()
-	r := ro.Wait()
-	<-done
-	t.Logf("%d nodes ask one holder (max_children %d): the holder served at most %d at once (%d listings); origin sent %d bytes (%.3f copies); first READY %.2fs, last %.2fs (each: %v); sources %v",
-		nodes-1, maxChildren, most, asked, r.OriginBytes, r.Copies, r.First.Seconds(), r.Last.Seconds(), r.Ends, r.Sources)
-	if asked == 0 {
-		t.Fatal("the holder never answered a listing during the round")
-	}
-	if most > maxChildren {
-		t.Fatalf("the holder served %d sessions of the artifact at once, more than max_children %d", most, maxChildren)
-	}
-	if r.Last > bound {
-		t.Fatalf("the last node was READY after %v, past %v (each end: %v)", r.Last, bound, r.Ends)
-	}
-	if r.Copies > copies {
-		t.Fatalf("the origin sent %.2f copies with a holder READY, more than %.2f", r.Copies, copies)
-	}
 }
 
 // TestFleetMiddleKilled (Done-when 2): five nodes start together with max_children 1, so the copy
@@ -144,7 +89,7 @@ func TestFleetMiddleKilled(t *testing.T) {
 	const nodes = 5
 	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
 	ro := f.Launch(Round{Nodes: nodes, Peers: true, MaxChildren: 1})
-	root := ro.rootOf()
+	root := f.rootOf(ro.Nodes)
 	middle := -1
 	if err := poll(time.Minute, func() error {
 		for i, n := range ro.Nodes {
@@ -167,4 +112,161 @@ func TestFleetMiddleKilled(t *testing.T) {
 	if r.Copies > faultMaxCopies {
 		t.Fatalf("the origin sent %.2f copies, more than %.2f", r.Copies, faultMaxCopies)
 	}
+}
+
+// TestFleetRootKilled (Done-when 2): five nodes start together; the root (the rendezvous top) is
+// killed, its resolve and its peer serve, once the origin has sent a third of a copy. The four
+// others finish, every one verifies in full, the killed node published nothing that does not, and
+// the origin sends at most faultMaxCopies copies.
+func TestFleetRootKilled(t *testing.T) {
+	const nodes = 5
+	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
+	ro := f.Launch(Round{Nodes: nodes, Peers: true})
+	root := f.rootOf(ro.Nodes)
+	if err := poll(time.Minute, func() error {
+		if ro.Procs[root].Exited() {
+			return nil // too late: the check below says so
+		}
+		if sent := ro.OriginTx(); sent < f.Bytes/3 {
+			return fmt.Errorf("the origin sent %d of %d bytes", sent, f.Bytes/3)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if ro.Procs[root].Exited() {
+		t.Fatalf("the root (node %d) ended before the origin sent a third of a copy: %v\n%s", root, ro.Procs[root].Err(), harness.Tail(ro.Procs[root].Log, 20))
+	}
+	at := ro.OriginTx()
+	ro.Kill(root)
+	r := ro.Wait()
+	t.Logf("root node %d killed with %d bytes sent by the origin (%.2f copies); in all the origin sent %.2f copies; last READY %.2fs; sources %v",
+		root, at, float64(at)/float64(f.Bytes), r.Copies, r.Last.Seconds(), r.Sources)
+	if r.Copies > faultMaxCopies {
+		t.Fatalf("the origin sent %.2f copies, more than %.2f", r.Copies, faultMaxCopies)
+	}
+}
+
+// corruptUnit is the unit a faulty peer serve sends with one byte flipped: its eighth range (past
+// the small files and headers the first ranges often are, most likely a tensor).
+const corruptUnit = "corrupt-unit@8"
+
+// TestFleetCorruptUnit (Done-when 2): three nodes start together with max_children 1, so the copy
+// runs down a chain: the root, a middle node, a leaf. The two that are not the root serve with a
+// weightsnap built with the faults tag and WEIGHTSNAP_PEER_FAULT=corruptUnit, so the one of them
+// that has a child (the middle) sends that unit with one byte flipped. The child refuses the unit
+// (BLAKE3 mismatch), its log naming the faulty peer's address, takes what it lacks from the root
+// (the origin sends at most maxCopies), and every node is READY and verifies in full (nothing
+// unverified published anywhere).
+func TestFleetCorruptUnit(t *testing.T) {
+	const nodes = 3
+	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
+	faulty := []string{"env", "WEIGHTSNAP_PEER_FAULT=" + corruptUnit, faultsBinary(t)}
+	root := f.rootOf(f.nodes[:nodes])
+	for i, n := range f.nodes[:nodes] {
+		if i != root {
+			n.serveCmd = faulty
+		}
+	}
+	ro := f.Launch(Round{Nodes: nodes, Peers: true, MaxChildren: 1})
+	r := ro.Wait()
+	bad := -1
+	for i, n := range ro.Nodes {
+		if n.serve != nil && logLine(t, n.serve.Log, "fault injected") != "" {
+			bad = i
+		}
+	}
+	if bad < 0 {
+		t.Fatalf("no node sent a corrupt unit (root %d; sources %v): no builder had a child", root, r.Sources)
+	}
+	child, refusal := -1, ""
+	for i, p := range ro.Procs {
+		if l := logLine(t, p.Log, "peer "+ro.Nodes[bad].addr+": ", "BLAKE3"); l != "" {
+			child, refusal = i, l
+		}
+	}
+	t.Logf("node %d (root %d) sent a corrupt unit; node %d refused it and finished; the origin sent %.2f copies; last READY %.2fs; sources %v; the refusal: %s",
+		bad, root, child, r.Copies, r.Last.Seconds(), r.Sources, refusal)
+	if child < 0 {
+		t.Fatalf("node %d sent a corrupt unit, and no node's log names %s with a BLAKE3 mismatch", bad, ro.Nodes[bad].addr)
+	}
+	if r.Copies > maxCopies {
+		t.Fatalf("the origin sent %.2f copies, more than %.2f: the child took the origin, not the root", r.Copies, maxCopies)
+	}
+}
+
+// TestFleetDiskFull (Done-when 2): four nodes start together on an artifact of four files; the
+// root's store is a tmpfs of five eighths of the artifact, so its pull, two files in flight at a
+// time (artifact.FilesInFlight on 2 cores), serves its children what it verifies of the first two
+// and fails to open the third for lack of space (about half a copy in). Its resolve fails saying so
+// (a capacity failure, exit status 5, "no space" in its message); its children move on to others or
+// the origin, every other node is READY and verifies in full, the root published nothing, and the
+// origin sends at most faultMaxCopies copies.
+func TestFleetDiskFull(t *testing.T) {
+	const nodes = 4
+	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 4, RateMbit: testRateMbit})
+	root := f.rootOf(f.nodes[:nodes])
+	size := f.Bytes * 5 / 8
+	f.StoreSize(root, size)
+	ro := f.Launch(Round{Nodes: nodes, Peers: true})
+	ro.Lose(root)
+	r := ro.Wait()
+	err := ro.Procs[root].Err()
+	var fail struct {
+		Outcome string `json:"outcome"`
+		Failure struct {
+			Kind    string `json:"kind"`
+			Message string `json:"message"`
+		} `json:"failure"`
+	}
+	if raw, rerr := os.ReadFile(ro.reports[root]); rerr == nil {
+		_ = json.Unmarshal(raw, &fail)
+	}
+	t.Logf("root node %d on a %d MiB store: resolve %v (%s: %s); the origin sent %.2f copies; last READY %.2fs; sources %v",
+		root, size>>20, err, fail.Failure.Kind, fail.Failure.Message, r.Copies, r.Last.Seconds(), r.Sources)
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 5 {
+		t.Fatalf("the root's resolve: %v, want exit status 5 (out of space)\n%s", err, harness.Tail(ro.Procs[root].Log, 20))
+	}
+	if logLine(t, ro.Nodes[root].serve.Log, "peer: session started") == "" {
+		t.Fatalf("the root (node %d) served no child before its build failed", root)
+	}
+	if fail.Failure.Kind != "capacity" || !strings.Contains(fail.Failure.Message, "no space") {
+		t.Fatalf("the root's report: failure %q %q, want a capacity failure saying no space\n%s", fail.Failure.Kind, fail.Failure.Message, harness.Tail(ro.Procs[root].Log, 20))
+	}
+	if r.Copies > faultMaxCopies {
+		t.Fatalf("the origin sent %.2f copies, more than %.2f", r.Copies, faultMaxCopies)
+	}
+}
+
+// faultsBinary builds weightsnap with the faults build tag (its peer server's WEIGHTSNAP_PEER_FAULT)
+// into a directory the test removes.
+func faultsBinary(t *testing.T) string {
+	t.Helper()
+	root, err := harness.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(harness.TempDir(t), "weightsnap")
+	cmd := exec.Command("go", "build", "-tags", "faults", "-o", bin, "./cmd/weightsnap")
+	cmd.Dir = root
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build weightsnap with the faults tag: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// logLine is the first line of the log file at path that holds every one of subs, "" if none.
+func logLine(t *testing.T, path string, subs ...string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if !slices.ContainsFunc(subs, func(s string) bool { return !strings.Contains(line, s) }) {
+			return strings.TrimSpace(line)
+		}
+	}
+	return ""
 }

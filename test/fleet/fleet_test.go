@@ -5,7 +5,9 @@
 //
 // TestFleet (make test) runs a small fleet and asserts what must always hold: every node READY and
 // `verify --full` clean on each, and the origin's egress at most 1.1 copies of the artifact (chain
-// seeding; WEIGHTSNAP_FLEET_MAX_COPIES=X changes the bound). TestFleetBench (build tag bench, scripts/bench-fleet.sh, make bench)
+// seeding; WEIGHTSNAP_FLEET_MAX_COPIES=X changes the bound); the fault tests (faults_test.go) and
+// the holder test (holder_test.go) run beside it, TestFleetCorruptUnit with a weightsnap it builds
+// with the faults tag. TestFleetBench (build tag bench, scripts/bench-fleet.sh, make bench)
 // prints the table for N = 2, 4, 8, 16. Both need root, the pinned peers (test/e2e/deps), tc and
 // flock, and `make build`'s bin/weightsnap; without them they skip with the reason (a failure under
 // WEIGHTSNAP_REQUIRE_ALL=1).

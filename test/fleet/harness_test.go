@@ -57,6 +57,10 @@ type node struct {
 	addr  string // peer serve's address, IP:7420
 	root  string // its store, on its tmpfs
 	serve *harness.Proc
+	// serveCmd is the command its peer serve runs, before the arguments:
+	// nil for bin/weightsnap; a fault test sets another binary or an env(1)
+	// prefix before a round (faultyServe).
+	serveCmd []string
 }
 
 const (
@@ -159,6 +163,15 @@ func (f *Fleet) tmpfs(size int64) string {
 		harness.Skip(f.t, "cannot mount a tmpfs: "+err.Error())
 	}
 	return dir
+}
+
+// StoreSize resizes the tmpfs of node i's store to size bytes (a remount; what it holds must fit).
+func (f *Fleet) StoreSize(i int, size int64) {
+	f.t.Helper()
+	mnt := filepath.Dir(f.nodes[i].root)
+	if err := syscall.Mount("tmpfs", mnt, "tmpfs", syscall.MS_REMOUNT, fmt.Sprintf("size=%d", size)); err != nil {
+		f.t.Fatalf("resize the store tmpfs of node %d to %d bytes: %v", i, size, err)
+	}
 }
 
 // seed starts the origin registry on a tmpfs and pushes the synthesised artifact to it from inside

@@ -34,7 +34,7 @@ type Result struct {
 	OriginBytes int64   // the origin interface's tx bytes during the round
 	Copies      float64 // OriginBytes over the artifact's bytes
 	First, Last time.Duration
-	Ends        []time.Duration // each resolving node's time from the start to its end (0: killed)
+	Ends        []time.Duration // each resolving node's time from the start to its end (0: lost)
 	Sources     map[string]int  // resolve's report: the source each node's copy came from
 }
 
@@ -56,7 +56,9 @@ type Rollout struct {
 	before  int64 // the origin's tx bytes at the start
 	ends    []time.Time
 	all     chan struct{} // closed once every resolve ended
-	killed  map[int]bool
+	// lost are the nodes a fault test ends without the artifact: killed
+	// (Kill), or failing by design (Lose).
+	lost map[int]bool
 }
 
 // Launch starts a round: it stops every peer serve, empties the stores of the round's nodes but its
@@ -97,7 +99,7 @@ func (f *Fleet) Launch(r Round) *Rollout {
 	if err := syscall.Fstat(int(lock.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
-	ro := &Rollout{f: f, r: r, Nodes: nodes[r.Holders:], killed: map[int]bool{}}
+	ro := &Rollout{f: f, r: r, Nodes: nodes[r.Holders:], lost: map[int]bool{}}
 	for i, n := range nodes {
 		if i < r.Holders {
 			continue
@@ -150,10 +152,10 @@ func (f *Fleet) Launch(r Round) *Rollout {
 	return ro
 }
 
-// Kill crashes the i-th resolving node: its resolve and its peer serve, with SIGKILL. Wait then
-// expects its resolve to have failed and checks that it published nothing unverified.
+// Kill crashes the i-th resolving node: its resolve and its peer serve, with SIGKILL, and loses it
+// (Lose).
 func (ro *Rollout) Kill(i int) {
-	ro.killed[i] = true
+	ro.Lose(i)
 	ro.Procs[i].Kill()
 	if s := ro.Nodes[i].serve; s != nil {
 		s.Kill()
@@ -161,11 +163,15 @@ func (ro *Rollout) Kill(i int) {
 	}
 }
 
+// Lose says the i-th resolving node is expected to end without the artifact: Wait checks neither its
+// resolve's status (the test does) nor its READY, only that it published nothing unverified.
+func (ro *Rollout) Lose(i int) { ro.lost[i] = true }
+
 // OriginTx is the bytes the origin's interface has sent since the start.
 func (ro *Rollout) OriginTx() int64 { return ro.f.originTx() - ro.before }
 
 // Wait waits for every resolve (bounded by the round's timeout) and checks each node: READY and
-// verifying in full, or, for a node it killed, no unverifiable artifact published.
+// verifying in full, or, for a lost node, no unverifiable artifact published.
 func (ro *Rollout) Wait() Result {
 	f, t, r := ro.f, ro.f.t, ro.r
 	t.Helper()
@@ -180,7 +186,7 @@ func (ro *Rollout) Wait() Result {
 	}
 	res := Result{Round: r, Sources: map[string]int{}, Ends: make([]time.Duration, len(ro.Procs))}
 	for i, p := range ro.Procs {
-		if ro.killed[i] {
+		if ro.lost[i] {
 			continue
 		}
 		if err := p.Err(); err != nil {
@@ -201,11 +207,11 @@ func (ro *Rollout) Wait() Result {
 		if err == nil {
 			continue
 		}
-		if !ro.killed[i] {
+		if !ro.lost[i] {
 			t.Fatalf("node %d: verify --full: %v\n%s", r.Holders+i, err, out)
 		}
 		if _, ierr := harness.Run("", f.ws, "--root", n.root, "--config", "", "inspect", f.ID); ierr == nil {
-			t.Fatalf("killed node %d: its artifact is published and fails verify --full: %v\n%s", r.Holders+i, err, out)
+			t.Fatalf("lost node %d: its artifact is published and fails verify --full: %v\n%s", r.Holders+i, err, out)
 		}
 	}
 	return res
@@ -215,7 +221,10 @@ func (ro *Rollout) Wait() Result {
 func (f *Fleet) serve(n *node, name string, maxChildren int) *harness.Proc {
 	t := f.t
 	t.Helper()
-	argv := []string{f.ws, "--root", n.root, "--config", "", "peer", "serve", "--listen", n.addr, "--allow-unauthenticated"}
+	argv := append(append([]string{}, n.serveCmd...), "--root", n.root, "--config", "", "peer", "serve", "--listen", n.addr, "--allow-unauthenticated")
+	if n.serveCmd == nil {
+		argv = append([]string{f.ws}, argv...)
+	}
 	if maxChildren > 0 {
 		argv = append(argv, "--max-children", strconv.Itoa(maxChildren))
 	}
