@@ -74,19 +74,6 @@ type target struct {
 	pending atomic.Int64
 }
 
-// unit is one range verified on its own: the header region or one tensor
-// of a safetensors shard, or the whole of any other file.
-type unit struct {
-	shard  int   // in the manifest
-	off, n int64 // in the shard
-	dst    *target
-	dstOff int64
-	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header
-	name   string // tensor name; "" for a header or a whole file
-	blake3 artifact.Digest
-	done   bool // verified; guarded by fetcher.mu
-}
-
 // fetcher is the producer of a fetch: it writes every target through the
 // store's writer from one peer's session, and on a failure from the next
 // peer's, resuming with the ranges not yet verified.
@@ -242,98 +229,6 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 		}
 	}
 	return t, nil
-}
-
-// shardUnits are a whole shard's units, written at the same offsets.
-func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
-	digest := func(h string) artifact.Digest {
-		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
-		return d
-	}
-	if !artifact.IsSafetensors(s.Path) {
-		return []*unit{{shard: i, n: s.Size, dst: t, blake3: digest(s.BLAKE3)}}
-	}
-	us := []*unit{{shard: i, n: s.DataStart, dst: t, part: -1, blake3: digest(s.HeaderBLAKE3)}}
-	for k, x := range s.Tensors {
-		us = append(us, &unit{shard: i, off: x.Offset, n: x.Length, dst: t, dstOff: x.Offset, part: k, name: x.Name, blake3: digest(x.BLAKE3)})
-	}
-	return us
-}
-
-// addUnits records a target's units; empty ones are done at once.
-func (f *fetcher) addUnits(t *target, us []*unit) error {
-	t.pending.Store(int64(len(us)))
-	f.units = append(f.units, us...)
-	if len(us) == 0 {
-		f.closeTarget(t)
-	}
-	for _, u := range us {
-		if u.n == 0 { // the manifest's validation checked its hash is the empty one
-			if err := f.landed("", u, u.blake3); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// remaining are the units not verified yet, in order.
-func (f *fetcher) remaining() []*unit {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*unit
-	for _, u := range f.units {
-		if !u.done {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
-// landed records a unit whose bytes, from the peer at addr, hash to sum: a
-// mismatch is the peer's fault; a match is reported to a bound file and the
-// unit is done. A target whose units are all done is closed in the background.
-func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
-	if sum != u.blake3 {
-		what := u.dst.path
-		if u.name != "" {
-			what += " tensor " + u.name
-		}
-		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: BLAKE3 %s, manifest says %s: %w", what,
-			artifact.ShortHex(artifact.DigestHex(sum)), artifact.ShortHex(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
-	}
-	if u.dst.fw != nil && u.part >= 0 {
-		if err := u.dst.fw.SetPartBLAKE3(u.part, sum); err != nil {
-			return err
-		}
-	}
-	f.mu.Lock()
-	if u.done {
-		f.mu.Unlock()
-		return nil
-	}
-	u.done = true
-	f.mu.Unlock()
-	if u.dst.fw != nil {
-		if err := f.verified(u.dst.path, u.dstOff, u.n); err != nil {
-			return err
-		}
-	}
-	f.fetched.Add(u.n)
-	f.progress(u.n)
-	if u.dst.pending.Add(-1) == 0 {
-		f.closeTarget(u.dst)
-	}
-	return nil
-}
-
-// verified tells the store a range of a bound file is written and verified,
-// when this node serves what it fetches.
-func (f *fetcher) verified(path string, off, n int64) error {
-	if f.seed == nil || n == 0 {
-		return nil
-	}
-	return f.seed.Verified(path, off, n)
 }
 
 // closeTarget finishes a target: the store derives a bound file's tree and
