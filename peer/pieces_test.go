@@ -276,6 +276,39 @@ func TestPiecesResumeFromAnotherPeer(t *testing.T) {
 	}
 }
 
+// TestPiecesFromAHolder: a seeding fetch from a node holding the artifact
+// READY takes its long tensors in pieces, which the holder hashes from its
+// files; a fetch that does not seed takes them whole.
+func TestPiecesFromAHolder(t *testing.T) {
+	a, identity := seededPieces(t)
+	_, addrA := serve(t, a, ServerConfig{})
+	for _, seeding := range []bool{true, false} {
+		b := openStore(t)
+		if seeding {
+			serve(t, b, ServerConfig{})
+		}
+		largest, progress := largestUnit()
+		l, _, err := Fetch(context.Background(), b, []string{addrA}, digestOf(t, identity), FetchOptions{Progress: progress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		verifyFull(t, b, l.ID)
+		l.Close()
+		if inPieces := largest.Load() <= blake3.PieceSize; inPieces != seeding {
+			t.Fatalf("seeding %t: the largest unit verified was %d bytes", seeding, largest.Load())
+		}
+	}
+}
+
+// largestUnit is a progress function that keeps the largest step.
+func largestUnit() (*atomic.Int64, func(int64)) {
+	var largest atomic.Int64
+	return &largest, func(n int64) {
+		for m := largest.Load(); n > m && !largest.CompareAndSwap(m, n); m = largest.Load() {
+		}
+	}
+}
+
 // TestPiecesFromAnOldPeer: a seeding fetch from a peer whose manifest has
 // no piece_size (here a proxy of its control connection drops it) takes
 // whole units.
@@ -285,14 +318,15 @@ func TestPiecesFromAnOldPeer(t *testing.T) {
 	old := oldPeer(t, addrA)
 	b := openStore(t)
 	serve(t, b, ServerConfig{})
-	l, rep, err := Fetch(context.Background(), b, []string{old}, digestOf(t, identity), FetchOptions{})
+	largest, progress := largestUnit()
+	l, rep, err := Fetch(context.Background(), b, []string{old}, digestOf(t, identity), FetchOptions{Progress: progress})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	verifyFull(t, b, l.ID)
-	if rep.Endpoint != old {
-		t.Fatalf("report %+v: want the old peer", rep)
+	if rep.Endpoint != old || largest.Load() <= blake3.PieceSize {
+		t.Fatalf("report %+v, largest unit %d bytes: want the old peer, whole tensors", rep, largest.Load())
 	}
 }
 
