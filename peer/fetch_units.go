@@ -17,7 +17,7 @@ type unit struct {
 	off, n int64 // in the shard
 	dst    *target
 	dstOff int64
-	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header
+	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header or a piece
 	name   string // tensor name; "" for a header or a whole file
 	blake3 artifact.Digest
 	done   bool // verified; guarded by fetcher.mu

@@ -64,12 +64,12 @@ func hashPieces(r io.ReaderAt, off, n int64) ([][32]byte, error) {
 	return cvs, nil
 }
 
-// piecesFrom says whether a session takes long units in pieces: over tcp,
-// from a peer that answers for pieces of this size, when this node serves
-// what it fetches or the peer builds (its pieces then come as it verifies
+// piecesFrom says whether a tcp session takes long units in pieces: from
+// a peer that answers for pieces of this size, when this node serves what
+// it fetches or the peer builds (its pieces then come as it verifies
 // them). Otherwise a unit is one hash and no round trip more.
 func (f *fetcher) piecesFrom(cs *clientSession) bool {
-	return cs.mode == ModeTCP && cs.manifest.PieceSize == blake3.PieceSize && (f.seed != nil || cs.manifest.Building)
+	return cs.manifest.PieceSize == blake3.PieceSize && (f.seed != nil || cs.manifest.Building)
 }
 
 // ask is one request of a tcp rail: a unit's bytes or, with pieces, the
@@ -93,7 +93,7 @@ func asks(units []*unit, pieces bool) []ask {
 		for i := range ps {
 			at := int64(i) * blake3.PieceSize
 			ps[i] = &unit{shard: u.shard, off: u.off + at, n: min(u.n-at, blake3.PieceSize), dst: u.dst, dstOff: u.dstOff + at,
-				part: u.part, name: u.name, parent: u, piece: int64(i)}
+				part: -1, name: u.name, parent: u, piece: int64(i)}
 		}
 		out = append(out, ask{u: u, pieces: ps})
 		for _, p := range ps {

@@ -117,9 +117,10 @@ func seededPieces(t *testing.T) (*store.Domain, artifact.Identity) {
 	return seededSource(t, src)
 }
 
-// buildPieces starts p's build, on a new store served, of the artifact
-// identity that a holds; stop is counted from the long tensor's first piece.
-func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *pieceProducer, stop int64) (string, chan error) {
+// buildPieces starts p's build, on a new store served with cfg, of the
+// artifact identity that a holds; stop is counted from the long tensor's
+// first piece.
+func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *pieceProducer, stop int64, cfg ServerConfig) (string, chan error) {
 	t.Helper()
 	id, _ := identity.ID()
 	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
@@ -139,7 +140,7 @@ func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *p
 	}
 	p.src, p.stop, p.written, p.release = src, p.long.Offset+stop, make(chan struct{}), make(chan struct{})
 	b := openStore(t)
-	_, addr := serve(t, b, ServerConfig{})
+	_, addr := serve(t, b, cfg)
 	built := make(chan error, 1)
 	go func() {
 		l, _, err := b.GetOrBuild(context.Background(), identity, p)
@@ -159,7 +160,7 @@ func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *p
 func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 	a, identity := seededPieces(t)
 	p := &pieceProducer{}
-	addrA, builtA := buildPieces(t, a, identity, p, blake3.PieceSize)
+	addrA, builtA := buildPieces(t, a, identity, p, blake3.PieceSize, ServerConfig{})
 	id, _ := identity.ID()
 	ctx := context.Background()
 	b := openStore(t)
@@ -241,7 +242,9 @@ func TestPiecesRefuseWrongOnes(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, identity := seededPieces(t)
-			addr, built := buildPieces(t, a, identity, tc.p, 1<<40)
+			// Room for a new session while the last one ends: the fetch's
+			// last error is the refusal.
+			addr, built := buildPieces(t, a, identity, tc.p, 1<<40, ServerConfig{MaxChildren: 4})
 			defer func() { close(tc.p.release); <-built }()
 			_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, identity), FetchOptions{Patience: 300 * time.Millisecond})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), tc.p.long.Name) {
@@ -256,14 +259,14 @@ func TestPiecesRefuseWrongOnes(t *testing.T) {
 func TestPiecesResumeFromAnotherPeer(t *testing.T) {
 	a, identity := seededPieces(t)
 	p := &pieceProducer{wrongPiece: true}
-	addrB, built := buildPieces(t, a, identity, p, 1<<40)
+	addrB, built := buildPieces(t, a, identity, p, 1<<40, ServerConfig{})
 	defer func() { close(p.release); <-built }()
 	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
 	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, digestOf(t, identity))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(300*time.Millisecond, hold.close)
+	time.AfterFunc(time.Second, hold.close) // the holder is full for a moment: the fetch takes the builder first
 	c := openStore(t)
 	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{})
 	if err != nil {
@@ -373,24 +376,22 @@ func oldPeer(t *testing.T, addr string) string {
 
 func TestPiecesFrom(t *testing.T) {
 	for _, tc := range []struct {
-		mode      Mode
 		pieceSize int64
 		seeding   bool
 		building  bool
 		want      bool
 	}{
-		{ModeTCP, blake3.PieceSize, true, false, true},
-		{ModeTCP, blake3.PieceSize, false, true, true},
-		{ModeTCP, blake3.PieceSize, false, false, false},
-		{ModeTCP, 0, true, true, false},
-		{ModeTCP, 2 * blake3.PieceSize, true, true, false},
-		{ModeRMA, blake3.PieceSize, true, true, false},
+		{blake3.PieceSize, true, false, true},
+		{blake3.PieceSize, false, true, true},
+		{blake3.PieceSize, false, false, false},
+		{0, true, true, false},
+		{2 * blake3.PieceSize, true, true, false},
 	} {
 		f := &fetcher{}
 		if tc.seeding {
 			f.seed = seederStub{}
 		}
-		cs := &clientSession{mode: tc.mode, manifest: &wire.WeightManifest{PieceSize: tc.pieceSize, Building: tc.building}}
+		cs := &clientSession{manifest: &wire.WeightManifest{PieceSize: tc.pieceSize, Building: tc.building}}
 		if got := f.piecesFrom(cs); got != tc.want {
 			t.Errorf("%+v: pieces %t", tc, got)
 		}
