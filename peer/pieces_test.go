@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -266,9 +267,12 @@ func TestPiecesResumeFromAnotherPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(time.Second, hold.close) // the holder is full for a moment: the fetch takes the builder first
+	// The holder is full until the builder served its first unit: the
+	// fetch takes the builder first.
+	var free sync.Once
+	defer free.Do(hold.close)
 	c := openStore(t)
-	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{})
+	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{Progress: func(int64) { free.Do(hold.close) }})
 	if err != nil {
 		t.Fatal(err)
 	}
