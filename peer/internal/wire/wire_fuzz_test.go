@@ -181,7 +181,8 @@ func fuzzManifest(tb testing.TB) []byte {
 func FuzzReadManifest(f *testing.F) {
 	doc := fuzzManifest(f)
 	building := bytes.Replace(doc, []byte(`"shards"`), []byte(`"building":true,"depth":3,"shards"`), 1)
-	fuzzWire(f, [][]byte{Enc{}.Blob32(doc), Enc{}.U32(0xffffffff), Enc{}.Blob32(doc[:len(doc)/2]), Enc{}.Blob32(building)},
+	pieces := bytes.Replace(doc, []byte(`"shards"`), []byte(`"piece_size":1048576,"shards"`), 1)
+	fuzzWire(f, [][]byte{Enc{}.Blob32(doc), Enc{}.U32(0xffffffff), Enc{}.Blob32(doc[:len(doc)/2]), Enc{}.Blob32(building), Enc{}.Blob32(pieces)},
 		func(r io.Reader) (*WeightManifest, error) {
 			m, err := ReadManifest(r, 1<<20)
 			if err == nil { // what was accepted is accepted again, unchanged
