@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -199,6 +200,38 @@ func TestBuildingPieces(t *testing.T) {
 	close(p.verify)
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBuildingRefusesBadPieces: a pieces record whose count its body
+// cannot hold is refused as data loss, before anything is allocated for it.
+func TestBuildingRefusesBadPieces(t *testing.T) {
+	_, reader, p, id, done := startSeeding(t, nil)
+	defer func() { close(p.verify); <-done }()
+	b, err := reader.Building(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	progress, _ := filepath.Glob(filepath.Join(reader.Root(), "tmp", id.Hex()+".*", ".progress"))
+	if len(progress) != 1 {
+		t.Fatalf("progress files %v", progress)
+	}
+	f, err := os.OpenFile(progress[0], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := binary.LittleEndian.AppendUint64(nil, 0)
+	body = binary.LittleEndian.AppendUint64(body, 4096)
+	body = binary.LittleEndian.AppendUint32(body, 0xffffffff)
+	body = append(body, "x"...)
+	rec := binary.LittleEndian.AppendUint32([]byte{'P'}, uint32(len(body)))
+	if _, err := f.Write(append(rec, body...)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := b.WaitPieces(context.Background(), p.big().Path, 0, 4096); !errdefs.IsDataLoss(err) {
+		t.Fatalf("a pieces record of 2^32-1 pieces in %d bytes: %v, want data loss", len(body), err)
 	}
 }
 
