@@ -283,6 +283,30 @@ func TestPiecesResumeFromAnotherPeer(t *testing.T) {
 	}
 }
 
+// TestPiecesOfASubset: a tensor subset from a builder takes its long
+// tensors in pieces into its scratch file.
+func TestPiecesOfASubset(t *testing.T) {
+	a, identity := seededPieces(t)
+	p := &pieceProducer{}
+	addr, built := buildPieces(t, a, identity, p, 1<<40, ServerConfig{})
+	defer func() { close(p.release); <-built }()
+	largest, progress := largestUnit()
+	c := openStore(t)
+	l, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Tensors: []string{p.long.Name}, Progress: progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	verifyFull(t, c, l.ID)
+	got, _, err := l.Tensor(p.long.Name)
+	if err != nil || largest.Load() > blake3.PieceSize {
+		t.Fatalf("subset of %s: largest unit %d bytes, %v", p.long.Name, largest.Load(), err)
+	}
+	if d, _ := artifact.ParseDigest(p.long.BLAKE3); blake3.Sum256(got) != d {
+		t.Fatalf("tensor %s differs from the source", p.long.Name)
+	}
+}
+
 // TestPiecesFromAHolder: a seeding fetch from a node holding the artifact
 // READY takes its long tensors in pieces, which the holder hashes from its
 // files; a fetch that does not seed takes them whole.
