@@ -1,9 +1,9 @@
 // Package blake3 is the store's BLAKE3 (unkeyed, 256-bit digests), of a
-// whole input and of its 1 MiB pieces (piece.go). Where
-// the CPU has AVX-512 it is the tree mode of the BLAKE3 specification,
-// driven on one goroutine over the compression functions of
-// lukechampine.com/blake3/guts, which hash 16 chunks at once; elsewhere it
-// is zeebo/blake3.
+// whole input and of its 1 MiB pieces (piece.go). Where the CPU has
+// AVX-512 it is the tree mode of the BLAKE3 specification, driven on one
+// goroutine over the compression functions of lukechampine.com/blake3/guts,
+// which hash 16 chunks at once; elsewhere it is zeebo/blake3 (pieces are
+// always the guts tree).
 //
 // zeebo/blake3 has no AVX-512 code, and lukechampine.com/blake3's own
 // Hasher starts a goroutine per 16 KiB, which costs more than it gains
