@@ -17,6 +17,11 @@ type Seeder interface {
 	// bytes this node verified against the artifact's digests. It must be
 	// called only after those bytes are written to the file.
 	Verified(path string, off, n int64) error
+	// Pieces records the chaining values of the pieces of [off, off+n) of
+	// the payload file at path (artifact/blake3's pieces), checked against
+	// the range's BLAKE3, before any of those pieces is Verified: a serving
+	// side then hands them out before the range is whole.
+	Pieces(path string, off, n int64, cvs [][32]byte) error
 	// Source records where the build takes its bytes from now, as its
 	// depth: how many building nodes stand between it and a complete
 	// source (0: the registry or a node holding the artifact READY; a

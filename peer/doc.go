@@ -12,7 +12,8 @@
 //
 // Data planes: "tcp" (pure Go, the default): one connection per rail, each
 // attached to the session by its secret and the server's generation id,
-// serving ranged reads with sendfile; "rma" (build tag libfabric): one
+// serving ranged reads with sendfile, and a unit longer than a piece in
+// pieces where the fetch seeds or its source builds (pieces.go); "rma" (build tag libfabric): one
 // FI_EP_MSG endpoint per rail, every shard's mapping registered read-only for
 // remote reads (a building artifact's unit by unit, once verified, as the
 // client asks for each unit's key), the client posting batched one-sided

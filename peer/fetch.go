@@ -5,10 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"runtime"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -74,19 +72,6 @@ type target struct {
 	mapping []byte                   // where rma units land: fw's mapping or the scratch file's
 	scratch *os.File                 // a subset file's bytes, unlinked
 	pending atomic.Int64
-}
-
-// unit is one range verified on its own: the header region or one tensor
-// of a safetensors shard, or the whole of any other file.
-type unit struct {
-	shard  int   // in the manifest
-	off, n int64 // in the shard
-	dst    *target
-	dstOff int64
-	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header
-	name   string // tensor name; "" for a header or a whole file
-	blake3 artifact.Digest
-	done   bool // verified; guarded by fetcher.mu
 }
 
 // fetcher is the producer of a fetch: it writes every target through the
@@ -246,98 +231,6 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 	return t, nil
 }
 
-// shardUnits are a whole shard's units, written at the same offsets.
-func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
-	digest := func(h string) artifact.Digest {
-		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
-		return d
-	}
-	if !artifact.IsSafetensors(s.Path) {
-		return []*unit{{shard: i, n: s.Size, dst: t, blake3: digest(s.BLAKE3)}}
-	}
-	us := []*unit{{shard: i, n: s.DataStart, dst: t, part: -1, blake3: digest(s.HeaderBLAKE3)}}
-	for k, x := range s.Tensors {
-		us = append(us, &unit{shard: i, off: x.Offset, n: x.Length, dst: t, dstOff: x.Offset, part: k, name: x.Name, blake3: digest(x.BLAKE3)})
-	}
-	return us
-}
-
-// addUnits records a target's units; empty ones are done at once.
-func (f *fetcher) addUnits(t *target, us []*unit) error {
-	t.pending.Store(int64(len(us)))
-	f.units = append(f.units, us...)
-	if len(us) == 0 {
-		f.closeTarget(t)
-	}
-	for _, u := range us {
-		if u.n == 0 { // the manifest's validation checked its hash is the empty one
-			if err := f.landed("", u, u.blake3); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-// remaining are the units not verified yet, in order.
-func (f *fetcher) remaining() []*unit {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*unit
-	for _, u := range f.units {
-		if !u.done {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
-// landed records a unit whose bytes, from the peer at addr, hash to sum: a
-// mismatch is the peer's fault; a match is reported to a bound file and the
-// unit is done. A target whose units are all done is closed in the background.
-func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
-	if sum != u.blake3 {
-		what := u.dst.path
-		if u.name != "" {
-			what += " tensor " + u.name
-		}
-		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: BLAKE3 %s, manifest says %s: %w", what,
-			artifact.ShortHex(artifact.DigestHex(sum)), artifact.ShortHex(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
-	}
-	if u.dst.fw != nil && u.part >= 0 {
-		if err := u.dst.fw.SetPartBLAKE3(u.part, sum); err != nil {
-			return err
-		}
-	}
-	f.mu.Lock()
-	if u.done {
-		f.mu.Unlock()
-		return nil
-	}
-	u.done = true
-	f.mu.Unlock()
-	if u.dst.fw != nil {
-		if err := f.verified(u.dst.path, u.dstOff, u.n); err != nil {
-			return err
-		}
-	}
-	f.fetched.Add(u.n)
-	f.progress(u.n)
-	if u.dst.pending.Add(-1) == 0 {
-		f.closeTarget(u.dst)
-	}
-	return nil
-}
-
-// verified tells the store a range of a bound file is written and verified,
-// when this node serves what it fetches.
-func (f *fetcher) verified(path string, off, n int64) error {
-	if f.seed == nil || n == 0 {
-		return nil
-	}
-	return f.seed.Verified(path, off, n)
-}
-
 // closeTarget finishes a target: the store derives a bound file's tree and
 // binds the sender's sha256; a subset file is copied in order into a new
 // store file, and what the store computed is checked against the record.
@@ -432,158 +325,6 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 	}
 	_, err := backoff.Retry(ctx, session, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0), backoff.WithNotify(notify))
 	return err
-}
-
-// orphanWait is how long a fetch whose sources are gone asks the peers
-// again before it gives up (and resolution takes the registry). Orphans
-// near the origin (depth 0 or 1: their source was a holder or the root)
-// lose it at the same instant and agree on which of them takes the origin
-// first: the builders listed at depth 0 or 1 and this node, ranked by
-// rendezvous hashing, each wait orphanSettle and then orphanStep per rank
-// (a random instant under it without this node's address), so every
-// orphan lists the others before the first one leaves, and the first
-// one's new build is announced before the next one would go. A node
-// farther down waits for its upstream to recover, up to DefaultRootWait.
-// Computed once, at the first miss of a source.
-func (f *fetcher) orphanWait(ctx context.Context) time.Duration {
-	if f.depth > 1 {
-		return DefaultRootWait
-	}
-	if f.orphanAfter >= 0 {
-		return f.orphanAfter
-	}
-	rank := rand.N(orphanStep)
-	if f.o.self != "" {
-		near := []string{f.o.self}
-		for _, o := range listSources(ctx, f.o.Client, f.peers, f.base.IdentityDigest) {
-			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != f.o.self {
-				near = append(near, o.addr)
-			}
-		}
-		rank = time.Duration(slices.Index(rendezvous(f.base.IdentityDigest, near), f.o.self)) * orphanStep
-	}
-	f.orphanAfter = orphanSettle + rank
-	return f.orphanAfter
-}
-
-// Orphans near the origin: within orphanSettle of losing their source
-// each one has listed the others; orphanStep is longer than a registry
-// pull takes to announce its build.
-const (
-	orphanSettle = 300 * time.Millisecond
-	orphanStep   = time.Second
-)
-
-// nextSession opens a session on the next peer after the one used last
-// that serves the same bytes, passing over peers that served wrong bytes
-// while another is left.
-func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
-	var last error
-	for i := range f.peers {
-		k := (f.last + 1 + i) % len(f.peers)
-		if f.refused[f.peers[k]] && len(f.refused) < len(f.peers) {
-			continue
-		}
-		cs, err := openSession(ctx, f.o.Client, f.peers[k], f.request)
-		if err != nil {
-			last = err
-			continue
-		}
-		if err := sameContent(f.base, cs.manifest); err != nil {
-			cs.close()
-			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
-			continue
-		}
-		if err := f.eligible(cs.addr, cs.manifest); err != nil {
-			cs.close()
-			last = err
-			continue
-		}
-		f.last = k
-		return cs, nil
-	}
-	return nil, &noSourceError{peers: len(f.peers), depth: f.depth, last: last}
-}
-
-// eligible says whether a peer may be this fetch's source: a holder
-// always; a builder once it has a source itself and, once this fetch has
-// a depth, only at a smaller one. Depths then fall along every chain of
-// builders, which therefore ends at a holder or the registry: no cycle.
-func (f *fetcher) eligible(addr string, m *wire.WeightManifest) error {
-	switch {
-	case !m.Building:
-		return nil
-	case m.Depth < 0:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.IdentityDigest.Short(), errNotNearer, errdefs.ErrUnavailable)}
-	case f.depth >= 0 && m.Depth >= f.depth:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
-			m.IdentityDigest.Short(), errNotNearer, m.Depth, f.depth, errdefs.ErrUnavailable)}
-	}
-	return nil
-}
-
-// errNotNearer is a builder that may not be a source (eligible).
-var errNotNearer = errors.New("no nearer a complete source than this node")
-
-// noSourceError says no peer could serve a fetch now: none answered, holds
-// the artifact, or builds it nearer a complete source.
-type noSourceError struct {
-	peers, depth int
-	last         error
-}
-
-func (e *noSourceError) Error() string {
-	return fmt.Sprintf("none of %d peers serves it from nearer a complete source than this node (depth %d): %v", e.peers, e.depth, e.last)
-}
-
-// Unwrap returns the last peer's answer: a peer fault, so the fetch asks
-// again while it may wait (fetchAll).
-func (e *noSourceError) Unwrap() error { return e.last }
-
-// sameContent says whether two manifests describe the same bytes, so a
-// fetch can resume from one peer's session with another's.
-func sameContent(m, o *wire.WeightManifest) error {
-	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
-		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", o.IdentityDigest.Short(), m.IdentityDigest.Short())
-	}
-	for i := range m.Shards {
-		if err := artifact.CompareEntry(m.Shards[i].FileEntry, o.Shards[i].FileEntry); err != nil {
-			return fmt.Errorf("the peer's shards differ from the ones being fetched: %w", err)
-		}
-	}
-	return nil
-}
-
-// use records the session's peer and this fetch's depth through it, and
-// detects a restart by its generation.
-func (f *fetcher) use(ctx context.Context, cs *clientSession) error {
-	if old, ok := f.gens[cs.addr]; ok && old != cs.manifest.Generation {
-		f.rep.Restarts++
-		log.G(ctx).WithField("peer", cs.addr).WithField("old", artifact.ShortHex(old)).WithField("new", artifact.ShortHex(cs.manifest.Generation)).
-			Warn("peer: restarted since its last session: nothing of that session is reused but the verified bytes")
-	}
-	f.gens[cs.addr] = cs.manifest.Generation
-	if d := sourceDepth(cs.manifest); d != f.depth {
-		f.depth = d
-		if f.seed != nil {
-			if err := f.seed.Source(d); err != nil {
-				return err
-			}
-		}
-	}
-	f.rep.Peer = cs.addr
-	if n := len(f.rep.Peers); n == 0 || f.rep.Peers[n-1] != cs.addr {
-		f.rep.Peers = append(f.rep.Peers, cs.addr)
-	}
-	return nil
-}
-
-// sourceDepth is the depth of a fetch served by m's peer.
-func sourceDepth(m *wire.WeightManifest) int {
-	if m.Building {
-		return m.Depth + 1
-	}
-	return 0
 }
 
 // runSession fetches todo over one session's data plane: unit i of todo on

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"errors"
+	"hash"
 	"io"
 
 	"github.com/weightsnap/weightsnap/artifact"
@@ -60,37 +61,44 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 	// At most railWindow requests are outstanding, so a request never
 	// waits on a peer busy sending a large range.
 	window := make(chan struct{}, railWindow)
+	as := asks(units, f.piecesFrom(cs))
 	go func() {
-		for _, u := range units {
+		for _, a := range as {
 			select {
 			case window <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
-			if _, err := conn.Write(wire.RangeRequest{Shard: uint32(u.shard), Off: uint64(u.off), N: uint64(u.n)}.Encode()); err != nil {
+			q := wire.RangeRequest{Shard: uint32(a.u.shard), Off: uint64(a.u.off), N: uint64(a.u.n), Pieces: a.pieces != nil}
+			if _, err := conn.Write(q.Encode()); err != nil {
 				conn.Close()
 				return
 			}
 		}
 	}()
-	return f.receive(ctx, addr, br, units, window)
+	return f.receive(ctx, addr, br, as, window)
 }
 
-// chunk is a piece of a unit read from a rail, waiting to be hashed and written.
+// chunk is a part of a unit read from a rail, waiting to be hashed and
+// written, or the chaining values of a unit's pieces.
 type chunk struct {
-	u    *unit
-	b    []byte
-	off  int64 // in the unit
-	last bool
-	sum  artifact.Digest // the unit's BLAKE3, in its last chunk
-	err  error
+	u      *unit
+	b      []byte
+	off    int64 // in the unit
+	last   bool
+	sum    artifact.Digest // the unit's BLAKE3 (a piece's chaining value), in its last chunk
+	pieces []*unit         // set: cvs are the chaining values of these pieces of u
+	cvs    [][32]byte
+	err    error
 }
 
-// receive reads the answers to units in order: a reader fills a few
+// receive reads the answers to asks in order: a reader fills a few
 // buffers from the socket, the caller hashes each unit's bytes, and a
 // writer puts them into its target; a unit is done once it is written and
-// its BLAKE3 matches. Each answer read frees a place in the request window.
-func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units []*unit, window <-chan struct{}) error {
+// its BLAKE3 matches. A unit's pieces are its once their chaining values,
+// taken in order by the writer, matched. Each answer read frees a place
+// in the request window.
+func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, as []ask, window <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	free := make(chan []byte, railBuffers)
@@ -108,7 +116,16 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 				return false
 			}
 		}
-		for _, u := range units {
+		for _, a := range as {
+			u := a.u
+			if a.pieces != nil {
+				cvs, err := wire.ReadPieceCVs(r, uint64(u.n), blake3.PieceSize)
+				if !send(chunk{u: u, pieces: a.pieces, cvs: cvs, err: err}) {
+					return
+				}
+				<-window
+				continue
+			}
 			if err := wire.ReadStatus(r, "range"); err != nil {
 				send(chunk{err: err})
 				return
@@ -141,14 +158,18 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 		var err error
 		for c := range hashed {
 			if err == nil {
-				if _, err = c.u.dst.out.WriteAt(c.b, c.u.dstOff+c.off); err == nil && c.last {
+				if c.pieces != nil {
+					err = f.split(addr, c.u, c.pieces, c.cvs)
+				} else if _, err = c.u.dst.out.WriteAt(c.b, c.u.dstOff+c.off); err == nil && c.last {
 					err = f.landed(addr, c.u, c.sum)
 				}
 				if err != nil {
 					cancel()
 				}
 			}
-			free <- c.b[:cap(c.b)]
+			if c.b != nil {
+				free <- c.b[:cap(c.b)]
+			}
 		}
 		werr <- err
 	}()
@@ -164,10 +185,12 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, units [
 }
 
 // hashChunks hashes the chunks of each unit in order, puts the unit's
-// BLAKE3 in its last chunk, and hands every chunk on to be written, until
-// the chunks end, one carries the rail's failure, or ctx is done.
+// BLAKE3 (a piece's chaining value) in its last chunk, and hands every
+// chunk on to be written, until the chunks end, one carries the rail's
+// failure, or ctx is done.
 func (f *fetcher) hashChunks(ctx context.Context, addr string, full <-chan chunk, hashed chan<- chunk) error {
-	h := blake3.New()
+	whole := blake3.New()
+	var h hash.Hash
 	for {
 		var c chunk
 		var ok bool
@@ -182,8 +205,16 @@ func (f *fetcher) hashChunks(ctx context.Context, addr string, full <-chan chunk
 		case c.err != nil:
 			return &PeerError{Addr: addr, Err: c.err}
 		}
+		if c.pieces != nil {
+			hashed <- c
+			continue
+		}
 		if c.off == 0 {
-			h.Reset()
+			whole.Reset()
+			h = whole
+			if c.u.parent != nil {
+				h = blake3.NewPieceHasher(c.u.piece)
+			}
 		}
 		h.Write(c.b)
 		if c.last {

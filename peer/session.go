@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"golang.org/x/sys/unix"
 )
@@ -117,6 +118,7 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	defer s.dropChild(sv.manifest.IdentityDigest)
 	m := sv.manifest
 	m.Generation = s.gen
+	m.PieceSize = blake3.PieceSize
 	if err := s.sendDoc(conn, &m); err != nil {
 		return err
 	}
@@ -278,6 +280,17 @@ func (s *Server) serveRail(ctx context.Context, raw net.Conn, r *bufio.Reader) e
 			return err
 		}
 		sh := ss.sv.shards[q.Shard]
+		if q.Pieces {
+			cvs, err := ss.sv.pieceCVs(ctx, int(q.Shard), int64(q.Off), int64(q.N), s.cfg.Timeout)
+			if err != nil {
+				conn.Write(wire.StatusFrame(statusOf(err), err.Error()))
+				return fmt.Errorf("pieces of %s: %w", sh.entry.Path, err)
+			}
+			if _, err := conn.Write(wire.EncodePieceCVs(cvs)); err != nil {
+				return err
+			}
+			continue
+		}
 		f, err := ss.sv.rangeFile(ctx, int(q.Shard), int64(q.Off), int64(q.N), s.cfg.Timeout)
 		if err != nil {
 			conn.Write(wire.StatusFrame(statusOf(err), err.Error()))

@@ -47,6 +47,7 @@ type Building struct {
 	prog     *os.File
 	read     int64 // how far prog is parsed
 	verified map[string][]span
+	pieces   map[pieceRange][][32]byte // recorded pieces' chaining values
 	files    map[string]*os.File
 	total    int64 // bytes verified, over every file
 	depth    int   // the last source recorded, -1 before any
@@ -56,6 +57,12 @@ type Building struct {
 
 // span is a verified range [off, end) of one file.
 type span struct{ off, end int64 }
+
+// pieceRange is a range of one file whose pieces are recorded.
+type pieceRange struct {
+	path   string
+	off, n int64
+}
 
 // Building opens the announced in-progress build of id: errdefs.ErrNotFound
 // when no build of id is running or it has not announced yet.
@@ -111,7 +118,7 @@ func (d *Domain) openBuilding(id artifact.ID, dir string) (*Building, error) {
 		df.Close()
 		return nil, err
 	}
-	b := &Building{d: d, id: id, dir: df, prog: os.NewFile(uintptr(pfd), fileProgress), verified: map[string][]span{}, files: map[string]*os.File{}, depth: -1}
+	b := &Building{d: d, id: id, dir: df, prog: os.NewFile(uintptr(pfd), fileProgress), verified: map[string][]span{}, pieces: map[pieceRange][][32]byte{}, files: map[string]*os.File{}, depth: -1}
 	b.mu.Lock()
 	err = b.refresh()
 	b.mu.Unlock()
@@ -172,6 +179,10 @@ func (b *Building) refresh() error {
 		case hdr[0] == recVerified && len(body) > 16 && b.doc != nil:
 			off, n := int64(binary.LittleEndian.Uint64(body)), int64(binary.LittleEndian.Uint64(body[8:]))
 			b.add(string(body[16:]), span{off, off + n})
+		case hdr[0] == recPieces && len(body) > 20 && b.doc != nil:
+			if err := b.addPieces(body); err != nil {
+				return err
+			}
 		case hdr[0] == recSource && len(body) == 4 && b.doc != nil:
 			// Untrusted: compared as unsigned before it is converted.
 			d := binary.LittleEndian.Uint32(body)
@@ -186,6 +197,22 @@ func (b *Building) refresh() error {
 		}
 		b.read += recHeader + int64(len(body))
 	}
+}
+
+// addPieces parses a pieces record: its count, compared as unsigned with
+// maxPieces and with the body's length before anything is allocated.
+func (b *Building) addPieces(body []byte) error {
+	off, n := int64(binary.LittleEndian.Uint64(body)), int64(binary.LittleEndian.Uint64(body[8:]))
+	count := uint64(binary.LittleEndian.Uint32(body[16:]))
+	if count == 0 || count > maxPieces || 20+32*count >= uint64(len(body)) {
+		return fmt.Errorf("progress of %s: %d pieces in a record of %d bytes: %w", b.id.Short(), count, len(body), errdefs.ErrDataLoss)
+	}
+	cvs := make([][32]byte, count)
+	for i := range cvs {
+		copy(cvs[i][:], body[20+32*i:])
+	}
+	b.pieces[pieceRange{string(body[20+32*count:]), off, n}] = cvs
+	return nil
 }
 
 // add merges a verified range into its file's sorted, disjoint spans.
@@ -233,6 +260,28 @@ var errNotYet = errors.New("range not verified yet")
 // *BuildEndedError when the build ended without publishing; ctx's error
 // when ctx ends first.
 func (b *Building) Wait(ctx context.Context, path string, off, n int64) error {
+	return b.wait(ctx, path, func() bool { return b.covered(path, off, n) })
+}
+
+// WaitPieces returns the chaining values of the pieces of [off, off+n) of
+// the payload file at path once the builder recorded them
+// (artifact.Seeder.Pieces), or none once the range is verified without
+// them; it fails as Wait does.
+func (b *Building) WaitPieces(ctx context.Context, path string, off, n int64) ([][32]byte, error) {
+	var cvs [][32]byte
+	err := b.wait(ctx, path, func() bool {
+		cvs = b.pieces[pieceRange{path, off, n}]
+		return cvs != nil || b.covered(path, off, n)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return cvs, nil
+}
+
+// wait returns once ready, called with mu held after each refresh, says
+// so, or once the build is published.
+func (b *Building) wait(ctx context.Context, path string, ready func() bool) error {
 	poll := &backoff.ExponentialBackOff{InitialInterval: waitFirst, Multiplier: 2, MaxInterval: waitMax}
 	_, err := backoff.Retry(ctx, func() (struct{}, error) {
 		b.mu.Lock()
@@ -240,7 +289,7 @@ func (b *Building) Wait(ctx context.Context, path string, off, n int64) error {
 		if err := b.refresh(); err != nil {
 			return struct{}{}, backoff.Permanent(err)
 		}
-		if b.covered(path, off, n) {
+		if ready() {
 			return struct{}{}, nil
 		}
 		if b.published() {

@@ -21,15 +21,21 @@ const fileProgress = ".progress"
 
 // Records of the progress file: [kind u8][body length u32 LE][body].
 // An announce's body is the document; a verified range's is
-// [off u64 LE][n u64 LE][path]; a source's is [depth u32 LE]; an end's
-// (the build stopped without publishing) is empty.
+// [off u64 LE][n u64 LE][path]; a range's pieces' is [off u64 LE]
+// [n u64 LE][count u32 LE][count × 32 chaining values][path]; a source's
+// is [depth u32 LE]; an end's (the build stopped without publishing) is
+// empty.
 const (
 	recAnnounce = 'A'
 	recVerified = 'V'
+	recPieces   = 'P'
 	recSource   = 'S'
 	recEnd      = 'E'
 	recHeader   = 5
 )
+
+// maxPieces bounds a pieces record: a range of 1 TiB in pieces of 1 MiB.
+const maxPieces = 1 << 20
 
 // Seeding implements artifact.Seeder.
 func (b *build) Seeding() bool { return b.d.served() }
@@ -88,13 +94,39 @@ func (b *build) announced() bool {
 // Verified implements artifact.Seeder: it appends the range to the
 // progress file. The range must lie in a payload file this build created.
 func (b *build) Verified(path string, off, n int64) error {
+	if err := b.checkRange("verified", path, off, n); err != nil {
+		return err
+	}
+	return b.record(recVerified, verifiedBody(path, off, n))
+}
+
+// Pieces implements artifact.Seeder: it appends the range's pieces to the
+// progress file.
+func (b *build) Pieces(path string, off, n int64, cvs [][32]byte) error {
+	if err := b.checkRange("pieces of", path, off, n); err != nil {
+		return err
+	}
+	if len(cvs) == 0 || len(cvs) > maxPieces {
+		return fmt.Errorf("build %s: %d pieces of %q: %w", b.id.Short(), len(cvs), path, errdefs.ErrInvalidArgument)
+	}
+	body := binary.LittleEndian.AppendUint64(nil, uint64(off))
+	body = binary.LittleEndian.AppendUint64(body, uint64(n))
+	body = binary.LittleEndian.AppendUint32(body, uint32(len(cvs)))
+	for _, cv := range cvs {
+		body = append(body, cv[:]...)
+	}
+	return b.record(recPieces, append(body, path...))
+}
+
+// checkRange refuses a range that is not in a payload file this build created.
+func (b *build) checkRange(what, path string, off, n int64) error {
 	b.mu.Lock()
 	w, ok := b.files[path]
 	b.mu.Unlock()
 	if !ok || off < 0 || n < 0 || off > w.size || n > w.size-off {
-		return fmt.Errorf("build %s: verified range %d+%d of %q is not in a payload file: %w", b.id.Short(), off, n, path, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("build %s: %s range %d+%d of %q is not in a payload file: %w", b.id.Short(), what, off, n, path, errdefs.ErrInvalidArgument)
 	}
-	return b.record(recVerified, verifiedBody(path, off, n))
+	return nil
 }
 
 // verifiedBody is a verified range's record body.

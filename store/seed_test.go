@@ -3,6 +3,7 @@ package store_test
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +24,7 @@ type seedingProducer struct {
 	verify   chan [2]int64 // ranges of the first file to record, until closed
 	recorded chan error    // a receive per range recorded
 	fail     error         // returned at the end, if set
+	pieces   [][32]byte    // if set, recorded as the pieces of the first file's [0, 4096) once written
 }
 
 // big is the source's largest file.
@@ -49,6 +51,14 @@ func (p *seedingProducer) Produce(ctx context.Context, w artifact.Writer) error 
 	if err := (&artifact.Passthrough{Src: p.src}).Produce(ctx, w); err != nil {
 		return err
 	}
+	if p.pieces != nil {
+		if err := s.Pieces(p.big().Path, 0, 4096, p.pieces); err != nil {
+			return err
+		}
+		if s.Pieces(p.big().Path, p.big().Size, 1, p.pieces) == nil || s.Pieces(p.big().Path, 0, 4096, nil) == nil {
+			return errors.New("pieces past the file's end, or none, were taken")
+		}
+	}
 	close(p.written)
 	for r := range p.verify {
 		err := s.Verified(p.big().Path, r[0], r[1])
@@ -62,12 +72,17 @@ func (p *seedingProducer) Produce(ctx context.Context, w artifact.Writer) error 
 
 func startSeeding(t *testing.T, fail error) (builder, reader *store.Domain, p *seedingProducer, id artifact.ID, done chan error) {
 	t.Helper()
+	return startSeedingPieces(t, fail, nil)
+}
+
+func startSeedingPieces(t *testing.T, fail error, pieces [][32]byte) (builder, reader *store.Domain, p *seedingProducer, id artifact.ID, done chan error) {
+	t.Helper()
 	_, src := checkpoint(t, 1<<20, 1)
 	root := t.TempDir()
 	builder, reader = openDomain(t, root), openDomain(t, root) // two domains on one root: separate locks, as two processes
 	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
 	id, _ = identity.ID()
-	p = &seedingProducer{src: src, written: make(chan struct{}), verify: make(chan [2]int64), recorded: make(chan error), fail: fail}
+	p = &seedingProducer{src: src, written: make(chan struct{}), verify: make(chan [2]int64), recorded: make(chan error), fail: fail, pieces: pieces}
 	done = make(chan error, 1)
 	go func() {
 		l, _, err := builder.GetOrBuild(context.Background(), identity, p)
@@ -151,6 +166,73 @@ func TestBuildingServesOnlyVerifiedRanges(t *testing.T) {
 		t.Fatalf("the progress file changed what was published: %v", err)
 	}
 	l.Close()
+}
+
+// TestBuildingPieces: a range's recorded pieces are handed out before the
+// range is verified; a range without them only once it is, as none.
+func TestBuildingPieces(t *testing.T) {
+	cvs := [][32]byte{{1}, {2}, {3}}
+	_, reader, p, id, done := startSeedingPieces(t, nil, cvs)
+	ctx := context.Background()
+	b, err := reader.Building(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	path := p.big().Path
+	got, err := b.WaitPieces(ctx, path, 0, 4096)
+	if err != nil || fmt.Sprint(got) != fmt.Sprint(cvs) {
+		t.Fatalf("recorded pieces: %v, %v; want %v", got, err, cvs)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	_, err = b.WaitPieces(short, path, 4096, 4096)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("no pieces, not verified: %v, want the wait to end at its deadline", err)
+	}
+	p.verify <- [2]int64{4096, 4096}
+	if err := <-p.recorded; err != nil {
+		t.Fatal(err)
+	}
+	if got, err := b.WaitPieces(ctx, path, 4096, 4096); err != nil || got != nil {
+		t.Fatalf("verified without pieces: %v, %v; want none", got, err)
+	}
+	close(p.verify)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBuildingRefusesBadPieces: a pieces record whose count its body
+// cannot hold is refused as data loss, before anything is allocated for it.
+func TestBuildingRefusesBadPieces(t *testing.T) {
+	_, reader, p, id, done := startSeeding(t, nil)
+	defer func() { close(p.verify); <-done }()
+	b, err := reader.Building(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	progress, _ := filepath.Glob(filepath.Join(reader.Root(), "tmp", id.Hex()+".*", ".progress"))
+	if len(progress) != 1 {
+		t.Fatalf("progress files %v", progress)
+	}
+	f, err := os.OpenFile(progress[0], os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := binary.LittleEndian.AppendUint64(nil, 0)
+	body = binary.LittleEndian.AppendUint64(body, 4096)
+	body = binary.LittleEndian.AppendUint32(body, 0xffffffff)
+	body = append(body, "x"...)
+	rec := binary.LittleEndian.AppendUint32([]byte{'P'}, uint32(len(body)))
+	if _, err := f.Write(append(rec, body...)); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if _, err := b.WaitPieces(context.Background(), p.big().Path, 0, 4096); !errdefs.IsDataLoss(err) {
+		t.Fatalf("a pieces record of 2^32-1 pieces in %d bytes: %v, want data loss", len(body), err)
+	}
 }
 
 func TestBuildingEndedWithoutPublishing(t *testing.T) {

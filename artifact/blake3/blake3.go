@@ -1,8 +1,9 @@
-// Package blake3 is the store's BLAKE3 (unkeyed, 256-bit digests). Where
-// the CPU has AVX-512 it is the tree mode of the BLAKE3 specification,
-// driven on one goroutine over the compression functions of
-// lukechampine.com/blake3/guts, which hash 16 chunks at once; elsewhere it
-// is zeebo/blake3.
+// Package blake3 is the store's BLAKE3 (unkeyed, 256-bit digests), of a
+// whole input and of its 1 MiB pieces (piece.go). Where the CPU has
+// AVX-512 it is the tree mode of the BLAKE3 specification, driven on one
+// goroutine over the compression functions of lukechampine.com/blake3/guts,
+// which hash 16 chunks at once; elsewhere it is zeebo/blake3 (pieces are
+// always the guts tree).
 //
 // zeebo/blake3 has no AVX-512 code, and lukechampine.com/blake3's own
 // Hasher starts a goroutine per 16 KiB, which costs more than it gains
@@ -83,7 +84,7 @@ func (h *Hasher) Reset() {
 		h.narrow.Reset()
 		return
 	}
-	h.wide.tree.counter, h.wide.buflen = 0, 0
+	h.wide.reset()
 }
 
 // Size is the digest's length in bytes.
@@ -105,9 +106,12 @@ type wideHasher struct {
 // tree is the state of the hash tree left of the buffered bytes: the
 // chaining values of complete subtrees, at most one per height; bit i of
 // counter (the chunks hashed so far) says whether height i is occupied.
+// base is the chunk counter of its first chunk: 0 for a whole input, a
+// piece's first chunk for a piece (piece.go).
 type tree struct {
 	stack   [64][8]uint32
 	counter uint64
+	base    uint64
 }
 
 // push adds the chaining value of a complete subtree of 2^height chunks,
@@ -125,8 +129,11 @@ func (t *tree) push(cv [8]uint32, height int) {
 // pushBatch compresses a whole batch; the tree's chunk count is a
 // multiple of guts.MaxSIMD, so the batch is a complete subtree.
 func (t *tree) pushBatch(b []byte) {
-	t.push(guts.ChainingValue(guts.CompressBuffer((*[batch]byte)(b), batch, &guts.IV, t.counter, 0)), batchHeight)
+	t.push(guts.ChainingValue(guts.CompressBuffer((*[batch]byte)(b), batch, &guts.IV, t.base+t.counter, 0)), batchHeight)
 }
+
+// reset forgets every byte written; the base stays.
+func (h *wideHasher) reset() { h.tree.counter, h.buflen = 0, 0 }
 
 func (h *wideHasher) write(p []byte) {
 	if h.buflen > 0 {
@@ -146,19 +153,25 @@ func (h *wideHasher) write(p []byte) {
 	h.buflen = copy(h.buf[:], p)
 }
 
-// sum compresses the buffered bytes, the last subtree of the tree (its
+// sum is the digest: the top node, compressed as the root.
+func (h *wideHasher) sum(b []byte) []byte {
+	node := h.top()
+	node.Flags |= guts.FlagRoot
+	out := guts.WordsToBytes(guts.CompressNode(node))
+	return append(b, out[:32]...)
+}
+
+// top compresses the buffered bytes, the last subtree of the tree (its
 // chunks at once, merged as BLAKE3 merges a right edge of fewer than
 // guts.MaxSIMD chunks), and merges it with the complete subtrees on its
-// left, all larger, into the root.
-func (h *wideHasher) sum(b []byte) []byte {
+// left, all larger, into the tree's top node, not compressed yet.
+func (h *wideHasher) top() guts.Node {
 	t := &h.tree
-	node := guts.CompressBuffer(&h.buf, h.buflen, &guts.IV, t.counter, 0)
+	node := guts.CompressBuffer(&h.buf, h.buflen, &guts.IV, t.base+t.counter, 0)
 	for i := bits.TrailingZeros64(t.counter); i < bits.Len64(t.counter); i++ {
 		if t.counter&(1<<i) != 0 {
 			node = guts.ParentNode(t.stack[i], guts.ChainingValue(node), &guts.IV, 0)
 		}
 	}
-	node.Flags |= guts.FlagRoot
-	out := guts.WordsToBytes(guts.CompressNode(node))
-	return append(b, out[:32]...)
+	return node
 }

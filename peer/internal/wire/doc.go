@@ -18,7 +18,9 @@
 // A tcp rail opens with its own hello (op rail, no token), then the
 // session's secret, the server's generation id and the rail number; each
 // range request is [u32 shard][u64 offset][u64 length], answered by a
-// status and the bytes.
+// status and the bytes; with bit 31 of shard set (to a peer whose manifest
+// has a piece_size), by a status and the range's pieces' chaining values,
+// [u32 count][count × 32].
 //
 // Every length and count read from the wire is bounded and compared as
 // unsigned before it is converted or allocated; every read has a deadline

@@ -36,6 +36,10 @@ type WeightManifest struct {
 	// and a complete source (artifact.Seeder.Source), -1 while it has none.
 	Building bool `json:"building,omitempty"`
 	Depth    int  `json:"depth,omitempty"`
+	// PieceSize says the peer answers a tcp range request for pieces
+	// (RangeRequest.Pieces) with pieces of that many bytes; 0 where it
+	// does not.
+	PieceSize int64 `json:"piece_size,omitempty"`
 }
 
 // WeightShard is one payload file: its index entry and, for a safetensors
@@ -152,6 +156,9 @@ func (m *WeightManifest) validate() error {
 	}
 	if m.Depth < -1 || m.Depth > artifact.MaxDepth || (!m.Building && m.Depth != 0) {
 		return fmt.Errorf("depth %d (building %t) out of bounds", m.Depth, m.Building)
+	}
+	if m.PieceSize != 0 && (m.PieceSize < 1024 || m.PieceSize > MaxPieceSize || m.PieceSize&(m.PieceSize-1) != 0) {
+		return fmt.Errorf("piece size %d: not a power of two from 1 KiB to %d", m.PieceSize, MaxPieceSize)
 	}
 	var total int64
 	for i, s := range m.Shards {

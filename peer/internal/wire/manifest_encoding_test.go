@@ -92,3 +92,24 @@ func TestManifestDepth(t *testing.T) {
 		}
 	}
 }
+
+// A piece size is a power of two from 1 KiB to MaxPieceSize, or none.
+func TestManifestPieceSize(t *testing.T) {
+	var base WeightManifest
+	if err := json.Unmarshal(fuzzManifest(t), &base); err != nil {
+		t.Fatal(err)
+	}
+	for size, ok := range map[int64]bool{0: true, 1024: true, 1 << 20: true, MaxPieceSize: true,
+		-1024: false, 512: false, 3 << 20: false, 2 * MaxPieceSize: false} {
+		m := base
+		m.PieceSize = size
+		raw, err := json.Marshal(&m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := decodeManifest(raw)
+		if (err == nil) != ok || (err == nil && got.PieceSize != size) {
+			t.Fatalf("piece size %d: %+v, %v; want ok %t", size, got, err, ok)
+		}
+	}
+}

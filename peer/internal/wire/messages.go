@@ -326,14 +326,27 @@ func ReadRailAttach(r io.Reader) (RailAttach, error) {
 	return a, nil
 }
 
-// RangeRequest asks a tcp rail for N bytes of a shard from Off.
+// RangeRequest asks a tcp rail for N bytes of a shard from Off or, with
+// Pieces (of a session whose manifest has a piece_size), for the chaining
+// values of the range's pieces (PieceCVs).
 type RangeRequest struct {
 	Shard  uint32
 	Off, N uint64
+	Pieces bool
 }
 
+// piecesBit marks a range request for pieces in its shard field: no
+// manifest has 2^31 shards.
+const piecesBit = 1 << 31
+
 // Encode encodes the range request.
-func (q RangeRequest) Encode() Enc { return Enc{}.U32(q.Shard).U64(q.Off).U64(q.N) }
+func (q RangeRequest) Encode() Enc {
+	shard := q.Shard
+	if q.Pieces {
+		shard |= piecesBit
+	}
+	return Enc{}.U32(shard).U64(q.Off).U64(q.N)
+}
 
 // ReadRangeRequest reads a range request.
 func ReadRangeRequest(r io.Reader) (RangeRequest, error) {
@@ -341,5 +354,39 @@ func ReadRangeRequest(r io.Reader) (RangeRequest, error) {
 	if err := ReadFull(r, b[:], "range request"); err != nil {
 		return RangeRequest{}, err
 	}
-	return RangeRequest{Shard: le32(b[0:4]), Off: le64(b[4:12]), N: le64(b[12:20])}, nil
+	shard := le32(b[0:4])
+	return RangeRequest{Shard: shard &^ piecesBit, Off: le64(b[4:12]), N: le64(b[12:20]), Pieces: shard&piecesBit != 0}, nil
+}
+
+// EncodePieceCVs encodes the answer to a range request for pieces after
+// its OK status: [u32 count][count × 32 bytes].
+func EncodePieceCVs(cvs [][32]byte) Enc {
+	e := Enc{StatusOK}.U32(uint32(len(cvs)))
+	for _, cv := range cvs {
+		e = e.Raw(cv[:])
+	}
+	return e
+}
+
+// ReadPieceCVs reads the status and the chaining values answering a range
+// request for pieces of n bytes, pieces of pieceSize bytes: a count over
+// n/pieceSize + 1, or MaxPieces, is refused before anything is allocated.
+func ReadPieceCVs(r io.Reader, n, pieceSize uint64) ([][32]byte, error) {
+	if err := ReadStatus(r, "pieces"); err != nil {
+		return nil, err
+	}
+	count, err := readU32(r, "piece count")
+	if err != nil {
+		return nil, err
+	}
+	if pieceSize == 0 || uint64(count) > n/pieceSize+1 || uint64(count) > MaxPieces {
+		return nil, Errorf("pieces", "%d pieces of %d bytes for a range of %d", count, pieceSize, n)
+	}
+	cvs := make([][32]byte, count)
+	for i := range cvs {
+		if err := ReadFull(r, cvs[i][:], "piece chaining value"); err != nil {
+			return nil, err
+		}
+	}
+	return cvs, nil
 }

@@ -31,6 +31,11 @@ const (
 	EndpointMax = 1024
 	// MaxKeys bounds the rma key table of a session (rails times shards).
 	MaxKeys = 1 << 20
+	// MaxPieceSize bounds a manifest's piece_size.
+	MaxPieceSize = 1 << 30
+	// MaxPieces bounds the pieces of one range request (a tensor of up
+	// to 1 TiB in pieces of 1 MiB).
+	MaxPieces = 1 << 20
 )
 
 // ExportPrefix marks a model request for an exported directory:

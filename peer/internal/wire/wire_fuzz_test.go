@@ -94,8 +94,24 @@ func FuzzReadRailAttach(f *testing.F) {
 }
 
 func FuzzReadRangeRequest(f *testing.F) {
-	fuzzWire(f, [][]byte{RangeRequest{Shard: 1, Off: 2, N: 3}.Encode(), make([]byte, 19)},
+	fuzzWire(f, [][]byte{RangeRequest{Shard: 1, Off: 2, N: 3}.Encode(), RangeRequest{Shard: 1, Off: 2, N: 3, Pieces: true}.Encode(), make([]byte, 19)},
 		ReadRangeRequest, func(q RangeRequest) []byte { return q.Encode() })
+}
+
+// FuzzReadPieceCVs: the range's length and piece size come first in the
+// data, so the bound varies too.
+func FuzzReadPieceCVs(f *testing.F) {
+	cvs := [][32]byte{{1}, {2}, {3}}
+	fuzzWire(f, [][]byte{Enc{}.U64(3 << 20).U64(1 << 20).Raw(EncodePieceCVs(cvs)), Enc{}.U64(1 << 20).U64(1 << 20).Raw(EncodePieceCVs(cvs)),
+		Enc{}.U64(1 << 40).U64(1024).Raw(Enc{StatusOK}.U32(0xffffffff)), Enc{}.U64(5).U64(0).Raw(EncodePieceCVs(nil)),
+		Enc{}.U64(5).U64(1).Raw(StatusFrame(StatusUnsupported, "no"))},
+		func(r io.Reader) ([][32]byte, error) {
+			var b [16]byte
+			if err := ReadFull(r, b[:], "bounds"); err != nil {
+				return nil, err
+			}
+			return ReadPieceCVs(r, le64(b[:8]), le64(b[8:]))
+		}, nil)
 }
 
 func FuzzReadUnitKeyRequest(f *testing.F) {
@@ -165,7 +181,8 @@ func fuzzManifest(tb testing.TB) []byte {
 func FuzzReadManifest(f *testing.F) {
 	doc := fuzzManifest(f)
 	building := bytes.Replace(doc, []byte(`"shards"`), []byte(`"building":true,"depth":3,"shards"`), 1)
-	fuzzWire(f, [][]byte{Enc{}.Blob32(doc), Enc{}.U32(0xffffffff), Enc{}.Blob32(doc[:len(doc)/2]), Enc{}.Blob32(building)},
+	pieces := bytes.Replace(doc, []byte(`"shards"`), []byte(`"piece_size":1048576,"shards"`), 1)
+	fuzzWire(f, [][]byte{Enc{}.Blob32(doc), Enc{}.U32(0xffffffff), Enc{}.Blob32(doc[:len(doc)/2]), Enc{}.Blob32(building), Enc{}.Blob32(pieces)},
 		func(r io.Reader) (*WeightManifest, error) {
 			m, err := ReadManifest(r, 1<<20)
 			if err == nil { // what was accepted is accepted again, unchanged

@@ -1,0 +1,173 @@
+package peer
+
+import (
+	"fmt"
+	"sync/atomic"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
+)
+
+// unit is one range verified on its own: the header region or one tensor
+// of a safetensors shard, the whole of any other file, or a piece of one
+// of those (pieces.go).
+type unit struct {
+	shard  int   // in the manifest
+	off, n int64 // in the shard
+	dst    *target
+	dstOff int64
+	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header or a piece
+	name   string // tensor name; "" for a header or a whole file
+	blake3 artifact.Digest
+	done   bool // verified; guarded by fetcher.mu
+
+	// A piece has a parent, its index among the parent's pieces, and its
+	// chaining value as blake3. A unit taken in pieces has them once their
+	// chaining values matched its BLAKE3 (guarded by fetcher.mu), and
+	// left counts those not verified yet.
+	parent *unit
+	piece  int64
+	pieces []*unit
+	left   atomic.Int64
+}
+
+// shardUnits are a whole shard's units, written at the same offsets.
+func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
+	digest := func(h string) artifact.Digest {
+		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
+		return d
+	}
+	if !artifact.IsSafetensors(s.Path) {
+		return []*unit{{shard: i, n: s.Size, dst: t, blake3: digest(s.BLAKE3)}}
+	}
+	us := []*unit{{shard: i, n: s.DataStart, dst: t, part: -1, blake3: digest(s.HeaderBLAKE3)}}
+	for k, x := range s.Tensors {
+		us = append(us, &unit{shard: i, off: x.Offset, n: x.Length, dst: t, dstOff: x.Offset, part: k, name: x.Name, blake3: digest(x.BLAKE3)})
+	}
+	return us
+}
+
+// addUnits records a target's units; empty ones are done at once.
+func (f *fetcher) addUnits(t *target, us []*unit) error {
+	t.pending.Store(int64(len(us)))
+	f.units = append(f.units, us...)
+	if len(us) == 0 {
+		f.closeTarget(t)
+	}
+	for _, u := range us {
+		if u.n == 0 { // the manifest's validation checked its hash is the empty one
+			if err := f.landed("", u, u.blake3); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// remaining are the units not verified yet, in order: of a unit taken in
+// pieces, its pieces not verified yet.
+func (f *fetcher) remaining() []*unit {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*unit
+	for _, u := range f.units {
+		switch {
+		case u.done:
+		case u.pieces == nil:
+			out = append(out, u)
+		default:
+			for _, p := range u.pieces {
+				if !p.done {
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// what names a unit in messages.
+func (u *unit) what() string {
+	what := u.dst.path
+	if u.name != "" {
+		what += " tensor " + u.name
+	}
+	if u.parent != nil {
+		what += fmt.Sprintf(" piece %d", u.piece)
+	}
+	return what
+}
+
+// landed records a unit whose bytes, from the peer at addr, hash to sum: a
+// mismatch is the peer's fault; a match is reported to a bound file and the
+// unit is done, and a piece's parent once its pieces all are. A target
+// whose units are all done is closed in the background.
+func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
+	if sum != u.blake3 {
+		got, want := "BLAKE3", "manifest says"
+		if u.parent != nil {
+			got, want = "chaining value", "its pieces' list says"
+		}
+		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: %s %s, %s %s: %w", u.what(), got,
+			artifact.ShortHex(artifact.DigestHex(sum)), want, artifact.ShortHex(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
+	}
+	if u.parent == nil {
+		if err := f.setPart(u); err != nil {
+			return err
+		}
+	}
+	if !f.markDone(u) {
+		return nil
+	}
+	if u.dst.fw != nil {
+		if err := f.verified(u.dst.path, u.dstOff, u.n); err != nil {
+			return err
+		}
+	}
+	f.fetched.Add(u.n)
+	f.progress(u.n)
+	if t := u.parent; t != nil {
+		if t.left.Add(-1) > 0 {
+			return nil
+		}
+		// Every piece verified: so is the unit, whose BLAKE3 the pieces'
+		// chaining values merged into.
+		if err := f.setPart(t); err != nil {
+			return err
+		}
+		f.markDone(t)
+	}
+	if u.dst.pending.Add(-1) == 0 {
+		f.closeTarget(u.dst)
+	}
+	return nil
+}
+
+// setPart reports a verified unit's BLAKE3 to its bound file.
+func (f *fetcher) setPart(u *unit) error {
+	if u.dst.fw != nil && u.part >= 0 {
+		return u.dst.fw.SetPartBLAKE3(u.part, u.blake3)
+	}
+	return nil
+}
+
+// markDone marks a unit verified; false if it was already.
+func (f *fetcher) markDone(u *unit) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if u.done {
+		return false
+	}
+	u.done = true
+	return true
+}
+
+// verified tells the store a range of a bound file is written and verified,
+// when this node serves what it fetches.
+func (f *fetcher) verified(path string, off, n int64) error {
+	if f.seed == nil || n == 0 {
+		return nil
+	}
+	return f.seed.Verified(path, off, n)
+}

@@ -1,0 +1,430 @@
+package peer
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+// pieceProducer copies a READY artifact of another store like a builder
+// that records every tensor's pieces once the files are written, then
+// records ranges verified a piece at a time: of the safetensors file only
+// those that end by stop, the rest at release. A wrongCV one records the
+// long tensor's pieces with a byte flipped; a wrongPiece one writes a byte
+// of the long tensor's piece 1 flipped; either fails after release.
+type pieceProducer struct {
+	src                 *store.Lease
+	long                artifact.TensorEntry // the first tensor longer than a piece
+	stop                int64
+	wrongCV, wrongPiece bool
+	written, release    chan struct{}
+}
+
+func (p *pieceProducer) Name() string { return artifact.PassthroughName }
+
+func (p *pieceProducer) Produce(ctx context.Context, w artifact.Writer) error {
+	sv, err := servableFromLease(p.src)
+	if err != nil {
+		return err
+	}
+	sd := w.(artifact.Seeder)
+	if err := announce(sd, &sv.manifest); err != nil {
+		return err
+	}
+	if err := sd.Source(0); err != nil {
+		return err
+	}
+	for _, f := range p.src.Files() {
+		fw, err := w.Create(f.Path, f.Entry.Size)
+		if err != nil {
+			return err
+		}
+		data := f.Data
+		if p.wrongPiece && len(f.Entry.Tensors) > 0 {
+			data = bytes.Clone(data)
+			data[p.long.Offset+blake3.PieceSize+5] ^= 0xff
+		}
+		if _, err := fw.Write(data); err != nil {
+			return err
+		}
+		if err := fw.Close(); err != nil {
+			return err
+		}
+	}
+	for _, f := range p.src.Files() {
+		for _, x := range f.Entry.Tensors {
+			if x.Length > blake3.PieceSize {
+				cvs, err := hashPieces(bytes.NewReader(f.Data), x.Offset, x.Length)
+				if err != nil {
+					return err
+				}
+				if p.wrongCV {
+					cvs[0][0] ^= 1
+				}
+				if err := sd.Pieces(f.Path, x.Offset, x.Length, cvs); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	// Every file but the safetensors one at once; that one up to stop,
+	// and the rest at release.
+	verify := func(early bool) error {
+		for _, f := range p.src.Files() {
+			off, end := int64(0), f.Entry.Size
+			if len(f.Entry.Tensors) > 0 {
+				if end = min(end, p.stop); !early {
+					off, end = end, f.Entry.Size
+				}
+			} else if !early {
+				continue
+			}
+			if err := sd.Verified(f.Path, off, end-off); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := verify(true); err != nil {
+		return err
+	}
+	close(p.written)
+	<-p.release
+	if p.wrongCV || p.wrongPiece {
+		return fmt.Errorf("the builder failed")
+	}
+	return verify(false)
+}
+
+// seededPieces is a store holding an artifact of one safetensors file
+// whose largest tensors are two pieces long, and its identity.
+func seededPieces(t *testing.T) (*store.Domain, artifact.Identity) {
+	_, src := synthCheckpoint(t, synth.Options{Size: 16 << 20, Shards: 1, DType: "F32", Seed: 7})
+	return seededSource(t, src)
+}
+
+// buildPieces starts p's build, on a new store served with cfg, of the
+// artifact identity that a holds; stop is counted from the long tensor's
+// first piece.
+func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *pieceProducer, stop int64, cfg ServerConfig) (string, chan error) {
+	t.Helper()
+	id, _ := identity.ID()
+	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	for _, f := range src.Files() {
+		for _, x := range f.Entry.Tensors {
+			if x.Length > blake3.PieceSize && p.long.Name == "" {
+				p.long = x
+			}
+		}
+	}
+	if p.long.Name == "" {
+		t.Fatal("no tensor longer than a piece")
+	}
+	p.src, p.stop, p.written, p.release = src, p.long.Offset+stop, make(chan struct{}), make(chan struct{})
+	b := openStore(t)
+	_, addr := serve(t, b, cfg)
+	built := make(chan error, 1)
+	go func() {
+		l, _, err := b.GetOrBuild(context.Background(), identity, p)
+		if err == nil {
+			l.Close()
+		}
+		built <- err
+	}()
+	<-p.written
+	return addr, built
+}
+
+// TestPiecesForwardBeforeTheTensorIsWhole: a chain A (a builder that
+// recorded its pieces and verified a tensor's first piece only) → B (a
+// seeding fetch, in pieces, recording them) → C: C gets that piece, and
+// not a byte more, before B or A has the whole tensor.
+func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
+	a, identity := seededPieces(t)
+	p := &pieceProducer{}
+	addrA, builtA := buildPieces(t, a, identity, p, blake3.PieceSize, ServerConfig{})
+	id, _ := identity.ID()
+	ctx := context.Background()
+	b := openStore(t)
+	_, addrB := serve(t, b, ServerConfig{})
+	fetchedB := make(chan error, 1)
+	go func() {
+		l, _, err := Fetch(ctx, b, []string{addrA}, id.String(), FetchOptions{})
+		if err == nil {
+			verifyFull(t, b, l.ID)
+			l.Close()
+		}
+		fetchedB <- err
+	}()
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		// C may take B once B has a source.
+		ls, _ := (ClientConfig{}).List(ctx, addrB)
+		if ls != nil && len(ls.Artifacts) == 1 && ls.Artifacts[0].Depth > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B never listed a source: %+v", ls)
+		}
+	}
+	c := openStore(t)
+	var moved atomic.Int64
+	fetchedC := make(chan error, 1)
+	go func() {
+		l, _, err := Fetch(ctx, c, []string{addrB}, id.String(), FetchOptions{Progress: func(n int64) { moved.Add(n) }})
+		if err == nil {
+			verifyFull(t, c, l.ID)
+			l.Close()
+		}
+		fetchedC <- err
+	}()
+	want := p.stop // and the files before the safetensors one: on one rail, in order
+	for _, f := range p.src.Files() {
+		if len(f.Entry.Tensors) > 0 {
+			break
+		}
+		want += f.Entry.Size
+	}
+	for deadline := time.Now().Add(20 * time.Second); moved.Load() < want && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if n := moved.Load(); n != want {
+		t.Fatalf("C verified %d bytes, want %d: the files before, and the safetensors file up to %s's first piece's end", n, want, p.long.Name)
+	}
+	bb, err := b.Building(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, time.Second)
+	cvs, err := bb.WaitPieces(short, "model.safetensors", p.long.Offset, p.long.Length)
+	cancel()
+	bb.Close()
+	if d, _ := artifact.ParseDigest(p.long.BLAKE3); err != nil || blake3.RootFromCVs(cvs) != d {
+		t.Fatalf("B's record of %s's pieces: %d, %v", p.long.Name, len(cvs), err)
+	}
+	close(p.release)
+	for _, ch := range []chan error{builtA, fetchedB, fetchedC} {
+		if err := <-ch; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestPiecesRefuseWrongOnes: a builder whose pieces' list does not merge
+// into a tensor's BLAKE3, or whose piece does not match its chaining value,
+// is refused and named.
+func TestPiecesRefuseWrongOnes(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		p    *pieceProducer
+		want string
+	}{
+		{"wrong list", &pieceProducer{wrongCV: true}, "not merging into its BLAKE3"},
+		{"wrong piece", &pieceProducer{wrongPiece: true}, "piece 1: chaining value"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, identity := seededPieces(t)
+			// Room for a new session while the last one ends: the fetch's
+			// last error is the refusal.
+			addr, built := buildPieces(t, a, identity, tc.p, 1<<40, ServerConfig{MaxChildren: 4})
+			defer func() { close(tc.p.release); <-built }()
+			_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, identity), FetchOptions{Patience: 300 * time.Millisecond})
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), tc.p.long.Name) {
+				t.Fatalf("fetch from a builder with a %s: %v; want %q, its address and the tensor", tc.name, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestPiecesResumeFromAnotherPeer: a fetch whose source served a wrong
+// piece resumes from a holder with the pieces still missing.
+func TestPiecesResumeFromAnotherPeer(t *testing.T) {
+	a, identity := seededPieces(t)
+	p := &pieceProducer{wrongPiece: true}
+	addrB, built := buildPieces(t, a, identity, p, 1<<40, ServerConfig{})
+	defer func() { close(p.release); <-built }()
+	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
+	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, digestOf(t, identity))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The holder is full until the builder served its first unit: the
+	// fetch takes the builder first.
+	var free sync.Once
+	defer free.Do(hold.close)
+	c := openStore(t)
+	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{Progress: func(int64) { free.Do(hold.close) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	verifyFull(t, c, l.ID)
+	if len(rep.Peers) < 2 || rep.Peers[0] != addrB || rep.Endpoint != addrA || rep.Failovers < 1 {
+		t.Fatalf("report %+v: want the builder first, refused, then the holder", rep)
+	}
+}
+
+// TestPiecesOfASubset: a tensor subset from a builder takes its long
+// tensors in pieces into its scratch file.
+func TestPiecesOfASubset(t *testing.T) {
+	a, identity := seededPieces(t)
+	p := &pieceProducer{}
+	addr, built := buildPieces(t, a, identity, p, 1<<40, ServerConfig{})
+	defer func() { close(p.release); <-built }()
+	largest, progress := largestUnit()
+	c := openStore(t)
+	l, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Tensors: []string{p.long.Name}, Progress: progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	verifyFull(t, c, l.ID)
+	got, _, err := l.Tensor(p.long.Name)
+	if err != nil || largest.Load() > blake3.PieceSize {
+		t.Fatalf("subset of %s: largest unit %d bytes, %v", p.long.Name, largest.Load(), err)
+	}
+	if d, _ := artifact.ParseDigest(p.long.BLAKE3); blake3.Sum256(got) != d {
+		t.Fatalf("tensor %s differs from the source", p.long.Name)
+	}
+}
+
+// TestPiecesFromAHolder: a seeding fetch from a node holding the artifact
+// READY takes its long tensors in pieces, which the holder hashes from its
+// files; a fetch that does not seed takes them whole.
+func TestPiecesFromAHolder(t *testing.T) {
+	a, identity := seededPieces(t)
+	_, addrA := serve(t, a, ServerConfig{})
+	for _, seeding := range []bool{true, false} {
+		b := openStore(t)
+		if seeding {
+			serve(t, b, ServerConfig{})
+		}
+		largest, progress := largestUnit()
+		l, _, err := Fetch(context.Background(), b, []string{addrA}, digestOf(t, identity), FetchOptions{Progress: progress})
+		if err != nil {
+			t.Fatal(err)
+		}
+		verifyFull(t, b, l.ID)
+		l.Close()
+		if inPieces := largest.Load() <= blake3.PieceSize; inPieces != seeding {
+			t.Fatalf("seeding %t: the largest unit verified was %d bytes", seeding, largest.Load())
+		}
+	}
+}
+
+// largestUnit is a progress function that keeps the largest step.
+func largestUnit() (*atomic.Int64, func(int64)) {
+	var largest atomic.Int64
+	return &largest, func(n int64) {
+		for m := largest.Load(); n > m && !largest.CompareAndSwap(m, n); m = largest.Load() {
+		}
+	}
+}
+
+// TestPiecesFromAnOldPeer: a seeding fetch from a peer whose manifest has
+// no piece_size (here a proxy of its control connection drops it) takes
+// whole units.
+func TestPiecesFromAnOldPeer(t *testing.T) {
+	a, identity := seededPieces(t)
+	_, addrA := serve(t, a, ServerConfig{})
+	old := oldPeer(t, addrA)
+	b := openStore(t)
+	serve(t, b, ServerConfig{})
+	largest, progress := largestUnit()
+	l, rep, err := Fetch(context.Background(), b, []string{old}, digestOf(t, identity), FetchOptions{Progress: progress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	verifyFull(t, b, l.ID)
+	if rep.Endpoint != old || largest.Load() <= blake3.PieceSize {
+		t.Fatalf("report %+v, largest unit %d bytes: want the old peer, whole tensors", rep, largest.Load())
+	}
+}
+
+// oldPeer proxies control connections to addr, dropping the manifest's
+// piece_size; rails go to addr itself.
+func oldPeer(t *testing.T, addr string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				s, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer s.Close()
+				go io.Copy(s, c)
+				r := bufio.NewReader(s)
+				if wire.ReadStatus(r, "model request") != nil {
+					return
+				}
+				m, err := wire.ReadManifest(r, wire.DefaultManifestMax)
+				if err != nil {
+					return
+				}
+				m.PieceSize = 0
+				doc, _ := json.Marshal(m)
+				c.Write(wire.Enc{wire.StatusOK}.Blob32(doc))
+				io.Copy(c, r)
+			}()
+		}
+	}()
+	return l.Addr().String()
+}
+
+func TestPiecesFrom(t *testing.T) {
+	for _, tc := range []struct {
+		pieceSize int64
+		seeding   bool
+		building  bool
+		want      bool
+	}{
+		{blake3.PieceSize, true, false, true},
+		{blake3.PieceSize, false, true, true},
+		{blake3.PieceSize, false, false, false},
+		{0, true, true, false},
+		{2 * blake3.PieceSize, true, true, false},
+	} {
+		f := &fetcher{}
+		if tc.seeding {
+			f.seed = seederStub{}
+		}
+		cs := &clientSession{manifest: &wire.WeightManifest{PieceSize: tc.pieceSize, Building: tc.building}}
+		if got := f.piecesFrom(cs); got != tc.want {
+			t.Errorf("%+v: pieces %t", tc, got)
+		}
+	}
+}
+
+// seederStub is a Seeder for piecesFrom, which only asks whether there is one.
+type seederStub struct{ artifact.Seeder }
