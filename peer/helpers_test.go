@@ -93,6 +93,11 @@ func serveStoppable(tb testing.TB, d *store.Domain, cfg ServerConfig, l net.List
 		defer close(done)
 		s.Serve(ctx, l)
 	}()
+	// Serve takes the store's serve lock before it accepts: any answer to a
+	// listing (an error too) says builds of d now announce their progress.
+	lctx, lcancel := context.WithTimeout(ctx, 5*time.Second)
+	ClientConfig{}.List(lctx, l.Addr().String())
+	lcancel()
 	stop := func() {
 		cancel()
 		select {

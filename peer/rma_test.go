@@ -26,7 +26,9 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-var rmaConfig = ServerConfig{Provider: "sockets"}
+// rmaConfig serves two sessions of one artifact at once: the tests close
+// one session and open the next before the server has seen the first go.
+var rmaConfig = ServerConfig{Provider: "sockets", MaxChildren: 2}
 
 func TestFetchRMA(t *testing.T) {
 	src, id := seeded(t, 48<<20, 3)
