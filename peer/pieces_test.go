@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,25 +261,7 @@ func TestPiecesResumeFromAnotherPeer(t *testing.T) {
 	p := &pieceProducer{wrongPiece: true}
 	addrB, built := buildPieces(t, a, identity, p, 1<<40, ServerConfig{})
 	defer func() { close(p.release); <-built }()
-	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
-	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, digestOf(t, identity))
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The holder is full until the builder served its first unit: the
-	// fetch takes the builder first.
-	var free sync.Once
-	defer free.Do(hold.close)
-	c := openStore(t)
-	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{Progress: func(int64) { free.Do(hold.close) }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	verifyFull(t, c, l.ID)
-	if len(rep.Peers) < 2 || rep.Peers[0] != addrB || rep.Endpoint != addrA || rep.Failovers < 1 {
-		t.Fatalf("report %+v: want the builder first, refused, then the holder", rep)
-	}
+	fetchPastRefusedBuilder(t, a, identity, addrB)
 }
 
 // TestPiecesOfASubset: a tensor subset from a builder takes its long
@@ -364,42 +345,26 @@ func TestPiecesFromAnOldPeer(t *testing.T) {
 // oldPeer proxies control connections to addr, dropping the manifest's
 // piece_size; rails go to addr itself.
 func oldPeer(t *testing.T, addr string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				s, err := net.Dial("tcp", addr)
-				if err != nil {
-					return
-				}
-				defer s.Close()
-				go io.Copy(s, c)
-				r := bufio.NewReader(s)
-				if wire.ReadStatus(r, "model request") != nil {
-					return
-				}
-				m, err := wire.ReadManifest(r, wire.DefaultManifestMax)
-				if err != nil {
-					return
-				}
-				m.PieceSize = 0
-				doc, _ := json.Marshal(m)
-				c.Write(wire.Enc{wire.StatusOK}.Blob32(doc))
-				io.Copy(c, r)
-			}()
+	return acceptEach(t, func(c net.Conn) {
+		s, err := net.Dial("tcp", addr)
+		if err != nil {
+			return
 		}
-	}()
-	return l.Addr().String()
+		defer s.Close()
+		go io.Copy(s, c)
+		r := bufio.NewReader(s)
+		if wire.ReadStatus(r, "model request") != nil {
+			return
+		}
+		m, err := wire.ReadManifest(r, wire.DefaultManifestMax)
+		if err != nil {
+			return
+		}
+		m.PieceSize = 0
+		doc, _ := json.Marshal(m)
+		c.Write(wire.Enc{wire.StatusOK}.Blob32(doc))
+		io.Copy(c, r)
+	})
 }
 
 func TestPiecesFrom(t *testing.T) {

@@ -186,6 +186,21 @@ func TestSessionLimit(t *testing.T) {
 // fakePeer answers every connection with answer after reading the hello
 // and the request.
 func fakePeer(t *testing.T, answer []byte) string {
+	return acceptEach(t, func(c net.Conn) {
+		r := bufio.NewReader(c)
+		if _, err := wire.ReadHello(r); err != nil {
+			return
+		}
+		if _, err := wire.ReadRequest(r); err != nil {
+			return
+		}
+		c.Write(answer)
+	})
+}
+
+// acceptEach listens on a loopback port until the test ends and hands
+// every connection to handle, on a goroutine of its own, closing it after.
+func acceptEach(t *testing.T, handle func(c net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -200,14 +215,7 @@ func fakePeer(t *testing.T, answer []byte) string {
 			}
 			go func() {
 				defer c.Close()
-				r := bufio.NewReader(c)
-				if _, err := wire.ReadHello(r); err != nil {
-					return
-				}
-				if _, err := wire.ReadRequest(r); err != nil {
-					return
-				}
-				c.Write(answer)
+				handle(c)
 			}()
 		}
 	}()

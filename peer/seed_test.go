@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -194,15 +195,25 @@ func TestLyingBuilderIsRefused(t *testing.T) {
 	a, identity := seeded(t, 8<<20, 2)
 	p, addrB, built := buildingFrom(t, a, identity, &delayedProducer{lie: true}, ServerConfig{})
 	defer func() { close(p.release); <-built }()
+	fetchPastRefusedBuilder(t, a, identity, addrB)
+}
+
+// fetchPastRefusedBuilder fetches identity from a holder serving a's store
+// and the builder at addrB, which serves a wrong unit. The holder is full
+// (max_children 1, a session held) until the fetch verified its first
+// unit, so the fetch takes the builder first; it must refuse it and end
+// from the holder, with every byte verified.
+func fetchPastRefusedBuilder(t *testing.T, a *store.Domain, identity artifact.Identity, addrB string) {
+	t.Helper()
 	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
-	// The holder is full for a moment: the child picks the builder first.
 	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, digestOf(t, identity))
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.AfterFunc(300*time.Millisecond, hold.close)
+	var free sync.Once
+	defer free.Do(hold.close)
 	c := openStore(t)
-	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{})
+	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{Progress: func(int64) { free.Do(hold.close) }})
 	if err != nil {
 		t.Fatal(err)
 	}
