@@ -193,7 +193,6 @@ type puller struct {
 	reused      atomic.Int64
 	reusedFiles atomic.Int64
 	seed        artifact.Seeder // the writer, when this node serves what it pulls (seed.go)
-	inOrder     bool            // fetch large files in plan order, not largest first (seed.go)
 }
 
 func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {

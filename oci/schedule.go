@@ -210,7 +210,7 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 		return err
 	}
 	files = slices.Clone(files)
-	if !p.inOrder {
+	if p.seed == nil { // peers follow a seeding pull in plan order (seed.go)
 		slices.SortStableFunc(files, func(a, b PlanFile) int { return cmp.Compare(b.Size, a.Size) })
 	}
 	for _, f := range files {

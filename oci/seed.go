@@ -56,7 +56,7 @@ func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
 	// whole (ranges in parallel would verify a file in bursts), and each
 	// tensor is checked against the index layer as it is written, before
 	// the whole file's sha256.
-	p.o.FilesInFlight, p.o.Ranges, p.inOrder = 1, RangesOff, true
+	p.o.FilesInFlight, p.o.Ranges = 1, RangesOff
 	for i := range p.plan.Files {
 		f := &p.plan.Files[i]
 		f.Binding.CheckTensors = f.Binding.By == artifact.BindSHA256 && artifact.IsSafetensors(f.Path)

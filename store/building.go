@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -166,7 +167,11 @@ func (b *Building) refresh() error {
 			}
 			return err
 		}
-		body := make([]byte, binary.LittleEndian.Uint32(hdr[1:]))
+		size := binary.LittleEndian.Uint32(hdr[1:])
+		if size > maxRecord {
+			return fmt.Errorf("progress of %s: a record of %d bytes at %d: %w", b.id.Short(), size, b.read, errdefs.ErrDataLoss)
+		}
+		body := make([]byte, size)
 		if _, err := b.prog.ReadAt(body, b.read+recHeader); err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -177,7 +182,10 @@ func (b *Building) refresh() error {
 		case hdr[0] == recAnnounce && b.doc == nil:
 			b.doc = body
 		case hdr[0] == recVerified && len(body) > 16 && b.doc != nil:
-			off, n := int64(binary.LittleEndian.Uint64(body)), int64(binary.LittleEndian.Uint64(body[8:]))
+			off, n, err := b.recordRange(body)
+			if err != nil {
+				return err
+			}
 			b.add(string(body[16:]), span{off, off + n})
 		case hdr[0] == recPieces && len(body) > 20 && b.doc != nil:
 			if err := b.addPieces(body); err != nil {
@@ -199,10 +207,23 @@ func (b *Building) refresh() error {
 	}
 }
 
+// recordRange is the range [off, off+n) a record's body starts with, both
+// compared as unsigned before they are converted, the end included.
+func (b *Building) recordRange(body []byte) (off, n int64, err error) {
+	o, l := binary.LittleEndian.Uint64(body), binary.LittleEndian.Uint64(body[8:])
+	if o > math.MaxInt64 || l > math.MaxInt64-o {
+		return 0, 0, fmt.Errorf("progress of %s: range %d+%d out of bounds: %w", b.id.Short(), o, l, errdefs.ErrDataLoss)
+	}
+	return int64(o), int64(l), nil
+}
+
 // addPieces parses a pieces record: its count, compared as unsigned with
 // maxPieces and with the body's length before anything is allocated.
 func (b *Building) addPieces(body []byte) error {
-	off, n := int64(binary.LittleEndian.Uint64(body)), int64(binary.LittleEndian.Uint64(body[8:]))
+	off, n, err := b.recordRange(body)
+	if err != nil {
+		return err
+	}
 	count := uint64(binary.LittleEndian.Uint32(body[16:]))
 	if count == 0 || count > maxPieces || 20+32*count >= uint64(len(body)) {
 		return fmt.Errorf("progress of %s: %d pieces in a record of %d bytes: %w", b.id.Short(), count, len(body), errdefs.ErrDataLoss)

@@ -34,6 +34,10 @@ const (
 	recHeader   = 5
 )
 
+// maxRecord bounds a progress record's body; the largest is the
+// announcement, a peer manifest's size at most (64 MiB).
+const maxRecord = 64 << 20
+
 // maxPieces bounds a pieces record: a range of 1 TiB in pieces of 1 MiB.
 const maxPieces = 1 << 20
 
@@ -170,6 +174,9 @@ func endProgress(dir string) {
 // appendRecord appends one record in a single write, so a reader sees it
 // whole or not yet.
 func appendRecord(f *os.File, kind byte, body []byte) error {
+	if len(body) > maxRecord {
+		return fmt.Errorf("record progress: %d bytes, at most %d: %w", len(body), maxRecord, errdefs.ErrInvalidArgument)
+	}
 	rec := make([]byte, 0, recHeader+len(body))
 	rec = append(rec, kind)
 	rec = binary.LittleEndian.AppendUint32(rec, uint32(len(body)))
