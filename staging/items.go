@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 )
 
 // verifyRank orders verify modes by strength.
@@ -32,7 +33,7 @@ func (r *laneRun) ensureFile(ctx context.Context, it item, src, dst string) (Ent
 		}
 	}
 	if err := r.mkdirFor(dst); err != nil {
-		return Entry{}, 0, classifyIO(err)
+		return Entry{}, 0, ioerr.Classify(err, nil)
 	}
 	if it.kind == EntrySparse {
 		e, err := r.stageSparse(ctx, it, src, dst)
@@ -286,12 +287,12 @@ func (r *laneRun) copyFile(ctx context.Context, it item, in *os.File, dst string
 	tmp := dst + tmpSuffix
 	out, err := createTemp(tmp, it.size, it.mode, false)
 	if err != nil {
-		return Entry{}, classifyIO(err)
+		return Entry{}, ioerr.Classify(err, nil)
 	}
 	fail := func(err error) (Entry, error) {
 		out.Close()
 		os.Remove(tmp)
-		return Entry{}, classifyIO(err)
+		return Entry{}, ioerr.Classify(err, nil)
 	}
 	var w io.Writer
 	if h != nil {
@@ -327,14 +328,14 @@ func (r *laneRun) ensureLink(it item, dst string) (Entry, outcome, error) {
 		return e, outUnchanged, nil
 	}
 	if err := r.mkdirFor(dst); err != nil {
-		return Entry{}, 0, classifyIO(err)
+		return Entry{}, 0, ioerr.Classify(err, nil)
 	}
 	tmp := dst + tmpSuffix
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return Entry{}, 0, err
 	}
 	if err := os.Symlink(it.target, tmp); err != nil {
-		return Entry{}, 0, classifyIO(err)
+		return Entry{}, 0, ioerr.Classify(err, nil)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		os.Remove(tmp)

@@ -2,7 +2,6 @@ package staging
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,9 +9,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
@@ -91,7 +90,7 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	r.progress = func(n int64) { pmu.Lock(); pr.Add(n); pmu.Unlock() }
 
 	if err := os.MkdirAll(b.Dst, 0o755); err != nil {
-		return r.finish(start, classifyIO(err))
+		return r.finish(start, ioerr.Classify(err, nil))
 	}
 	if l.State != StateStaged {
 		r.removeTemps()
@@ -109,7 +108,7 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 		if serr := e.st.Save(l, artifact.Durable); serr != nil {
 			log.G(ctx).WithError(serr).Warn("staging: could not record a failed lane")
 		}
-		return r.finish(start, classifyIO(err))
+		return r.finish(start, ioerr.Classify(err, nil))
 	}
 	removed, err := e.removeStale(ctx, l, r.done)
 	r.rep.Removed = removed
@@ -376,12 +375,4 @@ func dstMatches(dst string, e Entry) bool {
 		return false
 	}
 	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Dev == e.Dev && st.Ino == e.Ino && st.Size == e.Size && st.Mtim.Nano() == e.MtimeNs
-}
-
-// classifyIO marks running out of space or quota as exhausted resources.
-func classifyIO(err error) error {
-	if err != nil && (errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT)) && !errdefs.IsResourceExhausted(err) {
-		return fmt.Errorf("%w: %w", errdefs.ErrResourceExhausted, err)
-	}
-	return err
 }

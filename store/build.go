@@ -40,27 +40,45 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 		return l, res, err
 	}
 	deadline := time.Now().Add(d.policy.CoordinationTimeout())
+	l, err := d.publishLocked(ctx, id, deadline, true, &res, func() error {
+		start := time.Now()
+		if err := d.produce(ctx, identity, id, p, deadline); err != nil {
+			return err
+		}
+		res.Produce = time.Since(start)
+		return nil
+	})
+	return l, res, err
+}
+
+// publishLocked is the one sequence every publication goes through. It
+// takes id's build lock, so that across processes one build of an identity
+// runs at a time (waiting within deadline, never breaking another's lock);
+// leases a valid artifact already published there, without calling
+// publish; otherwise quarantines an invalid or denied one, removes the
+// stale temp builds of id (keepOwn keeps id's own, for a build that adopts
+// what an interrupted one completed), calls publish and leases what it
+// published. res gets the lock wait and whether publish ran and succeeded.
+func (d *Domain) publishLocked(ctx context.Context, id artifact.ID, deadline time.Time, keepOwn bool, res *BuildResult, publish func() error) (*Lease, error) {
 	start := time.Now()
 	bl, err := lockFile(ctx, d.lockPath(id, "build"), unix.LOCK_EX, deadline, "the build lock of "+id.Short())
 	if err != nil {
-		return nil, res, err
+		return nil, err
 	}
 	defer bl.Close()
 	res.Waited = time.Since(start)
 	if l, err := d.Lookup(ctx, id, ""); err == nil || !isRebuildable(err) {
-		return l, res, err
+		return l, err
 	}
 	if err := d.clearInvalid(ctx, id, deadline); err != nil {
-		return nil, res, err
+		return nil, err
 	}
-	d.cleanTemps(ctx, id, true)
-	start = time.Now()
-	if err := d.produce(ctx, identity, id, p, deadline); err != nil {
-		return nil, res, err
+	d.cleanTemps(ctx, id, keepOwn)
+	if err := publish(); err != nil {
+		return nil, err
 	}
-	res.Built, res.Produce = true, time.Since(start)
-	l, err := d.Lookup(ctx, id, "")
-	return l, res, err
+	res.Built = true
+	return d.Lookup(ctx, id, "")
 }
 
 // interrupted says whether a producer was stopped rather than wrong: a

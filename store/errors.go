@@ -74,6 +74,10 @@ func (e *CapacityError) Unwrap() []error {
 	return []error{errdefs.ErrResourceExhausted, e.Err}
 }
 
+// noSpace types a filesystem out of space or quota as a capacity failure;
+// it is the store's form for ioerr.Classify.
+func noSpace(err error) error { return &CapacityError{Limit: "ENOSPC", Err: err} }
+
 // busy says an artifact is in use (leased or being built), naming the
 // processes that hold its lock (PID, command, container, lock mode), and
 // was left alone.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 )
 
 // ringBuffers is how many chunks of one file may be in flight between Write
@@ -146,7 +147,7 @@ func (w *fileWriter) advance(wrote int64) error {
 // (artifact.WriteAt).
 func pwrite(f *os.File, p []byte, off int64) (int, error) {
 	n, err := artifact.WriteAt(f, p, off)
-	return n, classifyIO(err)
+	return n, ioerr.Classify(err, noSpace)
 }
 
 func (s *stages) fail(err error) {
@@ -370,7 +371,7 @@ func (w *fileWriter) Close() error {
 		if cerr := w.f.Close(); err == nil {
 			err = cerr
 		}
-		w.synced <- classifyIO(err)
+		w.synced <- ioerr.Classify(err, noSpace)
 	}
 	if w.tree != nil {
 		go w.startSync()

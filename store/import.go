@@ -59,28 +59,18 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 	}
 	id, _ := identity.ID()
 	deadline := time.Now().Add(d.policy.CoordinationTimeout())
-	bl, err := lockFile(ctx, d.lockPath(id, "build"), unix.LOCK_EX, deadline, "the build lock of "+id.Short())
-	if err != nil {
-		b.abort()
-		return nil, res, err
-	}
-	defer bl.Close()
-	if l, err := d.Lookup(ctx, id, ""); err == nil || !isRebuildable(err) {
-		b.abort()
+	l, err := d.publishLocked(ctx, id, deadline, false, &res, func() error {
+		b.identity, b.id = identity, id
+		if err := b.publish(ctx, p.Name(), deadline); err != nil {
+			return fmt.Errorf("publish %s: %w", id.Short(), err)
+		}
+		return nil
+	})
+	if !res.Built {
+		b.abort() // a failed publication, or the identity already published
 		return l, res, err
 	}
-	if err := d.clearInvalid(ctx, id, deadline); err != nil {
-		b.abort()
-		return nil, res, err
-	}
-	d.cleanTemps(ctx, id, false)
-	b.identity, b.id = identity, id
-	if err := b.publish(ctx, p.Name(), deadline); err != nil {
-		b.abort()
-		return nil, res, fmt.Errorf("publish %s: %w", id.Short(), err)
-	}
-	res.Built, res.Produce = true, time.Since(start)
-	l, err := d.Lookup(ctx, id, "")
+	res.Produce = time.Since(start)
 	return l, res, err
 }
 

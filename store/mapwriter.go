@@ -5,6 +5,7 @@ import (
 	"os"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,12 +36,12 @@ func (w *fileWriter) Map() ([]byte, error) {
 	// preallocate, a mapping past the end of the file would fault.
 	if fi, err := rw.Stat(); err != nil || fi.Size() < w.size {
 		if err := rw.Truncate(w.size); err != nil {
-			return nil, classifyIO(fmt.Errorf("size %s for mapping: %w", w.path, err))
+			return nil, ioerr.Classify(fmt.Errorf("size %s for mapping: %w", w.path, err), noSpace)
 		}
 	}
 	m, err := unix.Mmap(int(rw.Fd()), 0, int(w.size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		return nil, classifyIO(fmt.Errorf("map %s: %w", w.path, err))
+		return nil, ioerr.Classify(fmt.Errorf("map %s: %w", w.path, err), noSpace)
 	}
 	w.mapping = m
 	return m, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 	"golang.org/x/sys/unix"
 )
 
@@ -129,7 +130,7 @@ func (d *Domain) install(ctx context.Context, tmpDir string, id artifact.ID, ind
 	}
 	faultPoint("publish.before-rename")
 	if err := os.Rename(tmpDir, target); err != nil {
-		return fmt.Errorf("publish %s: %w", id.Short(), classifyIO(err))
+		return fmt.Errorf("publish %s: %w", id.Short(), ioerr.Classify(err, noSpace))
 	}
 	faultPoint("publish.after-rename")
 	err = harden(target)
@@ -224,7 +225,7 @@ func syncHardened(f *os.File) error {
 func writeSynced(p string, data []byte) error {
 	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return classifyIO(err)
+		return ioerr.Classify(err, noSpace)
 	}
 	_, err = f.Write(data)
 	if err == nil {
@@ -233,7 +234,7 @@ func writeSynced(p string, data []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	return classifyIO(err)
+	return ioerr.Classify(err, noSpace)
 }
 
 // lockPath is the path of an artifact's lock of the given kind.

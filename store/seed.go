@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 	"golang.org/x/sys/unix"
 )
 
@@ -78,7 +79,7 @@ func (b *build) Announce(doc []byte) error {
 	}
 	f, err := os.OpenFile(filepath.Join(b.dir, fileProgress), os.O_WRONLY|os.O_CREATE|os.O_EXCL|os.O_APPEND, 0o600)
 	if err != nil {
-		return fmt.Errorf("announce %s: %w", b.id.Short(), classifyIO(err))
+		return fmt.Errorf("announce %s: %w", b.id.Short(), ioerr.Classify(err, noSpace))
 	}
 	if err := appendRecord(f, recAnnounce, doc); err != nil {
 		f.Close()
@@ -181,7 +182,7 @@ func appendRecord(f *os.File, kind byte, body []byte) error {
 	rec = append(rec, kind)
 	rec = binary.LittleEndian.AppendUint32(rec, uint32(len(body)))
 	if _, err := f.Write(append(rec, body...)); err != nil {
-		return fmt.Errorf("record progress: %w", classifyIO(err))
+		return fmt.Errorf("record progress: %w", ioerr.Classify(err, noSpace))
 	}
 	return nil
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 	"golang.org/x/sys/unix"
 )
 
@@ -55,7 +56,7 @@ func (d *Domain) newBuild(identity artifact.Identity, id artifact.ID, owner stri
 		}
 	}
 	if err := os.Mkdir(b.dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create temp build: %w", classifyIO(err))
+		return nil, fmt.Errorf("create temp build: %w", ioerr.Classify(err, noSpace))
 	}
 	return b, nil
 }
@@ -88,16 +89,16 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 	}
 	full := filepath.Join(b.dir, path)
 	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
-		return nil, classifyIO(err)
+		return nil, ioerr.Classify(err, noSpace)
 	}
 	f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, classifyIO(err)
+		return nil, ioerr.Classify(err, noSpace)
 	}
 	if size > 0 {
 		if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
 			f.Close()
-			return nil, classifyIO(fmt.Errorf("preallocate %s: %w", path, err))
+			return nil, ioerr.Classify(fmt.Errorf("preallocate %s: %w", path, err), noSpace)
 		}
 	}
 	var onChecked func(off, n int64) error
@@ -142,14 +143,6 @@ func (b *build) preflight(size int64) error {
 
 func isMetadataName(path string) bool {
 	return path == fileReady || path == fileManifest || path == fileIndex
-}
-
-// classifyIO turns ENOSPC and EDQUOT into a typed capacity failure.
-func classifyIO(err error) error {
-	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
-		return &CapacityError{Limit: "ENOSPC", Err: err}
-	}
-	return err
 }
 
 // Digest returns the file's hashes; it is valid after Close.
