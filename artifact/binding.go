@@ -52,21 +52,6 @@ const (
 	BindTree
 )
 
-// BoundWriter is implemented by writers (the store's) that take part of a
-// file's digests from a record they bind to the bytes.
-//
-// A peer fetch, for example, creates each shard with
-// CreateBound(Binding{Want: senderEntry, By: BindTree}), writes every
-// tensor's bytes with WriteAt as they arrive on any rail, hashes each tensor
-// with BLAKE3 as it lands (or, after an RDMA read into the file, from the
-// landed bytes) and reports it with SetPartBLAKE3(i, sum); the header region
-// [0, DataStart) is written with WriteAt like any other bytes. Close then
-// checks the header against Want, derives the tree and binds the sender's
-// sha256; a disagreement is an *EntryMismatchError naming the tensor.
-type BoundWriter interface {
-	CreateBound(b Binding) (BoundFileWriter, error)
-}
-
 // BoundFileWriter writes one bound file. Write appends in order; WriteAt
 // (BindTree only) places bytes anywhere and may be called from several
 // goroutines at once. Close comes after every write has returned.
@@ -78,13 +63,10 @@ type BoundFileWriter interface {
 	// (in offset order) of a safetensors file, or part 0, the whole of any
 	// other file. It may be called from several goroutines at once.
 	SetPartBLAKE3(i int, sum Digest) error
-}
-
-// MappedWriter is implemented by BindTree file writers (the store's) that
-// can hand out the file as a shared writable mapping, for transports that
-// write into memory: one-sided RDMA reads land there. Bytes written through
-// it count as positioned writes; it is valid until Close.
-type MappedWriter interface {
+	// Map hands out a BindTree file as a shared writable mapping, for
+	// transports that write into memory: one-sided RDMA reads land there.
+	// Bytes written through it count as positioned writes; it is valid
+	// until Close. Any other file refuses it.
 	Map() ([]byte, error)
 }
 

@@ -280,13 +280,9 @@ func CopyVerbatim(ctx context.Context, w Writer, root string, sf SourceFile, pro
 }
 
 // reuseKept adopts, several at once, the copies an interrupted build of the
-// same artifact completed, when the writer offers them (each is read once
-// to check its sha256), and returns the files still to copy, in order.
+// same artifact completed, if the writer holds any (each is read once to
+// check its sha256), and returns the files still to copy, in order.
 func reuseKept(ctx context.Context, w Writer, files []SourceFile) ([]SourceFile, error) {
-	r, ok := w.(Resumer)
-	if !ok {
-		return files, nil
-	}
 	reused := make([]bool, len(files))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))
@@ -299,7 +295,7 @@ func reuseKept(ctx context.Context, w Writer, files []SourceFile) ([]SourceFile,
 				return err
 			}
 			var err error
-			_, reused[i], err = r.Reuse(Binding{Want: FileEntry{File: File{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}}})
+			_, reused[i], err = w.Reuse(Binding{Want: FileEntry{File: File{Path: sf.Path, Size: sf.Size, SHA256: sf.SHA256}}})
 			return err
 		})
 	}

@@ -1,7 +1,7 @@
 package artifact
 
-// Seeder is implemented by writers (the store's) that publish a build's
-// progress to other processes, so a node can serve an artifact while it
+// Seeder is the part of a Writer that publishes a build's progress to
+// other processes, so a node can serve an artifact while it
 // builds it (chain seeding). What it records never changes what READY
 // means: a reader of a building artifact reads only ranges recorded
 // verified.

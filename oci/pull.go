@@ -242,10 +242,6 @@ func (p *puller) Produce(ctx context.Context, w artifact.Writer) error {
 // fetch. A tar layer's files are never reused: the layer is read whole
 // again, since only its digest pins them.
 func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, error) {
-	rs, ok := w.(artifact.Resumer)
-	if !ok {
-		return p.plan.Files, nil
-	}
 	done := make([]bool, len(p.plan.Files))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(runtime.GOMAXPROCS(0))
@@ -254,7 +250,7 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 			if gctx.Err() != nil {
 				return gctx.Err()
 			}
-			entry, ok, err := rs.Reuse(f.Binding)
+			entry, ok, err := w.Reuse(f.Binding)
 			if err != nil {
 				return fmt.Errorf("reuse %s: %w", f.Path, err)
 			}

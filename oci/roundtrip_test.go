@@ -392,8 +392,10 @@ func TestPullZeroPrefix(t *testing.T) {
 }
 
 // resumeWriter is a store writer that holds every file of an interrupted
-// build, reporting the given entries for them.
+// build, reporting the given entries for them. The memory writer it embeds
+// is never written to.
 type resumeWriter struct {
+	memWriter
 	entries map[string]artifact.FileEntry
 }
 

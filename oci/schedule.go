@@ -352,21 +352,14 @@ func (t *fileTask) write(b []byte) error {
 }
 
 // writeRange appends a range's bytes as write does and calls done once the
-// range's buffer is free again: a writer that takes buffers
-// (artifact.BufferWriter, the store's) hashes and writes the range from
-// it, holding it meanwhile; any other writer has copied it when its Write
-// returns.
+// range's buffer is free again: the writer hashes and writes the range
+// from it (artifact.FileWriter.WriteBuffer), holding it meanwhile.
 func (t *fileTask) writeRange(r parkedRange, done func()) error {
 	if err := t.write(nil); err != nil { // creates the file with its first range
 		done()
 		return err
 	}
-	b := (*r.buf)[:r.n]
-	if bw, ok := t.fw.(artifact.BufferWriter); ok {
-		return bw.WriteBuffer(b, done)
-	}
-	defer done()
-	return t.write(b)
+	return t.fw.WriteBuffer((*r.buf)[:r.n], done)
 }
 
 // create creates the file in the store.
@@ -382,11 +375,11 @@ func (t *fileTask) create() error {
 	return nil
 }
 
-// create creates a file in the store's writer under its binding; a writer
+// create creates a file in the store's writer under its binding; a file
 // that binds nothing computes every digest, which checkEntry then compares.
 func create(w artifact.Writer, b artifact.Binding) (artifact.FileWriter, error) {
-	if bw, ok := w.(artifact.BoundWriter); ok && b.By != artifact.BindNone {
-		return bw.CreateBound(b)
+	if b.By != artifact.BindNone {
+		return w.CreateBound(b)
 	}
 	return w.Create(b.Want.Path, b.Want.Size)
 }

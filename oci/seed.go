@@ -17,8 +17,7 @@ import (
 // foreign artifact (no index layer), or a registry that serves no ranges,
 // is pulled without being announced.
 func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
-	sd, ok := w.(artifact.Seeder)
-	if !ok || p.plan.Kind != KindWeightsnap || !sd.Seeding() {
+	if p.plan.Kind != KindWeightsnap || !w.Seeding() {
 		return nil
 	}
 	a := artifact.Announcement{Identity: p.plan.Identity}
@@ -44,13 +43,13 @@ func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := sd.Announce(doc); err != nil {
+	if err := w.Announce(doc); err != nil {
 		return err
 	}
-	if err := sd.Source(0); err != nil {
+	if err := w.Source(0); err != nil {
 		return err
 	}
-	p.seed = sd
+	p.seed = w
 	// Peers read the files in plan order, each tensor in turn, as soon as
 	// this node verified it: the files stream one at a time, in that order,
 	// whole (ranges in parallel would verify a file in bursts), and each

@@ -134,11 +134,34 @@ func (w *memWriter) Create(path string, size int64) (artifact.FileWriter, error)
 	return f, nil
 }
 
+// CreateBound refuses: a layer's files are written unbound.
+func (w *memWriter) CreateBound(b artifact.Binding) (artifact.BoundFileWriter, error) {
+	return nil, fmt.Errorf("%s: bound files are not kept in memory: %w", b.Want.Path, errdefs.ErrNotImplemented)
+}
+
+// Reuse finds nothing: no build was interrupted.
+func (w *memWriter) Reuse(artifact.Binding) (artifact.FileEntry, bool, error) {
+	return artifact.FileEntry{}, false, nil
+}
+
+// No process serves a build in memory.
+func (w *memWriter) Seeding() bool                                 { return false }
+func (w *memWriter) Announce([]byte) error                         { return nil }
+func (w *memWriter) Verified(string, int64, int64) error           { return nil }
+func (w *memWriter) Pieces(string, int64, int64, [][32]byte) error { return nil }
+func (w *memWriter) Source(int) error                              { return nil }
+
 func (f *memFile) Write(b []byte) (int, error) {
 	if int64(f.buf.Len()+len(b)) > f.size {
 		return 0, fmt.Errorf("%s: more than %d bytes", f.path, f.size)
 	}
 	return f.buf.Write(b)
+}
+
+func (f *memFile) WriteBuffer(b []byte, done func()) error {
+	defer done()
+	_, err := f.Write(b)
+	return err
 }
 
 func (f *memFile) Close() error {

@@ -83,10 +83,9 @@ type fetcher struct {
 	o        FetchOptions
 	base     *wire.WeightManifest
 	subset   *subsetPlan
-	w        artifact.Writer      // Produce's
-	bw       artifact.BoundWriter // the same writer, binding digests
-	seed     artifact.Seeder      // the same writer, when this node serves what it fetches (seed.go)
-	scratch  string               // directory of a subset's scratch files (the store's filesystem)
+	w        artifact.Writer // Produce's
+	seed     artifact.Seeder // the same writer, when this node serves what it fetches (seed.go)
+	scratch  string          // directory of a subset's scratch files (the store's filesystem)
 	identity artifact.Identity
 	sess     *clientSession // opened by the selection; Produce uses it first
 	last     int            // index of the peer used last
@@ -142,16 +141,12 @@ func (f *fetcher) progress(n int64) {
 // Produce implements artifact.Producer.
 func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
-	bw, ok := w.(artifact.BoundWriter)
-	if !ok {
-		return fmt.Errorf("the store's writer cannot bind digests: %w", errdefs.ErrNotImplemented)
-	}
-	f.w, f.bw = w, bw
-	if sd, ok := w.(artifact.Seeder); ok && f.subset == nil && sd.Seeding() {
-		if err := announce(sd, f.base); err != nil {
+	f.w = w
+	if f.subset == nil && w.Seeding() {
+		if err := announce(w, f.base); err != nil {
 			return err
 		}
-		f.seed = sd
+		f.seed = w
 	}
 	err := f.prepare(ctx, w)
 	if err == nil {
@@ -183,21 +178,18 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 	if f.subset != nil {
 		return f.subset.prepare(f)
 	}
-	rs, canReuse := w.(artifact.Resumer)
 	for i, s := range f.base.Shards {
 		bind := artifact.Binding{Want: s.FileEntry, By: artifact.BindTree}
-		if canReuse {
-			if _, ok, err := rs.Reuse(bind); err != nil {
-				return fmt.Errorf("reuse %s: %w", s.Path, err)
-			} else if ok {
-				if err := f.verified(s.Path, 0, s.Size); err != nil {
-					return err
-				}
-				f.reused.Add(s.Size)
-				f.reusedFiles++
-				log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
-				continue
+		if _, ok, err := w.Reuse(bind); err != nil {
+			return fmt.Errorf("reuse %s: %w", s.Path, err)
+		} else if ok {
+			if err := f.verified(s.Path, 0, s.Size); err != nil {
+				return err
 			}
+			f.reused.Add(s.Size)
+			f.reusedFiles++
+			log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
+			continue
 		}
 		t, err := f.createBound(bind)
 		if err != nil {
@@ -213,18 +205,14 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 // createBound creates a target bound by the sender's tensor tree, mapped
 // for the rma plane.
 func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
-	fw, err := f.bw.CreateBound(bind)
+	fw, err := f.w.CreateBound(bind)
 	if err != nil {
 		return nil, err
 	}
 	t := &target{path: bind.Want.Path, want: bind.Want, fw: fw, out: fw}
 	f.targets = append(f.targets, t)
 	if f.o.Mode == ModeRMA {
-		mw, ok := fw.(artifact.MappedWriter)
-		if !ok {
-			return nil, unsupported(ModeRMA, "the store's writer cannot map its files")
-		}
-		if t.mapping, err = mw.Map(); err != nil {
+		if t.mapping, err = fw.Map(); err != nil {
 			return nil, fmt.Errorf("map %s: %w", t.path, err)
 		}
 	}

@@ -41,7 +41,7 @@ func (p *pieceProducer) Produce(ctx context.Context, w artifact.Writer) error {
 	if err != nil {
 		return err
 	}
-	sd := w.(artifact.Seeder)
+	sd := w
 	if err := announce(sd, &sv.manifest); err != nil {
 		return err
 	}

@@ -38,7 +38,7 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 	if err != nil {
 		return err
 	}
-	sd := w.(artifact.Seeder)
+	sd := w
 	if err := announce(sd, &sv.manifest); err != nil {
 		return err
 	}

@@ -19,7 +19,7 @@ import (
 // That producer writes every payload file through the writer (sequential
 // Write where it can, so the store hashes while it writes; WriteAt for
 // multi-stream fetches), verifies each file against the remote digests, and
-// may reuse files kept from an interrupted build (artifact.Resumer).
+// may reuse files kept from an interrupted build (artifact.Writer.Reuse).
 //
 // Errors, from Producer or from the producer's Produce, are classified
 // without any resolve type:

@@ -28,7 +28,7 @@ func treeFetch(l *store.Lease, corrupt, lieSHA string) artifact.Producer {
 			if e.Path == lieSHA {
 				e.SHA256 = strings.Repeat("5", 64)
 			}
-			fw, err := w.(artifact.BoundWriter).CreateBound(artifact.Binding{Want: e, By: artifact.BindTree})
+			fw, err := w.CreateBound(artifact.Binding{Want: e, By: artifact.BindTree})
 			if err != nil {
 				return err
 			}

@@ -223,7 +223,7 @@ func (w *fileWriter) write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// WriteBuffer implements artifact.BufferWriter: b goes to the hash and
+// WriteBuffer implements artifact.FileWriter: b goes to the hash and
 // write stages as it is, and done is called once both are through with it.
 func (w *fileWriter) WriteBuffer(b []byte, done func()) error {
 	w.mu.Lock()

@@ -9,7 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Map implements artifact.MappedWriter for a BindTree file: the file, at
+// Map implements artifact.BoundFileWriter for a BindTree file: the file, at
 // its declared size, as a shared writable mapping, for transports that
 // write into memory (one-sided RDMA reads land there). Bytes written
 // through it count as positioned writes; Close (or a discarded build)

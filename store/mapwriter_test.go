@@ -16,11 +16,11 @@ func mappedFetch(l *store.Lease) artifact.Producer {
 	return artifact.ProducerFunc{ProducerName: "mapped", Fn: func(ctx context.Context, w artifact.Writer) error {
 		for _, lf := range l.Files() {
 			e := lf.Entry
-			fw, err := w.(artifact.BoundWriter).CreateBound(artifact.Binding{Want: e, By: artifact.BindTree})
+			fw, err := w.CreateBound(artifact.Binding{Want: e, By: artifact.BindTree})
 			if err != nil {
 				return err
 			}
-			m, err := fw.(artifact.MappedWriter).Map()
+			m, err := fw.Map()
 			if err != nil {
 				return err
 			}
@@ -67,14 +67,14 @@ func TestMappedTreeFile(t *testing.T) {
 
 	_, _, err = openDomain(t, t.TempDir()).GetOrBuild(ctx, l.Identity(), artifact.ProducerFunc{ProducerName: "ordered",
 		Fn: func(ctx context.Context, w artifact.Writer) error {
-			fw, err := w.Create("config.json", 2)
+			fw, err := w.CreateBound(artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: "config.json", Size: 2}}})
 			if err != nil {
 				return err
 			}
-			_, err = fw.(artifact.MappedWriter).Map()
+			_, err = fw.Map()
 			return err
 		}})
 	if !errdefs.IsFailedPrecondition(err) {
-		t.Fatalf("mapping an ordered file: %v", err)
+		t.Fatalf("mapping a file not bound by its tree: %v", err)
 	}
 }

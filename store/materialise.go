@@ -118,8 +118,7 @@ func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOption
 }
 
 // timedProducer runs a producer once the build lock is held, if the wait
-// guard lets it, and times it. It hands the store's writer over as it is,
-// so the producer sees every optional interface the writer has.
+// guard lets it, and times it. It hands the store's writer over as it is.
 type timedProducer struct {
 	artifact.Producer
 	g    *waitGuard

@@ -185,7 +185,7 @@ func (p *reusingProducer) Name() string { return artifact.PassthroughName }
 func (p *reusingProducer) Produce(ctx context.Context, w artifact.Writer) error {
 	var rest []artifact.SourceFile
 	for _, f := range p.src.Files {
-		_, ok, err := w.(artifact.Resumer).Reuse(artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}})
+		_, ok, err := w.Reuse(artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}})
 		if err != nil {
 			return err
 		}

@@ -44,7 +44,7 @@ func modTime(p string) int64 {
 	return fi.ModTime().UnixNano()
 }
 
-// Reuse implements artifact.Resumer: it adopts a payload file kept from an
+// Reuse implements artifact.Writer: it adopts a payload file kept from an
 // interrupted build if it holds exactly the record's size and sha256, hashed
 // once under the binding (BindNone: sha256 and tensor tree; BindSHA256:
 // sha256 and header; BindTree: the tensor tree). It reports whether it did,

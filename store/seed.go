@@ -42,7 +42,7 @@ const maxRecord = 64 << 20
 // maxPieces bounds a pieces record: a range of 1 TiB in pieces of 1 MiB.
 const maxPieces = 1 << 20
 
-// Seeding implements artifact.Seeder.
+// Seeding implements artifact.Seeder, a part of artifact.Writer.
 func (b *build) Seeding() bool { return b.d.served() }
 
 // Serving marks the domain served to other nodes (a weight peer) until

@@ -41,7 +41,7 @@ func (p *seedingProducer) big() artifact.SourceFile {
 func (p *seedingProducer) Name() string { return artifact.PassthroughName }
 
 func (p *seedingProducer) Produce(ctx context.Context, w artifact.Writer) error {
-	s := w.(artifact.Seeder)
+	s := w
 	if err := s.Verified(p.big().Path, 0, 1); err == nil {
 		return errors.New("a range verified before the announce was taken")
 	}
@@ -280,7 +280,7 @@ func TestSeedingFollowsTheServeLock(t *testing.T) {
 		}
 		var seeding bool
 		p := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
-			seeding = w.(artifact.Seeder).Seeding()
+			seeding = w.Seeding()
 			return (&artifact.Passthrough{Src: src}).Produce(ctx, w)
 		}}
 		l, _, err := d.GetOrBuild(context.Background(), identity, p)
@@ -307,14 +307,14 @@ type checkingProducer struct {
 func (p *checkingProducer) Name() string { return artifact.PassthroughName }
 
 func (p *checkingProducer) Produce(ctx context.Context, w artifact.Writer) error {
-	s := w.(artifact.Seeder)
+	s := w
 	if err := s.Announce([]byte(`{"doc":2}`)); err != nil {
 		return err
 	}
 	if err := s.Source(3); err != nil {
 		return err
 	}
-	fw, err := w.(artifact.BoundWriter).CreateBound(artifact.Binding{Want: p.want, By: artifact.BindSHA256, CheckTensors: true})
+	fw, err := w.CreateBound(artifact.Binding{Want: p.want, By: artifact.BindSHA256, CheckTensors: true})
 	if err != nil {
 		return err
 	}

@@ -34,16 +34,11 @@ func (p *lentBuffers) producer() artifact.Producer {
 			if err != nil {
 				return err
 			}
-			bw, ok := fw.(artifact.BufferWriter)
-			if !ok {
-				fw.Close()
-				return errors.New("the store's file writer takes no buffers")
-			}
 			for i := 0; len(data) > 0; i++ {
 				b := make([]byte, min(len(data), p.sizes[i%len(p.sizes)]))
 				data = data[copy(b, data):]
 				p.lent.Add(1)
-				if err := bw.WriteBuffer(b, func() { p.given.Add(1); clear(b) }); err != nil {
+				if err := fw.WriteBuffer(b, func() { p.given.Add(1); clear(b) }); err != nil {
 					fw.Close()
 					return err
 				}
@@ -86,15 +81,15 @@ func TestWriteBufferRefusals(t *testing.T) {
 	sf := src.Files[0]
 	for _, tc := range []struct {
 		name  string
-		write func(fw artifact.FileWriter, bw artifact.BufferWriter, done func()) error
+		write func(fw artifact.FileWriter, done func()) error
 		want  error
 	}{
-		{"past the size", func(_ artifact.FileWriter, bw artifact.BufferWriter, done func()) error {
-			return bw.WriteBuffer(make([]byte, sf.Size+1), done)
+		{"past the size", func(fw artifact.FileWriter, done func()) error {
+			return fw.WriteBuffer(make([]byte, sf.Size+1), done)
 		}, errdefs.ErrOutOfRange},
-		{"after close", func(fw artifact.FileWriter, bw artifact.BufferWriter, done func()) error {
+		{"after close", func(fw artifact.FileWriter, done func()) error {
 			fw.Close()
-			return bw.WriteBuffer(make([]byte, 1), done)
+			return fw.WriteBuffer(make([]byte, 1), done)
 		}, os.ErrClosed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -106,7 +101,7 @@ func TestWriteBufferRefusals(t *testing.T) {
 				if cerr != nil {
 					return cerr
 				}
-				err = tc.write(fw, fw.(artifact.BufferWriter), func() { given++ })
+				err = tc.write(fw, func() { given++ })
 				fw.Close()
 				return err
 			}})

@@ -66,7 +66,7 @@ func (b *build) Create(path string, size int64) (artifact.FileWriter, error) {
 	return b.create(artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: path, Size: size}}})
 }
 
-// CreateBound implements artifact.BoundWriter.
+// CreateBound implements artifact.Writer.
 func (b *build) CreateBound(bind artifact.Binding) (artifact.BoundFileWriter, error) {
 	return b.create(bind)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
@@ -29,6 +30,23 @@ func (w *memWriter) Create(path string, size int64) (artifact.FileWriter, error)
 	w.files[path] = f
 	return f, nil
 }
+
+// CreateBound refuses: the producers under test write unbound files.
+func (w *memWriter) CreateBound(b artifact.Binding) (artifact.BoundFileWriter, error) {
+	return nil, fmt.Errorf("%s: bound files are not kept in memory: %w", b.Want.Path, errdefs.ErrNotImplemented)
+}
+
+// Reuse finds nothing: no build was interrupted.
+func (w *memWriter) Reuse(artifact.Binding) (artifact.FileEntry, bool, error) {
+	return artifact.FileEntry{}, false, nil
+}
+
+// No process serves a build in memory.
+func (w *memWriter) Seeding() bool                                 { return false }
+func (w *memWriter) Announce([]byte) error                         { return nil }
+func (w *memWriter) Verified(string, int64, int64) error           { return nil }
+func (w *memWriter) Pieces(string, int64, int64, [][32]byte) error { return nil }
+func (w *memWriter) Source(int) error                              { return nil }
 
 // bytes returns a closed file's content.
 func (w *memWriter) bytes(path string) ([]byte, bool) {
@@ -57,6 +75,12 @@ func (f *memFile) Write(p []byte) (int, error) {
 	f.buf = append(f.buf, p...)
 	f.writes++
 	return len(p), nil
+}
+
+func (f *memFile) WriteBuffer(b []byte, done func()) error {
+	defer done()
+	_, err := f.Write(b)
+	return err
 }
 
 func (f *memFile) Close() error {
