@@ -15,6 +15,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/loader"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -132,7 +133,7 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 		want = append(want, artifact.TensorSpec{Name: name, DType: x.DType, Shape: x.Shape})
 	}
 	sort.Slice(want, func(i, j int) bool { return want[i].Name < want[j].Name })
-	canonicalLoad := func(ctx context.Context, dir string, m *producers.MapModel) error {
+	canonicalLoad := func(ctx context.Context, dir string, m *loader.MapModel) error {
 		m.Tensors = map[string][]byte{}
 		for name, x := range sourceTensors(t, dir) {
 			m.Tensors[name] = append([]byte(nil), x.Data...)
@@ -143,16 +144,16 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		mode      resolve.Mode
-		restorer  producers.MapRestorer
+		restorer  loader.MapRestorer
 		modelWant []artifact.TensorSpec
 		outcome   resolve.Outcome
 		kind      resolve.Kind // the terminal or recovered failure
 		models    int          // models made
 	}{
-		{"commit ok", resolve.Preferred, producers.MapRestorer{}, want, resolve.OutcomeHit, "", 1},
-		{"commit fails, preferred", resolve.Preferred, producers.MapRestorer{FailAfter: 3}, want, resolve.OutcomeCanonical, resolve.KindRestoreCommit, 2},
-		{"commit fails, required", resolve.Required, producers.MapRestorer{FailAfter: 3}, want, resolve.OutcomeFailed, resolve.KindRestoreCommit, 1},
-		{"plan fails: visible, model untouched", resolve.Preferred, producers.MapRestorer{},
+		{"commit ok", resolve.Preferred, loader.MapRestorer{}, want, resolve.OutcomeHit, "", 1},
+		{"commit fails, preferred", resolve.Preferred, loader.MapRestorer{FailAfter: 3}, want, resolve.OutcomeCanonical, resolve.KindRestoreCommit, 2},
+		{"commit fails, required", resolve.Required, loader.MapRestorer{FailAfter: 3}, want, resolve.OutcomeFailed, resolve.KindRestoreCommit, 1},
+		{"plan fails: visible, model untouched", resolve.Preferred, loader.MapRestorer{},
 			append([]artifact.TensorSpec{{Name: "missing", DType: "BF16", Shape: []int64{1}}}, want...), resolve.OutcomeFailed, resolve.KindRestorePlan, 1},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -163,18 +164,18 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 				t.Fatal(err)
 			}
 			pub.Close()
-			var made []*producers.MapModel
-			loader := resolve.Loader[*producers.MapModel]{
+			var made []*loader.MapModel
+			ld := loader.Loader[*loader.MapModel]{
 				Restorer: tc.restorer,
-				New: func(context.Context) (*producers.MapModel, error) {
-					m := producers.NewMapModel(tc.modelWant)
+				New: func(context.Context) (*loader.MapModel, error) {
+					m := loader.NewMapModel(tc.modelWant)
 					made = append(made, m)
 					return m, nil
 				},
 				Canonical: canonicalLoad,
 			}
 			rt := newRuntime(t, resolve.Config{Root: root, Mode: tc.mode})
-			m, rep, err := resolve.Load(context.Background(), rt, req, loader)
+			m, rep, err := loader.Load(context.Background(), rt, req, ld)
 			if rep.Outcome != tc.outcome || len(made) != tc.models {
 				t.Fatalf("outcome %s, %d models: %v %+v", rep.Outcome, len(made), err, rep)
 			}
@@ -184,9 +185,9 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 				if !errors.As(err, &f) || f.Kind != tc.kind || m != nil {
 					t.Fatalf("got model %p, %v", m, err)
 				}
-				wantState := artifact.HydrationPartial
+				wantState := loader.HydrationPartial
 				if tc.kind == resolve.KindRestorePlan {
-					wantState = artifact.HydrationEmpty
+					wantState = loader.HydrationEmpty
 				}
 				if made[0].Hydration() != wantState {
 					t.Fatalf("failed model is %s, want %s", made[0].Hydration(), wantState)
@@ -196,11 +197,11 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 				if rep.Recovered[len(rep.Recovered)-1].Kind != tc.kind {
 					t.Fatalf("recovered %v", rep.Recovered)
 				}
-				if made[0].Hydration() != artifact.HydrationPartial || m == made[0] || m != made[1] {
+				if made[0].Hydration() != loader.HydrationPartial || m == made[0] || m != made[1] {
 					t.Fatal("the fallback did not use a fresh model")
 				}
 			}
-			if err != nil || m.Hydration() != artifact.HydrationComplete || len(m.Tensors) != len(orig) {
+			if err != nil || m.Hydration() != loader.HydrationComplete || len(m.Tensors) != len(orig) {
 				t.Fatalf("model %s with %d tensors: %v", m.Hydration(), len(m.Tensors), err)
 			}
 			for name, x := range orig {
@@ -228,12 +229,12 @@ func TestPublishAfterLoad(t *testing.T) {
 		tensors = append(tensors, x)
 	}
 	sort.Slice(tensors, func(i, j int) bool { return tensors[i].Name < tensors[j].Name })
-	postLoad := &producers.TensorMap{Tensors: tensors}
+	postLoad := &loader.TensorMap{Tensors: tensors}
 	identity := func() artifact.Identity {
 		id := identityOf(t, producers.Passthrough{}, src)
 		id.Representation.DType = "BF16"
 		id.Layout.Name = "engine-loaded"
-		id.Producer = producers.TensorMapRef()
+		id.Producer = loader.TensorMapRef()
 		return id
 	}()
 
@@ -292,7 +293,7 @@ func TestPublishAfterLoad(t *testing.T) {
 }
 
 // preLoad disguises a producer as PRE_LOAD_SAFE.
-type preLoad struct{ *producers.TensorMap }
+type preLoad struct{ *loader.TensorMap }
 
 func (preLoad) Phase() producers.Phase { return producers.PreLoadSafe }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/loader"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
@@ -259,7 +260,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 	if err != nil || !res.Canonical() || res.Path != src || !res.Report.Identity.IsZero() {
 		t.Fatalf("%v %+v", err, res.Report)
 	}
-	rep, err := rt.PublishAfterLoad(context.Background(), artifact.Identity{}, &producers.TensorMap{})
+	rep, err := rt.PublishAfterLoad(context.Background(), artifact.Identity{}, &loader.TensorMap{})
 	if err != nil || rep.Outcome != resolve.OutcomeSkipped {
 		t.Fatalf("publish in disabled mode: %v %+v", err, rep)
 	}

@@ -16,7 +16,7 @@ const (
 )
 
 // CastRef is the cast producer's identity fields.
-func CastRef() artifact.ProducerRef { return ref(CastName, castVersion, castImpl) }
+func CastRef() artifact.ProducerRef { return RefOf(CastName, castVersion, castImpl) }
 
 // Cast is the recipe of the cast producer: every F32, F16 and BF16 tensor
 // converted to DType. Its identity keeps the source layout and names DType

@@ -6,14 +6,12 @@
 //   - tp-split: each tensor split for tensor-parallel rank r of N by a
 //     layout spec (artifact/tpsplit), optionally cast;
 //   - cast: F32/F16/BF16 conversion with round-to-nearest-even (artifact/cast);
-//   - tensor-map: a POST_LOAD_ONLY producer that publishes tensors held in
-//     memory after a model was loaded;
 //   - tensor-subset: the tensors of an artifact matching patterns, each
 //     safetensors file re-encoded with only those (SubsetIdentity; a peer
 //     fetch writes the bytes).
 //
-// It also holds the reference restorer (MapRestorer into a MapModel) that
-// proves the artifact.Restorer contract in tests.
+// The POST_LOAD_ONLY producer that publishes what a loaded model holds
+// (tensor-map) lives with the loader contracts, in package loader.
 //
 // Every producer writes only through the store-scoped artifact.Writer it is
 // given, declares one final layout (its recipe's Identity), and writes each
@@ -77,10 +75,11 @@ type SourceCounter interface {
 	SourceBytesRead() int64
 }
 
-// ref builds a ProducerRef whose fingerprint is the sha256 of the
+// RefOf builds a ProducerRef whose fingerprint is the sha256 of the
 // implementation's description; bump the description (and the version) with
-// any change of output.
-func ref(name, version, impl string) artifact.ProducerRef {
+// any change of output. Producers outside this package (package loader's
+// tensor-map) derive theirs the same way.
+func RefOf(name, version, impl string) artifact.ProducerRef {
 	sum := sha256.Sum256([]byte(impl))
 	return artifact.ProducerRef{Name: name, Version: version,
 		Fingerprint: "sha256:" + hex.EncodeToString(sum[:]), ManifestSchema: 1, RestorerSchema: 1}
@@ -97,15 +96,12 @@ func model(src *artifact.SourceDir, t Target) artifact.Model {
 	return artifact.Model{Repository: t.Repository, Revision: t.Revision, Source: src.Files}
 }
 
-// The built-in recipes, producers and the reference restorer.
+// The built-in recipes and producers.
 var (
-	_ Recipe                       = Passthrough{}
-	_ Recipe                       = (*TPSplit)(nil)
-	_ Recipe                       = (*Cast)(nil)
-	_ PhasedProducer               = (*TensorMap)(nil)
-	_ SourceCounter                = (*transform)(nil)
-	_ artifact.ProgressReporter    = (*transform)(nil)
-	_ artifact.ProgressReporter    = (*passthrough)(nil)
-	_ artifact.Restorer[*MapModel] = MapRestorer{}
-	_ artifact.Hydratable          = (*MapModel)(nil)
+	_ Recipe                    = Passthrough{}
+	_ Recipe                    = (*TPSplit)(nil)
+	_ Recipe                    = (*Cast)(nil)
+	_ SourceCounter             = (*transform)(nil)
+	_ artifact.ProgressReporter = (*transform)(nil)
+	_ artifact.ProgressReporter = (*passthrough)(nil)
 )

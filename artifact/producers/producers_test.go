@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -331,76 +330,5 @@ func TestTPSplitIdentity(t *testing.T) {
 	id, _ := (&producers.TPSplit{Spec: a, Size: 3, Rank: 2}).Identity(src, target)
 	if want, _ := producers.LayoutName(a); id.Layout.Name != want || id.Layout.TPSize != 3 || id.Layout.TPRank != 2 || id.Producer.Name != producers.TPSplitName {
 		t.Fatalf("identity %+v", id)
-	}
-}
-
-// TestMapRestorerContract: plan validates without mutating; commit runs
-// once; a failed commit marks the model partial.
-func TestMapRestorerContract(t *testing.T) {
-	want := []artifact.TensorSpec{{Name: "a", DType: "F32", Shape: []int64{2}}, {Name: "b", DType: "U8", Shape: []int64{3}}}
-	lease := fakeLease{"a": {1, 2, 3, 4, 5, 6, 7, 8}, "b": {9, 10, 11}}
-	ctx := context.Background()
-
-	m := producers.NewMapModel(want)
-	plan, err := producers.MapRestorer{}.PlanRestore(ctx, lease, m)
-	if err != nil || m.Tensors != nil || m.Hydration() != artifact.HydrationEmpty {
-		t.Fatalf("plan: %v, model %v %s", err, m.Tensors, m.Hydration())
-	}
-	if err := plan.Commit(ctx); err != nil || m.Hydration() != artifact.HydrationComplete || !bytes.Equal(m.Tensors["b"], []byte{9, 10, 11}) {
-		t.Fatalf("commit: %v %s", err, m.Hydration())
-	}
-	if err := plan.Commit(ctx); !errors.Is(err, artifact.ErrCommitted) {
-		t.Fatalf("second commit: %v", err)
-	}
-	if _, err := (producers.MapRestorer{}).PlanRestore(ctx, lease, m); !errdefs.IsFailedPrecondition(err) {
-		t.Fatalf("plan into a hydrated model: %v", err)
-	}
-
-	bad := producers.NewMapModel([]artifact.TensorSpec{{Name: "a", DType: "F16", Shape: []int64{4}}})
-	if _, err := (producers.MapRestorer{}).PlanRestore(ctx, lease, bad); !errdefs.IsInvalidArgument(err) || bad.Hydration() != artifact.HydrationEmpty {
-		t.Fatalf("mismatched plan: %v %s", err, bad.Hydration())
-	}
-
-	m = producers.NewMapModel(want)
-	plan, _ = producers.MapRestorer{FailAfter: 1}.PlanRestore(ctx, lease, m)
-	if err := plan.Commit(ctx); err == nil || m.Hydration() != artifact.HydrationPartial {
-		t.Fatalf("failed commit: %v %s", err, m.Hydration())
-	}
-}
-
-type fakeLease map[string][]byte
-
-func (l fakeLease) Identity() artifact.Identity {
-	return artifact.Identity{Producer: producers.TensorMapRef()}
-}
-
-func (l fakeLease) Tensor(name string) ([]byte, artifact.TensorEntry, error) {
-	b, ok := l[name]
-	if !ok {
-		return nil, artifact.TensorEntry{}, errdefs.ErrNotFound
-	}
-	e := artifact.TensorEntry{Name: name, DType: "U8", Shape: []int64{int64(len(b))}}
-	if name == "a" {
-		e.DType, e.Shape = "F32", []int64{int64(len(b) / 4)}
-	}
-	return b, e, nil
-}
-
-func TestTensorMapProducer(t *testing.T) {
-	p := &producers.TensorMap{Tensors: []artifact.WriteTensor{tensor("x", "BF16", 1, 3, 5)}}
-	if p.Phase() != producers.PostLoadOnly {
-		t.Fatal("tensor-map must be POST_LOAD_ONLY")
-	}
-	w := newMemWriter()
-	if err := p.Produce(context.Background(), w); err != nil {
-		t.Fatal(err)
-	}
-	raw, ok := w.bytes("model.safetensors")
-	if !ok {
-		t.Fatal("not written")
-	}
-	_, got := readTensors(t, raw)
-	if !bytes.Equal(got["x"], p.Tensors[0].Data) {
-		t.Fatal("tensor differs")
 	}
 }

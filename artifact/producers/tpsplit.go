@@ -23,7 +23,7 @@ const (
 )
 
 // TPSplitRef is the tp-split producer's identity fields.
-func TPSplitRef() artifact.ProducerRef { return ref(TPSplitName, tpSplitVersion, tpSplitImpl) }
+func TPSplitRef() artifact.ProducerRef { return RefOf(TPSplitName, tpSplitVersion, tpSplitImpl) }
 
 // TPSplit is the recipe of the tp-split producer: the shard of tensor-parallel
 // rank Rank of Size, laid out by a layout spec, optionally cast to DType.

@@ -1,19 +1,21 @@
-package artifact
+package loader
 
 import (
 	"context"
 	"fmt"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // LeaseView is what a restorer reads from: a validated, leased artifact.
 // *store.Lease implements it.
 type LeaseView interface {
 	// Identity is the leased artifact's identity.
-	Identity() Identity
+	Identity() artifact.Identity
 	// Tensor returns a read-only view of a tensor's bytes and its index entry.
-	Tensor(name string) ([]byte, TensorEntry, error)
+	Tensor(name string) ([]byte, artifact.TensorEntry, error)
 }
 
 // Hydration is how much of an artifact a model holds.
@@ -51,7 +53,7 @@ type Hydratable interface {
 type Restorer[M Hydratable] interface {
 	// Name names the restorer in reports.
 	Name() string
-	// Schema is the ProducerRef.RestorerSchema it reads.
+	// Schema is the artifact.ProducerRef.RestorerSchema it reads.
 	Schema() int
 	// PlanRestore validates without mutating and returns the plan.
 	PlanRestore(ctx context.Context, lease LeaseView, model M) (RestorePlan, error)
@@ -85,3 +87,6 @@ func (e *RestoreError) Error() string {
 
 // Unwrap returns the class or cause.
 func (e *RestoreError) Unwrap() error { return e.Err }
+
+// A store lease is what restorers read.
+var _ LeaseView = (*store.Lease)(nil)
