@@ -10,7 +10,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +19,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/pointer"
+	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,35 +37,26 @@ import (
 // mount point. Snapshot names never start with it.
 const mountHolderPrefix = "mount:"
 
-// MountRequest asks for a host mount.
-type MountRequest struct {
-	Identity artifact.ID `json:"identity"`
-	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
-	Dir      string      `json:"dir"`                // the absolute mount point
-}
-
-// MountInfo is a host mount.
-type MountInfo struct {
-	Dir      string      `json:"dir"`
-	Identity artifact.ID `json:"identity"`
-	Artifact string      `json:"artifact,omitempty"`
-	Created  time.Time   `json:"created"`
-	Leased   bool        `json:"leased"` // false while a repair waits for the artifact
-}
-
-// hostMounts is the table of host mounts, kept in dir (<root>/mounts).
-type hostMounts struct {
+// HostMounts are the snapshotter's host mounts, kept in dir
+// (<root>/mounts), and what it serves the CLI through the control API
+// (control.Backend). Their records live, in memory, in the holder table.
+type HostMounts struct {
+	s      *Snapshotter
 	dir    string
-	mu     sync.Mutex
-	by     map[string]MountInfo // by mount point
-	making map[string]bool      // mount points being mounted
+	mu     sync.Mutex      // orders the end of a Mount and an Unmount
+	making map[string]bool // mount points being mounted
 }
 
-func newHostMounts(dir string) *hostMounts {
-	return &hostMounts{dir: dir, by: map[string]MountInfo{}, making: map[string]bool{}}
+var _ control.Backend = (*HostMounts)(nil)
+
+func newHostMounts(s *Snapshotter, dir string) *HostMounts {
+	return &HostMounts{s: s, dir: dir, making: map[string]bool{}}
 }
 
-func (m *hostMounts) home(mountPoint string) string {
+// HostMounts returns the snapshotter's host mounts.
+func (s *Snapshotter) HostMounts() *HostMounts { return s.mounts }
+
+func (m *HostMounts) home(mountPoint string) string {
 	sum := sha256.Sum256([]byte(mountPoint))
 	return filepath.Join(m.dir, hex.EncodeToString(sum[:8]))
 }
@@ -73,7 +64,7 @@ func (m *hostMounts) home(mountPoint string) string {
 // load reads the records, keeps those whose view is still mounted on their
 // mount point, and removes the others (their mount is gone: unmounted by
 // hand, or the host restarted).
-func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
+func (m *HostMounts) load(ctx context.Context) ([]control.HostMountInfo, error) {
 	ents, err := os.ReadDir(m.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -81,11 +72,11 @@ func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host mounts: %w", err)
 	}
-	var live []MountInfo
+	var live []control.HostMountInfo
 	for _, e := range ents {
 		home := filepath.Join(m.dir, e.Name())
 		raw, err := os.ReadFile(filepath.Join(home, "mount.json"))
-		var mi MountInfo
+		var mi control.HostMountInfo
 		if err == nil {
 			err = json.Unmarshal(raw, &mi)
 		}
@@ -99,7 +90,7 @@ func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
 			}
 			continue
 		}
-		m.by[mi.Dir] = mi
+		m.s.holders.setMount(mi)
 		live = append(live, mi)
 	}
 	return live, nil
@@ -115,12 +106,12 @@ func sameInode(a, b string) bool {
 // mountPoint checks a requested mount point: an absolute path, resolved
 // through symbolic links, outside the snapshot root and the store; create
 // makes it when missing.
-func (s *Snapshotter) mountPoint(dir string, create bool) (string, error) {
+func (m *HostMounts) mountPoint(dir string, create bool) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", fmt.Errorf("mount point %q is not an absolute path: %w", dir, errdefs.ErrInvalidArgument)
 	}
 	overlaps := func(p string) error {
-		for _, inside := range []string{s.root, s.store.Root()} {
+		for _, inside := range []string{m.s.root, m.s.store.Root()} {
 			if p == inside || strings.HasPrefix(p, inside+"/") || strings.HasPrefix(inside, p+"/") {
 				return fmt.Errorf("mount point %s overlaps %s: %w", p, inside, errdefs.ErrInvalidArgument)
 			}
@@ -167,11 +158,11 @@ func emptyDir(dir string) error {
 // configured sources), takes its lease, and bind-mounts a read-only view of
 // it on req.Dir (created if missing). A mount point that holds a host mount
 // already is refused.
-func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
+func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*control.HostMountInfo, error) {
 	if req.Identity.IsZero() {
 		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
 	}
-	dir, err := s.mountPoint(req.Dir, true)
+	dir, err := m.mountPoint(req.Dir, true)
 	if err != nil {
 		return nil, err
 	}
@@ -182,9 +173,9 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 			return nil, err
 		}
 	}
-	m := s.mounts
+	s := m.s
 	m.mu.Lock()
-	have, mounted := m.by[dir]
+	have, mounted := s.holders.mount(dir)
 	if mounted || m.making[dir] {
 		m.mu.Unlock()
 		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.Identity, errdefs.ErrFailedPrecondition)
@@ -207,17 +198,16 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	defer s.leases.release(h)
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
-	mi := MountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
+	mi := control.HostMountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
 	if err := m.make(home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
 		}
 		return nil, err
 	}
-	s.leases.attach(h, mountHolderPrefix+dir) // before an Unmount can see it
 	m.mu.Lock()
-	m.by[dir] = mi
-	s.metrics.hostMounts.Set(float64(len(m.by)))
+	s.leases.attach(h, mountHolderPrefix+dir) // before an Unmount can see it
+	s.holders.setMount(mi)
 	m.mu.Unlock()
 	source := "held"
 	if rep != nil {
@@ -230,7 +220,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 
 // make builds the view and the record, then mounts the view read-only on
 // the mount point.
-func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, h *held) error {
+func (m *HostMounts) make(home, view string, ptr pointer.Pointer, mi control.HostMountInfo, h *held) error {
 	if err := os.RemoveAll(home); err != nil { // a record a crash left half made
 		return err
 	}
@@ -263,15 +253,14 @@ func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, 
 // namespace or through a container's bind mount of dir, and a container
 // that has dir bind-mounted under another path (the unmount would empty
 // it there).
-func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
-	dir, err := s.mountPoint(dir, false)
+func (m *HostMounts) Unmount(ctx context.Context, dir string) error {
+	dir, err := m.mountPoint(dir, false)
 	if err != nil {
 		return err
 	}
-	m := s.mounts
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.by[dir]; !ok {
+	if _, ok := m.s.holders.mount(dir); !ok {
 		return fmt.Errorf("%s is not a weightsnap host mount: %w", dir, errdefs.ErrNotFound)
 	}
 	home := m.home(dir)
@@ -295,11 +284,7 @@ func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
 	if err := os.RemoveAll(home); err != nil {
 		log.G(ctx).WithError(err).WithField("record", home).Warn("remove an unmounted view")
 	}
-	delete(m.by, dir)
-	s.metrics.hostMounts.Set(float64(len(m.by)))
-	holder := mountHolderPrefix + dir
-	s.repairs.forget(holder)
-	s.leases.detach(ctx, holder)
+	m.s.leases.forget(ctx, mountHolderPrefix+dir) // its record, repair and lease
 	log.G(ctx).WithField("dir", dir).Info("host mount undone")
 	return nil
 }
@@ -317,32 +302,14 @@ func inUse(dir string) error {
 	return nil
 }
 
-// HostMounts lists the host mounts, by mount point.
-func (s *Snapshotter) HostMounts() []MountInfo {
-	m := s.mounts
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	out := make([]MountInfo, 0, len(m.by))
-	for _, mi := range m.by {
-		mi.Leased = s.leases.holds(mountHolderPrefix + mi.Dir)
-		out = append(out, mi)
-	}
-	slices.SortFunc(out, func(a, b MountInfo) int { return strings.Compare(a.Dir, b.Dir) })
-	return out
-}
+// List lists the host mounts, by mount point.
+func (m *HostMounts) List() []control.HostMountInfo { return m.s.holders.mounts() }
 
-// Holders is what holds an artifact in the snapshotter.
-type Holders struct {
-	Identity  artifact.ID `json:"identity"`
-	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
-	Snapshots []string    `json:"snapshots,omitempty"` // active snapshots using it (containers, image volumes, views)
-	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease
-	Pending   []string    `json:"pending,omitempty"`   // snapshots (fallbacks, users) and mount points waiting for a repair
-}
-
-// HoldersOf says what holds the artifact identity.
-func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
-	out := &Holders{Identity: identity}
+// HoldersOf says what holds the artifact identity in the snapshotter:
+// snapshots and host mounts with its lease, and those waiting for a repair.
+func (m *HostMounts) HoldersOf(identity artifact.ID) (*control.Holders, error) {
+	s := m.s
+	out := &control.Holders{Identity: identity}
 	var names []string
 	names, out.Leased = s.leases.holdersOf(identity)
 	for _, n := range names {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,20 +28,20 @@ func TestHostMount(t *testing.T) {
 	id := n.importModel(t, 256<<10, 30)
 	aid := artifact.MustParseID(id)
 	sock := filepath.Join(t.TempDir(), "control.sock")
-	var srv *ControlServer
-	serve := func() *ControlClient {
+	var srv *control.Server
+	serve := func() *control.Client {
 		var err error
-		if srv, err = ListenControl(ctx, sock, n.sn); err != nil {
+		if srv, err = control.Listen(ctx, sock, n.sn.HostMounts()); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { srv.Close() })
-		return NewControlClient(sock)
+		return control.NewClient(sock)
 	}
 	c := serve()
 	dir := filepath.Join(t.TempDir(), "models", "m") // made by the mount
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 
-	mi, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir})
+	mi, err := c.Mount(ctx, control.HostMountRequest{Identity: artifact.MustParseID(id), Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestHostMount(t *testing.T) {
 	if h, err := c.Holders(ctx, artifact.MustParseID(id)); err != nil || !h.Leased || !slices.Equal(h.Mounts, []string{dir}) {
 		t.Fatalf("holders %+v %v", h, err)
 	}
-	if _, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir}); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) {
+	if _, err := c.Mount(ctx, control.HostMountRequest{Identity: artifact.MustParseID(id), Dir: dir}); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) {
 		t.Fatalf("a second mount on %s: %v, want refused as busy", dir, err)
 	}
 
@@ -85,25 +85,20 @@ func TestHostMount(t *testing.T) {
 	os.WriteFile(filepath.Join(full, "f"), nil, 0o644)
 	for _, tc := range []struct {
 		name string
-		req  MountRequest
+		req  control.HostMountRequest
 		is   func(error) bool
 	}{
-		{"relative dir", MountRequest{Identity: artifact.MustParseID(id), Dir: "models"}, errdefs.IsInvalidArgument},
-		{"a directory with files", MountRequest{Identity: artifact.MustParseID(id), Dir: full}, errdefs.IsInvalidArgument},
-		{"a file", MountRequest{Identity: artifact.MustParseID(id), Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
-		{"inside the store", MountRequest{Identity: artifact.MustParseID(id), Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
-		{"no identity", MountRequest{Dir: t.TempDir()}, errdefs.IsInvalidArgument},
-		{"tag reference", MountRequest{Identity: artifact.MustParseID(id), Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
-		{"missing artifact", MountRequest{Identity: artifact.MustParseID("sha256:" + strings.Repeat("5", 64)), Dir: t.TempDir()}, errdefs.IsNotFound},
+		{"relative dir", control.HostMountRequest{Identity: artifact.MustParseID(id), Dir: "models"}, errdefs.IsInvalidArgument},
+		{"a directory with files", control.HostMountRequest{Identity: artifact.MustParseID(id), Dir: full}, errdefs.IsInvalidArgument},
+		{"a file", control.HostMountRequest{Identity: artifact.MustParseID(id), Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
+		{"inside the store", control.HostMountRequest{Identity: artifact.MustParseID(id), Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
+		{"no identity", control.HostMountRequest{Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"tag reference", control.HostMountRequest{Identity: artifact.MustParseID(id), Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"missing artifact", control.HostMountRequest{Identity: artifact.MustParseID("sha256:" + strings.Repeat("5", 64)), Dir: t.TempDir()}, errdefs.IsNotFound},
 	} {
 		if _, err := c.Mount(ctx, tc.req); !tc.is(err) || repeatsClass(err) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
-	}
-	// A malformed identity is refused where the request is decoded.
-	bad := map[string]string{"identity": "sha256:12", "dir": t.TempDir()}
-	if err := c.call(ctx, http.MethodPost, "/v1/mounts", bad, &MountInfo{}); !errdefs.IsInvalidArgument(err) || repeatsClass(err) || !strings.Contains(err.Error(), "sha256:12") {
-		t.Errorf("bad identity: %v", err)
 	}
 	if err := c.Unmount(ctx, t.TempDir()); !errdefs.IsNotFound(err) {
 		t.Fatalf("unmount of a directory that is no host mount: %v", err)
@@ -150,7 +145,7 @@ func TestHostMount(t *testing.T) {
 	}
 
 	// A mount undone behind the daemon's back is forgotten at the next start.
-	if _, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir}); err != nil {
+	if _, err := c.Mount(ctx, control.HostMountRequest{Identity: artifact.MustParseID(id), Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	n.sn.Close()
@@ -158,7 +153,7 @@ func TestHostMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.open(t)
-	if ms := n.sn.HostMounts(); len(ms) != 0 || len(n.sn.leases.identities()) != 0 {
+	if ms := n.sn.HostMounts().List(); len(ms) != 0 || len(n.sn.leases.identities()) != 0 {
 		t.Fatalf("mounts %+v, leases %v after the mount went", ms, n.sn.leases.identities())
 	}
 	if err := n.dom.Remove(ctx, aid); err != nil {

@@ -3,7 +3,6 @@ package snapshotter
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -15,32 +14,29 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// leases holds one store lease per artifact that a holder uses (an active
-// snapshot over weight snapshots, by its key: a container's rootfs, an
-// image volume's mount, a view; or a host mount, by mountHolderPrefix and
-// its directory) or a Prepare is using (a pin), and runs at most one
-// resolution per identity at a time. A committed weight snapshot alone
+// leases holds one store lease per artifact that a holder has leased (the
+// holder table says which) or a Prepare is using (a pin), and runs at most
+// one resolution per identity at a time. A committed weight snapshot alone
 // holds no lease: its artifact stays in the store, unleased, until
 // something uses it again.
 type leases struct {
-	ctx      context.Context // bounds resolutions: the snapshotter's life
+	life     *life // the resolutions nobody waits for run on
 	resolver Resolver
+	holders  *holderTable
 	metrics  *Metrics
 
-	mu       sync.Mutex
-	held     map[artifact.ID]*held   // by identity
-	byHolder map[string][]*held      // holder -> the artifacts it uses
-	flights  map[artifact.ID]*flight // resolutions in progress, by identity
-	closed   bool
+	mu      sync.Mutex
+	held    map[artifact.ID]*held   // by identity
+	flights map[artifact.ID]*flight // resolutions in progress, by identity
+	closed  bool
 }
 
-// held is one leased artifact: kept while a holder uses it or a Prepare
-// is using it (pinned).
+// held is one leased artifact: kept while a holder has it leased or a
+// Prepare is using it (pinned).
 type held struct {
-	id      artifact.ID
-	lease   *store.Lease
-	holders map[string]struct{}
-	pins    int
+	id    artifact.ID
+	lease *store.Lease
+	pins  int
 }
 
 // flight is one resolution of an identity, shared by every Prepare that
@@ -54,9 +50,9 @@ type flight struct {
 	err      error
 }
 
-func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
-	return &leases{ctx: ctx, resolver: r, metrics: m,
-		held: map[artifact.ID]*held{}, byHolder: map[string][]*held{}, flights: map[artifact.ID]*flight{}}
+func newLeases(lf *life, r Resolver, t *holderTable, m *Metrics) *leases {
+	return &leases{life: lf, resolver: r, holders: t, metrics: m,
+		held: map[artifact.ID]*held{}, flights: map[artifact.ID]*flight{}}
 }
 
 // acquire returns the artifact of ptr, pinned (release unpins it), and the
@@ -116,6 +112,7 @@ func (l *leases) prefetch(ctx context.Context, ptrs []pointer.Pointer) {
 func (l *leases) start(id artifact.ID, ptr pointer.Pointer) *flight {
 	f := &flight{done: make(chan struct{})}
 	l.flights[id] = f
+	l.life.wg.Add(1)
 	go l.fly(id, f, ptr)
 	return f
 }
@@ -123,13 +120,14 @@ func (l *leases) start(id artifact.ID, ptr pointer.Pointer) *flight {
 // fly runs one resolution and hands its lease, pinned once per waiter, to
 // the table.
 func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
+	defer l.life.wg.Done()
 	start := time.Now()
 	stop := func() {}
 	req := resolve.Request{Digest: ptr.Identity, Artifact: ptr.Artifact, OnProduce: func(source string, p artifact.Producer) {
 		stop()
 		stop = l.follow(id, source, p)
 	}}
-	res, err := l.resolver.Resolve(l.ctx, req)
+	res, err := l.resolver.Resolve(l.life.ctx, req)
 	stop()
 	l.metrics.resolved(res.Report, time.Since(start))
 	l.mu.Lock()
@@ -170,7 +168,7 @@ func (l *leases) follow(id artifact.ID, source string, p artifact.Producer) (sto
 		gt.Set(float64(total))
 		if time.Since(logged) >= progressLogEvery {
 			logged = time.Now()
-			log.G(l.ctx).WithField("identity", id.String()).WithField("source", source).WithField("bytes", done).
+			log.G(l.life.ctx).WithField("identity", id.String()).WithField("source", source).WithField("bytes", done).
 				WithField("total_bytes", total).WithField("mib_per_second", float64(done)/(1<<20)/time.Since(start).Seconds()).
 				Info("resolving: weights in flight")
 		}
@@ -185,7 +183,7 @@ func (l *leases) follow(id artifact.ID, source string, p artifact.Producer) (sto
 // hold enters a lease into the table, unpinned; l.mu is held and id is
 // not held yet.
 func (l *leases) hold(id artifact.ID, lease *store.Lease) *held {
-	h := &held{id: id, lease: lease, holders: map[string]struct{}{}}
+	h := &held{id: id, lease: lease}
 	l.held[id] = h
 	l.metrics.leasesHeld.Set(float64(len(l.held)))
 	return h
@@ -201,7 +199,7 @@ func (l *leases) heldNow(id artifact.ID, holders ...string) bool {
 		return false
 	}
 	for _, name := range holders {
-		l.attachLocked(h, name)
+		l.holders.set(name, id, useLeased)
 	}
 	return true
 }
@@ -222,24 +220,14 @@ func (l *leases) adopt(lease *store.Lease, holders ...string) {
 		h = l.hold(lease.ID, lease)
 	}
 	for _, name := range holders {
-		l.attachLocked(h, name)
+		l.holders.set(name, h.id, useLeased)
 	}
 }
 
-// attach records that holder uses h.
+// attach records that holder has h leased; h is pinned, so its lease
+// cannot go meanwhile.
 func (l *leases) attach(h *held, holder string) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.attachLocked(h, holder)
-}
-
-// attachLocked is attach; l.mu is held.
-func (l *leases) attachLocked(h *held, holder string) {
-	if _, ok := h.holders[holder]; ok {
-		return
-	}
-	h.holders[holder] = struct{}{}
-	l.byHolder[holder] = append(l.byHolder[holder], h)
+	l.holders.set(holder, h.id, useLeased)
 }
 
 // release unpins h; an artifact nothing needs any more is let go.
@@ -250,24 +238,24 @@ func (l *leases) release(h *held) {
 	l.dropIfUnused(h)
 }
 
-// detach forgets holder (a snapshot removed or committed, a mount undone);
-// the last holder of an artifact lets its lease go.
-func (l *leases) detach(ctx context.Context, holder string) {
+// forget forgets holder (a snapshot removed or committed, a mount undone)
+// in the holder table, its repairs with it; the last holder of an artifact
+// lets its lease go.
+func (l *leases) forget(ctx context.Context, holder string) {
+	ids := l.holders.drop(holder)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for _, h := range l.byHolder[holder] {
-		delete(h.holders, holder)
-		if l.dropIfUnused(h) {
-			log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder).Info("lease released: nothing uses the artifact")
+	for _, id := range ids {
+		if h := l.held[id]; h != nil && l.dropIfUnused(h) {
+			log.G(ctx).WithField("identity", id.String()).WithField("holder", holder).Info("lease released: nothing uses the artifact")
 		}
 	}
-	delete(l.byHolder, holder)
 }
 
-// dropIfUnused closes the lease of an artifact no holder and no Prepare
-// uses; l.mu is held.
+// dropIfUnused closes the lease of an artifact no holder has leased and no
+// Prepare uses; l.mu is held.
 func (l *leases) dropIfUnused(h *held) bool {
-	if h.pins > 0 || len(h.holders) > 0 || l.held[h.id] != h {
+	if h.pins > 0 || l.held[h.id] != h || l.holders.anyOf(h.id, useLeased) {
 		return false
 	}
 	delete(l.held, h.id)
@@ -285,7 +273,6 @@ func (l *leases) close() {
 		h.lease.Close()
 		delete(l.held, id)
 	}
-	clear(l.byHolder)
 	l.metrics.leasesHeld.Set(0)
 }
 
@@ -300,25 +287,13 @@ func (l *leases) identities() []string {
 	return out
 }
 
-// holds says whether holder has its artifacts' leases.
-func (l *leases) holds(holder string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return len(l.byHolder[holder]) > 0
-}
-
-// holdersOf lists the holders of the artifact id, sorted; leased is
-// whether its lease is held.
+// holdersOf lists the holders that have the artifact id leased, sorted;
+// leased is whether its lease is held.
 func (l *leases) holdersOf(id artifact.ID) (holders []string, leased bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h := l.held[id]
-	if h == nil {
+	if l.held[id] == nil {
 		return nil, false
 	}
-	for name := range h.holders {
-		holders = append(holders, name)
-	}
-	slices.Sort(holders)
-	return holders, true
+	return l.holders.of(id, useLeased), true
 }

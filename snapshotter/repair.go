@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -28,26 +27,21 @@ import (
 // holders is repaired or gone.
 type repairs struct {
 	s       *Snapshotter
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	life    *life // the loops run on
 	backoff Backoff
 
 	mu    sync.Mutex
-	loops map[artifact.ID]*repairLoop // by identity
-	by    map[string]artifact.ID      // holder -> identity
+	loops map[artifact.ID]*repairLoop // by identity; its holders are those the holder table says repairing
 }
 
 // repairLoop is the repair of one artifact's holders.
 type repairLoop struct {
-	ptr     pointer.Pointer
-	holders map[string]struct{}
-	kick    chan struct{} // try now
+	ptr  pointer.Pointer
+	kick chan struct{} // try now
 }
 
-func newRepairs(ctx context.Context, s *Snapshotter, b Backoff) *repairs {
-	ctx, cancel := context.WithCancel(ctx)
-	return &repairs{s: s, ctx: ctx, cancel: cancel, backoff: b, loops: map[artifact.ID]*repairLoop{}, by: map[string]artifact.ID{}}
+func newRepairs(lf *life, s *Snapshotter, b Backoff) *repairs {
+	return &repairs{s: s, life: lf, backoff: b, loops: map[artifact.ID]*repairLoop{}}
 }
 
 // add queues holders for the artifact of ptr and starts its loop if none
@@ -56,21 +50,18 @@ func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
 	id := ptr.Identity
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.ctx.Err() != nil {
+	if r.life.ctx.Err() != nil {
 		return
 	}
-	lp := r.loops[id]
-	if lp == nil {
-		lp = &repairLoop{ptr: ptr, holders: map[string]struct{}{}, kick: make(chan struct{}, 1)}
+	for _, h := range holders {
+		r.s.holders.set(h, id, useRepairing)
+	}
+	if r.loops[id] == nil {
+		lp := &repairLoop{ptr: ptr, kick: make(chan struct{}, 1)}
 		r.loops[id] = lp
-		r.wg.Add(1)
+		r.life.wg.Add(1)
 		go r.run(id, lp)
 	}
-	for _, h := range holders {
-		lp.holders[h] = struct{}{}
-		r.by[h] = id
-	}
-	r.s.metrics.pendingRepairs.Set(float64(len(r.by)))
 }
 
 // kick makes the loop of ptr's artifact, if one waits, try now.
@@ -85,32 +76,9 @@ func (r *repairs) kick(ptr pointer.Pointer) {
 	}
 }
 
-// forget drops holder (its snapshot was removed, its mount undone).
-func (r *repairs) forget(holder string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.dropLocked(holder)
-}
-
-func (r *repairs) dropLocked(holder string) {
-	id, ok := r.by[holder]
-	if !ok {
-		return
-	}
-	delete(r.by, holder)
-	delete(r.loops[id].holders, holder)
-	r.s.metrics.pendingRepairs.Set(float64(len(r.by)))
-}
-
 // pending lists the holders of the artifact id waiting for a repair.
 func (r *repairs) pending(id artifact.ID) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	lp := r.loops[id]
-	if lp == nil {
-		return nil
-	}
-	return slices.Sorted(maps.Keys(lp.holders))
+	return r.s.holders.of(id, useRepairing)
 }
 
 // now repairs the fallback snapshot name at once when its artifact
@@ -127,25 +95,17 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 		return fmt.Errorf("the layer's snapshot is a fallback without the weights, and: %w", err)
 	}
 	defer r.s.leases.release(h)
-	r.mu.Lock()
-	_, pending := r.by[name]
-	r.mu.Unlock()
-	if !pending { // not queued (the daemon restarted since): queue it, so repair fills it
+	if !r.s.holders.has(name, ptr.Identity, useRepairing) { // not queued (the daemon restarted since): queue it, so repair fills it
 		r.add(ptr, name)
 	}
 	return r.repair(name, h)
 }
 
-// stop ends every loop and waits for them.
-func (r *repairs) stop() {
-	r.cancel()
-	r.wg.Wait()
-}
-
 // run is one artifact's loop.
 func (r *repairs) run(id artifact.ID, lp *repairLoop) {
-	defer r.wg.Done()
-	logger := log.G(r.ctx).WithField("identity", lp.ptr.Identity).WithField("artifact", lp.ptr.Artifact)
+	defer r.life.wg.Done()
+	ctx := r.life.ctx
+	logger := log.G(ctx).WithField("identity", lp.ptr.Identity).WithField("artifact", lp.ptr.Artifact)
 	// wait is the pause before the next try: Initial, doubled after each
 	// failed try up to Max, Initial again after a kick or a try that
 	// repaired every holder it found (holders added meanwhile).
@@ -156,7 +116,7 @@ func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 	for try := 1; ; try++ {
 		t := time.NewTimer(wait)
 		select {
-		case <-r.ctx.Done():
+		case <-ctx.Done():
 			t.Stop()
 			return
 		case <-lp.kick:
@@ -167,9 +127,9 @@ func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 		if r.done(id, lp) {
 			return
 		}
-		h, _, err := r.s.leases.acquire(r.ctx, lp.ptr)
+		h, _, err := r.s.leases.acquire(ctx, lp.ptr)
 		if err != nil {
-			if r.ctx.Err() != nil {
+			if ctx.Err() != nil {
 				return
 			}
 			wait = bo.NextBackOff()
@@ -203,7 +163,7 @@ func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 func (r *repairs) done(id artifact.ID, lp *repairLoop) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(lp.holders) > 0 {
+	if r.s.holders.anyOf(id, useRepairing) {
 		return false
 	}
 	delete(r.loops, id)
@@ -215,7 +175,7 @@ func (r *repairs) done(id artifact.ID, lp *repairLoop) bool {
 // lease, a committed weight snapshot none (what uses it does). Only a
 // holder still pending (not removed meanwhile) is repaired.
 func (r *repairs) repair(holder string, h *held) error {
-	ctx := r.ctx
+	ctx := r.life.ctx
 	filled, leased := false, true
 	if !strings.HasPrefix(holder, mountHolderPrefix) {
 		info, err := r.s.overlay.Stat(ctx, holder)
@@ -226,23 +186,18 @@ func (r *repairs) repair(holder string, h *held) error {
 			}
 		}
 		if errdefs.IsNotFound(err) { // gone meanwhile
-			r.forget(holder)
+			r.s.leases.forget(ctx, holder)
 			return nil
 		}
 		if err != nil {
 			return err
 		}
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if _, ok := r.by[holder]; !ok {
+	// h is pinned: its lease stays while the holder takes it.
+	if !r.s.holders.promote(holder, h.id, leased) {
 		return nil
 	}
-	r.dropLocked(holder)
 	logger := log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder)
-	if leased {
-		r.s.leases.attach(h, holder)
-	}
 	switch {
 	case filled:
 		r.s.metrics.repairs.WithLabelValues("filled").Inc()

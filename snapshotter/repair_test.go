@@ -110,7 +110,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if _, err := n.sn.Prepare(ctx, "early", chainID(41)); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !slices.Equal(h.Pending, []string{chainID(41)}) || h.Leased {
+	if h, _ := n.sn.HostMounts().HoldersOf(artifact.MustParseID(id)); !slices.Equal(h.Pending, []string{chainID(41)}) || h.Leased {
 		t.Fatalf("holders %+v", h)
 	}
 	if err := n.sn.Remove(ctx, "early"); err != nil {
@@ -155,13 +155,13 @@ func TestFallbackRepaired(t *testing.T) {
 	if raw, _ := os.ReadFile(filepath.Join(cdir, pointer.Path(ptr))); !strings.Contains(string(raw), fmt.Sprintf(`"files":%d,`, len(l.Files()))) {
 		t.Fatalf("pointer file after the repair: %s", raw)
 	}
-	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); h.Leased || len(h.Pending) != 0 {
+	if h, _ := n.sn.HostMounts().HoldersOf(artifact.MustParseID(id)); h.Leased || len(h.Pending) != 0 {
 		t.Fatalf("holders of the repaired snapshot nothing uses %+v", h)
 	}
 	if _, err := n.sn.Prepare(ctx, "container", chainID(41)); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := n.sn.HoldersOf(artifact.MustParseID(id)); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
+	if h, _ := n.sn.HostMounts().HoldersOf(artifact.MustParseID(id)); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
 		t.Fatalf("holders %+v", h)
 	}
 	if err := n.sn.Remove(ctx, "container"); err != nil {
@@ -282,7 +282,7 @@ func TestEvictedUnderWeightSnapshot(t *testing.T) {
 	if _, err := n.sn.Prepare(ctx, "container", chainID(43)); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := n.sn.HoldersOf(aid); h.Leased || !slices.Equal(h.Pending, []string{"container"}) {
+	if h, _ := n.sn.HostMounts().HoldersOf(aid); h.Leased || !slices.Equal(h.Pending, []string{"container"}) {
 		t.Fatalf("holders with the artifact evicted %+v", h)
 	}
 	dir, err := committedDir(ctx, n.sn.overlay, chainID(43))
@@ -295,7 +295,7 @@ func TestEvictedUnderWeightSnapshot(t *testing.T) {
 
 	importInto(t, n.dom, src) // resolvable again
 	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 })
-	if h, _ := n.sn.HoldersOf(aid); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
+	if h, _ := n.sn.HostMounts().HoldersOf(aid); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
 		t.Fatalf("holders after the repair %+v", h)
 	}
 	if n.resolver.calls.Load() == calls {

@@ -87,7 +87,6 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 	for _, mi := range mounts {
 		add(pointer.Pointer{Artifact: mi.Artifact, Identity: mi.Identity, Target: mi.Dir}, mountHolderPrefix+mi.Dir)
 	}
-	s.metrics.hostMounts.Set(float64(len(mounts)))
 
 	ids := slices.SortedFunc(maps.Keys(groups), func(a, b artifact.ID) int { return strings.Compare(a.Hex(), b.Hex()) })
 	for _, id := range ids {

@@ -27,14 +27,17 @@
 // holds none (use.go). The record of that is the snapshots' own labels and
 // parents, kept by the overlay snapshotter's metastore, and the host
 // mount's record file: New takes every lease again from the store alone
-// (retake.go); Remove drops a lease with the last user. The control API
-// (control.go) serves host mounts and holders to the CLI.
+// (retake.go); Remove drops a lease with the last user. One holder table
+// (holders.go) says what uses which artifact, leased or waiting for a
+// repair. HostMounts serves host mounts and holders to the CLI through the
+// control API (package control).
 package snapshotter
 
 import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -95,9 +98,11 @@ type Snapshotter struct {
 	store   *store.Domain
 	mode    resolve.Mode
 	overlay snapshots.Snapshotter
+	life    *life
+	holders *holderTable
 	leases  *leases
 	repairs *repairs
-	mounts  *hostMounts
+	mounts  *HostMounts
 	metrics *Metrics
 }
 
@@ -106,9 +111,10 @@ var _ snapshots.Snapshotter = (*Snapshotter)(nil)
 // New checks that Root and the store share a filesystem (views are
 // hardlinks), opens the overlay snapshotter at Root, and takes again, from
 // the store alone, the leases of every active snapshot over weight
-// snapshots and every host mount; whatever the store cannot serve now is repaired in the background
-// (see retake). ctx bounds the resolutions and repairs it starts for the
-// rest of its life.
+// snapshots and every host mount; whatever the store cannot serve now is
+// repaired in the background (see retake). The resolutions and repairs it
+// starts run until Close, with ctx's values (its logger) but not its
+// cancellation.
 func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if cfg.Store == nil || cfg.Resolver == nil || cfg.Root == "" {
 		return nil, fmt.Errorf("snapshotter: a root, a store and a resolver are needed: %w", errdefs.ErrInvalidArgument)
@@ -138,9 +144,10 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 		m = NewMetrics()
 	}
 	s := &Snapshotter{root: cfg.Root, store: cfg.Store, mode: cfg.Mode, overlay: ov, metrics: m,
-		leases: newLeases(ctx, cfg.Resolver, m)}
-	s.repairs = newRepairs(ctx, s, cfg.Retry)
-	s.mounts = newHostMounts(filepath.Join(cfg.Root, "mounts"))
+		life: newLife(ctx), holders: newHolderTable(m)}
+	s.leases = newLeases(s.life, cfg.Resolver, s.holders, m)
+	s.repairs = newRepairs(s.life, s, cfg.Retry)
+	s.mounts = newHostMounts(s, filepath.Join(cfg.Root, "mounts"))
 	if err := s.retake(ctx); err != nil {
 		s.Close()
 		return nil, err
@@ -267,11 +274,33 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the repairs, releases every lease and closes the overlay
-// snapshotter. Host mounts stay mounted (and are taken again by the next
-// New).
+// Close stops the repairs and the resolutions in flight and waits for
+// them, releases every lease and closes the overlay snapshotter. Host
+// mounts stay mounted (and are taken again by the next New).
 func (s *Snapshotter) Close() error {
-	s.repairs.stop()
+	s.life.end()
 	s.leases.close()
 	return s.overlay.Close()
+}
+
+// life is the snapshotter's background work: resolutions nobody waits for
+// any more and the repair loops. It runs with the values of New's context
+// (its logger), not its deadline or cancellation, until Close, which
+// cancels it and waits for it.
+type life struct {
+	ctx  context.Context
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+func newLife(ctx context.Context) *life {
+	lf := &life{}
+	lf.ctx, lf.stop = context.WithCancel(context.WithoutCancel(ctx))
+	return lf
+}
+
+// end cancels the work and waits for it.
+func (lf *life) end() {
+	lf.stop()
+	lf.wg.Wait()
 }

@@ -98,6 +98,5 @@ func (s *Snapshotter) lease(ctx context.Context, ptr pointer.Pointer, holders ..
 // unuse forgets the active snapshot key (removed, or committed): its
 // repairs, and its leases, the last user of an artifact letting it go.
 func (s *Snapshotter) unuse(ctx context.Context, key string) {
-	s.repairs.forget(key)
-	s.leases.detach(ctx, key)
+	s.leases.forget(ctx, key)
 }

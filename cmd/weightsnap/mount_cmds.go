@@ -12,15 +12,15 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci"
-	"github.com/weightsnap/weightsnap/snapshotter"
+	"github.com/weightsnap/weightsnap/snapshotter/control"
 )
 
 // control is a client of weightsnapd's control API.
-func (a *app) control() (*snapshotter.ControlClient, error) {
+func (a *app) control() (*control.Client, error) {
 	if a.cfg.Snapshotter.ControlAddress == "" {
 		return nil, fmt.Errorf("[snapshotter] control_address is empty: the daemon serves no control API: %w", errdefs.ErrInvalidArgument)
 	}
-	return snapshotter.NewControlClient(a.cfg.Snapshotter.ControlAddress), nil
+	return control.NewClient(a.cfg.Snapshotter.ControlAddress), nil
 }
 
 func newMountCmd(a *app) *cobra.Command {
@@ -87,12 +87,12 @@ meanwhile), also across its own restarts.`,
 // mountRequest turns the mount command's arguments into a request: the
 // identity of a store artifact, or of a registry artifact with its
 // digest-pinned reference.
-func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (snapshotter.MountRequest, error) {
+func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (control.HostMountRequest, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return snapshotter.MountRequest{}, err
+		return control.HostMountRequest{}, err
 	}
-	req := snapshotter.MountRequest{Dir: abs}
+	req := control.HostMountRequest{Dir: abs}
 	if !isRemoteRef(ref) {
 		d, err := a.domain(ctx)
 		if err != nil {
@@ -143,7 +143,7 @@ func newUmountCmd(a *app) *cobra.Command {
 
 // daemonHolders asks weightsnapd, briefly, what holds an artifact; nil when
 // it does not answer.
-func (a *app) daemonHolders(ctx context.Context, identity artifact.ID) *snapshotter.Holders {
+func (a *app) daemonHolders(ctx context.Context, identity artifact.ID) *control.Holders {
 	c, err := a.control()
 	if err != nil {
 		return nil
@@ -158,7 +158,7 @@ func (a *app) daemonHolders(ctx context.Context, identity artifact.ID) *snapshot
 }
 
 // holdersText says what of weightsnapd holds an artifact, or "".
-func holdersText(h *snapshotter.Holders) string {
+func holdersText(h *control.Holders) string {
 	if h == nil {
 		return ""
 	}

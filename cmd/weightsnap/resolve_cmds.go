@@ -12,7 +12,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
-	"github.com/weightsnap/weightsnap/cmd/internal/node"
+	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 )
@@ -143,7 +143,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	if _, ok := req.Recipe.(producers.Passthrough); ok {
 		req.Recipe = passthrough
 	}
-	rt, err := node.NewRuntime(ctx, cfg, node.RuntimeOptions{Mode: mode, Remote: o.remote.options(&cfg.Resolve, 0),
+	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: mode, Remote: o.remote.options(&cfg.Resolve, 0),
 		Producers: []producers.Recipe{passthrough}, NoFingerprintCache: o.noFingerprintCache})
 	if err != nil {
 		return err

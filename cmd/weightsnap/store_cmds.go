@@ -12,7 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/procs"
-	"github.com/weightsnap/weightsnap/snapshotter"
+	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -181,7 +181,7 @@ func newInspectCmd(a *app) *cobra.Command {
 			if a.jsonOut {
 				return a.printJSON(struct {
 					*store.ArtifactInfo
-					Weightsnapd *snapshotter.Holders `json:"weightsnapd,omitempty"`
+					Weightsnapd *control.Holders `json:"weightsnapd,omitempty"`
 				}{info, held})
 			}
 			if err := printArtifact(a, info); err != nil {
@@ -265,7 +265,7 @@ func printDomain(a *app, r *store.DomainReport) error {
 }
 
 // printHolders lists what of weightsnapd holds an artifact.
-func printHolders(a *app, h *snapshotter.Holders) {
+func printHolders(a *app, h *control.Holders) {
 	if h == nil || (!h.Leased && len(h.Pending) == 0) {
 		return
 	}

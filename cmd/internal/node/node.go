@@ -14,11 +14,13 @@ import (
 	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/cri"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
+	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -34,18 +36,18 @@ type Node struct {
 	Credentials *cri.Credentials
 	Remote      registry.Options
 
-	control *snapshotter.ControlServer
+	control *control.Server
 }
 
 // Start opens the store, starts the snapshotter at the configured snapshot
 // root (taking its leases again), registers its metrics with reg (when not
-// nil) and serves the control API ([snapshotter] control_address). ctx
-// bounds the node's resolutions and repairs: its life.
+// nil) and serves the control API ([snapshotter] control_address). The
+// snapshotter's resolutions and repairs run until Close.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
 	creds := cri.NewCredentials(cfg.CRI.CredentialLifetime())
 	remote := cfg.Resolve.RegistryOptions("weightsnapd")
 	remote.Credentials = creds.Lookup
-	rt, err := NewRuntime(ctx, cfg, RuntimeOptions{Mode: resolve.Required, Remote: remote})
+	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote})
 	if err != nil {
 		return nil, err
 	}
@@ -71,7 +73,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		return nil, err
 	}
 	if a := cfg.Snapshotter.ControlAddress; a != "" {
-		if n.control, err = snapshotter.ListenControl(ctx, a, n.Snapshotter); err != nil {
+		if n.control, err = control.Listen(ctx, a, n.Snapshotter.HostMounts()); err != nil {
 			n.Snapshotter.Close()
 			return nil, fmt.Errorf("control API: %w", err)
 		}

@@ -1,4 +1,6 @@
-package node
+// Package noderuntime is the one constructor of the resolution runtime from
+// the configuration, which the daemon (cmd/internal/node) and the CLI share.
+package noderuntime
 
 import (
 	"context"

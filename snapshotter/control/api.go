@@ -1,0 +1,58 @@
+// Package control is weightsnapd's control API, for the weightsnap CLI:
+// host mounts and what holds an artifact, HTTP/JSON on a unix socket (mode
+// 0660). The daemon serves a Backend (the snapshotter's host mounts) with
+// Listen; the CLI calls it through a Client, without the snapshotter.
+//
+//	POST   /v1/mounts              HostMountRequest -> HostMountInfo
+//	DELETE /v1/mounts?dir=DIR      -> 204
+//	GET    /v1/mounts              -> []HostMountInfo
+//	GET    /v1/holders?identity=ID -> Holders
+//
+// An error answers its errdefs class as the HTTP status (errhttp) and
+// {"error": message}.
+package control
+
+import (
+	"context"
+	"time"
+
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// HostMountRequest asks for a host mount.
+type HostMountRequest struct {
+	Identity artifact.ID `json:"identity"`
+	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
+	Dir      string      `json:"dir"`                // the absolute mount point
+}
+
+// HostMountInfo is a host mount; it is also the record the daemon keeps of
+// it (mount.json).
+type HostMountInfo struct {
+	Dir      string      `json:"dir"`
+	Identity artifact.ID `json:"identity"`
+	Artifact string      `json:"artifact,omitempty"`
+	Created  time.Time   `json:"created"`
+	Leased   bool        `json:"leased"` // false while a repair waits for the artifact
+}
+
+// Holders is what holds an artifact in the snapshotter.
+type Holders struct {
+	Identity  artifact.ID `json:"identity"`
+	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
+	Snapshots []string    `json:"snapshots,omitempty"` // active snapshots using it (containers, image volumes, views)
+	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease
+	Pending   []string    `json:"pending,omitempty"`   // snapshots (fallbacks, users) and mount points waiting for a repair
+}
+
+// Backend is what the control API serves.
+type Backend interface {
+	// Mount makes a host mount.
+	Mount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error)
+	// Unmount undoes the host mount on dir.
+	Unmount(ctx context.Context, dir string) error
+	// List lists the host mounts, by mount point.
+	List() []HostMountInfo
+	// HoldersOf says what holds the artifact identity.
+	HoldersOf(identity artifact.ID) (*Holders, error)
+}

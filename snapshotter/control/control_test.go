@@ -1,0 +1,162 @@
+package control
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+)
+
+// fakeBackend records the calls the server makes and answers err when set.
+type fakeBackend struct {
+	mu       sync.Mutex
+	err      error
+	mounted  []HostMountRequest
+	unmounts []string
+}
+
+func (b *fakeBackend) Mount(_ context.Context, req HostMountRequest) (*HostMountInfo, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		return nil, b.err
+	}
+	b.mounted = append(b.mounted, req)
+	return &HostMountInfo{Dir: req.Dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Unix(1, 0).UTC(), Leased: true}, nil
+}
+
+func (b *fakeBackend) Unmount(_ context.Context, dir string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.unmounts = append(b.unmounts, dir)
+	return b.err
+}
+
+func (b *fakeBackend) List() []HostMountInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []HostMountInfo
+	for _, r := range b.mounted {
+		out = append(out, HostMountInfo{Dir: r.Dir, Identity: r.Identity})
+	}
+	return out
+}
+
+func (b *fakeBackend) HoldersOf(id artifact.ID) (*Holders, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return &Holders{Identity: id, Leased: true, Mounts: []string{"/models/m"}, Pending: []string{"container"}}, b.err
+}
+
+func (b *fakeBackend) fail(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.err = err
+}
+
+// serve starts the control API over b on a socket of its own.
+func serve(t *testing.T, b Backend) *Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	srv, err := Listen(context.Background(), sock, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return NewClient(sock)
+}
+
+// repeatsClass says whether an error message names its class twice.
+func repeatsClass(err error) bool {
+	for _, cls := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable} {
+		if strings.Contains(err.Error(), cls.Error()+": "+cls.Error()) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestRoundTrip: every call reaches the backend with what the client sent
+// and comes back as the backend answered.
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	b := &fakeBackend{}
+	c := serve(t, b)
+	id := artifact.MustParseID("sha256:" + strings.Repeat("ab", 32))
+	req := HostMountRequest{Identity: id, Artifact: "reg.example/m@sha256:" + strings.Repeat("cd", 32), Dir: "/models/a b&c"}
+	mi, err := c.Mount(ctx, req)
+	if err != nil || mi.Dir != req.Dir || mi.Identity != id || mi.Artifact != req.Artifact || !mi.Leased || !mi.Created.Equal(time.Unix(1, 0)) {
+		t.Fatalf("mount: %+v %v", mi, err)
+	}
+	if ms, err := c.Mounts(ctx); err != nil || len(ms) != 1 || ms[0].Dir != req.Dir {
+		t.Fatalf("mounts: %+v %v", ms, err)
+	}
+	if err := c.Unmount(ctx, req.Dir); err != nil || !slices.Equal(b.unmounts, []string{req.Dir}) {
+		t.Fatalf("unmount: %v, the backend saw %q", err, b.unmounts)
+	}
+	h, err := c.Holders(ctx, id)
+	if err != nil || h.Identity != id || !h.Leased || !slices.Equal(h.Mounts, []string{"/models/m"}) || !slices.Equal(h.Pending, []string{"container"}) {
+		t.Fatalf("holders: %+v %v", h, err)
+	}
+}
+
+// TestErrorsKeepTheirClass: a refused request and a backend's failure
+// reach the client with their errdefs class, named once.
+func TestErrorsKeepTheirClass(t *testing.T) {
+	ctx := context.Background()
+	b := &fakeBackend{}
+	c := serve(t, b)
+	for _, tc := range []struct {
+		name string
+		call func() error
+		is   func(error) bool
+		says string // what the message must name
+	}{
+		{"malformed identity", func() error {
+			bad := map[string]string{"identity": "sha256:12", "dir": "/models/m"}
+			return c.call(ctx, http.MethodPost, "/v1/mounts", bad, &HostMountInfo{})
+		}, errdefs.IsInvalidArgument, "sha256:12"},
+		{"unknown field", func() error {
+			bad := map[string]string{"identity": "sha256:" + strings.Repeat("ab", 32), "dir": "/m", "mode": "rw"}
+			return c.call(ctx, http.MethodPost, "/v1/mounts", bad, &HostMountInfo{})
+		}, errdefs.IsInvalidArgument, "mode"},
+		{"holders of a malformed identity", func() error {
+			return c.call(ctx, http.MethodGet, "/v1/holders?identity=nope", nil, &Holders{})
+		}, errdefs.IsInvalidArgument, "nope"},
+		{"backend refuses", func() error {
+			b.fail(fmt.Errorf("/models/m is not a weightsnap host mount: %w", errdefs.ErrNotFound))
+			defer b.fail(nil)
+			return c.Unmount(ctx, "/models/m")
+		}, errdefs.IsNotFound, "is not a weightsnap host mount"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.call()
+			if !tc.is(err) || repeatsClass(err) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("got %v", err)
+			}
+		})
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.mounted) != 0 {
+		t.Fatalf("refused requests reached the backend: %+v", b.mounted)
+	}
+}
+
+// TestNoDaemon: a socket nobody serves is errdefs.ErrUnavailable, naming
+// the socket.
+func TestNoDaemon(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "none.sock")
+	_, err := NewClient(sock).Mounts(context.Background())
+	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("got %v", err)
+	}
+}

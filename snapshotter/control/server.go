@@ -1,0 +1,88 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errhttp"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/unixserve"
+)
+
+// Server serves the control API.
+type Server struct {
+	hs  *http.Server
+	lis net.Listener
+}
+
+// Listen creates the control socket at path (mode 0660; a stale socket is
+// replaced) and starts serving b on it.
+func Listen(ctx context.Context, path string, b Backend) (*Server, error) {
+	lis, err := unixserve.Listen(path)
+	if err != nil {
+		return nil, err
+	}
+	logger := log.G(ctx)
+	mux := http.NewServeMux()
+	handle := func(pattern string, fn func(ctx context.Context, r *http.Request) (any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			v, err := fn(log.WithLogger(r.Context(), logger), r)
+			w.Header().Set("Content-Type", "application/json")
+			if err != nil {
+				w.WriteHeader(errhttp.ToHTTP(err))
+				json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+				return
+			}
+			if v == nil {
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			json.NewEncoder(w).Encode(v)
+		})
+	}
+	handle("POST /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
+		var req HostMountRequest
+		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&req); err != nil {
+			if !errdefs.IsInvalidArgument(err) { // a malformed identity says its class already
+				err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+			}
+			return nil, fmt.Errorf("mount request: %w", err)
+		}
+		return b.Mount(ctx, req)
+	})
+	handle("DELETE /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
+		return nil, b.Unmount(ctx, r.URL.Query().Get("dir"))
+	})
+	handle("GET /v1/mounts", func(context.Context, *http.Request) (any, error) {
+		return b.List(), nil
+	})
+	handle("GET /v1/holders", func(_ context.Context, r *http.Request) (any, error) {
+		id, err := artifact.ParseID(r.URL.Query().Get("identity"))
+		if err != nil {
+			return nil, err
+		}
+		return b.HoldersOf(id)
+	})
+	c := &Server{hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, lis: lis}
+	go func() {
+		if err := c.hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
+			logger.WithError(err).Error("control API stopped")
+		}
+	}()
+	return c, nil
+}
+
+// Close stops serving and removes the socket.
+func (c *Server) Close() error {
+	return c.hs.Close() // closes the unix listener, which removes the socket
+}
