@@ -119,7 +119,7 @@ type clientSession struct {
 }
 
 // openSession asks addr for request and reads the manifest.
-func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*clientSession, error) {
+func openSession(ctx context.Context, cfg ClientConfig, addr string, request wire.Request) (*clientSession, error) {
 	req, err := wire.EncodeRequest(request)
 	if err != nil {
 		return nil, err
@@ -143,7 +143,7 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 		return fail(err)
 	}
 	if !cs.manifest.Answers(request) {
-		return fail(wire.Errorf("manifest", "answers another request than %q", request))
+		return fail(wire.Errorf("manifest", "answers another request than %q", request.String()))
 	}
 	if err := cs.manifest.CheckPassthrough(); err != nil {
 		return fail(err)

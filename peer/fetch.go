@@ -79,7 +79,7 @@ type target struct {
 // peer's, resuming with the ranges not yet verified.
 type fetcher struct {
 	peers    []string
-	request  string
+	request  wire.Request
 	o        FetchOptions
 	base     *wire.WeightManifest
 	subset   *subsetPlan

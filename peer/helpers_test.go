@@ -9,6 +9,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -127,4 +128,14 @@ func verifyFull(tb testing.TB, d *store.Domain, id artifact.ID) {
 		tb.Fatalf("full verification: %v", err)
 	}
 	l.Close()
+}
+
+// mustRequest parses a model request.
+func mustRequest(tb testing.TB, s string) wire.Request {
+	tb.Helper()
+	q, err := wire.ParseRequest(s)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return q
 }

@@ -67,7 +67,7 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	}
 	o := p.Options
 	o.Tensors, o.self = nil, p.Self
-	f, err := newFetcher(ctx, addrs, id.String(), o, false)
+	f, err := newFetcher(ctx, addrs, wire.Request{ID: id}, o, false)
 	// The root goes to the registry at once when no peer holds or builds
 	// the artifact; when one does but cannot serve it now (busy, or a
 	// builder not yet attached to a source) it asks again like any node.
@@ -82,7 +82,7 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	log.G(ctx).WithField("identity", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
 	b := &backoff.ExponentialBackOff{InitialInterval: reaskFirst, RandomizationFactor: 0.5, Multiplier: 1.5, MaxInterval: reaskMax}
 	f, err = backoff.Retry(ctx, func() (*fetcher, error) {
-		f, err := newFetcher(ctx, addrs, id.String(), o, false)
+		f, err := newFetcher(ctx, addrs, wire.Request{ID: id}, o, false)
 		if err != nil && !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
 			return nil, backoff.Permanent(err)
 		}

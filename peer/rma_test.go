@@ -56,7 +56,7 @@ func TestRestartRMA(t *testing.T)  { testRestart(t, ModeRMA, rmaConfig) }
 // its endpoint and key table.
 func rmaSession(t *testing.T, addr, request string) (*clientSession, *fabric.EP, [][]wire.RemoteKey) {
 	t.Helper()
-	cs, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addr, request)
+	cs, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addr, mustRequest(t, request))
 	if err != nil {
 		t.Fatal(err)
 	}

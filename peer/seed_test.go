@@ -206,7 +206,7 @@ func TestLyingBuilderIsRefused(t *testing.T) {
 func fetchPastRefusedBuilder(t *testing.T, a *store.Domain, identity artifact.Identity, addrB string) {
 	t.Helper()
 	_, addrA := serve(t, a, ServerConfig{MaxChildren: 1})
-	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, digestOf(t, identity))
+	hold, err := openSession(context.Background(), ClientConfig{}.withDefaults(), addrA, mustRequest(t, digestOf(t, identity)))
 	if err != nil {
 		t.Fatal(err)
 	}

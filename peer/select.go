@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -109,7 +110,7 @@ func (r FetchReport) MarshalJSON() ([]byte, error) {
 // orderSources (holders, then builders, with the fewest children first),
 // and reads its manifest. With keep the session stays open for the fetch; otherwise the
 // fetch opens a new one on the same peer first.
-func newFetcher(ctx context.Context, peers []string, request string, o FetchOptions, keep bool) (*fetcher, error) {
+func newFetcher(ctx context.Context, peers []string, request wire.Request, o FetchOptions, keep bool) (*fetcher, error) {
 	o.Client = o.Client.withDefaults()
 	if o.Rails <= 0 {
 		o.Rails = AutoRails()
@@ -126,8 +127,8 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	if err := checkPatterns(o.Tensors); err != nil {
 		return nil, err
 	}
-	if id, err := artifact.ParseID(request); err == nil && len(peers) > 1 {
-		peers, _ = orderSources(ctx, o.Client, peers, id)
+	if request.Export == "" && len(peers) > 1 {
+		peers, _ = orderSources(ctx, o.Client, peers, request.ID)
 	}
 	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}, depth: -1,
 		orphanAfter: -1}
@@ -192,9 +193,13 @@ func (f *fetcher) closeSession() {
 // what it has not verified yet, from the next peer (or the same one, once
 // it answers again).
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
+	q, err := wire.ParseRequest(request)
+	if err != nil {
+		return nil, nil, err
+	}
 	var mo store.MaterialiseOptions
-	if id, err := artifact.ParseID(request); err == nil && len(o.Tensors) == 0 {
-		mo.Known = id // an identity this store may already have: no peer needed
+	if q.Export == "" && len(o.Tensors) == 0 {
+		mo.Known = q.ID // an identity this store may already have: no peer needed
 	}
 	rep := &FetchReport{Request: request, Tensors: o.Tensors}
 	var f *fetcher
@@ -203,7 +208,7 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 		if err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		if f, err = newFetcher(ctx, addrs, request, o, true); err != nil {
+		if f, err = newFetcher(ctx, addrs, q, o, true); err != nil {
 			return artifact.Identity{}, nil, err
 		}
 		f.scratch = d.Root()

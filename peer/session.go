@@ -95,7 +95,11 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		conn.Write(wire.StatusFrame(statusOf(err), err.Error()))
 		return err
 	}
-	req, err := wire.ReadRequest(r)
+	raw, err := wire.ReadRequest(r)
+	if err != nil {
+		return fail(err)
+	}
+	req, err := wire.ParseRequest(raw) // the one parse of the request
 	if err != nil {
 		return fail(err)
 	}

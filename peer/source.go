@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -35,19 +34,16 @@ type servable struct {
 
 // open resolves a model request to what it names: a READY artifact by
 // identity or manifest digest, or an exported directory.
-func (s *Server) open(ctx context.Context, request string) (*servable, error) {
-	if name, ok := strings.CutPrefix(request, wire.ExportPrefix); ok {
-		return s.exports.open(ctx, name)
+func (s *Server) open(ctx context.Context, request wire.Request) (*servable, error) {
+	if request.Export != "" {
+		return s.exports.open(ctx, request.Export)
 	}
 	// An identity and a manifest digest have the same form: the request is
 	// looked up as the one, then as the other.
-	id, err := artifact.ParseID(request)
-	if err != nil {
-		return nil, badInput("model request %q: want sha256:<identity or manifest digest> or %s<name>", request, wire.ExportPrefix)
-	}
+	id := request.ID
 	l, err := s.d.Lookup(ctx, id, store.ManifestAndMetadata)
 	if errors.Is(err, store.ErrMiss) && !store.IsInvalid(err) {
-		byManifest, ferr := s.byManifestDigest(ctx, request)
+		byManifest, ferr := s.byManifestDigest(ctx, id.String())
 		if ferr != nil {
 			if sv, berr := s.openBuilding(ctx, id); berr == nil {
 				return sv, nil // not READY here, but being built

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"strings"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -108,14 +107,6 @@ func (m *WeightManifest) CheckPassthrough() error {
 		entries[i] = s.FileEntry
 	}
 	return m.Identity.CheckPassthrough(entries)
-}
-
-// Answers says whether the manifest is the answer to a model request.
-func (m *WeightManifest) Answers(request string) bool {
-	if name, ok := strings.CutPrefix(request, ExportPrefix); ok {
-		return m.Export == name
-	}
-	return m.IdentityDigest.String() == request || (m.ManifestDigest != "" && m.ManifestDigest.String() == request)
 }
 
 // emptyBLAKE3 is the BLAKE3 of no bytes.

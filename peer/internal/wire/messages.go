@@ -41,11 +41,12 @@ func ReadHello(r io.Reader) (Hello, error) {
 }
 
 // EncodeRequest encodes a model request, refusing one over ModelRequestMax.
-func EncodeRequest(request string) (Enc, error) {
-	if len(request) > ModelRequestMax {
-		return nil, tooLarge("model request", uint64(len(request)), ModelRequestMax)
+func EncodeRequest(q Request) (Enc, error) {
+	s := q.String()
+	if len(s) > ModelRequestMax {
+		return nil, tooLarge("model request", uint64(len(s)), ModelRequestMax)
 	}
-	return Enc{}.Blob32([]byte(request)), nil
+	return Enc{}.Blob32([]byte(s)), nil
 }
 
 // ReadRequest reads a model request: [u32 len][bytes], at most ModelRequestMax.
