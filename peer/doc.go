@@ -4,6 +4,10 @@
 // the tensors of one that match patterns, from whichever configured peer
 // holds it, writing through the store's writer.
 //
+// The server half is server.go, session.go, servable.go, exports.go, the
+// serve_*.go files and rma_server.go; the client half is client.go,
+// select.go, choose.go, provider.go, subset.go and the fetch*.go files.
+//
 // The wire protocol (framing, bounds, the WeightManifest) is
 // peer/internal/wire; the libfabric binding of the rma plane is
 // peer/internal/fabric. Tensor i goes on rail i % n_rails; on the rma plane
@@ -13,7 +17,7 @@
 // Data planes: "tcp" (pure Go, the default): one connection per rail, each
 // attached to the session by its secret and the server's generation id,
 // serving ranged reads with sendfile, and a unit longer than a piece in
-// pieces where the fetch seeds or its source builds (pieces.go); "rma" (build tag libfabric): one
+// pieces where the fetch seeds or its source builds (fetch_pieces.go, serve_pieces.go); "rma" (build tag libfabric): one
 // FI_EP_MSG endpoint per rail, every shard's mapping registered read-only for
 // remote reads (a building artifact's unit by unit, once verified, as the
 // client asks for each unit's key), the client posting batched one-sided

@@ -84,7 +84,7 @@ type fetcher struct {
 	base     *wire.WeightManifest
 	subset   *subsetPlan
 	w        artifact.Writer // Produce's
-	seed     artifact.Seeder // the same writer, when this node serves what it fetches (seed.go)
+	seed     artifact.Seeder // the same writer, when this node serves what it fetches (fetch_seed.go)
 	scratch  string          // directory of a subset's scratch files (the store's filesystem)
 	identity artifact.Identity
 	sess     *clientSession // opened by the selection; Produce uses it first

@@ -11,7 +11,7 @@ import (
 
 // unit is one range verified on its own: the header region or one tensor
 // of a safetensors shard, the whole of any other file, or a piece of one
-// of those (pieces.go).
+// of those (fetch_pieces.go).
 type unit struct {
 	shard  int   // in the manifest
 	off, n int64 // in the shard

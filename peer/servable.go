@@ -28,7 +28,7 @@ type shard struct {
 type servable struct {
 	manifest wire.WeightManifest // without the generation
 	shards   []shard
-	building *store.Building // set when the artifact is being built here (seed.go); shards then have no file yet
+	building *store.Building // set when the artifact is being built here (serve_building.go); shards then have no file yet
 	release  func()
 }
 

@@ -3,7 +3,6 @@ package peer
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"time"
@@ -22,20 +21,6 @@ import (
 // On the rma plane, whose one-sided reads cannot wait, the client asks for
 // each unit's key and the server registers the unit only once it is
 // verified (rma_server.go).
-
-// announce records the manifest a fetch serves from, as its announcement.
-func announce(sd artifact.Seeder, m *wire.WeightManifest) error {
-	a := artifact.Announcement{Identity: m.Identity}
-	for _, s := range m.Shards {
-		a.Files = append(a.Files, s.FileEntry)
-		a.Headers = append(a.Headers, s.Header)
-	}
-	doc, err := json.Marshal(a)
-	if err != nil {
-		return err
-	}
-	return sd.Announce(doc)
-}
 
 // openBuilding serves the announced build of id, when this node builds it.
 func (s *Server) openBuilding(ctx context.Context, id artifact.ID) (*servable, error) {

@@ -1,15 +1,11 @@
 package peer
 
 import (
-	"context"
 	"fmt"
-	"io"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
-	"github.com/weightsnap/weightsnap/peer/internal/wire"
 )
 
 // Pieces: over tcp, a fetch that serves what it fetches, or fetches from a
@@ -22,47 +18,6 @@ import (
 // A chain of builders thus forwards a tensor a piece, not a tensor, after
 // its source; no byte is recorded verified before its piece matched. The
 // rma plane keeps whole units.
-
-// pieceCVs are the chaining values of the pieces of [off, off+n) of shard
-// i: as a building artifact's builder recorded them or, once the range is
-// verified (waiting within timeout) or of a READY artifact, computed from
-// its bytes.
-func (sv *servable) pieceCVs(ctx context.Context, i int, off, n int64, timeout time.Duration) ([][32]byte, error) {
-	if n == 0 || blake3.Pieces(n) > wire.MaxPieces {
-		return nil, badInput("pieces of a range of %d bytes", n)
-	}
-	sh := sv.shards[i]
-	f := sh.file
-	if sv.building != nil {
-		wctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		cvs, err := sv.building.WaitPieces(wctx, sh.entry.Path, off, n)
-		if err != nil || cvs != nil {
-			return cvs, err
-		}
-		if f, err = sv.building.File(sh.entry.Path); err != nil {
-			return nil, err
-		}
-	}
-	return hashPieces(f, off, n)
-}
-
-// hashPieces reads [off, off+n) of r a piece at a time and hashes each.
-func hashPieces(r io.ReaderAt, off, n int64) ([][32]byte, error) {
-	buf := make([]byte, min(n, blake3.PieceSize))
-	cvs := make([][32]byte, blake3.Pieces(n))
-	for i := range cvs {
-		at := int64(i) * blake3.PieceSize
-		p := buf[:min(n-at, blake3.PieceSize)]
-		if _, err := r.ReadAt(p, off+at); err != nil {
-			return nil, err
-		}
-		h := blake3.NewPieceHasher(int64(i))
-		h.Write(p)
-		h.Sum(cvs[i][:0])
-	}
-	return cvs, nil
-}
 
 // piecesFrom says whether a tcp session takes long units in pieces: from
 // a peer that answers for pieces of this size, when this node serves what
