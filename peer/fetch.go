@@ -76,49 +76,32 @@ type target struct {
 
 // fetcher is the producer of a fetch: it writes every target through the
 // store's writer from one peer's session, and on a failure from the next
-// peer's, resuming with the ranges not yet verified.
+// peer's, resuming with the ranges not yet verified. The sources say which
+// peer each session is with (fetch_sources.go), the unit table what is
+// left to verify (fetch_units.go), the statistics what the fetch did
+// (fetch_stats.go).
 type fetcher struct {
-	peers    []string
-	request  wire.Request
 	o        FetchOptions
 	base     *wire.WeightManifest
 	subset   *subsetPlan
+	identity artifact.Identity
 	w        artifact.Writer // Produce's
 	seed     artifact.Seeder // the same writer, when this node serves what it fetches (fetch_seed.go)
 	scratch  string          // directory of a subset's scratch files (the store's filesystem)
-	identity artifact.Identity
-	sess     *clientSession // opened by the selection; Produce uses it first
-	last     int            // index of the peer used last
-	// depth is this fetch's depth once a session served it, -1 before: 0
-	// from a holder, a builder's depth plus one from that builder
-	// (artifact.Seeder.Source). A builder is a source only if it is nearer
-	// a complete source (eligible), so builders never wait on each other.
-	depth       int
-	orphanAfter time.Duration // orphanWait's, -1 before it is computed
 
-	mu      sync.Mutex
-	units   []*unit
-	targets []*target
-	closers sync.WaitGroup
-	closeMu sync.Mutex
-	closeEr error
-	slots   chan struct{}
-
-	fetched, reused atomic.Int64
-	reusedFiles     int
-	rep             sessionStats
-	gens            map[string]string
-	refused         map[string]bool // peers that served a unit with wrong bytes
+	src     *sources
+	units   unitTable
+	closing targetCloser
+	stats   fetchStats
 }
 
-// sessionStats are the sessions a fetch ran, for its report.
-type sessionStats struct {
-	Peer      string   // the last session's
-	Peers     []string // every session's, in order, repeats dropped
-	Mode      Mode
-	Rails     int
-	Failovers int
-	Restarts  int
+// targetCloser closes targets in the background, a few at a time, and
+// keeps their failures.
+type targetCloser struct {
+	wg    sync.WaitGroup
+	slots chan struct{}
+	mu    sync.Mutex
+	err   error
 }
 
 func (f *fetcher) Name() string { return FetchProducerName }
@@ -129,18 +112,12 @@ func (f *fetcher) Progress() (done, total int64) {
 	if f.subset == nil {
 		total = f.base.TotalBytes()
 	}
-	return f.fetched.Load() + f.reused.Load(), total
-}
-
-func (f *fetcher) progress(n int64) {
-	if f.o.Progress != nil && n > 0 {
-		f.o.Progress(n)
-	}
+	return f.stats.done(), total
 }
 
 // Produce implements artifact.Producer.
 func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
-	f.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
+	f.closing.slots = make(chan struct{}, runtime.GOMAXPROCS(0))
 	f.w = w
 	if f.subset == nil && w.Seeding() {
 		if err := announce(w, f.base); err != nil {
@@ -151,17 +128,13 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 	err := f.prepare(ctx, w)
 	if err == nil {
 		if f.o.OnTotal != nil {
-			total := f.reused.Load()
-			for _, u := range f.units {
-				total += u.n
-			}
-			f.o.OnTotal(total)
+			f.o.OnTotal(f.stats.reused.Load() + f.units.bytes())
 		}
-		f.progress(f.reused.Load())
+		f.stats.progress(f.stats.reused.Load())
 		err = f.fetchAll(ctx)
 	}
-	f.closers.Wait()
-	for _, t := range f.targets {
+	f.closing.wg.Wait()
+	for _, t := range f.units.targets {
 		if t.scratch != nil {
 			unmapScratch(t)
 			t.scratch.Close()
@@ -170,7 +143,7 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 	if err != nil {
 		return err
 	}
-	return f.closeEr
+	return f.closing.err
 }
 
 // prepare creates (or reuses) every target and lists the units to fetch.
@@ -186,8 +159,7 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 			if err := f.verified(s.Path, 0, s.Size); err != nil {
 				return err
 			}
-			f.reused.Add(s.Size)
-			f.reusedFiles++
+			f.stats.reusedFile(s.Size)
 			log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
 			continue
 		}
@@ -210,7 +182,7 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 		return nil, err
 	}
 	t := &target{path: bind.Want.Path, want: bind.Want, fw: fw, out: fw}
-	f.targets = append(f.targets, t)
+	f.units.addTarget(t)
 	if f.o.Mode == ModeRMA {
 		if t.mapping, err = fw.Map(); err != nil {
 			return nil, fmt.Errorf("map %s: %w", t.path, err)
@@ -223,9 +195,10 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 // binds the sender's sha256; a subset file is copied in order into a new
 // store file, and what the store computed is checked against the record.
 func (f *fetcher) closeTarget(t *target) {
-	f.closers.Go(func() {
-		f.slots <- struct{}{}
-		defer func() { <-f.slots }()
+	c := &f.closing
+	c.wg.Go(func() {
+		c.slots <- struct{}{}
+		defer func() { <-c.slots }()
 		var err error
 		if t.scratch != nil {
 			err = f.copySubset(t)
@@ -233,9 +206,9 @@ func (f *fetcher) closeTarget(t *target) {
 			err = fmt.Errorf("fetched %s: %w", t.path, err)
 		}
 		if err != nil {
-			f.closeMu.Lock()
-			f.closeEr = errors.Join(f.closeEr, err)
-			f.closeMu.Unlock()
+			c.mu.Lock()
+			c.err = errors.Join(c.err, err)
+			c.mu.Unlock()
 		}
 	})
 }
@@ -256,9 +229,8 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 	var since time.Time // of the first failure since the last progress
 	session := func() (struct{}, error) {
 		for {
-			todo := f.remaining()
-			cs := f.sess
-			f.sess = nil
+			todo := f.units.remaining()
+			cs := f.src.take()
 			if len(todo) == 0 {
 				if cs != nil {
 					cs.finish()
@@ -267,16 +239,16 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 			}
 			var err error
 			if cs == nil {
-				cs, err = f.nextSession(ctx)
+				cs, err = f.src.next(ctx)
 			}
-			before := f.fetched.Load()
+			before := f.stats.fetched.Load()
 			if err == nil {
 				if err = f.runSession(ctx, cs, todo); err == nil {
 					err = cs.finish()
 				} else {
 					cs.close()
 					if errdefs.IsDataLoss(err) {
-						f.refused[cs.addr] = true // it served a unit that did not match: not asked again
+						f.src.refuse(cs.addr) // it served a unit that did not match: not asked again
 					}
 				}
 			}
@@ -289,27 +261,27 @@ func (f *fetcher) fetchAll(ctx context.Context) error {
 			if !peerFault(err) {
 				return struct{}{}, backoff.Permanent(err)
 			}
-			if f.fetched.Load() > before || failures == 0 {
+			if f.stats.fetched.Load() > before || failures == 0 {
 				failures, since = 0, time.Now()
 				b.Reset()
 			}
 			failures++
 			var ns *noSourceError
-			if errors.As(err, &ns) && time.Since(since) > f.orphanWait(ctx) {
+			if errors.As(err, &ns) && time.Since(since) > f.src.orphanWait(ctx) {
 				// Another source may be the registry: resolution goes on to it.
-				log.G(ctx).WithError(err).WithField("depth", f.depth).WithField("waited", time.Since(since).Round(time.Millisecond)).
+				log.G(ctx).WithError(err).WithField("depth", f.src.depth).WithField("waited", time.Since(since).Round(time.Millisecond)).
 					Warn("peer: no source left nearer a complete source; leaving the fetch")
 				return struct{}{}, backoff.Permanent(fmt.Errorf("%w: %w", err, errdefs.ErrUnavailable))
 			}
-			if time.Since(since) > f.o.Patience && failures > len(f.peers) {
+			if time.Since(since) > f.o.Patience && failures > len(f.src.peers) {
 				return struct{}{}, backoff.Permanent(fmt.Errorf("giving up after %d failed sessions in %s without progress: %w", failures, f.o.Patience, err))
 			}
 			return struct{}{}, err
 		}
 	}
 	notify := func(err error, _ time.Duration) {
-		f.rep.Failovers++
-		log.G(ctx).WithError(err).WithField("left", len(f.remaining())).Warn("peer: session failed; resuming from the next peer")
+		f.stats.sessions.Failovers++
+		log.G(ctx).WithError(err).WithField("left", len(f.units.remaining())).Warn("peer: session failed; resuming from the next peer")
 	}
 	_, err := backoff.Retry(ctx, session, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(0), backoff.WithNotify(notify))
 	return err
@@ -331,7 +303,7 @@ func (f *fetcher) runSession(ctx context.Context, cs *clientSession, todo []*uni
 	if err := cs.startPlane(ctx, f.o.Mode, rails); err != nil {
 		return err
 	}
-	f.rep.Mode, f.rep.Rails = cs.mode, cs.rails
+	f.stats.sessions.Mode, f.stats.sessions.Rails = cs.mode, cs.rails
 	byRail := make([][]*unit, cs.rails)
 	for i, u := range todo {
 		byRail[i%cs.rails] = append(byRail[i%cs.rails], u)

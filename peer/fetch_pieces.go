@@ -75,9 +75,6 @@ func (f *fetcher) split(addr string, u *unit, ps []*unit, cvs [][32]byte) error 
 	for i, p := range ps {
 		p.blake3 = cvs[i]
 	}
-	u.left.Store(int64(len(ps)))
-	f.mu.Lock()
-	u.pieces = ps
-	f.mu.Unlock()
+	f.units.split(u, ps)
 	return nil
 }

@@ -14,6 +14,47 @@ import (
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 )
 
+// sources choose the peer each session of a fetch runs with: the one the
+// selection found first, then the next that serves the same bytes,
+// passing over peers that served wrong ones, and a builder only nearer a
+// complete source than this fetch (its depth), so builders never wait on
+// each other. They notice a peer that restarted by its generation.
+type sources struct {
+	peers   []string
+	request wire.Request
+	client  ClientConfig
+	self    string               // Provider.Self, for orphanWait
+	base    *wire.WeightManifest // the selection's: every later session serves the same bytes
+	sess    *clientSession       // opened by the selection; the first session uses it
+	last    int                  // index of the peer used last
+	// depth is this fetch's depth once a session served it, -1 before: 0
+	// from a holder, a builder's depth plus one from that builder
+	// (artifact.Seeder.Source).
+	depth       int
+	orphanAfter time.Duration     // orphanWait's, -1 before it is computed
+	gens        map[string]string // each peer's generation, as its last session said
+	refused     map[string]bool   // peers that served a unit with wrong bytes
+}
+
+func newSources(peers []string, request wire.Request, o FetchOptions) *sources {
+	return &sources{peers: peers, request: request, client: o.Client, self: o.self, depth: -1, orphanAfter: -1,
+		gens: map[string]string{}, refused: map[string]bool{}}
+}
+
+// take hands over the selection's session, if it is still open.
+func (s *sources) take() *clientSession {
+	cs := s.sess
+	s.sess = nil
+	return cs
+}
+
+// closeSession drops a selection's session the fetch did not use.
+func (s *sources) closeSession() {
+	if cs := s.take(); cs != nil {
+		cs.close()
+	}
+}
+
 // orphanWait is how long a fetch whose sources are gone asks the peers
 // again before it gives up (and resolution takes the registry). Orphans
 // near the origin (depth 0 or 1: their source was a holder or the root)
@@ -25,25 +66,25 @@ import (
 // one's new build is announced before the next one would go. A node
 // farther down waits for its upstream to recover, up to DefaultRootWait.
 // Computed once, at the first miss of a source.
-func (f *fetcher) orphanWait(ctx context.Context) time.Duration {
-	if f.depth > 1 {
+func (s *sources) orphanWait(ctx context.Context) time.Duration {
+	if s.depth > 1 {
 		return DefaultRootWait
 	}
-	if f.orphanAfter >= 0 {
-		return f.orphanAfter
+	if s.orphanAfter >= 0 {
+		return s.orphanAfter
 	}
 	rank := rand.N(orphanStep)
-	if f.o.self != "" {
-		near := []string{f.o.self}
-		for _, o := range listSources(ctx, f.o.Client, f.peers, f.base.IdentityDigest) {
-			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != f.o.self {
+	if s.self != "" {
+		near := []string{s.self}
+		for _, o := range listSources(ctx, s.client, s.peers, s.base.IdentityDigest) {
+			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != s.self {
 				near = append(near, o.addr)
 			}
 		}
-		rank = time.Duration(slices.Index(rendezvous(f.base.IdentityDigest, near), f.o.self)) * orphanStep
+		rank = time.Duration(slices.Index(rendezvous(s.base.IdentityDigest, near), s.self)) * orphanStep
 	}
-	f.orphanAfter = orphanSettle + rank
-	return f.orphanAfter
+	s.orphanAfter = orphanSettle + rank
+	return s.orphanAfter
 }
 
 // Orphans near the origin: within orphanSettle of losing their source
@@ -54,50 +95,54 @@ const (
 	orphanStep   = time.Second
 )
 
-// nextSession opens a session on the next peer after the one used last
-// that serves the same bytes, passing over peers that served wrong bytes
-// while another is left.
-func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
+// next opens a session on the next peer after the one used last that
+// serves the same bytes, passing over peers that served wrong bytes while
+// another is left.
+func (s *sources) next(ctx context.Context) (*clientSession, error) {
 	var last error
-	for i := range f.peers {
-		k := (f.last + 1 + i) % len(f.peers)
-		if f.refused[f.peers[k]] && len(f.refused) < len(f.peers) {
+	for i := range s.peers {
+		k := (s.last + 1 + i) % len(s.peers)
+		if s.refused[s.peers[k]] && len(s.refused) < len(s.peers) {
 			continue
 		}
-		cs, err := openSession(ctx, f.o.Client, f.peers[k], f.request)
+		cs, err := openSession(ctx, s.client, s.peers[k], s.request)
 		if err != nil {
 			last = err
 			continue
 		}
-		if err := sameContent(f.base, cs.manifest); err != nil {
+		if err := sameContent(s.base, cs.manifest); err != nil {
 			cs.close()
-			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+			last = &PeerError{Addr: s.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 			continue
 		}
-		if err := f.eligible(cs.addr, cs.manifest); err != nil {
+		if err := s.eligible(cs.addr, cs.manifest); err != nil {
 			cs.close()
 			last = err
 			continue
 		}
-		f.last = k
+		s.last = k
 		return cs, nil
 	}
-	return nil, &noSourceError{peers: len(f.peers), depth: f.depth, last: last}
+	return nil, &noSourceError{peers: len(s.peers), depth: s.depth, last: last}
 }
+
+// refuse passes over addr, which served a unit that did not match, while
+// another peer is left.
+func (s *sources) refuse(addr string) { s.refused[addr] = true }
 
 // eligible says whether a peer may be this fetch's source: a holder
 // always; a builder once it has a source itself and, once this fetch has
 // a depth, only at a smaller one. Depths then fall along every chain of
 // builders, which therefore ends at a holder or the registry: no cycle.
-func (f *fetcher) eligible(addr string, m *wire.WeightManifest) error {
+func (s *sources) eligible(addr string, m *wire.WeightManifest) error {
 	switch {
 	case !m.Building:
 		return nil
 	case m.Depth < 0:
 		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.IdentityDigest.Short(), errNotNearer, errdefs.ErrUnavailable)}
-	case f.depth >= 0 && m.Depth >= f.depth:
+	case s.depth >= 0 && m.Depth >= s.depth:
 		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
-			m.IdentityDigest.Short(), errNotNearer, m.Depth, f.depth, errdefs.ErrUnavailable)}
+			m.IdentityDigest.Short(), errNotNearer, m.Depth, s.depth, errdefs.ErrUnavailable)}
 	}
 	return nil
 }
@@ -134,27 +179,32 @@ func sameContent(m, o *wire.WeightManifest) error {
 	return nil
 }
 
-// use records the session's peer and this fetch's depth through it, and
-// detects a restart by its generation.
-func (f *fetcher) use(ctx context.Context, cs *clientSession) error {
-	if old, ok := f.gens[cs.addr]; ok && old != cs.manifest.Generation {
-		f.rep.Restarts++
+// use records the session's peer's generation, saying whether the peer
+// restarted since its last session, and this fetch's depth through it,
+// saying whether it changed.
+func (s *sources) use(ctx context.Context, cs *clientSession) (restarted, moved bool) {
+	if old, ok := s.gens[cs.addr]; ok && old != cs.manifest.Generation {
+		restarted = true
 		log.G(ctx).WithField("peer", cs.addr).WithField("old", artifact.ShortHex(old)).WithField("new", artifact.ShortHex(cs.manifest.Generation)).
 			Warn("peer: restarted since its last session: nothing of that session is reused but the verified bytes")
 	}
-	f.gens[cs.addr] = cs.manifest.Generation
-	if d := sourceDepth(cs.manifest); d != f.depth {
-		f.depth = d
-		if f.seed != nil {
-			if err := f.seed.Source(d); err != nil {
-				return err
-			}
+	s.gens[cs.addr] = cs.manifest.Generation
+	if d := sourceDepth(cs.manifest); d != s.depth {
+		s.depth, moved = d, true
+	}
+	return restarted, moved
+}
+
+// use starts a session: the sources record its peer and this fetch's
+// depth through it, which a seeding fetch records; the statistics count it.
+func (f *fetcher) use(ctx context.Context, cs *clientSession) error {
+	restarted, moved := f.src.use(ctx, cs)
+	if moved && f.seed != nil {
+		if err := f.seed.Source(f.src.depth); err != nil {
+			return err
 		}
 	}
-	f.rep.Peer = cs.addr
-	if n := len(f.rep.Peers); n == 0 || f.rep.Peers[n-1] != cs.addr {
-		f.rep.Peers = append(f.rep.Peers, cs.addr)
-	}
+	f.stats.session(cs.addr, restarted)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package peer
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
 
 	"github.com/containerd/errdefs"
@@ -20,11 +21,11 @@ type unit struct {
 	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header or a piece
 	name   string // tensor name; "" for a header or a whole file
 	blake3 artifact.Digest
-	done   bool // verified; guarded by fetcher.mu
+	done   bool // verified; guarded by unitTable.mu
 
 	// A piece has a parent, its index among the parent's pieces, and its
 	// chaining value as blake3. A unit taken in pieces has them once their
-	// chaining values matched its BLAKE3 (guarded by fetcher.mu), and
+	// chaining values matched its BLAKE3 (guarded by unitTable.mu), and
 	// left counts those not verified yet.
 	parent *unit
 	piece  int64
@@ -48,30 +49,36 @@ func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
 	return us
 }
 
-// addUnits records a target's units; empty ones are done at once.
-func (f *fetcher) addUnits(t *target, us []*unit) error {
-	t.pending.Store(int64(len(us)))
-	f.units = append(f.units, us...)
-	if len(us) == 0 {
-		f.closeTarget(t)
+// unitTable is a fetch's units and the files they land in: which units
+// are verified, which remain, and, of a unit taken in pieces, its pieces.
+type unitTable struct {
+	mu      sync.Mutex
+	units   []*unit
+	targets []*target
+}
+
+// addTarget records a file the fetch writes.
+func (ut *unitTable) addTarget(t *target) { ut.targets = append(ut.targets, t) }
+
+// add records units; before any session, so unlocked.
+func (ut *unitTable) add(us []*unit) { ut.units = append(ut.units, us...) }
+
+// bytes is the payload the units hold.
+func (ut *unitTable) bytes() int64 {
+	var n int64
+	for _, u := range ut.units {
+		n += u.n
 	}
-	for _, u := range us {
-		if u.n == 0 { // the manifest's validation checked its hash is the empty one
-			if err := f.landed("", u, u.blake3); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return n
 }
 
 // remaining are the units not verified yet, in order: of a unit taken in
 // pieces, its pieces not verified yet.
-func (f *fetcher) remaining() []*unit {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+func (ut *unitTable) remaining() []*unit {
+	ut.mu.Lock()
+	defer ut.mu.Unlock()
 	var out []*unit
-	for _, u := range f.units {
+	for _, u := range ut.units {
 		switch {
 		case u.done:
 		case u.pieces == nil:
@@ -85,6 +92,42 @@ func (f *fetcher) remaining() []*unit {
 		}
 	}
 	return out
+}
+
+// markDone marks a unit verified; false if it was already.
+func (ut *unitTable) markDone(u *unit) bool {
+	ut.mu.Lock()
+	defer ut.mu.Unlock()
+	if u.done {
+		return false
+	}
+	u.done = true
+	return true
+}
+
+// split gives u its pieces, whose chaining values matched its BLAKE3.
+func (ut *unitTable) split(u *unit, ps []*unit) {
+	u.left.Store(int64(len(ps)))
+	ut.mu.Lock()
+	u.pieces = ps
+	ut.mu.Unlock()
+}
+
+// addUnits records a target's units; empty ones are done at once.
+func (f *fetcher) addUnits(t *target, us []*unit) error {
+	t.pending.Store(int64(len(us)))
+	f.units.add(us)
+	if len(us) == 0 {
+		f.closeTarget(t)
+	}
+	for _, u := range us {
+		if u.n == 0 { // the manifest's validation checked its hash is the empty one
+			if err := f.landed("", u, u.blake3); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // what names a unit in messages.
@@ -117,7 +160,7 @@ func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 			return err
 		}
 	}
-	if !f.markDone(u) {
+	if !f.units.markDone(u) {
 		return nil
 	}
 	if u.dst.fw != nil {
@@ -125,8 +168,7 @@ func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 			return err
 		}
 	}
-	f.fetched.Add(u.n)
-	f.progress(u.n)
+	f.stats.verified(u.n)
 	if t := u.parent; t != nil {
 		if t.left.Add(-1) > 0 {
 			return nil
@@ -136,7 +178,7 @@ func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 		if err := f.setPart(t); err != nil {
 			return err
 		}
-		f.markDone(t)
+		f.units.markDone(t)
 	}
 	if u.dst.pending.Add(-1) == 0 {
 		f.closeTarget(u.dst)
@@ -150,17 +192,6 @@ func (f *fetcher) setPart(u *unit) error {
 		return u.dst.fw.SetPartBLAKE3(u.part, u.blake3)
 	}
 	return nil
-}
-
-// markDone marks a unit verified; false if it was already.
-func (f *fetcher) markDone(u *unit) bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if u.done {
-		return false
-	}
-	u.done = true
-	return true
 }
 
 // verified tells the store a range of a bound file is written and verified,

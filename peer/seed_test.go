@@ -272,8 +272,8 @@ func TestEligibleSources(t *testing.T) {
 		{"any builder, fetch from a holder", true, 0, 0, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := &fetcher{depth: tc.mine}
-			err := f.eligible("10.0.0.1:7420", &wire.WeightManifest{Building: tc.building, Depth: tc.depth})
+			s := &sources{depth: tc.mine}
+			err := s.eligible("10.0.0.1:7420", &wire.WeightManifest{Building: tc.building, Depth: tc.depth})
 			if (err == nil) != tc.ok {
 				t.Fatalf("eligible: %v, want ok %t", err, tc.ok)
 			}

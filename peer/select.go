@@ -130,13 +130,12 @@ func newFetcher(ctx context.Context, peers []string, request wire.Request, o Fet
 	if request.Export == "" && len(peers) > 1 {
 		peers, _ = orderSources(ctx, o.Client, peers, request.ID)
 	}
-	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}, depth: -1,
-		orphanAfter: -1}
+	f := &fetcher{o: o, src: newSources(peers, request, o), stats: fetchStats{onProgress: o.Progress}}
 	var errs []error
 	for i, addr := range peers {
 		cs, err := openSession(ctx, o.Client, addr, request)
 		if err == nil {
-			if err = f.eligible(addr, cs.manifest); err != nil {
+			if err = f.src.eligible(addr, cs.manifest); err != nil {
 				cs.close()
 			}
 		}
@@ -147,15 +146,15 @@ func newFetcher(ctx context.Context, peers []string, request wire.Request, o Fet
 			}
 			continue
 		}
-		f.base, f.identity, f.last = cs.manifest, cs.manifest.Identity, i-1
+		f.base, f.identity, f.src.base, f.src.last = cs.manifest, cs.manifest.Identity, cs.manifest, i-1
 		if keep {
-			f.sess, f.last = cs, i
+			f.src.sess, f.src.last = cs, i
 		} else {
 			cs.close()
 		}
 		if len(o.Tensors) > 0 {
 			if f.subset, f.identity, err = planSubset(f.base, o.Tensors); err != nil {
-				f.closeSession()
+				f.src.closeSession()
 				return nil, err
 			}
 		}
@@ -175,14 +174,6 @@ func allNotFound(errs []error) bool {
 		}
 	}
 	return len(errs) > 0
-}
-
-// closeSession drops a selection's session the fetch did not use.
-func (f *fetcher) closeSession() {
-	if f.sess != nil {
-		f.sess.close()
-		f.sess = nil
-	}
 }
 
 // Fetch materializes request (an identity digest, a manifest digest or a
@@ -217,8 +208,9 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)
 	if f != nil {
-		f.closeSession()
-		rep.Peers, rep.Failovers, rep.Restarts = f.rep.Peers, f.rep.Failovers, f.rep.Restarts
+		f.src.closeSession()
+		ss := f.stats.sessions
+		rep.Peers, rep.Failovers, rep.Restarts = ss.Peers, ss.Failovers, ss.Restarts
 	}
 	if err != nil {
 		if !m.Planned {

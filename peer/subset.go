@@ -118,7 +118,7 @@ func (p *subsetPlan) prepare(f *fetcher) error {
 			at += x.Length
 		}
 		t.want.Size = at
-		f.targets = append(f.targets, t)
+		f.units.addTarget(t)
 		if err := f.openScratch(t, sf.header); err != nil {
 			return err
 		}
