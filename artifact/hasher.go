@@ -189,7 +189,7 @@ func (h *FileHasher) parseHeader() error {
 	h.entry.DataStart = hdr.DataStart()
 	h.entry.Tensors = tensorEntries(hdr)
 	h.headerSum = blake3.Sum256(h.prefix)
-	h.entry.HeaderBLAKE3 = DigestHex(h.headerSum)
+	h.entry.HeaderBLAKE3 = SumHex(h.headerSum)
 	h.prefix = nil
 	if h.b.By != BindNone {
 		if err := checkHeader(h.b.Want, h.entry); err != nil {
@@ -239,7 +239,7 @@ func (h *FileHasher) closeTensors() error {
 		h.part.Reset()
 		h.sums = append(h.sums, sum)
 		t := &h.entry.Tensors[h.next]
-		t.BLAKE3 = DigestHex(sum)
+		t.BLAKE3 = SumHex(sum)
 		h.next++
 		if h.b.CheckTensors {
 			if w := h.b.Want.Tensors[h.next-1]; w.BLAKE3 != t.BLAKE3 {
@@ -284,7 +284,7 @@ func (h *FileHasher) Sum() (FileEntry, error) {
 		e.BLAKE3 = h.b.Want.BLAKE3
 		return e, nil
 	case h.safetensors:
-		e.BLAKE3 = DigestHex(TreeBLAKE3(h.headerSum, h.sums))
+		e.BLAKE3 = SumHex(TreeBLAKE3(h.headerSum, h.sums))
 	default:
 		e.BLAKE3 = sumHex(h.part)
 	}
@@ -325,7 +325,7 @@ func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error
 		if parts[0] == (Digest{}) {
 			return FileEntry{}, missing("the file")
 		}
-		got.BLAKE3 = DigestHex(parts[0])
+		got.BLAKE3 = SumHex(parts[0])
 		return bindTree(want, got)
 	}
 	hdr, err := ReadHeader(prefixReader(header), want.Size)
@@ -337,7 +337,7 @@ func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error
 	}
 	got.DataStart, got.Tensors = hdr.DataStart(), tensorEntries(hdr)
 	headerSum := blake3.Sum256(header)
-	got.HeaderBLAKE3 = DigestHex(headerSum)
+	got.HeaderBLAKE3 = SumHex(headerSum)
 	if err := checkHeader(want, got); err != nil {
 		return FileEntry{}, err
 	}
@@ -345,9 +345,9 @@ func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error
 		if p == (Digest{}) {
 			return FileEntry{}, missing("tensor " + got.Tensors[i].Name)
 		}
-		got.Tensors[i].BLAKE3 = DigestHex(p)
+		got.Tensors[i].BLAKE3 = SumHex(p)
 	}
-	got.BLAKE3 = DigestHex(TreeBLAKE3(headerSum, parts))
+	got.BLAKE3 = SumHex(TreeBLAKE3(headerSum, parts))
 	return bindTree(want, got)
 }
 
@@ -380,7 +380,7 @@ func HashFile(r io.ReaderAt, b Binding) (FileEntry, error) {
 func sumHex(h *blake3.Hasher) string {
 	var sum Digest
 	h.Sum(sum[:0])
-	return DigestHex(sum)
+	return SumHex(sum)
 }
 
 // BLAKE3Hex returns the hex BLAKE3 of b.

@@ -118,7 +118,7 @@ func checkEntry(schema int, f FileEntry) error {
 		return fmt.Errorf("negative size")
 	}
 	for _, d := range []string{f.SHA256, f.BLAKE3} {
-		if _, err := ParseDigest(d); err != nil {
+		if _, err := ParseSum(d); err != nil {
 			return err
 		}
 	}

@@ -29,13 +29,13 @@ func TreeBLAKE3(header Digest, tensors []Digest) Digest {
 // EntryTree returns the tensor-tree digest (hex) of a safetensors file entry
 // from its header and tensor BLAKE3 values.
 func EntryTree(e FileEntry) (string, error) {
-	header, err := ParseDigest(e.HeaderBLAKE3)
+	header, err := ParseSum(e.HeaderBLAKE3)
 	if err != nil {
 		return "", fmt.Errorf("file %s: header_blake3: %w", e.Path, err)
 	}
 	tensors := make([]Digest, len(e.Tensors))
 	for i, t := range e.Tensors {
-		if tensors[i], err = ParseDigest(t.BLAKE3); err != nil {
+		if tensors[i], err = ParseSum(t.BLAKE3); err != nil {
 			return "", fmt.Errorf("file %s: tensor %q: blake3: %w", e.Path, t.Name, err)
 		}
 	}
@@ -43,8 +43,8 @@ func EntryTree(e FileEntry) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// ParseDigest reads a digest written as 64 lowercase hex digits.
-func ParseDigest(s string) (Digest, error) {
+// ParseSum reads a digest written as 64 lowercase hex digits.
+func ParseSum(s string) (Digest, error) {
 	var d Digest
 	if len(s) != 64 {
 		return d, fmt.Errorf("digest %q is not 64 hex digits", s)
@@ -58,5 +58,5 @@ func ParseDigest(s string) (Digest, error) {
 	return d, nil
 }
 
-// DigestHex writes a digest as lowercase hex.
-func DigestHex(d Digest) string { return hex.EncodeToString(d[:]) }
+// SumHex writes a digest as lowercase hex.
+func SumHex(d Digest) string { return hex.EncodeToString(d[:]) }

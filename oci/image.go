@@ -51,9 +51,9 @@ type ImageReport struct {
 	Seconds      float64           `json:"seconds"`
 }
 
-// ResolveWeightsnap fetches the manifest and index layer of an artifact
+// FetchWeightsnapPlan fetches the manifest and index layer of an artifact
 // weightsnap pushed; other artifacts are refused.
-func ResolveWeightsnap(ctx context.Context, r *registry.Remote) (*Plan, string, error) {
+func FetchWeightsnapPlan(ctx context.Context, r *registry.Remote) (*Plan, string, error) {
 	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
 		return nil, "", err
@@ -96,7 +96,7 @@ func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*
 		if err != nil {
 			return nil, err
 		}
-		plan, mdigest, err := ResolveWeightsnap(ctx, wr)
+		plan, mdigest, err := FetchWeightsnapPlan(ctx, wr)
 		if err != nil {
 			return nil, err
 		}

@@ -79,7 +79,7 @@ func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o Pu
 
 // ArtifactProvider is the registry source of one digest-pinned artifact
 // reference: the artifact a weight image's pointer names. It implements
-// resolve.Provider and resolve.DigestProvider without importing resolve.
+// resolve.Provider and resolve.IDProvider without importing resolve.
 type ArtifactProvider struct {
 	// Remote is opened at the pinned reference.
 	Remote *registry.Remote
@@ -100,8 +100,8 @@ func (p *ArtifactProvider) Producer(ctx context.Context, identity artifact.Ident
 	return prod, err
 }
 
-// ProducerForDigest implements resolve.DigestProvider.
-func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
+// ProducerForID implements resolve.IDProvider.
+func (p *ArtifactProvider) ProducerForID(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	return producerFor(ctx, p.Remote, digest, p.Options)
 }
 

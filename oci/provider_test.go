@@ -110,7 +110,7 @@ func TestLocatorInResolution(t *testing.T) {
 	}
 	// The pinned artifact under another identity digest is a collision.
 	p, _ := loc.Locate(ctx, pinned)
-	if _, _, err := p.ProducerForDigest(ctx, artifact.MustParseID("sha256:"+zeros)); !errdefs.IsConflict(err) {
+	if _, _, err := p.ProducerForID(ctx, artifact.MustParseID("sha256:"+zeros)); !errdefs.IsConflict(err) {
 		t.Fatalf("wrong digest: %v", err)
 	}
 }

@@ -71,7 +71,7 @@ func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 		}
 		if err := sameContent(f.base, cs.manifest); err != nil {
 			cs.close()
-			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+			last = &Error{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 			continue
 		}
 		if err := f.eligible(cs.addr, cs.manifest); err != nil {
@@ -94,9 +94,9 @@ func (f *fetcher) eligible(addr string, m *wire.WeightManifest) error {
 	case !m.Building:
 		return nil
 	case m.Depth < 0:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.IdentityDigest.Short(), errNotNearer, errdefs.ErrUnavailable)}
+		return &Error{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.IdentityDigest.Short(), errNotNearer, errdefs.ErrUnavailable)}
 	case f.depth >= 0 && m.Depth >= f.depth:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
+		return &Error{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
 			m.IdentityDigest.Short(), errNotNearer, m.Depth, f.depth, errdefs.ErrUnavailable)}
 	}
 	return nil

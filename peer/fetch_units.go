@@ -35,7 +35,7 @@ type unit struct {
 // shardUnits are a whole shard's units, written at the same offsets.
 func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
 	digest := func(h string) artifact.Digest {
-		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
+		d, _ := artifact.ParseSum(h) // the manifest's validation checked every digest
 		return d
 	}
 	if !artifact.IsSafetensors(s.Path) {
@@ -109,8 +109,8 @@ func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
 		if u.parent != nil {
 			got, want = "chaining value", "its pieces' list says"
 		}
-		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: %s %s, %s %s: %w", u.what(), got,
-			artifact.ShortHex(artifact.DigestHex(sum)), want, artifact.ShortHex(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
+		return &Error{Addr: addr, Err: fmt.Errorf("fetched %s: %s %s, %s %s: %w", u.what(), got,
+			artifact.ShortHex(artifact.SumHex(sum)), want, artifact.ShortHex(artifact.SumHex(u.blake3)), errdefs.ErrDataLoss)}
 	}
 	if u.parent == nil {
 		if err := f.setPart(u); err != nil {

@@ -18,7 +18,7 @@ import (
 
 // Provider is the weight-peer source of resolution: the configured peers,
 // asked in order for the exact identity. It implements resolve.Provider and
-// resolve.DigestProvider without importing resolve.
+// resolve.IDProvider without importing resolve.
 type Provider struct {
 	// Peers are host:port entries, IP addresses or DNS names with many
 	// addresses (see ExpandPeers).
@@ -129,9 +129,9 @@ func (f *fetcher) Transfer() store.Transfer {
 		Reused: f.reused.Load(), ReusedFiles: f.reusedFiles}
 }
 
-// ProducerForDigest implements resolve.DigestProvider: a peer is asked for
+// ProducerForID implements resolve.IDProvider: a peer is asked for
 // an artifact by its identity digest, and its manifest carries the identity.
-func (p *Provider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
+func (p *Provider) ProducerForID(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	f, err := p.fetcherFor(ctx, digest)
 	if err != nil {
 		return artifact.Identity{}, nil, err

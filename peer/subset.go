@@ -110,7 +110,7 @@ func (p *subsetPlan) prepare(f *fetcher) error {
 		var us []*unit
 		at := start
 		for _, x := range sf.tensors {
-			d, _ := artifact.ParseDigest(x.BLAKE3)
+			d, _ := artifact.ParseSum(x.BLAKE3)
 			moved := x
 			moved.Offset = at
 			t.want.Tensors = append(t.want.Tensors, moved)

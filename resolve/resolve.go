@@ -320,7 +320,7 @@ func (a *attempt) providers() ([]Provider, bool) {
 func (a *attempt) remote(p Provider) bool {
 	t := time.Now()
 	name := p.Name()
-	dp, isDigest := p.(DigestProvider)
+	dp, isDigest := p.(IDProvider)
 	if !a.known && !isDigest {
 		a.rep.step(StepRemote, name, StepSkipped, t, "needs the full identity, the request has only its digest")
 		return false
@@ -332,7 +332,7 @@ func (a *attempt) remote(p Provider) bool {
 			prod, err = p.Producer(a.ctx, a.id)
 		} else {
 			var id artifact.Identity
-			if id, prod, err = dp.ProducerForDigest(a.ctx, a.rep.Identity); err == nil {
+			if id, prod, err = dp.ProducerForID(a.ctx, a.rep.Identity); err == nil {
 				if f := a.learn(StepRemote, name, id); f != nil {
 					return nil, f
 				}

@@ -183,7 +183,7 @@ type Request struct {
 	// Digest is the identity digest when the caller knows
 	// only that (a weight image's pointer label); Identity wins when both
 	// are set. Such a request is served by the store and by providers that
-	// implement DigestProvider.
+	// implement IDProvider.
 	Digest artifact.ID
 	// Artifact is a digest-pinned registry reference that holds the
 	// artifact (a pointer label's); its provider (Config.Locate) is tried

@@ -22,9 +22,9 @@ import (
 // The control API: host mounts and holders, HTTP/JSON on a unix socket
 // (mode 0660), for the weightsnap CLI.
 //
-//	POST   /v1/mounts              MountRequest -> MountInfo
+//	POST   /v1/mounts              HostMountRequest -> HostMountInfo
 //	DELETE /v1/mounts?dir=DIR      -> 204
-//	GET    /v1/mounts              -> []MountInfo
+//	GET    /v1/mounts              -> []HostMountInfo
 //	GET    /v1/holders?identity=ID -> Holders
 //
 // An error answers its errdefs class as the HTTP status (errhttp) and
@@ -62,7 +62,7 @@ func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlSe
 		})
 	}
 	handle("POST /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
-		var req MountRequest
+		var req HostMountRequest
 		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
@@ -117,8 +117,8 @@ func NewControlClient(path string) *ControlClient {
 }
 
 // Mount asks the daemon for a host mount.
-func (c *ControlClient) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
-	var mi MountInfo
+func (c *ControlClient) Mount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
+	var mi HostMountInfo
 	return &mi, c.call(ctx, http.MethodPost, "/v1/mounts", req, &mi)
 }
 
@@ -128,8 +128,8 @@ func (c *ControlClient) Unmount(ctx context.Context, dir string) error {
 }
 
 // Mounts lists the daemon's host mounts.
-func (c *ControlClient) Mounts(ctx context.Context) ([]MountInfo, error) {
-	var out []MountInfo
+func (c *ControlClient) Mounts(ctx context.Context) ([]HostMountInfo, error) {
+	var out []HostMountInfo
 	return out, c.call(ctx, http.MethodGet, "/v1/mounts", nil, &out)
 }
 

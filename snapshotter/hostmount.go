@@ -37,15 +37,15 @@ import (
 // mount point. Snapshot names never start with it.
 const mountHolderPrefix = "mount:"
 
-// MountRequest asks for a host mount.
-type MountRequest struct {
+// HostMountRequest asks for a host mount.
+type HostMountRequest struct {
 	Identity artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
 	Dir      string      `json:"dir"`                // the absolute mount point
 }
 
-// MountInfo is a host mount.
-type MountInfo struct {
+// HostMountInfo is a host mount.
+type HostMountInfo struct {
 	Dir      string      `json:"dir"`
 	Identity artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"`
@@ -57,12 +57,12 @@ type MountInfo struct {
 type hostMounts struct {
 	dir    string
 	mu     sync.Mutex
-	by     map[string]MountInfo // by mount point
-	making map[string]bool      // mount points being mounted
+	by     map[string]HostMountInfo // by mount point
+	making map[string]bool          // mount points being mounted
 }
 
 func newHostMounts(dir string) *hostMounts {
-	return &hostMounts{dir: dir, by: map[string]MountInfo{}, making: map[string]bool{}}
+	return &hostMounts{dir: dir, by: map[string]HostMountInfo{}, making: map[string]bool{}}
 }
 
 func (m *hostMounts) home(mountPoint string) string {
@@ -73,7 +73,7 @@ func (m *hostMounts) home(mountPoint string) string {
 // load reads the records, keeps those whose view is still mounted on their
 // mount point, and removes the others (their mount is gone: unmounted by
 // hand, or the host restarted).
-func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
+func (m *hostMounts) load(ctx context.Context) ([]HostMountInfo, error) {
 	ents, err := os.ReadDir(m.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -81,11 +81,11 @@ func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host mounts: %w", err)
 	}
-	var live []MountInfo
+	var live []HostMountInfo
 	for _, e := range ents {
 		home := filepath.Join(m.dir, e.Name())
 		raw, err := os.ReadFile(filepath.Join(home, "mount.json"))
-		var mi MountInfo
+		var mi HostMountInfo
 		if err == nil {
 			err = json.Unmarshal(raw, &mi)
 		}
@@ -167,7 +167,7 @@ func emptyDir(dir string) error {
 // configured sources), takes its lease, and bind-mounts a read-only view of
 // it on req.Dir (created if missing). A mount point that holds a host mount
 // already is refused.
-func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
+func (s *Snapshotter) Mount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
 	if req.Identity.IsZero() {
 		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
 	}
@@ -207,7 +207,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	defer s.leases.release(h)
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
-	mi := MountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
+	mi := HostMountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
 	if err := m.make(home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
@@ -230,7 +230,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 
 // make builds the view and the record, then mounts the view read-only on
 // the mount point.
-func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, h *held) error {
+func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi HostMountInfo, h *held) error {
 	if err := os.RemoveAll(home); err != nil { // a record a crash left half made
 		return err
 	}
@@ -318,16 +318,16 @@ func inUse(dir string) error {
 }
 
 // HostMounts lists the host mounts, by mount point.
-func (s *Snapshotter) HostMounts() []MountInfo {
+func (s *Snapshotter) HostMounts() []HostMountInfo {
 	m := s.mounts
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]MountInfo, 0, len(m.by))
+	out := make([]HostMountInfo, 0, len(m.by))
 	for _, mi := range m.by {
 		mi.Leased = s.leases.holds(mountHolderPrefix + mi.Dir)
 		out = append(out, mi)
 	}
-	slices.SortFunc(out, func(a, b MountInfo) int { return strings.Compare(a.Dir, b.Dir) })
+	slices.SortFunc(out, func(a, b HostMountInfo) int { return strings.Compare(a.Dir, b.Dir) })
 	return out
 }
 

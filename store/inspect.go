@@ -108,9 +108,9 @@ func (d *Domain) ids() ([]artifact.ID, error) {
 	return ids, nil
 }
 
-// ResolveID turns a full identity digest ("sha256:<hex>"), a hex id or a
+// ExpandID turns a full identity digest ("sha256:<hex>"), a hex id or a
 // unique hex prefix of a published artifact into its ID.
-func (d *Domain) ResolveID(ref string) (artifact.ID, error) {
+func (d *Domain) ExpandID(ref string) (artifact.ID, error) {
 	if id, err := artifact.ParseID(ref); err == nil {
 		ref = id.Hex()
 	}

@@ -87,18 +87,18 @@ meanwhile), also across its own restarts.`,
 // mountRequest turns the mount command's arguments into a request: the
 // identity of a store artifact, or of a registry artifact with its
 // digest-pinned reference.
-func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (snapshotter.MountRequest, error) {
+func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (snapshotter.HostMountRequest, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return snapshotter.MountRequest{}, err
+		return snapshotter.HostMountRequest{}, err
 	}
-	req := snapshotter.MountRequest{Dir: abs}
+	req := snapshotter.HostMountRequest{Dir: abs}
 	if !isRemoteRef(ref) {
 		d, err := a.domain(ctx)
 		if err != nil {
 			return req, err
 		}
-		req.Identity, err = d.ResolveID(ref)
+		req.Identity, err = d.ExpandID(ref)
 		return req, err
 	}
 	r, err := a.openRemote(ctx, rf, ref, 4)

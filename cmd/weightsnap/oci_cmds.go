@@ -104,7 +104,7 @@ func newPushCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}

@@ -169,7 +169,7 @@ func newInspectCmd(a *app) *cobra.Command {
 			if len(args) != 1 {
 				return fmt.Errorf("inspect needs an artifact ID or --domain")
 			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
@@ -311,7 +311,7 @@ with its bytes.`,
 				}
 				return scrubAll(cmd.Context(), a, d, n)
 			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
@@ -371,7 +371,7 @@ func newRmCmd(a *app) *cobra.Command {
 			}
 			var errs []error
 			for _, ref := range args {
-				id, err := d.ResolveID(ref)
+				id, err := d.ExpandID(ref)
 				if err == nil {
 					err = a.explainBusy(cmd.Context(), id, d.Remove(cmd.Context(), id))
 				}
