@@ -7,21 +7,21 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
 
-// Digest is a raw BLAKE3 or sha256 digest.
-type Digest = [32]byte
+// Sum is a raw BLAKE3 or sha256 digest.
+type Sum = [32]byte
 
 // TreeBLAKE3 is the tensor-tree digest of a safetensors file: the BLAKE3 of
 // its header region's BLAKE3 followed by each tensor's BLAKE3 in offset
 // order, as raw 32-byte digests. A strictly read file is tiled by its header
 // region and its tensors, so the tree commits to every byte of the file
 // while each tensor is hashed once, on its own, in any order.
-func TreeBLAKE3(header Digest, tensors []Digest) Digest {
+func TreeBLAKE3(header Sum, tensors []Sum) Sum {
 	h := blake3.New()
 	h.Write(header[:])
 	for _, t := range tensors {
 		h.Write(t[:])
 	}
-	var sum Digest
+	var sum Sum
 	h.Sum(sum[:0])
 	return sum
 }
@@ -33,7 +33,7 @@ func EntryTree(e FileEntry) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("file %s: header_blake3: %w", e.Path, err)
 	}
-	tensors := make([]Digest, len(e.Tensors))
+	tensors := make([]Sum, len(e.Tensors))
 	for i, t := range e.Tensors {
 		if tensors[i], err = ParseSum(t.BLAKE3); err != nil {
 			return "", fmt.Errorf("file %s: tensor %q: blake3: %w", e.Path, t.Name, err)
@@ -44,8 +44,8 @@ func EntryTree(e FileEntry) (string, error) {
 }
 
 // ParseSum reads a digest written as 64 lowercase hex digits.
-func ParseSum(s string) (Digest, error) {
-	var d Digest
+func ParseSum(s string) (Sum, error) {
+	var d Sum
 	if len(s) != 64 {
 		return d, fmt.Errorf("digest %q is not 64 hex digits", s)
 	}
@@ -59,4 +59,4 @@ func ParseSum(s string) (Digest, error) {
 }
 
 // SumHex writes a digest as lowercase hex.
-func SumHex(d Digest) string { return hex.EncodeToString(d[:]) }
+func SumHex(d Sum) string { return hex.EncodeToString(d[:]) }

@@ -140,7 +140,7 @@ func TestPlanWeightsnap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := plan.Identity.ID(); d != a.IdentityDigest || len(plan.Files) != len(l.Index.Files) || plan.TotalBytes() != l.Index.TotalBytes() {
+	if d, _ := plan.Identity.ID(); d != a.ID || len(plan.Files) != len(l.Index.Files) || plan.TotalBytes() != l.Index.TotalBytes() {
 		t.Fatalf("plan %+v", plan)
 	}
 	for name, edit := range map[string]func(m *ocispec.Manifest, x *artifact.Index){

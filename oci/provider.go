@@ -146,7 +146,7 @@ func AllowedHost(hosts []string, host string) bool {
 
 // tagIdentity files a pushed manifest under its identity tag too.
 func tagIdentity(ctx context.Context, r *registry.Remote, a *Artifact) error {
-	tagged, err := r.Sibling(r.Name() + ":" + IdentityTag(a.IdentityDigest))
+	tagged, err := r.Sibling(r.Name() + ":" + IdentityTag(a.ID))
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func TestLocatorInResolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	digest := l.ID
-	res, err := rt.Resolve(ctx, resolve.Request{Digest: digest, Artifact: pinned})
+	res, err := rt.Resolve(ctx, resolve.Request{ID: digest, Artifact: pinned})
 	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Lease.ID != l.ID {
 		t.Fatalf("resolve by digest: %v %+v", err, res.Report)
 	}

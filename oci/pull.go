@@ -143,7 +143,7 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
 	if id, ok := annotatedIdentity(resolved.Manifest); ok {
-		mo.Known, _ = id.ID()
+		mo.ID, _ = id.ID()
 	}
 	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
 		p, err := planRemote(ctx, r, resolved.Manifest, o.Import)

@@ -294,7 +294,7 @@ func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*
 		st.stats = append(st.stats, f.st)
 	}
 	st.sv = servable{shards: shards, manifest: wire.WeightManifest{Schema: wire.ManifestSchema, Identity: identity,
-		IdentityDigest: digest, Export: id}}
+		ID: digest, Export: id}}
 	for _, s := range shards {
 		st.sv.manifest.Shards = append(st.sv.manifest.Shards, wire.ShardFromEntry(s.entry, s.data))
 	}

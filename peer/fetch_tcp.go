@@ -86,8 +86,8 @@ type chunk struct {
 	b      []byte
 	off    int64 // in the unit
 	last   bool
-	sum    artifact.Digest // the unit's BLAKE3 (a piece's chaining value), in its last chunk
-	pieces []*unit         // set: cvs are the chaining values of these pieces of u
+	sum    artifact.Sum // the unit's BLAKE3 (a piece's chaining value), in its last chunk
+	pieces []*unit      // set: cvs are the chaining values of these pieces of u
 	cvs    [][32]byte
 	err    error
 }

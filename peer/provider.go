@@ -116,8 +116,8 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	if err != nil {
 		return nil, err // errdefs.ErrNotFound when no peer holds it: a clean miss
 	}
-	if f.base.IdentityDigest != digest {
-		return nil, fmt.Errorf("peer answered %s for %s: %w", f.base.IdentityDigest.Short(), digest.Short(), errdefs.ErrConflict)
+	if f.base.ID != digest {
+		return nil, fmt.Errorf("peer answered %s for %s: %w", f.base.ID.Short(), digest.Short(), errdefs.ErrConflict)
 	}
 	return f, nil
 }

@@ -194,7 +194,7 @@ func (f *fetcher) closeSession() {
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
 	var mo store.MaterialiseOptions
 	if id, err := artifact.ParseID(request); err == nil && len(o.Tensors) == 0 {
-		mo.Known = id // an identity this store may already have: no peer needed
+		mo.ID = id // an identity this store may already have: no peer needed
 	}
 	rep := &FetchReport{Request: request, Tensors: o.Tensors}
 	var f *fetcher

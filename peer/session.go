@@ -112,10 +112,10 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		return fail(err)
 	}
 	defer sv.release()
-	if !s.addChild(sv.manifest.IdentityDigest) {
-		return fail(&wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of %s, the most this peer serves of one artifact", s.cfg.MaxChildren, sv.manifest.IdentityDigest.Short())})
+	if !s.addChild(sv.manifest.ID) {
+		return fail(&wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of %s, the most this peer serves of one artifact", s.cfg.MaxChildren, sv.manifest.ID.Short())})
 	}
-	defer s.dropChild(sv.manifest.IdentityDigest)
+	defer s.dropChild(sv.manifest.ID)
 	m := sv.manifest
 	m.Generation = s.gen
 	m.PieceSize = blake3.PieceSize
@@ -161,7 +161,7 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 			return err
 		}
 	}
-	log.G(ctx).WithField("identity", m.IdentityDigest).WithField("mode", mode).WithField("rails", ss.rails).
+	log.G(ctx).WithField("identity", m.ID).WithField("mode", mode).WithField("rails", ss.rails).
 		WithField("remote", conn.RemoteAddr().String()).Info("peer: session started")
 	for {
 		b, err := wire.ReadU8(r, "control")

@@ -93,7 +93,7 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 		return nil, err
 	}
 	sv := &servable{release: func() { l.Close() }}
-	sv.manifest = wire.WeightManifest{Schema: wire.ManifestSchema, Identity: l.Identity(), IdentityDigest: l.Manifest.IdentityDigest,
+	sv.manifest = wire.WeightManifest{Schema: wire.ManifestSchema, Identity: l.Identity(), ID: l.Manifest.ID,
 		ManifestDigest: digest.NewDigestFromEncoded(digest.SHA256, l.Ready.ManifestSHA256)}
 	for i, f := range l.Files() {
 		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: f.Data})
@@ -118,7 +118,7 @@ func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 			continue
 		}
 		ready[a.Digest] = true
-		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{IdentityDigest: a.Digest, ManifestDigest: a.ManifestDigest,
+		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{ID: a.Digest, ManifestDigest: a.ManifestDigest,
 			Repository: a.Identity.Model.Repository, Revision: a.Identity.Model.Revision, Component: a.Identity.Component,
 			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[a.Digest]})
 	}

@@ -82,7 +82,7 @@ func planSubset(m *wire.WeightManifest, patterns []string) (*subsetPlan, artifac
 		plan.files = append(plan.files, sf)
 	}
 	if matched == 0 {
-		return nil, artifact.Identity{}, badInput("no tensor of %s matches %q", m.IdentityDigest.Short(), patterns)
+		return nil, artifact.Identity{}, badInput("no tensor of %s matches %q", m.ID.Short(), patterns)
 	}
 	id, err := producers.SubsetIdentity(m.Identity, patterns)
 	return plan, id, err

@@ -63,7 +63,7 @@ func TestResolveByDigest(t *testing.T) {
 			return good, nil
 		}})
 	resolveDigest := func(d artifact.ID, art string) (*resolve.Resolution, error) {
-		return rt.Resolve(context.Background(), resolve.Request{Digest: d, Artifact: art})
+		return rt.Resolve(context.Background(), resolve.Request{ID: d, Artifact: art})
 	}
 
 	// Not in the store, no reference: a clean miss, visible in required mode.
@@ -83,7 +83,7 @@ func TestResolveByDigest(t *testing.T) {
 	}
 	// The located provider fetches it.
 	res, err = resolveDigest(digest, ref)
-	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Report.Identity != digest || good.calls.Load() != 1 {
+	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Report.ID != digest || good.calls.Load() != 1 {
 		t.Fatalf("fetch: %v %+v", err, res.Report)
 	}
 	if d, _ := res.Lease.Identity().ID(); d != digest {
@@ -103,7 +103,7 @@ func TestResolveByDigest(t *testing.T) {
 	calls := &atomic.Int32{}
 	rt2 := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root2"), Mode: resolve.Required,
 		Providers: []resolve.Provider{failProvider("peer", errors.New("must not be called"), calls)}})
-	res, err = rt2.Resolve(context.Background(), resolve.Request{Digest: digest})
+	res, err = rt2.Resolve(context.Background(), resolve.Request{ID: digest})
 	if !errdefs.IsNotFound(err) || calls.Load() != 0 {
 		t.Fatalf("full-identity provider: %v, %d calls", err, calls.Load())
 	}
@@ -141,7 +141,7 @@ func TestResolvePeersFirst(t *testing.T) {
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required,
 		Peers:  []resolve.Provider{p},
 		Locate: func(context.Context, string) (resolve.Provider, error) { return located, nil }})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Digest: digest,
+	res, err := rt.Resolve(context.Background(), resolve.Request{ID: digest,
 		Artifact: "reg.example/models/x@sha256:" + strings.Repeat("2", 64)})
 	if err != nil {
 		t.Fatal(err)

@@ -47,7 +47,7 @@ func newRuntime(t testing.TB, cfg resolve.Config) *resolve.Runtime {
 }
 
 // identityOf derives a recipe's identity for a source directory.
-func identityOf(t testing.TB, r producers.Recipe, dir string) artifact.Identity {
+func identityOf(t testing.TB, r producers.Local, dir string) artifact.Identity {
 	t.Helper()
 	src, _, err := artifact.ScanSource(context.Background(), dir)
 	if err != nil {
@@ -84,23 +84,23 @@ func sourceTensors(t testing.TB, dir string) map[string]artifact.WriteTensor {
 
 // spyRecipe counts the calls into a recipe.
 type spyRecipe struct {
-	producers.Recipe
+	producers.Local
 	calls *atomic.Int32
 }
 
-func spy(r producers.Recipe) (spyRecipe, *atomic.Int32) {
+func spy(r producers.Local) (spyRecipe, *atomic.Int32) {
 	n := &atomic.Int32{}
-	return spyRecipe{Recipe: r, calls: n}, n
+	return spyRecipe{Local: r, calls: n}, n
 }
 
 func (s spyRecipe) Identity(src *artifact.SourceDir, t producers.Target) (artifact.Identity, error) {
 	s.calls.Add(1)
-	return s.Recipe.Identity(src, t)
+	return s.Local.Identity(src, t)
 }
 
 func (s spyRecipe) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
 	s.calls.Add(1)
-	return s.Recipe.Producer(src)
+	return s.Local.Producer(src)
 }
 
 // testRecipe is a local producer with a given Produce function.

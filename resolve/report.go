@@ -122,11 +122,11 @@ func (c *Counters) addFingerprint(s fingerprint.Stats) {
 
 // Report is the one terminal report of a call.
 type Report struct {
-	Schema   int         `json:"schema"`
-	Kind     string      `json:"kind"`
-	Identity artifact.ID `json:"identity,omitzero"` // sha256:<hex>
-	Mode     Mode        `json:"mode"`
-	Outcome  Outcome     `json:"outcome"`
+	Schema  int         `json:"schema"`
+	Kind    string      `json:"kind"`
+	ID      artifact.ID `json:"identity,omitzero"` // sha256:<hex>
+	Mode    Mode        `json:"mode"`
+	Outcome Outcome     `json:"outcome"`
 	// Source is where the result came from: local, a provider's name,
 	// producer:<name>, or canonical.
 	Source string `json:"source,omitempty"`

@@ -95,7 +95,7 @@ type Config struct {
 	Locate func(ctx context.Context, ref string) (Provider, error)
 	// Producers are the registered local producers. One of them is used
 	// when it makes exactly the identity asked for from the request's source.
-	Producers []producers.Recipe
+	Producers []producers.Local
 	// AllowLocalBuild lets PRE_LOAD_SAFE producers run during resolution.
 	AllowLocalBuild bool
 	// AllowPostLoadPublish lets PublishAfterLoad run POST_LOAD_ONLY producers.
@@ -179,12 +179,12 @@ type Request struct {
 	Target producers.Target
 	// Recipe derives the identity from Source when Identity is nil, and is
 	// tried as a local producer before the registered ones.
-	Recipe producers.Recipe
-	// Digest is the identity digest when the caller knows
+	Recipe producers.Local
+	// ID is the identity digest when the caller knows
 	// only that (a weight image's pointer label); Identity wins when both
 	// are set. Such a request is served by the store and by providers that
 	// implement IDProvider.
-	Digest artifact.ID
+	ID artifact.ID
 	// Artifact is a digest-pinned registry reference that holds the
 	// artifact (a pointer label's); its provider (Config.Locate) is tried
 	// after the peers, before the configured Providers.

@@ -29,7 +29,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := len(mustScan(t, src).Files)
-	for _, rc := range []producers.Recipe{
+	for _, rc := range []producers.Local{
 		producers.Passthrough{},
 		&producers.TPSplit{Spec: spec, Size: 2, Rank: 1},
 		&producers.Cast{DType: "F32"},
@@ -54,7 +54,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 			}
 			defer warm.Close()
 			w := warm.Report.Counters
-			if warm.Report.Outcome != resolve.OutcomeHit || warm.Path != cold.Path || warm.Report.Identity != cold.Report.Identity ||
+			if warm.Report.Outcome != resolve.OutcomeHit || warm.Path != cold.Path || warm.Report.ID != cold.Report.ID ||
 				w.ProducerRuns != 0 || w.SourceBytesRead != 0 || w.FingerprintHits != files || w.FingerprintMisses != 0 || warm.Report.BytesMoved != 0 {
 				t.Fatalf("warm: %+v", warm.Report)
 			}
@@ -213,7 +213,7 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := d.Remove(context.Background(), rep.Identity); err != nil {
+			if err := d.Remove(context.Background(), rep.ID); err != nil {
 				t.Fatalf("lease still held: %v", err)
 			}
 		})
@@ -278,7 +278,7 @@ func TestPublishAfterLoad(t *testing.T) {
 			}
 			// Its lease is closed: nothing holds the published artifact.
 			d, _ := store.Open(context.Background(), root, nil)
-			if err := d.Remove(context.Background(), rep.Identity); err != nil {
+			if err := d.Remove(context.Background(), rep.ID); err != nil {
 				t.Fatalf("publication kept a lease: %v", err)
 			}
 			if rep2, err := rt.PublishAfterLoad(context.Background(), identity, postLoad); err != nil || rep2.Outcome != resolve.OutcomePublished {
@@ -307,7 +307,7 @@ func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 	}}
 	for _, tc := range []struct {
 		name   string
-		recipe producers.Recipe
+		recipe producers.Local
 		allow  bool
 		detail string
 	}{
@@ -349,7 +349,7 @@ func TestRegisteredProducerBuildsGivenIdentity(t *testing.T) {
 	src := synthModel(t, 512<<10, 2, "BF16")
 	id := identityOf(t, &producers.Cast{DType: "F32"}, src)
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
-		Producers: []producers.Recipe{&producers.Cast{DType: "F16"}, producers.Passthrough{}, &producers.Cast{DType: "F32"}}})
+		Producers: []producers.Local{&producers.Cast{DType: "F16"}, producers.Passthrough{}, &producers.Cast{DType: "F32"}}})
 	var told []string
 	var progress artifact.ProgressReporter
 	onProduce := func(source string, p artifact.Producer) {

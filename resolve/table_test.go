@@ -87,12 +87,12 @@ func TestFailureToActionRowByRow(t *testing.T) {
 	}
 	local := func(produce func(context.Context, artifact.Writer) error) func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 		return func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
-			rc := spyRecipe{Recipe: &testRecipe{name: "test-producer", phase: producers.PreLoadSafe, produce: produce}, calls: e.calls}
+			rc := spyRecipe{Local: &testRecipe{name: "test-producer", phase: producers.PreLoadSafe, produce: produce}, calls: e.calls}
 			return resolve.Config{AllowLocalBuild: true}, resolve.Request{Source: e.src, Target: target, Recipe: rc}
 		}
 	}
 	passthrough := func(e *env) resolve.Request {
-		rc := spyRecipe{Recipe: producers.Passthrough{}, calls: e.calls}
+		rc := spyRecipe{Local: producers.Passthrough{}, calls: e.calls}
 		return resolve.Request{Source: e.src, Target: target, Recipe: rc}
 	}
 	for _, tc := range []struct {
@@ -250,13 +250,13 @@ func TestDisabledTouchesNothing(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "no", "such", "root")
 	calls := &atomic.Int32{}
-	rc := spyRecipe{Recipe: producers.Passthrough{}, calls: calls}
+	rc := spyRecipe{Local: producers.Passthrough{}, calls: calls}
 	rt := newRuntime(t, resolve.Config{Mode: resolve.Disabled, Root: root, AllowLocalBuild: true, AllowPostLoadPublish: true,
 		Providers: []resolve.Provider{failProvider("peer", errors.New("called"), calls)}})
 	bogus := &artifact.Identity{} // never read, let alone validated
 	src := filepath.Join(base, "canonical")
 	res, err := rt.Resolve(context.Background(), resolve.Request{Identity: bogus, Source: src, Recipe: rc})
-	if err != nil || !res.Canonical() || res.Path != src || !res.Report.Identity.IsZero() {
+	if err != nil || !res.Canonical() || res.Path != src || !res.Report.ID.IsZero() {
 		t.Fatalf("%v %+v", err, res.Report)
 	}
 	rep, err := rt.PublishAfterLoad(context.Background(), artifact.Identity{}, &producers.TensorMap{})
@@ -306,7 +306,7 @@ func TestRemoteProviderFetch(t *testing.T) {
 		return producers.Passthrough{}.Producer(scanned) // stands in for a pull through the store's writer
 	}}
 	calls := &atomic.Int32{}
-	rc := spyRecipe{Recipe: producers.Passthrough{}, calls: calls}
+	rc := spyRecipe{Local: producers.Passthrough{}, calls: calls}
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
 		Providers: []resolve.Provider{miss, registry}})
 	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: rc})

@@ -71,10 +71,10 @@ func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlSe
 			}
 			return nil, fmt.Errorf("mount request: %w", err)
 		}
-		return s.Mount(ctx, req)
+		return s.HostMount(ctx, req)
 	})
 	handle("DELETE /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
-		return nil, s.Unmount(ctx, r.URL.Query().Get("dir"))
+		return nil, s.HostUnmount(ctx, r.URL.Query().Get("dir"))
 	})
 	handle("GET /v1/mounts", func(context.Context, *http.Request) (any, error) {
 		return s.HostMounts(), nil
@@ -116,14 +116,14 @@ func NewControlClient(path string) *ControlClient {
 	}}}
 }
 
-// Mount asks the daemon for a host mount.
-func (c *ControlClient) Mount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
+// HostMount asks the daemon for a host mount.
+func (c *ControlClient) HostMount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
 	var mi HostMountInfo
 	return &mi, c.call(ctx, http.MethodPost, "/v1/mounts", req, &mi)
 }
 
-// Unmount asks the daemon to undo the host mount on dir.
-func (c *ControlClient) Unmount(ctx context.Context, dir string) error {
+// HostUnmount asks the daemon to undo the host mount on dir.
+func (c *ControlClient) HostUnmount(ctx context.Context, dir string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/mounts?dir="+url.QueryEscape(dir), nil, nil)
 }
 

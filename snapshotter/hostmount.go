@@ -39,7 +39,7 @@ const mountHolderPrefix = "mount:"
 
 // HostMountRequest asks for a host mount.
 type HostMountRequest struct {
-	Identity artifact.ID `json:"identity"`
+	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
 	Dir      string      `json:"dir"`                // the absolute mount point
 }
@@ -47,7 +47,7 @@ type HostMountRequest struct {
 // HostMountInfo is a host mount.
 type HostMountInfo struct {
 	Dir      string      `json:"dir"`
-	Identity artifact.ID `json:"identity"`
+	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"`
 	Created  time.Time   `json:"created"`
 	Leased   bool        `json:"leased"` // false while a repair waits for the artifact
@@ -89,8 +89,8 @@ func (m *hostMounts) load(ctx context.Context) ([]HostMountInfo, error) {
 		if err == nil {
 			err = json.Unmarshal(raw, &mi)
 		}
-		if err == nil && (mi.Identity.IsZero() || m.home(mi.Dir) != home) {
-			err = fmt.Errorf("record names %q at %q", mi.Identity, mi.Dir)
+		if err == nil && (mi.ID.IsZero() || m.home(mi.Dir) != home) {
+			err = fmt.Errorf("record names %q at %q", mi.ID, mi.Dir)
 		}
 		if err != nil || !sameInode(mi.Dir, filepath.Join(home, "view")) {
 			log.G(ctx).WithError(err).WithField("dir", mi.Dir).WithField("record", home).Info("host mount gone: its record is removed")
@@ -163,22 +163,22 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// Mount resolves the artifact (the store, then the reference given or the
+// HostMount resolves the artifact (the store, then the reference given or the
 // configured sources), takes its lease, and bind-mounts a read-only view of
 // it on req.Dir (created if missing). A mount point that holds a host mount
 // already is refused.
-func (s *Snapshotter) Mount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
-	if req.Identity.IsZero() {
+func (s *Snapshotter) HostMount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
+	if req.ID.IsZero() {
 		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
 	}
 	dir, err := s.mountPoint(req.Dir, true)
 	if err != nil {
 		return nil, err
 	}
-	ptr := pointer.Pointer{Artifact: req.Artifact, Identity: req.Identity, Target: dir}
+	ptr := pointer.Pointer{Artifact: req.Artifact, ID: req.ID, Target: dir}
 	if req.Artifact != "" {
 		if ptr, _, err = pointer.ParseLabels(map[string]string{pointer.LabelArtifact: req.Artifact,
-			pointer.LabelIdentity: req.Identity.String(), pointer.LabelTarget: dir}); err != nil {
+			pointer.LabelIdentity: req.ID.String(), pointer.LabelTarget: dir}); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +187,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req HostMountRequest) (*HostMou
 	have, mounted := m.by[dir]
 	if mounted || m.making[dir] {
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.Identity, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.ID, errdefs.ErrFailedPrecondition)
 	}
 	m.making[dir] = true // the resolution may take long: other mounts go on meanwhile
 	m.mu.Unlock()
@@ -207,7 +207,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req HostMountRequest) (*HostMou
 	defer s.leases.release(h)
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
-	mi := HostMountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
+	mi := HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
 	if err := m.make(home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
@@ -223,7 +223,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req HostMountRequest) (*HostMou
 	if rep != nil {
 		source = rep.Source
 	}
-	log.G(ctx).WithField("dir", dir).WithField("identity", req.Identity).WithField("source", source).
+	log.G(ctx).WithField("dir", dir).WithField("identity", req.ID).WithField("source", source).
 		WithField("seconds", time.Since(start).Seconds()).Info("host mount")
 	return &mi, nil
 }
@@ -257,13 +257,13 @@ func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi HostMountIn
 	return nil
 }
 
-// Unmount undoes the host mount on dir and lets its lease go. A mount in
+// HostUnmount undoes the host mount on dir and lets its lease go. A mount in
 // use is refused, and stays, naming the processes using it: a process with
 // a file open or mapped, or its working directory, there, in this mount
 // namespace or through a container's bind mount of dir, and a container
 // that has dir bind-mounted under another path (the unmount would empty
 // it there).
-func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
+func (s *Snapshotter) HostUnmount(ctx context.Context, dir string) error {
 	dir, err := s.mountPoint(dir, false)
 	if err != nil {
 		return err
@@ -333,7 +333,7 @@ func (s *Snapshotter) HostMounts() []HostMountInfo {
 
 // Holders is what holds an artifact in the snapshotter.
 type Holders struct {
-	Identity  artifact.ID `json:"identity"`
+	ID        artifact.ID `json:"identity"`
 	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
 	Snapshots []string    `json:"snapshots,omitempty"` // active snapshots using it (containers, image volumes, views)
 	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease
@@ -342,7 +342,7 @@ type Holders struct {
 
 // HoldersOf says what holds the artifact identity.
 func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
-	out := &Holders{Identity: identity}
+	out := &Holders{ID: identity}
 	var names []string
 	names, out.Leased = s.leases.holdersOf(identity)
 	for _, n := range names {

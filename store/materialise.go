@@ -49,10 +49,10 @@ type Plan func(ctx context.Context) (artifact.Identity, artifact.Producer, error
 
 // MaterialiseOptions tune Materialise.
 type MaterialiseOptions struct {
-	// Known is the identity when the caller knows it before planning
+	// ID is the identity when the caller knows it before planning
 	// and has not looked it up: a valid artifact under it is leased with no
 	// planning at all. The zero ID plans first.
-	Known artifact.ID
+	ID artifact.ID
 	// WaitBudget, if > 0, bounds the wait, after planning, for the build
 	// lock and another process's build: spent before this call's producer
 	// starts, the call stops (Materialised.WaitSpent); the producer, once
@@ -90,8 +90,8 @@ func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOption
 		m.Total = time.Since(start)
 		return l, m, err
 	}
-	if !o.Known.IsZero() {
-		if l, err := d.Lookup(ctx, o.Known, ""); err == nil {
+	if !o.ID.IsZero() {
+		if l, err := d.Lookup(ctx, o.ID, ""); err == nil {
 			return done(l, nil)
 		}
 	}

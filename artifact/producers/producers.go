@@ -50,9 +50,9 @@ type Target struct {
 	Component  string // "" means "all"
 }
 
-// Recipe is a configured local producer: it says which identity it makes
+// Local is a configured local producer: it says which identity it makes
 // from a fingerprinted source directory (its one final layout) and makes it.
-type Recipe interface {
+type Local interface {
 	// Name is the producer name, as in ProducerRef.Name.
 	Name() string
 	// Phase says when the producer may run.
@@ -99,9 +99,9 @@ func model(src *artifact.SourceDir, t Target) artifact.Model {
 
 // The built-in recipes, producers and the reference restorer.
 var (
-	_ Recipe                       = Passthrough{}
-	_ Recipe                       = (*TPSplit)(nil)
-	_ Recipe                       = (*Cast)(nil)
+	_ Local                        = Passthrough{}
+	_ Local                        = (*TPSplit)(nil)
+	_ Local                        = (*Cast)(nil)
 	_ PhasedProducer               = (*TensorMap)(nil)
 	_ SourceCounter                = (*transform)(nil)
 	_ artifact.ProgressReporter    = (*transform)(nil)

@@ -183,7 +183,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				if x.Building {
 					size = fmt.Sprintf("%s of %s verified (building)", humanBytes(x.VerifiedBytes), size)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.IdentityDigest.Short(), artifact.ShortHex(x.Revision),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.ID.Short(), artifact.ShortHex(x.Revision),
 					x.Component, x.Producer, size, x.Tensors)
 			}
 			for _, s := range ls.Exports {
@@ -242,8 +242,8 @@ func peerPrefix(ctx context.Context, c peer.ClientConfig, addrs []string, prefix
 		}
 		for _, x := range ls.Artifacts {
 			md, _ := digest.Parse(x.ManifestDigest)
-			if strings.HasPrefix(x.IdentityDigest.Hex(), prefix) || md.Validate() == nil && strings.HasPrefix(md.Encoded(), prefix) {
-				found[x.IdentityDigest.String()] = true
+			if strings.HasPrefix(x.ID.Hex(), prefix) || md.Validate() == nil && strings.HasPrefix(md.Encoded(), prefix) {
+				found[x.ID.String()] = true
 			}
 		}
 	}

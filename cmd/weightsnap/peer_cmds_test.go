@@ -83,8 +83,8 @@ func TestPeerFetchByPrefix(t *testing.T) {
 	fetch := func(id string) (string, error) {
 		return runCLI(t, "--root", filepath.Join(base, "fetched"), "--config", "", "peer", "fetch", l.Addr().String(), id)
 	}
-	if got, err := fetch(imp.Digest.Hex()[:10]); err != nil || strings.TrimSpace(got) != imp.Digest.String() {
-		t.Fatalf("fetch by prefix: %q, %v; want %s", got, err, imp.Digest)
+	if got, err := fetch(imp.ID.Hex()[:10]); err != nil || strings.TrimSpace(got) != imp.ID.String() {
+		t.Fatalf("fetch by prefix: %q, %v; want %s", got, err, imp.ID)
 	}
 	if _, err := fetch("ffffffffff"); exitcode.Of(err) != exitcode.NotFound {
 		t.Fatalf("a prefix no peer lists: %v (exit %d), want not found", err, exitcode.Of(err))

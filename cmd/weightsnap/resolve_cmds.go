@@ -144,7 +144,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		req.Recipe = passthrough
 	}
 	rt, err := node.NewRuntime(ctx, cfg, node.RuntimeOptions{Mode: mode, Remote: o.remote.options(&cfg.Resolve, 0),
-		Producers: []producers.Recipe{passthrough}, NoFingerprintCache: o.noFingerprintCache})
+		Producers: []producers.Local{passthrough}, NoFingerprintCache: o.noFingerprintCache})
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 // localPassthrough is the passthrough producer resolution registers: the
 // staged checkpoint's (which reads a staged, verified copy of the source
 // when this node has one) once anything was staged here.
-func (a *app) localPassthrough(mode resolve.Mode) (producers.Recipe, error) {
+func (a *app) localPassthrough(mode resolve.Mode) (producers.Local, error) {
 	if mode == resolve.Disabled {
 		return producers.Passthrough{}, nil
 	}

@@ -72,8 +72,8 @@ type stageResult struct {
 
 type published struct {
 	staging.Snapshot
-	Digest artifact.ID `json:"digest"`
-	Built  bool        `json:"built"`
+	ID    artifact.ID `json:"digest"`
+	Built bool        `json:"built"`
 }
 
 func newStageCmd(a *app) *cobra.Command {
@@ -176,7 +176,7 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 			if err != nil {
 				return out, fmt.Errorf("publish %s@%s from lane %s: %w", s.Repo, s.Revision, s.Lane, err)
 			}
-			out = append(out, published{Snapshot: s, Digest: lease.ID, Built: res.Built})
+			out = append(out, published{Snapshot: s, ID: lease.ID, Built: res.Built})
 			lease.Close()
 		}
 	}
@@ -201,7 +201,7 @@ func newStageResolveCmd(a *app, sf *stagingFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := e.Resolve(cmd.Context(), args[0], r)
+			res, err := e.Locate(cmd.Context(), args[0], r)
 			if err != nil {
 				return err
 			}
@@ -329,7 +329,7 @@ func printStage(w io.Writer, res stageResult) {
 		if p.Built {
 			verb = "imported"
 		}
-		fmt.Fprintf(w, "published %s@%s (lane %s): %s %s\n", p.Repo, p.Revision, p.Lane, verb, p.Digest)
+		fmt.Fprintf(w, "published %s@%s (lane %s): %s %s\n", p.Repo, p.Revision, p.Lane, verb, p.ID)
 	}
 }
 

@@ -82,7 +82,7 @@ func TestStageCommands(t *testing.T) {
 
 	out, err = ws("stage", recipe, "--publish", "--json")
 	rep = stageResult{}
-	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Published) != 1 || !strings.HasPrefix(rep.Published[0].Digest.String(), "sha256:") {
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Published) != 1 || !strings.HasPrefix(rep.Published[0].ID.String(), "sha256:") {
 		t.Fatalf("stage --publish: %v\n%s", err, out)
 	}
 	out, err = ws("staging", "ls", "--json")

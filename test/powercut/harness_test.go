@@ -246,7 +246,7 @@ func TestHarnessCatchesAMissingParentSync(t *testing.T) {
 	// The failure names the cut, the outcome, and the rename left out of the
 	// durable image with the step it belongs to.
 	want := regexp.MustCompile(`(?s)power cut after the operation returned: .*artifact is gone, want ready.*` +
-		`not durable at the cut.*- rename /tmp/` + h.src.Digest.Hex() + `\.\w+ -> /artifacts/` + h.src.Digest.Hex() + ` \(after publish\.before-rename@1\)`)
+		`not durable at the cut.*- rename /tmp/` + h.src.ID.Hex() + `\.\w+ -> /artifacts/` + h.src.ID.Hex() + ` \(after publish\.before-rename@1\)`)
 	for _, err := range failures {
 		if want.MatchString(err.Error()) {
 			t.Logf("the harness failed, as it should:\n%v", err)
