@@ -62,8 +62,8 @@ func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
 	if err != nil {
 		return nil, err
 	}
-	if x.Identity != idDigest.String() {
-		return nil, fmt.Errorf("index names identity %s, the artifact is %s", x.Identity, idDigest)
+	if x.ID != idDigest {
+		return nil, fmt.Errorf("index names identity %s, the artifact is %s", x.ID, idDigest)
 	}
 	if len(x.Files) == 0 {
 		return nil, fmt.Errorf("artifact %s has no payload files", idDigest)

@@ -101,8 +101,8 @@ func (p *ArtifactProvider) Producer(ctx context.Context, identity artifact.Ident
 }
 
 // ProducerForID implements resolve.IDProvider.
-func (p *ArtifactProvider) ProducerForID(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
-	return producerFor(ctx, p.Remote, digest, p.Options)
+func (p *ArtifactProvider) ProducerForID(ctx context.Context, id artifact.ID) (artifact.Identity, artifact.Producer, error) {
+	return producerFor(ctx, p.Remote, id, p.Options)
 }
 
 // Locator opens the providers of digest-pinned artifact references, on the

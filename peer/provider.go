@@ -131,8 +131,8 @@ func (f *fetcher) Transfer() store.Transfer {
 
 // ProducerForID implements resolve.IDProvider: a peer is asked for
 // an artifact by its identity digest, and its manifest carries the identity.
-func (p *Provider) ProducerForID(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
-	f, err := p.fetcherFor(ctx, digest)
+func (p *Provider) ProducerForID(ctx context.Context, id artifact.ID) (artifact.Identity, artifact.Producer, error) {
+	f, err := p.fetcherFor(ctx, id)
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}

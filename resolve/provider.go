@@ -60,5 +60,5 @@ func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) 
 // as for Producer.
 type IDProvider interface {
 	Provider
-	ProducerForID(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error)
+	ProducerForID(ctx context.Context, id artifact.ID) (artifact.Identity, artifact.Producer, error)
 }

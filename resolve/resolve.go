@@ -216,14 +216,14 @@ func (a *attempt) identify() bool {
 	if a.req.Identity != nil {
 		a.id = *a.req.Identity
 	} else {
-		if a.req.Recipe == nil || a.req.Source == "" {
+		if a.req.Local == nil || a.req.Source == "" {
 			return invalid(fmt.Errorf("no identity, and no source directory and recipe to derive one: %w", errdefs.ErrInvalidArgument))
 		}
 		fp, f := a.source()
 		if f != nil {
 			return a.stop(f)
 		}
-		id, err := a.req.Recipe.Identity(fp.Src, a.req.Target)
+		id, err := a.req.Local.Identity(fp.Src, a.req.Target)
 		if err != nil {
 			if errdefs.IsNotImplemented(err) {
 				a.fail(&Failure{Kind: KindUnsupported, Step: StepIdentity, Err: err})
@@ -408,8 +408,8 @@ func missOrFailed(f *Failure) string {
 func (a *attempt) local() bool {
 	t := time.Now()
 	candidates := a.r.cfg.Producers
-	if a.req.Recipe != nil {
-		candidates = append([]producers.Local{a.req.Recipe}, candidates...)
+	if a.req.Local != nil {
+		candidates = append([]producers.Local{a.req.Local}, candidates...)
 	}
 	var eligible []producers.Local
 	for _, rc := range candidates {

@@ -177,9 +177,9 @@ type Request struct {
 	Source string
 	// Target names the model for identities derived from Source.
 	Target producers.Target
-	// Recipe derives the identity from Source when Identity is nil, and is
+	// Local derives the identity from Source when Identity is nil, and is
 	// tried as a local producer before the registered ones.
-	Recipe producers.Local
+	Local producers.Local
 	// ID is the identity digest when the caller knows
 	// only that (a weight image's pointer label); Identity wins when both
 	// are set. Such a request is served by the store and by providers that

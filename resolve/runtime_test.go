@@ -37,7 +37,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 	} {
 		t.Run(rc.Name(), func(t *testing.T) {
 			cfg := resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true}
-			req := resolve.Request{Source: src, Target: target, Recipe: rc}
+			req := resolve.Request{Source: src, Target: target, Local: rc}
 			cold, err := newRuntime(t, cfg).Resolve(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
@@ -60,7 +60,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 			}
 			// With the identity in hand, a warm resolve does not even fingerprint.
 			id := warm.Lease.Identity()
-			byID, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Recipe: rc})
+			byID, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Local: rc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 func TestReportJSON(t *testing.T) {
 	src := synthModel(t, 256<<10, 1, "BF16")
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), AllowLocalBuild: true})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestReportJSON(t *testing.T) {
 	}
 	// A failure carries its retryable flag.
 	rt2 := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required})
-	res2, _ := rt2.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}})
+	res2, _ := rt2.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 	raw, _ = res2.Report.JSON()
 	var failed struct {
 		Outcome string `json:"outcome"`
@@ -157,7 +157,7 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "root")
-			req := resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}}
+			req := resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}}
 			pub, err := newRuntime(t, resolve.Config{Root: root, AllowLocalBuild: true}).Resolve(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
@@ -251,7 +251,7 @@ func TestPublishAfterLoad(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "root")
 			rt := newRuntime(t, resolve.Config{Root: root, AllowLocalBuild: true, AllowPostLoadPublish: tc.allow})
-			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}})
+			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -316,7 +316,7 @@ func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: tc.allow})
-			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: tc.recipe})
+			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: tc.recipe})
 			if !errdefs.IsNotFound(err) || ran || res.Report.Counters.ProducerRuns != 0 {
 				t.Fatalf("%v, ran %v", err, ran)
 			}

@@ -82,18 +82,18 @@ func TestFailureToActionRowByRow(t *testing.T) {
 			rc, _ := spy(producers.Passthrough{})
 			rc.calls = e.calls
 			return resolve.Config{Providers: []resolve.Provider{failProvider("peer", err, e.calls)}},
-				resolve.Request{Source: e.src, Target: target, Recipe: rc}
+				resolve.Request{Source: e.src, Target: target, Local: rc}
 		}
 	}
 	local := func(produce func(context.Context, artifact.Writer) error) func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 		return func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 			rc := spyRecipe{Local: &testRecipe{name: "test-producer", phase: producers.PreLoadSafe, produce: produce}, calls: e.calls}
-			return resolve.Config{AllowLocalBuild: true}, resolve.Request{Source: e.src, Target: target, Recipe: rc}
+			return resolve.Config{AllowLocalBuild: true}, resolve.Request{Source: e.src, Target: target, Local: rc}
 		}
 	}
 	passthrough := func(e *env) resolve.Request {
 		rc := spyRecipe{Local: producers.Passthrough{}, calls: e.calls}
-		return resolve.Request{Source: e.src, Target: target, Recipe: rc}
+		return resolve.Request{Source: e.src, Target: target, Local: rc}
 	}
 	for _, tc := range []struct {
 		name      string
@@ -107,7 +107,7 @@ func TestFailureToActionRowByRow(t *testing.T) {
 
 		{"invalid cache entry", func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 			pub := newRuntime(t, resolve.Config{Root: e.root, AllowLocalBuild: true})
-			res, err := pub.Resolve(context.Background(), resolve.Request{Source: e.src, Target: target, Recipe: producers.Passthrough{}})
+			res, err := pub.Resolve(context.Background(), resolve.Request{Source: e.src, Target: target, Local: producers.Passthrough{}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -255,7 +255,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 		Providers: []resolve.Provider{failProvider("peer", errors.New("called"), calls)}})
 	bogus := &artifact.Identity{} // never read, let alone validated
 	src := filepath.Join(base, "canonical")
-	res, err := rt.Resolve(context.Background(), resolve.Request{Identity: bogus, Source: src, Recipe: rc})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Identity: bogus, Source: src, Local: rc})
 	if err != nil || !res.Canonical() || res.Path != src || !res.Report.ID.IsZero() {
 		t.Fatalf("%v %+v", err, res.Report)
 	}
@@ -286,7 +286,7 @@ func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
 	}}
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
 		Wait: resolve.WaitPolicy{CoordinationTimeoutSeconds: 1}})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: slow})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: slow})
 	if err != nil || res.Report.Outcome != resolve.OutcomeBuilt {
 		t.Fatalf("%v %+v", err, res.Report)
 	}
@@ -309,7 +309,7 @@ func TestRemoteProviderFetch(t *testing.T) {
 	rc := spyRecipe{Local: producers.Passthrough{}, calls: calls}
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
 		Providers: []resolve.Provider{miss, registry}})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: rc})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: rc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +364,7 @@ func TestWaiterLeavesOtherBuildAlone(t *testing.T) {
 	}()
 	<-started
 	cfg := resolve.Config{Root: root, Mode: resolve.Required, AllowLocalBuild: true, Wait: resolve.WaitPolicy{CoordinationTimeoutSeconds: 1}}
-	res, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Recipe: producers.Passthrough{}})
+	res, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Local: producers.Passthrough{}})
 	var f *resolve.Failure
 	if !errors.As(err, &f) || f.Kind != resolve.KindCoordinationTimeout || !f.Retryable() || res.Report.Counters.ProducerRuns != 0 {
 		t.Fatalf("waiter: %v", err)
@@ -378,7 +378,7 @@ func TestWaiterLeavesOtherBuildAlone(t *testing.T) {
 	if r := <-done; r.err != nil || !r.res.Built {
 		t.Fatalf("the other build: %+v", r)
 	}
-	res, err = newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Recipe: producers.Passthrough{}})
+	res, err = newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Local: producers.Passthrough{}})
 	if err != nil || res.Report.Outcome != resolve.OutcomeHit {
 		t.Fatalf("after the other build: %v", err)
 	}

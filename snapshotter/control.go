@@ -134,9 +134,9 @@ func (c *ControlClient) Mounts(ctx context.Context) ([]HostMountInfo, error) {
 }
 
 // Holders says what holds an artifact in the daemon.
-func (c *ControlClient) Holders(ctx context.Context, identity artifact.ID) (*Holders, error) {
+func (c *ControlClient) Holders(ctx context.Context, id artifact.ID) (*Holders, error) {
 	var h Holders
-	return &h, c.call(ctx, http.MethodGet, "/v1/holders?identity="+url.QueryEscape(identity.String()), nil, &h)
+	return &h, c.call(ctx, http.MethodGet, "/v1/holders?identity="+url.QueryEscape(id.String()), nil, &h)
 }
 
 // call makes one request; a daemon that does not answer is

@@ -341,10 +341,10 @@ type Holders struct {
 }
 
 // HoldersOf says what holds the artifact identity.
-func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
-	out := &Holders{ID: identity}
+func (s *Snapshotter) HoldersOf(id artifact.ID) (*Holders, error) {
+	out := &Holders{ID: id}
 	var names []string
-	names, out.Leased = s.leases.holdersOf(identity)
+	names, out.Leased = s.leases.holdersOf(id)
 	for _, n := range names {
 		if dir, ok := strings.CutPrefix(n, mountHolderPrefix); ok {
 			out.Mounts = append(out.Mounts, dir)
@@ -352,7 +352,7 @@ func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
 			out.Snapshots = append(out.Snapshots, n)
 		}
 	}
-	for _, n := range s.repairs.pending(identity) {
+	for _, n := range s.repairs.pending(id) {
 		out.Pending = append(out.Pending, strings.TrimPrefix(n, mountHolderPrefix))
 	}
 	return out, nil

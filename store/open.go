@@ -156,7 +156,7 @@ func readFailure(id artifact.ID, file string, err error) error {
 func (e *InvalidError) with(id artifact.ID) *InvalidError { e.ID = id; return e }
 
 func checkIndexAgainstManifest(x *artifact.Index, m *Manifest) error {
-	if x.Identity != m.ID.String() || len(x.Files) != len(m.Files) {
+	if x.ID != m.ID || len(x.Files) != len(m.Files) {
 		return fmt.Errorf("index does not describe the manifest's files")
 	}
 	for i, f := range x.Files {

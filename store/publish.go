@@ -58,7 +58,7 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 	if err != nil {
 		return err
 	}
-	idx := &artifact.Index{Schema: artifact.IndexSchema, Identity: id.String(), Files: entries}
+	idx := &artifact.Index{Schema: artifact.IndexSchema, ID: id, Files: entries}
 	m := Manifest{Schema: ManifestSchema, Identity: b.identity, ID: id, TotalBytes: idx.TotalBytes()}
 	for _, e := range entries {
 		m.Files = append(m.Files, e.File)

@@ -143,14 +143,14 @@ func newUmountCmd(a *app) *cobra.Command {
 
 // daemonHolders asks weightsnapd, briefly, what holds an artifact; nil when
 // it does not answer.
-func (a *app) daemonHolders(ctx context.Context, identity artifact.ID) *snapshotter.Holders {
+func (a *app) daemonHolders(ctx context.Context, id artifact.ID) *snapshotter.Holders {
 	c, err := a.control()
 	if err != nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	h, err := c.Holders(ctx, identity)
+	h, err := c.Holders(ctx, id)
 	if err != nil {
 		return nil
 	}

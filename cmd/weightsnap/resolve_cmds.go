@@ -129,7 +129,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 			return fmt.Errorf("resolve: --from needs --revision to derive the identity: %w", errdefs.ErrInvalidArgument)
 		}
 		if o.from != "" {
-			req.Recipe, err = producers.Choose(producers.Choice{TPSize: o.tpSize, TPRank: o.tpRank,
+			req.Local, err = producers.Choose(producers.Choice{TPSize: o.tpSize, TPRank: o.tpRank,
 				LayoutSpec: o.layoutSpec, DType: o.dtype}, req.Identity)
 			if err != nil {
 				return fmt.Errorf("resolve: %w", err)
@@ -140,8 +140,8 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := req.Recipe.(producers.Passthrough); ok {
-		req.Recipe = passthrough
+	if _, ok := req.Local.(producers.Passthrough); ok {
+		req.Local = passthrough
 	}
 	rt, err := node.NewRuntime(ctx, cfg, node.RuntimeOptions{Mode: mode, Remote: o.remote.options(&cfg.Resolve, 0),
 		Producers: []producers.Local{passthrough}, NoFingerprintCache: o.noFingerprintCache})
