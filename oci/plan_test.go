@@ -147,7 +147,9 @@ func TestPlanWeightsnap(t *testing.T) {
 		"identity digest": func(m *ocispec.Manifest, _ *artifact.Index) {
 			m.Annotations[AnnotationIdentityDigest] = "sha256:" + strings.Repeat("0", 64)
 		},
-		"index identity": func(_ *ocispec.Manifest, x *artifact.Index) { x.ID = artifact.MustParseID("sha256:" + strings.Repeat("0", 64)) },
+		"index identity": func(_ *ocispec.Manifest, x *artifact.Index) {
+			x.ID = artifact.MustParseID("sha256:" + strings.Repeat("0", 64))
+		},
 		"layer digest": func(m *ocispec.Manifest, _ *artifact.Index) {
 			m.Layers[0].Digest = digest.FromString("other")
 		},

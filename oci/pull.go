@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sync/errgroup"
@@ -70,17 +71,20 @@ const (
 
 // PullReport says what a pull did.
 type PullReport struct {
-	Ref      string      `json:"ref"`
-	Manifest string      `json:"manifest"`
-	Kind     Kind        `json:"kind"`
-	Identity artifact.ID `json:"identity"`
-	ID       string      `json:"id"` // the identity hex
-	Path     string      `json:"path"`
-	Built    bool        `json:"built"`
-	Files    int         `json:"files"`
-	Bytes    int64       `json:"bytes"`
-	store.Transfer
+	Ref      string `json:"ref"`
+	Manifest string `json:"manifest"`
+	Kind     Kind   `json:"kind"`
+	store.TransferReport
 	Seconds float64 `json:"seconds"`
+}
+
+// MarshalJSON is the report's encoding, `weightsnap pull --json`: the
+// fields, and the identity's hex under "id".
+func (r PullReport) MarshalJSON() ([]byte, error) {
+	type fields PullReport
+	return jsonobj.Concat(fields(r), struct {
+		Hex string `json:"id"`
+	}{r.ID.Hex()})
 }
 
 // plan fetches a manifest's index layer, if it has one, and plans the pull.
@@ -150,7 +154,7 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		if err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		if rep.Identity, err = p.Identity.ID(); err != nil {
+		if rep.ID, err = p.Identity.ID(); err != nil {
 			return artifact.Identity{}, nil, err
 		}
 		rep.Kind, rep.Files, rep.Bytes = p.Kind, len(p.Files), p.TotalBytes()
@@ -167,12 +171,8 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		}
 		return nil, rep, err
 	}
-	rep.Identity, rep.ID, rep.Path, rep.Built = lease.ID, lease.ID.Hex(), lease.Dir, m.Built
-	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
-	if m.Transfer != nil {
-		rep.Transfer = *m.Transfer
-	}
-	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", rep.Identity).WithField("built", rep.Built).
+	rep.TransferReport = m.Report(lease)
+	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", rep.ID).WithField("built", rep.Built).
 		WithField("fetched", rep.Fetched).WithField("reused", rep.Reused).Debug("pull done")
 	return lease, rep, nil
 }

@@ -12,7 +12,7 @@ import (
 type buildResult struct {
 	lease    *store.Lease
 	built    bool
-	transfer *Transfer
+	transfer *store.Transfer
 }
 
 // getOrBuild materialises the identity through the store
@@ -45,10 +45,7 @@ func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer
 		if m.Built {
 			a.rep.BytesMoved += lease.Index.TotalBytes()
 		}
-		br := &buildResult{lease: lease, built: m.Built}
-		if t := m.Transfer; t != nil {
-			br.transfer = &Transfer{Endpoint: t.Endpoint, Mode: t.Mode, Rails: t.Rails, Bytes: t.Fetched}
-		}
+		br := &buildResult{lease: lease, built: m.Built, transfer: m.Transfer}
 		return br, nil
 	}
 	switch {

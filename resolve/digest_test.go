@@ -149,7 +149,7 @@ func TestResolvePeersFirst(t *testing.T) {
 	defer res.Close()
 	last := res.Report.Steps[len(res.Report.Steps)-1]
 	if res.Report.Source != "peer" || located.calls.Load() != 0 || last.Transfer == nil ||
-		*last.Transfer != (resolve.Transfer{Endpoint: "10.0.0.7:7420", Mode: "tcp", Rails: 4, Bytes: 42}) {
+		last.Transfer.Endpoint != "10.0.0.7:7420" || last.Transfer.Mode != "tcp" || last.Transfer.Rails != 4 || last.Transfer.Fetched != 42 {
 		t.Fatalf("report %+v, step %+v", res.Report, last)
 	}
 }

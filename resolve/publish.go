@@ -20,7 +20,7 @@ import (
 func (r *Runtime) PublishAfterLoad(ctx context.Context, identity artifact.Identity, p producers.PhasedProducer) (*Report, error) {
 	a := r.newAttempt(ctx, ReportPostLoadPublish, Request{Identity: &identity})
 	a.publish(p)
-	a.rep.DurationNs = time.Since(a.start).Nanoseconds()
+	a.rep.Duration = time.Since(a.start)
 	l := log.G(ctx).WithField("identity", a.rep.ID).WithField("outcome", a.rep.Outcome)
 	if a.rep.Failure != nil {
 		l.WithError(a.rep.Failure).Warn("post-load publication failed")

@@ -9,39 +9,6 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// Transfer is what moving an artifact from a remote into the store did:
-// the statistics every transfer report carries (a pull's, a peer fetch's,
-// a resolution step's). A producer that moves bytes says it through
-// TransferReporter; Materialise adds the timings. The JSON names are a
-// pull report's; Endpoint, Mode and Rails are named by each report.
-type Transfer struct {
-	// Endpoint is where the bytes came from: the peer finished with, or
-	// the registry reference.
-	Endpoint string `json:"-"`
-	// Mode is the data plane (tcp, rma); "" for a registry.
-	Mode string `json:"-"`
-	// Rails is how many rails the data plane had; 0 for a registry.
-	Rails int `json:"-"`
-	// Fetched is the payload bytes moved and verified.
-	Fetched int64 `json:"fetched_bytes"`
-	// Reused is the payload bytes, in ReusedFiles files, adopted from an
-	// interrupted build of the same artifact.
-	Reused      int64 `json:"reused_bytes"`
-	ReusedFiles int   `json:"reused_files"`
-	// Ranged says large files came as parallel ranges.
-	Ranged bool `json:"ranged"`
-	// FetchSeconds is the producer's time (transfers and hashing);
-	// PublishSeconds the store's publication after it (fsync waits included).
-	FetchSeconds   float64 `json:"fetch_seconds"`
-	PublishSeconds float64 `json:"publish_seconds"`
-}
-
-// TransferReporter is a producer that says how it moved an artifact, once
-// it ran: its endpoint, data plane and bytes (not the timings).
-type TransferReporter interface {
-	Transfer() Transfer
-}
-
 // Plan finds what to materialise: the identity and the producer that
 // makes it (a remote's manifest and index read, a peer selected). It runs
 // only when no valid artifact was found without it.

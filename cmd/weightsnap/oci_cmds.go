@@ -183,7 +183,7 @@ imported as "import" would import its files: --revision is then required.`,
 				return err
 			}
 			defer l.Close()
-			return a.printResult(rep, rep.Identity.String())
+			return a.printResult(rep, rep.ID.String())
 		},
 	}
 	f := cmd.Flags()

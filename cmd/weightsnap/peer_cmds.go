@@ -316,7 +316,7 @@ artifact of their own (producer tensor-subset).`,
 			if a.jsonOut {
 				return a.printJSON(rep)
 			}
-			fmt.Fprintln(a.out, rep.Identity)
+			fmt.Fprintln(a.out, rep.ID)
 			if rep.Built {
 				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Endpoint, rep.Mode, rep.Rails, rep.Seconds)
 			}
