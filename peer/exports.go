@@ -26,9 +26,8 @@ const (
 )
 
 // Export is an exported directory: one the peer's configuration
-// allowlists ([[peer.staged]], the configuration's name for exported
-// directories) and that the peer serves, as staged:NAME on the wire, as a
-// passthrough artifact of the revision it holds.
+// allowlists ([[peer.exports]]) and that the peer serves, as staged:NAME on
+// the wire, as a passthrough artifact of the revision it holds.
 type Export struct {
 	Name       string `toml:"name" json:"name"`
 	Path       string `toml:"path" json:"path"`
@@ -56,7 +55,7 @@ type exportSet struct {
 	ceiling int64
 
 	mu      sync.Mutex
-	entries map[string]*exportEntry // by staged id, for good
+	entries map[string]*exportEntry // by export id, for good
 	mapped  int64
 	tick    uint64
 }
