@@ -127,7 +127,7 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 	return id, true
 }
 
-// Pull materializes a remote artifact in the store and returns a lease on
+// Pull materialises a remote artifact in the store and returns a lease on
 // it. Blobs stream from the registry straight into the store's writer,
 // several at once, large ones in parallel ranges. Each byte is hashed once:
 // the writer computes every layer's sha256 and checks it against the layer

@@ -162,7 +162,7 @@ func (f *fetcher) closeSession() {
 	}
 }
 
-// Fetch materializes request (an identity digest, a manifest digest or a
+// Fetch materialises request (an identity digest, a manifest digest or a
 // staged id of an exported directory) from the first of peers that serves it, into the store, and
 // returns a lease on it. Every unit's BLAKE3 is checked as it lands, every
 // file's digests once written, before publication: on any mismatch nothing

@@ -27,7 +27,7 @@ type Outcome string
 const (
 	// OutcomeHit is a validated local artifact.
 	OutcomeHit Outcome = "hit"
-	// OutcomeFetched is a remote artifact materialized locally.
+	// OutcomeFetched is a remote artifact materialised locally.
 	OutcomeFetched Outcome = "fetched"
 	// OutcomeBuilt is an artifact a local producer made.
 	OutcomeBuilt Outcome = "built"

@@ -316,7 +316,7 @@ func (a *attempt) providers() ([]Provider, bool) {
 	return append(ps, a.r.cfg.Providers...), true
 }
 
-// remote tries one provider: a clean miss, or its artifact materialized locally.
+// remote tries one provider: a clean miss, or its artifact materialised locally.
 func (a *attempt) remote(p Provider) bool {
 	t := time.Now()
 	name := p.Name()
@@ -350,12 +350,12 @@ func (a *attempt) remote(p Provider) bool {
 		}
 		return prod, nil
 	}
-	return a.materialize(StepRemote, name, plan, true, OutcomeFetched, t)
+	return a.materialise(StepRemote, name, plan, true, OutcomeFetched, t)
 }
 
-// materialize plans a producer and runs it through the store, and records
+// materialise plans a producer and runs it through the store, and records
 // the result.
-func (a *attempt) materialize(step, source string, plan func() (artifact.Producer, *Failure), remote bool, outcome Outcome, t time.Time) bool {
+func (a *attempt) materialise(step, source string, plan func() (artifact.Producer, *Failure), remote bool, outcome Outcome, t time.Time) bool {
 	moved := a.rep.BytesMoved
 	br, f := a.getOrBuild(step, source, plan, remote)
 	if f == nil {
@@ -456,7 +456,7 @@ func (a *attempt) local() bool {
 			return a.recover(f)
 		}
 		made := func() (artifact.Producer, *Failure) { return prod, nil }
-		if a.materialize(StepProduce, source, made, false, OutcomeBuilt, t) || a.done {
+		if a.materialise(StepProduce, source, made, false, OutcomeBuilt, t) || a.done {
 			return true
 		}
 	}

@@ -3,7 +3,7 @@
 // source where the mode permits, and says how in one terminal report.
 //
 // Order for one identity: the validated local artifact; then each remote
-// provider in configured order (peer, registry), materialized locally
+// provider in configured order (peer, registry), materialised locally
 // through the store; then a registered local producer (PRE_LOAD_SAFE only,
 // when allow_local_build is on); then the canonical source, where the mode
 // permits. The first valid source wins. Modes:

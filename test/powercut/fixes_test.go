@@ -16,7 +16,7 @@ import (
 // fails without it.
 
 // afterReturn runs the scenario's operation to its end, cuts the power
-// right after it returned, and materializes the durable image.
+// right after it returned, and materialises the durable image.
 func (h *harness) afterReturn(sc *scenario) string {
 	h.t.Helper()
 	dir := h.t.TempDir()
@@ -28,7 +28,7 @@ func (h *harness) afterReturn(sc *scenario) string {
 		h.t.Fatalf("%s did not return: %s", sc.name, r.out)
 	}
 	image := filepath.Join(dir, "image")
-	if err := img.Materialize(image); err != nil {
+	if err := img.Materialise(image); err != nil {
 		h.t.Fatal(err)
 	}
 	return image
