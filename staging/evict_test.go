@@ -109,12 +109,12 @@ func TestEvictionLRU(t *testing.T) {
 	if fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Fatalf("lanes %v, want %v", states, want)
 	}
-	// An evicted lane resolves to its source; a staged one to its copy.
+	// An evicted lane is located at its source; a staged one at its copy.
 	if res, err := e.Locate(context.Background(), "org/a", nil); err != nil || res.Staged {
-		t.Fatalf("resolve org/a: %+v %v", res, err)
+		t.Fatalf("locate org/a: %+v %v", res, err)
 	}
 	if res, err := e.Locate(context.Background(), "c", nil); err != nil || !res.Staged || res.Path != dst {
-		t.Fatalf("resolve lane c: %+v %v", res, err)
+		t.Fatalf("locate lane c: %+v %v", res, err)
 	}
 }
 

@@ -145,7 +145,7 @@ staged hub snapshot into the store (as weightsnap import would).`,
 	f.BoolVar(&publish, "publish", false, "also import each staged hub snapshot into the store")
 	f.BoolVar(&a.jsonOut, "json", false, "print JSON")
 	sf.register(cmd.PersistentFlags())
-	cmd.AddCommand(newStageResolveCmd(a, &sf))
+	cmd.AddCommand(newStageLocateCmd(a, &sf))
 	return cmd
 }
 
@@ -183,10 +183,11 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 	return out, nil
 }
 
-func newStageResolveCmd(a *app, sf *stagingFlags) *cobra.Command {
+func newStageLocateCmd(a *app, sf *stagingFlags) *cobra.Command {
 	var recipe string
 	cmd := &cobra.Command{
-		Use:   "resolve REPO[@REV]|LANE [--recipe RECIPE] [--json]",
+		Use:     "locate REPO[@REV]|LANE [--recipe RECIPE] [--json]",
+		Aliases: []string{"resolve"}, // its first name
 		Short: "Print the local path of a repository's snapshot (or a lane) when staged and verified, else its source path",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -61,7 +61,7 @@ func (e *Engine) Locate(ctx context.Context, ref string, r *Recipe) (*Location, 
 	}
 	repo, rev, _ := strings.Cut(ref, "@")
 	if !repoRE.MatchString(repo) {
-		return nil, fmt.Errorf("stage resolve %q: not a lane id or a hub repository (org/name[@revision]): %w", ref, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("stage locate %q: not a lane id or a hub repository (org/name[@revision]): %w", ref, errdefs.ErrInvalidArgument)
 	}
 	if rev == "" {
 		rev = "main"
@@ -95,7 +95,7 @@ func (e *Engine) Locate(ctx context.Context, ref string, r *Recipe) (*Location, 
 		}
 	}
 	if fallback == nil {
-		return nil, fmt.Errorf("stage resolve %s: no lane on node %s mirrors it: %w", ref, e.st.Node, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("stage locate %s: no lane on node %s mirrors it: %w", ref, e.st.Node, errdefs.ErrNotFound)
 	}
 	return fallback, nil
 }
