@@ -188,8 +188,8 @@ func newStageLocateCmd(a *app, sf *stagingFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "locate REPO[@REV]|LANE [--recipe RECIPE] [--json]",
 		Aliases: []string{"resolve"}, // its first name
-		Short: "Print the local path of a repository's snapshot (or a lane) when staged and verified, else its source path",
-		Args:  cobra.ExactArgs(1),
+		Short:   "Print the local path of a repository's snapshot (or a lane) when staged and verified, else its source path",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var r *staging.Recipe
 			if recipe != "" {
