@@ -17,7 +17,7 @@ type buildResult struct {
 
 // getOrBuild materialises the identity through the store
 // (store.Domain.Materialise): plan gives the producer (a provider's, a
-// local recipe's) or the failure that ends this source; the build's waits
+// local producer's) or the failure that ends this source; the build's waits
 // are bounded by the WaitPolicy. It returns a typed failure.
 func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer, *Failure), remote bool) (*buildResult, *Failure) {
 	var prod artifact.Producer

@@ -30,7 +30,7 @@ func (p *digestProvider) Producer(context.Context, artifact.Identity) (artifact.
 	return nil, errors.New("called with a full identity")
 }
 
-func (p *digestProvider) ProducerForID(_ context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
+func (p *digestProvider) ProducerForID(context.Context, artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	p.calls.Add(1)
 	prod, err := producers.Passthrough{}.Producer(p.src)
 	return p.id, prod, err
@@ -119,8 +119,8 @@ type peerProvider struct{ digestProvider }
 
 func (p *peerProvider) Name() string { return "peer" }
 
-func (p *peerProvider) ProducerForID(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
-	id, prod, err := p.digestProvider.ProducerForID(ctx, digest)
+func (p *peerProvider) ProducerForID(ctx context.Context, want artifact.ID) (artifact.Identity, artifact.Producer, error) {
+	id, prod, err := p.digestProvider.ProducerForID(ctx, want)
 	return id, transferring{prod}, err
 }
 

@@ -202,7 +202,7 @@ func (a *attempt) source() (*fingerprint.Result, *Failure) {
 	return res, nil
 }
 
-// identify settles the exact identity: the request's, or the recipe's from
+// identify settles the exact identity: the request's, or the local producer's from
 // the fingerprinted source.
 func (a *attempt) identify() bool {
 	invalid := func(err error) bool {
@@ -217,7 +217,7 @@ func (a *attempt) identify() bool {
 		a.id = *a.req.Identity
 	} else {
 		if a.req.Local == nil || a.req.Source == "" {
-			return invalid(fmt.Errorf("no identity, and no source directory and recipe to derive one: %w", errdefs.ErrInvalidArgument))
+			return invalid(fmt.Errorf("no identity, and no source directory and local producer to derive one: %w", errdefs.ErrInvalidArgument))
 		}
 		fp, f := a.source()
 		if f != nil {

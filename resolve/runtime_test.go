@@ -296,18 +296,18 @@ type preLoad struct{ *producers.TensorMap }
 
 func (preLoad) Phase() producers.Phase { return producers.PreLoadSafe }
 
-// TestPostLoadOnlyNeverRunsInResolution: a POST_LOAD_ONLY recipe is skipped
+// TestPostLoadOnlyNeverRunsInResolution: a POST_LOAD_ONLY local producer is skipped
 // by pre-load resolution, and allow_local_build gates PRE_LOAD_SAFE ones.
 func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 	src := synthModel(t, 256<<10, 1, "BF16")
 	ran := false
-	post := &testRecipe{name: "post", phase: producers.PostLoadOnly, produce: func(context.Context, artifact.Writer) error {
+	post := &testLocal{name: "post", phase: producers.PostLoadOnly, produce: func(context.Context, artifact.Writer) error {
 		ran = true
 		return nil
 	}}
 	for _, tc := range []struct {
 		name   string
-		recipe producers.Local
+		local  producers.Local
 		allow  bool
 		detail string
 	}{
@@ -316,7 +316,7 @@ func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: tc.allow})
-			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: tc.recipe})
+			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: tc.local})
 			if !errdefs.IsNotFound(err) || ran || res.Report.Counters.ProducerRuns != 0 {
 				t.Fatalf("%v, ran %v", err, ran)
 			}

@@ -62,7 +62,7 @@ func TestDecideTable(t *testing.T) {
 // env is one table scenario's setting.
 type env struct {
 	root, src string
-	calls     *atomic.Int32 // calls into providers and recipes, which disabled mode never makes
+	calls     *atomic.Int32 // calls into providers and local producers, which disabled mode never makes
 }
 
 type want struct {
@@ -87,12 +87,12 @@ func TestFailureToActionRowByRow(t *testing.T) {
 	}
 	local := func(produce func(context.Context, artifact.Writer) error) func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 		return func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
-			rc := spyRecipe{Local: &testRecipe{name: "test-producer", phase: producers.PreLoadSafe, produce: produce}, calls: e.calls}
+			rc := spyLocal{Local: &testLocal{name: "test-producer", phase: producers.PreLoadSafe, produce: produce}, calls: e.calls}
 			return resolve.Config{AllowLocalBuild: true}, resolve.Request{Source: e.src, Target: target, Local: rc}
 		}
 	}
 	passthrough := func(e *env) resolve.Request {
-		rc := spyRecipe{Local: producers.Passthrough{}, calls: e.calls}
+		rc := spyLocal{Local: producers.Passthrough{}, calls: e.calls}
 		return resolve.Request{Source: e.src, Target: target, Local: rc}
 	}
 	for _, tc := range []struct {
@@ -250,7 +250,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "no", "such", "root")
 	calls := &atomic.Int32{}
-	rc := spyRecipe{Local: producers.Passthrough{}, calls: calls}
+	rc := spyLocal{Local: producers.Passthrough{}, calls: calls}
 	rt := newRuntime(t, resolve.Config{Mode: resolve.Disabled, Root: root, AllowLocalBuild: true, AllowPostLoadPublish: true,
 		Providers: []resolve.Provider{failProvider("peer", errors.New("called"), calls)}})
 	bogus := &artifact.Identity{} // never read, let alone validated
@@ -277,7 +277,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 // build that takes longer than the budget completes.
 func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
 	src := synthModel(t, 256<<10, 1, "BF16")
-	slow := &testRecipe{name: "slow", phase: producers.PreLoadSafe, produce: func(ctx context.Context, w artifact.Writer) error {
+	slow := &testLocal{name: "slow", phase: producers.PreLoadSafe, produce: func(ctx context.Context, w artifact.Writer) error {
 		if err := sleepCtx(ctx, 1500); err != nil {
 			return err
 		}
@@ -306,7 +306,7 @@ func TestRemoteProviderFetch(t *testing.T) {
 		return producers.Passthrough{}.Producer(scanned) // stands in for a pull through the store's writer
 	}}
 	calls := &atomic.Int32{}
-	rc := spyRecipe{Local: producers.Passthrough{}, calls: calls}
+	rc := spyLocal{Local: producers.Passthrough{}, calls: calls}
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
 		Providers: []resolve.Provider{miss, registry}})
 	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: rc})
@@ -319,8 +319,8 @@ func TestRemoteProviderFetch(t *testing.T) {
 		rep.BytesMoved != res.Lease.Index.TotalBytes() || len(rep.Recovered) != 2 || rep.Recovered[1].Kind != resolve.KindMiss {
 		t.Fatalf("order %v, report %+v", order, rep)
 	}
-	if calls.Load() != 1 { // the recipe derived the identity; it never produced
-		t.Fatalf("%d recipe calls", calls.Load())
+	if calls.Load() != 1 { // the local producer derived the identity; it never produced
+		t.Fatalf("%d local producer calls", calls.Load())
 	}
 }
 
