@@ -7,7 +7,8 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
 
-// Sum is a raw BLAKE3 or sha256 digest.
+// Sum is a raw 32-byte hash value: a BLAKE3 sum, or a sha256 one. "Digest"
+// names an OCI digest (sha256:<hex>) only.
 type Sum = [32]byte
 
 // TreeBLAKE3 is the tensor-tree digest of a safetensors file: the BLAKE3 of
@@ -43,7 +44,7 @@ func EntryTree(e FileEntry) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// ParseSum reads a digest written as 64 lowercase hex digits.
+// ParseSum reads a sum written as 64 lowercase hex digits.
 func ParseSum(s string) (Sum, error) {
 	var d Sum
 	if len(s) != 64 {
@@ -58,5 +59,5 @@ func ParseSum(s string) (Sum, error) {
 	return d, nil
 }
 
-// SumHex writes a digest as lowercase hex.
+// SumHex writes a sum as lowercase hex.
 func SumHex(d Sum) string { return hex.EncodeToString(d[:]) }

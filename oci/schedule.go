@@ -400,7 +400,7 @@ func (p *puller) finish(t *fileTask) error {
 	if err := t.fw.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", t.f.Path, layerError(t.f, err))
 	}
-	got, err := t.fw.Digest()
+	got, err := t.fw.Entry()
 	if err != nil {
 		return fmt.Errorf("hash %s: %w", t.f.Path, err)
 	}

@@ -178,7 +178,7 @@ func (f *fetcher) copySubset(t *target) error {
 	if err := fw.Close(); err != nil {
 		return err
 	}
-	got, err := fw.Digest()
+	got, err := fw.Entry()
 	if err != nil {
 		return err
 	}
