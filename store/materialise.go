@@ -29,13 +29,13 @@ type MaterialiseOptions struct {
 
 // Materialised says what Materialise did.
 type Materialised struct {
-	// Planned says the plan ran and gave a producer (a hit on Known plans nothing).
+	// Planned says the plan ran and gave a producer (a hit on ID plans nothing).
 	Planned bool
 	// Ran says this call's producer ran; ProduceErr is its own failure.
 	Ran        bool
 	ProduceErr error
 	// Built says this call published the artifact; false for one found
-	// valid (on Known, or published by another process meanwhile).
+	// valid (on ID, or published by another process meanwhile).
 	Built bool
 	// WaitSpent says the WaitBudget ran out before the producer started.
 	WaitSpent bool
@@ -47,7 +47,7 @@ type Materialised struct {
 }
 
 // Materialise is the one way an artifact comes into the store from a
-// transfer or a producer: a lookup of Known (a hit costs no planning),
+// transfer or a producer: a lookup of ID (a hit costs no planning),
 // then the plan, then GetOrBuild (one build across processes), and a
 // report of what happened. The lease is the caller's to close.
 func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOptions) (*Lease, Materialised, error) {
