@@ -62,7 +62,7 @@ type BoundFileWriter interface {
 	// which the producer computed from the bytes it wrote there: tensor i
 	// (in offset order) of a safetensors file, or part 0, the whole of any
 	// other file. It may be called from several goroutines at once.
-	SetPartBLAKE3(i int, sum Digest) error
+	SetPartBLAKE3(i int, sum Sum) error
 	// Map hands out a BindTree file as a shared writable mapping, for
 	// transports that write into memory: one-sided RDMA reads land there.
 	// Bytes written through it count as positioned writes; it is valid

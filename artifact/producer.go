@@ -39,7 +39,7 @@ type Writer interface {
 }
 
 // FileWriter writes one payload file in order, hashed while it is written
-// (BoundFileWriter has positioned writes). Close finishes the file; Digest
+// (BoundFileWriter has positioned writes). Close finishes the file; Entry
 // then returns its hashes.
 type FileWriter interface {
 	io.Writer
@@ -49,7 +49,7 @@ type FileWriter interface {
 	// b); until then b must not change.
 	WriteBuffer(b []byte, done func()) error
 	Close() error
-	Digest() (FileEntry, error)
+	Entry() (FileEntry, error)
 }
 
 // Producer makes an artifact's payload files.

@@ -64,7 +64,7 @@ func Example() {
 	target := producers.Target{Repository: "example/tiny", Revision: "0123456789abcdef0123456789abcdef01234567"}
 
 	// 1. Load: resolve (built here from the checkpoint), restore into a fresh model.
-	m, rep, err := loader.Load(ctx, rt, resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}}, l)
+	m, rep, err := loader.Load(ctx, rt, resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}}, l)
 	if err != nil {
 		panic(err)
 	}

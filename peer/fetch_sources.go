@@ -76,12 +76,12 @@ func (s *sources) orphanWait(ctx context.Context) time.Duration {
 	rank := rand.N(orphanStep)
 	if s.self != "" {
 		near := []string{s.self}
-		for _, o := range listSources(ctx, s.client, s.peers, s.base.IdentityDigest) {
+		for _, o := range listSources(ctx, s.client, s.peers, s.base.ID) {
 			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != s.self {
 				near = append(near, o.addr)
 			}
 		}
-		rank = time.Duration(slices.Index(rendezvous(s.base.IdentityDigest, near), s.self)) * orphanStep
+		rank = time.Duration(slices.Index(rendezvous(s.base.ID, near), s.self)) * orphanStep
 	}
 	s.orphanAfter = orphanSettle + rank
 	return s.orphanAfter
@@ -112,7 +112,7 @@ func (s *sources) next(ctx context.Context) (*clientSession, error) {
 		}
 		if err := sameContent(s.base, cs.manifest); err != nil {
 			cs.close()
-			last = &PeerError{Addr: s.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+			last = &Error{Addr: s.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 			continue
 		}
 		if err := s.eligible(cs.addr, cs.manifest); err != nil {
@@ -139,10 +139,10 @@ func (s *sources) eligible(addr string, m *wire.WeightManifest) error {
 	case !m.Building:
 		return nil
 	case m.Depth < 0:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.IdentityDigest.Short(), errNotNearer, errdefs.ErrUnavailable)}
+		return &Error{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.ID.Short(), errNotNearer, errdefs.ErrUnavailable)}
 	case s.depth >= 0 && m.Depth >= s.depth:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
-			m.IdentityDigest.Short(), errNotNearer, m.Depth, s.depth, errdefs.ErrUnavailable)}
+		return &Error{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
+			m.ID.Short(), errNotNearer, m.Depth, s.depth, errdefs.ErrUnavailable)}
 	}
 	return nil
 }
@@ -168,8 +168,8 @@ func (e *noSourceError) Unwrap() error { return e.last }
 // sameContent says whether two manifests describe the same bytes, so a
 // fetch can resume from one peer's session with another's.
 func sameContent(m, o *wire.WeightManifest) error {
-	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
-		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", o.IdentityDigest.Short(), m.IdentityDigest.Short())
+	if m.ID != o.ID || len(m.Shards) != len(o.Shards) {
+		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", o.ID.Short(), m.ID.Short())
 	}
 	for i := range m.Shards {
 		if err := artifact.CompareEntry(m.Shards[i].FileEntry, o.Shards[i].FileEntry); err != nil {

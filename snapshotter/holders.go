@@ -182,7 +182,7 @@ func (t *holderTable) mounts() []control.HostMountInfo {
 	for _, h := range t.by {
 		if h.mount != nil {
 			mi := *h.mount
-			mi.Leased = h.uses[mi.Identity] == useLeased
+			mi.Leased = h.uses[mi.ID] == useLeased
 			out = append(out, mi)
 		}
 	}

@@ -23,7 +23,7 @@ func TestHolderTable(t *testing.T) {
 
 	tb.set("container", a, useRepairing)
 	tb.set("container", b, useRepairing)
-	tb.setMount(control.HostMountInfo{Dir: mountDir, Identity: a})
+	tb.setMount(control.HostMountInfo{Dir: mountDir, ID: a})
 	tb.set(mount, a, useLeased)
 	if got := testutil.ToFloat64(m.pendingRepairs); got != 1 {
 		t.Fatalf("pending repairs %v, want 1 (one holder waits)", got)

@@ -80,8 +80,8 @@ func (m *HostMounts) load(ctx context.Context) ([]control.HostMountInfo, error) 
 		if err == nil {
 			err = json.Unmarshal(raw, &mi)
 		}
-		if err == nil && (mi.Identity.IsZero() || m.home(mi.Dir) != home) {
-			err = fmt.Errorf("record names %q at %q", mi.Identity, mi.Dir)
+		if err == nil && (mi.ID.IsZero() || m.home(mi.Dir) != home) {
+			err = fmt.Errorf("record names %q at %q", mi.ID, mi.Dir)
 		}
 		if err != nil || !sameInode(mi.Dir, filepath.Join(home, "view")) {
 			log.G(ctx).WithError(err).WithField("dir", mi.Dir).WithField("record", home).Info("host mount gone: its record is removed")
@@ -154,22 +154,22 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// Mount resolves the artifact (the store, then the reference given or the
+// HostMount resolves the artifact (the store, then the reference given or the
 // configured sources), takes its lease, and bind-mounts a read-only view of
 // it on req.Dir (created if missing). A mount point that holds a host mount
 // already is refused.
 func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*control.HostMountInfo, error) {
-	if req.Identity.IsZero() {
+	if req.ID.IsZero() {
 		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
 	}
 	dir, err := m.mountPoint(req.Dir, true)
 	if err != nil {
 		return nil, err
 	}
-	ptr := pointer.Pointer{Artifact: req.Artifact, Identity: req.Identity, Target: dir}
+	ptr := pointer.Pointer{Artifact: req.Artifact, ID: req.ID, Target: dir}
 	if req.Artifact != "" {
 		if ptr, _, err = pointer.ParseLabels(map[string]string{pointer.LabelArtifact: req.Artifact,
-			pointer.LabelIdentity: req.Identity.String(), pointer.LabelTarget: dir}); err != nil {
+			pointer.LabelIdentity: req.ID.String(), pointer.LabelTarget: dir}); err != nil {
 			return nil, err
 		}
 	}
@@ -178,7 +178,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	have, mounted := s.holders.mount(dir)
 	if mounted || m.making[dir] {
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.Identity, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.ID, errdefs.ErrFailedPrecondition)
 	}
 	m.making[dir] = true // the resolution may take long: other mounts go on meanwhile
 	m.mu.Unlock()
@@ -198,7 +198,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	defer s.leases.release(h)
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
-	mi := control.HostMountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
+	mi := control.HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
 	if err := m.make(home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
@@ -213,7 +213,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	if rep != nil {
 		source = rep.Source
 	}
-	log.G(ctx).WithField("dir", dir).WithField("identity", req.Identity).WithField("source", source).
+	log.G(ctx).WithField("dir", dir).WithField("identity", req.ID).WithField("source", source).
 		WithField("seconds", time.Since(start).Seconds()).Info("host mount")
 	return &mi, nil
 }
@@ -247,7 +247,7 @@ func (m *HostMounts) make(home, view string, ptr pointer.Pointer, mi control.Hos
 	return nil
 }
 
-// Unmount undoes the host mount on dir and lets its lease go. A mount in
+// HostUnmount undoes the host mount on dir and lets its lease go. A mount in
 // use is refused, and stays, naming the processes using it: a process with
 // a file open or mapped, or its working directory, there, in this mount
 // namespace or through a container's bind mount of dir, and a container
@@ -305,13 +305,13 @@ func inUse(dir string) error {
 // List lists the host mounts, by mount point.
 func (m *HostMounts) List() []control.HostMountInfo { return m.s.holders.mounts() }
 
-// HoldersOf says what holds the artifact identity in the snapshotter:
-// snapshots and host mounts with its lease, and those waiting for a repair.
-func (m *HostMounts) HoldersOf(identity artifact.ID) (*control.Holders, error) {
+// HoldersOf says what holds the artifact id in the snapshotter: snapshots
+// and host mounts with its lease, and those waiting for a repair.
+func (m *HostMounts) HoldersOf(id artifact.ID) (*control.Holders, error) {
 	s := m.s
-	out := &control.Holders{Identity: identity}
+	out := &control.Holders{ID: id}
 	var names []string
-	names, out.Leased = s.leases.holdersOf(identity)
+	names, out.Leased = s.leases.holdersOf(id)
 	for _, n := range names {
 		if dir, ok := strings.CutPrefix(n, mountHolderPrefix); ok {
 			out.Mounts = append(out.Mounts, dir)
@@ -319,7 +319,7 @@ func (m *HostMounts) HoldersOf(identity artifact.ID) (*control.Holders, error) {
 			out.Snapshots = append(out.Snapshots, n)
 		}
 	}
-	for _, n := range s.repairs.pending(identity) {
+	for _, n := range s.repairs.pending(id) {
 		out.Pending = append(out.Pending, strings.TrimPrefix(n, mountHolderPrefix))
 	}
 	return out, nil

@@ -47,7 +47,7 @@ func newRepairs(lf *life, s *Snapshotter, b Backoff) *repairs {
 // add queues holders for the artifact of ptr and starts its loop if none
 // runs.
 func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
-	id := ptr.Identity
+	id := ptr.ID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.life.ctx.Err() != nil {
@@ -68,7 +68,7 @@ func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
 func (r *repairs) kick(ptr pointer.Pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if lp := r.loops[ptr.Identity]; lp != nil {
+	if lp := r.loops[ptr.ID]; lp != nil {
 		select {
 		case lp.kick <- struct{}{}:
 		default:
@@ -95,7 +95,7 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 		return fmt.Errorf("the layer's snapshot is a fallback without the weights, and: %w", err)
 	}
 	defer r.s.leases.release(h)
-	if !r.s.holders.has(name, ptr.Identity, useRepairing) { // not queued (the daemon restarted since): queue it, so repair fills it
+	if !r.s.holders.has(name, ptr.ID, useRepairing) { // not queued (the daemon restarted since): queue it, so repair fills it
 		r.add(ptr, name)
 	}
 	return r.repair(name, h)
@@ -105,7 +105,7 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 	defer r.life.wg.Done()
 	ctx := r.life.ctx
-	logger := log.G(ctx).WithField("identity", lp.ptr.Identity).WithField("artifact", lp.ptr.Artifact)
+	logger := log.G(ctx).WithField("identity", lp.ptr.ID).WithField("artifact", lp.ptr.Artifact)
 	// wait is the pause before the next try: Initial, doubled after each
 	// failed try up to Max, Initial again after a kick or a try that
 	// repaired every holder it found (holders added meanwhile).

@@ -21,7 +21,7 @@ import (
 
 // HostMountRequest asks for a host mount.
 type HostMountRequest struct {
-	Identity artifact.ID `json:"identity"`
+	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
 	Dir      string      `json:"dir"`                // the absolute mount point
 }
@@ -30,7 +30,7 @@ type HostMountRequest struct {
 // it (mount.json).
 type HostMountInfo struct {
 	Dir      string      `json:"dir"`
-	Identity artifact.ID `json:"identity"`
+	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"`
 	Created  time.Time   `json:"created"`
 	Leased   bool        `json:"leased"` // false while a repair waits for the artifact
@@ -38,7 +38,7 @@ type HostMountInfo struct {
 
 // Holders is what holds an artifact in the snapshotter.
 type Holders struct {
-	Identity  artifact.ID `json:"identity"`
+	ID        artifact.ID `json:"identity"`
 	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
 	Snapshots []string    `json:"snapshots,omitempty"` // active snapshots using it (containers, image volumes, views)
 	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease

@@ -32,14 +32,14 @@ func NewClient(path string) *Client {
 	}}}
 }
 
-// Mount asks the daemon for a host mount.
-func (c *Client) Mount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
+// HostMount asks the daemon for a host mount.
+func (c *Client) HostMount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
 	var mi HostMountInfo
 	return &mi, c.call(ctx, http.MethodPost, "/v1/mounts", req, &mi)
 }
 
-// Unmount asks the daemon to undo the host mount on dir.
-func (c *Client) Unmount(ctx context.Context, dir string) error {
+// HostUnmount asks the daemon to undo the host mount on dir.
+func (c *Client) HostUnmount(ctx context.Context, dir string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/mounts?dir="+url.QueryEscape(dir), nil, nil)
 }
 

@@ -30,7 +30,7 @@ func (b *fakeBackend) Mount(_ context.Context, req HostMountRequest) (*HostMount
 		return nil, b.err
 	}
 	b.mounted = append(b.mounted, req)
-	return &HostMountInfo{Dir: req.Dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Unix(1, 0).UTC(), Leased: true}, nil
+	return &HostMountInfo{Dir: req.Dir, ID: req.ID, Artifact: req.Artifact, Created: time.Unix(1, 0).UTC(), Leased: true}, nil
 }
 
 func (b *fakeBackend) Unmount(_ context.Context, dir string) error {
@@ -45,7 +45,7 @@ func (b *fakeBackend) List() []HostMountInfo {
 	defer b.mu.Unlock()
 	var out []HostMountInfo
 	for _, r := range b.mounted {
-		out = append(out, HostMountInfo{Dir: r.Dir, Identity: r.Identity})
+		out = append(out, HostMountInfo{Dir: r.Dir, ID: r.ID})
 	}
 	return out
 }
@@ -53,7 +53,7 @@ func (b *fakeBackend) List() []HostMountInfo {
 func (b *fakeBackend) HoldersOf(id artifact.ID) (*Holders, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return &Holders{Identity: id, Leased: true, Mounts: []string{"/models/m"}, Pending: []string{"container"}}, b.err
+	return &Holders{ID: id, Leased: true, Mounts: []string{"/models/m"}, Pending: []string{"container"}}, b.err
 }
 
 func (b *fakeBackend) fail(err error) {
@@ -91,19 +91,19 @@ func TestRoundTrip(t *testing.T) {
 	b := &fakeBackend{}
 	c := serve(t, b)
 	id := artifact.MustParseID("sha256:" + strings.Repeat("ab", 32))
-	req := HostMountRequest{Identity: id, Artifact: "reg.example/m@sha256:" + strings.Repeat("cd", 32), Dir: "/models/a b&c"}
-	mi, err := c.Mount(ctx, req)
-	if err != nil || mi.Dir != req.Dir || mi.Identity != id || mi.Artifact != req.Artifact || !mi.Leased || !mi.Created.Equal(time.Unix(1, 0)) {
+	req := HostMountRequest{ID: id, Artifact: "reg.example/m@sha256:" + strings.Repeat("cd", 32), Dir: "/models/a b&c"}
+	mi, err := c.HostMount(ctx, req)
+	if err != nil || mi.Dir != req.Dir || mi.ID != id || mi.Artifact != req.Artifact || !mi.Leased || !mi.Created.Equal(time.Unix(1, 0)) {
 		t.Fatalf("mount: %+v %v", mi, err)
 	}
 	if ms, err := c.Mounts(ctx); err != nil || len(ms) != 1 || ms[0].Dir != req.Dir {
 		t.Fatalf("mounts: %+v %v", ms, err)
 	}
-	if err := c.Unmount(ctx, req.Dir); err != nil || !slices.Equal(b.unmounts, []string{req.Dir}) {
+	if err := c.HostUnmount(ctx, req.Dir); err != nil || !slices.Equal(b.unmounts, []string{req.Dir}) {
 		t.Fatalf("unmount: %v, the backend saw %q", err, b.unmounts)
 	}
 	h, err := c.Holders(ctx, id)
-	if err != nil || h.Identity != id || !h.Leased || !slices.Equal(h.Mounts, []string{"/models/m"}) || !slices.Equal(h.Pending, []string{"container"}) {
+	if err != nil || h.ID != id || !h.Leased || !slices.Equal(h.Mounts, []string{"/models/m"}) || !slices.Equal(h.Pending, []string{"container"}) {
 		t.Fatalf("holders: %+v %v", h, err)
 	}
 }
@@ -134,7 +134,7 @@ func TestErrorsKeepTheirClass(t *testing.T) {
 		{"backend refuses", func() error {
 			b.fail(fmt.Errorf("/models/m is not a weightsnap host mount: %w", errdefs.ErrNotFound))
 			defer b.fail(nil)
-			return c.Unmount(ctx, "/models/m")
+			return c.HostUnmount(ctx, "/models/m")
 		}, errdefs.IsNotFound, "is not a weightsnap host mount"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

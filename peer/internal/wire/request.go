@@ -47,5 +47,5 @@ func (m *WeightManifest) Answers(q Request) bool {
 	if q.Export != "" {
 		return m.Export == q.Export
 	}
-	return m.IdentityDigest == q.ID || (m.ManifestDigest != "" && m.ManifestDigest.String() == q.ID.String())
+	return m.ID == q.ID || (m.ManifestDigest != "" && m.ManifestDigest.String() == q.ID.String())
 }

@@ -14,7 +14,7 @@ import (
 func TestRequest(t *testing.T) {
 	id := artifact.MustParseID("sha256:" + strings.Repeat("ab", 32))
 	md := digest.Digest("sha256:" + strings.Repeat("cd", 32))
-	m := &WeightManifest{IdentityDigest: id, ManifestDigest: md}
+	m := &WeightManifest{ID: id, ManifestDigest: md}
 	exp := &WeightManifest{Export: "models/snapshots/0123"}
 	for _, tc := range []struct {
 		in      string
