@@ -146,14 +146,6 @@ func (t *holderTable) anyOf(id artifact.ID, st useState) bool {
 	return false
 }
 
-// leased says whether name has the lease of an artifact it uses.
-func (t *holderTable) leased(name string) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	h := t.by[name]
-	return h != nil && slices.Contains(slices.Collect(maps.Values(h.uses)), useLeased)
-}
-
 // setMount records the host mount mi (its holder's record).
 func (t *holderTable) setMount(mi control.HostMountInfo) {
 	t.mu.Lock()
