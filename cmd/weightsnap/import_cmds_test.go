@@ -115,12 +115,14 @@ func TestDaemonNotRunning(t *testing.T) {
 	}
 }
 
+// TestCreatedDomainSaid: a command that writes (gc) on a root without a
+// store creates one and says so, once.
 func TestCreatedDomainSaid(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "store")
 	for i, want := range []bool{true, false} {
 		var out, errOut bytes.Buffer
 		cmd := newRoot(&app{out: &out, errOut: &errOut})
-		cmd.SetArgs([]string{"--config", "", "--root", root, "ls"})
+		cmd.SetArgs([]string{"--config", "", "--root", root, "gc"})
 		if err := exitcode.Execute(context.Background(), cmd); err != nil {
 			t.Fatal(err)
 		}

@@ -53,6 +53,13 @@ func (a *app) domain(ctx context.Context) (*store.Domain, error) {
 	return d, err
 }
 
+// existingDomain opens the store at the effective root for a command that
+// only reads it: a root that holds no store is not found (exit 3), and
+// nothing is created there.
+func (a *app) existingDomain(ctx context.Context) (*store.Domain, error) {
+	return store.OpenExisting(ctx, a.effectiveRoot(), &a.cfg.Store)
+}
+
 // printJSON writes v as indented JSON to stdout.
 func (a *app) printJSON(v any) error {
 	enc := json.NewEncoder(a.out)
@@ -97,7 +104,12 @@ func main() {
 	defer stop()
 	ctx = log.WithLogger(ctx, log.L.WithField("cmd", "weightsnap"))
 	a := &app{out: os.Stdout, errOut: os.Stderr}
-	if err := exitcode.Execute(ctx, newRoot(a)); err != nil {
+	root := newRoot(a)
+	err := misplacedFlag(root, os.Args[1:])
+	if err == nil {
+		err = exitcode.Execute(ctx, root)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "weightsnap: %v\n", err)
 		os.Exit(exitcode.Of(err))
 	}

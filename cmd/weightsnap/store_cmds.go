@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/procs"
@@ -86,7 +87,7 @@ func newLsCmd(a *app) *cobra.Command {
 		Short: "List the artifacts in the store",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -155,7 +156,10 @@ func newInspectCmd(a *app) *cobra.Command {
 					return err
 				}
 			}
-			d, err := a.domain(cmd.Context())
+			if len(args) != 1 && !domainFlag {
+				return fmt.Errorf("inspect needs an artifact ID, a registry reference or --domain: %w", errdefs.ErrInvalidArgument)
+			}
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -165,9 +169,6 @@ func newInspectCmd(a *app) *cobra.Command {
 					return err
 				}
 				return printDomain(a, rep)
-			}
-			if len(args) != 1 {
-				return fmt.Errorf("inspect needs an artifact ID or --domain")
 			}
 			id, err := d.ResolveID(args[0])
 			if err != nil {
@@ -300,7 +301,7 @@ with its bytes.`,
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -365,7 +366,7 @@ func newRmCmd(a *app) *cobra.Command {
 		Short: "Remove artifacts; a leased or building one is reported and left alone",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -219,6 +220,8 @@ func Classify(err error) error {
 		return &remoteError{fmt.Errorf("%w (log in with docker, nerdctl or oras login)", err), errdefs.ErrUnauthenticated}
 	case errors.Is(err, errdef.ErrNotFound):
 		return &remoteError{err, errdefs.ErrNotFound}
+	case isDialError(err):
+		return &remoteError{fmt.Errorf("%w: the registry does not answer", err), errdefs.ErrUnavailable}
 	case strings.Contains(err.Error(), plainHTTPAnswer):
 		return &remoteError{fmt.Errorf("%w: the registry speaks plain HTTP (use --plain-http, or plain_http = true under [resolve] in the configuration file)", err), errdefs.ErrInvalidArgument}
 	case errors.As(err, &er):
@@ -237,6 +240,14 @@ func Classify(err error) error {
 		}
 	}
 	return err
+}
+
+// isDialError says err is a failure to reach the registry at all: a refused
+// or unreachable connection, or a name that does not resolve.
+func isDialError(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return (errors.As(err, &op) && op.Op == "dial") || errors.As(err, &dns)
 }
 
 // DigestMismatch is the error of a blob whose bytes do not hash to its

@@ -171,6 +171,9 @@ func Load(path string) (Config, error) {
 	if errors.Is(err, os.ErrNotExist) && path == DefaultPath {
 		return cfg, nil
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		return cfg, fmt.Errorf("config: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
 	if err != nil {
 		return cfg, fmt.Errorf("config: %w", err)
 	}
