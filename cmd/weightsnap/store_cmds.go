@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -104,20 +105,28 @@ func newLsCmd(a *app) *cobra.Command {
 				}
 				return a.printJSON(list)
 			}
-			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tREVISION\tPRODUCER\tLAYOUT\tSIZE\tCREATED")
-			for _, info := range list {
-				fmt.Fprintln(tw, lsRow(info))
-			}
-			return tw.Flush()
+			return printLs(a.out, list)
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
 	return cmd
 }
 
-// lsRow is one artifact as `weightsnap ls` shows it, in at most 120
-// columns: long repositories, producers and layouts are cut.
+// printLs is the table `weightsnap ls` prints (the README's `weightsnap ls`
+// line names its columns).
+func printLs(w io.Writer, list []*store.ArtifactInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tREVISION\tPRODUCER\tLAYOUT\tSIZE\tCREATED")
+	for _, info := range list {
+		fmt.Fprintln(tw, lsRow(info))
+	}
+	return tw.Flush()
+}
+
+// lsRow is one artifact as `weightsnap ls` shows it: the repository whole
+// (the column widens for it, so two models never look the same), long
+// producers and layouts cut, so a row fits 120 columns unless its
+// repository is long.
 func lsRow(info *store.ArtifactInfo) string {
 	repo, rev, producer, layout := "-", "-", "-", "-"
 	if id := info.Identity; id != nil {
@@ -125,7 +134,7 @@ func lsRow(info *store.ArtifactInfo) string {
 		if id.Layout.TPSize > 0 {
 			tp = fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
 		}
-		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), artifact.ShortHex(id.Model.Revision), cut(id.Producer.Name, 11)
+		repo, rev, producer = cmp.Or(id.Model.Repository, "-"), artifact.ShortHex(id.Model.Revision), cut(id.Producer.Name, 11)
 		layout = cut(id.Layout.Name, 16-len(tp)) + tp
 	}
 	created := info.Created
@@ -199,7 +208,7 @@ func newInspectCmd(a *app) *cobra.Command {
 }
 
 func printArtifact(a *app, info *store.ArtifactInfo) error {
-	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\n", info.Digest, info.State)
+	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\nPath:      %s\n", info.Digest, info.State, info.Path)
 	if info.Reason != "" {
 		fmt.Fprintf(a.out, "Reason:    %s\n", info.Reason)
 	}
