@@ -83,6 +83,14 @@ func (s *syncProgress) Add(n int64) {
 	}
 }
 
+func (s *syncProgress) Reused(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pr != nil {
+		s.pr.Reused(n)
+	}
+}
+
 func (s *syncProgress) Done() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,7 +184,7 @@ imported as "import" would import its files: --revision is then required.`,
 			}
 			var pr syncProgress
 			o.OnPlan = func(p *oci.Plan) { pr.start("pull", p.TotalBytes()) }
-			o.Progress = pr.Add
+			o.Progress, o.Reused = pr.Add, pr.Reused
 			l, rep, err := oci.Pull(ctx, d, r, o)
 			pr.Done()
 			if err != nil {
