@@ -22,6 +22,9 @@ import (
 type app struct {
 	root       string
 	configPath string
+	// controlAddress is --control-address: weightsnapd's control socket,
+	// over the configuration's.
+	controlAddress string
 	jsonOut    bool
 	cfg        config.Config
 	out        io.Writer
@@ -30,6 +33,9 @@ type app struct {
 
 func (a *app) load() (err error) {
 	a.cfg, err = config.Load(a.configPath)
+	if a.controlAddress != "" {
+		a.cfg.Snapshotter.ControlAddress = a.controlAddress
+	}
 	return err
 }
 
@@ -89,7 +95,8 @@ func newRoot(a *app) *cobra.Command {
 		},
 	}
 	root.PersistentFlags().StringVar(&a.root, "root", "", "store root (env WEIGHTSNAP_ROOT; default /var/lib/weightsnap for root, $XDG_DATA_HOME/weightsnap otherwise)")
-	root.PersistentFlags().StringVar(&a.configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnapd")
+	config.PathFlag(root.PersistentFlags(), &a.configPath, "weightsnapd")
+	root.PersistentFlags().StringVar(&a.controlAddress, "control-address", "", "weightsnapd's control socket (default [snapshotter] control_address of the configuration file)")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
 	root.AddCommand(newOCICmds(a)...)
 	root.AddCommand(newResolveCmd(a), newPeerCmd(a))

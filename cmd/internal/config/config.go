@@ -20,6 +20,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
+	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -29,6 +30,20 @@ import (
 
 // DefaultPath is the configuration file both commands read when none is named.
 const DefaultPath = "/etc/weightsnap/config.toml"
+
+// EnvPath is the environment variable naming the configuration file when
+// --config does not.
+const EnvPath = "WEIGHTSNAP_CONFIG"
+
+// PathFlag registers --config on fs: the file named, else $WEIGHTSNAP_CONFIG,
+// else DefaultPath.
+func PathFlag(fs *pflag.FlagSet, p *string, shared string) {
+	def := DefaultPath
+	if env := os.Getenv(EnvPath); env != "" {
+		def = env
+	}
+	fs.StringVar(p, "config", def, "configuration file (TOML), shared with "+shared+"; $"+EnvPath+" when not given")
+}
 
 // Config is the whole configuration file, loaded once.
 type Config struct {
