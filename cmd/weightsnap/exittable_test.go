@@ -113,3 +113,23 @@ func TestExitCodeTable(t *testing.T) {
 		t.Errorf("read-only commands created %s (%v)", empty, err)
 	}
 }
+
+// TestPlainHTTPFlagHosts: --plain-http=HOST talks plain HTTP to that
+// registry alone; bare --plain-http to every one.
+func TestPlainHTTPFlagHosts(t *testing.T) {
+	down := closedPort(t)
+	common := []string{"--config", "", "--root", t.TempDir(), "pull"}
+	for _, tc := range []struct {
+		flag, scheme string
+	}{
+		{"--plain-http=" + down, "http://"},
+		{"--plain-http=127.0.0.1:1,localhost:5000", "https://"},
+		{"--plain-http", "http://"},
+		{"--plain-http=false", "https://"},
+	} {
+		_, err := runCLI(t, append(common, tc.flag, down+"/x:y")...)
+		if err == nil || !strings.Contains(err.Error(), `"`+tc.scheme+down+"/v2/") {
+			t.Errorf("%s: %v, want a request to %s%s", tc.flag, err, tc.scheme, down)
+		}
+	}
+}

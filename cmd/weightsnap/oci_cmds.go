@@ -25,7 +25,7 @@ func newOCICmds(a *app) []*cobra.Command {
 // remoteFlags are the flags of every command that talks to a registry.
 type remoteFlags struct {
 	flags        *pflag.FlagSet
-	plainHTTP    bool
+	plainHTTP    config.PlainHTTP
 	insecure     bool
 	hostsDir     string
 	dockerConfig string
@@ -33,7 +33,8 @@ type remoteFlags struct {
 
 func (rf *remoteFlags) register(f *pflag.FlagSet) {
 	rf.flags = f
-	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk plain HTTP to the registry (local registries; default [resolve] plain_http)")
+	f.Var(&rf.plainHTTP, "plain-http", "talk plain HTTP to every registry, or with =HOST[,HOST...] to those registries alone (local registries; default [resolve] plain_http)")
+	f.Lookup("plain-http").NoOptDefVal = "true"
 	f.BoolVar(&rf.insecure, "insecure", false, "skip TLS certificate verification (default [resolve] insecure)")
 	f.StringVar(&rf.hostsDir, "hosts-dir", "", "containerd's registry host directory with HOST[_PORT_]/hosts.toml (mirrors, CAs, client certificates); \"\" reads none (default [resolve] registry_config_path)")
 	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config with credentials and helpers (default $DOCKER_CONFIG/config.json or ~/.docker/config.json)")
@@ -44,7 +45,7 @@ func (rf *remoteFlags) register(f *pflag.FlagSet) {
 func (rf *remoteFlags) options(c *config.Resolve, conns int) registry.Options {
 	o := c.RegistryOptions("weightsnap")
 	if rf.flags.Changed("plain-http") {
-		o.PlainHTTP = rf.plainHTTP
+		o.PlainHTTP, o.PlainHTTPHosts = rf.plainHTTP.All, rf.plainHTTP.Hosts
 	}
 	if rf.flags.Changed("insecure") {
 		o.Insecure = rf.insecure

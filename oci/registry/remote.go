@@ -13,6 +13,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -32,8 +33,13 @@ import (
 
 // Options say how to reach a registry.
 type Options struct {
-	// PlainHTTP talks HTTP instead of HTTPS (local test registries).
+	// PlainHTTP talks HTTP instead of HTTPS (local test registries) to
+	// every registry.
 	PlainHTTP bool
+	// PlainHTTPHosts are the registries (host[:port], as references name
+	// them) talked to in plain HTTP when PlainHTTP is false: a local
+	// registry beside HTTPS ones in one command.
+	PlainHTTPHosts []string
 	// Insecure skips TLS certificate verification.
 	Insecure bool
 	// DockerConfig is the Docker config file holding credentials and
@@ -55,6 +61,11 @@ type Options struct {
 	// Credentials, when set, are asked before the Docker config: the pull
 	// credentials a CRI request brought, kept in memory only.
 	Credentials CredentialFunc
+}
+
+// plainHTTPFor says whether registry is talked to in plain HTTP.
+func (o *Options) plainHTTPFor(registry string) bool {
+	return o.PlainHTTP || slices.Contains(o.PlainHTTPHosts, registry)
 }
 
 // Remote is a client for one repository of a registry, with the reference
