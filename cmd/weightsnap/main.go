@@ -25,10 +25,10 @@ type app struct {
 	// controlAddress is --control-address: weightsnapd's control socket,
 	// over the configuration's.
 	controlAddress string
-	jsonOut    bool
-	cfg        config.Config
-	out        io.Writer
-	errOut     io.Writer
+	jsonOut        bool
+	cfg            config.Config
+	out            io.Writer
+	errOut         io.Writer
 }
 
 func (a *app) load() (err error) {
