@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/pointer"
 )
@@ -86,4 +87,26 @@ func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 // pointer.ParseLabels: ok is false for an ordinary layer.
 func PointerFromAnnotations(desc ocispec.Descriptor) (p pointer.Pointer, ok bool, err error) {
 	return pointer.ParseLabels(desc.Annotations)
+}
+
+// weightImageError refuses to pull a weight image as if it were an
+// artifact: its weights are the artifacts its pointer layers name, and the
+// error names each, with the command that pulls it. nil when m has no
+// pointer layer.
+func weightImageError(ref string, m *ocispec.Manifest) error {
+	var named []string
+	for _, l := range m.Layers {
+		p, ok, err := PointerFromAnnotations(l)
+		switch {
+		case err != nil:
+			named = append(named, fmt.Sprintf("a pointer layer %s that does not parse (%v)", l.Digest, err))
+		case ok:
+			named = append(named, fmt.Sprintf("%s at %s (weightsnap pull %s)", p.Artifact, p.Target, p.Artifact))
+		}
+	}
+	if len(named) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s is a weight image, not an artifact: its weights are %s; `weightsnap inspect %s` describes it, and its containers get the weights through weightsnapd: %w",
+		ref, strings.Join(named, "; "), ref, errdefs.ErrInvalidArgument)
 }

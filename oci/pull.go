@@ -142,6 +142,9 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := weightImageError(r.String(), resolved.Manifest); err != nil {
+		return nil, nil, err
+	}
 	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
 	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.

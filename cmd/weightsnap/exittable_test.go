@@ -100,11 +100,12 @@ func TestExitCodeTable(t *testing.T) {
 		{"verify on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "verify", "7a1b70"}, 3, "no store"},
 		{"no such artifact", "weightsnap", []string{"--config", "", "--root", root, "verify", strings.Repeat("ab", 32)}, 3, "not"},
 		{"corrupt safetensors", "weightsnap", []string{"--config", "", "--root", root, "import", corrupt, "--revision", rev}, 4, "header past EOF"},
+		{"a single safetensors file", "weightsnap", []string{"--config", "", "--root", root, "import", filepath.Join(corrupt, "model.safetensors"), "--revision", rev}, 2, "import takes a checkpoint directory"},
 		{"registry down", "weightsnap", []string{"--config", "", "--root", root, "pull", "--plain-http", down + "/x:y"}, 5, "connection refused"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runBinary(t, tc.prog, tc.args...)
-			if code != tc.code || !strings.Contains(out, tc.says) {
+			if code != tc.code || !strings.Contains(out, tc.says) || strings.Contains(out, "file exists") {
 				t.Errorf("%s %v: exit %d, want %d saying %q:\n%s", tc.prog, tc.args, code, tc.code, tc.says, out)
 			}
 		})
