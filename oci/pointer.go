@@ -24,8 +24,9 @@ type PointerLayer struct {
 
 // NewPointerLayer builds the deterministic pointer layer of p: an
 // uncompressed tar of the target directory, its parents, .weightsnap/,
-// .weightsnap/pointers/ and the pointer file, in sorted order, owned by
-// 0:0 with mtime 0 (directories 0755, the file 0444).
+// .weightsnap/pointers/, the pointer file and the notice file
+// (pointer.NoticeName, what a container run without weightsnap finds), in
+// sorted order, owned by 0:0 with mtime 0 (directories 0755, files 0444).
 func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 	target, err := pointer.CleanTarget(p.Target)
 	if err != nil {
@@ -68,6 +69,14 @@ func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 		return nil, err
 	}
 	if _, err := tw.Write(body); err != nil {
+		return nil, err
+	}
+	// The notice sorts after .weightsnap/: the entries stay in sorted order.
+	notice := pointer.Notice(p)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(pointer.NoticePath(p), "/"), Mode: 0o444, Size: int64(len(notice)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(notice); err != nil {
 		return nil, err
 	}
 	if err := tw.Close(); err != nil {
