@@ -309,3 +309,18 @@ func TestPlainHTTPHosts(t *testing.T) {
 		}
 	}
 }
+
+// TestPlainHTTPServerLine: the README's hosts.toml form, a plain-HTTP
+// server line alone, reaches a plain-HTTP registry without PlainHTTP.
+func TestPlainHTTPServerLine(t *testing.T) {
+	blob := []byte("server line")
+	local := newFakeRegistry(t, false, "/v2", blob)
+	dir := hostsDir(t, local.host(), fmt.Sprintf("server = %q\n", local.URL))
+	r, err := New(context.Background(), local.host()+"/models/m:v1", Options{HostsDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBlob(t, r, blob, 0, -1); got != string(blob) {
+		t.Fatalf("blob %q", got)
+	}
+}
