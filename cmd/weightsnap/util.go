@@ -61,8 +61,15 @@ func newProgress(label string, total int64) *progress {
 	if isTerminal(os.Stderr) {
 		pr := &progress{label: label, total: total, start: time.Now()}
 		pr.p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40))
+		// The rate is the bytes this run moved (a resumed run's reused bytes
+		// left out), as on a non-terminal.
+		rate := decor.Any(func(decor.Statistics) string {
+			pr.mu.Lock()
+			defer pr.mu.Unlock()
+			return humanBytes(pr.rate(time.Now())) + "/s"
+		})
 		pr.bar = pr.p.AddBar(total, mpb.PrependDecorators(decor.Name(label+" "), decor.CountersKibiByte("% .1f / % .1f")),
-			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f"), decor.Percentage(decor.WCSyncSpace)))
+			mpb.AppendDecorators(rate, decor.Percentage(decor.WCSyncSpace)))
 		return pr
 	}
 	return newLineProgress(os.Stderr, label, total, progressEvery)
@@ -94,13 +101,12 @@ func newLineProgress(w io.Writer, label string, total int64, every time.Duration
 
 // Add counts n more bytes done.
 func (pr *progress) Add(n int64) {
-	if pr.bar != nil {
-		pr.bar.IncrInt64(n)
-		return
-	}
 	pr.mu.Lock()
 	pr.done += n
 	pr.mu.Unlock()
+	if pr.bar != nil {
+		pr.bar.IncrInt64(n)
+	}
 }
 
 // Reused counts n of the bytes done (given to Add too) as reused from an
