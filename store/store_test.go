@@ -344,8 +344,8 @@ func TestOpenExisting(t *testing.T) {
 		if _, err := store.OpenExisting(ctx, root, nil); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "no store at "+root) {
 			t.Fatalf("OpenExisting of a root without a store: %v, want not found naming it", err)
 		}
-		if after, _ := os.ReadDir(root); len(after) != len(before) {
-			t.Fatalf("OpenExisting created %v", after)
+		if after, err := os.ReadDir(root); len(after) != len(before) || (i == 0) != errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("OpenExisting created %v (%v)", after, err)
 		}
 	}
 	if _, err := os.Stat(root); err != nil {
