@@ -40,5 +40,5 @@ or put the weights on the host and give the container that directory:
 
   weightsnap mount %s /srv/weights
   nerdctl run -v /srv/weights:%s:ro ...
-`, p.Target, p.Artifact, p.Identity, p.Artifact, p.Target)
+`, p.Target, p.Artifact, p.ID, p.Artifact, p.Target)
 }

@@ -29,9 +29,9 @@ func TestLsRows(t *testing.T) {
 	}
 	long := "some-organisation/Some-Very-Long-Model-Name-Instruct-2607"
 	rows := []*store.ArtifactInfo{
-		{ID: strings.Repeat("7a", 32), Digest: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateInvalid, Identity: id(long + "-8B"), TotalBytes: 999 << 30, Created: "2026-12-01T13:59:33.123456789Z"},
-		{ID: strings.Repeat("7b", 32), Digest: artifact.MustParseID("sha256:" + strings.Repeat("7b", 32)), State: store.StateReady, Identity: id(long + "-70B"), TotalBytes: 999 << 30, Created: "2026-12-01T13:59:33Z"},
-		{ID: strings.Repeat("1b", 32), Digest: artifact.MustParseID("sha256:" + strings.Repeat("1b", 32)), State: store.StateReady, Identity: id("meta-llama/Llama-3.1-8B"), TotalBytes: 1, Created: "2026-12-01T13:59:33Z"},
+		{ID: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateInvalid, Identity: id(long + "-8B"), TotalBytes: 999 << 30, Created: "2026-12-01T13:59:33.123456789Z"},
+		{ID: artifact.MustParseID("sha256:" + strings.Repeat("7b", 32)), State: store.StateReady, Identity: id(long + "-70B"), TotalBytes: 999 << 30, Created: "2026-12-01T13:59:33Z"},
+		{ID: artifact.MustParseID("sha256:" + strings.Repeat("1b", 32)), State: store.StateReady, Identity: id("meta-llama/Llama-3.1-8B"), TotalBytes: 1, Created: "2026-12-01T13:59:33Z"},
 	}
 	var buf bytes.Buffer
 	if err := printLs(&buf, rows); err != nil {
@@ -100,7 +100,7 @@ func TestDomainText(t *testing.T) {
 // of the files table.
 func TestInspectLockSection(t *testing.T) {
 	var out bytes.Buffer
-	info := &store.ArtifactInfo{ID: strings.Repeat("7a", 32), Digest: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateReady,
+	info := &store.ArtifactInfo{ID: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateReady,
 		Files:   []store.FileInfo{{Path: "model.safetensors", Size: 10, SHA256: strings.Repeat("c", 64)}},
 		Holders: []store.LockHolder{{PID: 4242, Mode: "READ", Lock: strings.Repeat("7a", 32) + ".artifact.lock"}}}
 	if err := printArtifact(&app{out: &out}, info); err != nil {
