@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errhttp"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/unixserve"
 )
 
 // The control API: host mounts and holders, HTTP/JSON on a unix socket
@@ -39,7 +40,7 @@ type ControlServer struct {
 // ListenControl creates the control socket at path (mode 0660; a stale
 // socket is replaced) and starts serving s on it.
 func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlServer, error) {
-	lis, err := listenUnix(path)
+	lis, err := unixserve.Listen(path)
 	if err != nil {
 		return nil, err
 	}
