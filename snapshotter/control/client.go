@@ -72,7 +72,7 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address): is it running? (%v): %w",
+		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address of the configuration file, which --config or WEIGHTSNAP_CONFIG names; or --control-address): is it running? (%v): %w",
 			c.path, err, errdefs.ErrUnavailable)
 	}
 	defer resp.Body.Close()
