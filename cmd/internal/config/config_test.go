@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/store"
@@ -60,6 +61,11 @@ func TestParse(t *testing.T) {
 		{"peer table", "[peer]\nserve = true\npeers = [\"10.0.0.1:7420\", \"weights.ns.svc\"]\nmode = \"rma\"\nrails = 2\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
 			return c.Peer.Serve && len(c.Peer.Peers) == 2 && c.Peer.Mode == "rma" && c.Peer.Rails == 2 && c.Peer.Staged[0].Path == "/nas/llama"
 		}},
+		{"peer connect timeout", "[peer]\nconnect_timeout_seconds = 2\n", true, func(c Config) bool {
+			o, err := c.Peer.FetchOptions()
+			return err == nil && o.Client.ConnectTimeout == 2*time.Second && Default().Peer.ConnectTimeoutSeconds == 5
+		}},
+		{"negative peer connect timeout", "[peer]\nconnect_timeout_seconds = -1\n", false, nil},
 		{"bad peer mode", "[peer]\nmode = \"udp\"\n", false, nil},
 		{"peer key without cert", "[peer]\ntls_key = \"k.pem\"\n", false, nil},
 		{"unknown key", "[store]\nbogus = 1\n", false, nil},
