@@ -192,7 +192,7 @@ func TestWeightsnapdPeersDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.base = harness.PushBusybox(t, n.reg)
-	x, y, z := weights.pushArtifact(t, "x", "8MiB", 2), weights.pushArtifact(t, "y", "4MiB", 1), weights.pushArtifact(t, "z", "4MiB", 1)
+	x, y, z := weights.pushArtifact(t, "x", "8MiB", 2), weights.pushArtifact(t, "y", "4MiB", 1), weights.pushArtifact(t, "z", "6MiB", 1)
 	imgX, imgY := n.buildImage(t, "x", "/models/x", x), n.buildImage(t, "y", "/models/y", y)
 
 	// A cold container: its weight layer's Prepare passes both peers over.
