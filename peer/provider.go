@@ -84,8 +84,10 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	}
 	log.G(ctx).WithField("identity", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
 	b := &backoff.ExponentialBackOff{InitialInterval: reaskFirst, RandomizationFactor: 0.5, Multiplier: 1.5, MaxInterval: reaskMax}
+	// The asks again go to the peers that answered: one down now costs the
+	// connect timeout once, not on every ask.
 	f, err = backoff.Retry(ctx, func() (*fetcher, error) {
-		f, err := newFetcher(ctx, addrs, id.String(), o, false)
+		f, err := newFetcher(ctx, live, id.String(), o, false)
 		if err != nil && !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
 			return nil, backoff.Permanent(err)
 		}
