@@ -74,7 +74,7 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 	d := net.Dialer{Timeout: min(c.ConnectTimeout, dialTimeout), KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, &PeerError{Addr: addr, Err: err}
+		return nil, nil, &Error{Addr: addr, Err: err}
 	}
 	conn := net.Conn(raw)
 	if secure && c.TLS != nil {
@@ -88,7 +88,7 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 		cancel()
 		if err != nil {
 			raw.Close()
-			return nil, nil, &PeerError{Addr: addr, Err: fmt.Errorf("TLS handshake: %w", err)}
+			return nil, nil, &Error{Addr: addr, Err: fmt.Errorf("TLS handshake: %w", err)}
 		}
 		conn = tc
 	}
@@ -99,7 +99,7 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 	}
 	if _, err := dc.Write(wire.Hello{Op: op, Token: tok}.Encode()); err != nil {
 		conn.Close()
-		return nil, nil, &PeerError{Addr: addr, Err: err}
+		return nil, nil, &Error{Addr: addr, Err: err}
 	}
 	return dc, bufio.NewReader(dc), nil
 }
@@ -144,7 +144,7 @@ func (c ClientConfig) List(ctx context.Context, addr string) (*wire.Listing, err
 	defer conn.Close()
 	ls, err := wire.ReadListing(r, c.ManifestMax)
 	if err != nil {
-		return nil, &PeerError{Addr: addr, Err: err}
+		return nil, &Error{Addr: addr, Err: err}
 	}
 	return ls, nil
 }
@@ -182,7 +182,7 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 	cs := &clientSession{addr: addr, cfg: cfg, conn: conn, r: r}
 	fail := func(err error) (*clientSession, error) {
 		conn.Close()
-		return nil, &PeerError{Addr: addr, Err: err}
+		return nil, &Error{Addr: addr, Err: err}
 	}
 	if _, err := conn.Write(req); err != nil {
 		return fail(err)
@@ -208,11 +208,11 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 // starts pinging the control connection.
 func (cs *clientSession) startPlane(ctx context.Context, mode Mode, rails int) error {
 	if _, err := cs.conn.Write(wire.TransportRequest{Mode: mode, Rails: rails}.Encode()); err != nil {
-		return &PeerError{Addr: cs.addr, Err: err}
+		return &Error{Addr: cs.addr, Err: err}
 	}
 	a, err := wire.ReadTransportAnswer(cs.r, rails)
 	if err != nil {
-		return &PeerError{Addr: cs.addr, Err: err}
+		return &Error{Addr: cs.addr, Err: err}
 	}
 	cs.mode, cs.rails, cs.secret, cs.endpoints = mode, len(a.Endpoints), a.Secret, a.Endpoints
 	cs.stopPing, cs.pingDone = make(chan struct{}), make(chan struct{})
@@ -250,7 +250,7 @@ func (cs *clientSession) finish() error {
 	}
 	cs.conn.Close()
 	if err != nil {
-		return &PeerError{Addr: cs.addr, Err: err}
+		return &Error{Addr: cs.addr, Err: err}
 	}
 	return nil
 }
@@ -281,11 +281,11 @@ func (cs *clientSession) railAddr(r int) (string, error) {
 // readKeys reads the rma key table: per rail, per shard, (base, key).
 func (cs *clientSession) readKeys(shards int) ([][]wire.RemoteKey, error) {
 	if err := wire.ReadStatus(cs.r, "rma setup"); err != nil {
-		return nil, &PeerError{Addr: cs.addr, Err: err}
+		return nil, &Error{Addr: cs.addr, Err: err}
 	}
 	keys, err := wire.ReadKeyTable(cs.r, cs.rails, shards)
 	if err != nil {
-		return nil, &PeerError{Addr: cs.addr, Err: err}
+		return nil, &Error{Addr: cs.addr, Err: err}
 	}
 	return keys, nil
 }

@@ -203,7 +203,7 @@ func TestSourcesFailSoft(t *testing.T) {
 				cfg.Providers = tc.registry(t, calls)
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				res, err := newRuntime(t, cfg).Resolve(ctx, resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}})
+				res, err := newRuntime(t, cfg).Resolve(ctx, resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 				defer res.Close()
 				if ctx.Err() != nil {
 					t.Fatalf("resolution took the whole context: %v", err)
@@ -243,9 +243,9 @@ func TestSourcesFailSoft(t *testing.T) {
 				if oerr != nil {
 					t.Fatal(oerr)
 				}
-				if l, lerr := d.Lookup(context.Background(), rep.Identity, store.ManifestAndMetadata); lerr == nil {
+				if l, lerr := d.Lookup(context.Background(), rep.ID, store.ManifestAndMetadata); lerr == nil {
 					l.Close()
-					t.Fatalf("a failed resolution left %s READY", rep.Identity.Short())
+					t.Fatalf("a failed resolution left %s READY", rep.ID.Short())
 				}
 				if want.kind == resolve.KindAuth {
 					return // visible at once: no SourcesError

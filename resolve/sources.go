@@ -12,8 +12,8 @@ import (
 // that of the failure that decided the end: one that served bad bytes,
 // else a retryable one, else the last.
 type SourcesError struct {
-	Identity artifact.ID
-	Passed   []Passed
+	ID     artifact.ID // the identity asked for
+	Passed []Passed
 }
 
 // Passed is one source a resolution passed over.
@@ -29,7 +29,7 @@ type Passed struct {
 
 func (e *SourcesError) Error() string {
 	var b strings.Builder
-	b.WriteString("no source served " + e.Identity.String())
+	b.WriteString("no source served " + e.ID.String())
 	for i, p := range e.Passed {
 		if i == 0 {
 			b.WriteString(": ")
@@ -50,7 +50,7 @@ var sourceSteps = map[string]bool{StepLookup: true, StepRemote: true, StepProduc
 // exhausted is the terminal failure of a resolution every source passed
 // over, last its last recoverable failure.
 func (a *attempt) exhausted(last *Failure) *Failure {
-	e := &SourcesError{Identity: a.rep.Identity}
+	e := &SourcesError{ID: a.rep.ID}
 	for _, s := range a.rep.Steps {
 		if !sourceSteps[s.Name] || s.Outcome == StepOK || s.Outcome == StepHit {
 			continue
