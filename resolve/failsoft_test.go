@@ -270,3 +270,29 @@ func TestSourcesFailSoft(t *testing.T) {
 		}
 	}
 }
+
+// TestNoCanonicalSourceNamesEverySource: preferred mode with nothing to
+// fall back to (an identity, no source directory) fails as required mode
+// does once every source passed over, naming each.
+func TestNoCanonicalSourceNamesEverySource(t *testing.T) {
+	src := synthModel(t, 256<<10, 1, "BF16")
+	id := identityOf(t, producers.Passthrough{}, src)
+	cfg := resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Peers: []resolve.Provider{peerAt(deadAddr(t))}}
+	cfg.Providers = deadRegistry(t, nil)
+	res, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id})
+	defer res.Close()
+	var se *resolve.SourcesError
+	if !errors.As(err, &se) || !errdefs.IsUnavailable(err) || res.Report.Outcome != resolve.OutcomeFailed {
+		t.Fatalf("%v (outcome %s)", err, res.Report.Outcome)
+	}
+	want := []string{"local: miss", "peer: failed (unreachable: ", "registry: failed (unreachable: ", "canonical: skipped (no canonical source directory)"}
+	got := passedOver(res.Report)
+	if len(got) != len(want) {
+		t.Fatalf("passed over:\n%s", strings.Join(got, "\n"))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) || !strings.Contains(err.Error(), got[i]) {
+			t.Errorf("%q: want %q…, named in %v", got[i], w, err)
+		}
+	}
+}

@@ -129,17 +129,19 @@ func (a *attempt) end() {
 			}
 		}
 	}
-	if end == ActionCanonical {
+	if end == ActionCanonical && a.req.Source != "" {
 		a.canonical(f)
 		return
 	}
-	if a.req.Source != "" {
-		detail := "required mode never falls back to the canonical source"
-		if a.r.cfg.Mode != Required {
-			detail = why + ": resolution does not fall back to the canonical source after it"
-		}
-		a.rep.step(StepCanonical, SourceCanonical, StepSkipped, time.Now(), detail)
+	detail := "no canonical source directory"
+	switch {
+	case a.req.Source == "":
+	case a.r.cfg.Mode == Required:
+		detail = "required mode never falls back to the canonical source"
+	default:
+		detail = why + ": resolution does not fall back to the canonical source after it"
 	}
+	a.rep.step(StepCanonical, SourceCanonical, StepSkipped, time.Now(), detail)
 	a.fail(a.exhausted(f))
 }
 
