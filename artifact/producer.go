@@ -23,6 +23,23 @@ type Resumer interface {
 	Reuse(b Binding) (FileEntry, bool, error)
 }
 
+// PartResumer is implemented by writers that may hold a file an
+// interrupted build of the same artifact wrote in part, in order, with a
+// record of the verified prefix it wrote and synced.
+type PartResumer interface {
+	// Continue adopts the kept prefix of the file at b.Want.Path, as if it
+	// had been created with the binding b and its first off bytes written:
+	// the producer writes the rest, from off. ok is false (and nothing is
+	// created) when there is no such prefix. Only the prefix's sha256 is
+	// taken from the record, and Close still checks it: a file that then
+	// fails its sha256 was not proved wrong by its source, and the
+	// producer may Drop it and write it again from the start.
+	Continue(b Binding) (w FileWriter, off int64, ok bool, err error)
+	// Drop discards a file created or continued by this writer and not
+	// published, so that it can be created again.
+	Drop(path string) error
+}
+
 // FileWriter writes one payload file in order, hashed while it is written
 // (BoundWriter has positioned writes). Close finishes the file; Digest then
 // returns its hashes.

@@ -161,6 +161,9 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)
 	rep.Seconds = time.Since(start).Seconds()
+	if m.Transfer != nil {
+		rep.Transfer = *m.Transfer
+	}
 	if err != nil {
 		if !m.Planned {
 			return nil, nil, err
@@ -169,9 +172,6 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	}
 	rep.Identity, rep.ID, rep.Path, rep.Built = lease.ID, lease.ID.Hex(), lease.Dir, m.Built
 	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
-	if m.Transfer != nil {
-		rep.Transfer = *m.Transfer
-	}
 	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", rep.Identity).WithField("built", rep.Built).
 		WithField("fetched", rep.Fetched).WithField("reused", rep.Reused).Debug("pull done")
 	return lease, rep, nil
@@ -189,9 +189,11 @@ type puller struct {
 	open        map[*fileTask]struct{} // created in the store, not finished
 	chunk       int64                  // the range size
 	bufs        chan *[]byte           // free range buffers, chunk bytes each (rangeBuffer)
-	fetched     atomic.Int64
-	reused      atomic.Int64
-	reusedFiles atomic.Int64
+	fetched      atomic.Int64
+	reused       atomic.Int64
+	reusedFiles  atomic.Int64
+	resumedFiles atomic.Int64
+	continued    map[string]continued // files continued from a kept prefix (reuse)
 	seed        artifact.Seeder // the writer, when this node serves what it pulls (seed.go)
 }
 
@@ -204,7 +206,7 @@ func (p *puller) Name() string { return PullProducerName }
 // Transfer implements store.TransferReporter.
 func (p *puller) Transfer() store.Transfer {
 	return store.Transfer{Endpoint: p.r.String(), Fetched: p.fetched.Load(), Reused: p.reused.Load(),
-		ReusedFiles: int(p.reusedFiles.Load()), Ranged: p.ranged}
+		ReusedFiles: int(p.reusedFiles.Load()), ResumedFiles: int(p.resumedFiles.Load()), Ranged: p.ranged}
 }
 
 // Progress implements artifact.ProgressReporter.
@@ -284,7 +286,50 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 			todo = append(todo, f)
 		}
 	}
+	if err := p.continueKept(ctx, w, todo); err != nil {
+		return nil, err
+	}
 	return todo, nil
+}
+
+// continued is a file continued from the prefix an interrupted pull of
+// the same artifact verified, wrote and synced.
+type continued struct {
+	fw  artifact.FileWriter
+	off int64
+}
+
+// continueKept continues, from its kept prefix, each file still to fetch
+// that an interrupted build wrote in part (artifact.PartResumer), when
+// the registry serves the ranges the rest needs.
+func (p *puller) continueKept(ctx context.Context, w artifact.Writer, todo []PlanFile) error {
+	pr, ok := w.(artifact.PartResumer)
+	if !ok {
+		return nil
+	}
+	p.continued = map[string]continued{}
+	for _, f := range todo {
+		fw, off, ok, err := pr.Continue(f.Binding)
+		if err != nil {
+			return fmt.Errorf("continue %s: %w", f.Path, err)
+		}
+		if !ok {
+			continue
+		}
+		if !p.r.ProbeRanges(ctx, f.Layer).Served {
+			log.G(ctx).WithField("file", f.Path).Info("pull: the registry serves no ranges; the kept part of the file is fetched again")
+			if err := pr.Drop(f.Path); err != nil {
+				return err
+			}
+			continue
+		}
+		p.continued[f.Path] = continued{fw, off}
+		p.reused.Add(off)
+		p.resumedFiles.Add(1)
+		p.progress(off)
+		log.G(ctx).WithField("file", f.Path).WithField("offset", off).Info("pull: continued from an interrupted pull")
+	}
+	return nil
 }
 
 // checkEntry verifies what the store computed for a file: its sha256
