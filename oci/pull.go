@@ -184,17 +184,17 @@ type puller struct {
 	plan *Plan
 	o    PullOptions
 
-	ranged      bool
-	openMu      sync.Mutex
-	open        map[*fileTask]struct{} // created in the store, not finished
-	chunk       int64                  // the range size
-	bufs        chan *[]byte           // free range buffers, chunk bytes each (rangeBuffer)
+	ranged       bool
+	openMu       sync.Mutex
+	open         map[*fileTask]struct{} // created in the store, not finished
+	chunk        int64                  // the range size
+	bufs         chan *[]byte           // free range buffers, chunk bytes each (rangeBuffer)
 	fetched      atomic.Int64
 	reused       atomic.Int64
 	reusedFiles  atomic.Int64
 	resumedFiles atomic.Int64
 	continued    map[string]continued // files continued from a kept prefix (reuse)
-	seed        artifact.Seeder // the writer, when this node serves what it pulls (seed.go)
+	seed         artifact.Seeder      // the writer, when this node serves what it pulls (seed.go)
 }
 
 func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {

@@ -60,7 +60,6 @@ type fileWriter struct {
 	every   int64     // bytes between two snapshots
 	ckQ     chan snapshot
 	ckDone  chan struct{}
-	resumed int64 // the offset a continued file started at
 	keptOff atomic.Int64 // the last checkpoint recorded
 	whole   bool         // closed with every byte written and hashed
 
@@ -103,7 +102,7 @@ func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool, o writerOpti
 		}
 	}
 	w.hasher = h
-	w.pos, w.written, w.wrote, w.lastAt, w.resumed = o.from, o.from, o.from, o.from, o.from
+	w.pos, w.written, w.wrote, w.lastAt = o.from, o.from, o.from, o.from
 	if o.keep != nil {
 		w.keep, w.every, w.ckQ, w.ckDone = o.keep, o.every, make(chan snapshot, 1), make(chan struct{})
 		go w.checkpointer()
