@@ -53,7 +53,7 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 	if err := d.clearInvalid(ctx, id, deadline); err != nil {
 		return nil, res, err
 	}
-	d.cleanTemps(ctx, id, true)
+	d.cleanTemps(ctx, id, true, nil)
 	start = time.Now()
 	if err := d.produce(ctx, identity, id, p, deadline); err != nil {
 		return nil, res, err
