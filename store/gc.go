@@ -28,11 +28,11 @@ type GCReport struct {
 
 // TempBuild is one temp build of a builder that is gone.
 type TempBuild struct {
-	Name       string      `json:"name"`               // its directory under tmp/
-	ID         artifact.ID `json:"identity,omitzero"`  // the artifact it builds; zero for an import's
-	Bytes      int64       `json:"bytes"`              // on disk
-	AgeSeconds float64     `json:"age_seconds"`        // since it last wrote
-	Reason     string      `json:"reason"`             // why it was removed or kept
+	Name       string      `json:"name"`              // its directory under tmp/
+	ID         artifact.ID `json:"identity,omitzero"` // the artifact it builds; zero for an import's
+	Bytes      int64       `json:"bytes"`             // on disk
+	AgeSeconds float64     `json:"age_seconds"`       // since it last wrote
+	Reason     string      `json:"reason"`            // why it was removed or kept
 }
 
 // GCOptions tune GC.
