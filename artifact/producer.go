@@ -40,6 +40,20 @@ type PartResumer interface {
 	Drop(path string) error
 }
 
+// TreeResumer is implemented by writers that may hold a file bound by its
+// tensor tree (BindTree) that an interrupted build wrote in part, in any
+// order, with no record of what it wrote: the producer checks each of its
+// units against the record's BLAKE3 and reports those that match.
+type TreeResumer interface {
+	// ContinueBound adopts the kept file at b.Want.Path, as if it had been
+	// created with CreateBound(b) and its bytes written, and gives a reader
+	// of them, valid until the writer is closed. The producer reports the
+	// parts whose kept bytes hash to the record (SetPartBLAKE3) and writes
+	// the others; none is taken on trust. ok is false (and nothing is
+	// created) when no such file was kept.
+	ContinueBound(b Binding) (w BoundFileWriter, r io.ReaderAt, ok bool, err error)
+}
+
 // FileWriter writes one payload file in order, hashed while it is written
 // (BoundWriter has positioned writes). Close finishes the file; Digest then
 // returns its hashes.

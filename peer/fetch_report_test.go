@@ -15,7 +15,7 @@ func TestFetchReportJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := `{"request":"sha256:ab","identity":"","id":"","path":"","tensors":["a.*"],"built":true,"files":0,"bytes":0,` +
-			`"fetched_bytes":9,"reused_bytes":3,"peer":"q:2","peers":["p:1","q:2"],"mode":"tcp","rails":4,"failovers":1,"restarts":0,` +
+			`"fetched_bytes":9,"reused_bytes":3,"reused_files":0,"resumed_files":0,"peer":"q:2","peers":["p:1","q:2"],"mode":"tcp","rails":4,"failovers":1,"restarts":0,` +
 			`"fetch_seconds":1.5,"publish_seconds":0,"seconds":2}`
 		if string(raw) != want {
 			t.Fatalf("fetch report\n got %s\nwant %s", raw, want)

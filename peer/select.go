@@ -92,6 +92,8 @@ func (r FetchReport) MarshalJSON() ([]byte, error) {
 		Bytes          int64       `json:"bytes"`
 		Fetched        int64       `json:"fetched_bytes"`
 		Reused         int64       `json:"reused_bytes"`
+		ReusedFiles    int         `json:"reused_files"`
+		ResumedFiles   int         `json:"resumed_files"`
 		Peer           string      `json:"peer,omitempty"`
 		Peers          []string    `json:"peers,omitempty"`
 		Mode           string      `json:"mode,omitempty"`
@@ -101,7 +103,7 @@ func (r FetchReport) MarshalJSON() ([]byte, error) {
 		FetchSeconds   float64     `json:"fetch_seconds"`
 		PublishSeconds float64     `json:"publish_seconds"`
 		Seconds        float64     `json:"seconds"`
-	}{r.Request, r.Identity, r.ID, r.Path, r.Tensors, r.Built, r.Files, r.Bytes, r.Fetched, r.Reused, r.Endpoint, r.Peers,
+	}{r.Request, r.Identity, r.ID, r.Path, r.Tensors, r.Built, r.Files, r.Bytes, r.Fetched, r.Reused, r.ReusedFiles, r.ResumedFiles, r.Endpoint, r.Peers,
 		r.Mode, r.Rails, r.Failovers, r.Restarts, r.FetchSeconds, r.PublishSeconds, r.Seconds})
 }
 

@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -222,4 +223,64 @@ func (b *build) Drop(path string) error {
 		return classifyIO(err)
 	}
 	return nil
+}
+
+// ContinueBound implements artifact.TreeResumer: it adopts a file the
+// interrupted build wrote in part under BindTree, if it has the record's
+// size; the header region is read back for the tree (Close checks it
+// against the record with the rest).
+func (b *build) ContinueBound(bind artifact.Binding) (artifact.BoundFileWriter, io.ReaderAt, bool, error) {
+	path, size := bind.Want.Path, bind.Want.Size
+	if bind.By != artifact.BindTree {
+		return nil, nil, false, fmt.Errorf("payload %s: only a file bound by its tree continues in any order: %w", path, errdefs.ErrInvalidArgument)
+	}
+	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
+		return nil, nil, false, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
+	}
+	old := filepath.Join(b.dir, resumeDir, path)
+	f, err := os.OpenFile(old, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, false, nil
+	}
+	if err != nil {
+		return nil, nil, false, classifyIO(err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+		f.Close()
+		return nil, nil, false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fail := func(err error) (artifact.BoundFileWriter, io.ReaderAt, bool, error) {
+		f.Close()
+		return nil, nil, false, err
+	}
+	if _, dup := b.files[path]; dup {
+		return fail(fmt.Errorf("payload %q created twice: %w", path, errdefs.ErrAlreadyExists))
+	}
+	err = b.preflight(0)
+	if err == nil && b.budget >= 0 && b.total+size > b.budget {
+		err = b.preflight(size)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	full := filepath.Join(b.dir, path)
+	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
+		return fail(classifyIO(err))
+	}
+	if err := os.Rename(old, full); err != nil {
+		return fail(classifyIO(err))
+	}
+	fw, err := newFileWriter(bind, f, &b.buffers, writerOptions{})
+	if err != nil {
+		return fail(err)
+	}
+	// A header region that does not read back whole fails its unit's check
+	// and is written again, and its copy with it.
+	io.ReadFull(io.NewSectionReader(f, 0, int64(len(fw.tree.header))), fw.tree.header)
+	b.startSyncs()
+	b.files[path] = fw
+	b.total += size
+	return fw, f, true, nil
 }

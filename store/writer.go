@@ -201,9 +201,12 @@ func (b *build) keptBytes() int64 {
 	defer b.mu.Unlock()
 	var n int64
 	for _, w := range b.files {
-		if w.whole {
+		switch {
+		case w.whole:
 			n += w.size
-		} else {
+		case w.tree != nil:
+			n += w.tree.landedBytes() // each checked again by the next build
+		default:
 			n += w.keptOff.Load()
 		}
 	}
