@@ -102,8 +102,8 @@ func parseCheckpoint(body []byte) (string, checkpoint, error) {
 		return "", checkpoint{}, fmt.Errorf("offset %d of a file of %d bytes: %w", off, size, errdefs.ErrDataLoss)
 	case n > artifact.MaxStateLen || 18+n >= uint64(len(body)):
 		return "", checkpoint{}, fmt.Errorf("a state of %d bytes in a record of %d: %w", n, len(body), errdefs.ErrDataLoss)
-	case n == 0 && off != size:
-		return "", checkpoint{}, fmt.Errorf("no state at %d of %d bytes: %w", off, size, errdefs.ErrDataLoss)
+	case (n == 0) != (off == size):
+		return "", checkpoint{}, fmt.Errorf("a state of %d bytes at %d of %d bytes (one part way, none at the end): %w", n, off, size, errdefs.ErrDataLoss)
 	}
 	path := string(body[18+n:])
 	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
