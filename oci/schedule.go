@@ -92,7 +92,7 @@ func (p *puller) fetchAll(ctx context.Context, w artifact.Writer, files []PlanFi
 				if !ok {
 					return nil
 				}
-				if err := p.run(gctx, j, tokens); err != nil {
+				if err := p.run(gctx, ctx, j, tokens); err != nil {
 					err = p.diagnose(gctx, j.t.f, err)
 					return fmt.Errorf("fetch %s (%s): %w", j.t.f.Path, j.t.f.Layer.Digest, err)
 				}
@@ -276,7 +276,10 @@ const smallFile = 4 << 20
 
 // run performs one job; the worker holds one token, which run gives back
 // (a fetched range keeps it until the store is through with its buffer).
-func (p *puller) run(ctx context.Context, j job, tokens chan struct{}) error {
+// A range runs on until rangeGrace after the pull was cancelled (parent,
+// an interrupt), so that the ranges in flight land and the file's written
+// prefix, which an interrupted pull keeps, covers what was fetched.
+func (p *puller) run(ctx, parent context.Context, j job, tokens chan struct{}) error {
 	if j.n < 0 {
 		<-tokens
 		if err := p.stream(ctx, j.t); err != nil {
@@ -285,12 +288,37 @@ func (p *puller) run(ctx context.Context, j job, tokens chan struct{}) error {
 		return p.finish(ctx, j.t)
 	}
 	bp := p.rangeBuffer()
-	if err := p.fetchRange(ctx, j.t, j.off, (*bp)[:j.n]); err != nil {
+	rctx, done := graceful(ctx, parent)
+	err := p.fetchRange(rctx, j.t, j.off, (*bp)[:j.n])
+	done()
+	if err != nil {
 		p.bufs <- bp
 		<-tokens
 		return err
 	}
 	return p.deliver(ctx, j.t, j.idx, parkedRange{bp, int(j.n)}, tokens)
+}
+
+// rangeGrace is how long a range in flight may still take once its pull
+// was cancelled.
+const rangeGrace = 2 * time.Second
+
+// graceful is the context of a range in flight: it ends with ctx, the
+// fetch's, when the fetch fails, but rangeGrace after parent when the
+// pull is cancelled.
+func graceful(ctx, parent context.Context) (context.Context, func()) {
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if parent.Err() == nil {
+			cancel(context.Cause(ctx))
+			return
+		}
+		time.AfterFunc(rangeGrace, func() { cancel(context.Cause(parent)) })
+	})
+	return rctx, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // rangeBuffer returns a free range buffer, making one while fewer than
