@@ -16,19 +16,32 @@ import (
 
 // TestOCIPullResumeInsideAFile (issue 36, done-when 2): a 512 MiB
 // single-file pull over a shaped link (64 MiB/s), stopped with SIGINT
-// once half of it was served, exits 130 saying what it kept; gc right
-// after keeps the build; the rerun continues the file, reusing at least
-// 40%, and the artifact passes verify --full.
+// once half of it was served, exits 130 saying what it kept (SIGTERM: 143);
+// gc right after keeps the build; the rerun continues the file, reusing at
+// least 40%, and the artifact passes verify --full.
 func TestOCIPullResumeInsideAFile(t *testing.T) {
 	harness.Peers(t)
 	reg := harness.StartRegistry(t)
 	_, src, id := ociCheckpoint(t, "512MiB", 1)
 	wsOK(t, src, "push", "--plain-http", id, reg.Ref("models/big:v1"))
+	// Ranges (the default for one large file) stopped by SIGINT, and one
+	// stream stopped by SIGTERM.
+	for _, c := range []struct {
+		ranges string
+		sig    syscall.Signal
+		code   int
+		name   string
+	}{{"auto", syscall.SIGINT, 130, "SIGINT"}, {"off", syscall.SIGTERM, 143, "SIGTERM"}} {
+		t.Run("ranges "+c.ranges, func(t *testing.T) { pullInterruptedAndResumed(t, reg, c.ranges, c.sig, c.code, c.name) })
+	}
+}
+
+func pullInterruptedAndResumed(t *testing.T, reg *harness.Registry, ranges string, sig syscall.Signal, code int, name string) {
 	proxy := newBlobProxy(t, reg)
 	ref := proxy.host() + "/models/big:v1"
 	root := filepath.Join(t.TempDir(), "store")
 	const total = 512 << 20
-	pullArgs := []string{"--root", root, "--config", "", "pull", "--plain-http", "--json", ref}
+	pullArgs := []string{"--root", root, "--config", "", "pull", "--plain-http", "--ranges", ranges, "--json", ref}
 
 	proxy.rate.Store(64 << 20)
 	proxy.reachAt.Store(total / 2)
@@ -51,7 +64,7 @@ func TestOCIPullResumeInsideAFile(t *testing.T) {
 		<-exited
 		t.Fatalf("the first pull never got halfway:\n%s", firstErr.String())
 	}
-	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+	if err := cmd.Process.Signal(sig); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -63,10 +76,10 @@ func TestOCIPullResumeInsideAFile(t *testing.T) {
 	}
 	first := proxy.served.Load()
 	t.Logf("first pull: exit %d after %d bytes served:\n%s", cmd.ProcessState.ExitCode(), first, firstErr.String())
-	if code := cmd.ProcessState.ExitCode(); code != 130 {
-		t.Fatalf("the interrupted pull exited %d, want 130", code)
+	if got := cmd.ProcessState.ExitCode(); got != code {
+		t.Fatalf("the pull stopped by %s exited %d, want %d", name, got, code)
 	}
-	if msg := firstErr.String(); !strings.Contains(msg, "SIGINT") || !strings.Contains(msg, "kept ") || !strings.Contains(msg, "run the same command again") {
+	if msg := firstErr.String(); !strings.Contains(msg, name) || !strings.Contains(msg, "kept ") || !strings.Contains(msg, "run the same command again") {
 		t.Fatalf("the interrupted pull does not say what it kept and how to go on:\n%s", msg)
 	}
 
