@@ -101,6 +101,7 @@ func main() {
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "weightsnap: %v\n", err)
+		sayKept(os.Stderr, err)
 		os.Exit(exitcode.Of(err))
 	}
 }

@@ -67,8 +67,15 @@ func withSignals(parent context.Context) (ctx context.Context, got func() syscal
 // from there.
 func interruptedExit(w io.Writer, sig syscall.Signal, err error) int {
 	fmt.Fprintf(w, "weightsnap: %s: %v\n", signalName(sig), err)
+	sayKept(w, err)
+	return exitcode.Signalled(sig)
+}
+
+// sayKept says what an interrupted build kept (a signal, or a source that
+// went away) and how to go on from there.
+func sayKept(w io.Writer, err error) {
 	var ie *store.InterruptedError
-	if errors.As(err, &ie) {
+	if errors.As(err, &ie) && ie.Kept > 0 {
 		of := ""
 		if ie.Total > 0 {
 			of = fmt.Sprintf(" of %s (%.0f%%)", humanBytes(ie.Total), 100*float64(ie.Kept)/float64(ie.Total))
@@ -76,7 +83,6 @@ func interruptedExit(w io.Writer, sig syscall.Signal, err error) int {
 		fmt.Fprintf(w, "weightsnap: kept %s%s of %s verified in the store; run the same command again to continue from there (gc keeps it for [store] stale_build_seconds)\n",
 			humanBytes(ie.Kept), of, ie.ID.Short())
 	}
-	return exitcode.Signalled(sig)
 }
 
 // reusedLine says what a transfer took from an interrupted one.
