@@ -20,13 +20,13 @@ type treeFile struct {
 
 	mu     sync.Mutex
 	header []byte // [0, want.DataStart) as written
-	parts  []artifact.Digest
+	parts  []artifact.Sum
 	dirty  atomic.Int64 // bytes written since the file's writeback was last started
 	landed int64        // bytes of the parts reported, under mu: what an interrupted build keeps
 }
 
 func newTreeFile(want artifact.FileEntry) *treeFile {
-	return &treeFile{want: want, header: make([]byte, want.DataStart), parts: make([]artifact.Digest, want.Parts())}
+	return &treeFile{want: want, header: make([]byte, want.DataStart), parts: make([]artifact.Sum, want.Parts())}
 }
 
 // WriteAt places bytes anywhere in a BindTree file; it may be called from
@@ -63,7 +63,7 @@ func (w *fileWriter) writeAt(p []byte, off int64) (int, error) {
 }
 
 // SetPartBLAKE3 implements artifact.BoundFileWriter.
-func (w *fileWriter) SetPartBLAKE3(i int, sum artifact.Digest) error {
+func (w *fileWriter) SetPartBLAKE3(i int, sum artifact.Sum) error {
 	if w.tree == nil {
 		return fmt.Errorf("payload %s: part digests reported for a file hashed in order: %w", w.path, errdefs.ErrFailedPrecondition)
 	}
@@ -72,7 +72,7 @@ func (w *fileWriter) SetPartBLAKE3(i int, sum artifact.Digest) error {
 		return fmt.Errorf("payload %s: part %d of %d: %w", w.path, i, len(t.parts), errdefs.ErrOutOfRange)
 	}
 	t.mu.Lock()
-	if t.parts[i] == (artifact.Digest{}) && i < len(t.want.Tensors) {
+	if t.parts[i] == (artifact.Sum{}) && i < len(t.want.Tensors) {
 		t.landed += t.want.Tensors[i].Length
 	}
 	t.parts[i] = sum
