@@ -19,7 +19,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // scenarios names, for each fault point, the operation that reaches it.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // TestWeakLookupNeverLeasesAfterStrongDeny interleaves two processes on a

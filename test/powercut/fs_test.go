@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 
 	e2e "github.com/weightsnap/weightsnap/test/e2e/harness"
 )

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // scenario is one store operation the harness cuts, from a prepared state.
