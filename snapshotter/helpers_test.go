@@ -14,10 +14,10 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
 const testRevision = "0123456789abcdef0123456789abcdef01234567"
@@ -36,7 +36,7 @@ type node struct {
 // (root needed: the overlay snapshotter mounts).
 func newNode(t testing.TB, dir string) *node {
 	t.Helper()
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "the overlay snapshotter")
 	ctx := context.Background()
 	n := &node{root: dir}
 	var err error

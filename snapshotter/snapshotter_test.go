@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,17 +16,18 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
 
 // TestSnapshotterSuite runs containerd's snapshotter conformance suite:
 // ordinary layers behave exactly like containerd's overlayfs snapshotter.
 func TestSnapshotterSuite(t *testing.T) {
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "the overlay snapshotter's suite")
 	// The name selects the suite's known differences: ordinary layers are
 	// containerd's overlayfs (no directory renames across layers without
 	// redirect_dir).
@@ -269,20 +269,10 @@ func TestResolveProgress(t *testing.T) {
 // TestRefusesAnotherFilesystem: a snapshot root that cannot hold hardlinks
 // to the store is refused at start, naming both paths.
 func TestRefusesAnotherFilesystem(t *testing.T) {
-	harness.RequireRoot(t)
-	dir := t.TempDir()
-	d, err := store.Open(context.Background(), filepath.Join(dir, "store"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps := filepath.Join(dir, "snaps")
-	os.MkdirAll(snaps, 0o700)
-	if err := unix.Mount("tmpfs", snaps, "tmpfs", 0, "size=16m"); err != nil {
-		harness.Skip(t, "cannot mount a tmpfs: "+err.Error())
-	}
-	defer unix.Unmount(snaps, syscall.MNT_DETACH)
+	d := storetest.Open(t)
+	snaps := testenv.Tmpfs(t, "16m")
 	rt, _ := resolve.New(resolve.Config{Mode: resolve.Required, Root: d.Root()})
-	_, err = New(context.Background(), Config{Root: snaps, Store: d, Resolver: rt})
+	_, err := New(context.Background(), Config{Root: snaps, Store: d, Resolver: rt})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), snaps) || !strings.Contains(err.Error(), d.Root()) {
 		t.Fatalf("err %v", err)
 	}

@@ -11,32 +11,12 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
-	"golang.org/x/sys/unix"
 )
 
-// mountTmpfs mounts a tmpfs of the given size for the test.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	requireRoot(t, "mounting a tmpfs")
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		harness.Skip(t, "cannot mount tmpfs: "+err.Error())
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
-
-func requireRoot(t *testing.T, what string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		harness.Skip(t, what+" needs root")
-	}
-}
-
 func TestImportPastTmpfsCapacity(t *testing.T) {
-	root := mountTmpfs(t, "64m")
+	root := testenv.Tmpfs(t, "64m")
 	_, big := checkpoint(t, 100<<20, 2)
 	d := openDomain(t, root)
 	if d.Info().FSType != "tmpfs" {

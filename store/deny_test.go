@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,7 @@ import (
 // read-only bind mount of itself (or a read-only tmpfs when empty is set).
 func mountReadOnly(t *testing.T, dir string, empty bool) {
 	t.Helper()
-	requireRoot(t, "read-only mounts")
+	testenv.RequireRoot(t, "a read-only mount")
 	var err error
 	if empty {
 		err = unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY, "size=1m")

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,7 @@ import (
 // that weightsnapd mounts the artifact under /mnt/weightsnap's stand-in,
 // where the host reads it.
 func TestImageRunsAsDaemonSet(t *testing.T) {
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "running weightsnapd as a DaemonSet")
 	tools := harness.Peers(t)
 	contrib := kubernetesManifests(t)
 	cm, spec := contrib.cm, contrib.ds.Spec.Template.Spec

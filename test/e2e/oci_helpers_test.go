@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -73,11 +74,11 @@ var rmaCLI struct {
 
 // weightsnapRMABin builds the CLI with the rma plane once per test binary.
 // libfabric's development files come with test/e2e/deps; without them the
-// test skips (see harness.Skip: fatal where WEIGHTSNAP_REQUIRE_ALL=1).
+// test skips (see testenv.Skip: fatal where WEIGHTSNAP_REQUIRE_ALL=1).
 func weightsnapRMABin(t *testing.T) string {
 	t.Helper()
 	if _, err := harness.Run("", "pkg-config", "--exists", "libfabric"); err != nil {
-		harness.Skip(t, "libfabric-dev missing (test/e2e/deps installs it): cannot build the rma plane")
+		testenv.Skip(t, "libfabric-dev missing (test/e2e/deps installs it): cannot build the rma plane")
 	}
 	rmaCLI.once.Do(func() {
 		root, err := harness.ModuleRoot()

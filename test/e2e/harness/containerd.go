@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // ContainerdOptions configures StartContainerd.
@@ -54,7 +56,7 @@ type Containerd struct {
 // everything under Dir and removes it.
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t, "running containerd")
 	tools := Peers(t)
 	dir := TempDir(t)
 	c := &Containerd{

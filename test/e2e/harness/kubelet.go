@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // KubeletOptions configures StartKubelet.
@@ -66,7 +68,7 @@ exec "$KUBELET" --config="$T/kubelet-config.yaml" --root-dir="$T/root" --cert-di
 // cgroup trees it created.
 func StartKubelet(t testing.TB, opts KubeletOptions) *Kubelet {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t, "running a kubelet")
 	tools := Peers(t)
 	dir := TempDir(t)
 	k := &Kubelet{Dir: dir, Manifests: filepath.Join(dir, "manifests"), RootDir: filepath.Join(dir, "root"),
