@@ -16,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -113,8 +114,9 @@ func (p *pieceProducer) Produce(ctx context.Context, w artifact.Writer) error {
 // seededPieces is a store holding an artifact of one safetensors file
 // whose largest tensors are two pieces long, and its identity.
 func seededPieces(t *testing.T) (*store.Domain, artifact.Identity) {
-	_, src := synthCheckpoint(t, synth.Options{Size: 16 << 20, Shards: 1, DType: "F32", Seed: 7})
-	return seededSource(t, src)
+	_, src := storetest.CheckpointOf(t, synth.Options{Size: 16 << 20, Shards: 1, DType: "F32", Seed: 7})
+	d := storetest.Open(t)
+	return d, storetest.Seed(t, d, src)
 }
 
 // buildPieces starts p's build, on a new store served with cfg, of the
@@ -139,7 +141,7 @@ func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *p
 		t.Fatal("no tensor longer than a piece")
 	}
 	p.src, p.stop, p.written, p.release = src, p.long.Offset+stop, make(chan struct{}), make(chan struct{})
-	b := openStore(t)
+	b := storetest.Open(t)
 	_, addr := serve(t, b, cfg)
 	built := make(chan error, 1)
 	go func() {
@@ -163,7 +165,7 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 	addrA, builtA := buildPieces(t, a, identity, p, blake3.PieceSize, ServerConfig{})
 	id, _ := identity.ID()
 	ctx := context.Background()
-	b := openStore(t)
+	b := storetest.Open(t)
 	_, addrB := serve(t, b, ServerConfig{})
 	fetchedB := make(chan error, 1)
 	go func() {
@@ -184,7 +186,7 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 			t.Fatalf("B never listed a source: %+v", ls)
 		}
 	}
-	c := openStore(t)
+	c := storetest.Open(t)
 	var moved atomic.Int64
 	fetchedC := make(chan error, 1)
 	go func() {
@@ -246,7 +248,7 @@ func TestPiecesRefuseWrongOnes(t *testing.T) {
 			// last error is the refusal.
 			addr, built := buildPieces(t, a, identity, tc.p, 1<<40, ServerConfig{MaxChildren: 4})
 			defer func() { close(tc.p.release); <-built }()
-			_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, identity), FetchOptions{Patience: 300 * time.Millisecond})
+			_, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, identity), FetchOptions{Patience: 300 * time.Millisecond})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), tc.p.long.Name) {
 				t.Fatalf("fetch from a builder with a %s: %v; want %q, its address and the tensor", tc.name, err, tc.want)
 			}
@@ -272,7 +274,7 @@ func TestPiecesOfASubset(t *testing.T) {
 	addr, built := buildPieces(t, a, identity, p, 1<<40, ServerConfig{})
 	defer func() { close(p.release); <-built }()
 	largest, progress := largestUnit()
-	c := openStore(t)
+	c := storetest.Open(t)
 	l, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Tensors: []string{p.long.Name}, Progress: progress})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +297,7 @@ func TestPiecesFromAHolder(t *testing.T) {
 	a, identity := seededPieces(t)
 	_, addrA := serve(t, a, ServerConfig{})
 	for _, seeding := range []bool{true, false} {
-		b := openStore(t)
+		b := storetest.Open(t)
 		if seeding {
 			serve(t, b, ServerConfig{})
 		}
@@ -328,7 +330,7 @@ func TestPiecesFromAnOldPeer(t *testing.T) {
 	a, identity := seededPieces(t)
 	_, addrA := serve(t, a, ServerConfig{})
 	old := oldPeer(t, addrA)
-	b := openStore(t)
+	b := storetest.Open(t)
 	serve(t, b, ServerConfig{})
 	largest, progress := largestUnit()
 	l, rep, err := Fetch(context.Background(), b, []string{old}, digestOf(t, identity), FetchOptions{Progress: progress})

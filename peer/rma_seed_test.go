@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -23,7 +24,7 @@ import (
 // other byte, then waits, reading nothing of the held file, until the
 // builder verifies it; then it ends READY and valid.
 func TestBuildingArtifactRMA(t *testing.T) {
-	a, identity := seeded(t, 8<<20, 2)
+	a, identity := storetest.Seeded(t, 8<<20, 2)
 	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{hold: true}, rmaConfig)
 	files := p.src.Files()
 	var total int64
@@ -32,7 +33,7 @@ func TestBuildingArtifactRMA(t *testing.T) {
 	}
 	early := total - files[len(files)-1].Entry.Size
 	var moved atomic.Int64
-	c := openStore(t)
+	c := storetest.Open(t)
 	type result struct {
 		rep *FetchReport
 		err error
@@ -79,7 +80,7 @@ func TestBuildingArtifactRMA(t *testing.T) {
 // ends without publishing the answer is the typed reason, and a fetch
 // gives up instead of waiting.
 func TestBuildingArtifactRMAKeys(t *testing.T) {
-	a, identity := seeded(t, 8<<20, 2)
+	a, identity := storetest.Seeded(t, 8<<20, 2)
 	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{hold: true, fail: true}, rmaConfig)
 	cs, ep, keys := rmaSession(t, addr, digestOf(t, identity))
 	defer cs.close()
@@ -123,7 +124,7 @@ func TestBuildingArtifactRMAKeys(t *testing.T) {
 	if err := <-held; !errors.As(err, &re) || !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "ended without publishing") {
 		t.Fatalf("a unit of a build that ended: %v", err)
 	}
-	_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, identity), FetchOptions{Mode: ModeRMA, Patience: 500 * time.Millisecond})
+	_, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, identity), FetchOptions{Mode: ModeRMA, Patience: 500 * time.Millisecond})
 	if err == nil {
 		t.Fatal("the child published an artifact its only source never verified")
 	}
@@ -150,7 +151,7 @@ func readUnit(ep *fabric.EP, k wire.RemoteKey, n int64, want []byte) error {
 // does for a shard whose table key a provider made zero) is its range,
 // registered at once.
 func TestRMAUnitKeyReady(t *testing.T) {
-	src, identity := seeded(t, 4<<20, 1)
+	src, identity := storetest.Seeded(t, 4<<20, 1)
 	l, err := src.Lookup(context.Background(), mustID(t, identity), store.ManifestAndMetadata)
 	if err != nil {
 		t.Fatal(err)

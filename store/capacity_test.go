@@ -11,18 +11,19 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 )
 
 func TestImportPastTmpfsCapacity(t *testing.T) {
 	root := testenv.Tmpfs(t, "64m")
-	_, big := checkpoint(t, 100<<20, 2)
-	d := openDomain(t, root)
+	_, big := storetest.Checkpoint(t, 100<<20, 2)
+	d := storetest.OpenAt(t, root)
 	if d.Info().FSType != "tmpfs" {
 		t.Fatalf("fs type %q, want tmpfs", d.Info().FSType)
 	}
-	id := artifact.PassthroughIdentity(big, "", testRevision, "", 0, 0)
+	id := artifact.PassthroughIdentity(big, "", storetest.Revision, "", 0, 0)
 	_, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: big})
 	var ce *store.CapacityError
 	if !errors.As(err, &ce) || !errdefs.IsResourceExhausted(err) {
@@ -36,7 +37,7 @@ func TestImportPastTmpfsCapacity(t *testing.T) {
 		t.Fatal("tmpfs domain not reported as host memory")
 	}
 	// The next build succeeds and leaves no temp files behind.
-	_, small := checkpoint(t, 1<<20, 1)
+	_, small := storetest.Checkpoint(t, 1<<20, 1)
 	l, _ := importDir(t, d, small)
 	l.Close()
 	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
@@ -45,7 +46,7 @@ func TestImportPastTmpfsCapacity(t *testing.T) {
 }
 
 func TestCapacityLimitsArePreflighted(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 1)
+	_, src := storetest.Checkpoint(t, 2<<20, 1)
 	for _, tc := range []struct {
 		name   string
 		policy store.Policy
@@ -62,7 +63,7 @@ func TestCapacityLimitsArePreflighted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+			id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 			_, _, err = d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
 			var ce *store.CapacityError
 			if !errors.As(err, &ce) || ce.Limit != tc.limit {
@@ -76,8 +77,8 @@ func TestCapacityLimitsArePreflighted(t *testing.T) {
 }
 
 func TestChildProcessDoesNotInheritLocks(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	d := openDomain(t, t.TempDir())
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	d := storetest.OpenAt(t, t.TempDir())
 	l, _ := importDir(t, d, src)
 	defer l.Close()
 	out, err := exec.Command("/bin/sh", "-c", "ls -l /proc/self/fd/").CombinedOutput()

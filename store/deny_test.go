@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
@@ -32,9 +33,9 @@ func mountReadOnly(t *testing.T, dir string, empty bool) {
 }
 
 func TestDenyMarkerFailureFallsBackToInvalidationMode(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	root := t.TempDir()
-	d := openDomain(t, root)
+	d := storetest.OpenAt(t, root)
 	held, _ := importDir(t, d, src)
 	id := held.ID
 	corruptTensor(t, held)
@@ -70,9 +71,9 @@ func TestDenyMarkerFailureFallsBackToInvalidationMode(t *testing.T) {
 }
 
 func TestDomainFailsWhenNoMarkerPersists(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	root := t.TempDir()
-	d := openDomain(t, root)
+	d := storetest.OpenAt(t, root)
 	l, _ := importDir(t, d, src)
 	id := l.ID
 	corruptTensor(t, l)

@@ -15,6 +15,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/cast"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 const rev = "0123456789abcdef0123456789abcdef01234567"
@@ -112,13 +113,13 @@ func scan(t *testing.T, dir string) *artifact.SourceDir {
 	return src
 }
 
-func produce(t *testing.T, r producers.Recipe, src *artifact.SourceDir) (*memWriter, artifact.Producer) {
+func produce(t *testing.T, r producers.Recipe, src *artifact.SourceDir) (*storetest.MemWriter, artifact.Producer) {
 	t.Helper()
 	p, err := r.Producer(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newMemWriter()
+	w := &storetest.MemWriter{}
 	if err := p.Produce(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +171,7 @@ func TestTPSplitMatchesExtract(t *testing.T) {
 					if !artifact.IsSafetensors(sf.Path) {
 						continue
 					}
-					raw, ok := w.bytes(sf.Path)
+					raw, ok := w.Bytes(sf.Path)
 					if !ok {
 						t.Fatalf("rank %d: %s not written", rank, sf.Path)
 					}
@@ -205,7 +206,7 @@ func TestTPSplitMatchesExtract(t *testing.T) {
 						}
 					}
 				}
-				if raw, _ := w.bytes("config.json"); string(raw) != `{"model_type":"test"}` {
+				if raw, _ := w.Bytes("config.json"); string(raw) != `{"model_type":"test"}` {
 					t.Fatalf("config.json not copied verbatim: %q", raw)
 				}
 				var idx struct {
@@ -214,7 +215,7 @@ func TestTPSplitMatchesExtract(t *testing.T) {
 					} `json:"metadata"`
 					WeightMap map[string]string `json:"weight_map"`
 				}
-				raw, _ := w.bytes("model.safetensors.index.json")
+				raw, _ := w.Bytes("model.safetensors.index.json")
 				if err := json.Unmarshal(raw, &idx); err != nil || idx.Metadata.TotalSize != dataBytes || len(idx.WeightMap) != len(tensors) {
 					t.Fatalf("index json: %v, total_size %d want %d, %d weights", err, idx.Metadata.TotalSize, dataBytes, len(idx.WeightMap))
 				}
@@ -238,7 +239,7 @@ func TestCastProducerMatchesConvert(t *testing.T) {
 				if !artifact.IsSafetensors(sf.Path) {
 					continue
 				}
-				raw, _ := w.bytes(sf.Path)
+				raw, _ := w.Bytes(sf.Path)
 				h, got := readTensors(t, raw)
 				for _, ti := range h.Tensors {
 					orig := tensors[ti.Name]
@@ -296,7 +297,7 @@ func TestProducerFailures(t *testing.T) {
 			}
 			p, err := tc.recipe.Producer(src)
 			if err == nil {
-				err = p.Produce(context.Background(), newMemWriter())
+				err = p.Produce(context.Background(), &storetest.MemWriter{})
 			}
 			if err == nil || !tc.class(err) {
 				t.Fatalf("got %v", err)
@@ -391,11 +392,11 @@ func TestTensorMapProducer(t *testing.T) {
 	if p.Phase() != producers.PostLoadOnly {
 		t.Fatal("tensor-map must be POST_LOAD_ONLY")
 	}
-	w := newMemWriter()
+	w := &storetest.MemWriter{}
 	if err := p.Produce(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
-	raw, ok := w.bytes("model.safetensors")
+	raw, ok := w.Bytes("model.safetensors")
 	if !ok {
 		t.Fatal("not written")
 	}

@@ -2,6 +2,8 @@ package storetest
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"sync"
@@ -15,6 +17,11 @@ import (
 // refuse, a path created twice and a write past a file's declared size,
 // and a file closed short of its size.
 type MemWriter struct {
+	// SHA256Only makes a file's digest its sha256 alone, for payloads that
+	// are not checkpoints (a file named .safetensors is otherwise read as
+	// one, as the store does).
+	SHA256Only bool
+
 	mu    sync.Mutex
 	files map[string]*memFile
 }
@@ -32,7 +39,7 @@ func (w *MemWriter) Create(path string, size int64) (artifact.FileWriter, error)
 	if _, dup := w.files[path]; dup {
 		return nil, fmt.Errorf("payload %q created twice: %w", path, errdefs.ErrAlreadyExists)
 	}
-	f := &memFile{path: path, size: size, buf: make([]byte, 0, size)}
+	f := &memFile{path: path, size: size, buf: make([]byte, 0, size), sha256Only: w.SHA256Only}
 	w.files[path] = f
 	return f, nil
 }
@@ -79,6 +86,8 @@ type memFile struct {
 	size   int64
 	buf    []byte
 	closed bool // Close was called
+
+	sha256Only bool
 }
 
 func (f *memFile) Write(p []byte) (int, error) {
@@ -101,5 +110,9 @@ func (f *memFile) Close() error {
 }
 
 func (f *memFile) Digest() (artifact.FileEntry, error) {
+	if f.sha256Only {
+		sum := sha256.Sum256(f.buf)
+		return artifact.FileEntry{File: artifact.File{Path: f.path, Size: f.size, SHA256: hex.EncodeToString(sum[:])}}, nil
+	}
 	return artifact.HashFile(bytes.NewReader(f.buf), artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: f.path, Size: f.size}}})
 }
