@@ -14,13 +14,12 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
-
-const testRevision = "0123456789abcdef0123456789abcdef01234567"
 
 // node is a store, a resolution runtime and a snapshotter in one directory.
 type node struct {
@@ -68,24 +67,14 @@ func (n *node) open(t testing.TB) {
 // importModel synthesises a checkpoint and imports it; it returns the identity digest.
 func (n *node) importModel(t testing.TB, size int64, seed uint64) string {
 	t.Helper()
-	return importInto(t, n.dom, synthModel(t, size, seed))
-}
-
-// synthModel writes a synthetic checkpoint and returns its directory.
-func synthModel(t testing.TB, size int64, seed uint64) string {
-	t.Helper()
-	src := filepath.Join(t.TempDir(), "ckpt")
-	if err := synth.Write(context.Background(), src, synth.Options{Size: size, Shards: 2, DType: "BF16", Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	return src
+	return importInto(t, n.dom, storetest.Synth(t, synth.Options{Size: size, Shards: 2, DType: "BF16", Seed: seed}))
 }
 
 // importInto imports the checkpoint src into d; it returns the identity
 // digest, the same for every store.
 func importInto(t testing.TB, d *store.Domain, src string) string {
 	t.Helper()
-	l, _, err := resolve.Import(context.Background(), d, resolve.ImportRequest{Dir: src, Revision: testRevision, Repository: "org/m"})
+	l, _, err := resolve.Import(context.Background(), d, resolve.ImportRequest{Dir: src, Revision: storetest.Revision, Repository: "org/m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,11 +86,7 @@ func importInto(t testing.TB, d *store.Domain, src string) string {
 // its own: the node's store does not have it.
 func elsewhere(t testing.TB, src string) string {
 	t.Helper()
-	d, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "other"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return importInto(t, d, src)
+	return importInto(t, storetest.Open(t), src)
 }
 
 // eventually polls cond for up to 20 s.

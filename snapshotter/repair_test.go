@@ -13,6 +13,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"golang.org/x/sys/unix"
@@ -22,7 +24,7 @@ import (
 // in required mode and falls back in preferred mode; the image's mode label
 // wins over the node's.
 func TestModes(t *testing.T) {
-	id := elsewhere(t, synthModel(t, 128<<10, 20))
+	id := elsewhere(t, storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 20}))
 	for _, tc := range []struct {
 		node     resolve.Mode
 		image    string
@@ -78,7 +80,7 @@ func newNodeMode(t *testing.T, mode resolve.Mode) *node {
 func TestFallbackRepaired(t *testing.T) {
 	ctx := context.Background()
 	n := newNodeMode(t, resolve.Preferred)
-	src := synthModel(t, 256<<10, 21)
+	src := storetest.Synth(t, synth.Options{Size: 256 << 10, Shards: 2, DType: "BF16", Seed: 21})
 	id := elsewhere(t, src)
 	labels := weightLabels(id, "/models/m", chainID(41))
 	mounts, err := n.sn.Prepare(ctx, "extract", "", snapshots.WithLabels(labels))
@@ -182,7 +184,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
 	keep := n.importModel(t, 128<<10, 22)
-	gone := synthModel(t, 128<<10, 23)
+	gone := storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 23})
 	goneID := importInto(t, n.dom, gone)
 	n.prepareWeights(t, "extract-a", "", weightLabels(keep, "/a", chainID(50)))
 	n.prepareWeights(t, "extract-b", "", weightLabels(goneID, "/b", chainID(51)))
@@ -243,7 +245,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 func TestRepairEndsWithItsHolders(t *testing.T) {
 	ctx := context.Background()
 	n := newNodeMode(t, resolve.Preferred)
-	labels := weightLabels(elsewhere(t, synthModel(t, 128<<10, 24)), "/w", chainID(42))
+	labels := weightLabels(elsewhere(t, storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 24})), "/w", chainID(42))
 	if _, err := n.sn.Prepare(ctx, "extract", "", snapshots.WithLabels(labels)); err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +273,7 @@ func TestRepairEndsWithItsHolders(t *testing.T) {
 func TestEvictedUnderWeightSnapshot(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
-	src := synthModel(t, 128<<10, 25)
+	src := storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 25})
 	id := importInto(t, n.dom, src)
 	aid := artifact.MustParseID(id)
 	n.prepareWeights(t, "extract", "", weightLabels(id, "/w", chainID(43)))

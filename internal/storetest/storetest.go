@@ -98,3 +98,13 @@ func Seeded(tb testing.TB, size int64, shards int) (*store.Domain, artifact.Iden
 	d := Open(tb)
 	return d, Seed(tb, d, src)
 }
+
+// SettledCheckpoint writes a synthetic checkpoint as Checkpoint does, waits
+// out the fingerprint cache's racy window (see Settle), and returns its
+// directory: a scan records fingerprints it trusts at once.
+func SettledCheckpoint(tb testing.TB, size int64, shards int) string {
+	tb.Helper()
+	dir := Synth(tb, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: 7})
+	Settle(tb, dir)
+	return dir
+}
