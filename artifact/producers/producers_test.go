@@ -18,8 +18,6 @@ import (
 	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
-const rev = "0123456789abcdef0123456789abcdef01234567"
-
 // engineSpec exercises every kind of rule: column with vocabulary padding,
 // plain column, row, row with dim and padding, 1-D row (replicated), empty
 // tensors and the replicated default.
@@ -312,7 +310,7 @@ func TestTPSplitIdentity(t *testing.T) {
 	a, _ := tpsplit.ParseSpec([]byte(engineSpec))
 	b, _ := tpsplit.ParseSpec([]byte("# reformatted\n" + engineSpec + "\n"))
 	c, _ := tpsplit.ParseSpec([]byte(engineSpec + "[[rule]]\npattern = \"x\"\nsplit = \"row\"\n"))
-	target := producers.Target{Revision: rev}
+	target := producers.Target{Revision: storetest.Revision}
 	digest := func(s *tpsplit.Spec, rank int, dtype string) string {
 		id, err := (&producers.TPSplit{Spec: s, Size: 3, Rank: rank, DType: dtype}).Identity(src, target)
 		if err != nil {

@@ -18,8 +18,8 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // scenarios names, for each fault point, the operation that reaches it.

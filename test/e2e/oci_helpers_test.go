@@ -21,14 +21,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
 // Helpers of the OCI end-to-end tests (oci_test.go): the weightsnap CLI,
 // the oras CLI, and a blob proxy in front of the registry.
-
-const ociRevision = "0123456789abcdef0123456789abcdef01234567"
 
 var ociCLI struct {
 	once sync.Once
@@ -167,7 +166,7 @@ func ociCheckpoint(t *testing.T, size string, shards int) (dir, root, id string)
 	base := t.TempDir()
 	dir, root = filepath.Join(base, "ckpt"), filepath.Join(base, "store")
 	wsOK(t, root, "dev", "synth", "--out", dir, "--size", size, "--shards", fmt.Sprint(shards))
-	id = strings.TrimSpace(wsOK(t, root, "import", dir, "--revision", ociRevision, "--repository", "org/tiny"))
+	id = strings.TrimSpace(wsOK(t, root, "import", dir, "--revision", storetest.Revision, "--repository", "org/tiny"))
 	return dir, root, id
 }
 

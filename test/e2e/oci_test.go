@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -53,7 +54,7 @@ func TestOCIPushOrasPull(t *testing.T) {
 	if m.ArtifactType != "application/vnd.cncf.model.manifest.v1+json" || m.Config.MediaType != "application/vnd.cncf.model.config.v1+json" {
 		t.Fatalf("manifest types: %s", raw)
 	}
-	if m.Annotations["org.weightsnap.identity.digest"] != id || !strings.Contains(m.Annotations["org.weightsnap.identity"], ociRevision) {
+	if m.Annotations["org.weightsnap.identity.digest"] != id || !strings.Contains(m.Annotations["org.weightsnap.identity"], storetest.Revision) {
 		t.Fatalf("identity annotations: %v", m.Annotations)
 	}
 	last := m.Layers[len(m.Layers)-1]
@@ -102,7 +103,7 @@ func TestOCIOrasPushWeightsnapPull(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.errOut, "--revision") {
 		t.Fatalf("pull of a foreign artifact without --revision: exit %d\n%s", r.code, r.errOut)
 	}
-	id := strings.TrimSpace(wsOK(t, root, "pull", "--plain-http", "--revision", ociRevision, "--repository", "org/tiny", reg.Ref("hub/tiny:main")))
+	id := strings.TrimSpace(wsOK(t, root, "pull", "--plain-http", "--revision", storetest.Revision, "--repository", "org/tiny", reg.Ref("hub/tiny:main")))
 	if id != importedID {
 		t.Fatalf("pulled identity %s, import gave %s", id, importedID)
 	}
@@ -125,7 +126,7 @@ func TestOCIPushDeterministic(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	dir, root1, id := ociCheckpoint(t, "8MiB", 2)
 	root2 := filepath.Join(t.TempDir(), "store2")
-	if id2 := strings.TrimSpace(wsOK(t, root2, "import", dir, "--revision", ociRevision, "--repository", "org/tiny")); id2 != id {
+	if id2 := strings.TrimSpace(wsOK(t, root2, "import", dir, "--revision", storetest.Revision, "--repository", "org/tiny")); id2 != id {
 		t.Fatalf("import gave %s and %s", id, id2)
 	}
 	a := strings.TrimSpace(wsOK(t, root1, "push", "--plain-http", id, reg.Ref("det/one:v1")))

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
@@ -136,7 +137,7 @@ func (n *node) seed(t *testing.T, size string, shards int) string {
 	t.Helper()
 	src := filepath.Join(n.dir, "src")
 	n.wsOK(t, "dev", "synth", "--out", src, "--size", size, "--shards", fmt.Sprint(shards))
-	id := strings.TrimSpace(n.wsOK(t, "import", src, "--revision", ociRevision, "--repository", "org/peer"))
+	id := strings.TrimSpace(n.wsOK(t, "import", src, "--revision", storetest.Revision, "--repository", "org/peer"))
 	os.RemoveAll(src)
 	return id
 }
@@ -332,7 +333,7 @@ func TestPeerServedByWeightsnapd(t *testing.T) {
 	w := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{ExtraConfig: fmt.Sprintf("\n[peer]\nserve = true\nlisten = %q\nallow_unauthenticated = true\n", addr)})
 	src := filepath.Join(w.Dir, "src")
 	wsOK(t, w.Root, "dev", "synth", "--out", src, "--size", "32MiB", "--shards", "2")
-	id := strings.TrimSpace(wsOK(t, w.Root, "import", src, "--revision", ociRevision, "--repository", "org/daemon"))
+	id := strings.TrimSpace(wsOK(t, w.Root, "import", src, "--revision", storetest.Revision, "--repository", "org/daemon"))
 	var ls struct {
 		Generation string `json:"generation"`
 		Artifacts  []struct {

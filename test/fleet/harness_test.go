@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
@@ -64,7 +65,6 @@ type node struct {
 }
 
 const (
-	rev       = "0123456789abcdef0123456789abcdef01234567"
 	subnet    = "10.233.60."
 	peerPort  = 7420
 	bridgeDev = "br0"
@@ -203,7 +203,7 @@ func (f *Fleet) seed() {
 		}
 		f.Bytes += fi.Size()
 	}
-	f.ID = ws("import", src, "--revision", rev, "--repository", "fleet/model")
+	f.ID = ws("import", src, "--revision", storetest.Revision, "--repository", "fleet/model")
 	ws("push", "--plain-http", f.ID, f.repo+":v1")
 	var info struct {
 		Identity json.RawMessage `json:"identity"`

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // The store fixes the power-cut harness led to, each with a test that

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // check opens the store at root after a power cut and checks the invariant:

@@ -17,8 +17,8 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
-	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 func main() {
