@@ -89,16 +89,6 @@ func elsewhere(t testing.TB, src string) string {
 	return importInto(t, storetest.Open(t), src)
 }
 
-// eventually polls cond for up to 20 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-	}
-}
-
 // weightLabels are the labels containerd passes to the Prepare of a
 // pointer layer whose chain ID is chainID.
 func weightLabels(identity, target, chainID string) map[string]string {

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
@@ -15,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"golang.org/x/sys/unix"
@@ -104,7 +106,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if info, _ := n.sn.Stat(ctx, chainID(41)); info.Labels[LabelFallback] == "" {
 		t.Fatalf("committed fallback lost its label: %+v", info.Labels)
 	}
-	eventually(t, "a repair try", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 2 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 2 }, "%s not seen", "a repair try")
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 1 {
 		t.Fatalf("pending_repairs %v", got)
 	}
@@ -128,7 +130,7 @@ func TestFallbackRepaired(t *testing.T) {
 
 	importInto(t, n.dom, src) // the artifact arrives
 	// The repair counts itself last, after the fill and the lease.
-	eventually(t, "the repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")) >= 1 }, "%s not seen", "the repair")
 	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")); got != 1 {
 		t.Fatalf("repairs_total{filled} %v", got)
 	}
@@ -220,7 +222,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	if slices.ContainsFunc(n.snapshotNames(t), func(s string) bool { return strings.HasPrefix(s, tmpView) }) {
 		t.Fatalf("the crashed Prepare's view is left: %v", n.snapshotNames(t))
 	}
-	eventually(t, "repair tries", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "%s not seen", "repair tries")
 	// The gone artifact's snapshot still serves its files (the inodes live on).
 	if _, err := n.sn.Prepare(ctx, "container-b2", chainID(51)); err != nil {
 		t.Fatal(err)
@@ -228,7 +230,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 
 	importInto(t, n.dom, gone) // back in the store
 	// The repair counts itself last, after the lease.
-	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 2 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 2 }, "%s not seen", "the lease repair")
 	if got := n.sn.leases.identities(); len(got) != 2 {
 		t.Fatalf("leases after the repair: %v", got)
 	}
@@ -252,18 +254,18 @@ func TestRepairEndsWithItsHolders(t *testing.T) {
 	if err := n.sn.Commit(ctx, chainID(42), "extract", snapshots.WithLabels(labels)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a repair try", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "%s not seen", "a repair try")
 	if err := n.sn.Remove(ctx, chainID(42)); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 0 {
 		t.Fatalf("pending_repairs %v after the snapshot went", got)
 	}
-	eventually(t, "the loop's end", func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		n.sn.repairs.mu.Lock()
 		defer n.sn.repairs.mu.Unlock()
 		return len(n.sn.repairs.loops) == 0
-	})
+	}, "%s not seen", "the loop's end")
 }
 
 // TestEvictedUnderWeightSnapshot: a weight snapshot nothing uses holds no
@@ -296,7 +298,7 @@ func TestEvictedUnderWeightSnapshot(t *testing.T) {
 	}
 
 	importInto(t, n.dom, src) // resolvable again
-	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 }, "%s not seen", "the lease repair")
 	if h, _ := n.sn.HoldersOf(aid); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
 		t.Fatalf("holders after the repair %+v", h)
 	}

@@ -254,10 +254,10 @@ func TestResolveProgress(t *testing.T) {
 		_, err := n.sn.Prepare(context.Background(), "extract "+chainID(30), "", snapshots.WithLabels(weightLabels(id, "/w", chainID(30))))
 		done <- err
 	}()
-	eventually(t, "the progress gauges", func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		return testutil.ToFloat64(n.metrics.progress.WithLabelValues(id, "registry")) == 512 &&
 			testutil.ToFloat64(n.metrics.progressTotal.WithLabelValues(id, "registry")) == 1024
-	})
+	}, "%s not seen", "the progress gauges")
 	if err := <-done; !errdefs.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}

@@ -32,8 +32,17 @@ var errNotYet = errors.New("condition not met")
 // timeout (at most half a second), so a short wait reacts fast and a long
 // one does not busy the machine.
 func Wait(timeout time.Duration, try func() error) error {
+	return wait(timeout, 5*time.Millisecond, min(max(timeout/100, 10*time.Millisecond), 500*time.Millisecond), try)
+}
+
+// WaitEvery is Wait with a fixed pause between two tries, for a wait that
+// must notice the moment something happens (a transfer reaching a size).
+func WaitEvery(timeout, every time.Duration, try func() error) error {
+	return wait(timeout, every, every, try)
+}
+
+func wait(timeout, pause, most time.Duration, try func() error) error {
 	deadline := time.Now().Add(timeout)
-	pause, most := 5*time.Millisecond, min(max(timeout/100, 10*time.Millisecond), 500*time.Millisecond)
 	for {
 		err := try()
 		if err == nil {

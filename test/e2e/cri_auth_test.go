@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/zstd"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
@@ -392,14 +394,14 @@ func TestUnseenWeightUnpack(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.waitMetric(t, "weightsnap_unseen_weight_unpacks_total", 1, 20*time.Second)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+	if err := testenv.Wait(10*time.Second, func() error {
 		raw, _ := os.ReadFile(c.ws.Proc.Log)
-		if bytes.Contains(raw, []byte("unpacked by another snapshotter")) && bytes.Contains(raw, []byte(w.ref)) && bytes.Contains(raw, []byte(`"snapshotter":"overlayfs"`)) {
-			break
+		if !bytes.Contains(raw, []byte("unpacked by another snapshotter")) || !bytes.Contains(raw, []byte(w.ref)) || !bytes.Contains(raw, []byte(`"snapshotter":"overlayfs"`)) {
+			return errors.New("not logged")
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("weightsnapd did not log the unpack of %s:\n%s", w.ref, harness.Tail(c.ws.Proc.Log, 20))
-		}
+		return nil
+	}); err != nil {
+		t.Fatalf("weightsnapd did not log the unpack of %s: %v\n%s", w.ref, err, harness.Tail(c.ws.Proc.Log, 20))
 	}
 	// Through weightsnap, another weight image is not counted; the first is not counted again.
 	w2 := c.pushWeightImage(t, "seen", "4MiB", 1, "/models/y")

@@ -219,17 +219,19 @@ func daemonSetConfig(t *testing.T, text string, hostPaths map[string]string, reg
 // readiness probe) and its snapshotter socket is there.
 func waitDaemonSetReady(t *testing.T, node *harness.Containerd, ws *harness.Weightsnapd) {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if _, err = ws.Metrics(); err == nil {
-			if _, err = os.Stat(ws.Socket); err == nil {
-				return
-			}
+	err := testenv.Wait(60*time.Second, func() error {
+		if _, err := ws.Metrics(); err != nil {
+			return err
 		}
+		_, err := os.Stat(ws.Socket)
+		return err
+	})
+	if err == nil {
+		return
 	}
 	logs, _ := node.Nerdctl("logs", "weightsnapd")
 	ps, _ := node.Nerdctl("ps", "-a")
-	t.Fatalf("the containerised weightsnapd is not ready in 60s: %v\n%s\nweightsnapd:\n%s", err, ps, logs)
+	t.Fatalf("the containerised weightsnapd is not ready: %v\n%s\nweightsnapd:\n%s", err, ps, logs)
 }
 
 func writeTestFile(t *testing.T, path, text string) {

@@ -177,17 +177,13 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 }
 
 func (c *Containerd) waitReady(timeout time.Duration) error {
-	var err error
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
+	return testenv.Wait(timeout, func() error {
 		if c.Proc.Exited() {
-			return fmt.Errorf("containerd exited: %v", c.Proc.Err())
+			return testenv.Final(fmt.Errorf("containerd exited: %v", c.Proc.Err()))
 		}
-		if _, err = c.Ctr("version"); err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
+		_, err := c.Ctr("version")
+		return err
+	})
 }
 
 // Ctr runs ctr against this containerd in its namespace and returns its stdout
