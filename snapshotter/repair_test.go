@@ -106,7 +106,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if info, _ := n.sn.Stat(ctx, chainID(41)); info.Labels[LabelFallback] == "" {
 		t.Fatalf("committed fallback lost its label: %+v", info.Labels)
 	}
-	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 2 }, "%s not seen", "a repair try")
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 2 }, "a repair try not seen")
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 1 {
 		t.Fatalf("pending_repairs %v", got)
 	}
@@ -130,7 +130,7 @@ func TestFallbackRepaired(t *testing.T) {
 
 	importInto(t, n.dom, src) // the artifact arrives
 	// The repair counts itself last, after the fill and the lease.
-	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")) >= 1 }, "%s not seen", "the repair")
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")) >= 1 }, "the repair not seen")
 	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")); got != 1 {
 		t.Fatalf("repairs_total{filled} %v", got)
 	}
@@ -222,7 +222,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	if slices.ContainsFunc(n.snapshotNames(t), func(s string) bool { return strings.HasPrefix(s, tmpView) }) {
 		t.Fatalf("the crashed Prepare's view is left: %v", n.snapshotNames(t))
 	}
-	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "%s not seen", "repair tries")
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "repair tries not seen")
 	// The gone artifact's snapshot still serves its files (the inodes live on).
 	if _, err := n.sn.Prepare(ctx, "container-b2", chainID(51)); err != nil {
 		t.Fatal(err)
@@ -230,7 +230,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 
 	importInto(t, n.dom, gone) // back in the store
 	// The repair counts itself last, after the lease.
-	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 2 }, "%s not seen", "the lease repair")
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 2 }, "the lease repair not seen")
 	if got := n.sn.leases.identities(); len(got) != 2 {
 		t.Fatalf("leases after the repair: %v", got)
 	}
@@ -254,7 +254,7 @@ func TestRepairEndsWithItsHolders(t *testing.T) {
 	if err := n.sn.Commit(ctx, chainID(42), "extract", snapshots.WithLabels(labels)); err != nil {
 		t.Fatal(err)
 	}
-	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "%s not seen", "a repair try")
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "a repair try not seen")
 	if err := n.sn.Remove(ctx, chainID(42)); err != nil {
 		t.Fatal(err)
 	}
@@ -265,7 +265,7 @@ func TestRepairEndsWithItsHolders(t *testing.T) {
 		n.sn.repairs.mu.Lock()
 		defer n.sn.repairs.mu.Unlock()
 		return len(n.sn.repairs.loops) == 0
-	}, "%s not seen", "the loop's end")
+	}, "the loop's end not seen")
 }
 
 // TestEvictedUnderWeightSnapshot: a weight snapshot nothing uses holds no
@@ -298,7 +298,7 @@ func TestEvictedUnderWeightSnapshot(t *testing.T) {
 	}
 
 	importInto(t, n.dom, src) // resolvable again
-	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 }, "%s not seen", "the lease repair")
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 }, "the lease repair not seen")
 	if h, _ := n.sn.HoldersOf(aid); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
 		t.Fatalf("holders after the repair %+v", h)
 	}

@@ -257,7 +257,7 @@ func TestResolveProgress(t *testing.T) {
 	testenv.Eventually(t, 20*time.Second, func() bool {
 		return testutil.ToFloat64(n.metrics.progress.WithLabelValues(id, "registry")) == 512 &&
 			testutil.ToFloat64(n.metrics.progressTotal.WithLabelValues(id, "registry")) == 1024
-	}, "%s not seen", "the progress gauges")
+	}, "the progress gauges not seen")
 	if err := <-done; !errdefs.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
