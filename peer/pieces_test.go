@@ -17,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -176,16 +177,11 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 		}
 		fetchedB <- err
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		// C may take B once B has a source.
+	// C may take B once B has a source.
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		ls, _ := (ClientConfig{}).List(ctx, addrB)
-		if ls != nil && len(ls.Artifacts) == 1 && ls.Artifacts[0].Depth > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B never listed a source: %+v", ls)
-		}
-	}
+		return ls != nil && len(ls.Artifacts) == 1 && ls.Artifacts[0].Depth > 0
+	}, "B never listed a source")
 	c := storetest.Open(t)
 	var moved atomic.Int64
 	fetchedC := make(chan error, 1)
@@ -204,10 +200,10 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 		}
 		want += f.Entry.Size
 	}
-	for deadline := time.Now().Add(20 * time.Second); moved.Load() < want && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
+	testenv.Eventually(t, 20*time.Second, func() bool { return moved.Load() >= want }, "C never verified the %d bytes A verified", want)
+	// A holds B's request for the rest of the tensor and B holds C's: any
+	// byte more would have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 2 }, "A and B do not both wait for A's build to verify more")
 	if n := moved.Load(); n != want {
 		t.Fatalf("C verified %d bytes, want %d: the files before, and the safetensors file up to %s's first piece's end", n, want, p.long.Name)
 	}

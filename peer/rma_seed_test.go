@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -48,15 +49,14 @@ func TestBuildingArtifactRMA(t *testing.T) {
 		}
 		fetched <- result{rep, err}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); moved.Load() < early; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the child verified %d bytes of the %d the builder verified", moved.Load(), early)
-		}
-	}
+	testenv.Eventually(t, 20*time.Second, func() bool { return moved.Load() >= early }, "the child never verified the %d bytes the builder verified", early)
+	// The builder's server holds the child's read of the held file: a byte
+	// of it would have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 1 }, "the builder's server does not wait for the held file")
 	select {
 	case r := <-fetched:
 		t.Fatalf("the fetch ended before the builder verified its last file: %+v %v", r.rep, r.err)
-	case <-time.After(500 * time.Millisecond):
+	default:
 	}
 	if n := moved.Load(); n != early {
 		t.Fatalf("the child verified %d bytes, the builder only %d", n, early)

@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -174,7 +175,12 @@ func TestBuildEndEndsTheSession(t *testing.T) {
 		_, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Patience: 500 * time.Millisecond})
 		fetched <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// The child's session is open, so the build's end must end it (a child
+	// that came after the end would find nothing to fetch instead).
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		ls, _ := (ClientConfig{}).List(context.Background(), addr)
+		return ls != nil && len(ls.Artifacts) == 1 && ls.Artifacts[0].Children == 1
+	}, "the child never joined the build")
 	close(p.release)
 	if err := <-built; err == nil {
 		t.Fatal("the build did not fail")
