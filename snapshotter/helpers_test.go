@@ -125,13 +125,14 @@ func (n *node) snapshotNames(t testing.TB) []string {
 	return names
 }
 
-// countingResolver counts resolutions, can hold them for a while, and
-// records how many ran at once.
+// countingResolver counts resolutions, can hold them until the test lets
+// them go, and records how many ran at once.
 type countingResolver struct {
 	inner Resolver
-	delay time.Duration
+	// hold, if set, holds every resolution until it is closed.
+	hold chan struct{}
 	// producing, if set, is announced to the request's OnProduce before
-	// the delay, as the producer of a source "registry".
+	// the hold, as the producer of a source "registry".
 	producing artifact.Producer
 	calls     atomic.Int32
 	mu        sync.Mutex
@@ -153,6 +154,31 @@ func (c *countingResolver) Resolve(ctx context.Context, req resolve.Request) (*r
 	if c.producing != nil && req.OnProduce != nil {
 		req.OnProduce("registry", c.producing)
 	}
-	time.Sleep(c.delay)
+	if c.hold != nil {
+		select {
+		case <-c.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return c.inner.Resolve(ctx, req)
+}
+
+// runningNow is how many resolutions run now.
+func (c *countingResolver) runningNow() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running
+}
+
+// waiting is how many Prepares wait for a resolution in flight.
+func (n *node) waiting() int {
+	l := n.sn.leases
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := 0
+	for _, f := range l.flights {
+		w += f.waiters
+	}
+	return w
 }

@@ -209,7 +209,7 @@ func TestRequiredFailure(t *testing.T) {
 func TestConcurrentPrepares(t *testing.T) {
 	n := newNode(t, t.TempDir())
 	ids := []string{n.importModel(t, 256<<10, 3), n.importModel(t, 256<<10, 4)}
-	n.resolver.delay = 300 * time.Millisecond
+	n.resolver.hold = make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
 	for i := range 6 {
@@ -221,6 +221,9 @@ func TestConcurrentPrepares(t *testing.T) {
 			}
 		})
 	}
+	// Every Prepare waits on one of the two resolutions, both running.
+	testenv.Eventually(t, 20*time.Second, func() bool { return n.waiting() == 6 && n.resolver.runningNow() == 2 }, "6 Prepares not waiting on 2 resolutions at once")
+	close(n.resolver.hold)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -248,7 +251,7 @@ func (halfDone) Progress() (int64, int64) { return 512, 1024 }
 func TestResolveProgress(t *testing.T) {
 	n := newNode(t, t.TempDir())
 	id := n.importModel(t, 256<<10, 5)
-	n.resolver.delay, n.resolver.producing = 1500*time.Millisecond, halfDone{}
+	n.resolver.hold, n.resolver.producing = make(chan struct{}), halfDone{}
 	done := make(chan error, 1)
 	go func() {
 		_, err := n.sn.Prepare(context.Background(), "extract "+chainID(30), "", snapshots.WithLabels(weightLabels(id, "/w", chainID(30))))
@@ -258,6 +261,7 @@ func TestResolveProgress(t *testing.T) {
 		return testutil.ToFloat64(n.metrics.progress.WithLabelValues(id, "registry")) == 512 &&
 			testutil.ToFloat64(n.metrics.progressTotal.WithLabelValues(id, "registry")) == 1024
 	}, "the progress gauges not seen")
+	close(n.resolver.hold)
 	if err := <-done; !errdefs.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -286,11 +290,21 @@ func TestLaterLayersResolveAhead(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
 	ids := []string{n.importModel(t, 256<<10, 5), n.importModel(t, 256<<10, 6), n.importModel(t, 256<<10, 7)}
-	n.resolver.delay = 300 * time.Millisecond
+	n.resolver.hold = make(chan struct{})
 	first := weightLabels(ids[0], "/a", chainID(20))
 	next := pointer.Pointer{Artifact: first[pointer.LabelArtifact]}
 	first[pointer.LabelNext] = ids[1] + "=" + next.Artifact + "," + ids[2] + "=" + next.Artifact
-	n.prepareWeights(t, "extract-a", "", first)
+	prepared := make(chan error, 1)
+	go func() {
+		_, err := n.sn.Prepare(ctx, "extract-a", "", snapshots.WithLabels(first))
+		prepared <- err
+	}()
+	// The first layer's Prepare resolves the later two ahead, all at once.
+	testenv.Eventually(t, 20*time.Second, func() bool { return n.resolver.runningNow() == 3 }, "the three layers do not resolve at once")
+	close(n.resolver.hold)
+	if err := <-prepared; !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("Prepare of a weight layer: %v, want ErrAlreadyExists", err)
+	}
 	second := weightLabels(ids[1], "/b", chainID(21))
 	second[pointer.LabelNext] = ids[2] + "=" + next.Artifact
 	n.prepareWeights(t, "extract-b", chainID(20), second)
