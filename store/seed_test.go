@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -376,13 +377,11 @@ func TestBuildingServesTensorsAsTheyCheck(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			var b *store.Building
-			for b == nil {
-				if b, err = reader.Building(ctx, id); err != nil {
-					if ctx.Err() != nil {
-						t.Fatal(err)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+			if err := testenv.Wait(10*time.Second, func() (err error) {
+				b, err = reader.Building(ctx, id)
+				return err
+			}); err != nil {
+				t.Fatal(err)
 			}
 			defer b.Close()
 			if err := b.Wait(ctx, want.Path, 0, a.Offset+a.Length); err != nil {
