@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -163,7 +164,17 @@ func TestKubeletWeightsnapdKilled(t *testing.T) {
 		t.Fatalf("a pull while weightsnapd is down: %v\n%s", err, out)
 	}
 	k.PodManifest(t, "latecomer", staticPod("latecomer", img2, "/llama", ""))
-	time.Sleep(3 * time.Second) // the kubelet tries, and fails, while weightsnapd is down
+	// The kubelet tries, and fails, while weightsnapd is down: it logs the
+	// pod's sync failing on the image service's socket.
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		raw, _ := os.ReadFile(k.Proc.Log)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "latecomer-"+k.NodeName) && strings.Contains(line, c.ws.CRI) {
+				return true
+			}
+		}
+		return false
+	}, "the kubelet did not try the latecomer's image while weightsnapd was down")
 
 	c.ws.Restart(t)
 	checkSums(t, waitPodLog(t, c.ctd, "latecomer-"+k.NodeName, "read-all"), &pushedArtifact{files: files2})
