@@ -17,7 +17,7 @@ func BenchmarkImport(b *testing.B) {
 	ctx := context.Background()
 	b.SetBytes(512 << 20)
 	for b.Loop() {
-		d := storetest.OpenAt(b, b.TempDir())
+		d := storetest.Open(b)
 		src, err := artifact.ListSource(dir)
 		if err != nil {
 			b.Fatal(err)
@@ -39,7 +39,7 @@ func BenchmarkImport(b *testing.B) {
 // BenchmarkVerifyFull validates every payload byte of a warm 512 MiB artifact.
 func BenchmarkVerifyFull(b *testing.B) {
 	_, src := storetest.Checkpoint(b, 512<<20, 4)
-	d := storetest.OpenAt(b, b.TempDir())
+	d := storetest.Open(b)
 	l, _ := importDir(b, d, src)
 	id := l.ID
 	l.Close()

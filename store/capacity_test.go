@@ -78,7 +78,7 @@ func TestCapacityLimitsArePreflighted(t *testing.T) {
 
 func TestChildProcessDoesNotInheritLocks(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 1)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	defer l.Close()
 	out, err := exec.Command("/bin/sh", "-c", "ls -l /proc/self/fd/").CombinedOutput()

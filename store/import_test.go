@@ -28,7 +28,7 @@ func singlePass(t *testing.T, d *store.Domain, dir string) (*store.Lease, store.
 
 func TestSinglePassImportMatchesTwoPass(t *testing.T) {
 	dir, scanned := storetest.Checkpoint(t, 2<<20, 2)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	l, res, err := singlePass(t, d, dir)
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func (t touchOnWrite) Write(b []byte) (int, error) {
 func TestSourceChangedDuringCopyFails(t *testing.T) {
 	dir, _ := storetest.Checkpoint(t, 1<<20, 1)
 	src, _ := artifact.ListSource(dir)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	victim := filepath.Join(dir, "config.json")
 	p := artifact.ProducerFunc{ProducerName: "passthrough", Fn: func(ctx context.Context, w artifact.Writer) error {
 		return (&artifact.Passthrough{Src: src}).Produce(ctx, changingWriter{w, victim})

@@ -51,10 +51,10 @@ func mappedFetch(l *store.Lease) artifact.Producer {
 // cannot be mapped.
 func TestMappedTreeFile(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 3<<20, 2)
-	l, _ := importDir(t, storetest.OpenAt(t, t.TempDir()), src)
+	l, _ := importDir(t, storetest.Open(t), src)
 	defer l.Close()
 	ctx := context.Background()
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	got, _, err := d.GetOrBuild(ctx, l.Identity(), mappedFetch(l))
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestMappedTreeFile(t *testing.T) {
 	}
 	full.Close()
 
-	_, _, err = storetest.OpenAt(t, t.TempDir()).GetOrBuild(ctx, l.Identity(), artifact.ProducerFunc{ProducerName: "ordered",
+	_, _, err = storetest.Open(t).GetOrBuild(ctx, l.Identity(), artifact.ProducerFunc{ProducerName: "ordered",
 		Fn: func(ctx context.Context, w artifact.Writer) error {
 			fw, err := w.Create("config.json", 2)
 			if err != nil {

@@ -19,7 +19,7 @@ func (reporting) Transfer() store.Transfer { return store.Transfer{Endpoint: "pe
 // transfer and its timings; a hit on the known identity plans nothing.
 func TestMaterialise(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 2)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	id := storetest.Identity(src)
 	hex, _ := id.ID()
 	plans := 0
@@ -50,7 +50,7 @@ func TestMaterialise(t *testing.T) {
 // stops the wait, and that build goes on.
 func TestMaterialiseWaitBudget(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 1)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	release, done := holdBuild(d, id, src)
 	plan := func(context.Context) (artifact.Identity, artifact.Producer, error) {

@@ -232,7 +232,7 @@ func TestInterruptedBuildIsResumed(t *testing.T) {
 
 func TestCancelledBuildIsResumed(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 2<<20, 2)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	identity := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	stopped := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
 		one := &artifact.Passthrough{Src: &artifact.SourceDir{Root: src.Root, Files: src.Files[:1]}}
@@ -268,7 +268,7 @@ func TestCancelledBuildIsResumed(t *testing.T) {
 // a cancelled build of the same artifact completed and copies only the rest.
 func TestPassthroughAdoptsKeptFiles(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 4<<20, 4)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	identity := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	kept, rest := src.Files[:len(src.Files)-1], src.Files[len(src.Files)-1:]
 	stopped := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {

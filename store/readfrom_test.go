@@ -104,7 +104,7 @@ func buildEqualsHashed(t *testing.T, src *artifact.SourceDir, p artifact.Produce
 		}
 		want = append(want, e)
 	}
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	l, _, err := d.GetOrBuild(context.Background(), storetest.Identity(src), p)
 	if err != nil {
 		t.Fatal(err)
@@ -151,7 +151,7 @@ func TestReadFromRefusesOtherLengths(t *testing.T) {
 		}, broken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := storetest.OpenAt(t, t.TempDir())
+			d := storetest.Open(t)
 			_, _, err := d.GetOrBuild(context.Background(), id, readFromProducer(src, tc.open))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)

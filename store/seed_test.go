@@ -258,7 +258,7 @@ func TestBuildingEndedWithoutPublishing(t *testing.T) {
 }
 
 func TestBuildingNeedsARunningAnnouncedBuild(t *testing.T) {
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	id, _ := artifact.ParseIDHex("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
 	if _, err := d.Building(context.Background(), id); !errdefs.IsNotFound(err) {
 		t.Fatalf("no build: %v, want not found", err)

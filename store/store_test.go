@@ -31,7 +31,7 @@ func importDir(t testing.TB, d *store.Domain, src *artifact.SourceDir) (*store.L
 
 func TestLeaseTensorsEqualSource(t *testing.T) {
 	dir, src := storetest.Checkpoint(t, 4<<20, 3)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	l, res := importDir(t, d, src)
 	defer l.Close()
 	if !res.Built {
@@ -75,7 +75,7 @@ func TestLeaseTensorsEqualSource(t *testing.T) {
 
 func TestRemoveLeasedArtifactReportsLease(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 1)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	err := d.Remove(context.Background(), l.ID)
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "has an active lease") {
@@ -103,7 +103,7 @@ func TestRemoveLeasedArtifactReportsLease(t *testing.T) {
 
 func TestFlippedByteIsDeniedByFullChecksum(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 2<<20, 2)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	id := l.ID
 	var f *store.LeaseFile
@@ -198,7 +198,7 @@ func TestIdentityMismatchedSourceFails(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, src := storetest.Checkpoint(t, 4<<20, 6)
-			d := storetest.OpenAt(t, t.TempDir())
+			d := storetest.Open(t)
 			p := filepath.Join(dir, tc.shard(src.Files).Path)
 			raw, _ := os.ReadFile(p)
 			raw[len(raw)-1] ^= 1
@@ -256,7 +256,7 @@ func holdBuild(d *store.Domain, id artifact.Identity, src *artifact.SourceDir) (
 
 func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 1)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	// A producer that blocks holds the build lock; a second builder with a
 	// short deadline gets a typed, retryable timeout and leaves it alone.
@@ -276,7 +276,7 @@ func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
 
 func TestCancelledChecksumLeavesTheArtifactReady(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 2<<20, 2)
-	d := storetest.OpenAt(t, t.TempDir())
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	id := l.ID
 	f := l.Files()[0]

@@ -17,7 +17,7 @@ import (
 // cache once written: a build evicts nothing else the node has cached.
 func TestWrittenFilesLeaveThePageCache(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 96<<20, 2)
-	seed, _ := importDir(t, storetest.OpenAt(t, t.TempDir()), src)
+	seed, _ := importDir(t, storetest.Open(t), src)
 	defer seed.Close()
 	for _, tc := range []struct {
 		name string
@@ -27,7 +27,7 @@ func TestWrittenFilesLeaveThePageCache(t *testing.T) {
 		{"any order", treeFetch(seed, "", "")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := storetest.OpenAt(t, t.TempDir())
+			d := storetest.Open(t)
 			l, _, err := d.GetOrBuild(context.Background(), seed.Identity(), tc.p)
 			if err != nil {
 				t.Fatal(err)

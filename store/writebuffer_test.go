@@ -101,7 +101,7 @@ func TestWriteBufferRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var given int
 			var err error
-			d := storetest.OpenAt(t, t.TempDir())
+			d := storetest.Open(t)
 			_, _, _ = d.GetOrBuild(context.Background(), id, artifact.ProducerFunc{ProducerName: "refused", Fn: func(ctx context.Context, w artifact.Writer) error {
 				fw, cerr := w.Create(sf.Path, sf.Size)
 				if cerr != nil {
