@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
@@ -210,6 +212,7 @@ type blobProxy struct {
 	stalled chan struct{}
 	once    sync.Once
 	corrupt atomic.Pointer[string] // digest whose bodies get byte 100 flipped
+	whole   sync.Map               // "sha256:<hex>" of each blob served whole (a 200 to its end)
 }
 
 func newBlobProxy(t *testing.T, reg *harness.Registry) *blobProxy {
@@ -222,6 +225,9 @@ func newBlobProxy(t *testing.T, reg *harness.Registry) *blobProxy {
 			return nil
 		}
 		body := &proxyBody{rc: resp.Body, p: p, ctx: resp.Request.Context()}
+		if resp.StatusCode == http.StatusOK {
+			body.digest = path[strings.LastIndex(path, "/")+1:]
+		}
 		if c := p.corrupt.Load(); c != nil && strings.HasSuffix(path, *c) {
 			body.flipAt = 100
 		} else {
@@ -244,6 +250,7 @@ type proxyBody struct {
 	p      *blobProxy
 	pos    int64
 	flipAt int64
+	digest string // of a whole blob, recorded in p.whole at its end
 }
 
 func (b *proxyBody) Read(q []byte) (int, error) {
@@ -261,10 +268,62 @@ func (b *proxyBody) Read(q []byte) (int, error) {
 	}
 	b.pos += int64(n)
 	b.p.served.Add(int64(n))
+	if err == io.EOF && b.digest != "" {
+		b.p.whole.Store(b.digest, true)
+	}
 	return n, err
 }
 
 func (b *proxyBody) Close() error { return b.rc.Close() }
+
+// landed waits until every file of the checkpoint dir that p served whole
+// is in a temp build of the store at root with all its bytes: the store's
+// writer is pipelined, so what it was handed lands a moment later.
+func (p *blobProxy) landed(t *testing.T, dir, root string) {
+	t.Helper()
+	byDigest := map[string]string{}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		byDigest[digest.FromBytes(raw).String()] = e.Name()
+	}
+	if err := testenv.Wait(30*time.Second, func() error {
+		n := 0
+		var missing []string
+		p.whole.Range(func(k, _ any) bool {
+			name, ok := byDigest[k.(string)]
+			if !ok {
+				return true // not a payload file (the config, the index)
+			}
+			n++
+			want, _ := os.ReadFile(filepath.Join(dir, name))
+			got, _ := filepath.Glob(filepath.Join(root, "tmp", "*", name))
+			if len(got) != 1 {
+				missing = append(missing, name)
+				return true
+			}
+			if b, _ := os.ReadFile(got[0]); !bytes.Equal(b, want) {
+				missing = append(missing, name)
+			}
+			return true
+		})
+		if n == 0 {
+			return testenv.Final(errors.New("no payload file was served whole"))
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%v of the %d files served whole not written yet", missing, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 type pullReport struct {
 	Identity    string `json:"identity"`

@@ -151,7 +151,7 @@ func TestOCIPushDeterministic(t *testing.T) {
 func TestOCIPullResume(t *testing.T) {
 	harness.Peers(t)
 	reg := harness.StartRegistry(t)
-	_, src, id := ociCheckpoint(t, "48MiB", 8)
+	dir, src, id := ociCheckpoint(t, "48MiB", 8)
 	wsOK(t, src, "push", "--plain-http", id, reg.Ref("models/resume:v1"))
 	proxy := newBlobProxy(t, reg)
 	ref := proxy.host() + "/models/resume:v1"
@@ -168,6 +168,7 @@ func TestOCIPullResume(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cmd.Process.Kill() }) // if the test fails before the kill
 	select {
 	case <-proxy.stalled:
 	case <-time.After(2 * time.Minute):
@@ -175,11 +176,11 @@ func TestOCIPullResume(t *testing.T) {
 		cmd.Wait()
 		t.Fatalf("the first pull never got halfway:\n%s", firstErr.String())
 	}
-	// Let the writes already handed to the store land (its writer is
-	// pipelined), then kill: no byte moves while the proxy stalls. (A file
-	// killed part-way, zeros included, is hashed back and not reused:
-	// store's TestCancelledBuildIsResumed.)
-	time.Sleep(time.Second)
+	// Let the files served whole land in the temp build, then kill: no byte
+	// moves while the proxy stalls. (A file killed part-way, zeros
+	// included, is hashed back and not reused: store's
+	// TestCancelledBuildIsResumed.)
+	proxy.landed(t, dir, root)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	first := proxy.served.Load()
