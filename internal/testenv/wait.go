@@ -29,8 +29,8 @@ var errNotYet = errors.New("condition not met")
 // or timeout passes. It returns nil once try succeeds, the final error, or
 // the last error try returned, saying it timed out. The pause between two
 // tries starts at a few milliseconds and grows to a hundredth of the
-// timeout (at most a quarter of a second), so a short wait reacts fast and a long
-// one does not busy the machine.
+// timeout (a quarter of a second at most), so a short wait reacts fast and
+// a long one does not busy the machine.
 func Wait(timeout time.Duration, try func() error) error {
 	return wait(timeout, 5*time.Millisecond, min(max(timeout/100, 10*time.Millisecond), 250*time.Millisecond), try)
 }
