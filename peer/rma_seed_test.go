@@ -111,10 +111,12 @@ func TestBuildingArtifactRMAKeys(t *testing.T) {
 		t.Fatalf("a verified unit: %v", err)
 	}
 	held := ask(len(files)-1, 0, files[len(files)-1].Entry.Size)
+	// The server holds the request: a key would have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 1 }, "the server does not wait for the unit to be verified")
 	select {
 	case err := <-held:
 		t.Fatalf("the key of a unit not verified came: %v", err)
-	case <-time.After(500 * time.Millisecond):
+	default:
 	}
 	close(p.release)
 	if err := <-built; err == nil {

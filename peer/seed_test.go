@@ -145,10 +145,13 @@ func TestBuildingArtifactServesOnlyVerifiedRanges(t *testing.T) {
 		}
 		fetched <- err
 	}()
+	// The builder's server holds the child's first request: a byte would
+	// have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 1 }, "the builder's server does not wait for a verified range")
 	select {
 	case err := <-fetched:
 		t.Fatalf("the fetch ended before the builder verified anything: %v", err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if n := moved.Load(); n != 0 {
 		t.Fatalf("%d bytes reached the child before any was verified", n)
