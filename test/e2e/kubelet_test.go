@@ -165,16 +165,18 @@ func TestKubeletWeightsnapdKilled(t *testing.T) {
 	}
 	k.PodManifest(t, "latecomer", staticPod("latecomer", img2, "/llama", ""))
 	// The kubelet tries, and fails, while weightsnapd is down: it logs the
-	// pod's sync failing on the image service's socket.
+	// pod's sync failing on one of weightsnapd's sockets (the snapshotter's,
+	// through containerd, or the image service's).
 	testenv.Eventually(t, 60*time.Second, func() bool {
 		raw, _ := os.ReadFile(k.Proc.Log)
 		for _, line := range strings.Split(string(raw), "\n") {
-			if strings.Contains(line, "latecomer-"+k.NodeName) && strings.Contains(line, c.ws.CRI) {
+			if strings.Contains(line, "Error syncing pod") && strings.Contains(line, "latecomer-"+k.NodeName) &&
+				(strings.Contains(line, c.ws.Socket) || strings.Contains(line, c.ws.CRI)) {
 				return true
 			}
 		}
 		return false
-	}, "the kubelet did not try the latecomer's image while weightsnapd was down")
+	}, "the kubelet did not try the latecomer's pod while weightsnapd was down")
 
 	c.ws.Restart(t)
 	checkSums(t, waitPodLog(t, c.ctd, "latecomer-"+k.NodeName, "read-all"), &pushedArtifact{files: files2})
