@@ -351,7 +351,7 @@ func (c *verbatimCopy) run(ctx context.Context, progress func(int64)) error {
 	if err := c.out.Close(); err != nil {
 		return err
 	}
-	e, err := c.out.Digest()
+	e, err := c.out.Entry()
 	if err != nil {
 		return err
 	}

@@ -23,7 +23,7 @@ const testIdentity = "sha256:111111111111111111111111111111111111111111111111111
 
 func testPointer() pointer.Pointer {
 	return pointer.Pointer{Artifact: "127.0.0.1:5000/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222",
-		Identity: artifact.MustParseID(testIdentity), Target: "/models/llama", Files: 3, Bytes: 1 << 30}
+		ID: artifact.MustParseID(testIdentity), Target: "/models/llama", Files: 3, Bytes: 1 << 30}
 }
 
 // TestPointerLayerDeterministic: same pointer, same bytes; sorted entries owned
@@ -62,7 +62,7 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		if h.Typeflag == tar.TypeReg {
 			body, _ := io.ReadAll(tr)
 			var p pointer.Pointer
-			if err := json.Unmarshal(body, &p); err != nil || p.Identity.String() != testIdentity || p.Target != "/models/llama" || p.Schema != pointer.Schema {
+			if err := json.Unmarshal(body, &p); err != nil || p.ID.String() != testIdentity || p.Target != "/models/llama" || p.Schema != pointer.Schema {
 				t.Fatalf("pointer file %s: %v", body, err)
 			}
 			if h.Mode != 0o444 {
@@ -76,7 +76,7 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		t.Fatalf("entries\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	p, ok, err := PointerFromAnnotations(a.Desc)
-	if err != nil || !ok || p.Artifact != testPointer().Artifact || p.Identity.String() != testIdentity || p.Target != "/models/llama" {
+	if err != nil || !ok || p.Artifact != testPointer().Artifact || p.ID.String() != testIdentity || p.Target != "/models/llama" {
 		t.Fatalf("labels %v", a.Desc.Annotations)
 	}
 	for _, k := range []string{pointer.LabelArtifact, pointer.LabelIdentity, pointer.LabelTarget} {
@@ -105,7 +105,7 @@ func TestPointerTargetValidation(t *testing.T) {
 		t.Fatalf("pointer.CleanTarget: %q %v", c, err)
 	}
 	p := testPointer()
-	p.Identity = artifact.ID{}
+	p.ID = artifact.ID{}
 	if _, err := NewPointerLayer(p); err == nil {
 		t.Fatal("a pointer without an identity was accepted")
 	}
@@ -191,7 +191,7 @@ func TestInspectFollowsPointersOnlyToArtifactsOnConfiguredHosts(t *testing.T) {
 	// An image with two pointers: one to a host not configured, one to a weight image.
 	var pls []*PointerLayer
 	for i, ref := range []string{elsewhere + "/models/x@sha256:" + zeros, f.host() + "/apps/inner@" + inner.Manifest} {
-		pl, err := NewPointerLayer(pointer.Pointer{Artifact: ref, Identity: artifact.MustParseID(testIdentity), Target: []string{"/a", "/b"}[i]})
+		pl, err := NewPointerLayer(pointer.Pointer{Artifact: ref, ID: artifact.MustParseID(testIdentity), Target: []string{"/a", "/b"}[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +246,7 @@ func TestPointerLayerNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 40 {
-		p.Next = append(p.Next, pointer.Pointer{Artifact: fmt.Sprintf("127.0.0.1:5000/models/m%d@sha256:%s", i, zeros), Identity: artifact.MustParseID(fmt.Sprintf("sha256:%064x", i))})
+		p.Next = append(p.Next, pointer.Pointer{Artifact: fmt.Sprintf("127.0.0.1:5000/models/m%d@sha256:%s", i, zeros), ID: artifact.MustParseID(fmt.Sprintf("sha256:%064x", i))})
 	}
 	pl, err := NewPointerLayer(p)
 	if err != nil {

@@ -241,7 +241,7 @@ func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
 	forged.Model.Source[0].SHA256 = strings.Repeat("e", 64)
 	x := *l.Index
 	forgedID, _ := forged.ID()
-	x.Identity = forgedID.String()
+	x.ID = forgedID
 	d := storetest.Open(t)
 	_, _, err := Pull(ctx, d, pushEdited(t, l, forged, &x, "models/forged:v1"), PullOptions{})
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "identity collision: passthrough identity's source fingerprint and payload disagree at ") ||

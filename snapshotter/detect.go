@@ -145,7 +145,7 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 		outcome = OutcomeError
 	}
 	s.metrics.weight(outcome, time.Since(start))
-	l := log.G(ctx).WithField("identity", ptr.Identity).WithField("artifact", ptr.Artifact).WithField("target", ptr.Target).
+	l := log.G(ctx).WithField("identity", ptr.ID).WithField("artifact", ptr.Artifact).WithField("target", ptr.Target).
 		WithField("source", source).WithField("outcome", outcome).WithField("seconds", time.Since(start).Seconds()).WithField("key", key)
 	if err != nil {
 		l = l.WithError(err)

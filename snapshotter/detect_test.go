@@ -63,7 +63,7 @@ func TestPointerFoundAtCommit(t *testing.T) {
 				t.Fatal(err)
 			}
 			dir, _ := snapshotDir(mounts)
-			ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), Identity: artifact.MustParseID(id), Target: "/models/m"}
+			ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), ID: artifact.MustParseID(id), Target: "/models/m"}
 			body, _ := pointer.File(ptr)
 			pf := filepath.Join(dir, pointer.Path(ptr))
 			os.MkdirAll(filepath.Dir(pf), 0o755)

@@ -106,7 +106,7 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 	if err != nil {
 		return err
 	}
-	pf := filepath.Join(root, pointer.Dir, ptr.Identity.Hex()+".json")
+	pf := filepath.Join(root, pointer.Dir, ptr.ID.Hex()+".json")
 	if err := os.MkdirAll(filepath.Dir(pf), 0o755); err != nil {
 		return err
 	}

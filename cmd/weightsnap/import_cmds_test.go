@@ -37,7 +37,7 @@ func TestImportCommandBuildsOnceThenHits(t *testing.T) {
 			t.Fatalf("import %d printed %q: %v", i, out, err)
 		}
 	}
-	if !runs[0].Built || runs[1].Built || runs[0].Digest != runs[1].Digest {
+	if !runs[0].Built || runs[1].Built || runs[0].ID != runs[1].ID {
 		t.Fatalf("imports: %+v, want one build then a hit on the same digest", runs)
 	}
 	if out, err := runCLI(t, append(args[:4], "import", src, "--revision", "main")...); err == nil {

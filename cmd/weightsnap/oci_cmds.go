@@ -104,7 +104,7 @@ func newPushCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
@@ -183,7 +183,7 @@ imported as "import" would import its files: --revision is then required.`,
 				return err
 			}
 			defer l.Close()
-			return a.printResult(rep, rep.Identity.String())
+			return a.printResult(rep, rep.ID.String())
 		},
 	}
 	f := cmd.Flags()
@@ -300,7 +300,7 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 	}
 	if id := info.Identity; id != nil {
 		p("Identity:  %s\nModel:     %s@%s\nComponent: %s\nDType:     %s\nLayout:    %s (tp %d/%d)\nProducer:  %s %s\n",
-			info.IdentityDigest, id.Model.Repository, id.Model.Revision, id.Component, id.Representation.DType,
+			info.ID, id.Model.Repository, id.Model.Revision, id.Component, id.Representation.DType,
 			id.Layout.Name, id.Layout.TPRank, id.Layout.TPSize, id.Producer.Name, id.Producer.Version)
 	}
 	tensors := fmt.Sprint(info.TensorCount)
@@ -326,7 +326,7 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 		}
 	}
 	for _, ptr := range info.Pointers {
-		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.Identity.Short(), artifact.ShortHex(digest.Digest(ptr.Layer).Encoded()))
+		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.ID.Short(), artifact.ShortHex(digest.Digest(ptr.Layer).Encoded()))
 		if ptr.Info != nil {
 			if err := printRemote(a, ptr.Info, indent+"    "); err != nil {
 				return err

@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -131,7 +133,7 @@ func lsRow(info *store.ArtifactInfo) string {
 	if t, err := time.Parse(time.RFC3339Nano, created); err == nil {
 		created = t.UTC().Format(time.DateTime)
 	}
-	return strings.Join([]string{info.Digest.Short(), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
+	return strings.Join([]string{info.ID.Short(), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
 }
 
 // cut shortens s to n characters, the last of them an ellipsis.
@@ -169,7 +171,7 @@ func newInspectCmd(a *app) *cobra.Command {
 			if len(args) != 1 {
 				return fmt.Errorf("inspect needs an artifact ID or --domain")
 			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
@@ -179,10 +181,13 @@ func newInspectCmd(a *app) *cobra.Command {
 			}
 			held := a.daemonHolders(cmd.Context(), id)
 			if a.jsonOut {
-				return a.printJSON(struct {
-					*store.ArtifactInfo
+				raw, err := jsonobj.Concat(info, struct {
 					Weightsnapd *snapshotter.Holders `json:"weightsnapd,omitempty"`
-				}{info, held})
+				}{held})
+				if err != nil {
+					return err
+				}
+				return a.printJSON(json.RawMessage(raw))
 			}
 			if err := printArtifact(a, info); err != nil {
 				return err
@@ -198,7 +203,7 @@ func newInspectCmd(a *app) *cobra.Command {
 }
 
 func printArtifact(a *app, info *store.ArtifactInfo) error {
-	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\n", info.Digest, info.State)
+	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\n", info.ID, info.State)
 	if info.Reason != "" {
 		fmt.Fprintf(a.out, "Reason:    %s\n", info.Reason)
 	}
@@ -311,7 +316,7 @@ with its bytes.`,
 				}
 				return scrubAll(cmd.Context(), a, d, n)
 			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
@@ -349,12 +354,12 @@ func scrubAll(ctx context.Context, a *app, d *store.Domain, rate int64) error {
 		if info.State != store.StateReady {
 			continue
 		}
-		if err := d.Scrub(ctx, info.Digest, store.ScrubOptions{Rate: rate}); err != nil {
+		if err := d.Scrub(ctx, info.ID, store.ScrubOptions{Rate: rate}); err != nil {
 			errs = append(errs, err)
-			fmt.Fprintf(a.out, "%s: %v\n", info.Digest.Short(), err)
+			fmt.Fprintf(a.out, "%s: %v\n", info.ID.Short(), err)
 			continue
 		}
-		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", info.Digest.Short(), humanBytes(info.TotalBytes))
+		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", info.ID.Short(), humanBytes(info.TotalBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -371,7 +376,7 @@ func newRmCmd(a *app) *cobra.Command {
 			}
 			var errs []error
 			for _, ref := range args {
-				id, err := d.ResolveID(ref)
+				id, err := d.ExpandID(ref)
 				if err == nil {
 					err = a.explainBusy(cmd.Context(), id, d.Remove(cmd.Context(), id))
 				}

@@ -23,8 +23,8 @@ func TestLsFits(t *testing.T) {
 		Producer: artifact.ProducerRef{Name: "tensor-subset-with-a-long-name"},
 	}
 	rows := []*store.ArtifactInfo{
-		{ID: strings.Repeat("7a", 32), Digest: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateInvalid, Identity: id, TotalBytes: 999 << 30, Created: "2026-12-01T13:59:33.123456789Z"},
-		{ID: strings.Repeat("1b", 32), Digest: artifact.MustParseID("sha256:" + strings.Repeat("1b", 32)), State: store.StateReady, TotalBytes: 1, Created: "2026-12-01T13:59:33Z"},
+		{ID: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateInvalid, Identity: id, TotalBytes: 999 << 30, Created: "2026-12-01T13:59:33.123456789Z"},
+		{ID: artifact.MustParseID("sha256:" + strings.Repeat("1b", 32)), State: store.StateReady, TotalBytes: 1, Created: "2026-12-01T13:59:33Z"},
 	}
 	var buf bytes.Buffer
 	tw := tabwriter.NewWriter(&buf, 0, 4, 2, ' ', 0)
@@ -69,7 +69,7 @@ func TestDomainText(t *testing.T) {
 // of the files table.
 func TestInspectLockSection(t *testing.T) {
 	var out bytes.Buffer
-	info := &store.ArtifactInfo{ID: strings.Repeat("7a", 32), Digest: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateReady,
+	info := &store.ArtifactInfo{ID: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateReady,
 		Files:   []store.FileInfo{{Path: "model.safetensors", Size: 10, SHA256: strings.Repeat("c", 64)}},
 		Holders: []store.LockHolder{{PID: 4242, Mode: "READ", Lock: strings.Repeat("7a", 32) + ".artifact.lock"}}}
 	if err := printArtifact(&app{out: &out}, info); err != nil {

@@ -20,10 +20,10 @@ import (
 
 // Source is a synthetic checkpoint and its identity.
 type Source struct {
-	Dir    string
-	Src    *artifact.SourceDir
-	ID     artifact.Identity
-	Digest artifact.ID // ID's digest; its hex names the artifact's directory
+	Dir      string
+	Src      *artifact.SourceDir
+	Identity artifact.Identity
+	ID       artifact.ID // Identity's ID; its hex names the artifact's directory
 }
 
 // NewSource writes a synthetic checkpoint of about size bytes in shards.
@@ -32,7 +32,7 @@ func NewSource(t testing.TB, size int64, shards int, seed uint64) *Source {
 	dir, src := CheckpointOf(t, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: seed})
 	id := Identity(src)
 	dg, _ := id.ID()
-	return &Source{Dir: dir, Src: src, ID: id, Digest: dg}
+	return &Source{Dir: dir, Src: src, Identity: id, ID: dg}
 }
 
 // Publish publishes s in the domain at root and returns the domain.

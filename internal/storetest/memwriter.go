@@ -109,7 +109,7 @@ func (f *memFile) Close() error {
 	return nil
 }
 
-func (f *memFile) Digest() (artifact.FileEntry, error) {
+func (f *memFile) Entry() (artifact.FileEntry, error) {
 	if f.sha256Only {
 		sum := sha256.Sum256(f.buf)
 		return artifact.FileEntry{File: artifact.File{Path: f.path, Size: f.size, SHA256: hex.EncodeToString(sum[:])}}, nil

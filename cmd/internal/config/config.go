@@ -70,10 +70,14 @@ type Peer struct {
 	Mode           string   `toml:"mode" comment:"data plane this node fetches with: tcp, or rma (needs a build with libfabric)"`
 	Rails          int      `toml:"rails" comment:"rails this node asks for; 0 is one per core, at most 4"`
 	TimeoutSeconds int      `toml:"timeout_seconds" comment:"seconds any read, write or dial may take"`
-	// Staged are the peer's exported directories, served as staged:NAME
-	// (the key [[peer.staged]] names exported directories).
-	Staged             []peer.Export `toml:"staged" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.staged]] name, path, revision, repository, component"`
-	StagedCeilingBytes int64         `toml:"staged_ceiling_bytes" comment:"bytes the staged directories may hold mapped at once"`
+	// Exports are the peer's exported directories, served as staged:NAME
+	// (the wire's token).
+	Exports            []peer.Export `toml:"exports" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.exports]] name, path, revision, repository, component\n([[peer.staged]], their first name, is read too)"`
+	ExportCeilingBytes int64         `toml:"export_ceiling_bytes" comment:"bytes the exported directories may hold mapped at once (staged_ceiling_bytes, its first name, is read too)"`
+	// StagedAlias and StagedCeilingAlias are the first names of exports and
+	// export_ceiling_bytes, still read: Parse folds them into those.
+	StagedAlias        []peer.Export `toml:"staged,omitempty"`
+	StagedCeilingAlias *int64        `toml:"staged_ceiling_bytes,omitempty"`
 }
 
 // Resolve is the [resolve] table.
@@ -140,7 +144,7 @@ func Default() Config {
 		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
-			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Staged: []peer.Export{}, StagedCeilingBytes: peer.DefaultExportCeiling},
+			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
 	}
 }
 
@@ -187,6 +191,9 @@ func Parse(name string, raw []byte) (Config, error) {
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", name, decodeError(err))
+	}
+	if err := cfg.Peer.foldAliases(raw); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", name, err)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", name, err)
@@ -249,8 +256,8 @@ func (c *Config) Validate() error {
 	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
 		return fmt.Errorf("[peer] %w", err)
 	}
-	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.StagedCeilingBytes < 0 {
-		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds and staged_ceiling_bytes must not be negative")
+	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ExportCeilingBytes < 0 {
+		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds and export_ceiling_bytes must not be negative")
 	}
 	if (c.Peer.TLSCert == "") != (c.Peer.TLSKey == "") || (c.Peer.TLSClientCA != "" && c.Peer.TLSCert == "") {
 		return bad("[peer] tls_cert and tls_key go together, and tls_client_ca needs them")
