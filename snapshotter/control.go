@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/errdefs/pkg/errhttp"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/unixserve"
 )
 
 // The control API: host mounts and holders, HTTP/JSON on a unix socket
@@ -39,7 +40,7 @@ type ControlServer struct {
 // ListenControl creates the control socket at path (mode 0660; a stale
 // socket is replaced) and starts serving s on it.
 func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlServer, error) {
-	lis, err := listenUnix(path)
+	lis, err := unixserve.Listen(path)
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +157,7 @@ func (c *ControlClient) call(ctx context.Context, method, path string, in, out a
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address): is it running? (%v): %w",
+		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address of the configuration file, which --config or WEIGHTSNAP_CONFIG names; or --control-address): is it running? (%v): %w",
 			c.path, err, errdefs.ErrUnavailable)
 	}
 	defer resp.Body.Close()

@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
@@ -178,22 +177,4 @@ func repeatsClass(err error) bool {
 		}
 	}
 	return false
-}
-
-// TestOneStatus: an error that crosses gRPC names its class once: the
-// details containerd's conversion adds for each joined error are dropped.
-func TestOneStatus(t *testing.T) {
-	cause := fmt.Errorf("artifact x: reg.example is not in [resolve] registries: %w", errdefs.ErrPermissionDenied)
-	joined := errors.Join(errdefs.ErrPermissionDenied, cause)
-	err := oneStatus(errgrpc.ToGRPC(joined))
-	native := errgrpc.ToNative(err)
-	if !errdefs.IsPermissionDenied(native) || strings.Count(native.Error(), "permission denied") != 2 {
-		t.Fatalf("%q", native) // the class, and the cause's own text: once each
-	}
-	if before := errgrpc.ToNative(errgrpc.ToGRPC(joined)).Error(); strings.Count(before, "permission denied") <= 2 {
-		t.Fatalf("the conversion no longer repeats the class (%q): oneStatus can go", before)
-	}
-	if oneStatus(nil) != nil {
-		t.Fatal("nil error")
-	}
 }
