@@ -222,7 +222,7 @@ type blobProxy struct {
 	reachMu sync.Once
 	paceMu  sync.Mutex
 	paced   time.Time // when the bytes served so far may all have gone, at rate
-	whole   sync.Map               // "sha256:<hex>" of each blob served whole (a 200 to its end)
+	whole   sync.Map  // "sha256:<hex>" of each blob served whole (a 200 to its end)
 }
 
 func newBlobProxy(t *testing.T, reg *harness.Registry) *blobProxy {
