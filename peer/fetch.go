@@ -152,14 +152,20 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 	}
 	for i, s := range f.base.Shards {
 		bind := artifact.Binding{Want: s.FileEntry, By: artifact.BindTree}
-		if _, ok, err := w.Reuse(bind); err != nil {
-			return fmt.Errorf("reuse %s: %w", s.Path, err)
-		} else if ok {
-			if err := f.verified(s.Path, 0, s.Size); err != nil {
+		// A kept file, whole or in part, is checked unit by unit: one
+		// read, whatever the interrupted fetch wrote of it.
+		fw, r, ok, err := w.ContinueBound(bind)
+		if err != nil {
+			return fmt.Errorf("continue %s: %w", s.Path, err)
+		}
+		if ok {
+			t, err := f.adoptBound(bind, fw)
+			if err != nil {
 				return err
 			}
-			f.stats.reusedFile(s.Size)
-			log.G(ctx).WithField("file", s.Path).Debug("peer: reused from an interrupted fetch")
+			if err := f.continueTarget(ctx, t, r, shardUnits(i, s, t)); err != nil {
+				return err
+			}
 			continue
 		}
 		t, err := f.createBound(bind)
@@ -180,12 +186,19 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
+	return f.adoptBound(bind, fw)
+}
+
+// adoptBound makes a target of a bound file the store created or kept.
+func (f *fetcher) adoptBound(bind artifact.Binding, fw artifact.BoundFileWriter) (*target, error) {
 	t := &target{path: bind.Want.Path, want: bind.Want, fw: fw, out: fw}
 	f.units.addTarget(t)
 	if f.o.Mode == ModeRMA {
-		if t.mapping, err = fw.Map(); err != nil {
+		m, err := fw.Map()
+		if err != nil {
 			return nil, fmt.Errorf("map %s: %w", t.path, err)
 		}
+		t.mapping = m
 	}
 	return t, nil
 }

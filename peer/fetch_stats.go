@@ -12,7 +12,8 @@ type fetchStats struct {
 	onProgress func(n int64) // FetchOptions.Progress
 
 	fetched, reused atomic.Int64
-	reusedFiles     int // counted before any session
+	reusedFiles     int // kept whole; counted before any session
+	resumedFiles    int // kept in part, continued
 	sessions        sessionStats
 }
 
@@ -37,6 +38,13 @@ func (s *fetchStats) verified(n int64) {
 func (s *fetchStats) reusedFile(n int64) {
 	s.reused.Add(n)
 	s.reusedFiles++
+}
+
+// reusedUnit counts n bytes of a kept file whose unit matched; it may be
+// called from several goroutines at once.
+func (s *fetchStats) reusedUnit(n int64) {
+	s.reused.Add(n)
+	s.progress(n)
 }
 
 // progress tells FetchOptions.Progress of n bytes done.
@@ -64,5 +72,5 @@ func (s *fetchStats) session(addr string, restarted bool) {
 // transfer is what the fetch moved, for store.TransferReporter.
 func (s *fetchStats) transfer() store.Transfer {
 	return store.Transfer{Endpoint: s.sessions.Peer, Mode: string(s.sessions.Mode), Rails: s.sessions.Rails,
-		Fetched: s.fetched.Load(), Reused: s.reused.Load(), ReusedFiles: s.reusedFiles}
+		Fetched: s.fetched.Load(), Reused: s.reused.Load(), ReusedFiles: s.reusedFiles, ResumedFiles: s.resumedFiles}
 }

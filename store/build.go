@@ -73,7 +73,7 @@ func (d *Domain) publishLocked(ctx context.Context, id artifact.ID, deadline tim
 	if err := d.clearInvalid(ctx, id, deadline); err != nil {
 		return nil, err
 	}
-	d.cleanTemps(ctx, id, keepOwn)
+	d.cleanTemps(ctx, id, keepOwn, nil)
 	if err := publish(); err != nil {
 		return nil, err
 	}
@@ -100,12 +100,13 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id art
 	}
 	b.adoptStale()
 	if err := p.Produce(ctx, b); err != nil {
-		if interrupted(err) {
-			b.release() // kept for the next build of this identity to reuse
-		} else {
+		err = fmt.Errorf("producer %s: %w", p.Name(), err)
+		if !interrupted(err) {
 			b.abort()
+			return err
 		}
-		return fmt.Errorf("producer %s: %w", p.Name(), err)
+		// Kept for the next build of this identity to reuse or continue.
+		return &InterruptedError{ID: id, Kept: b.release(), Err: err}
 	}
 	// Whatever wrote them (a copy, a pull, a peer fetch), the files of a
 	// passthrough identity must be its source fingerprint.
