@@ -198,7 +198,8 @@ func dirUsage(dir string) Usage {
 	return u
 }
 
-// usedBytes is what the published artifacts and temp builds take.
+// usedBytes is what the published artifacts and temp builds take, each
+// inode once (usage.go).
 func (d *Domain) usedBytes() (int64, error) {
-	return dirUsage(d.path(dirArtifacts)).Bytes + dirUsage(d.path(dirTmp)).Bytes, nil
+	return d.storeBytes(), nil
 }

@@ -1,0 +1,74 @@
+package store
+
+import (
+	"fmt"
+	"io/fs"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// inodeKey names one inode of the store's filesystem.
+type inodeKey struct{ dev, ino uint64 }
+
+// spaceUsage is what a tree's regular files occupy, each inode counted
+// once however many names link it.
+type spaceUsage struct {
+	Bytes int64 // apparent size of the distinct inodes
+	// Frees is the part of Bytes whose every link is inside the tree:
+	// what removing the tree gives back. A file that a weight snapshot or
+	// a host mount's view also links keeps its bytes after the removal.
+	Frees int64
+}
+
+// treeUsage measures the regular files below dir; seen (may be nil)
+// collects the inodes met, so several trees sum without double counting.
+func treeUsage(dir string, seen map[inodeKey]bool) spaceUsage {
+	var u spaceUsage
+	links := map[inodeKey]uint64{}
+	sizes := map[inodeKey]int64{}
+	nlink := map[inodeKey]uint64{}
+	filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return nil
+		}
+		var st unix.Stat_t
+		if unix.Lstat(p, &st) != nil {
+			return nil
+		}
+		k := inodeKey{uint64(st.Dev), st.Ino}
+		links[k]++
+		sizes[k], nlink[k] = st.Size, uint64(st.Nlink)
+		return nil
+	})
+	for k, n := range links {
+		if seen != nil {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+		}
+		u.Bytes += sizes[k]
+		if n >= nlink[k] {
+			u.Frees += sizes[k]
+		}
+	}
+	return u
+}
+
+// storeBytes is what the published artifacts and temp builds take, each
+// inode once (a weight snapshot's links to the store's files add nothing).
+func (d *Domain) storeBytes() int64 {
+	seen := map[inodeKey]bool{}
+	return treeUsage(d.path(dirArtifacts), seen).Bytes + treeUsage(d.path(dirTmp), seen).Bytes
+}
+
+// fsSpace is the store filesystem's size, and the bytes free to an
+// unprivileged writer (what a build may take).
+func (d *Domain) fsSpace() (total, free int64, err error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(d.root, &st); err != nil {
+		return 0, 0, fmt.Errorf("statfs %s: %w", d.root, err)
+	}
+	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
+}
