@@ -251,6 +251,7 @@ func (d *Domain) evictOne(ctx context.Context, id artifact.ID, reason string) (*
 		return nil, fmt.Errorf("evict %s: %w", id.Short(), err)
 	}
 	d.forgetUse(id)
+	faultPoint("evict.before-delete")
 	if err := removeTree(tomb); err != nil {
 		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("evicted artifact's tombstone left for gc")
 	}
