@@ -72,6 +72,9 @@ type EvictRequest struct {
 	Reason string      // EvictCapacity, EvictWatermark, EvictManual
 	DryRun bool        // plan only: say what would go
 	Except artifact.ID // never this one (the build making room)
+	// Partial evicts what it can when the candidates cannot free Need
+	// (the watermark, gc --evict); a build's room is all or nothing.
+	Partial bool
 }
 
 // EvictReport is what an eviction took, or would take.
@@ -80,6 +83,7 @@ type EvictReport struct {
 	Freed   int64     `json:"freed_bytes"`
 	Evicted []Evicted `json:"evicted"`
 	DryRun  bool      `json:"dry_run,omitempty"`
+	Held    []Held    `json:"held,omitempty"` // what eviction may not take
 }
 
 // Use is how an artifact is used, as eviction sees it.
@@ -178,7 +182,8 @@ func (d *Domain) Evict(ctx context.Context, req EvictRequest) (*EvictReport, err
 	for _, c := range cands {
 		could += c.use.Frees
 	}
-	if could < req.Need {
+	rep.Held = heldOf(held)
+	if could < req.Need && !req.Partial {
 		return rep, &CapacityError{Limit: "eviction", Need: req.Need, Have: could, Reclaimable: could, Held: heldOf(held), Checked: true}
 	}
 	for _, c := range cands {
@@ -198,7 +203,7 @@ func (d *Domain) Evict(ctx context.Context, req EvictRequest) (*EvictReport, err
 		rep.Evicted = append(rep.Evicted, *ev)
 		rep.Freed += ev.Bytes
 	}
-	if rep.Freed < req.Need {
+	if rep.Freed < req.Need && !req.Partial {
 		return rep, &CapacityError{Limit: "eviction", Need: req.Need, Have: rep.Freed, Reclaimable: rep.Freed, Held: heldOf(held), Checked: true}
 	}
 	return rep, nil
@@ -301,13 +306,13 @@ func (d *Domain) EvictToWatermark(ctx context.Context) (*EvictReport, error) {
 	if used*100 <= total*int64(p.HighWatermarkPercent) {
 		return nil, nil
 	}
-	return d.Evict(ctx, EvictRequest{Need: used - total*int64(p.LowWatermarkPercent)/100, Reason: EvictWatermark})
+	return d.Evict(ctx, EvictRequest{Need: used - total*int64(p.LowWatermarkPercent)/100, Reason: EvictWatermark, Partial: true})
 }
 
 // EvictTo evicts until the store holds at most target bytes (each inode
 // once), for `weightsnap gc --evict --to`.
 func (d *Domain) EvictTo(ctx context.Context, target int64, dryRun bool) (*EvictReport, error) {
-	return d.Evict(ctx, EvictRequest{Need: d.storeBytes() - target, Reason: EvictManual, DryRun: dryRun})
+	return d.Evict(ctx, EvictRequest{Need: d.storeBytes() - target, Reason: EvictManual, DryRun: dryRun, Partial: true})
 }
 
 // EvictToPolicy evicts until the store is within max_store_bytes and
@@ -327,7 +332,7 @@ func (d *Domain) EvictToPolicy(ctx context.Context, dryRun bool) (*EvictReport, 
 	if p.HighWatermarkPercent > 0 && (total-free)*100 > total*int64(p.HighWatermarkPercent) {
 		need = max(need, total-free-total*int64(p.LowWatermarkPercent)/100)
 	}
-	return d.Evict(ctx, EvictRequest{Need: need, Reason: EvictManual, DryRun: dryRun})
+	return d.Evict(ctx, EvictRequest{Need: need, Reason: EvictManual, DryRun: dryRun, Partial: true})
 }
 
 // Held is an artifact that eviction may not take, and why.

@@ -37,6 +37,8 @@ type ArtifactInfo struct {
 	TensorCount    int                `json:"tensor_count"`
 	Files          []FileInfo         `json:"files,omitempty"`
 	Holders        []LockHolder       `json:"lock_holders,omitempty"`
+	// Use is what eviction sees: last use, pins, lease, the bytes it frees.
+	Use *Use `json:"use,omitempty"`
 }
 
 // FileInfo is one payload file in a snapshot.
@@ -57,7 +59,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id artifact.ID) (*Artifact
 		return nil, ErrMiss
 	}
 	info := &ArtifactInfo{ID: id.Hex(), Digest: id, State: StateReady,
-		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact"))}
+		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact")), Use: d.UseOf(id)}
 	if err := d.checkDenied(id); err != nil {
 		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason
 	}
