@@ -287,3 +287,41 @@ func TestHardlinksCountOnce(t *testing.T) {
 		t.Fatalf("eviction of an artifact whose files are linked elsewhere: %+v, %v", rep, err)
 	}
 }
+
+func TestWatermarkEvictsDownToTheLowMark(t *testing.T) {
+	root := mountTmpfs(t, "16m")
+	ctx := context.Background()
+	policy := store.DefaultPolicy()
+	policy.HighWatermarkPercent, policy.LowWatermarkPercent = 50, 25
+	d, err := store.Open(ctx, root, &policy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []artifact.ID
+	for i := range 3 {
+		src, id := model(t, 3*mib, uint64(500+i))
+		got, err := build(ctx, d, src, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, got)
+	}
+	if err := d.Pin(ctx, ids[0], store.Pin{By: store.PinByCLI}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := d.EvictToWatermark(ctx)
+	if err != nil || rep == nil {
+		t.Fatalf("watermark at 9 of 16 MiB: %+v, %v", rep, err)
+	}
+	// 9 MiB used of 16: down to 4 MiB takes both unpinned ones.
+	if len(rep.Evicted) != 2 || present(d, ids[1]) || present(d, ids[2]) || !present(d, ids[0]) || rep.Freed < rep.Need || rep.Evicted[0].Reason != store.EvictWatermark {
+		t.Fatalf("watermark eviction %+v", rep)
+	}
+	if rep, err := d.EvictToWatermark(ctx); rep != nil || err != nil {
+		t.Fatalf("under the high watermark: %+v, %v", rep, err)
+	}
+	b, err := d.Bytes(ctx)
+	if err != nil || b.Pinned < 3*mib || b.Ready != b.Pinned || b.Free < 8*mib {
+		t.Fatalf("bytes %+v, %v", b, err)
+	}
+}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"io/fs"
 	"path/filepath"
@@ -71,4 +72,45 @@ func (d *Domain) fsSpace() (total, free int64, err error) {
 		return 0, 0, fmt.Errorf("statfs %s: %w", d.root, err)
 	}
 	return int64(st.Blocks) * st.Bsize, int64(st.Bavail) * st.Bsize, nil
+}
+
+// StoreBytes is the store's bytes by state, each inode once.
+type StoreBytes struct {
+	Ready       int64 `json:"ready"`  // READY artifacts (pinned and leased among them)
+	Pinned      int64 `json:"pinned"` // of Ready: pinned
+	Leased      int64 `json:"leased"` // of Ready: leased
+	Temp        int64 `json:"temp"`   // builds in progress, tombstones
+	Quarantined int64 `json:"quarantined"`
+	Denied      int64 `json:"denied"`
+	Free        int64 `json:"free"` // free on the filesystem
+}
+
+// Bytes measures the store by state.
+func (d *Domain) Bytes(ctx context.Context) (*StoreBytes, error) {
+	ids, err := d.ids()
+	if err != nil {
+		return nil, err
+	}
+	s := &StoreBytes{}
+	seen := map[inodeKey]bool{}
+	for _, id := range ids {
+		u := d.UseOf(id)
+		n := treeUsage(d.path(dirArtifacts, id.Hex()), seen).Bytes
+		switch {
+		case d.checkDenied(id) != nil:
+			s.Denied += n
+		default:
+			s.Ready += n
+			if u.Pinned() {
+				s.Pinned += n
+			}
+			if u.Leased {
+				s.Leased += n
+			}
+		}
+	}
+	s.Temp = treeUsage(d.path(dirTmp), seen).Bytes
+	s.Quarantined = treeUsage(d.path(dirQuarantine), seen).Bytes
+	_, s.Free, err = d.fsSpace()
+	return s, err
 }

@@ -61,6 +61,9 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		if err := reg.Register(version.Get().Collector()); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
+		if err := reg.Register(newStoreMetrics(d)); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
 	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Credentials: creds, Remote: remote}
 	n.Snapshotter, err = snapshotter.New(ctx, snapshotter.Config{
@@ -76,6 +79,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 			return nil, fmt.Errorf("control API: %w", err)
 		}
 	}
+	go watchWatermark(ctx, d)
 	log.G(ctx).WithField("store", d.Root()).WithField("snapshots", n.SnapshotRoot).WithField("mode", cfg.Snapshotter.Mode).
 		WithField("control", cfg.Snapshotter.ControlAddress).Info("snapshotter started")
 	return n, nil
