@@ -18,6 +18,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -44,6 +45,9 @@ type Config struct {
 	Registries []string
 	// Remote are the registry client options, Credentials set.
 	Remote registry.Options
+	// SnapshotRoot is the snapshotter's root, on the store's filesystem:
+	// ImageFsInfo counts its bytes with the store's.
+	SnapshotRoot string
 }
 
 // Service is the CRI image service.
@@ -53,6 +57,7 @@ type Service struct {
 	conn     *grpc.ClientConn
 	upstream runtime.ImageServiceClient
 	ctd      *client.Client
+	weights  weightIDs // the artifacts each image needs (imagefs.go)
 }
 
 // New connects (lazily) to containerd at cfg.Upstream.
@@ -71,7 +76,8 @@ func New(cfg Config) (*Service, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &Service{cfg: cfg, conn: conn, upstream: runtime.NewImageServiceClient(conn), ctd: ctd}, nil
+	return &Service{cfg: cfg, conn: conn, upstream: runtime.NewImageServiceClient(conn), ctd: ctd,
+		weights: weightIDs{byID: map[string][]artifact.ID{}}}, nil
 }
 
 // Listen serves s on the unix socket at path (mode 0660).
@@ -81,11 +87,6 @@ func Listen(ctx context.Context, path string, s *Service) (*snapshotter.Server, 
 
 // Close closes the connection to containerd.
 func (s *Service) Close() error { return s.conn.Close() }
-
-// ListImages implements runtime.ImageServiceServer: forwarded.
-func (s *Service) ListImages(ctx context.Context, req *runtime.ListImagesRequest) (*runtime.ListImagesResponse, error) {
-	return s.upstream.ListImages(ctx, req)
-}
 
 // StreamImages implements runtime.ImageServiceServer: forwarded.
 func (s *Service) StreamImages(req *runtime.StreamImagesRequest, out grpc.ServerStreamingServer[runtime.StreamImagesResponse]) error {
@@ -105,22 +106,6 @@ func (s *Service) StreamImages(req *runtime.StreamImagesRequest, out grpc.Server
 			return err
 		}
 	}
-}
-
-// ImageStatus implements runtime.ImageServiceServer: forwarded.
-func (s *Service) ImageStatus(ctx context.Context, req *runtime.ImageStatusRequest) (*runtime.ImageStatusResponse, error) {
-	return s.upstream.ImageStatus(ctx, req)
-}
-
-// RemoveImage implements runtime.ImageServiceServer: forwarded (a
-// weights-only image is containerd's like any other).
-func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageRequest) (*runtime.RemoveImageResponse, error) {
-	return s.upstream.RemoveImage(ctx, req)
-}
-
-// ImageFsInfo implements runtime.ImageServiceServer: forwarded.
-func (s *Service) ImageFsInfo(ctx context.Context, req *runtime.ImageFsInfoRequest) (*runtime.ImageFsInfoResponse, error) {
-	return s.upstream.ImageFsInfo(ctx, req)
 }
 
 // PullImage implements runtime.ImageServiceServer. Its credentials are kept

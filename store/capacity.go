@@ -28,31 +28,32 @@ func (b *build) Reserve(total int64) error {
 	if p := b.d.policy; p.MaxArtifactBytes > 0 && total > p.MaxArtifactBytes {
 		return &CapacityError{Limit: "max_artifact_bytes", Need: total, Have: p.MaxArtifactBytes, Artifact: b.id, Size: total}
 	}
-	limit, need, have, err := b.shortfall(more)
+	ce, need, err := b.shortfall(more)
 	if err != nil || need <= 0 {
 		return err
 	}
-	return b.makeRoom(&CapacityError{Limit: limit, Need: need, Have: have, Artifact: b.id, Size: total}, need)
+	ce.Artifact, ce.Size = b.id, total
+	return b.makeRoom(ce, need)
 }
 
 // shortfall is how many bytes the store lacks for more bytes, by the limit
-// that lacks the most.
-func (b *build) shortfall(more int64) (limit string, need, have int64, err error) {
+// that lacks the most, with that limit's refusal.
+func (b *build) shortfall(more int64) (ce *CapacityError, need int64, err error) {
 	p := b.d.policy
 	if p.MaxStoreBytes > 0 {
 		used := b.d.storeBytes()
 		if n := used + more - p.MaxStoreBytes; n > need {
-			limit, need, have = "max_store_bytes", n, max(p.MaxStoreBytes-used, 0)
+			ce, need = &CapacityError{Limit: "max_store_bytes", Need: used + more, Have: p.MaxStoreBytes}, n
 		}
 	}
 	_, free, err := b.d.fsSpace()
 	if err != nil {
-		return "", 0, 0, err
+		return nil, 0, err
 	}
 	if n := more + p.MinFreeBytes - free; n > need {
-		limit, need, have = "min_free_bytes", n, free
+		ce, need = &CapacityError{Limit: "min_free_bytes", Need: more + p.MinFreeBytes, Have: free}, n
 	}
-	return limit, need, have, nil
+	return ce, need, nil
 }
 
 // roomFor runs after a file's preflight refused it (ce): with eviction on,
@@ -110,11 +111,11 @@ func (b *build) makeRoom(ce *CapacityError, need int64) error {
 // and what to do.
 func (e *CapacityError) detail() string {
 	var s strings.Builder
-	if !e.Artifact.IsZero() {
-		fmt.Fprintf(&s, "; artifact %s", e.Artifact.Short())
-		if e.Size > 0 {
-			fmt.Fprintf(&s, " needs %s", sizeString(e.Size))
-		}
+	switch {
+	case !e.Artifact.IsZero() && e.Size > 0:
+		fmt.Fprintf(&s, "; artifact %s needs %s", e.Artifact.Short(), sizeString(e.Size))
+	case e.Size > 0:
+		fmt.Fprintf(&s, "; the artifact needs %s", sizeString(e.Size))
 	}
 	if e.Eviction == EvictionOff {
 		s.WriteString("; eviction is off ([store] eviction = \"off\"): remove artifacts (weightsnap rm), raise the limit or free space on the store's filesystem")

@@ -114,3 +114,44 @@ func (d *Domain) Bytes(ctx context.Context) (*StoreBytes, error) {
 	_, s.Free, err = d.fsSpace()
 	return s, err
 }
+
+// FSUsage is the filesystem that holds the store, as the CRI's
+// ImageFsInfo names it: its mountpoint, and the bytes and inodes the store
+// and the given directories (weightsnapd's snapshots) use, each inode once.
+type FSUsage struct {
+	Mountpoint string
+	UsedBytes  int64
+	InodesUsed int64
+}
+
+// FSUsage measures the store and dirs on the store's filesystem.
+func (d *Domain) FSUsage(dirs ...string) (*FSUsage, error) {
+	mp, err := mountpoint(d.root)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[inodeKey]bool{}
+	u := &FSUsage{Mountpoint: mp}
+	for _, dir := range append([]string{d.path(dirArtifacts), d.path(dirTmp), d.path(dirQuarantine)}, dirs...) {
+		u.UsedBytes += treeUsage(dir, seen).Bytes
+	}
+	u.InodesUsed = int64(len(seen))
+	return u, nil
+}
+
+// mountpoint is the top directory of path's filesystem: the last parent on
+// the same device.
+func mountpoint(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", path, err)
+	}
+	for {
+		parent := filepath.Dir(path)
+		var pst unix.Stat_t
+		if parent == path || unix.Stat(parent, &pst) != nil || pst.Dev != st.Dev {
+			return path, nil
+		}
+		path = parent
+	}
+}
