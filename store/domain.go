@@ -85,8 +85,8 @@ type Domain struct {
 	created bool                  // this Open created the domain
 	failed  atomic.Pointer[error] // set once the domain cannot mark invalid entries
 
-	releaser Releaser      // gives back links outside the store before an eviction (evict.go)
-	onEvict  func(Evicted) // told of every eviction
+	releaser atomic.Pointer[Releaser] // gives back links outside the store before an eviction (evict.go)
+	onEvict  func(Evicted)            // told of every eviction
 }
 
 const (

@@ -138,7 +138,7 @@ func (d *Domain) plan(ctx context.Context, except artifact.ID) (cands, held []ca
 			continue
 		}
 		c := candidate{id: id, use: *d.UseOf(id)}
-		if d.releaser != nil {
+		if d.releaser.Load() != nil {
 			c.use.Frees = c.use.Bytes // the releaser gives back the outside links
 		}
 		switch {
@@ -219,8 +219,12 @@ var errNotEvictable = fmt.Errorf("no longer evictable: %w", errdefs.ErrFailedPre
 // tombstone deleted; a crash leaves the artifact READY or a tombstone that
 // the next cleanup finishes.
 func (d *Domain) evictOne(ctx context.Context, id artifact.ID, reason string) (*Evicted, error) {
-	if u := treeUsage(d.path(dirArtifacts, id.Hex()), nil); d.releaser != nil && u.Frees < u.Bytes {
-		if err := d.releaser.Release(ctx, id); err != nil {
+	if u := treeUsage(d.path(dirArtifacts, id.Hex()), nil); u.Frees < u.Bytes {
+		r := d.releaser.Load()
+		if r == nil {
+			return nil, errNotEvictable
+		}
+		if err := (*r).Release(ctx, id); err != nil {
 			return nil, fmt.Errorf("release links of %s: %w", id.Short(), err)
 		}
 	}
@@ -242,8 +246,14 @@ func (d *Domain) evictOne(ctx context.Context, id artifact.ID, reason string) (*
 	if pins, err := d.Pins(id); err != nil || len(pins) > 0 {
 		return nil, errors.Join(errNotEvictable, err)
 	}
-	ev := &Evicted{ID: id, LastUse: d.LastUse(id), Reason: reason,
-		Bytes: treeUsage(d.path(dirArtifacts, id.Hex()), nil).Frees}
+	u := treeUsage(d.path(dirArtifacts, id.Hex()), nil)
+	if u.Frees < u.Bytes {
+		// Something outside the store still links its files (a weight
+		// snapshot the releaser left, being in use or not its to remove):
+		// evicting it would free next to nothing.
+		return nil, fmt.Errorf("%w: its files are linked outside the store", errNotEvictable)
+	}
+	ev := &Evicted{ID: id, LastUse: d.LastUse(id), Reason: reason, Bytes: u.Frees}
 	repo := ""
 	if info, err := d.InspectArtifact(ctx, id); err == nil && info.Identity != nil {
 		repo = info.Identity.Model.Repository
@@ -270,9 +280,8 @@ func (d *Domain) evictOne(ctx context.Context, id artifact.ID, reason string) (*
 }
 
 // SetReleaser makes evictions give back the links outside the store
-// (weightsnapd's weight snapshots and images) first. Call it once, before
-// the domain is shared.
-func (d *Domain) SetReleaser(r Releaser) { d.releaser = r }
+// (weightsnapd's weight snapshots and images) first.
+func (d *Domain) SetReleaser(r Releaser) { d.releaser.Store(&r) }
 
 // OnEvict calls fn after every eviction (the daemon's metrics). Call it
 // once, before the domain is shared.

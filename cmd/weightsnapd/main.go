@@ -200,6 +200,9 @@ func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, reg promethe
 	if err != nil {
 		return nil, err
 	}
+	// An eviction first removes the unused CRI images that need the
+	// artifact, so that their weight snapshots give back its bytes.
+	n.Store.SetReleaser(svc)
 	srv, err := cri.Listen(ctx, cfg.CRI.Address, svc)
 	if err != nil {
 		svc.Close()
