@@ -64,6 +64,7 @@ type Evicted struct {
 	Bytes   int64       `json:"bytes_freed"`
 	LastUse time.Time   `json:"last_use"`
 	Reason  string      `json:"reason"`
+	Seconds float64     `json:"seconds"` // the eviction's time, locks to deleted tombstone
 }
 
 // EvictRequest says how much room to make.
@@ -228,6 +229,7 @@ func (d *Domain) evictOne(ctx context.Context, id artifact.ID, reason string) (*
 			return nil, fmt.Errorf("release links of %s: %w", id.Short(), err)
 		}
 	}
+	start := time.Now()
 	bl, ok, err := tryLock(d.lockPath(id, "build"), unix.LOCK_EX)
 	if !ok {
 		return nil, errors.Join(errNotEvictable, err)
@@ -271,8 +273,9 @@ func (d *Domain) evictOne(ctx context.Context, id artifact.ID, reason string) (*
 		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("evicted artifact's tombstone left for gc")
 	}
 	faultPoint("evict.after-delete")
+	ev.Seconds = time.Since(start).Seconds()
 	log.G(ctx).WithFields(log.Fields{"id": id.String(), "repository": repo, "bytes_freed": ev.Bytes,
-		"last_use": ev.LastUse.UTC().Format(time.RFC3339), "reason": reason}).Info("artifact evicted")
+		"last_use": ev.LastUse.UTC().Format(time.RFC3339), "reason": reason, "seconds": ev.Seconds}).Info("artifact evicted")
 	if d.onEvict != nil {
 		d.onEvict(*ev)
 	}
