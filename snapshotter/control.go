@@ -26,6 +26,7 @@ import (
 //	DELETE /v1/mounts?dir=DIR      -> 204
 //	GET    /v1/mounts              -> []MountInfo
 //	GET    /v1/holders?identity=ID -> Holders
+//	GET    /v1/prefetch            -> []prefetch.Status (the daemon's route)
 //
 // An error answers its errdefs class as the HTTP status (errhttp) and
 // {"error": message}.
@@ -36,9 +37,16 @@ type ControlServer struct {
 	lis net.Listener
 }
 
+// ControlRoute is one more route of the control API, served by the daemon
+// beside the snapshotter's.
+type ControlRoute struct {
+	Pattern string // net/http's: "GET /v1/prefetch"
+	Fn      func(ctx context.Context, r *http.Request) (any, error)
+}
+
 // ListenControl creates the control socket at path (mode 0660; a stale
-// socket is replaced) and starts serving s on it.
-func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlServer, error) {
+// socket is replaced) and starts serving s, and the extra routes, on it.
+func ListenControl(ctx context.Context, path string, s *Snapshotter, extra ...ControlRoute) (*ControlServer, error) {
 	lis, err := listenUnix(path)
 	if err != nil {
 		return nil, err
@@ -86,6 +94,9 @@ func ListenControl(ctx context.Context, path string, s *Snapshotter) (*ControlSe
 		}
 		return s.HoldersOf(id)
 	})
+	for _, r := range extra {
+		handle(r.Pattern, r.Fn)
+	}
 	c := &ControlServer{hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, lis: lis}
 	go func() {
 		if err := c.hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
@@ -131,6 +142,12 @@ func (c *ControlClient) Unmount(ctx context.Context, dir string) error {
 func (c *ControlClient) Mounts(ctx context.Context) ([]MountInfo, error) {
 	var out []MountInfo
 	return out, c.call(ctx, http.MethodGet, "/v1/mounts", nil, &out)
+}
+
+// Get calls GET path and decodes the answer into out (the daemon's own
+// routes: GET /v1/prefetch).
+func (c *ControlClient) Get(ctx context.Context, path string, out any) error {
+	return c.call(ctx, http.MethodGet, path, nil, out)
 }
 
 // Holders says what holds an artifact in the daemon.

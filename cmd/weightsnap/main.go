@@ -84,7 +84,7 @@ func newRoot(a *app) *cobra.Command {
 	root.PersistentFlags().StringVar(&a.root, "root", "", "store root (env WEIGHTSNAP_ROOT; default /var/lib/weightsnap for root, $XDG_DATA_HOME/weightsnap otherwise)")
 	root.PersistentFlags().StringVar(&a.configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnapd")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
-	root.AddCommand(newPinCmd(a), newUnpinCmd(a))
+	root.AddCommand(newPinCmd(a), newUnpinCmd(a), newPrefetchCmd(a))
 	root.AddCommand(newOCICmds(a)...)
 	root.AddCommand(newResolveCmd(a), newPeerCmd(a))
 	root.AddCommand(newMountCmd(a), newUmountCmd(a))

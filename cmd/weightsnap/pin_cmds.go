@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/prefetch"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -161,4 +163,47 @@ func printEvictions(a *app, r *store.EvictReport) {
 			fmt.Fprintf(a.out, "held: %s (%s, %s)\n", h.ID.Hex(), humanBytes(h.Bytes), h.Why)
 		}
 	}
+}
+
+func newPrefetchCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "prefetch", Short: "The artifacts weightsnapd's prefetch directory declares ([prefetch] dir)"}
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "Each declared artifact's state in weightsnapd: pending, ready (pinned if declared so) or failed (with the error and the next try)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.control()
+			if err != nil {
+				return err
+			}
+			var list []prefetch.Status
+			if err := c.Get(cmd.Context(), "/v1/prefetch", &list); err != nil {
+				return err
+			}
+			if a.jsonOut {
+				if list == nil {
+					list = []prefetch.Status{}
+				}
+				return a.printJSON(list)
+			}
+			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "FILE\tREF\tIDENTITY\tPIN\tSTATE\tTRIES\tDETAIL")
+			for _, s := range list {
+				id, detail := "-", ""
+				if !s.ID.IsZero() {
+					id = s.ID.Short()
+				} else if s.Identity != "" {
+					id = cut(s.Identity, 19)
+				}
+				if s.State == prefetch.StateFailed {
+					detail = fmt.Sprintf("next try %s: %s", s.NextTry.UTC().Format(time.DateTime), s.Error)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", s.File, cmp.Or(s.Ref, "-"), id, s.Pin, s.State, s.Tries, detail)
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	cmd.AddCommand(ls)
+	return cmd
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/cri"
 	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/prefetch"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -33,6 +34,8 @@ type Node struct {
 	// runtime's registry client (Remote) asks before the Docker config.
 	Credentials *cri.Credentials
 	Remote      registry.Options
+	// Prefetch brings the [prefetch] directory's artifacts in (nil when off).
+	Prefetch *prefetch.Manager
 
 	control *snapshotter.ControlServer
 }
@@ -73,13 +76,23 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	if err != nil {
 		return nil, err
 	}
+	n.Prefetch = newPrefetch(cfg, n)
+	if n.Prefetch != nil && reg != nil {
+		if err := n.Prefetch.Register(reg); err != nil {
+			n.Snapshotter.Close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
 	if a := cfg.Snapshotter.ControlAddress; a != "" {
-		if n.control, err = snapshotter.ListenControl(ctx, a, n.Snapshotter); err != nil {
+		if n.control, err = snapshotter.ListenControl(ctx, a, n.Snapshotter, prefetchRoute(n.Prefetch)); err != nil {
 			n.Snapshotter.Close()
 			return nil, fmt.Errorf("control API: %w", err)
 		}
 	}
 	go watchWatermark(ctx, d)
+	if n.Prefetch != nil {
+		go n.Prefetch.Run(ctx)
+	}
 	log.G(ctx).WithField("store", d.Root()).WithField("snapshots", n.SnapshotRoot).WithField("mode", cfg.Snapshotter.Mode).
 		WithField("control", cfg.Snapshotter.ControlAddress).Info("snapshotter started")
 	return n, nil
