@@ -3,11 +3,13 @@ package prefetch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -88,6 +90,42 @@ func (m *Manager) Run(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
+		case <-t.C:
+		}
+	}
+}
+
+// Settled says whether every declared entry is ready.
+func (m *Manager) Settled() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, s := range m.entries {
+		if s.State != StateReady {
+			return false
+		}
+	}
+	return true
+}
+
+// Wait syncs until every entry is ready or ctx ends, then reports the
+// entries not ready (for weightsnap prefetch sync).
+func (m *Manager) Wait(ctx context.Context) error {
+	t := time.NewTicker(m.cfg.Every)
+	defer t.Stop()
+	for {
+		m.Sync(ctx)
+		if m.Settled() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			var errs []error
+			for _, s := range m.List() {
+				if s.State != StateReady {
+					errs = append(errs, fmt.Errorf("%s %s: %s: %s", s.File, s.Ref+s.Identity, s.State, s.Error))
+				}
+			}
+			return fmt.Errorf("prefetch: not every entry is ready: %w: %w", errors.Join(errs...), errdefs.ErrUnavailable)
 		case <-t.C:
 		}
 	}

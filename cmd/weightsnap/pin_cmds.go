@@ -11,8 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/cmd/internal/node"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/prefetch"
+	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -204,6 +206,33 @@ func newPrefetchCmd(a *app) *cobra.Command {
 		},
 	}
 	ls.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
-	cmd.AddCommand(ls)
+	var timeout time.Duration
+	sync := &cobra.Command{
+		Use:   "sync DIR",
+		Short: "Resolve the artifacts DIR's prefetch files declare into the store once, as weightsnapd does (store, peers, registry), pinning them as declared; exit 5 if some are not ready within --timeout",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			rt, err := node.NewRuntime(ctx, a.cfg, node.RuntimeOptions{Mode: resolve.Required, Remote: a.cfg.Resolve.RegistryOptions("weightsnap")})
+			if err != nil {
+				return err
+			}
+			d, err := rt.Domain(ctx)
+			if err != nil {
+				return err
+			}
+			m := prefetch.New(prefetch.Config{Dir: args[0], Store: d, Resolve: node.PrefetchResolver(a.cfg, rt, a.cfg.Resolve.RegistryOptions("weightsnap")),
+				Every: 500 * time.Millisecond, RetryMax: time.Duration(a.cfg.Prefetch.RetryMaxSeconds) * time.Second})
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			werr := m.Wait(wctx)
+			for _, s := range m.List() {
+				fmt.Fprintf(a.out, "%s\t%s\t%s\t%s\n", s.File, cmp.Or(s.Ref, s.Identity), s.State, s.ID.Hex())
+			}
+			return werr
+		},
+	}
+	sync.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to retry the entries that do not resolve")
+	cmd.AddCommand(ls, sync)
 	return cmd
 }

@@ -17,16 +17,24 @@ import (
 )
 
 // newPrefetch makes the prefetch manager of [prefetch] (nil when its dir
-// is ""), resolving entries as the CRI resolves an artifact pull: the
-// store, the weight peers, then the registry the reference names.
+// is "").
 func newPrefetch(cfg config.Config, n *Node) *prefetch.Manager {
 	if cfg.Prefetch.Dir == "" {
 		return nil
 	}
+	return prefetch.New(prefetch.Config{Dir: cfg.Prefetch.Dir, Store: n.Store, Resolve: PrefetchResolver(cfg, n.Runtime, n.Remote),
+		RetryMax: time.Duration(cfg.Prefetch.RetryMaxSeconds) * time.Second})
+}
+
+// PrefetchResolver resolves prefetch entries as the CRI resolves an
+// artifact pull: the store, the weight peers, then the registry the
+// reference names (one of [resolve] registries); an identity alone, the
+// store and the peers.
+func PrefetchResolver(cfg config.Config, rt *resolve.Runtime, remote registry.Options) prefetch.Resolver {
 	registries := cfg.Resolve.AllowedRegistries()
-	resolveEntry := func(ctx context.Context, e prefetch.Declared) (artifact.ID, error) {
+	return func(ctx context.Context, e prefetch.Declared) (artifact.ID, error) {
 		if e.Ref == "" {
-			res, err := n.Runtime.Resolve(ctx, resolve.Request{Digest: e.ID})
+			res, err := rt.Resolve(ctx, resolve.Request{Digest: e.ID})
 			if err != nil {
 				return artifact.ID{}, err
 			}
@@ -40,7 +48,7 @@ func newPrefetch(cfg config.Config, n *Node) *prefetch.Manager {
 		if !oci.AllowedHost(registries, ref.Registry) {
 			return artifact.ID{}, fmt.Errorf("registry %s is not among [resolve] registries: %w", ref.Registry, errdefs.ErrPermissionDenied)
 		}
-		r, err := registry.New(ctx, e.Ref, n.Remote)
+		r, err := registry.New(ctx, e.Ref, remote)
 		if err != nil {
 			return artifact.ID{}, err
 		}
@@ -59,15 +67,13 @@ func newPrefetch(cfg config.Config, n *Node) *prefetch.Manager {
 		if err != nil {
 			return artifact.ID{}, err
 		}
-		res, err := n.Runtime.Resolve(ctx, resolve.Request{Identity: &plan.Identity, Artifact: r.Name() + "@" + found.Desc.Digest.String()})
+		res, err := rt.Resolve(ctx, resolve.Request{Identity: &plan.Identity, Artifact: r.Name() + "@" + found.Desc.Digest.String()})
 		if err != nil {
 			return artifact.ID{}, err
 		}
 		defer res.Close()
 		return id, nil
 	}
-	return prefetch.New(prefetch.Config{Dir: cfg.Prefetch.Dir, Store: n.Store, Resolve: resolveEntry,
-		RetryMax: time.Duration(cfg.Prefetch.RetryMaxSeconds) * time.Second})
 }
 
 // prefetchRoute serves GET /v1/prefetch on the control socket: every
