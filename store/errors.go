@@ -87,8 +87,12 @@ func (e *CapacityError) Error() string {
 	return s
 }
 
-// Unwrap classifies the error.
+// Unwrap classifies the error. A nil cause is left out: errgrpc.ToGRPC
+// (the CRI's answers) dereferences every error Unwrap lists.
 func (e *CapacityError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{errdefs.ErrResourceExhausted}
+	}
 	return []error{errdefs.ErrResourceExhausted, e.Err}
 }
 

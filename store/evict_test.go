@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -10,10 +11,13 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const mib = 1 << 20
@@ -323,5 +327,20 @@ func TestWatermarkEvictsDownToTheLowMark(t *testing.T) {
 	b, err := d.Bytes(ctx)
 	if err != nil || b.Pinned < 3*mib || b.Ready != b.Pinned || b.Free < 8*mib {
 		t.Fatalf("bytes %+v, %v", b, err)
+	}
+}
+
+// TestCapacityErrorCrossesGRPC: a capacity refusal without an ENOSPC cause
+// converts to a gRPC status (the CRI answers it to the kubelet) as
+// ResourceExhausted, with no nil among the errors it unwraps to.
+func TestCapacityErrorCrossesGRPC(t *testing.T) {
+	err := error(&store.CapacityError{Limit: "max_store_bytes", Need: 2, Have: 1, Checked: true})
+	for _, e := range err.(interface{ Unwrap() []error }).Unwrap() {
+		if e == nil {
+			t.Fatal("CapacityError unwraps to a nil error")
+		}
+	}
+	if st := errgrpc.ToGRPC(fmt.Errorf("pull: %w", err)); status.Code(st) != codes.ResourceExhausted {
+		t.Fatalf("gRPC code %v", status.Code(st))
 	}
 }

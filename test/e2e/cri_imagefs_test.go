@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
@@ -111,12 +112,17 @@ func mountpointOf(t *testing.T, path string) string {
 func TestCRIEvictionGivesTheBytesBack(t *testing.T) {
 	c := startCRINodeWith(t, harness.WeightsnapdOptions{StoreTmpfs: "64m", ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"})
 	first := c.pushArtifact(t, "first", "36MiB", 2)
-	second := c.pushArtifact(t, "second", "36MiB", 2)
+	second := c.pushArtifact(t, "second", "34MiB", 2) // another size: another model
 	viaWS := []string{"--image-endpoint", "unix://" + c.ws.CRI}
 	crictl(t, c.ctd, append(viaWS, "pull", first.ref)...)
 	crictl(t, c.ctd, "pull", c.base)
 	checkSums(t, runReaderPod(t, c.ctd, readerPod{name: "first", image: c.base, dir: "/models/model", volume: first.ref}), first)
 	crictl(t, c.ctd, "rmp", "-f", "-a") // the pod goes; its image and weight snapshot stay
+	for deadline := time.Now().Add(60 * time.Second); leased(t, c.ws.Config, first.hex); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("weightsnapd still leases the first artifact a minute after its pod went")
+		}
+	}
 	if out, err := c.ctd.Crictl(append(viaWS, "pull", second.ref)...); err != nil {
 		t.Fatalf("CRI pull of a second artifact that needs the first's room: %v\n%s", err, out)
 	}
@@ -134,4 +140,25 @@ func TestCRIEvictionGivesTheBytesBack(t *testing.T) {
 		t.Fatalf("df: %d bytes used on the store's filesystem, want about one artifact's %d", used, second.bytes)
 	}
 	checkSums(t, runReaderPod(t, c.ctd, readerPod{name: "second", image: c.base, dir: "/models/model", volume: second.ref}), second)
+}
+
+// leased says whether the store shows the artifact hex leased.
+func leased(t *testing.T, config, hex string) bool {
+	t.Helper()
+	r := wsWith(t, config, "ls", "--json")
+	var list []struct {
+		ID  string `json:"id"`
+		Use struct {
+			Leased bool `json:"leased"`
+		} `json:"use"`
+	}
+	if err := json.Unmarshal([]byte(r.out), &list); err != nil {
+		t.Fatalf("ls: %v\n%s", err, r.errOut)
+	}
+	for _, e := range list {
+		if e.ID == hex {
+			return e.Use.Leased
+		}
+	}
+	return false
 }
