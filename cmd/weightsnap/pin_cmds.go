@@ -213,7 +213,9 @@ func newPrefetchCmd(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			rt, err := node.NewRuntime(ctx, a.cfg, node.RuntimeOptions{Mode: resolve.Required, Remote: a.cfg.Resolve.RegistryOptions("weightsnap")})
+			cfg := a.cfg
+			cfg.Root = a.effectiveRoot()
+			rt, err := node.NewRuntime(ctx, cfg, node.RuntimeOptions{Mode: resolve.Required, Remote: cfg.Resolve.RegistryOptions("weightsnap")})
 			if err != nil {
 				return err
 			}
@@ -221,7 +223,7 @@ func newPrefetchCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			m := prefetch.New(prefetch.Config{Dir: args[0], Store: d, Resolve: node.PrefetchResolver(a.cfg, rt, a.cfg.Resolve.RegistryOptions("weightsnap")),
+			m := prefetch.New(prefetch.Config{Dir: args[0], Store: d, Resolve: node.PrefetchResolver(cfg, rt, cfg.Resolve.RegistryOptions("weightsnap")),
 				Every: 500 * time.Millisecond, RetryMax: time.Duration(a.cfg.Prefetch.RetryMaxSeconds) * time.Second})
 			wctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()

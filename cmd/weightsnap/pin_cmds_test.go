@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -53,5 +54,34 @@ func TestPinLsEvict(t *testing.T) {
 	}
 	if out, err = ws("gc", "--evict", "--to", "0"); err != nil || !strings.Contains(out, "evicted "+ids[0]) {
 		t.Fatalf("gc --evict after unpin: %v\n%s", err, out)
+	}
+}
+
+// TestPrefetchSyncUsesTheRoot: prefetch sync resolves into --root (an
+// identity alone, from the store: nothing to fetch) and pins it as its file.
+func TestPrefetchSyncUsesTheRoot(t *testing.T) {
+	base := t.TempDir()
+	root := []string{"--config", "", "--root", filepath.Join(base, "root")}
+	src := filepath.Join(base, "m")
+	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 1, DType: "BF16", Seed: 77}); err != nil {
+		t.Fatal(err)
+	}
+	out, err := runCLI(t, append(root, "import", src, "--revision", strings.Repeat("cd", 20))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strings.TrimSpace(out)
+	dir := filepath.Join(base, "prefetch.d")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "m.toml"), []byte(fmt.Sprintf("[[artifact]]\nidentity = %q\npin = true\n", id)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, append(root, "prefetch", "sync", dir, "--timeout", "30s")...); err != nil || !strings.Contains(out, "ready") {
+		t.Fatalf("prefetch sync: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, append(root, "ls", "--use")...); err != nil || !strings.Contains(out, "prefetch:m.toml") {
+		t.Fatalf("ls --use after prefetch sync: %v\n%s", err, out)
 	}
 }

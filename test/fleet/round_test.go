@@ -134,7 +134,11 @@ func (f *Fleet) Launch(r Round) *Rollout {
 			host, _, _ := strings.Cut(f.repo, "/")
 			conf := fmt.Sprintf("[resolve]\nregistries = [%q]\nplain_http = true\n", host)
 			if peers := f.peersOf(nodes, i); r.Peers && len(peers) > 0 {
-				conf += fmt.Sprintf("\n[peer]\nadvertise = %q\npeers = [%q]\n", n.addr, strings.Join(peers, `", "`))
+				quoted := make([]string, len(peers))
+				for j, p := range peers {
+					quoted[j] = strconv.Quote(p)
+				}
+				conf += fmt.Sprintf("\n[peer]\nadvertise = %q\npeers = [%s]\n", n.addr, strings.Join(quoted, ", "))
 			}
 			if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 				t.Fatal(err)
