@@ -77,7 +77,7 @@ type BoundFileWriter interface {
 	// which the producer computed from the bytes it wrote there: tensor i
 	// (in offset order) of a safetensors file, or part 0, the whole of any
 	// other file. It may be called from several goroutines at once.
-	SetPartBLAKE3(i int, sum Digest) error
+	SetPartBLAKE3(i int, sum Sum) error
 }
 
 // MappedWriter is implemented by BindTree file writers (the store's) that

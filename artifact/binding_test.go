@@ -99,8 +99,8 @@ func TestBindSHA256RecordsTheRecord(t *testing.T) {
 // parts the producer reports, and the sender's sha256 recorded.
 func TestFinishTree(t *testing.T) {
 	data, e := goldenEntry(t)
-	parts := func() []Digest {
-		p := make([]Digest, len(e.Tensors))
+	parts := func() []Sum {
+		p := make([]Sum, len(e.Tensors))
 		for i, te := range e.Tensors {
 			p[i] = blake3.Sum256(data[te.Offset : te.Offset+te.Length])
 		}
@@ -118,7 +118,7 @@ func TestFinishTree(t *testing.T) {
 		t.Fatalf("a wrong tensor: %v", err)
 	}
 	p = parts()
-	p[0] = Digest{}
+	p[0] = Sum{}
 	if _, err := FinishTree(e, header, p); !errdefs.IsFailedPrecondition(err) {
 		t.Fatalf("a part never reported: %v", err)
 	}
@@ -129,7 +129,7 @@ func TestFinishTree(t *testing.T) {
 	}
 	cfg := []byte(`{"a":1}`)
 	c := FileEntry{File: File{Path: "config.json", Size: int64(len(cfg)), SHA256: strings.Repeat("d", 64), BLAKE3: BLAKE3Hex(cfg)}}
-	if got, err := FinishTree(c, nil, []Digest{blake3.Sum256(cfg)}); err != nil || got.SHA256 != c.SHA256 {
+	if got, err := FinishTree(c, nil, []Sum{blake3.Sum256(cfg)}); err != nil || got.SHA256 != c.SHA256 {
 		t.Fatalf("a whole file: %+v, %v", got, err)
 	}
 }

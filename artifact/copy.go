@@ -127,9 +127,9 @@ func copyAhead(r *sourceReader, n int64, w io.Writer) (int64, error) {
 // writes that fill it: a write of 2 MiB or more at a 2 MiB boundary takes a
 // 2 MiB folio. On a virtual machine that reports free memory to its host
 // (virtio-balloon free page reporting) such blocks are mostly memory the
-// host has taken back and must fault in again, 4 KiB at a time: there,
-// 2 MiB writes ran at 0.3 GB/s and 256 KiB ones at 2 GB/s (small folios
-// come from the free lists the host still backs).
+// host has taken back and must fault in again, 4 KiB at a time, while small
+// folios come from the free lists the host still backs: there 256 KiB
+// writes run several times faster than 2 MiB ones.
 const maxWrite = 256 << 10
 
 // WriteAt writes p at off of f in pieces of at most 256 KiB, the writes

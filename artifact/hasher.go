@@ -39,9 +39,9 @@ type FileHasher struct {
 	safetensors bool
 	prefix      []byte // buffered header bytes until the header is parsed
 	header      *Header
-	headerSum   Digest
-	sums        []Digest // per tensor, as each one ends
-	next        int      // index of the tensor being hashed
+	headerSum   Sum
+	sums        []Sum // per tensor, as each one ends
+	next        int   // index of the tensor being hashed
 	pos         int64
 	checked     atomic.Int64 // see Checked
 	err         error
@@ -189,7 +189,7 @@ func (h *FileHasher) parseHeader() error {
 	h.entry.DataStart = hdr.DataStart()
 	h.entry.Tensors = tensorEntries(hdr)
 	h.headerSum = blake3.Sum256(h.prefix)
-	h.entry.HeaderBLAKE3 = DigestHex(h.headerSum)
+	h.entry.HeaderBLAKE3 = SumHex(h.headerSum)
 	h.prefix = nil
 	if h.b.By != BindNone {
 		if err := checkHeader(h.b.Want, h.entry); err != nil {
@@ -205,7 +205,7 @@ func (h *FileHasher) parseHeader() error {
 	if h.b.By == BindSHA256 {
 		h.checked.Store(h.entry.DataStart)
 	}
-	h.sums = make([]Digest, 0, len(hdr.Tensors))
+	h.sums = make([]Sum, 0, len(hdr.Tensors))
 	return h.closeTensors()
 }
 
@@ -234,12 +234,12 @@ func checkHeader(want, got FileEntry) error {
 // included); under CheckTensors each must equal the record's.
 func (h *FileHasher) closeTensors() error {
 	for h.next < len(h.header.Tensors) && h.header.DataStart()+h.header.Tensors[h.next].End <= h.pos {
-		var sum Digest
+		var sum Sum
 		h.part.Sum(sum[:0])
 		h.part.Reset()
 		h.sums = append(h.sums, sum)
 		t := &h.entry.Tensors[h.next]
-		t.BLAKE3 = DigestHex(sum)
+		t.BLAKE3 = SumHex(sum)
 		h.next++
 		if h.b.CheckTensors {
 			if w := h.b.Want.Tensors[h.next-1]; w.BLAKE3 != t.BLAKE3 {
@@ -284,7 +284,7 @@ func (h *FileHasher) Sum() (FileEntry, error) {
 		e.BLAKE3 = h.b.Want.BLAKE3
 		return e, nil
 	case h.safetensors:
-		e.BLAKE3 = DigestHex(TreeBLAKE3(h.headerSum, h.sums))
+		e.BLAKE3 = SumHex(TreeBLAKE3(h.headerSum, h.sums))
 	default:
 		e.BLAKE3 = sumHex(h.part)
 	}
@@ -313,7 +313,7 @@ func bindTree(want, got FileEntry) (FileEntry, error) {
 // reading it: header holds the bytes written to [0, want.DataStart) (empty
 // for a file that is not safetensors) and parts the BLAKE3 the producer
 // reported for each part (a zero digest is one never reported).
-func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error) {
+func FinishTree(want FileEntry, header []byte, parts []Sum) (FileEntry, error) {
 	got := FileEntry{File: File{Path: want.Path, Size: want.Size}}
 	missing := func(what string) error {
 		return fmt.Errorf("file %s: no BLAKE3 reported for %s: %w", want.Path, what, errdefs.ErrFailedPrecondition)
@@ -322,10 +322,10 @@ func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error
 		return FileEntry{}, fmt.Errorf("file %s: %d parts, want %d: %w", want.Path, len(parts), want.Parts(), errdefs.ErrInvalidArgument)
 	}
 	if !IsSafetensors(want.Path) {
-		if parts[0] == (Digest{}) {
+		if parts[0] == (Sum{}) {
 			return FileEntry{}, missing("the file")
 		}
-		got.BLAKE3 = DigestHex(parts[0])
+		got.BLAKE3 = SumHex(parts[0])
 		return bindTree(want, got)
 	}
 	hdr, err := ReadHeader(prefixReader(header), want.Size)
@@ -337,17 +337,17 @@ func FinishTree(want FileEntry, header []byte, parts []Digest) (FileEntry, error
 	}
 	got.DataStart, got.Tensors = hdr.DataStart(), tensorEntries(hdr)
 	headerSum := blake3.Sum256(header)
-	got.HeaderBLAKE3 = DigestHex(headerSum)
+	got.HeaderBLAKE3 = SumHex(headerSum)
 	if err := checkHeader(want, got); err != nil {
 		return FileEntry{}, err
 	}
 	for i, p := range parts {
-		if p == (Digest{}) {
+		if p == (Sum{}) {
 			return FileEntry{}, missing("tensor " + got.Tensors[i].Name)
 		}
-		got.Tensors[i].BLAKE3 = DigestHex(p)
+		got.Tensors[i].BLAKE3 = SumHex(p)
 	}
-	got.BLAKE3 = DigestHex(TreeBLAKE3(headerSum, parts))
+	got.BLAKE3 = SumHex(TreeBLAKE3(headerSum, parts))
 	return bindTree(want, got)
 }
 
@@ -378,9 +378,9 @@ func HashFile(r io.ReaderAt, b Binding) (FileEntry, error) {
 }
 
 func sumHex(h *blake3.Hasher) string {
-	var sum Digest
+	var sum Sum
 	h.Sum(sum[:0])
-	return DigestHex(sum)
+	return SumHex(sum)
 }
 
 // BLAKE3Hex returns the hex BLAKE3 of b.

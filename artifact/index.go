@@ -19,9 +19,9 @@ const IndexSchemaWholeFile = 1
 // Index describes every payload file of an artifact and every tensor in it.
 // It is deterministic: the same files and identity give the same bytes.
 type Index struct {
-	Schema   int         `json:"schema"`
-	Identity string      `json:"identity"` // the identity digest, sha256:<hex>
-	Files    []FileEntry `json:"files"`    // sorted by path
+	Schema int         `json:"schema"`
+	ID     ID          `json:"identity"` // sha256:<hex>
+	Files  []FileEntry `json:"files"`    // sorted by path
 }
 
 // File is the record of one payload file: its path in the artifact, its
@@ -118,7 +118,7 @@ func checkEntry(schema int, f FileEntry) error {
 		return fmt.Errorf("negative size")
 	}
 	for _, d := range []string{f.SHA256, f.BLAKE3} {
-		if _, err := ParseDigest(d); err != nil {
+		if _, err := ParseSum(d); err != nil {
 			return err
 		}
 	}

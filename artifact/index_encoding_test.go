@@ -17,7 +17,7 @@ const indexEncoding = `{"schema":2,"identity":"sha256:` + "111111111111111111111
 
 func pinnedIndex() *Index {
 	hex := func(c byte) string { return string(bytes.Repeat([]byte{c}, 64)) }
-	x := &Index{Schema: IndexSchema, Identity: "sha256:" + hex('1')}
+	x := &Index{Schema: IndexSchema, ID: MustParseID("sha256:" + hex('1'))}
 	x.Files = slices.Grow(x.Files, 2)[:2]
 	st := &x.Files[0]
 	st.Path, st.Size, st.SHA256, st.BLAKE3 = "a.safetensors", 24, hex('2'), hex('3')

@@ -17,11 +17,11 @@ func FuzzDecodeIndex(f *testing.F) {
 		f.Fatal(err)
 	}
 	cfg := FileEntry{File: File{Path: "config.json", Size: 2, SHA256: strings.Repeat("a", 64), BLAKE3: strings.Repeat("b", 64)}}
-	x := Index{Schema: IndexSchema, Identity: "sha256:" + strings.Repeat("c", 64), Files: []FileEntry{cfg, e}}
+	x := Index{Schema: IndexSchema, ID: MustParseID("sha256:" + strings.Repeat("c", 64)), Files: []FileEntry{cfg, e}}
 	two, _ := x.Encode()
 	old := e
 	old.BLAKE3 = BLAKE3Hex(data)
-	x = Index{Schema: IndexSchemaWholeFile, Identity: x.Identity, Files: []FileEntry{cfg, old}}
+	x = Index{Schema: IndexSchemaWholeFile, ID: x.ID, Files: []FileEntry{cfg, old}}
 	one, _ := x.Encode()
 	for _, s := range []string{
 		string(two), string(one),

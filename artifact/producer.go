@@ -24,12 +24,12 @@ type Resumer interface {
 }
 
 // FileWriter writes one payload file in order, hashed while it is written
-// (BoundWriter has positioned writes). Close finishes the file; Digest then
+// (BoundWriter has positioned writes). Close finishes the file; Entry then
 // returns its hashes.
 type FileWriter interface {
 	io.Writer
 	Close() error
-	Digest() (FileEntry, error)
+	Entry() (FileEntry, error)
 }
 
 // BufferWriter is implemented by FileWriters (the store's) that take a

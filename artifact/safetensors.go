@@ -58,7 +58,8 @@ const (
 )
 
 // FormatError is a malformed safetensors file (or, from the writer, a tensor
-// list that would make one). It unwraps to errdefs.ErrInvalidArgument.
+// list that would make one). It unwraps to errdefs.ErrDataLoss: the bytes
+// are not a valid safetensors file (exit 4).
 type FormatError struct {
 	Kind   FormatErrorKind
 	Tensor string // the tensor concerned, if any
@@ -76,8 +77,8 @@ func (e *FormatError) Error() string {
 	return s
 }
 
-// Unwrap classifies format errors as invalid arguments.
-func (e *FormatError) Unwrap() error { return errdefs.ErrInvalidArgument }
+// Unwrap classifies format errors as invalid data.
+func (e *FormatError) Unwrap() error { return errdefs.ErrDataLoss }
 
 func stErr(kind FormatErrorKind, tensor, format string, args ...any) error {
 	return &FormatError{Kind: kind, Tensor: tensor, Detail: fmt.Sprintf(format, args...)}
@@ -135,8 +136,8 @@ func stParseHeader(hdr []byte, dataLen int64) (*Header, error) {
 		return nil, stErr(HeaderNotJSON, "", "header is not valid UTF-8")
 	}
 	// encoding/json's scanner is the authority on syntax; the walk below
-	// relies on it. (Decoder.Token would do both, but costs several
-	// allocations per scalar: ~100 ms for 10,000 tensors.)
+	// relies on it. Decoder.Token would do both, but costs several
+	// allocations per scalar.
 	if err := stValidJSON(hdr); err != nil {
 		return nil, err
 	}

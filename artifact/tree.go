@@ -7,21 +7,22 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
 
-// Digest is a raw BLAKE3 or sha256 digest.
-type Digest = [32]byte
+// Sum is a raw 32-byte hash value: a BLAKE3 sum, or a sha256 one. "Digest"
+// names an OCI digest (sha256:<hex>) only.
+type Sum = [32]byte
 
 // TreeBLAKE3 is the tensor-tree digest of a safetensors file: the BLAKE3 of
 // its header region's BLAKE3 followed by each tensor's BLAKE3 in offset
 // order, as raw 32-byte digests. A strictly read file is tiled by its header
 // region and its tensors, so the tree commits to every byte of the file
 // while each tensor is hashed once, on its own, in any order.
-func TreeBLAKE3(header Digest, tensors []Digest) Digest {
+func TreeBLAKE3(header Sum, tensors []Sum) Sum {
 	h := blake3.New()
 	h.Write(header[:])
 	for _, t := range tensors {
 		h.Write(t[:])
 	}
-	var sum Digest
+	var sum Sum
 	h.Sum(sum[:0])
 	return sum
 }
@@ -29,13 +30,13 @@ func TreeBLAKE3(header Digest, tensors []Digest) Digest {
 // EntryTree returns the tensor-tree digest (hex) of a safetensors file entry
 // from its header and tensor BLAKE3 values.
 func EntryTree(e FileEntry) (string, error) {
-	header, err := ParseDigest(e.HeaderBLAKE3)
+	header, err := ParseSum(e.HeaderBLAKE3)
 	if err != nil {
 		return "", fmt.Errorf("file %s: header_blake3: %w", e.Path, err)
 	}
-	tensors := make([]Digest, len(e.Tensors))
+	tensors := make([]Sum, len(e.Tensors))
 	for i, t := range e.Tensors {
-		if tensors[i], err = ParseDigest(t.BLAKE3); err != nil {
+		if tensors[i], err = ParseSum(t.BLAKE3); err != nil {
 			return "", fmt.Errorf("file %s: tensor %q: blake3: %w", e.Path, t.Name, err)
 		}
 	}
@@ -43,9 +44,9 @@ func EntryTree(e FileEntry) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// ParseDigest reads a digest written as 64 lowercase hex digits.
-func ParseDigest(s string) (Digest, error) {
-	var d Digest
+// ParseSum reads a sum written as 64 lowercase hex digits.
+func ParseSum(s string) (Sum, error) {
+	var d Sum
 	if len(s) != 64 {
 		return d, fmt.Errorf("digest %q is not 64 hex digits", s)
 	}
@@ -58,5 +59,5 @@ func ParseDigest(s string) (Digest, error) {
 	return d, nil
 }
 
-// DigestHex writes a digest as lowercase hex.
-func DigestHex(d Digest) string { return hex.EncodeToString(d[:]) }
+// SumHex writes a sum as lowercase hex.
+func SumHex(d Sum) string { return hex.EncodeToString(d[:]) }

@@ -46,7 +46,7 @@ func (s *Service) pullArtifact(ctx context.Context, r *registry.Remote, res *oci
 		return "", err
 	}
 	defer resn.Close() // the snapshot of the image takes its own lease
-	ptr := pointer.Pointer{Artifact: pinned, Identity: id, Target: oci.ArtifactTarget, Files: len(plan.Files), Bytes: plan.TotalBytes()}
+	ptr := pointer.Pointer{Artifact: pinned, ID: id, Target: oci.ArtifactTarget, Files: len(plan.Files), Bytes: plan.TotalBytes()}
 	if resn.Lease != nil { // a tar layer's files are known once extracted
 		ptr.Files, ptr.Bytes = len(resn.Lease.Index.Files), resn.Lease.Index.TotalBytes()
 	}

@@ -50,7 +50,7 @@ func (s *Service) artifactsOf(ctx context.Context, img *runtime.Image) []artifac
 		}
 		for _, l := range m.Layers {
 			if p, ok, err := pointer.ParseLabels(l.Annotations); ok && err == nil {
-				ids = append(ids, p.Identity)
+				ids = append(ids, p.ID)
 			}
 		}
 		s.weights.mu.Lock()

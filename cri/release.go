@@ -43,7 +43,7 @@ func (s *Service) Release(ctx context.Context, id artifact.ID) error {
 			continue
 		}
 		for _, l := range m.Layers {
-			if p, ok, err := pointer.ParseLabels(l.Annotations); ok && err == nil && p.Identity == id {
+			if p, ok, err := pointer.ParseLabels(l.Annotations); ok && err == nil && p.ID == id {
 				doomed = append(doomed, img.Name)
 				break
 			}

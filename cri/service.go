@@ -19,10 +19,10 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/unixserve"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/resolve"
-	"github.com/weightsnap/weightsnap/snapshotter"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
@@ -81,8 +81,8 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Listen serves s on the unix socket at path (mode 0660).
-func Listen(ctx context.Context, path string, s *Service) (*snapshotter.Server, error) {
-	return snapshotter.ListenGRPC(ctx, path, func(srv *grpc.Server) { runtime.RegisterImageServiceServer(srv, s) })
+func Listen(ctx context.Context, path string, s *Service) (*unixserve.Server, error) {
+	return unixserve.ListenGRPC(ctx, path, func(srv *grpc.Server) { runtime.RegisterImageServiceServer(srv, s) })
 }
 
 // Close closes the connection to containerd.

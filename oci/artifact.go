@@ -16,15 +16,15 @@ import (
 // pure function of the identity and the index: the same artifact gives the
 // same manifest digest from any host or store root.
 type Artifact struct {
-	Identity       artifact.Identity
-	IdentityDigest artifact.ID
-	Layers         []ocispec.Descriptor // one per payload file, in index order (sorted by path)
-	Index          []byte               // the index layer: the store's index.json encoding
-	IndexDesc      ocispec.Descriptor
-	Config         []byte
-	ConfigDesc     ocispec.Descriptor
-	Manifest       []byte
-	ManifestDesc   ocispec.Descriptor
+	Identity     artifact.Identity
+	ID           artifact.ID
+	Layers       []ocispec.Descriptor // one per payload file, in index order (sorted by path)
+	Index        []byte               // the index layer: the store's index.json encoding
+	IndexDesc    ocispec.Descriptor
+	Config       []byte
+	ConfigDesc   ocispec.Descriptor
+	Manifest     []byte
+	ManifestDesc ocispec.Descriptor
 }
 
 // modelConfig is the ModelPack config (application/vnd.cncf.model.config.v1+json).
@@ -62,13 +62,13 @@ func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
 	if err != nil {
 		return nil, err
 	}
-	if x.Identity != idDigest.String() {
-		return nil, fmt.Errorf("index names identity %s, the artifact is %s", x.Identity, idDigest)
+	if x.ID != idDigest {
+		return nil, fmt.Errorf("index names identity %s, the artifact is %s", x.ID, idDigest)
 	}
 	if len(x.Files) == 0 {
 		return nil, fmt.Errorf("artifact %s has no payload files", idDigest)
 	}
-	a := &Artifact{Identity: id, IdentityDigest: idDigest}
+	a := &Artifact{Identity: id, ID: idDigest}
 	allSafetensors := true
 	for _, f := range x.Files {
 		d, err := sha256Digest(f.SHA256)

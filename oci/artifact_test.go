@@ -35,7 +35,7 @@ func TestManifestDeterministic(t *testing.T) {
 	other.Component = "language_model"
 	x := *l1.Index
 	otherID, _ := other.ID()
-	x.Identity = otherID.String()
+	x.ID = otherID
 	a3, err := NewArtifact(other, &x)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +103,7 @@ func TestManifestShape(t *testing.T) {
 	}
 	// The index layer is the store's own index.json encoding.
 	x, err := artifact.DecodeIndex(a.Index)
-	if err != nil || x.Identity != idDigest.String() {
+	if err != nil || x.ID != idDigest {
 		t.Fatalf("index layer: %v", err)
 	}
 }

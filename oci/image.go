@@ -51,9 +51,9 @@ type ImageReport struct {
 	Seconds      float64           `json:"seconds"`
 }
 
-// ResolveWeightsnap fetches the manifest and index layer of an artifact
+// FetchWeightsnapPlan fetches the manifest and index layer of an artifact
 // weightsnap pushed; other artifacts are refused.
-func ResolveWeightsnap(ctx context.Context, r *registry.Remote) (*Plan, string, error) {
+func FetchWeightsnapPlan(ctx context.Context, r *registry.Remote) (*Plan, string, error) {
 	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
 		return nil, "", err
@@ -96,7 +96,7 @@ func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*
 		if err != nil {
 			return nil, err
 		}
-		plan, mdigest, err := ResolveWeightsnap(ctx, wr)
+		plan, mdigest, err := FetchWeightsnapPlan(ctx, wr)
 		if err != nil {
 			return nil, err
 		}
@@ -104,12 +104,12 @@ func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*
 		if err != nil {
 			return nil, err
 		}
-		ptrs = append(ptrs, pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, Identity: id, Target: t,
+		ptrs = append(ptrs, pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, ID: id, Target: t,
 			Files: len(plan.Files), Bytes: plan.TotalBytes(), Mode: o.Mode})
 	}
 	for i, p := range ptrs {
 		for _, n := range ptrs[i+1:] {
-			p.Next = append(p.Next, pointer.Pointer{Artifact: n.Artifact, Identity: n.Identity})
+			p.Next = append(p.Next, pointer.Pointer{Artifact: n.Artifact, ID: n.ID})
 		}
 		pl, err := NewPointerLayer(p)
 		if err != nil {
@@ -271,7 +271,7 @@ func ComposeImage(baseConfig []byte, baseLayers []ocispec.Descriptor, pls []*Poi
 		if keepHistory {
 			h, err := json.Marshal(ocispec.History{
 				CreatedBy: "weightsnap image build --weights " + pl.Pointer.Artifact + " --at " + pl.Pointer.Target,
-				Comment:   "weightsnap pointer layer: " + pl.Pointer.Identity.String(),
+				Comment:   "weightsnap pointer layer: " + pl.Pointer.ID.String(),
 			})
 			if err != nil {
 				return nil, err

@@ -19,19 +19,19 @@ import (
 // RemoteInfo describes a remote artifact or weight image, read from its
 // manifest and small blobs only: no weight blob is fetched.
 type RemoteInfo struct {
-	Ref            string             `json:"ref"`
-	Manifest       string             `json:"manifest"`
-	MediaType      string             `json:"media_type"`
-	ArtifactType   string             `json:"artifact_type,omitempty"`
-	Kind           string             `json:"kind"` // weightsnap-artifact, foreign-artifact, weight-image, image
-	IdentityDigest artifact.ID        `json:"identity_digest,omitzero"`
-	Identity       *artifact.Identity `json:"identity,omitempty"`
-	Files          []RemoteFile       `json:"files,omitempty"`
-	TotalBytes     int64              `json:"total_bytes"`
-	TensorCount    int                `json:"tensor_count"`
-	Layers         int                `json:"layers"`
-	Pointers       []RemotePointer    `json:"pointers,omitempty"`
-	Error          string             `json:"error,omitempty"`
+	Ref          string             `json:"ref"`
+	Manifest     string             `json:"manifest"`
+	MediaType    string             `json:"media_type"`
+	ArtifactType string             `json:"artifact_type,omitempty"`
+	Kind         string             `json:"kind"` // weightsnap-artifact, foreign-artifact, weight-image, image
+	ID           artifact.ID        `json:"identity_digest,omitzero"`
+	Identity     *artifact.Identity `json:"identity,omitempty"`
+	Files        []RemoteFile       `json:"files,omitempty"`
+	TotalBytes   int64              `json:"total_bytes"`
+	TensorCount  int                `json:"tensor_count"`
+	Layers       int                `json:"layers"`
+	Pointers     []RemotePointer    `json:"pointers,omitempty"`
+	Error        string             `json:"error,omitempty"`
 }
 
 // RemoteFile is one payload file of a remote artifact.
@@ -154,7 +154,7 @@ func inspectArtifact(ctx context.Context, r *registry.Remote, platform string) (
 	info.Kind = "weightsnap-artifact"
 	id := plan.Identity
 	info.Identity = &id
-	if info.IdentityDigest, err = id.ID(); err != nil {
+	if info.ID, err = id.ID(); err != nil {
 		return nil, nil, err
 	}
 	for i, f := range plan.Index.Files {

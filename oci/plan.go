@@ -134,8 +134,8 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 	if err != nil {
 		return nil, invalidManifest(ref, err)
 	}
-	if x.Identity != idDigest.String() {
-		return nil, indexMismatch("", "identity", x.Identity, idDigest.String())
+	if x.ID != idDigest {
+		return nil, indexMismatch("", "identity", x.ID.String(), idDigest.String())
 	}
 	byPath := map[string]ocispec.Descriptor{}
 	for _, l := range m.Layers {

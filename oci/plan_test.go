@@ -140,14 +140,16 @@ func TestPlanWeightsnap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, _ := plan.Identity.ID(); d != a.IdentityDigest || len(plan.Files) != len(l.Index.Files) || plan.TotalBytes() != l.Index.TotalBytes() {
+	if d, _ := plan.Identity.ID(); d != a.ID || len(plan.Files) != len(l.Index.Files) || plan.TotalBytes() != l.Index.TotalBytes() {
 		t.Fatalf("plan %+v", plan)
 	}
 	for name, edit := range map[string]func(m *ocispec.Manifest, x *artifact.Index){
 		"identity digest": func(m *ocispec.Manifest, _ *artifact.Index) {
 			m.Annotations[AnnotationIdentityDigest] = "sha256:" + strings.Repeat("0", 64)
 		},
-		"index identity": func(_ *ocispec.Manifest, x *artifact.Index) { x.Identity = "sha256:" + strings.Repeat("0", 64) },
+		"index identity": func(_ *ocispec.Manifest, x *artifact.Index) {
+			x.ID = artifact.MustParseID("sha256:" + strings.Repeat("0", 64))
+		},
 		"layer digest": func(m *ocispec.Manifest, _ *artifact.Index) {
 			m.Layers[0].Digest = digest.FromString("other")
 		},

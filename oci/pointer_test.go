@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,7 +23,7 @@ const testIdentity = "sha256:111111111111111111111111111111111111111111111111111
 
 func testPointer() pointer.Pointer {
 	return pointer.Pointer{Artifact: "127.0.0.1:5000/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222",
-		Identity: artifact.MustParseID(testIdentity), Target: "/models/llama", Files: 3, Bytes: 1 << 30}
+		ID: artifact.MustParseID(testIdentity), Target: "/models/llama", Files: 3, Bytes: 1 << 30}
 }
 
 // TestPointerLayerDeterministic: same pointer, same bytes; sorted entries owned
@@ -43,7 +44,8 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		t.Fatalf("descriptor %+v", a.Desc)
 	}
 	want := []string{"models/", "models/llama/", "models/llama/.weightsnap/", "models/llama/.weightsnap/pointers/",
-		"models/llama/.weightsnap/pointers/1111111111111111111111111111111111111111111111111111111111111111.json"}
+		"models/llama/.weightsnap/pointers/1111111111111111111111111111111111111111111111111111111111111111.json",
+		"models/llama/WEIGHTS_NOT_MOUNTED"}
 	tr := tar.NewReader(bytes.NewReader(a.Tar))
 	var got []string
 	for {
@@ -58,10 +60,16 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		if h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" || h.ModTime.Unix() != 0 {
 			t.Fatalf("%s: owner %d:%d %q:%q mtime %v", h.Name, h.Uid, h.Gid, h.Uname, h.Gname, h.ModTime)
 		}
-		if h.Typeflag == tar.TypeReg {
+		if h.Typeflag == tar.TypeReg && path.Base(h.Name) == pointer.NoticeName {
+			body, _ := io.ReadAll(tr)
+			if len(body) > pointer.MaxNoticeBytes || !strings.Contains(string(body), testPointer().Artifact) ||
+				!strings.Contains(string(body), "nerdctl --snapshotter weightsnap run") || h.Mode != 0o444 {
+				t.Fatalf("notice file (mode %o):\n%s", h.Mode, body)
+			}
+		} else if h.Typeflag == tar.TypeReg {
 			body, _ := io.ReadAll(tr)
 			var p pointer.Pointer
-			if err := json.Unmarshal(body, &p); err != nil || p.Identity.String() != testIdentity || p.Target != "/models/llama" || p.Schema != pointer.Schema {
+			if err := json.Unmarshal(body, &p); err != nil || p.ID.String() != testIdentity || p.Target != "/models/llama" || p.Schema != pointer.Schema {
 				t.Fatalf("pointer file %s: %v", body, err)
 			}
 			if h.Mode != 0o444 {
@@ -75,7 +83,7 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		t.Fatalf("entries\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	p, ok, err := PointerFromAnnotations(a.Desc)
-	if err != nil || !ok || p.Artifact != testPointer().Artifact || p.Identity.String() != testIdentity || p.Target != "/models/llama" {
+	if err != nil || !ok || p.Artifact != testPointer().Artifact || p.ID.String() != testIdentity || p.Target != "/models/llama" {
 		t.Fatalf("labels %v", a.Desc.Annotations)
 	}
 	for _, k := range []string{pointer.LabelArtifact, pointer.LabelIdentity, pointer.LabelTarget} {
@@ -104,7 +112,7 @@ func TestPointerTargetValidation(t *testing.T) {
 		t.Fatalf("pointer.CleanTarget: %q %v", c, err)
 	}
 	p := testPointer()
-	p.Identity = artifact.ID{}
+	p.ID = artifact.ID{}
 	if _, err := NewPointerLayer(p); err == nil {
 		t.Fatal("a pointer without an identity was accepted")
 	}
@@ -190,7 +198,7 @@ func TestInspectFollowsPointersOnlyToArtifactsOnConfiguredHosts(t *testing.T) {
 	// An image with two pointers: one to a host not configured, one to a weight image.
 	var pls []*PointerLayer
 	for i, ref := range []string{elsewhere + "/models/x@sha256:" + zeros, f.host() + "/apps/inner@" + inner.Manifest} {
-		pl, err := NewPointerLayer(pointer.Pointer{Artifact: ref, Identity: artifact.MustParseID(testIdentity), Target: []string{"/a", "/b"}[i]})
+		pl, err := NewPointerLayer(pointer.Pointer{Artifact: ref, ID: artifact.MustParseID(testIdentity), Target: []string{"/a", "/b"}[i]})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -245,7 +253,7 @@ func TestPointerLayerNext(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 40 {
-		p.Next = append(p.Next, pointer.Pointer{Artifact: fmt.Sprintf("127.0.0.1:5000/models/m%d@sha256:%s", i, zeros), Identity: artifact.MustParseID(fmt.Sprintf("sha256:%064x", i))})
+		p.Next = append(p.Next, pointer.Pointer{Artifact: fmt.Sprintf("127.0.0.1:5000/models/m%d@sha256:%s", i, zeros), ID: artifact.MustParseID(fmt.Sprintf("sha256:%064x", i))})
 	}
 	pl, err := NewPointerLayer(p)
 	if err != nil {

@@ -79,7 +79,7 @@ func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o Pu
 
 // ArtifactProvider is the registry source of one digest-pinned artifact
 // reference: the artifact a weight image's pointer names. It implements
-// resolve.Provider and resolve.DigestProvider without importing resolve.
+// resolve.Provider and resolve.IDProvider without importing resolve.
 type ArtifactProvider struct {
 	// Remote is opened at the pinned reference.
 	Remote *registry.Remote
@@ -100,9 +100,9 @@ func (p *ArtifactProvider) Producer(ctx context.Context, identity artifact.Ident
 	return prod, err
 }
 
-// ProducerForDigest implements resolve.DigestProvider.
-func (p *ArtifactProvider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
-	return producerFor(ctx, p.Remote, digest, p.Options)
+// ProducerForID implements resolve.IDProvider.
+func (p *ArtifactProvider) ProducerForID(ctx context.Context, id artifact.ID) (artifact.Identity, artifact.Producer, error) {
+	return producerFor(ctx, p.Remote, id, p.Options)
 }
 
 // Locator opens the providers of digest-pinned artifact references, on the
@@ -146,7 +146,7 @@ func AllowedHost(hosts []string, host string) bool {
 
 // tagIdentity files a pushed manifest under its identity tag too.
 func tagIdentity(ctx context.Context, r *registry.Remote, a *Artifact) error {
-	tagged, err := r.Sibling(r.Name() + ":" + IdentityTag(a.IdentityDigest))
+	tagged, err := r.Sibling(r.Name() + ":" + IdentityTag(a.ID))
 	if err != nil {
 		return err
 	}

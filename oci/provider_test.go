@@ -98,7 +98,7 @@ func TestLocatorInResolution(t *testing.T) {
 		t.Fatal(err)
 	}
 	digest := l.ID
-	res, err := rt.Resolve(ctx, resolve.Request{Digest: digest, Artifact: pinned})
+	res, err := rt.Resolve(ctx, resolve.Request{ID: digest, Artifact: pinned})
 	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Lease.ID != l.ID {
 		t.Fatalf("resolve by digest: %v %+v", err, res.Report)
 	}
@@ -110,7 +110,7 @@ func TestLocatorInResolution(t *testing.T) {
 	}
 	// The pinned artifact under another identity digest is a collision.
 	p, _ := loc.Locate(ctx, pinned)
-	if _, _, err := p.ProducerForDigest(ctx, artifact.MustParseID("sha256:"+zeros)); !errdefs.IsConflict(err) {
+	if _, _, err := p.ProducerForID(ctx, artifact.MustParseID("sha256:"+zeros)); !errdefs.IsConflict(err) {
 		t.Fatalf("wrong digest: %v", err)
 	}
 }

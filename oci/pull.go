@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sync/errgroup"
@@ -50,6 +51,9 @@ type PullOptions struct {
 	// Progress, if set, is told of payload bytes fetched or reused; it is
 	// called from several goroutines at once.
 	Progress func(n int64)
+	// Reused, if set, is told of the payload bytes of Progress that an
+	// interrupted pull had already fetched (so a rate can leave them out).
+	Reused func(n int64)
 }
 
 // RangeMode is PullOptions.Ranges.
@@ -70,17 +74,20 @@ const (
 
 // PullReport says what a pull did.
 type PullReport struct {
-	Ref      string      `json:"ref"`
-	Manifest string      `json:"manifest"`
-	Kind     Kind        `json:"kind"`
-	Identity artifact.ID `json:"identity"`
-	ID       string      `json:"id"` // the identity hex
-	Path     string      `json:"path"`
-	Built    bool        `json:"built"`
-	Files    int         `json:"files"`
-	Bytes    int64       `json:"bytes"`
-	store.Transfer
+	Ref      string `json:"ref"`
+	Manifest string `json:"manifest"`
+	Kind     Kind   `json:"kind"`
+	store.TransferReport
 	Seconds float64 `json:"seconds"`
+}
+
+// MarshalJSON is the report's encoding, `weightsnap pull --json`: the
+// fields, and the identity's hex under "id".
+func (r PullReport) MarshalJSON() ([]byte, error) {
+	type fields PullReport
+	return jsonobj.Concat(fields(r), struct {
+		Hex string `json:"id"`
+	}{r.ID.Hex()})
 }
 
 // plan fetches a manifest's index layer, if it has one, and plans the pull.
@@ -123,7 +130,7 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 	return id, true
 }
 
-// Pull materializes a remote artifact in the store and returns a lease on
+// Pull materialises a remote artifact in the store and returns a lease on
 // it. Blobs stream from the registry straight into the store's writer,
 // several at once, large ones in parallel ranges. Each byte is hashed once:
 // the writer computes every layer's sha256 and checks it against the layer
@@ -139,18 +146,21 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := weightImageError(r.String(), resolved.Manifest); err != nil {
+		return nil, nil, err
+	}
 	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
 	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
 	if id, ok := annotatedIdentity(resolved.Manifest); ok {
-		mo.Known, _ = id.ID()
+		mo.ID, _ = id.ID()
 	}
 	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
 		p, err := planRemote(ctx, r, resolved.Manifest, o.Import)
 		if err != nil {
 			return artifact.Identity{}, nil, err
 		}
-		if rep.Identity, err = p.Identity.ID(); err != nil {
+		if rep.ID, err = p.Identity.ID(); err != nil {
 			return artifact.Identity{}, nil, err
 		}
 		rep.Kind, rep.Files, rep.Bytes = p.Kind, len(p.Files), p.TotalBytes()
@@ -167,12 +177,8 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		}
 		return nil, rep, err
 	}
-	rep.Identity, rep.ID, rep.Path, rep.Built = lease.ID, lease.ID.Hex(), lease.Dir, m.Built
-	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
-	if m.Transfer != nil {
-		rep.Transfer = *m.Transfer
-	}
-	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", rep.Identity).WithField("built", rep.Built).
+	rep.TransferReport = m.Report(lease)
+	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", rep.ID).WithField("built", rep.Built).
 		WithField("fetched", rep.Fetched).WithField("reused", rep.Reused).Debug("pull done")
 	return lease, rep, nil
 }
@@ -279,6 +285,9 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 			done[i] = true
 			p.reused.Add(f.Size)
 			p.reusedFiles.Add(1)
+			if p.o.Reused != nil {
+				p.o.Reused(f.Size)
+			}
 			p.progress(f.Size)
 			log.G(ctx).WithField("file", f.Path).Debug("reused from an interrupted pull")
 			return nil

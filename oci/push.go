@@ -36,7 +36,7 @@ type PushReport struct {
 	Ref       string      `json:"ref"`
 	Reference string      `json:"reference"` // registry/repo@sha256:<manifest>
 	Manifest  string      `json:"manifest"`
-	Identity  artifact.ID `json:"identity"`
+	ID        artifact.ID `json:"identity"`
 	Blobs     int         `json:"blobs"`
 	Bytes     int64       `json:"bytes"`
 	Uploaded  int64       `json:"uploaded_bytes"`
@@ -67,7 +67,7 @@ func Push(ctx context.Context, l *store.Lease, r *registry.Remote, o PushOptions
 	if err != nil {
 		return nil, err
 	}
-	rep := &PushReport{Ref: r.String(), Manifest: a.ManifestDesc.Digest.String(), Identity: a.IdentityDigest,
+	rep := &PushReport{Ref: r.String(), Manifest: a.ManifestDesc.Digest.String(), ID: a.ID,
 		Reference: r.Name() + "@" + a.ManifestDesc.Digest.String(), Blobs: len(a.Layers) + 2, Bytes: l.Index.TotalBytes()}
 	var blobs []blobSource
 	files := l.Files()

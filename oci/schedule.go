@@ -122,14 +122,13 @@ func (p *puller) closeUnfinished() {
 // useRanges decides whether large files are cut into ranges. Each file is
 // written, and hashed, in order, so ranges add speed only where one
 // connection is slower than the hashing, or where whole-file streams cannot
-// keep the workers busy; elsewhere they only add requests and copies (2 GiB
-// from a registry one veth away on a 2-core machine: 3.9-4.7 s in ranges,
-// 2.6-2.8 s as streams). So RangesAuto probes the registry's ranges (one
-// byte of the first large blob) and cuts the files (rangesFor) when there
-// are fewer of them than FilesInFlight, or when one connection is slow: the
-// server is farRTT or more away, or is another host (object storage and
-// CDNs, which limit each connection). Ranges are used only where the
-// registry serves them.
+// keep the workers busy; elsewhere they only add requests and copies, and a
+// near registry is slower in ranges than as streams. So RangesAuto probes
+// the registry's ranges (one byte of the first large blob) and cuts the
+// files (rangesFor) when there are fewer of them than FilesInFlight, or when
+// one connection is slow: the server is farRTT or more away, or is another
+// host (object storage and CDNs, which limit each connection). Ranges are
+// used only where the registry serves them.
 func (p *puller) useRanges(ctx context.Context, files []PlanFile, chunk int64) bool {
 	if chunk < 0 || p.o.Ranges == RangesOff {
 		return false
@@ -165,10 +164,10 @@ func rangesFor(mode RangeMode, large, inFlight int, probe registry.RangeProbe) b
 }
 
 // farRTT is the round trip from which RangesAuto takes a registry for far:
-// a stream keeps pace with the hashing (1.5-2 GB/s) only while its receive
-// window covers the bandwidth-delay product, and Linux's default ceiling of
-// 6 MiB covers 3-4 ms at that rate. Within a data centre a round trip takes
-// well under 1 ms.
+// a stream keeps pace with the hashing only while its receive window covers
+// the bandwidth-delay product, and Linux's default ceiling of 6 MiB covers a
+// few milliseconds at the hashing's rate. Within a data centre a round trip
+// takes well under one.
 const farRTT = 2 * time.Millisecond
 
 func (p *puller) filesInFlight() int {
@@ -400,7 +399,7 @@ func (p *puller) finish(t *fileTask) error {
 	if err := t.fw.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", t.f.Path, layerError(t.f, err))
 	}
-	got, err := t.fw.Digest()
+	got, err := t.fw.Entry()
 	if err != nil {
 		return fmt.Errorf("hash %s: %w", t.f.Path, err)
 	}

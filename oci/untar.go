@@ -305,7 +305,7 @@ func (x *extraction) extract(tr *tar.Reader, hdr *tar.Header, name string) error
 	if err := fw.Close(); err != nil {
 		return fmt.Errorf("tar layer %s: %s: %w", x.a.Layer.Digest, name, err)
 	}
-	e, err := fw.Digest()
+	e, err := fw.Entry()
 	if err != nil {
 		return err
 	}

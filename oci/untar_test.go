@@ -149,7 +149,7 @@ func (f *memFile) Close() error {
 	return nil
 }
 
-func (f *memFile) Digest() (artifact.FileEntry, error) {
+func (f *memFile) Entry() (artifact.FileEntry, error) {
 	sum := sha256.Sum256(f.buf.Bytes())
 	return artifact.FileEntry{File: artifact.File{Path: f.path, Size: f.size, SHA256: hex.EncodeToString(sum[:])}}, nil
 }

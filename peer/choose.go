@@ -47,7 +47,7 @@ func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artif
 				return
 			}
 			for _, a := range ls.Artifacts {
-				if a.IdentityDigest == id || a.ManifestDigest == id.String() {
+				if a.ID == id || a.ManifestDigest == id.String() {
 					offers[i] = &source{addr: addr, building: a.Building, children: a.Children, depth: a.Depth, verified: a.VerifiedBytes,
 						full: ls.MaxChildren > 0 && a.Children >= ls.MaxChildren}
 					return

@@ -53,7 +53,7 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 	d := net.Dialer{Timeout: min(c.Timeout, dialTimeout), KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
-		return nil, nil, &PeerError{Addr: addr, Err: err}
+		return nil, nil, &Error{Addr: addr, Err: err}
 	}
 	conn := net.Conn(raw)
 	if secure && c.TLS != nil {
@@ -67,7 +67,7 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 		cancel()
 		if err != nil {
 			raw.Close()
-			return nil, nil, &PeerError{Addr: addr, Err: fmt.Errorf("TLS handshake: %w", err)}
+			return nil, nil, &Error{Addr: addr, Err: fmt.Errorf("TLS handshake: %w", err)}
 		}
 		conn = tc
 	}
@@ -78,7 +78,7 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 	}
 	if _, err := dc.Write(wire.Hello{Op: op, Token: tok}.Encode()); err != nil {
 		conn.Close()
-		return nil, nil, &PeerError{Addr: addr, Err: err}
+		return nil, nil, &Error{Addr: addr, Err: err}
 	}
 	return dc, bufio.NewReader(dc), nil
 }
@@ -93,7 +93,7 @@ func (c ClientConfig) List(ctx context.Context, addr string) (*wire.Listing, err
 	defer conn.Close()
 	ls, err := wire.ReadListing(r, c.ManifestMax)
 	if err != nil {
-		return nil, &PeerError{Addr: addr, Err: err}
+		return nil, &Error{Addr: addr, Err: err}
 	}
 	return ls, nil
 }
@@ -131,7 +131,7 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 	cs := &clientSession{addr: addr, cfg: cfg, conn: conn, r: r}
 	fail := func(err error) (*clientSession, error) {
 		conn.Close()
-		return nil, &PeerError{Addr: addr, Err: err}
+		return nil, &Error{Addr: addr, Err: err}
 	}
 	if _, err := conn.Write(req); err != nil {
 		return fail(err)
@@ -157,11 +157,11 @@ func openSession(ctx context.Context, cfg ClientConfig, addr, request string) (*
 // starts pinging the control connection.
 func (cs *clientSession) startPlane(ctx context.Context, mode Mode, rails int) error {
 	if _, err := cs.conn.Write(wire.TransportRequest{Mode: mode, Rails: rails}.Encode()); err != nil {
-		return &PeerError{Addr: cs.addr, Err: err}
+		return &Error{Addr: cs.addr, Err: err}
 	}
 	a, err := wire.ReadTransportAnswer(cs.r, rails)
 	if err != nil {
-		return &PeerError{Addr: cs.addr, Err: err}
+		return &Error{Addr: cs.addr, Err: err}
 	}
 	cs.mode, cs.rails, cs.secret, cs.endpoints = mode, len(a.Endpoints), a.Secret, a.Endpoints
 	cs.stopPing, cs.pingDone = make(chan struct{}), make(chan struct{})
@@ -199,7 +199,7 @@ func (cs *clientSession) finish() error {
 	}
 	cs.conn.Close()
 	if err != nil {
-		return &PeerError{Addr: cs.addr, Err: err}
+		return &Error{Addr: cs.addr, Err: err}
 	}
 	return nil
 }
@@ -230,11 +230,11 @@ func (cs *clientSession) railAddr(r int) (string, error) {
 // readKeys reads the rma key table: per rail, per shard, (base, key).
 func (cs *clientSession) readKeys(shards int) ([][]wire.RemoteKey, error) {
 	if err := wire.ReadStatus(cs.r, "rma setup"); err != nil {
-		return nil, &PeerError{Addr: cs.addr, Err: err}
+		return nil, &Error{Addr: cs.addr, Err: err}
 	}
 	keys, err := wire.ReadKeyTable(cs.r, cs.rails, shards)
 	if err != nil {
-		return nil, &PeerError{Addr: cs.addr, Err: err}
+		return nil, &Error{Addr: cs.addr, Err: err}
 	}
 	return keys, nil
 }

@@ -23,16 +23,16 @@ func (e *StaleGenerationError) Error() string {
 // Unwrap classifies the error: the session is gone, a new one may work.
 func (e *StaleGenerationError) Unwrap() error { return errdefs.ErrUnavailable }
 
-// PeerError is a failure talking to one peer.
-type PeerError struct {
+// Error is a failure talking to one peer.
+type Error struct {
 	Addr string
 	Err  error
 }
 
-func (e *PeerError) Error() string { return "peer " + e.Addr + ": " + e.Err.Error() }
+func (e *Error) Error() string { return "peer " + e.Addr + ": " + e.Err.Error() }
 
 // Unwrap returns the cause.
-func (e *PeerError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
 func badInput(format string, args ...any) error {
 	return fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
@@ -47,6 +47,6 @@ func unsupported(m Mode, why string) error {
 // from this node (its store, its context): such a failure moves a fetch on
 // to another peer.
 func peerFault(err error) bool {
-	var pe *PeerError
+	var pe *Error
 	return errors.As(err, &pe)
 }

@@ -26,9 +26,8 @@ const (
 )
 
 // Export is an exported directory: one the peer's configuration
-// allowlists ([[peer.staged]], the configuration's name for exported
-// directories) and that the peer serves, as staged:NAME on the wire, as a
-// passthrough artifact of the revision it holds.
+// allowlists ([[peer.exports]]) and that the peer serves, as staged:NAME on
+// the wire, as a passthrough artifact of the revision it holds.
 type Export struct {
 	Name       string `toml:"name" json:"name"`
 	Path       string `toml:"path" json:"path"`
@@ -56,7 +55,7 @@ type exportSet struct {
 	ceiling int64
 
 	mu      sync.Mutex
-	entries map[string]*exportEntry // by staged id, for good
+	entries map[string]*exportEntry // by export id, for good
 	mapped  int64
 	tick    uint64
 }
@@ -238,12 +237,12 @@ func (set *exportSet) reserve(n int64) error {
 
 // mapDir opens, hashes and maps every file below dir.Path/sub, refusing any
 // path that leaves the exported directory.
-func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*mapping, error) {
+func (set *exportSet) mapDir(ctx context.Context, dir Export, ref, sub string) (*mapping, error) {
 	revision := dir.Revision
 	if revision == "" {
 		m := snapshotRE.FindStringSubmatch(sub)
 		if m == nil {
-			return nil, badInput("%s%s: no revision configured, and not a Hugging Face snapshot path (snapshots/<commit>)", wire.ExportPrefix, id)
+			return nil, badInput("%s%s: no revision configured, and not a Hugging Face snapshot path (snapshots/<commit>)", wire.ExportPrefix, ref)
 		}
 		revision = m[2]
 	}
@@ -254,7 +253,7 @@ func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*
 	defer unix.Close(root)
 	files, err := walkBeneath(root, sub)
 	if err != nil {
-		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, ref, err)
 	}
 	st := &mapping{}
 	defer func() {
@@ -268,11 +267,11 @@ func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*
 		st.bytes += f.st.Size
 	}
 	if err := set.reserve(st.bytes); err != nil {
-		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, ref, err)
 	}
 	shards, err := hashAndMap(ctx, files)
 	var identity artifact.Identity
-	var digest artifact.ID
+	var id artifact.ID
 	if err == nil {
 		src := &artifact.SourceDir{Root: path.Join(dir.Path, sub)}
 		for _, s := range shards {
@@ -280,7 +279,7 @@ func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*
 		}
 		identity = artifact.PassthroughIdentity(src, dir.Repository, revision, dir.Component, 0, 0)
 		if err = identity.Validate(); err == nil {
-			digest, err = identity.ID()
+			id, err = identity.ID()
 		}
 	}
 	if err != nil {
@@ -288,13 +287,13 @@ func (set *exportSet) mapDir(ctx context.Context, dir Export, id, sub string) (*
 		set.mu.Lock()
 		set.mapped -= st.bytes
 		set.mu.Unlock()
-		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, id, err)
+		return nil, fmt.Errorf("%s%s: %w", wire.ExportPrefix, ref, err)
 	}
 	for _, f := range files {
 		st.stats = append(st.stats, f.st)
 	}
 	st.sv = servable{shards: shards, manifest: wire.WeightManifest{Schema: wire.ManifestSchema, Identity: identity,
-		IdentityDigest: digest, Export: id}}
+		ID: id, Export: ref}}
 	for _, s := range shards {
 		st.sv.manifest.Shards = append(st.sv.manifest.Shards, wire.ShardFromEntry(s.entry, s.data))
 	}

@@ -58,7 +58,7 @@ func TestExportCeiling(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if again.Identity == first.Identity {
+	if again.ID == first.ID {
 		t.Fatal("a changed directory kept its identity")
 	}
 }

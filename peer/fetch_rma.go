@@ -45,11 +45,11 @@ func (f *fetcher) runRMA(ctx context.Context, cs *clientSession, byRail [][]*uni
 	for r := range cs.rails {
 		e, err := wire.DecodeRMAEndpoint(cs.endpoints[r])
 		if err != nil {
-			return &PeerError{Addr: cs.addr, Err: err}
+			return &Error{Addr: cs.addr, Err: err}
 		}
 		ep, err := fabric.Connect(e.Provider, e.Host, e.Port, min(cs.cfg.Timeout, dialTimeout))
 		if err != nil {
-			return &PeerError{Addr: cs.addr, Err: err}
+			return &Error{Addr: cs.addr, Err: err}
 		}
 		eps = append(eps, ep)
 	}
@@ -126,7 +126,7 @@ func askUnitKeys(ctx context.Context, g *errgroup.Group, cs *clientSession, keys
 		for _, a := range asks {
 			k, err := wire.ReadUnitKey(cs.r)
 			if err != nil {
-				return &PeerError{Addr: cs.addr, Err: err}
+				return &Error{Addr: cs.addr, Err: err}
 			}
 			<-window
 			rails[a.rail] <- k
@@ -206,7 +206,7 @@ func (f *fetcher) rmaRail(ctx context.Context, cs *clientSession, ep *fabric.EP,
 			break
 		}
 		if err = ep.ReadBatch(ops, rmaChunk, rmaWindow, cs.cfg.Timeout, &cancel); err != nil {
-			err = &PeerError{Addr: cs.addr, Err: err}
+			err = &Error{Addr: cs.addr, Err: err}
 			break
 		}
 		batches <- batch

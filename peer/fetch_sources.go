@@ -35,12 +35,12 @@ func (f *fetcher) orphanWait(ctx context.Context) time.Duration {
 	rank := rand.N(orphanStep)
 	if f.o.self != "" {
 		near := []string{f.o.self}
-		for _, o := range listSources(ctx, f.o.Client, f.peers, f.base.IdentityDigest) {
+		for _, o := range listSources(ctx, f.o.Client, f.peers, f.base.ID) {
 			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != f.o.self {
 				near = append(near, o.addr)
 			}
 		}
-		rank = time.Duration(slices.Index(rendezvous(f.base.IdentityDigest, near), f.o.self)) * orphanStep
+		rank = time.Duration(slices.Index(rendezvous(f.base.ID, near), f.o.self)) * orphanStep
 	}
 	f.orphanAfter = orphanSettle + rank
 	return f.orphanAfter
@@ -71,7 +71,7 @@ func (f *fetcher) nextSession(ctx context.Context) (*clientSession, error) {
 		}
 		if err := sameContent(f.base, cs.manifest); err != nil {
 			cs.close()
-			last = &PeerError{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+			last = &Error{Addr: f.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 			continue
 		}
 		if err := f.eligible(cs.addr, cs.manifest); err != nil {
@@ -94,10 +94,10 @@ func (f *fetcher) eligible(addr string, m *wire.WeightManifest) error {
 	case !m.Building:
 		return nil
 	case m.Depth < 0:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.IdentityDigest.Short(), errNotNearer, errdefs.ErrUnavailable)}
+		return &Error{Addr: addr, Err: fmt.Errorf("it builds %s but %w: no source yet: %w", m.ID.Short(), errNotNearer, errdefs.ErrUnavailable)}
 	case f.depth >= 0 && m.Depth >= f.depth:
-		return &PeerError{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
-			m.IdentityDigest.Short(), errNotNearer, m.Depth, f.depth, errdefs.ErrUnavailable)}
+		return &Error{Addr: addr, Err: fmt.Errorf("it builds %s but %w: depth %d, this node's %d: %w",
+			m.ID.Short(), errNotNearer, m.Depth, f.depth, errdefs.ErrUnavailable)}
 	}
 	return nil
 }
@@ -123,8 +123,8 @@ func (e *noSourceError) Unwrap() error { return e.last }
 // sameContent says whether two manifests describe the same bytes, so a
 // fetch can resume from one peer's session with another's.
 func sameContent(m, o *wire.WeightManifest) error {
-	if m.IdentityDigest != o.IdentityDigest || len(m.Shards) != len(o.Shards) {
-		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", o.IdentityDigest.Short(), m.IdentityDigest.Short())
+	if m.ID != o.ID || len(m.Shards) != len(o.Shards) {
+		return fmt.Errorf("the peer serves another artifact (%s) than the one being fetched (%s)", o.ID.Short(), m.ID.Short())
 	}
 	for i := range m.Shards {
 		if err := artifact.CompareEntry(m.Shards[i].FileEntry, o.Shards[i].FileEntry); err != nil {

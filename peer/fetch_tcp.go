@@ -38,7 +38,7 @@ func (f *fetcher) runTCP(ctx context.Context, cs *clientSession, byRail [][]*uni
 func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units []*unit) error {
 	addr, err := cs.railAddr(r)
 	if err != nil {
-		return &PeerError{Addr: cs.addr, Err: err}
+		return &Error{Addr: cs.addr, Err: err}
 	}
 	conn, br, err := cs.cfg.dial(ctx, addr, wire.OpRail, false)
 	if err != nil {
@@ -47,7 +47,7 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 	defer conn.Close()
 	stop := context.AfterFunc(ctx, func() { conn.Close() })
 	defer stop()
-	peerErr := func(err error) error { return &PeerError{Addr: addr, Err: err} }
+	peerErr := func(err error) error { return &Error{Addr: addr, Err: err} }
 	if _, err := conn.Write(wire.RailAttach{Secret: cs.secret, Generation: cs.gen, Rail: byte(r)}.Encode()); err != nil {
 		return peerErr(err)
 	}
@@ -86,8 +86,8 @@ type chunk struct {
 	b      []byte
 	off    int64 // in the unit
 	last   bool
-	sum    artifact.Digest // the unit's BLAKE3 (a piece's chaining value), in its last chunk
-	pieces []*unit         // set: cvs are the chaining values of these pieces of u
+	sum    artifact.Sum // the unit's BLAKE3 (a piece's chaining value), in its last chunk
+	pieces []*unit      // set: cvs are the chaining values of these pieces of u
 	cvs    [][32]byte
 	err    error
 }
@@ -203,7 +203,7 @@ func (f *fetcher) hashChunks(ctx context.Context, addr string, full <-chan chunk
 		case !ok:
 			return nil
 		case c.err != nil:
-			return &PeerError{Addr: addr, Err: c.err}
+			return &Error{Addr: addr, Err: c.err}
 		}
 		if c.pieces != nil {
 			hashed <- c

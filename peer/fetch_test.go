@@ -130,8 +130,8 @@ func TestFetchExportAndList(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if want := digestOf(t, artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)); rep.Identity.String() != want {
-		t.Fatalf("staged identity %s, want the passthrough identity %s", rep.Identity, want)
+	if want := digestOf(t, artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)); rep.ID.String() != want {
+		t.Fatalf("staged identity %s, want the passthrough identity %s", rep.ID, want)
 	}
 	verifyFull(t, dst, l.ID)
 	if ls, _ = (ClientConfig{}).List(context.Background(), addr); !ls.Exports[0].Mapped || ls.Exports[0].Bytes != rep.Bytes {
@@ -152,8 +152,8 @@ func TestFetchSubset(t *testing.T) {
 	}
 	defer l.Close()
 	want, _ := producers.SubsetIdentity(id, patterns)
-	if rep.Identity.String() != digestOf(t, want) || l.Identity().Producer.Name != producers.TensorSubsetName {
-		t.Fatalf("subset identity %s", rep.Identity)
+	if rep.ID.String() != digestOf(t, want) || l.Identity().Producer.Name != producers.TensorSubsetName {
+		t.Fatalf("subset identity %s", rep.ID)
 	}
 	verifyFull(t, dst, l.ID)
 	sl, err := src.Lookup(context.Background(), mustID(t, id), "")

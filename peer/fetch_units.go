@@ -19,7 +19,7 @@ type unit struct {
 	dstOff int64
 	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header or a piece
 	name   string // tensor name; "" for a header or a whole file
-	blake3 artifact.Digest
+	blake3 artifact.Sum
 	done   bool // verified; guarded by fetcher.mu
 
 	// A piece has a parent, its index among the parent's pieces, and its
@@ -34,8 +34,8 @@ type unit struct {
 
 // shardUnits are a whole shard's units, written at the same offsets.
 func shardUnits(i int, s wire.WeightShard, t *target) []*unit {
-	digest := func(h string) artifact.Digest {
-		d, _ := artifact.ParseDigest(h) // the manifest's validation checked every digest
+	digest := func(h string) artifact.Sum {
+		d, _ := artifact.ParseSum(h) // the manifest's validation checked every digest
 		return d
 	}
 	if !artifact.IsSafetensors(s.Path) {
@@ -103,14 +103,14 @@ func (u *unit) what() string {
 // mismatch is the peer's fault; a match is reported to a bound file and the
 // unit is done, and a piece's parent once its pieces all are. A target
 // whose units are all done is closed in the background.
-func (f *fetcher) landed(addr string, u *unit, sum artifact.Digest) error {
+func (f *fetcher) landed(addr string, u *unit, sum artifact.Sum) error {
 	if sum != u.blake3 {
 		got, want := "BLAKE3", "manifest says"
 		if u.parent != nil {
 			got, want = "chaining value", "its pieces' list says"
 		}
-		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched %s: %s %s, %s %s: %w", u.what(), got,
-			artifact.ShortHex(artifact.DigestHex(sum)), want, artifact.ShortHex(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
+		return &Error{Addr: addr, Err: fmt.Errorf("fetched %s: %s %s, %s %s: %w", u.what(), got,
+			artifact.ShortHex(artifact.SumHex(sum)), want, artifact.ShortHex(artifact.SumHex(u.blake3)), errdefs.ErrDataLoss)}
 	}
 	if u.parent == nil {
 		if err := f.setPart(u); err != nil {

@@ -109,8 +109,8 @@ func asks(units []*unit, pieces bool) []ask {
 // their chaining values, become u's pieces.
 func (f *fetcher) split(addr string, u *unit, ps []*unit, cvs [][32]byte) error {
 	if len(cvs) != len(ps) || blake3.RootFromCVs(cvs) != u.blake3 {
-		return &PeerError{Addr: addr, Err: fmt.Errorf("fetched the pieces of %s: %d chaining values for %d pieces, not merging into its BLAKE3 %s: %w",
-			u.what(), len(cvs), len(ps), artifact.ShortHex(artifact.DigestHex(u.blake3)), errdefs.ErrDataLoss)}
+		return &Error{Addr: addr, Err: fmt.Errorf("fetched the pieces of %s: %d chaining values for %d pieces, not merging into its BLAKE3 %s: %w",
+			u.what(), len(cvs), len(ps), artifact.ShortHex(artifact.SumHex(u.blake3)), errdefs.ErrDataLoss)}
 	}
 	if f.seed != nil && u.dst.fw != nil {
 		if err := f.seed.Pieces(u.dst.path, u.dstOff, u.n, cvs); err != nil {

@@ -217,7 +217,7 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 	cvs, err := bb.WaitPieces(short, "model.safetensors", p.long.Offset, p.long.Length)
 	cancel()
 	bb.Close()
-	if d, _ := artifact.ParseDigest(p.long.BLAKE3); err != nil || blake3.RootFromCVs(cvs) != d {
+	if d, _ := artifact.ParseSum(p.long.BLAKE3); err != nil || blake3.RootFromCVs(cvs) != d {
 		t.Fatalf("B's record of %s's pieces: %d, %v", p.long.Name, len(cvs), err)
 	}
 	close(p.release)
@@ -283,7 +283,7 @@ func TestPiecesOfASubset(t *testing.T) {
 	if err != nil || largest.Load() > blake3.PieceSize {
 		t.Fatalf("subset of %s: largest unit %d bytes, %v", p.long.Name, largest.Load(), err)
 	}
-	if d, _ := artifact.ParseDigest(p.long.BLAKE3); blake3.Sum256(got) != d {
+	if d, _ := artifact.ParseSum(p.long.BLAKE3); blake3.Sum256(got) != d {
 		t.Fatalf("tensor %s differs from the source", p.long.Name)
 	}
 }

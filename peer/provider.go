@@ -18,7 +18,7 @@ import (
 
 // Provider is the weight-peer source of resolution: the configured peers,
 // asked in order for the exact identity. It implements resolve.Provider and
-// resolve.DigestProvider without importing resolve.
+// resolve.IDProvider without importing resolve.
 type Provider struct {
 	// Peers are host:port entries, IP addresses or DNS names with many
 	// addresses (see ExpandPeers).
@@ -116,8 +116,8 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 	if err != nil {
 		return nil, err // errdefs.ErrNotFound when no peer holds it: a clean miss
 	}
-	if f.base.IdentityDigest != digest {
-		return nil, fmt.Errorf("peer answered %s for %s: %w", f.base.IdentityDigest.Short(), digest.Short(), errdefs.ErrConflict)
+	if f.base.ID != digest {
+		return nil, fmt.Errorf("peer answered %s for %s: %w", f.base.ID.Short(), digest.Short(), errdefs.ErrConflict)
 	}
 	return f, nil
 }
@@ -129,10 +129,10 @@ func (f *fetcher) Transfer() store.Transfer {
 		Reused: f.reused.Load(), ReusedFiles: f.reusedFiles}
 }
 
-// ProducerForDigest implements resolve.DigestProvider: a peer is asked for
+// ProducerForID implements resolve.IDProvider: a peer is asked for
 // an artifact by its identity digest, and its manifest carries the identity.
-func (p *Provider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
-	f, err := p.fetcherFor(ctx, digest)
+func (p *Provider) ProducerForID(ctx context.Context, id artifact.ID) (artifact.Identity, artifact.Producer, error) {
+	f, err := p.fetcherFor(ctx, id)
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}

@@ -255,7 +255,7 @@ func TestRMAConnectBounded(t *testing.T) {
 		endpoints: [][]byte{wire.EncodeRMAEndpoint("sockets", "127.0.0.1", port)}}
 	start := time.Now()
 	err = (&fetcher{}).runRMA(context.Background(), cs, [][]*unit{nil})
-	var pe *PeerError
+	var pe *Error
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "connect sockets") {
 		t.Fatalf("unanswered connect: %v", err)
 	}

@@ -68,7 +68,7 @@ func buildingManifest(b *store.Building) (*wire.WeightManifest, error) {
 	if id != b.ID() || len(a.Headers) != len(a.Files) {
 		return nil, fmt.Errorf("announces %s with %d headers for %d files: %w", id.Short(), len(a.Headers), len(a.Files), errdefs.ErrDataLoss)
 	}
-	m := &wire.WeightManifest{Schema: wire.ManifestSchema, Identity: a.Identity, IdentityDigest: id, Building: true, Depth: b.Depth()}
+	m := &wire.WeightManifest{Schema: wire.ManifestSchema, Identity: a.Identity, ID: id, Building: true, Depth: b.Depth()}
 	for i, e := range a.Files {
 		if int64(len(a.Headers[i])) != e.DataStart {
 			return nil, fmt.Errorf("%s: header of %d bytes, data starts at %d: %w", e.Path, len(a.Headers[i]), e.DataStart, errdefs.ErrDataLoss)
@@ -109,7 +109,7 @@ func listBuilding(ctx context.Context, d *store.Domain, id artifact.ID) (wire.Li
 	for _, sh := range m.Shards {
 		tensors += len(sh.Tensors)
 	}
-	return wire.ListedArtifact{IdentityDigest: id, Repository: m.Identity.Model.Repository, Revision: m.Identity.Model.Revision,
+	return wire.ListedArtifact{ID: id, Repository: m.Identity.Model.Repository, Revision: m.Identity.Model.Revision,
 		Component: m.Identity.Component, Producer: m.Identity.Producer.Name, Bytes: m.TotalBytes(), Files: len(m.Shards),
 		Tensors: tensors, Building: true, VerifiedBytes: b.VerifiedBytes(), Depth: m.Depth}, true
 }

@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -12,6 +11,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -64,45 +64,23 @@ func ExpandPeers(ctx context.Context, peers []string) ([]string, error) {
 // FetchReport says what a fetch did. Transfer's Endpoint is the peer the
 // fetch finished with; Peers every peer it used, in order.
 type FetchReport struct {
-	Request  string
-	Identity artifact.ID
-	ID       string // the identity hex
-	Path     string
-	Tensors  []string // the patterns of a subset
-	Built    bool
-	Files    int
-	Bytes    int64
-	store.Transfer
-	Peers     []string
-	Failovers int
-	Restarts  int
-	Seconds   float64
+	Request string   `json:"request"`
+	Tensors []string `json:"tensors,omitempty"` // the patterns of a subset
+	store.TransferReport
+	Peers     []string `json:"peers,omitempty"`
+	Failovers int      `json:"failovers"`
+	Restarts  int      `json:"restarts"`
+	Seconds   float64  `json:"seconds"`
 }
 
-// MarshalJSON is the report's encoding, `weightsnap peer fetch --json`.
+// MarshalJSON is the report's encoding, `weightsnap peer fetch --json`: the
+// fields, the identity's hex under "id" and the endpoint under "peer".
 func (r FetchReport) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Request        string      `json:"request"`
-		Identity       artifact.ID `json:"identity"`
-		ID             string      `json:"id"`
-		Path           string      `json:"path"`
-		Tensors        []string    `json:"tensors,omitempty"`
-		Built          bool        `json:"built"`
-		Files          int         `json:"files"`
-		Bytes          int64       `json:"bytes"`
-		Fetched        int64       `json:"fetched_bytes"`
-		Reused         int64       `json:"reused_bytes"`
-		Peer           string      `json:"peer,omitempty"`
-		Peers          []string    `json:"peers,omitempty"`
-		Mode           string      `json:"mode,omitempty"`
-		Rails          int         `json:"rails,omitempty"`
-		Failovers      int         `json:"failovers"`
-		Restarts       int         `json:"restarts"`
-		FetchSeconds   float64     `json:"fetch_seconds"`
-		PublishSeconds float64     `json:"publish_seconds"`
-		Seconds        float64     `json:"seconds"`
-	}{r.Request, r.Identity, r.ID, r.Path, r.Tensors, r.Built, r.Files, r.Bytes, r.Fetched, r.Reused, r.Endpoint, r.Peers,
-		r.Mode, r.Rails, r.Failovers, r.Restarts, r.FetchSeconds, r.PublishSeconds, r.Seconds})
+	type fields FetchReport
+	return jsonobj.Concat(fields(r), struct {
+		Hex  string `json:"id"`
+		Peer string `json:"peer,omitempty"`
+	}{r.ID.Hex(), r.Endpoint})
 }
 
 // newFetcher picks the first peer that serves request, in the order of
@@ -184,7 +162,7 @@ func (f *fetcher) closeSession() {
 	}
 }
 
-// Fetch materializes request (an identity digest, a manifest digest or a
+// Fetch materialises request (an identity digest, a manifest digest or a
 // staged id of an exported directory) from the first of peers that serves it, into the store, and
 // returns a lease on it. Every unit's BLAKE3 is checked as it lands, every
 // file's digests once written, before publication: on any mismatch nothing
@@ -194,7 +172,7 @@ func (f *fetcher) closeSession() {
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
 	var mo store.MaterialiseOptions
 	if id, err := artifact.ParseID(request); err == nil && len(o.Tensors) == 0 {
-		mo.Known = id // an identity this store may already have: no peer needed
+		mo.ID = id // an identity this store may already have: no peer needed
 	}
 	rep := &FetchReport{Request: request, Tensors: o.Tensors}
 	var f *fetcher
@@ -207,7 +185,7 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 			return artifact.Identity{}, nil, err
 		}
 		f.scratch = d.Root()
-		rep.Identity, _ = f.identity.ID()
+		rep.ID, _ = f.identity.ID()
 		return f.identity, f, nil
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)
@@ -221,11 +199,7 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 		}
 		return nil, rep, err
 	}
-	rep.Identity, rep.ID, rep.Path, rep.Built = lease.ID, lease.ID.Hex(), lease.Dir, m.Built
-	rep.Files, rep.Bytes = len(lease.Index.Files), lease.Index.TotalBytes()
-	if m.Transfer != nil {
-		rep.Transfer = *m.Transfer
-	}
+	rep.TransferReport = m.Report(lease)
 	rep.Seconds = m.Total.Seconds()
 	return lease, rep, nil
 }

@@ -24,13 +24,12 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// Defaults of ServerConfig and ClientConfig. DefaultMaxChildren is
-// measured (TestFleetMaxChildren, 16 nodes, 256 MiB, 100 Mbit/s links, one
-// node alone 22.5 s): the last node READY after 26-31 s with 1 child per
-// node (a chain: every hop at the link's full rate, each one 1 MiB piece
-// behind its source; 44 s with whole tensors as the unit), 55 s with 2
-// (each parent's uplink split two ways). With whole files as the unit a
-// chain had been the slowest (91 s against 73 s).
+// Defaults of ServerConfig and ClientConfig. DefaultMaxChildren is 1: with
+// one child per node the nodes form a chain in which every hop runs at the
+// link's full rate, one piece behind its source, and TestFleetMaxChildren
+// finds that faster than two children splitting each parent's uplink. A
+// chain needs a small unit: with whole tensors or files each hop waits for
+// a whole unit.
 const (
 	DefaultPort          = 7420
 	DefaultTimeout       = 30 * time.Second
@@ -240,7 +239,12 @@ func (s *Server) handle(ctx context.Context, raw net.Conn) error {
 		return errors.New("plain control connection refused")
 	}
 	if s.cfg.Token != "" && subtle.ConstantTimeCompare(h.Token, []byte(s.cfg.Token)) != 1 {
-		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, "bearer token refused"))
+		// The refused client is told what to give; nothing of the token is said.
+		msg := "bearer token refused: this peer's token file holds another; give the one it holds with --token-file or [peer] token_file"
+		if len(h.Token) == 0 {
+			msg = "this peer requires a bearer token and none was presented: give its token file with --token-file or [peer] token_file"
+		}
+		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, msg))
 		return errors.New("bearer token refused")
 	}
 	if h.Op == wire.OpList {

@@ -76,7 +76,7 @@ func (s *Server) byManifestDigest(ctx context.Context, digest string) (artifact.
 	}
 	for _, a := range infos {
 		if a.State == store.StateReady && a.ManifestDigest == digest {
-			return a.Digest, nil
+			return a.ID, nil
 		}
 	}
 	return artifact.ID{}, fmt.Errorf("no READY artifact with identity or manifest digest %s here: %w", digest, errdefs.ErrNotFound)
@@ -93,7 +93,7 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 		return nil, err
 	}
 	sv := &servable{release: func() { l.Close() }}
-	sv.manifest = wire.WeightManifest{Schema: wire.ManifestSchema, Identity: l.Identity(), IdentityDigest: l.Manifest.IdentityDigest,
+	sv.manifest = wire.WeightManifest{Schema: wire.ManifestSchema, Identity: l.Identity(), ID: l.Manifest.ID,
 		ManifestDigest: digest.NewDigestFromEncoded(digest.SHA256, l.Ready.ManifestSHA256)}
 	for i, f := range l.Files() {
 		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: f.Data})
@@ -117,10 +117,10 @@ func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 		if a.State != store.StateReady || a.Identity == nil {
 			continue
 		}
-		ready[a.Digest] = true
-		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{IdentityDigest: a.Digest, ManifestDigest: a.ManifestDigest,
+		ready[a.ID] = true
+		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{ID: a.ID, ManifestDigest: a.ManifestDigest,
 			Repository: a.Identity.Model.Repository, Revision: a.Identity.Model.Revision, Component: a.Identity.Component,
-			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[a.Digest]})
+			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[a.ID]})
 	}
 	for _, id := range s.d.Builds(ctx) {
 		if ready[id] {

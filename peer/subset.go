@@ -82,7 +82,7 @@ func planSubset(m *wire.WeightManifest, patterns []string) (*subsetPlan, artifac
 		plan.files = append(plan.files, sf)
 	}
 	if matched == 0 {
-		return nil, artifact.Identity{}, badInput("no tensor of %s matches %q", m.IdentityDigest.Short(), patterns)
+		return nil, artifact.Identity{}, badInput("no tensor of %s matches %q", m.ID.Short(), patterns)
 	}
 	id, err := producers.SubsetIdentity(m.Identity, patterns)
 	return plan, id, err
@@ -110,7 +110,7 @@ func (p *subsetPlan) prepare(f *fetcher) error {
 		var us []*unit
 		at := start
 		for _, x := range sf.tensors {
-			d, _ := artifact.ParseDigest(x.BLAKE3)
+			d, _ := artifact.ParseSum(x.BLAKE3)
 			moved := x
 			moved.Offset = at
 			t.want.Tensors = append(t.want.Tensors, moved)
@@ -178,7 +178,7 @@ func (f *fetcher) copySubset(t *target) error {
 	if err := fw.Close(); err != nil {
 		return err
 	}
-	got, err := fw.Digest()
+	got, err := fw.Entry()
 	if err != nil {
 		return err
 	}

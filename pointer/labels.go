@@ -43,14 +43,14 @@ func IsWeightLayer(labels map[string]string) bool {
 
 // Labels are the labels (layer annotations) that carry p.
 func Labels(p Pointer) map[string]string {
-	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity.String(), LabelTarget: p.Target}
+	labels := map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.ID.String(), LabelTarget: p.Target}
 	if p.Mode != "" {
 		labels[LabelMode] = p.Mode
 	}
 	if len(p.Next) > 0 {
 		next := make([]string, len(p.Next))
 		for i, n := range p.Next {
-			next[i] = n.Identity.String() + "=" + n.Artifact
+			next[i] = n.ID.String() + "=" + n.Artifact
 		}
 		labels[LabelNext] = strings.Join(next, ",")
 	}
@@ -109,7 +109,7 @@ func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 	} else if c != target {
 		return Pointer{}, true, labelError(LabelTarget, target, "not clean (want %q)", c)
 	}
-	p = Pointer{Schema: Schema, Artifact: art, Identity: pid, Target: target}
+	p = Pointer{Schema: Schema, Artifact: art, ID: pid, Target: target}
 	if m, ok := labels[LabelMode]; ok {
 		if m != ModeRequired && m != ModePreferred {
 			return Pointer{}, true, labelError(LabelMode, m, "want %s or %s", ModeRequired, ModePreferred)
@@ -126,7 +126,7 @@ func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 			if err := CheckPinnedRef(nart); err != nil {
 				return Pointer{}, true, labelError(LabelNext, next, "entry %q: %v", e, err)
 			}
-			p.Next = append(p.Next, Pointer{Schema: Schema, Artifact: nart, Identity: id})
+			p.Next = append(p.Next, Pointer{Schema: Schema, Artifact: nart, ID: id})
 		}
 	}
 	return p, true, nil

@@ -12,7 +12,7 @@ import (
 
 func testLabels() map[string]string {
 	p := testPointer()
-	return map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.Identity.String(), LabelTarget: p.Target,
+	return map[string]string{LabelArtifact: p.Artifact, LabelIdentity: p.ID.String(), LabelTarget: p.Target,
 		"containerd.io/snapshot.ref": "sha256:" + zeros}
 }
 
@@ -70,7 +70,7 @@ func TestParseLabels(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ok && (p.Artifact != testPointer().Artifact || p.Identity.String() != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode]) {
+				if ok && (p.Artifact != testPointer().Artifact || p.ID.String() != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode]) {
 					t.Fatalf("pointer %+v", p)
 				}
 				if next := m[LabelNext]; next != "" && len(p.Next) != strings.Count(next, ",")+1 {
@@ -116,7 +116,7 @@ func FuzzParseLabels(f *testing.F) {
 			return
 		}
 		for _, q := range append([]Pointer{p}, p.Next...) {
-			if q.Identity.IsZero() || CheckPinnedRef(q.Artifact) != nil || Host(q) == "" {
+			if q.ID.IsZero() || CheckPinnedRef(q.Artifact) != nil || Host(q) == "" {
 				t.Fatalf("accepted %+v", q)
 			}
 		}
@@ -160,7 +160,7 @@ func TestParseFile(t *testing.T) {
 			if err != nil && !errdefs.IsInvalidArgument(err) {
 				t.Fatalf("err %v is not invalid input", err)
 			}
-			if tc.ok && (p.Identity.String() != testIdentity || p.Target != "/models/llama") {
+			if tc.ok && (p.ID.String() != testIdentity || p.Target != "/models/llama") {
 				t.Fatalf("pointer %+v", p)
 			}
 		})
@@ -179,7 +179,7 @@ func FuzzParseFile(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if q, _, err := ParseLabels(Labels(p)); err != nil || q.Identity != p.Identity || q.Target != p.Target {
+		if q, _, err := ParseLabels(Labels(p)); err != nil || q.ID != p.ID || q.Target != p.Target {
 			t.Fatalf("accepted %+v, which its labels refuse: %v", p, err)
 		}
 	})
@@ -191,5 +191,5 @@ const testIdentity = "sha256:111111111111111111111111111111111111111111111111111
 
 func testPointer() Pointer {
 	return Pointer{Artifact: "127.0.0.1:5000/models/x@sha256:2222222222222222222222222222222222222222222222222222222222222222",
-		Identity: artifact.MustParseID(testIdentity), Target: "/models/llama", Files: 3, Bytes: 1 << 30}
+		ID: artifact.MustParseID(testIdentity), Target: "/models/llama", Files: 3, Bytes: 1 << 30}
 }

@@ -53,7 +53,7 @@ const (
 type Pointer struct {
 	Schema   int         `json:"schema"`
 	Artifact string      `json:"artifact"` // registry/repo@sha256:<manifest>
-	Identity artifact.ID `json:"identity"`
+	ID       artifact.ID `json:"identity"`
 	Target   string      `json:"target"` // absolute directory in the container
 	Files    int         `json:"files"`
 	Bytes    int64       `json:"bytes"`
@@ -92,7 +92,7 @@ func CleanTarget(target string) (string, error) {
 
 // Path is the path, inside the image, of the pointer file of p.
 func Path(p Pointer) string {
-	return path.Join(p.Target, Dir, p.Identity.Hex()+".json")
+	return path.Join(p.Target, Dir, p.ID.Hex()+".json")
 }
 
 // File is the content of p's pointer file: canonical JSON and a newline.

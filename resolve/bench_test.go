@@ -28,7 +28,7 @@ func BenchmarkResolveWarm(b *testing.B) {
 			src := synthModel(b, size.bytes, 4, "BF16")
 			cfg := resolve.Config{Root: filepath.Join(b.TempDir(), "root"), Mode: resolve.Required,
 				AllowLocalBuild: true, Validation: store.ManifestAndMetadata}
-			req := resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}}
+			req := resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}}
 			cold, err := newRuntime(b, cfg).Resolve(context.Background(), req)
 			if err != nil {
 				b.Fatal(err)

@@ -12,12 +12,12 @@ import (
 type buildResult struct {
 	lease    *store.Lease
 	built    bool
-	transfer *Transfer
+	transfer *store.Transfer
 }
 
 // getOrBuild materialises the identity through the store
 // (store.Domain.Materialise): plan gives the producer (a provider's, a
-// local recipe's) or the failure that ends this source; the build's waits
+// local producer's) or the failure that ends this source; the build's waits
 // are bounded by the WaitPolicy. It returns a typed failure.
 func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer, *Failure), remote bool) (*buildResult, *Failure) {
 	var prod artifact.Producer
@@ -45,10 +45,7 @@ func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer
 		if m.Built {
 			a.rep.BytesMoved += lease.Index.TotalBytes()
 		}
-		br := &buildResult{lease: lease, built: m.Built}
-		if t := m.Transfer; t != nil {
-			br.transfer = &Transfer{Endpoint: t.Endpoint, Mode: t.Mode, Rails: t.Rails, Bytes: t.Fetched}
-		}
+		br := &buildResult{lease: lease, built: m.Built, transfer: m.Transfer}
 		return br, nil
 	}
 	switch {

@@ -30,7 +30,7 @@ func (p *digestProvider) Producer(context.Context, artifact.Identity) (artifact.
 	return nil, errors.New("called with a full identity")
 }
 
-func (p *digestProvider) ProducerForDigest(_ context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
+func (p *digestProvider) ProducerForID(context.Context, artifact.ID) (artifact.Identity, artifact.Producer, error) {
 	p.calls.Add(1)
 	prod, err := producers.Passthrough{}.Producer(p.src)
 	return p.id, prod, err
@@ -63,7 +63,7 @@ func TestResolveByDigest(t *testing.T) {
 			return good, nil
 		}})
 	resolveDigest := func(d artifact.ID, art string) (*resolve.Resolution, error) {
-		return rt.Resolve(context.Background(), resolve.Request{Digest: d, Artifact: art})
+		return rt.Resolve(context.Background(), resolve.Request{ID: d, Artifact: art})
 	}
 
 	// Not in the store, no reference: a clean miss, visible in required mode.
@@ -83,7 +83,7 @@ func TestResolveByDigest(t *testing.T) {
 	}
 	// The located provider fetches it.
 	res, err = resolveDigest(digest, ref)
-	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Report.Identity != digest || good.calls.Load() != 1 {
+	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Report.ID != digest || good.calls.Load() != 1 {
 		t.Fatalf("fetch: %v %+v", err, res.Report)
 	}
 	if d, _ := res.Lease.Identity().ID(); d != digest {
@@ -103,7 +103,7 @@ func TestResolveByDigest(t *testing.T) {
 	calls := &atomic.Int32{}
 	rt2 := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root2"), Mode: resolve.Required,
 		Providers: []resolve.Provider{failProvider("peer", errors.New("must not be called"), calls)}})
-	res, err = rt2.Resolve(context.Background(), resolve.Request{Digest: digest})
+	res, err = rt2.Resolve(context.Background(), resolve.Request{ID: digest})
 	if !errdefs.IsNotFound(err) || calls.Load() != 0 {
 		t.Fatalf("full-identity provider: %v, %d calls", err, calls.Load())
 	}
@@ -119,8 +119,8 @@ type peerProvider struct{ digestProvider }
 
 func (p *peerProvider) Name() string { return "peer" }
 
-func (p *peerProvider) ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error) {
-	id, prod, err := p.digestProvider.ProducerForDigest(ctx, digest)
+func (p *peerProvider) ProducerForID(ctx context.Context, want artifact.ID) (artifact.Identity, artifact.Producer, error) {
+	id, prod, err := p.digestProvider.ProducerForID(ctx, want)
 	return id, transferring{prod}, err
 }
 
@@ -141,7 +141,7 @@ func TestResolvePeersFirst(t *testing.T) {
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required,
 		Peers:  []resolve.Provider{p},
 		Locate: func(context.Context, string) (resolve.Provider, error) { return located, nil }})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Digest: digest,
+	res, err := rt.Resolve(context.Background(), resolve.Request{ID: digest,
 		Artifact: "reg.example/models/x@sha256:" + strings.Repeat("2", 64)})
 	if err != nil {
 		t.Fatal(err)
@@ -149,7 +149,7 @@ func TestResolvePeersFirst(t *testing.T) {
 	defer res.Close()
 	last := res.Report.Steps[len(res.Report.Steps)-1]
 	if res.Report.Source != "peer" || located.calls.Load() != 0 || last.Transfer == nil ||
-		*last.Transfer != (resolve.Transfer{Endpoint: "10.0.0.7:7420", Mode: "tcp", Rails: 4, Bytes: 42}) {
+		last.Transfer.Endpoint != "10.0.0.7:7420" || last.Transfer.Mode != "tcp" || last.Transfer.Rails != 4 || last.Transfer.Fetched != 42 {
 		t.Fatalf("report %+v, step %+v", res.Report, last)
 	}
 }

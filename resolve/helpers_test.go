@@ -46,8 +46,8 @@ func newRuntime(t testing.TB, cfg resolve.Config) *resolve.Runtime {
 	return r
 }
 
-// identityOf derives a recipe's identity for a source directory.
-func identityOf(t testing.TB, r producers.Recipe, dir string) artifact.Identity {
+// identityOf derives a local producer's identity for a source directory.
+func identityOf(t testing.TB, r producers.Local, dir string) artifact.Identity {
 	t.Helper()
 	src, _, err := artifact.ScanSource(context.Background(), dir)
 	if err != nil {
@@ -82,41 +82,41 @@ func sourceTensors(t testing.TB, dir string) map[string]artifact.WriteTensor {
 	return out
 }
 
-// spyRecipe counts the calls into a recipe.
-type spyRecipe struct {
-	producers.Recipe
+// spyLocal counts the calls into a local producer.
+type spyLocal struct {
+	producers.Local
 	calls *atomic.Int32
 }
 
-func spy(r producers.Recipe) (spyRecipe, *atomic.Int32) {
+func spy(r producers.Local) (spyLocal, *atomic.Int32) {
 	n := &atomic.Int32{}
-	return spyRecipe{Recipe: r, calls: n}, n
+	return spyLocal{Local: r, calls: n}, n
 }
 
-func (s spyRecipe) Identity(src *artifact.SourceDir, t producers.Target) (artifact.Identity, error) {
+func (s spyLocal) Identity(src *artifact.SourceDir, t producers.Target) (artifact.Identity, error) {
 	s.calls.Add(1)
-	return s.Recipe.Identity(src, t)
+	return s.Local.Identity(src, t)
 }
 
-func (s spyRecipe) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
+func (s spyLocal) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
 	s.calls.Add(1)
-	return s.Recipe.Producer(src)
+	return s.Local.Producer(src)
 }
 
-// testRecipe is a local producer with a given Produce function.
-type testRecipe struct {
+// testLocal is a local producer with a given Produce function.
+type testLocal struct {
 	name    string
 	phase   producers.Phase
 	produce func(ctx context.Context, w artifact.Writer) error
 }
 
-func (r *testRecipe) Name() string           { return r.name }
-func (r *testRecipe) Phase() producers.Phase { return r.phase }
-func (r *testRecipe) Ref() artifact.ProducerRef {
+func (r *testLocal) Name() string           { return r.name }
+func (r *testLocal) Phase() producers.Phase { return r.phase }
+func (r *testLocal) Ref() artifact.ProducerRef {
 	return artifact.ProducerRef{Name: r.name, Version: "1", Fingerprint: "test:" + r.name, ManifestSchema: 1, RestorerSchema: 1}
 }
 
-func (r *testRecipe) Identity(src *artifact.SourceDir, t producers.Target) (artifact.Identity, error) {
+func (r *testLocal) Identity(src *artifact.SourceDir, t producers.Target) (artifact.Identity, error) {
 	id := artifact.Identity{Schema: artifact.IdentitySchema,
 		Model:     artifact.Model{Repository: t.Repository, Revision: t.Revision, Source: src.Files},
 		Component: "all", Representation: artifact.Representation{DType: "source"},
@@ -124,7 +124,7 @@ func (r *testRecipe) Identity(src *artifact.SourceDir, t producers.Target) (arti
 	return id, id.Validate()
 }
 
-func (r *testRecipe) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
+func (r *testLocal) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
 	return artifact.ProducerFunc{ProducerName: r.name, Fn: r.produce}, nil
 }
 

@@ -88,7 +88,7 @@ func TestTPSplitParity(t *testing.T) {
 			leases := make([]*store.Lease, tc.size)
 			for rank := range tc.size {
 				res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target,
-					Recipe: &producers.TPSplit{Spec: spec, Size: tc.size, Rank: rank, DType: tc.dtype}})
+					Local: &producers.TPSplit{Spec: spec, Size: tc.size, Rank: rank, DType: tc.dtype}})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -235,7 +235,7 @@ func TestCastParity(t *testing.T) {
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true})
 	for _, to := range []string{"F32", "F16", "BF16"} {
 		t.Run(to, func(t *testing.T) {
-			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: &producers.Cast{DType: to}})
+			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: &producers.Cast{DType: to}})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -52,13 +52,13 @@ func (p ProviderFunc) Producer(ctx context.Context, identity artifact.Identity) 
 	return p.Fn(ctx, identity)
 }
 
-// DigestProvider is a provider that can fetch an artifact knowing only its
+// IDProvider is a provider that can fetch an artifact knowing only its
 // identity digest (sha256:<hex>), such as the registry artifact a weight
 // image's pointer names by manifest digest. It returns the identity the
 // remote artifact carries and the producer that fetches it; resolution
 // checks that identity's digest is the one asked for. Errors are classified
 // as for Producer.
-type DigestProvider interface {
+type IDProvider interface {
 	Provider
-	ProducerForDigest(ctx context.Context, digest artifact.ID) (artifact.Identity, artifact.Producer, error)
+	ProducerForID(ctx context.Context, id artifact.ID) (artifact.Identity, artifact.Producer, error)
 }

@@ -20,8 +20,8 @@ import (
 func (r *Runtime) PublishAfterLoad(ctx context.Context, identity artifact.Identity, p producers.PhasedProducer) (*Report, error) {
 	a := r.newAttempt(ctx, ReportPostLoadPublish, Request{Identity: &identity})
 	a.publish(p)
-	a.rep.DurationNs = time.Since(a.start).Nanoseconds()
-	l := log.G(ctx).WithField("identity", a.rep.Identity).WithField("outcome", a.rep.Outcome)
+	a.rep.Duration = time.Since(a.start)
+	l := log.G(ctx).WithField("identity", a.rep.ID).WithField("outcome", a.rep.Outcome)
 	if a.rep.Failure != nil {
 		l.WithError(a.rep.Failure).Warn("post-load publication failed")
 		return a.rep, a.rep.Failure

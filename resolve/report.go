@@ -6,6 +6,8 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
+	"github.com/weightsnap/weightsnap/internal/jsonobj"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // ReportSchema is the version of the report encoding.
@@ -25,7 +27,7 @@ type Outcome string
 const (
 	// OutcomeHit is a validated local artifact.
 	OutcomeHit Outcome = "hit"
-	// OutcomeFetched is a remote artifact materialized locally.
+	// OutcomeFetched is a remote artifact materialised locally.
 	OutcomeFetched Outcome = "fetched"
 	// OutcomeBuilt is an artifact a local producer made.
 	OutcomeBuilt Outcome = "built"
@@ -75,23 +77,35 @@ const (
 
 // Step is one timed step of a call.
 type Step struct {
-	Name       string `json:"name"`
-	Source     string `json:"source,omitempty"`
-	Outcome    string `json:"outcome"`
-	DurationNs int64  `json:"duration_ns"`
-	Bytes      int64  `json:"bytes,omitempty"`
-	Detail     string `json:"detail,omitempty"`
+	Name     string        `json:"name"`
+	Source   string        `json:"source,omitempty"`
+	Outcome  string        `json:"outcome"`
+	Duration time.Duration `json:"-"` // "seconds", and "duration_ns" as the first schema gave it
+	Bytes    int64         `json:"bytes,omitempty"`
+	Detail   string        `json:"detail,omitempty"`
 	// Transfer is how a remote provider moved the artifact, when it says.
-	Transfer *Transfer `json:"transfer,omitempty"`
+	Transfer *store.Transfer `json:"transfer,omitempty"`
 }
 
-// Transfer is how a remote provider moved an artifact: the part of its
-// store.Transfer (store.TransferReporter) a resolution report records.
-type Transfer struct {
-	Endpoint string `json:"endpoint"`
-	Mode     string `json:"mode,omitempty"`
-	Rails    int    `json:"rails,omitempty"`
-	Bytes    int64  `json:"bytes"`
+// MarshalJSON is the step's encoding: its fields, the duration in seconds
+// and in nanoseconds ("duration_ns"), and a transfer's fetched bytes also
+// under "bytes", its first name in this report.
+func (s Step) MarshalJSON() ([]byte, error) {
+	type fields Step
+	type transfer struct {
+		store.Transfer
+		Bytes int64 `json:"bytes"`
+	}
+	var t *transfer
+	if s.Transfer != nil {
+		t = &transfer{*s.Transfer, s.Transfer.Fetched}
+	}
+	return json.Marshal(struct {
+		fields
+		Seconds    float64   `json:"seconds"`
+		DurationNs int64     `json:"duration_ns"`
+		Transfer   *transfer `json:"transfer,omitempty"`
+	}{fields(s), s.Duration.Seconds(), s.Duration.Nanoseconds(), t})
 }
 
 // Counters is the work a call did.
@@ -122,11 +136,11 @@ func (c *Counters) addFingerprint(s fingerprint.Stats) {
 
 // Report is the one terminal report of a call.
 type Report struct {
-	Schema   int         `json:"schema"`
-	Kind     string      `json:"kind"`
-	Identity artifact.ID `json:"identity,omitzero"` // sha256:<hex>
-	Mode     Mode        `json:"mode"`
-	Outcome  Outcome     `json:"outcome"`
+	Schema  int         `json:"schema"`
+	Kind    string      `json:"kind"`
+	ID      artifact.ID `json:"identity,omitzero"` // sha256:<hex>
+	Mode    Mode        `json:"mode"`
+	Outcome Outcome     `json:"outcome"`
 	// Source is where the result came from: local, a provider's name,
 	// producer:<name>, or canonical.
 	Source string `json:"source,omitempty"`
@@ -134,10 +148,10 @@ type Report struct {
 	Path string `json:"path,omitempty"`
 	// BytesMoved is the payload bytes of the artifact this call published
 	// (fetched or built); 0 on a hit or a fallback.
-	BytesMoved int64    `json:"bytes_moved"`
-	DurationNs int64    `json:"duration_ns"`
-	Steps      []Step   `json:"steps"`
-	Counters   Counters `json:"counters"`
+	BytesMoved int64         `json:"bytes_moved"`
+	Duration   time.Duration `json:"-"` // "seconds", and "duration_ns" as the first schema gave it
+	Steps      []Step        `json:"steps"`
+	Counters   Counters      `json:"counters"`
 	// Failure is the terminal failure, when Outcome is failed.
 	Failure *Failure `json:"failure,omitempty"`
 	// Recovered are the failures that moved resolution on to the next
@@ -149,12 +163,23 @@ func newReport(kind string, mode Mode) *Report {
 	return &Report{Schema: ReportSchema, Kind: kind, Mode: mode, Steps: []Step{}}
 }
 
+// MarshalJSON is the report's encoding: its fields, and the call's
+// duration in seconds and in nanoseconds ("duration_ns", as the first schema
+// gave it).
+func (r Report) MarshalJSON() ([]byte, error) {
+	type fields Report
+	return jsonobj.Concat(fields(r), struct {
+		Seconds    float64 `json:"seconds"`
+		DurationNs int64   `json:"duration_ns"`
+	}{r.Duration.Seconds(), r.Duration.Nanoseconds()})
+}
+
 // JSON returns the report's encoding.
 func (r *Report) JSON() ([]byte, error) { return json.Marshal(r) }
 
 // step records a step that began at start.
 func (r *Report) step(name, source, outcome string, start time.Time, detail string) *Step {
 	r.Steps = append(r.Steps, Step{Name: name, Source: source, Outcome: outcome,
-		DurationNs: time.Since(start).Nanoseconds(), Detail: detail})
+		Duration: time.Since(start), Detail: detail})
 	return &r.Steps[len(r.Steps)-1]
 }

@@ -108,7 +108,7 @@ func (a *attempt) stop(f *Failure) bool {
 func (a *attempt) end() {
 	f := a.last
 	if f == nil {
-		f = &Failure{Kind: KindMiss, Step: StepLookup, Err: fmt.Errorf("no source has identity %s: %w", a.rep.Identity, store.ErrMiss)}
+		f = &Failure{Kind: KindMiss, Step: StepLookup, Err: fmt.Errorf("no source has identity %s: %w", a.rep.ID, store.ErrMiss)}
 	}
 	if Decide(a.r.cfg.Mode, f).End == ActionCanonical {
 		a.canonical(f)
@@ -156,10 +156,10 @@ func (a *attempt) win(outcome Outcome, source string, l *store.Lease) {
 }
 
 func (a *attempt) finish() (*Resolution, error) {
-	a.rep.DurationNs = time.Since(a.start).Nanoseconds()
+	a.rep.Duration = time.Since(a.start)
 	res := &Resolution{Report: a.rep, Lease: a.lease, Path: a.rep.Path}
-	l := log.G(a.ctx).WithField("identity", a.rep.Identity).WithField("mode", a.rep.Mode).
-		WithField("outcome", a.rep.Outcome).WithField("source", a.rep.Source).WithField("seconds", time.Duration(a.rep.DurationNs).Seconds())
+	l := log.G(a.ctx).WithField("identity", a.rep.ID).WithField("mode", a.rep.Mode).
+		WithField("outcome", a.rep.Outcome).WithField("source", a.rep.Source).WithField("seconds", a.rep.Duration.Seconds())
 	if a.rep.Failure != nil {
 		l.WithError(a.rep.Failure).Warn("resolve: failed")
 		return res, a.rep.Failure
@@ -202,28 +202,28 @@ func (a *attempt) source() (*fingerprint.Result, *Failure) {
 	return res, nil
 }
 
-// identify settles the exact identity: the request's, or the recipe's from
+// identify settles the exact identity: the request's, or the local producer's from
 // the fingerprinted source.
 func (a *attempt) identify() bool {
 	invalid := func(err error) bool {
 		a.fail(&Failure{Kind: KindInvalidRequest, Step: StepIdentity, Err: err})
 		return false
 	}
-	if a.req.Identity == nil && !a.req.Digest.IsZero() {
-		a.rep.Identity = a.req.Digest
+	if a.req.Identity == nil && !a.req.ID.IsZero() {
+		a.rep.ID = a.req.ID
 		return true
 	}
 	if a.req.Identity != nil {
 		a.id = *a.req.Identity
 	} else {
-		if a.req.Recipe == nil || a.req.Source == "" {
-			return invalid(fmt.Errorf("no identity, and no source directory and recipe to derive one: %w", errdefs.ErrInvalidArgument))
+		if a.req.Local == nil || a.req.Source == "" {
+			return invalid(fmt.Errorf("no identity, and no source directory and local producer to derive one: %w", errdefs.ErrInvalidArgument))
 		}
 		fp, f := a.source()
 		if f != nil {
 			return a.stop(f)
 		}
-		id, err := a.req.Recipe.Identity(fp.Src, a.req.Target)
+		id, err := a.req.Local.Identity(fp.Src, a.req.Target)
 		if err != nil {
 			if errdefs.IsNotImplemented(err) {
 				a.fail(&Failure{Kind: KindUnsupported, Step: StepIdentity, Err: err})
@@ -240,16 +240,16 @@ func (a *attempt) identify() bool {
 	if err != nil {
 		return invalid(err)
 	}
-	a.rep.Identity, a.known = digest, true
+	a.rep.ID, a.known = digest, true
 	return true
 }
 
 // learn settles the identity of a digest-only request from an artifact
 // that claims it: a collision unless its digest is the one asked for.
 func (a *attempt) learn(step, source string, id artifact.Identity) *Failure {
-	if d, err := id.ID(); err != nil || d != a.rep.Identity {
+	if d, err := id.ID(); err != nil || d != a.rep.ID {
 		return &Failure{Kind: KindIdentityCollision, Step: step, Source: source,
-			Err: fmt.Errorf("%s holds identity %s, not %s: %w", source, d, a.rep.Identity, errdefs.ErrConflict)}
+			Err: fmt.Errorf("%s holds identity %s, not %s: %w", source, d, a.rep.ID, errdefs.ErrConflict)}
 	}
 	a.id, a.known = id, true
 	return nil
@@ -271,14 +271,14 @@ func (a *attempt) collision(step, source string, l *store.Lease) *Failure {
 	}
 	l.Close()
 	return &Failure{Kind: KindIdentityCollision, Step: step, Source: source,
-		Err: fmt.Errorf("artifact %s holds another identity than the one asked for: %w", a.rep.Identity.Short(), errdefs.ErrConflict)}
+		Err: fmt.Errorf("artifact %s holds another identity than the one asked for: %w", a.rep.ID.Short(), errdefs.ErrConflict)}
 }
 
 // lookup tries the validated local artifact.
 func (a *attempt) lookup() bool {
 	t := time.Now()
 	bctx, cancel := context.WithTimeoutCause(a.ctx, a.r.cfg.Wait.Budget(), errWaitBudget)
-	l, err := a.dom.Lookup(bctx, a.rep.Identity, a.r.cfg.Validation)
+	l, err := a.dom.Lookup(bctx, a.rep.ID, a.r.cfg.Validation)
 	spent := errors.Is(context.Cause(bctx), errWaitBudget)
 	cancel()
 	if err != nil {
@@ -316,11 +316,11 @@ func (a *attempt) providers() ([]Provider, bool) {
 	return append(ps, a.r.cfg.Providers...), true
 }
 
-// remote tries one provider: a clean miss, or its artifact materialized locally.
+// remote tries one provider: a clean miss, or its artifact materialised locally.
 func (a *attempt) remote(p Provider) bool {
 	t := time.Now()
 	name := p.Name()
-	dp, isDigest := p.(DigestProvider)
+	dp, isDigest := p.(IDProvider)
 	if !a.known && !isDigest {
 		a.rep.step(StepRemote, name, StepSkipped, t, "needs the full identity, the request has only its digest")
 		return false
@@ -332,7 +332,7 @@ func (a *attempt) remote(p Provider) bool {
 			prod, err = p.Producer(a.ctx, a.id)
 		} else {
 			var id artifact.Identity
-			if id, prod, err = dp.ProducerForDigest(a.ctx, a.rep.Identity); err == nil {
+			if id, prod, err = dp.ProducerForID(a.ctx, a.rep.ID); err == nil {
 				if f := a.learn(StepRemote, name, id); f != nil {
 					return nil, f
 				}
@@ -350,12 +350,12 @@ func (a *attempt) remote(p Provider) bool {
 		}
 		return prod, nil
 	}
-	return a.materialize(StepRemote, name, plan, true, OutcomeFetched, t)
+	return a.materialise(StepRemote, name, plan, true, OutcomeFetched, t)
 }
 
-// materialize plans a producer and runs it through the store, and records
+// materialise plans a producer and runs it through the store, and records
 // the result.
-func (a *attempt) materialize(step, source string, plan func() (artifact.Producer, *Failure), remote bool, outcome Outcome, t time.Time) bool {
+func (a *attempt) materialise(step, source string, plan func() (artifact.Producer, *Failure), remote bool, outcome Outcome, t time.Time) bool {
 	moved := a.rep.BytesMoved
 	br, f := a.getOrBuild(step, source, plan, remote)
 	if f == nil {
@@ -390,7 +390,7 @@ func (a *attempt) sourceChanged(step, source string, l *store.Lease) *Failure {
 		return nil
 	}
 	l.Close()
-	if err := a.dom.Remove(a.ctx, a.rep.Identity); err != nil {
+	if err := a.dom.Remove(a.ctx, a.rep.ID); err != nil {
 		log.G(a.ctx).WithError(err).Warn("resolve: could not remove an artifact built from a changing source")
 	}
 	return &Failure{Kind: KindProducer, Step: step, Source: source,
@@ -408,10 +408,10 @@ func missOrFailed(f *Failure) string {
 func (a *attempt) local() bool {
 	t := time.Now()
 	candidates := a.r.cfg.Producers
-	if a.req.Recipe != nil {
-		candidates = append([]producers.Recipe{a.req.Recipe}, candidates...)
+	if a.req.Local != nil {
+		candidates = append([]producers.Local{a.req.Local}, candidates...)
 	}
-	var eligible []producers.Recipe
+	var eligible []producers.Local
 	for _, rc := range candidates {
 		if rc.Name() == a.id.Producer.Name {
 			eligible = append(eligible, rc)
@@ -445,7 +445,7 @@ func (a *attempt) local() bool {
 			a.rep.step(StepProduce, source, StepSkipped, t, err.Error())
 			continue
 		}
-		if d, _ := id.ID(); d != a.rep.Identity {
+		if d, _ := id.ID(); d != a.rep.ID {
 			a.rep.step(StepProduce, source, StepSkipped, t, "makes another identity from this source")
 			continue
 		}
@@ -456,7 +456,7 @@ func (a *attempt) local() bool {
 			return a.recover(f)
 		}
 		made := func() (artifact.Producer, *Failure) { return prod, nil }
-		if a.materialize(StepProduce, source, made, false, OutcomeBuilt, t) || a.done {
+		if a.materialise(StepProduce, source, made, false, OutcomeBuilt, t) || a.done {
 			return true
 		}
 	}

@@ -3,7 +3,7 @@
 // source where the mode permits, and says how in one terminal report.
 //
 // Order for one identity: the validated local artifact; then each remote
-// provider in configured order (peer, registry), materialized locally
+// provider in configured order (peer, registry), materialised locally
 // through the store; then a registered local producer (PRE_LOAD_SAFE only,
 // when allow_local_build is on); then the canonical source, where the mode
 // permits. The first valid source wins. Modes:
@@ -95,7 +95,7 @@ type Config struct {
 	Locate func(ctx context.Context, ref string) (Provider, error)
 	// Producers are the registered local producers. One of them is used
 	// when it makes exactly the identity asked for from the request's source.
-	Producers []producers.Recipe
+	Producers []producers.Local
 	// AllowLocalBuild lets PRE_LOAD_SAFE producers run during resolution.
 	AllowLocalBuild bool
 	// AllowPostLoadPublish lets PublishAfterLoad run POST_LOAD_ONLY producers.
@@ -177,14 +177,14 @@ type Request struct {
 	Source string
 	// Target names the model for identities derived from Source.
 	Target producers.Target
-	// Recipe derives the identity from Source when Identity is nil, and is
+	// Local derives the identity from Source when Identity is nil, and is
 	// tried as a local producer before the registered ones.
-	Recipe producers.Recipe
-	// Digest is the identity digest when the caller knows
+	Local producers.Local
+	// ID is the identity digest when the caller knows
 	// only that (a weight image's pointer label); Identity wins when both
 	// are set. Such a request is served by the store and by providers that
-	// implement DigestProvider.
-	Digest artifact.ID
+	// implement IDProvider.
+	ID artifact.ID
 	// Artifact is a digest-pinned registry reference that holds the
 	// artifact (a pointer label's); its provider (Config.Locate) is tried
 	// after the peers, before the configured Providers.

@@ -29,7 +29,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := len(mustScan(t, src).Files)
-	for _, rc := range []producers.Recipe{
+	for _, rc := range []producers.Local{
 		producers.Passthrough{},
 		&producers.TPSplit{Spec: spec, Size: 2, Rank: 1},
 		&producers.Cast{DType: "F32"},
@@ -37,7 +37,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 	} {
 		t.Run(rc.Name(), func(t *testing.T) {
 			cfg := resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true}
-			req := resolve.Request{Source: src, Target: target, Recipe: rc}
+			req := resolve.Request{Source: src, Target: target, Local: rc}
 			cold, err := newRuntime(t, cfg).Resolve(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
@@ -54,13 +54,13 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 			}
 			defer warm.Close()
 			w := warm.Report.Counters
-			if warm.Report.Outcome != resolve.OutcomeHit || warm.Path != cold.Path || warm.Report.Identity != cold.Report.Identity ||
+			if warm.Report.Outcome != resolve.OutcomeHit || warm.Path != cold.Path || warm.Report.ID != cold.Report.ID ||
 				w.ProducerRuns != 0 || w.SourceBytesRead != 0 || w.FingerprintHits != files || w.FingerprintMisses != 0 || warm.Report.BytesMoved != 0 {
 				t.Fatalf("warm: %+v", warm.Report)
 			}
 			// With the identity in hand, a warm resolve does not even fingerprint.
 			id := warm.Lease.Identity()
-			byID, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Recipe: rc})
+			byID, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Local: rc})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -76,7 +76,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 func TestReportJSON(t *testing.T) {
 	src := synthModel(t, 256<<10, 1, "BF16")
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), AllowLocalBuild: true})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestReportJSON(t *testing.T) {
 	}
 	// A failure carries its retryable flag.
 	rt2 := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required})
-	res2, _ := rt2.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}})
+	res2, _ := rt2.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 	raw, _ = res2.Report.JSON()
 	var failed struct {
 		Outcome string `json:"outcome"`
@@ -157,7 +157,7 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "root")
-			req := resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}}
+			req := resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}}
 			pub, err := newRuntime(t, resolve.Config{Root: root, AllowLocalBuild: true}).Resolve(context.Background(), req)
 			if err != nil {
 				t.Fatal(err)
@@ -213,7 +213,7 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := d.Remove(context.Background(), rep.Identity); err != nil {
+			if err := d.Remove(context.Background(), rep.ID); err != nil {
 				t.Fatalf("lease still held: %v", err)
 			}
 		})
@@ -251,7 +251,7 @@ func TestPublishAfterLoad(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "root")
 			rt := newRuntime(t, resolve.Config{Root: root, AllowLocalBuild: true, AllowPostLoadPublish: tc.allow})
-			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: producers.Passthrough{}})
+			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -278,7 +278,7 @@ func TestPublishAfterLoad(t *testing.T) {
 			}
 			// Its lease is closed: nothing holds the published artifact.
 			d, _ := store.Open(context.Background(), root, nil)
-			if err := d.Remove(context.Background(), rep.Identity); err != nil {
+			if err := d.Remove(context.Background(), rep.ID); err != nil {
 				t.Fatalf("publication kept a lease: %v", err)
 			}
 			if rep2, err := rt.PublishAfterLoad(context.Background(), identity, postLoad); err != nil || rep2.Outcome != resolve.OutcomePublished {
@@ -296,18 +296,18 @@ type preLoad struct{ *producers.TensorMap }
 
 func (preLoad) Phase() producers.Phase { return producers.PreLoadSafe }
 
-// TestPostLoadOnlyNeverRunsInResolution: a POST_LOAD_ONLY recipe is skipped
+// TestPostLoadOnlyNeverRunsInResolution: a POST_LOAD_ONLY local producer is skipped
 // by pre-load resolution, and allow_local_build gates PRE_LOAD_SAFE ones.
 func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 	src := synthModel(t, 256<<10, 1, "BF16")
 	ran := false
-	post := &testRecipe{name: "post", phase: producers.PostLoadOnly, produce: func(context.Context, artifact.Writer) error {
+	post := &testLocal{name: "post", phase: producers.PostLoadOnly, produce: func(context.Context, artifact.Writer) error {
 		ran = true
 		return nil
 	}}
 	for _, tc := range []struct {
 		name   string
-		recipe producers.Recipe
+		local  producers.Local
 		allow  bool
 		detail string
 	}{
@@ -316,7 +316,7 @@ func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: tc.allow})
-			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: tc.recipe})
+			res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: tc.local})
 			if !errdefs.IsNotFound(err) || ran || res.Report.Counters.ProducerRuns != 0 {
 				t.Fatalf("%v, ran %v", err, ran)
 			}
@@ -349,7 +349,7 @@ func TestRegisteredProducerBuildsGivenIdentity(t *testing.T) {
 	src := synthModel(t, 512<<10, 2, "BF16")
 	id := identityOf(t, &producers.Cast{DType: "F32"}, src)
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
-		Producers: []producers.Recipe{&producers.Cast{DType: "F16"}, producers.Passthrough{}, &producers.Cast{DType: "F32"}}})
+		Producers: []producers.Local{&producers.Cast{DType: "F16"}, producers.Passthrough{}, &producers.Cast{DType: "F32"}}})
 	var told []string
 	var progress artifact.ProgressReporter
 	onProduce := func(source string, p artifact.Producer) {

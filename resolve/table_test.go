@@ -62,7 +62,7 @@ func TestDecideTable(t *testing.T) {
 // env is one table scenario's setting.
 type env struct {
 	root, src string
-	calls     *atomic.Int32 // calls into providers and recipes, which disabled mode never makes
+	calls     *atomic.Int32 // calls into providers and local producers, which disabled mode never makes
 }
 
 type want struct {
@@ -82,18 +82,18 @@ func TestFailureToActionRowByRow(t *testing.T) {
 			rc, _ := spy(producers.Passthrough{})
 			rc.calls = e.calls
 			return resolve.Config{Providers: []resolve.Provider{failProvider("peer", err, e.calls)}},
-				resolve.Request{Source: e.src, Target: target, Recipe: rc}
+				resolve.Request{Source: e.src, Target: target, Local: rc}
 		}
 	}
 	local := func(produce func(context.Context, artifact.Writer) error) func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 		return func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
-			rc := spyRecipe{Recipe: &testRecipe{name: "test-producer", phase: producers.PreLoadSafe, produce: produce}, calls: e.calls}
-			return resolve.Config{AllowLocalBuild: true}, resolve.Request{Source: e.src, Target: target, Recipe: rc}
+			rc := spyLocal{Local: &testLocal{name: "test-producer", phase: producers.PreLoadSafe, produce: produce}, calls: e.calls}
+			return resolve.Config{AllowLocalBuild: true}, resolve.Request{Source: e.src, Target: target, Local: rc}
 		}
 	}
 	passthrough := func(e *env) resolve.Request {
-		rc := spyRecipe{Recipe: producers.Passthrough{}, calls: e.calls}
-		return resolve.Request{Source: e.src, Target: target, Recipe: rc}
+		rc := spyLocal{Local: producers.Passthrough{}, calls: e.calls}
+		return resolve.Request{Source: e.src, Target: target, Local: rc}
 	}
 	for _, tc := range []struct {
 		name      string
@@ -107,7 +107,7 @@ func TestFailureToActionRowByRow(t *testing.T) {
 
 		{"invalid cache entry", func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 			pub := newRuntime(t, resolve.Config{Root: e.root, AllowLocalBuild: true})
-			res, err := pub.Resolve(context.Background(), resolve.Request{Source: e.src, Target: target, Recipe: producers.Passthrough{}})
+			res, err := pub.Resolve(context.Background(), resolve.Request{Source: e.src, Target: target, Local: producers.Passthrough{}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -250,13 +250,13 @@ func TestDisabledTouchesNothing(t *testing.T) {
 	base := t.TempDir()
 	root := filepath.Join(base, "no", "such", "root")
 	calls := &atomic.Int32{}
-	rc := spyRecipe{Recipe: producers.Passthrough{}, calls: calls}
+	rc := spyLocal{Local: producers.Passthrough{}, calls: calls}
 	rt := newRuntime(t, resolve.Config{Mode: resolve.Disabled, Root: root, AllowLocalBuild: true, AllowPostLoadPublish: true,
 		Providers: []resolve.Provider{failProvider("peer", errors.New("called"), calls)}})
 	bogus := &artifact.Identity{} // never read, let alone validated
 	src := filepath.Join(base, "canonical")
-	res, err := rt.Resolve(context.Background(), resolve.Request{Identity: bogus, Source: src, Recipe: rc})
-	if err != nil || !res.Canonical() || res.Path != src || !res.Report.Identity.IsZero() {
+	res, err := rt.Resolve(context.Background(), resolve.Request{Identity: bogus, Source: src, Local: rc})
+	if err != nil || !res.Canonical() || res.Path != src || !res.Report.ID.IsZero() {
 		t.Fatalf("%v %+v", err, res.Report)
 	}
 	rep, err := rt.PublishAfterLoad(context.Background(), artifact.Identity{}, &producers.TensorMap{})
@@ -277,7 +277,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 // build that takes longer than the budget completes.
 func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
 	src := synthModel(t, 256<<10, 1, "BF16")
-	slow := &testRecipe{name: "slow", phase: producers.PreLoadSafe, produce: func(ctx context.Context, w artifact.Writer) error {
+	slow := &testLocal{name: "slow", phase: producers.PreLoadSafe, produce: func(ctx context.Context, w artifact.Writer) error {
 		if err := sleepCtx(ctx, 1500); err != nil {
 			return err
 		}
@@ -286,7 +286,7 @@ func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
 	}}
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
 		Wait: resolve.WaitPolicy{CoordinationTimeoutSeconds: 1}})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: slow})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: slow})
 	if err != nil || res.Report.Outcome != resolve.OutcomeBuilt {
 		t.Fatalf("%v %+v", err, res.Report)
 	}
@@ -306,10 +306,10 @@ func TestRemoteProviderFetch(t *testing.T) {
 		return producers.Passthrough{}.Producer(scanned) // stands in for a pull through the store's writer
 	}}
 	calls := &atomic.Int32{}
-	rc := spyRecipe{Recipe: producers.Passthrough{}, calls: calls}
+	rc := spyLocal{Local: producers.Passthrough{}, calls: calls}
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
 		Providers: []resolve.Provider{miss, registry}})
-	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Recipe: rc})
+	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: rc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,8 +319,8 @@ func TestRemoteProviderFetch(t *testing.T) {
 		rep.BytesMoved != res.Lease.Index.TotalBytes() || len(rep.Recovered) != 2 || rep.Recovered[1].Kind != resolve.KindMiss {
 		t.Fatalf("order %v, report %+v", order, rep)
 	}
-	if calls.Load() != 1 { // the recipe derived the identity; it never produced
-		t.Fatalf("%d recipe calls", calls.Load())
+	if calls.Load() != 1 { // the local producer derived the identity; it never produced
+		t.Fatalf("%d local producer calls", calls.Load())
 	}
 }
 
@@ -364,7 +364,7 @@ func TestWaiterLeavesOtherBuildAlone(t *testing.T) {
 	}()
 	<-started
 	cfg := resolve.Config{Root: root, Mode: resolve.Required, AllowLocalBuild: true, Wait: resolve.WaitPolicy{CoordinationTimeoutSeconds: 1}}
-	res, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Recipe: producers.Passthrough{}})
+	res, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Local: producers.Passthrough{}})
 	var f *resolve.Failure
 	if !errors.As(err, &f) || f.Kind != resolve.KindCoordinationTimeout || !f.Retryable() || res.Report.Counters.ProducerRuns != 0 {
 		t.Fatalf("waiter: %v", err)
@@ -378,7 +378,7 @@ func TestWaiterLeavesOtherBuildAlone(t *testing.T) {
 	if r := <-done; r.err != nil || !r.res.Built {
 		t.Fatalf("the other build: %+v", r)
 	}
-	res, err = newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Recipe: producers.Passthrough{}})
+	res, err = newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id, Source: src, Local: producers.Passthrough{}})
 	if err != nil || res.Report.Outcome != resolve.OutcomeHit {
 		t.Fatalf("after the other build: %v", err)
 	}

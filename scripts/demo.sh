@@ -48,7 +48,7 @@ $ws stage "$work/recipe.toml" --dry-run | sed -n 3,4p
 $ws stage "$work/recipe.toml" 2>/dev/null
 $ws stage "$work/recipe.toml"
 $ws staging ls
-$ws stage resolve demo/synthetic-1g
+$ws stage locate demo/synthetic-1g
 
 echo "== inspect"
 $ws inspect "${id#sha256:}"

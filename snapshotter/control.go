@@ -17,14 +17,15 @@ import (
 	"github.com/containerd/errdefs/pkg/errhttp"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/unixserve"
 )
 
 // The control API: host mounts and holders, HTTP/JSON on a unix socket
 // (mode 0660), for the weightsnap CLI.
 //
-//	POST   /v1/mounts              MountRequest -> MountInfo
+//	POST   /v1/mounts              HostMountRequest -> HostMountInfo
 //	DELETE /v1/mounts?dir=DIR      -> 204
-//	GET    /v1/mounts              -> []MountInfo
+//	GET    /v1/mounts              -> []HostMountInfo
 //	GET    /v1/holders?identity=ID -> Holders
 //	GET    /v1/prefetch            -> []prefetch.Status (the daemon's route)
 //
@@ -47,7 +48,7 @@ type ControlRoute struct {
 // ListenControl creates the control socket at path (mode 0660; a stale
 // socket is replaced) and starts serving s, and the extra routes, on it.
 func ListenControl(ctx context.Context, path string, s *Snapshotter, extra ...ControlRoute) (*ControlServer, error) {
-	lis, err := listenUnix(path)
+	lis, err := unixserve.Listen(path)
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +71,7 @@ func ListenControl(ctx context.Context, path string, s *Snapshotter, extra ...Co
 		})
 	}
 	handle("POST /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
-		var req MountRequest
+		var req HostMountRequest
 		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
@@ -79,10 +80,10 @@ func ListenControl(ctx context.Context, path string, s *Snapshotter, extra ...Co
 			}
 			return nil, fmt.Errorf("mount request: %w", err)
 		}
-		return s.Mount(ctx, req)
+		return s.HostMount(ctx, req)
 	})
 	handle("DELETE /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
-		return nil, s.Unmount(ctx, r.URL.Query().Get("dir"))
+		return nil, s.HostUnmount(ctx, r.URL.Query().Get("dir"))
 	})
 	handle("GET /v1/mounts", func(context.Context, *http.Request) (any, error) {
 		return s.HostMounts(), nil
@@ -127,20 +128,20 @@ func NewControlClient(path string) *ControlClient {
 	}}}
 }
 
-// Mount asks the daemon for a host mount.
-func (c *ControlClient) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
-	var mi MountInfo
+// HostMount asks the daemon for a host mount.
+func (c *ControlClient) HostMount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
+	var mi HostMountInfo
 	return &mi, c.call(ctx, http.MethodPost, "/v1/mounts", req, &mi)
 }
 
-// Unmount asks the daemon to undo the host mount on dir.
-func (c *ControlClient) Unmount(ctx context.Context, dir string) error {
+// HostUnmount asks the daemon to undo the host mount on dir.
+func (c *ControlClient) HostUnmount(ctx context.Context, dir string) error {
 	return c.call(ctx, http.MethodDelete, "/v1/mounts?dir="+url.QueryEscape(dir), nil, nil)
 }
 
 // Mounts lists the daemon's host mounts.
-func (c *ControlClient) Mounts(ctx context.Context) ([]MountInfo, error) {
-	var out []MountInfo
+func (c *ControlClient) Mounts(ctx context.Context) ([]HostMountInfo, error) {
+	var out []HostMountInfo
 	return out, c.call(ctx, http.MethodGet, "/v1/mounts", nil, &out)
 }
 
@@ -151,9 +152,9 @@ func (c *ControlClient) Get(ctx context.Context, path string, out any) error {
 }
 
 // Holders says what holds an artifact in the daemon.
-func (c *ControlClient) Holders(ctx context.Context, identity artifact.ID) (*Holders, error) {
+func (c *ControlClient) Holders(ctx context.Context, id artifact.ID) (*Holders, error) {
 	var h Holders
-	return &h, c.call(ctx, http.MethodGet, "/v1/holders?identity="+url.QueryEscape(identity.String()), nil, &h)
+	return &h, c.call(ctx, http.MethodGet, "/v1/holders?identity="+url.QueryEscape(id.String()), nil, &h)
 }
 
 // call makes one request; a daemon that does not answer is
@@ -173,7 +174,7 @@ func (c *ControlClient) call(ctx context.Context, method, path string, in, out a
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address): is it running? (%v): %w",
+		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address of the configuration file, which --config or WEIGHTSNAP_CONFIG names; or --control-address): is it running? (%v): %w",
 			c.path, err, errdefs.ErrUnavailable)
 	}
 	defer resp.Body.Close()

@@ -37,17 +37,17 @@ import (
 // mount point. Snapshot names never start with it.
 const mountHolderPrefix = "mount:"
 
-// MountRequest asks for a host mount.
-type MountRequest struct {
-	Identity artifact.ID `json:"identity"`
+// HostMountRequest asks for a host mount.
+type HostMountRequest struct {
+	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
 	Dir      string      `json:"dir"`                // the absolute mount point
 }
 
-// MountInfo is a host mount.
-type MountInfo struct {
+// HostMountInfo is a host mount.
+type HostMountInfo struct {
 	Dir      string      `json:"dir"`
-	Identity artifact.ID `json:"identity"`
+	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"`
 	Created  time.Time   `json:"created"`
 	Leased   bool        `json:"leased"` // false while a repair waits for the artifact
@@ -57,12 +57,12 @@ type MountInfo struct {
 type hostMounts struct {
 	dir    string
 	mu     sync.Mutex
-	by     map[string]MountInfo // by mount point
-	making map[string]bool      // mount points being mounted
+	by     map[string]HostMountInfo // by mount point
+	making map[string]bool          // mount points being mounted
 }
 
 func newHostMounts(dir string) *hostMounts {
-	return &hostMounts{dir: dir, by: map[string]MountInfo{}, making: map[string]bool{}}
+	return &hostMounts{dir: dir, by: map[string]HostMountInfo{}, making: map[string]bool{}}
 }
 
 func (m *hostMounts) home(mountPoint string) string {
@@ -73,7 +73,7 @@ func (m *hostMounts) home(mountPoint string) string {
 // load reads the records, keeps those whose view is still mounted on their
 // mount point, and removes the others (their mount is gone: unmounted by
 // hand, or the host restarted).
-func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
+func (m *hostMounts) load(ctx context.Context) ([]HostMountInfo, error) {
 	ents, err := os.ReadDir(m.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -81,16 +81,16 @@ func (m *hostMounts) load(ctx context.Context) ([]MountInfo, error) {
 	if err != nil {
 		return nil, fmt.Errorf("host mounts: %w", err)
 	}
-	var live []MountInfo
+	var live []HostMountInfo
 	for _, e := range ents {
 		home := filepath.Join(m.dir, e.Name())
 		raw, err := os.ReadFile(filepath.Join(home, "mount.json"))
-		var mi MountInfo
+		var mi HostMountInfo
 		if err == nil {
 			err = json.Unmarshal(raw, &mi)
 		}
-		if err == nil && (mi.Identity.IsZero() || m.home(mi.Dir) != home) {
-			err = fmt.Errorf("record names %q at %q", mi.Identity, mi.Dir)
+		if err == nil && (mi.ID.IsZero() || m.home(mi.Dir) != home) {
+			err = fmt.Errorf("record names %q at %q", mi.ID, mi.Dir)
 		}
 		if err != nil || !sameInode(mi.Dir, filepath.Join(home, "view")) {
 			log.G(ctx).WithError(err).WithField("dir", mi.Dir).WithField("record", home).Info("host mount gone: its record is removed")
@@ -163,22 +163,22 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// Mount resolves the artifact (the store, then the reference given or the
+// HostMount resolves the artifact (the store, then the reference given or the
 // configured sources), takes its lease, and bind-mounts a read-only view of
 // it on req.Dir (created if missing). A mount point that holds a host mount
 // already is refused.
-func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, error) {
-	if req.Identity.IsZero() {
+func (s *Snapshotter) HostMount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error) {
+	if req.ID.IsZero() {
 		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
 	}
 	dir, err := s.mountPoint(req.Dir, true)
 	if err != nil {
 		return nil, err
 	}
-	ptr := pointer.Pointer{Artifact: req.Artifact, Identity: req.Identity, Target: dir}
+	ptr := pointer.Pointer{Artifact: req.Artifact, ID: req.ID, Target: dir}
 	if req.Artifact != "" {
 		if ptr, _, err = pointer.ParseLabels(map[string]string{pointer.LabelArtifact: req.Artifact,
-			pointer.LabelIdentity: req.Identity.String(), pointer.LabelTarget: dir}); err != nil {
+			pointer.LabelIdentity: req.ID.String(), pointer.LabelTarget: dir}); err != nil {
 			return nil, err
 		}
 	}
@@ -187,7 +187,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	have, mounted := m.by[dir]
 	if mounted || m.making[dir] {
 		m.mu.Unlock()
-		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.Identity, errdefs.ErrFailedPrecondition)
+		return nil, fmt.Errorf("%s is a host mount (of %s) already: unmount it first: %w", dir, have.ID, errdefs.ErrFailedPrecondition)
 	}
 	m.making[dir] = true // the resolution may take long: other mounts go on meanwhile
 	m.mu.Unlock()
@@ -207,7 +207,7 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	defer s.leases.release(h)
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
-	mi := MountInfo{Dir: dir, Identity: req.Identity, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
+	mi := HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
 	if err := m.make(home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
@@ -223,14 +223,14 @@ func (s *Snapshotter) Mount(ctx context.Context, req MountRequest) (*MountInfo, 
 	if rep != nil {
 		source = rep.Source
 	}
-	log.G(ctx).WithField("dir", dir).WithField("identity", req.Identity).WithField("source", source).
+	log.G(ctx).WithField("dir", dir).WithField("identity", req.ID).WithField("source", source).
 		WithField("seconds", time.Since(start).Seconds()).Info("host mount")
 	return &mi, nil
 }
 
 // make builds the view and the record, then mounts the view read-only on
 // the mount point.
-func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, h *held) error {
+func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi HostMountInfo, h *held) error {
 	if err := os.RemoveAll(home); err != nil { // a record a crash left half made
 		return err
 	}
@@ -257,13 +257,13 @@ func (m *hostMounts) make(home, view string, ptr pointer.Pointer, mi MountInfo, 
 	return nil
 }
 
-// Unmount undoes the host mount on dir and lets its lease go. A mount in
+// HostUnmount undoes the host mount on dir and lets its lease go. A mount in
 // use is refused, and stays, naming the processes using it: a process with
 // a file open or mapped, or its working directory, there, in this mount
 // namespace or through a container's bind mount of dir, and a container
 // that has dir bind-mounted under another path (the unmount would empty
 // it there).
-func (s *Snapshotter) Unmount(ctx context.Context, dir string) error {
+func (s *Snapshotter) HostUnmount(ctx context.Context, dir string) error {
 	dir, err := s.mountPoint(dir, false)
 	if err != nil {
 		return err
@@ -318,22 +318,22 @@ func inUse(dir string) error {
 }
 
 // HostMounts lists the host mounts, by mount point.
-func (s *Snapshotter) HostMounts() []MountInfo {
+func (s *Snapshotter) HostMounts() []HostMountInfo {
 	m := s.mounts
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]MountInfo, 0, len(m.by))
+	out := make([]HostMountInfo, 0, len(m.by))
 	for _, mi := range m.by {
 		mi.Leased = s.leases.holds(mountHolderPrefix + mi.Dir)
 		out = append(out, mi)
 	}
-	slices.SortFunc(out, func(a, b MountInfo) int { return strings.Compare(a.Dir, b.Dir) })
+	slices.SortFunc(out, func(a, b HostMountInfo) int { return strings.Compare(a.Dir, b.Dir) })
 	return out
 }
 
 // Holders is what holds an artifact in the snapshotter.
 type Holders struct {
-	Identity  artifact.ID `json:"identity"`
+	ID        artifact.ID `json:"identity"`
 	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
 	Snapshots []string    `json:"snapshots,omitempty"` // active snapshots using it (containers, image volumes, views)
 	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease
@@ -341,10 +341,10 @@ type Holders struct {
 }
 
 // HoldersOf says what holds the artifact identity.
-func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
-	out := &Holders{Identity: identity}
+func (s *Snapshotter) HoldersOf(id artifact.ID) (*Holders, error) {
+	out := &Holders{ID: id}
 	var names []string
-	names, out.Leased = s.leases.holdersOf(identity)
+	names, out.Leased = s.leases.holdersOf(id)
 	for _, n := range names {
 		if dir, ok := strings.CutPrefix(n, mountHolderPrefix); ok {
 			out.Mounts = append(out.Mounts, dir)
@@ -352,7 +352,7 @@ func (s *Snapshotter) HoldersOf(identity artifact.ID) (*Holders, error) {
 			out.Snapshots = append(out.Snapshots, n)
 		}
 	}
-	for _, n := range s.repairs.pending(identity) {
+	for _, n := range s.repairs.pending(id) {
 		out.Pending = append(out.Pending, strings.TrimPrefix(n, mountHolderPrefix))
 	}
 	return out, nil

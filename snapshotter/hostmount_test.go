@@ -12,7 +12,6 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
@@ -42,11 +41,11 @@ func TestHostMount(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "models", "m") // made by the mount
 	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
 
-	mi, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir})
+	mi, err := c.HostMount(ctx, HostMountRequest{ID: artifact.MustParseID(id), Dir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if mi.Dir != dir || mi.Identity.String() != id || !mi.Leased {
+	if mi.Dir != dir || mi.ID.String() != id || !mi.Leased {
 		t.Fatalf("mount %+v", mi)
 	}
 	l, err := n.dom.Lookup(ctx, aid, "")
@@ -77,7 +76,7 @@ func TestHostMount(t *testing.T) {
 	if h, err := c.Holders(ctx, artifact.MustParseID(id)); err != nil || !h.Leased || !slices.Equal(h.Mounts, []string{dir}) {
 		t.Fatalf("holders %+v %v", h, err)
 	}
-	if _, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir}); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) {
+	if _, err := c.HostMount(ctx, HostMountRequest{ID: artifact.MustParseID(id), Dir: dir}); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) {
 		t.Fatalf("a second mount on %s: %v, want refused as busy", dir, err)
 	}
 
@@ -86,27 +85,27 @@ func TestHostMount(t *testing.T) {
 	os.WriteFile(filepath.Join(full, "f"), nil, 0o644)
 	for _, tc := range []struct {
 		name string
-		req  MountRequest
+		req  HostMountRequest
 		is   func(error) bool
 	}{
-		{"relative dir", MountRequest{Identity: artifact.MustParseID(id), Dir: "models"}, errdefs.IsInvalidArgument},
-		{"a directory with files", MountRequest{Identity: artifact.MustParseID(id), Dir: full}, errdefs.IsInvalidArgument},
-		{"a file", MountRequest{Identity: artifact.MustParseID(id), Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
-		{"inside the store", MountRequest{Identity: artifact.MustParseID(id), Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
-		{"no identity", MountRequest{Dir: t.TempDir()}, errdefs.IsInvalidArgument},
-		{"tag reference", MountRequest{Identity: artifact.MustParseID(id), Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
-		{"missing artifact", MountRequest{Identity: artifact.MustParseID("sha256:" + strings.Repeat("5", 64)), Dir: t.TempDir()}, errdefs.IsNotFound},
+		{"relative dir", HostMountRequest{ID: artifact.MustParseID(id), Dir: "models"}, errdefs.IsInvalidArgument},
+		{"a directory with files", HostMountRequest{ID: artifact.MustParseID(id), Dir: full}, errdefs.IsInvalidArgument},
+		{"a file", HostMountRequest{ID: artifact.MustParseID(id), Dir: "/proc/self/status"}, errdefs.IsInvalidArgument},
+		{"inside the store", HostMountRequest{ID: artifact.MustParseID(id), Dir: filepath.Join(n.dom.Root(), "x")}, errdefs.IsInvalidArgument},
+		{"no identity", HostMountRequest{Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"tag reference", HostMountRequest{ID: artifact.MustParseID(id), Artifact: "reg.example/m:v1", Dir: t.TempDir()}, errdefs.IsInvalidArgument},
+		{"missing artifact", HostMountRequest{ID: artifact.MustParseID("sha256:" + strings.Repeat("5", 64)), Dir: t.TempDir()}, errdefs.IsNotFound},
 	} {
-		if _, err := c.Mount(ctx, tc.req); !tc.is(err) || repeatsClass(err) {
+		if _, err := c.HostMount(ctx, tc.req); !tc.is(err) || repeatsClass(err) {
 			t.Errorf("%s: %v", tc.name, err)
 		}
 	}
 	// A malformed identity is refused where the request is decoded.
 	bad := map[string]string{"identity": "sha256:12", "dir": t.TempDir()}
-	if err := c.call(ctx, http.MethodPost, "/v1/mounts", bad, &MountInfo{}); !errdefs.IsInvalidArgument(err) || repeatsClass(err) || !strings.Contains(err.Error(), "sha256:12") {
+	if err := c.call(ctx, http.MethodPost, "/v1/mounts", bad, &HostMountInfo{}); !errdefs.IsInvalidArgument(err) || repeatsClass(err) || !strings.Contains(err.Error(), "sha256:12") {
 		t.Errorf("bad identity: %v", err)
 	}
-	if err := c.Unmount(ctx, t.TempDir()); !errdefs.IsNotFound(err) {
+	if err := c.HostUnmount(ctx, t.TempDir()); !errdefs.IsNotFound(err) {
 		t.Fatalf("unmount of a directory that is no host mount: %v", err)
 	}
 
@@ -132,12 +131,12 @@ func TestHostMount(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Unmount(ctx, dir); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) ||
+	if err := c.HostUnmount(ctx, dir); !errdefs.IsFailedPrecondition(err) || repeatsClass(err) ||
 		!strings.Contains(err.Error(), fmt.Sprintf("in use by pid %d (", os.Getpid())) {
 		t.Fatalf("unmount of a mount in use: %v, want refused naming pid %d", err, os.Getpid())
 	}
 	held.Close()
-	if err := c.Unmount(ctx, dir); err != nil {
+	if err := c.HostUnmount(ctx, dir); err != nil {
 		t.Fatal(err)
 	}
 	if raw, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(raw), " "+dir+" ") {
@@ -151,7 +150,7 @@ func TestHostMount(t *testing.T) {
 	}
 
 	// A mount undone behind the daemon's back is forgotten at the next start.
-	if _, err := c.Mount(ctx, MountRequest{Identity: artifact.MustParseID(id), Dir: dir}); err != nil {
+	if _, err := c.HostMount(ctx, HostMountRequest{ID: artifact.MustParseID(id), Dir: dir}); err != nil {
 		t.Fatal(err)
 	}
 	n.sn.Close()
@@ -178,22 +177,4 @@ func repeatsClass(err error) bool {
 		}
 	}
 	return false
-}
-
-// TestOneStatus: an error that crosses gRPC names its class once: the
-// details containerd's conversion adds for each joined error are dropped.
-func TestOneStatus(t *testing.T) {
-	cause := fmt.Errorf("artifact x: reg.example is not in [resolve] registries: %w", errdefs.ErrPermissionDenied)
-	joined := errors.Join(errdefs.ErrPermissionDenied, cause)
-	err := oneStatus(errgrpc.ToGRPC(joined))
-	native := errgrpc.ToNative(err)
-	if !errdefs.IsPermissionDenied(native) || strings.Count(native.Error(), "permission denied") != 2 {
-		t.Fatalf("%q", native) // the class, and the cause's own text: once each
-	}
-	if before := errgrpc.ToNative(errgrpc.ToGRPC(joined)).Error(); strings.Count(before, "permission denied") <= 2 {
-		t.Fatalf("the conversion no longer repeats the class (%q): oneStatus can go", before)
-	}
-	if oneStatus(nil) != nil {
-		t.Fatal("nil error")
-	}
 }

@@ -64,7 +64,7 @@ func newLeases(ctx context.Context, r Resolver, m *Metrics) *leases {
 // Concurrent calls for one identity share one resolution, which runs on in
 // the background if every caller gives up.
 func (l *leases) acquire(ctx context.Context, ptr pointer.Pointer) (*held, *resolve.Report, error) {
-	id := ptr.Identity
+	id := ptr.ID
 	l.mu.Lock()
 	if h := l.held[id]; h != nil {
 		h.pins++
@@ -103,12 +103,12 @@ func (l *leases) prefetch(ctx context.Context, ptrs []pointer.Pointer) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, p := range ptrs {
-		id := p.Identity
+		id := p.ID
 		if l.held[id] != nil || l.flights[id] != nil || l.closed {
 			continue
 		}
 		l.start(id, p)
-		log.G(ctx).WithField("identity", p.Identity).WithField("artifact", p.Artifact).Debug("resolving a later weight layer ahead")
+		log.G(ctx).WithField("identity", p.ID).WithField("artifact", p.Artifact).Debug("resolving a later weight layer ahead")
 	}
 }
 
@@ -125,7 +125,7 @@ func (l *leases) start(id artifact.ID, ptr pointer.Pointer) *flight {
 func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 	start := time.Now()
 	stop := func() {}
-	req := resolve.Request{Digest: ptr.Identity, Artifact: ptr.Artifact, OnProduce: func(source string, p artifact.Producer) {
+	req := resolve.Request{ID: ptr.ID, Artifact: ptr.Artifact, OnProduce: func(source string, p artifact.Producer) {
 		stop()
 		stop = l.follow(id, source, p)
 	}}

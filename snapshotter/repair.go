@@ -53,7 +53,7 @@ func newRepairs(ctx context.Context, s *Snapshotter, b Backoff) *repairs {
 // add queues holders for the artifact of ptr and starts its loop if none
 // runs.
 func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
-	id := ptr.Identity
+	id := ptr.ID
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ctx.Err() != nil {
@@ -77,7 +77,7 @@ func (r *repairs) add(ptr pointer.Pointer, holders ...string) {
 func (r *repairs) kick(ptr pointer.Pointer) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if lp := r.loops[ptr.Identity]; lp != nil {
+	if lp := r.loops[ptr.ID]; lp != nil {
 		select {
 		case lp.kick <- struct{}{}:
 		default:
@@ -145,7 +145,7 @@ func (r *repairs) stop() {
 // run is one artifact's loop.
 func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 	defer r.wg.Done()
-	logger := log.G(r.ctx).WithField("identity", lp.ptr.Identity).WithField("artifact", lp.ptr.Artifact)
+	logger := log.G(r.ctx).WithField("identity", lp.ptr.ID).WithField("artifact", lp.ptr.Artifact)
 	// wait is the pause before the next try: Initial, doubled after each
 	// failed try up to Max, Initial again after a kick or a try that
 	// repaired every holder it found (holders added meanwhile).

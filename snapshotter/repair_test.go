@@ -90,7 +90,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ptr := pointer.Pointer{Artifact: labels[pointer.LabelArtifact], Identity: artifact.MustParseID(id), Target: "/models/m"}
+	ptr := pointer.Pointer{Artifact: labels[pointer.LabelArtifact], ID: artifact.MustParseID(id), Target: "/models/m"}
 	pointerFile := filepath.Join(dir, pointer.Path(ptr))
 	os.MkdirAll(filepath.Dir(pointerFile), 0o755)
 	if err := os.WriteFile(pointerFile, []byte("{}\n"), 0o444); err != nil {

@@ -29,10 +29,10 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 	}
 	groups := map[artifact.ID]*group{}
 	add := func(ptr pointer.Pointer, holder string) {
-		g := groups[ptr.Identity]
+		g := groups[ptr.ID]
 		if g == nil {
 			g = &group{ptr: ptr}
-			groups[ptr.Identity] = g
+			groups[ptr.ID] = g
 		}
 		g.holders = append(g.holders, holder)
 	}
@@ -85,7 +85,7 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 		return err
 	}
 	for _, mi := range mounts {
-		add(pointer.Pointer{Artifact: mi.Artifact, Identity: mi.Identity, Target: mi.Dir}, mountHolderPrefix+mi.Dir)
+		add(pointer.Pointer{Artifact: mi.Artifact, ID: mi.ID, Target: mi.Dir}, mountHolderPrefix+mi.Dir)
 	}
 	s.metrics.hostMounts.Set(float64(len(mounts)))
 

@@ -2,115 +2,19 @@ package snapshotter
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"net"
-	"os"
-	"path/filepath"
-	"time"
 
 	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
 	"github.com/containerd/containerd/v2/contrib/snapshotservice"
 	"github.com/containerd/containerd/v2/core/snapshots"
-	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/internal/unixserve"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/status"
 )
 
-// Server serves a gRPC API on a unix socket: the snapshots API (a proxy
-// plugin's, Listen), or another one of the daemon's (ListenGRPC).
-type Server struct {
-	srv  *grpc.Server
-	lis  net.Listener
-	path string
-}
-
 // Listen creates the socket at path (mode 0660; a stale socket is
-// replaced) and registers the snapshots API for sn on it; Serve serves.
-// Calls log through ctx's logger.
-func Listen(ctx context.Context, path string, sn snapshots.Snapshotter) (*Server, error) {
-	return ListenGRPC(ctx, path, func(srv *grpc.Server) {
+// replaced) and registers the snapshots API for sn on it, a proxy
+// plugin's; Serve serves. Calls log through ctx's logger.
+func Listen(ctx context.Context, path string, sn snapshots.Snapshotter) (*unixserve.Server, error) {
+	return unixserve.ListenGRPC(ctx, path, func(srv *grpc.Server) {
 		snapshotsapi.RegisterSnapshotsServer(srv, snapshotservice.FromSnapshotter(sn))
 	})
-}
-
-// ListenGRPC is Listen of the services register registers (the CRI image
-// service's): the socket at path, mode 0660, calls logging through ctx's
-// logger.
-func ListenGRPC(ctx context.Context, path string, register func(*grpc.Server)) (*Server, error) {
-	lis, err := listenUnix(path)
-	if err != nil {
-		return nil, err
-	}
-	logger := log.G(ctx)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(func(c context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-		resp, err := h(log.WithLogger(c, logger), req)
-		return resp, oneStatus(err)
-	}))
-	register(srv)
-	return &Server{srv: srv, lis: lis, path: path}, nil
-}
-
-// oneStatus drops the details of a gRPC status error: containerd's
-// conversion (errgrpc.ToGRPC) adds one for every error a chain joins, and
-// clients print each on a line of its own ("permission denied" three
-// times over in nerdctl's output), while the message already names the
-// cause and its class once.
-func oneStatus(err error) error {
-	if st, ok := status.FromError(err); ok && len(st.Details()) > 0 {
-		return status.Error(st.Code(), st.Message())
-	}
-	return err
-}
-
-// Serve serves until Stop.
-func (s *Server) Serve() error {
-	err := s.srv.Serve(s.lis)
-	if errors.Is(err, grpc.ErrServerStopped) {
-		return nil
-	}
-	return err
-}
-
-// Stop stops accepting calls, lets those in flight finish for up to grace,
-// then cuts them, and removes the socket.
-func (s *Server) Stop(ctx context.Context, grace time.Duration) {
-	done := make(chan struct{})
-	go func() {
-		s.srv.GracefulStop()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(grace):
-		log.G(ctx).Warn("calls still in flight after the grace period: cutting them")
-		s.srv.Stop()
-		<-done
-	}
-	os.Remove(s.path)
-}
-
-// listenUnix listens on a unix socket at path, mode 0660, replacing a
-// stale socket; one another process serves is refused.
-func listenUnix(path string) (net.Listener, error) {
-	if err := os.MkdirAll(filepath.Dir(path), 0o711); err != nil {
-		return nil, fmt.Errorf("socket directory: %w", err)
-	}
-	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-		if c, err := net.Dial("unix", path); err == nil {
-			c.Close()
-			return nil, fmt.Errorf("socket %s is served by another process: %w", path, errdefs.ErrFailedPrecondition)
-		}
-		os.Remove(path)
-	}
-	lis, err := net.Listen("unix", path)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", path, err)
-	}
-	if err := os.Chmod(path, 0o660); err != nil {
-		lis.Close()
-		return nil, err
-	}
-	return lis, nil
 }

@@ -59,8 +59,8 @@ func weightsUnder(ctx context.Context, parent string, stat func(name string) (sn
 			switch {
 			case err != nil:
 				log.G(ctx).WithError(err).WithField("snapshot", info.Name).Error("weight snapshot with bad labels: no lease taken")
-			case !seen[ptr.Identity]:
-				seen[ptr.Identity] = true
+			case !seen[ptr.ID]:
+				seen[ptr.ID] = true
 				out = append(out, ptr)
 			}
 		}
@@ -78,14 +78,14 @@ func weightsUnder(ctx context.Context, parent string, stat func(name string) (sn
 // the bytes) and are handed to the repairs, which resolve the artifact
 // again (store, peers, registry) and give them its lease.
 func (s *Snapshotter) lease(ctx context.Context, ptr pointer.Pointer, holders ...string) {
-	if s.leases.heldNow(ptr.Identity, holders...) {
+	if s.leases.heldNow(ptr.ID, holders...) {
 		return
 	}
 	start := time.Now()
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	lease, err := s.store.Lookup(lctx, ptr.Identity, store.ManifestAndMetadata)
+	lease, err := s.store.Lookup(lctx, ptr.ID, store.ManifestAndMetadata)
 	cancel()
-	logger := log.G(ctx).WithField("identity", ptr.Identity).WithField("holders", holders)
+	logger := log.G(ctx).WithField("identity", ptr.ID).WithField("holders", holders)
 	if err != nil {
 		logger.WithError(err).Warn("lease not taken: the store cannot serve the artifact now; the holders keep their files, and a repair resolves it in the background")
 		s.repairs.add(ptr, holders...)

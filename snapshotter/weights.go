@@ -46,7 +46,7 @@ func weightErr(ptr pointer.Pointer, err error) error {
 	if ptr.Artifact == "" {
 		return fmt.Errorf("weightsnap: %w", err)
 	}
-	return fmt.Errorf("weightsnap: weights %s (identity %s) for %s: %w", ptr.Artifact, ptr.Identity, ptr.Target, err)
+	return fmt.Errorf("weightsnap: weights %s (identity %s) for %s: %w", ptr.Artifact, ptr.ID, ptr.Target, err)
 }
 
 // prepareWeights builds and commits a weight layer's snapshot and answers
@@ -61,7 +61,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	outcome, source := OutcomeError, ""
 	defer func() {
 		s.metrics.weight(outcome, time.Since(start))
-		l := log.G(ctx).WithField("identity", ptr.Identity).WithField("artifact", ptr.Artifact).
+		l := log.G(ctx).WithField("identity", ptr.ID).WithField("artifact", ptr.Artifact).
 			WithField("target", ptr.Target).WithField("source", source).WithField("outcome", outcome).
 			WithField("seconds", time.Since(start).Seconds()).WithField("key", key)
 		if fallbackCause != nil {

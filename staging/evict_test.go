@@ -109,12 +109,12 @@ func TestEvictionLRU(t *testing.T) {
 	if fmt.Sprint(states) != fmt.Sprint(want) {
 		t.Fatalf("lanes %v, want %v", states, want)
 	}
-	// An evicted lane resolves to its source; a staged one to its copy.
-	if res, err := e.Resolve(context.Background(), "org/a", nil); err != nil || res.Staged {
-		t.Fatalf("resolve org/a: %+v %v", res, err)
+	// An evicted lane is located at its source; a staged one at its copy.
+	if res, err := e.Locate(context.Background(), "org/a", nil); err != nil || res.Staged {
+		t.Fatalf("locate org/a: %+v %v", res, err)
 	}
-	if res, err := e.Resolve(context.Background(), "c", nil); err != nil || !res.Staged || res.Path != dst {
-		t.Fatalf("resolve lane c: %+v %v", res, err)
+	if res, err := e.Locate(context.Background(), "c", nil); err != nil || !res.Staged || res.Path != dst {
+		t.Fatalf("locate lane c: %+v %v", res, err)
 	}
 }
 
@@ -135,7 +135,7 @@ func TestEvictSharedBlobs(t *testing.T) {
 	if s.Frees > 1<<20+64<<10 { // a's own tokenizer and pruned-nothing 1 MiB blob, not the shared 3 MiB
 		t.Fatalf("evicting a frees %d bytes, more than its unshared files", s.Frees)
 	}
-	if res, err := e.Resolve(context.Background(), "org/b", nil); err != nil || !res.Staged {
+	if res, err := e.Locate(context.Background(), "org/b", nil); err != nil || !res.Staged {
 		t.Fatalf("lane b after evicting a: %+v %v", res, err)
 	}
 }

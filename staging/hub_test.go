@@ -99,7 +99,7 @@ func TestHubMirror(t *testing.T) {
 	}
 
 	// The lane resolves to its staged snapshot.
-	res, err := e.Resolve(context.Background(), "org/b", nil)
+	res, err := e.Locate(context.Background(), "org/b", nil)
 	if err != nil || !res.Staged || res.Path != filepath.Join(dst, "models--org--b", "snapshots", commits["org/b"]) {
 		t.Fatalf("resolve org/b: %+v %v", res, err)
 	}
@@ -150,7 +150,7 @@ func TestCorruptBlobRefused(t *testing.T) {
 		t.Fatalf("staging ls: %+v %v", ls, err)
 	}
 	// Not staged: resolution answers the source.
-	res, err := e.Resolve(context.Background(), "org/b", nil)
+	res, err := e.Locate(context.Background(), "org/b", nil)
 	if err != nil || res.Staged || res.Path != filepath.Join(src, "models--org--b", "snapshots", commits["org/b"]) {
 		t.Fatalf("resolve org/b: %+v %v", res, err)
 	}

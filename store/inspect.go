@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,21 +25,35 @@ const (
 
 // ArtifactInfo is a read-only snapshot of one artifact, without validation of payload bytes.
 type ArtifactInfo struct {
-	ID     string      `json:"id"` // the identity hex, as the artifact's directory is named
-	Digest artifact.ID `json:"digest"`
+	// ID is the artifact's ID, encoded as "digest" (sha256:<hex>) and its
+	// hex as "id", as the artifact's directory is named.
+	ID artifact.ID `json:"digest"`
 	// ManifestDigest is sha256 of manifest.json, as READY.json seals it.
-	ManifestDigest string             `json:"manifest_digest,omitempty"`
-	State          string             `json:"state"`
-	Reason         string             `json:"reason,omitempty"`
-	Identity       *artifact.Identity `json:"identity,omitempty"`
-	Created        string             `json:"created,omitempty"`
-	Producer       string             `json:"producer,omitempty"`
-	TotalBytes     int64              `json:"total_bytes"`
-	TensorCount    int                `json:"tensor_count"`
-	Files          []FileInfo         `json:"files,omitempty"`
-	Holders        []LockHolder       `json:"lock_holders,omitempty"`
+	ManifestDigest string `json:"manifest_digest,omitempty"`
+	// Path is the artifact's directory: its payload files at their index
+	// paths, beside its metadata. Read it, never write it (the files are
+	// the store's, and hardlinked into snapshots).
+	Path        string             `json:"path"`
+	State       string             `json:"state"`
+	Reason      string             `json:"reason,omitempty"`
+	Identity    *artifact.Identity `json:"identity,omitempty"`
+	Created     string             `json:"created,omitempty"`
+	Producer    string             `json:"producer,omitempty"`
+	TotalBytes  int64              `json:"total_bytes"`
+	TensorCount int                `json:"tensor_count"`
+	Files       []FileInfo         `json:"files,omitempty"`
+	Holders     []LockHolder       `json:"lock_holders,omitempty"`
 	// Use is what eviction sees: last use, pins, lease, the bytes it frees.
 	Use *Use `json:"use,omitempty"`
+}
+
+// MarshalJSON is the snapshot's encoding: the ID's hex under "id" first,
+// then the fields.
+func (a ArtifactInfo) MarshalJSON() ([]byte, error) {
+	type fields ArtifactInfo
+	return jsonobj.Concat(struct {
+		Hex string `json:"id"`
+	}{a.ID.Hex()}, fields(a))
 }
 
 // FileInfo is one payload file in a snapshot.
@@ -58,7 +73,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id artifact.ID) (*Artifact
 	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); err != nil {
 		return nil, ErrMiss
 	}
-	info := &ArtifactInfo{ID: id.Hex(), Digest: id, State: StateReady,
+	info := &ArtifactInfo{ID: id, Path: d.path(dirArtifacts, id.Hex()), State: StateReady,
 		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact")), Use: d.UseOf(id)}
 	if err := d.checkDenied(id); err != nil {
 		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason
@@ -110,9 +125,9 @@ func (d *Domain) ids() ([]artifact.ID, error) {
 	return ids, nil
 }
 
-// ResolveID turns a full identity digest ("sha256:<hex>"), a hex id or a
+// ExpandID turns a full identity digest ("sha256:<hex>"), a hex id or a
 // unique hex prefix of a published artifact into its ID.
-func (d *Domain) ResolveID(ref string) (artifact.ID, error) {
+func (d *Domain) ExpandID(ref string) (artifact.ID, error) {
 	if id, err := artifact.ParseID(ref); err == nil {
 		ref = id.Hex()
 	}

@@ -25,7 +25,7 @@ func mappedFetch(l *store.Lease) artifact.Producer {
 				return err
 			}
 			copy(m, lf.Data)
-			parts := []artifact.Digest{blake3.Sum256(m)}
+			parts := []artifact.Sum{blake3.Sum256(m)}
 			if artifact.IsSafetensors(e.Path) {
 				parts = parts[:0]
 				for _, x := range e.Tensors {

@@ -9,39 +9,6 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// Transfer is what moving an artifact from a remote into the store did:
-// the statistics every transfer report carries (a pull's, a peer fetch's,
-// a resolution step's). A producer that moves bytes says it through
-// TransferReporter; Materialise adds the timings. The JSON names are a
-// pull report's; Endpoint, Mode and Rails are named by each report.
-type Transfer struct {
-	// Endpoint is where the bytes came from: the peer finished with, or
-	// the registry reference.
-	Endpoint string `json:"-"`
-	// Mode is the data plane (tcp, rma); "" for a registry.
-	Mode string `json:"-"`
-	// Rails is how many rails the data plane had; 0 for a registry.
-	Rails int `json:"-"`
-	// Fetched is the payload bytes moved and verified.
-	Fetched int64 `json:"fetched_bytes"`
-	// Reused is the payload bytes, in ReusedFiles files, adopted from an
-	// interrupted build of the same artifact.
-	Reused      int64 `json:"reused_bytes"`
-	ReusedFiles int   `json:"reused_files"`
-	// Ranged says large files came as parallel ranges.
-	Ranged bool `json:"ranged"`
-	// FetchSeconds is the producer's time (transfers and hashing);
-	// PublishSeconds the store's publication after it (fsync waits included).
-	FetchSeconds   float64 `json:"fetch_seconds"`
-	PublishSeconds float64 `json:"publish_seconds"`
-}
-
-// TransferReporter is a producer that says how it moved an artifact, once
-// it ran: its endpoint, data plane and bytes (not the timings).
-type TransferReporter interface {
-	Transfer() Transfer
-}
-
 // Plan finds what to materialise: the identity and the producer that
 // makes it (a remote's manifest and index read, a peer selected). It runs
 // only when no valid artifact was found without it.
@@ -49,10 +16,10 @@ type Plan func(ctx context.Context) (artifact.Identity, artifact.Producer, error
 
 // MaterialiseOptions tune Materialise.
 type MaterialiseOptions struct {
-	// Known is the identity when the caller knows it before planning
+	// ID is the identity when the caller knows it before planning
 	// and has not looked it up: a valid artifact under it is leased with no
 	// planning at all. The zero ID plans first.
-	Known artifact.ID
+	ID artifact.ID
 	// WaitBudget, if > 0, bounds the wait, after planning, for the build
 	// lock and another process's build: spent before this call's producer
 	// starts, the call stops (Materialised.WaitSpent); the producer, once
@@ -62,13 +29,13 @@ type MaterialiseOptions struct {
 
 // Materialised says what Materialise did.
 type Materialised struct {
-	// Planned says the plan ran and gave a producer (a hit on Known plans nothing).
+	// Planned says the plan ran and gave a producer (a hit on ID plans nothing).
 	Planned bool
 	// Ran says this call's producer ran; ProduceErr is its own failure.
 	Ran        bool
 	ProduceErr error
 	// Built says this call published the artifact; false for one found
-	// valid (on Known, or published by another process meanwhile).
+	// valid (on ID, or published by another process meanwhile).
 	Built bool
 	// WaitSpent says the WaitBudget ran out before the producer started.
 	WaitSpent bool
@@ -80,7 +47,7 @@ type Materialised struct {
 }
 
 // Materialise is the one way an artifact comes into the store from a
-// transfer or a producer: a lookup of Known (a hit costs no planning),
+// transfer or a producer: a lookup of ID (a hit costs no planning),
 // then the plan, then GetOrBuild (one build across processes), and a
 // report of what happened. The lease is the caller's to close.
 func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOptions) (*Lease, Materialised, error) {
@@ -90,8 +57,8 @@ func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOption
 		m.Total = time.Since(start)
 		return l, m, err
 	}
-	if !o.Known.IsZero() {
-		if l, err := d.Lookup(ctx, o.Known, ""); err == nil {
+	if !o.ID.IsZero() {
+		if l, err := d.Lookup(ctx, o.ID, ""); err == nil {
 			return done(l, nil)
 		}
 	}

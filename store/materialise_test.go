@@ -26,7 +26,7 @@ func TestMaterialise(t *testing.T) {
 		plans++
 		return id, reporting{&artifact.Passthrough{Src: src}}, nil
 	}
-	l, m, err := d.Materialise(context.Background(), plan, store.MaterialiseOptions{Known: hex})
+	l, m, err := d.Materialise(context.Background(), plan, store.MaterialiseOptions{ID: hex})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +35,7 @@ func TestMaterialise(t *testing.T) {
 		m.Transfer.Fetched != 42 || m.Transfer.FetchSeconds <= 0 || m.Total <= 0 {
 		t.Fatalf("miss: %d plans, %+v, transfer %+v", plans, m, m.Transfer)
 	}
-	l, m, err = d.Materialise(context.Background(), plan, store.MaterialiseOptions{Known: hex})
+	l, m, err = d.Materialise(context.Background(), plan, store.MaterialiseOptions{ID: hex})
 	if err != nil {
 		t.Fatal(err)
 	}

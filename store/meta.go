@@ -24,17 +24,17 @@ const (
 
 // Manifest is manifest.json: the identity and the payload files.
 type Manifest struct {
-	Schema         int               `json:"schema"`
-	Identity       artifact.Identity `json:"identity"`
-	IdentityDigest artifact.ID       `json:"identity_digest"`
-	Files          []artifact.File   `json:"files"` // the index's entries without their tensors
-	TotalBytes     int64             `json:"total_bytes"`
+	Schema     int               `json:"schema"`
+	Identity   artifact.Identity `json:"identity"`
+	ID         artifact.ID       `json:"identity_digest"`
+	Files      []artifact.File   `json:"files"` // the index's entries without their tensors
+	TotalBytes int64             `json:"total_bytes"`
 }
 
 // Ready is READY.json: it seals the manifest and index by their digests.
 type Ready struct {
 	Schema         int         `json:"schema"`
-	IdentityDigest artifact.ID `json:"identity_digest"`
+	ID             artifact.ID `json:"identity_digest"`
 	ManifestSHA256 string      `json:"manifest_sha256"`
 	IndexSHA256    string      `json:"index_sha256"`
 	Producer       string      `json:"producer"`
@@ -54,8 +54,8 @@ func DecodeManifest(doc []byte) (*Manifest, error) {
 		return nil, fmt.Errorf("manifest: %w", err)
 	}
 	dg, err := m.Identity.ID()
-	if err != nil || dg != m.IdentityDigest {
-		return nil, fmt.Errorf("manifest: identity digest %q does not match the identity", m.IdentityDigest.String())
+	if err != nil || dg != m.ID {
+		return nil, fmt.Errorf("manifest: identity digest %q does not match the identity", m.ID.String())
 	}
 	var total int64
 	for i, f := range m.Files {

@@ -69,7 +69,7 @@ func FuzzDecodeManifest(f *testing.F) {
 		if total != m.TotalBytes {
 			t.Fatalf("accepted total %d for files summing to %d", m.TotalBytes, total)
 		}
-		if dg, _ := m.Identity.ID(); dg != m.IdentityDigest {
+		if dg, _ := m.Identity.ID(); dg != m.ID {
 			t.Fatal("accepted an identity digest that does not match")
 		}
 	})

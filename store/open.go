@@ -96,8 +96,8 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 	if o.manifest, err = DecodeManifest(manRaw); err != nil {
 		return nil, bad(fileManifest, "", "%v", err)
 	}
-	if o.manifest.IdentityDigest != id || o.ready.IdentityDigest != id {
-		return nil, bad(fileManifest, "", "identity digest %s does not name this directory", o.manifest.IdentityDigest)
+	if o.manifest.ID != id || o.ready.ID != id {
+		return nil, bad(fileManifest, "", "identity digest %s does not name this directory", o.manifest.ID)
 	}
 	paths, sizes := make([]string, len(o.manifest.Files)), make([]int64, len(o.manifest.Files))
 	for i, f := range o.manifest.Files {
@@ -156,7 +156,7 @@ func readFailure(id artifact.ID, file string, err error) error {
 func (e *InvalidError) with(id artifact.ID) *InvalidError { e.ID = id; return e }
 
 func checkIndexAgainstManifest(x *artifact.Index, m *Manifest) error {
-	if x.Identity != m.IdentityDigest.String() || len(x.Files) != len(m.Files) {
+	if x.ID != m.ID || len(x.Files) != len(m.Files) {
 		return fmt.Errorf("index does not describe the manifest's files")
 	}
 	for i, f := range x.Files {

@@ -58,8 +58,8 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 	if err != nil {
 		return err
 	}
-	idx := &artifact.Index{Schema: artifact.IndexSchema, Identity: id.String(), Files: entries}
-	m := Manifest{Schema: ManifestSchema, Identity: b.identity, IdentityDigest: id, TotalBytes: idx.TotalBytes()}
+	idx := &artifact.Index{Schema: artifact.IndexSchema, ID: id, Files: entries}
+	m := Manifest{Schema: ManifestSchema, Identity: b.identity, ID: id, TotalBytes: idx.TotalBytes()}
 	for _, e := range entries {
 		m.Files = append(m.Files, e.File)
 	}
@@ -71,7 +71,7 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 	if err != nil {
 		return err
 	}
-	ready := Ready{Schema: ReadySchema, IdentityDigest: id, ManifestSHA256: sha256Hex(manRaw),
+	ready := Ready{Schema: ReadySchema, ID: id, ManifestSHA256: sha256Hex(manRaw),
 		IndexSHA256: sha256Hex(idxRaw), Producer: producer, Created: time.Now().UTC().Format(time.RFC3339Nano)}
 	readyRaw, _ := json.Marshal(ready)
 	faultPoint("publish.before-seal")

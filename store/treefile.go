@@ -20,12 +20,12 @@ type treeFile struct {
 
 	mu     sync.Mutex
 	header []byte // [0, want.DataStart) as written
-	parts  []artifact.Digest
+	parts  []artifact.Sum
 	dirty  atomic.Int64 // bytes written since the file's writeback was last started
 }
 
 func newTreeFile(want artifact.FileEntry) *treeFile {
-	return &treeFile{want: want, header: make([]byte, want.DataStart), parts: make([]artifact.Digest, want.Parts())}
+	return &treeFile{want: want, header: make([]byte, want.DataStart), parts: make([]artifact.Sum, want.Parts())}
 }
 
 // WriteAt places bytes anywhere in a BindTree file; it may be called from
@@ -62,7 +62,7 @@ func (w *fileWriter) writeAt(p []byte, off int64) (int, error) {
 }
 
 // SetPartBLAKE3 implements artifact.BoundFileWriter.
-func (w *fileWriter) SetPartBLAKE3(i int, sum artifact.Digest) error {
+func (w *fileWriter) SetPartBLAKE3(i int, sum artifact.Sum) error {
 	if w.tree == nil {
 		return fmt.Errorf("payload %s: part digests reported for a file hashed in order: %w", w.path, errdefs.ErrFailedPrecondition)
 	}

@@ -14,12 +14,10 @@ import (
 // That spares the memory of everything else the node has cached (the model
 // it serves while it pulls the next). And on a virtual machine whose host
 // takes back the memory its guest frees (virtio-balloon free page
-// reporting), the pages a write drops are the next write's, still backed:
-// there a 2 GiB import that filled the cache spent 5.7-6.6 s of system time
-// faulting fresh pages in from the host, and 0.7-0.8 s so. Direct I/O
-// (O_DIRECT) spares the cache as well, but on that machine's virtual disk
-// it wrote at two thirds of the writeback's speed, and imports took 3.4-4.2
-// s against 1.9-2.1.
+// reporting), the pages a write drops are the next write's, still backed,
+// where an import that filled the cache would spend most of its system time
+// faulting fresh pages in from the host. Direct I/O (O_DIRECT) spares the
+// cache as well, but on virtual disks it writes slower than the writeback.
 //
 // A finished file is dropped whole after its fsync (dropCached): the first
 // read of a new artifact comes from the disk.

@@ -166,10 +166,10 @@ func classifyIO(err error) error {
 	return err
 }
 
-// Digest returns the file's hashes; it is valid after Close.
-func (w *fileWriter) Digest() (artifact.FileEntry, error) {
+// Entry returns the file's entry, its hashes; it is valid after Close.
+func (w *fileWriter) Entry() (artifact.FileEntry, error) {
 	if !w.closed {
-		return artifact.FileEntry{}, fmt.Errorf("payload %s: digest before close: %w", w.path, errdefs.ErrFailedPrecondition)
+		return artifact.FileEntry{}, fmt.Errorf("payload %s: entry before close: %w", w.path, errdefs.ErrFailedPrecondition)
 	}
 	return w.entry, w.err
 }

@@ -7,12 +7,9 @@
 //
 // zeebo/blake3 has no AVX-512 code, and lukechampine.com/blake3's own
 // Hasher starts a goroutine per 16 KiB, which costs more than it gains
-// where every core already hashes a file of its own. Measured on the
-// 2-core build machine, two hashers at once over 128 MiB each in 1 MiB
-// writes: 5.4-6.4 GB/s here against zeebo's 3.8-4.1 GB/s. Without AVX-512
-// guts falls back to 8 chunks at once with AVX2, which ran 2.2 GB/s on one
-// core of the same machine (its AVX2 code called directly) against zeebo's
-// 2.7: hence zeebo on such CPUs.
+// where every core already hashes a file of its own. Without AVX-512 guts
+// falls back to 8 chunks at once with AVX2, slower than zeebo's own AVX2
+// code: hence zeebo on such CPUs.
 package blake3
 
 import (

@@ -18,23 +18,23 @@ const (
 // CastRef is the cast producer's identity fields.
 func CastRef() artifact.ProducerRef { return ref(CastName, castVersion, castImpl) }
 
-// Cast is the recipe of the cast producer: every F32, F16 and BF16 tensor
+// Cast is the Local of the cast producer: every F32, F16 and BF16 tensor
 // converted to DType. Its identity keeps the source layout and names DType
 // as the representation.
 type Cast struct {
 	DType string // F32, F16 or BF16
 }
 
-// Name implements Recipe.
+// Name implements Local.
 func (p *Cast) Name() string { return CastName }
 
-// Phase implements Recipe.
+// Phase implements Local.
 func (p *Cast) Phase() Phase { return PreLoadSafe }
 
-// Ref implements Recipe.
+// Ref implements Local.
 func (p *Cast) Ref() artifact.ProducerRef { return CastRef() }
 
-// Identity implements Recipe.
+// Identity implements Local.
 func (p *Cast) Identity(src *artifact.SourceDir, t Target) (artifact.Identity, error) {
 	if err := checkTargetDType(p.DType, false); err != nil {
 		return artifact.Identity{}, err
@@ -50,7 +50,7 @@ func (p *Cast) Identity(src *artifact.SourceDir, t Target) (artifact.Identity, e
 	return id, id.Validate()
 }
 
-// Producer implements Recipe.
+// Producer implements Local.
 func (p *Cast) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
 	if err := checkTargetDType(p.DType, false); err != nil {
 		return nil, err

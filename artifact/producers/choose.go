@@ -24,7 +24,7 @@ type Choice struct {
 // the producer the identity names with its dtype and TP coordinates. It
 // returns nil, nil for an identity no built-in producer makes (the store and
 // the canonical source only).
-func Choose(c Choice, id *artifact.Identity) (Recipe, error) {
+func Choose(c Choice, id *artifact.Identity) (Local, error) {
 	name := artifact.PassthroughName
 	switch {
 	case c.TPSize > 0:

@@ -19,7 +19,7 @@ func TestChoose(t *testing.T) {
 		name string
 		c    Choice
 		id   *artifact.Identity
-		want string // the recipe's name; "" for none
+		want string // the local producer's name; "" for none
 		err  bool
 	}{
 		{"nothing asked", Choice{}, nil, artifact.PassthroughName, false},

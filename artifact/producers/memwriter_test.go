@@ -67,6 +67,6 @@ func (f *memFile) Close() error {
 	return nil
 }
 
-func (f *memFile) Digest() (artifact.FileEntry, error) {
+func (f *memFile) Entry() (artifact.FileEntry, error) {
 	return artifact.HashFile(bytes.NewReader(f.buf), artifact.Binding{Want: artifact.FileEntry{File: artifact.File{Path: f.path, Size: f.size}}})
 }

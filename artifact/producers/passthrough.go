@@ -7,25 +7,25 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// Passthrough is the recipe of artifact.Passthrough: the source directory as it is.
+// Passthrough is the Local of artifact.Passthrough: the source directory as it is.
 type Passthrough struct{}
 
-// Name implements Recipe.
+// Name implements Local.
 func (Passthrough) Name() string { return artifact.PassthroughName }
 
-// Phase implements Recipe.
+// Phase implements Local.
 func (Passthrough) Phase() Phase { return PreLoadSafe }
 
-// Ref implements Recipe.
+// Ref implements Local.
 func (Passthrough) Ref() artifact.ProducerRef { return artifact.PassthroughRef() }
 
-// Identity implements Recipe: artifact.PassthroughIdentity, untiled.
+// Identity implements Local: artifact.PassthroughIdentity, untiled.
 func (Passthrough) Identity(src *artifact.SourceDir, t Target) (artifact.Identity, error) {
 	id := artifact.PassthroughIdentity(src, t.Repository, t.Revision, component(t.Component), 0, 0)
 	return id, id.Validate()
 }
 
-// Producer implements Recipe.
+// Producer implements Local.
 func (Passthrough) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
 	p := &passthrough{}
 	p.inner = &artifact.Passthrough{Src: src, Progress: func(n int64) { p.read.Add(n) }}

@@ -1,5 +1,5 @@
 // Package producers holds the built-in local producers of weight artifacts
-// and the recipes that configure them:
+// and the Locals (producers.Local) that configure them:
 //
 //   - passthrough: a safetensors checkpoint or Hugging Face snapshot
 //     directory, as it is (artifact.Passthrough);
@@ -16,7 +16,7 @@
 // proves the artifact.Restorer contract in tests.
 //
 // Every producer writes only through the store-scoped artifact.Writer it is
-// given, declares one final layout (its recipe's Identity), and writes each
+// given, declares one final layout (its local producer's Identity), and writes each
 // file in order, so the store's writer hashes it while it is written and
 // starts its fsync as soon as it is closed, overlapped with the next file.
 // The transforming producers stream: they read source tensors with pread
@@ -50,9 +50,9 @@ type Target struct {
 	Component  string // "" means "all"
 }
 
-// Recipe is a configured local producer: it says which identity it makes
+// Local is a configured local producer: it says which identity it makes
 // from a fingerprinted source directory (its one final layout) and makes it.
-type Recipe interface {
+type Local interface {
 	// Name is the producer name, as in ProducerRef.Name.
 	Name() string
 	// Phase says when the producer may run.
@@ -97,11 +97,11 @@ func model(src *artifact.SourceDir, t Target) artifact.Model {
 	return artifact.Model{Repository: t.Repository, Revision: t.Revision, Source: src.Files}
 }
 
-// The built-in recipes, producers and the reference restorer.
+// The built-in local producers and the reference restorer.
 var (
-	_ Recipe                       = Passthrough{}
-	_ Recipe                       = (*TPSplit)(nil)
-	_ Recipe                       = (*Cast)(nil)
+	_ Local                        = Passthrough{}
+	_ Local                        = (*TPSplit)(nil)
+	_ Local                        = (*Cast)(nil)
 	_ PhasedProducer               = (*TensorMap)(nil)
 	_ SourceCounter                = (*transform)(nil)
 	_ artifact.ProgressReporter    = (*transform)(nil)

@@ -112,7 +112,7 @@ func scan(t *testing.T, dir string) *artifact.SourceDir {
 	return src
 }
 
-func produce(t *testing.T, r producers.Recipe, src *artifact.SourceDir) (*memWriter, artifact.Producer) {
+func produce(t *testing.T, r producers.Local, src *artifact.SourceDir) (*memWriter, artifact.Producer) {
 	t.Helper()
 	p, err := r.Producer(src)
 	if err != nil {
@@ -270,7 +270,7 @@ func TestProducerFailures(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		tensors []artifact.WriteTensor
-		recipe  producers.Recipe
+		local   producers.Local
 		mangle  func(*artifact.SourceDir)
 		class   func(error) bool
 	}{
@@ -294,7 +294,7 @@ func TestProducerFailures(t *testing.T) {
 			if tc.mangle != nil {
 				tc.mangle(src)
 			}
-			p, err := tc.recipe.Producer(src)
+			p, err := tc.local.Producer(src)
 			if err == nil {
 				err = p.Produce(context.Background(), newMemWriter())
 			}

@@ -25,7 +25,7 @@ const (
 // TPSplitRef is the tp-split producer's identity fields.
 func TPSplitRef() artifact.ProducerRef { return ref(TPSplitName, tpSplitVersion, tpSplitImpl) }
 
-// TPSplit is the recipe of the tp-split producer: the shard of tensor-parallel
+// TPSplit is the Local of the tp-split producer: the shard of tensor-parallel
 // rank Rank of Size, laid out by a layout spec, optionally cast to DType.
 //
 // Its identity's layout is {Name: LayoutName(Spec), TPSize: Size, TPRank:
@@ -51,13 +51,13 @@ func LayoutName(spec *tpsplit.Spec) (string, error) {
 
 var specNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,55}$`)
 
-// Name implements Recipe.
+// Name implements Local.
 func (p *TPSplit) Name() string { return TPSplitName }
 
-// Phase implements Recipe.
+// Phase implements Local.
 func (p *TPSplit) Phase() Phase { return PreLoadSafe }
 
-// Ref implements Recipe.
+// Ref implements Local.
 func (p *TPSplit) Ref() artifact.ProducerRef { return TPSplitRef() }
 
 func (p *TPSplit) check() error {
@@ -70,7 +70,7 @@ func (p *TPSplit) check() error {
 	return checkTargetDType(p.DType, true)
 }
 
-// Identity implements Recipe.
+// Identity implements Local.
 func (p *TPSplit) Identity(src *artifact.SourceDir, t Target) (artifact.Identity, error) {
 	if err := p.check(); err != nil {
 		return artifact.Identity{}, err
@@ -94,7 +94,7 @@ func (p *TPSplit) Identity(src *artifact.SourceDir, t Target) (artifact.Identity
 	return id, id.Validate()
 }
 
-// Producer implements Recipe.
+// Producer implements Local.
 func (p *TPSplit) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
 	if err := p.check(); err != nil {
 		return nil, err

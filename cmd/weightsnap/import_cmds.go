@@ -12,7 +12,7 @@ import (
 )
 
 type importResult struct {
-	Digest  artifact.ID `json:"digest"`
+	ID      artifact.ID `json:"digest"`
 	Path    string      `json:"path"`
 	Built   bool        `json:"built"`
 	Bytes   int64       `json:"bytes"`
@@ -45,10 +45,10 @@ func newImportCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer lease.Close()
-			out := importResult{Digest: lease.ID, Path: lease.Dir, Built: res.Built,
+			out := importResult{ID: lease.ID, Path: lease.Dir, Built: res.Built,
 				Bytes: lease.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
 			log.G(ctx).WithField("built", res.Built).WithField("seconds", out.Seconds).Debug("import done")
-			return a.printResult(out, out.Digest.String())
+			return a.printResult(out, out.ID.String())
 		},
 	}
 	f := cmd.Flags()

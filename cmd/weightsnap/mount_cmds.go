@@ -63,7 +63,7 @@ meanwhile), also across its own restarts.`,
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "DIR\tIDENTITY\tLEASED\tSINCE")
 				for _, m := range ms {
-					fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Dir, m.Identity.Short(), m.Leased, m.Created.Format(time.RFC3339))
+					fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Dir, m.ID.Short(), m.Leased, m.Created.Format(time.RFC3339))
 				}
 				return tw.Flush()
 			}
@@ -71,11 +71,11 @@ meanwhile), also across its own restarts.`,
 			if err != nil {
 				return err
 			}
-			mi, err := c.Mount(ctx, req)
+			mi, err := c.HostMount(ctx, req)
 			if err != nil {
 				return err
 			}
-			return a.printResult(mi, fmt.Sprintf("%s: %s (read-only)", mi.Dir, mi.Identity))
+			return a.printResult(mi, fmt.Sprintf("%s: %s (read-only)", mi.Dir, mi.ID))
 		},
 	}
 	rf.register(cmd.Flags())
@@ -87,18 +87,18 @@ meanwhile), also across its own restarts.`,
 // mountRequest turns the mount command's arguments into a request: the
 // identity of a store artifact, or of a registry artifact with its
 // digest-pinned reference.
-func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (snapshotter.MountRequest, error) {
+func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (snapshotter.HostMountRequest, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return snapshotter.MountRequest{}, err
+		return snapshotter.HostMountRequest{}, err
 	}
-	req := snapshotter.MountRequest{Dir: abs}
+	req := snapshotter.HostMountRequest{Dir: abs}
 	if !isRemoteRef(ref) {
 		d, err := a.domain(ctx)
 		if err != nil {
 			return req, err
 		}
-		req.Identity, err = d.ResolveID(ref)
+		req.ID, err = d.ExpandID(ref)
 		return req, err
 	}
 	r, err := a.openRemote(ctx, rf, ref, 4)
@@ -109,12 +109,12 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 	if err != nil {
 		return req, err
 	}
-	if info.Kind != "weightsnap-artifact" || info.IdentityDigest.IsZero() {
+	if info.Kind != "weightsnap-artifact" || info.ID.IsZero() {
 		return req, fmt.Errorf("%s is a %s, not a weightsnap artifact (import a foreign artifact with weightsnap pull --revision; mount a weight image's artifacts by their own references): %w",
 			ref, info.Kind, errdefs.ErrInvalidArgument)
 	}
 	req.Artifact = r.Name() + "@" + info.Manifest
-	req.Identity = info.IdentityDigest
+	req.ID = info.ID
 	return req, nil
 }
 
@@ -132,7 +132,7 @@ func newUmountCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.Unmount(cmd.Context(), dir); err != nil {
+			if err := c.HostUnmount(cmd.Context(), dir); err != nil {
 				return err
 			}
 			fmt.Fprintln(a.out, dir)
@@ -143,14 +143,14 @@ func newUmountCmd(a *app) *cobra.Command {
 
 // daemonHolders asks weightsnapd, briefly, what holds an artifact; nil when
 // it does not answer.
-func (a *app) daemonHolders(ctx context.Context, identity artifact.ID) *snapshotter.Holders {
+func (a *app) daemonHolders(ctx context.Context, id artifact.ID) *snapshotter.Holders {
 	c, err := a.control()
 	if err != nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	h, err := c.Holders(ctx, identity)
+	h, err := c.Holders(ctx, id)
 	if err != nil {
 		return nil
 	}

@@ -58,28 +58,37 @@ func newPeerCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-// exportFlag parses NAME=PATH[@REVISION] (the flag --staged, whose name
-// is the wire token staged:NAME, names exported directories).
+// exportFlag parses NAME=PATH[@REVISION], the value of --export (or
+// --staged, its first name, after the wire's token staged:NAME).
 func exportFlag(s string) (peer.Export, error) {
 	name, rest, ok := strings.Cut(s, "=")
 	if !ok {
-		return peer.Export{}, fmt.Errorf("--staged %q: want NAME=PATH[@REVISION]: %w", s, errdefs.ErrInvalidArgument)
+		return peer.Export{}, fmt.Errorf("--export %q: want NAME=PATH[@REVISION]: %w", s, errdefs.ErrInvalidArgument)
 	}
 	p, rev, _ := strings.Cut(rest, "@")
 	return peer.Export{Name: name, Path: p, Revision: rev}, nil
+}
+
+// exportAlias reads the flag --staged, the first name of --export, as
+// --export.
+func exportAlias(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+	if name == "staged" {
+		name = "export"
+	}
+	return pflag.NormalizedName(name)
 }
 
 func newPeerServeCmd(a *app) *cobra.Command {
 	var pf peerFlags
 	var listen, clientCA, provider string
 	var maxSessions, maxChildren, maxRails int
-	var railAddrs, staged []string
+	var railAddrs, exports []string
 	var allowUnauth bool
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Serve this node's READY artifacts (and exported directories) to other nodes",
-		Long: `Serve this node's READY artifacts, and the directories [[peer.staged]] or --staged
-exports, to other nodes until interrupted. weightsnapd serves the same when
+		Long: `Serve this node's READY artifacts, and the directories [[peer.exports]] or --export
+names, to other nodes until interrupted. weightsnapd serves the same when
 [peer] serve is true; this command is for a node without the daemon.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -110,12 +119,12 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 			if set("allow-unauthenticated") {
 				c.AllowUnauthenticated = allowUnauth
 			}
-			for _, s := range staged {
+			for _, s := range exports {
 				d, err := exportFlag(s)
 				if err != nil {
 					return err
 				}
-				c.Staged = append(c.Staged, d)
+				c.Exports = append(c.Exports, d)
 			}
 			cfg, err := c.ServerConfig()
 			if err != nil {
@@ -150,7 +159,8 @@ exports, to other nodes until interrupted. weightsnapd serves the same when
 	f.IntVar(&maxRails, "max-rails", 0, "rails one session may have (default: [peer] max_rails)")
 	f.StringSliceVar(&railAddrs, "rail-addr", nil, "local addresses to serve rails on, one per NIC (default: the control connection's)")
 	f.StringVar(&provider, "fabric-provider", "", "libfabric provider of the rma plane: verbs, efa, tcp, sockets (default: libfabric's choice)")
-	f.StringArrayVar(&staged, "staged", nil, "export a directory as staged:NAME: NAME=PATH[@REVISION] (repeatable)")
+	f.StringArrayVar(&exports, "export", nil, "export a directory as staged:NAME: NAME=PATH[@REVISION] (repeatable; --staged is read as --export)")
+	f.SetNormalizeFunc(exportAlias)
 	return cmd
 }
 
@@ -183,7 +193,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				if x.Building {
 					size = fmt.Sprintf("%s of %s verified (building)", humanBytes(x.VerifiedBytes), size)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.IdentityDigest.Short(), artifact.ShortHex(x.Revision),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.ID.Short(), artifact.ShortHex(x.Revision),
 					x.Component, x.Producer, size, x.Tensors)
 			}
 			for _, s := range ls.Exports {
@@ -242,8 +252,8 @@ func peerPrefix(ctx context.Context, c peer.ClientConfig, addrs []string, prefix
 		}
 		for _, x := range ls.Artifacts {
 			md, _ := digest.Parse(x.ManifestDigest)
-			if strings.HasPrefix(x.IdentityDigest.Hex(), prefix) || md.Validate() == nil && strings.HasPrefix(md.Encoded(), prefix) {
-				found[x.IdentityDigest.String()] = true
+			if strings.HasPrefix(x.ID.Hex(), prefix) || md.Validate() == nil && strings.HasPrefix(md.Encoded(), prefix) {
+				found[x.ID.String()] = true
 			}
 		}
 	}
@@ -316,7 +326,7 @@ artifact of their own (producer tensor-subset).`,
 			if a.jsonOut {
 				return a.printJSON(rep)
 			}
-			fmt.Fprintln(a.out, rep.Identity)
+			fmt.Fprintln(a.out, rep.ID)
 			if rep.Built {
 				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Endpoint, rep.Mode, rep.Rails, rep.Seconds)
 			}

@@ -83,10 +83,29 @@ func TestPeerFetchByPrefix(t *testing.T) {
 	fetch := func(id string) (string, error) {
 		return runCLI(t, "--root", filepath.Join(base, "fetched"), "--config", "", "peer", "fetch", l.Addr().String(), id)
 	}
-	if got, err := fetch(imp.Digest.Hex()[:10]); err != nil || strings.TrimSpace(got) != imp.Digest.String() {
-		t.Fatalf("fetch by prefix: %q, %v; want %s", got, err, imp.Digest)
+	if got, err := fetch(imp.ID.Hex()[:10]); err != nil || strings.TrimSpace(got) != imp.ID.String() {
+		t.Fatalf("fetch by prefix: %q, %v; want %s", got, err, imp.ID)
 	}
 	if _, err := fetch("ffffffffff"); exitcode.Of(err) != exitcode.NotFound {
 		t.Fatalf("a prefix no peer lists: %v (exit %d), want not found", err, exitcode.Of(err))
+	}
+}
+
+// TestPeerServeExportAlias: peer serve takes --export, and --staged (its
+// first name) as the same repeatable flag.
+func TestPeerServeExportAlias(t *testing.T) {
+	cmd := newPeerServeCmd(&app{})
+	if err := cmd.ParseFlags([]string{"--export", "a=/a", "--staged", "b=/b@r", "--export", "c=/c"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := cmd.Flags().GetStringArray("export")
+	if err != nil || strings.Join(got, " ") != "a=/a b=/b@r c=/c" {
+		t.Fatalf("--export = %q, %v", got, err)
+	}
+	for _, flag := range []string{"--export", "--staged"} {
+		_, err := runCLI(t, "--root", t.TempDir(), "--config", "", "peer", "serve", flag, "no-name")
+		if exitcode.Of(err) != 2 || !strings.Contains(err.Error(), `--export "no-name"`) {
+			t.Errorf("%s without a name: %v (exit %d), want exit 2 naming --export", flag, err, exitcode.Of(err))
+		}
 	}
 }

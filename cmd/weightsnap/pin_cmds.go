@@ -64,7 +64,7 @@ func newUnpinCmd(a *app) *cobra.Command {
 			}
 			var errs []error
 			for _, ref := range args {
-				id, err := d.ResolveID(ref)
+				id, err := d.ExpandID(ref)
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
 					continue
@@ -90,7 +90,7 @@ func newUnpinCmd(a *app) *cobra.Command {
 // storeOrPull names an artifact of the store (a digest or a unique prefix),
 // else pulls a registry reference into it.
 func (a *app) storeOrPull(ctx context.Context, d *store.Domain, rf *remoteFlags, ref string) (artifact.ID, error) {
-	id, err := d.ResolveID(ref)
+	id, err := d.ExpandID(ref)
 	if err == nil || !strings.ContainsAny(ref, "/:@") {
 		return id, err
 	}
@@ -144,7 +144,7 @@ func printUse(a *app, list []*store.ArtifactInfo) error {
 		if !u.LastUse.IsZero() {
 			last = u.LastUse.UTC().Format(time.DateTime)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.Digest.Short(), info.State, repo,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.ID.Short(), info.State, repo,
 			humanBytes(u.Bytes), humanBytes(u.Frees), last, leased, pinned)
 	}
 	return tw.Flush()

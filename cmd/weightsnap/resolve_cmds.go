@@ -129,7 +129,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 			return fmt.Errorf("resolve: --from needs --revision to derive the identity: %w", errdefs.ErrInvalidArgument)
 		}
 		if o.from != "" {
-			req.Recipe, err = producers.Choose(producers.Choice{TPSize: o.tpSize, TPRank: o.tpRank,
+			req.Local, err = producers.Choose(producers.Choice{TPSize: o.tpSize, TPRank: o.tpRank,
 				LayoutSpec: o.layoutSpec, DType: o.dtype}, req.Identity)
 			if err != nil {
 				return fmt.Errorf("resolve: %w", err)
@@ -140,11 +140,11 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	if err != nil {
 		return err
 	}
-	if _, ok := req.Recipe.(producers.Passthrough); ok {
-		req.Recipe = passthrough
+	if _, ok := req.Local.(producers.Passthrough); ok {
+		req.Local = passthrough
 	}
 	rt, err := node.NewRuntime(ctx, cfg, node.RuntimeOptions{Mode: mode, Remote: o.remote.options(&cfg.Resolve, 0),
-		Producers: []producers.Recipe{passthrough}, NoFingerprintCache: o.noFingerprintCache})
+		Producers: []producers.Local{passthrough}, NoFingerprintCache: o.noFingerprintCache})
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 // localPassthrough is the passthrough producer resolution registers: the
 // staged checkpoint's (which reads a staged, verified copy of the source
 // when this node has one) once anything was staged here.
-func (a *app) localPassthrough(mode resolve.Mode) (producers.Recipe, error) {
+func (a *app) localPassthrough(mode resolve.Mode) (producers.Local, error) {
 	if mode == resolve.Disabled {
 		return producers.Passthrough{}, nil
 	}

@@ -72,8 +72,8 @@ type stageResult struct {
 
 type published struct {
 	staging.Snapshot
-	Digest artifact.ID `json:"digest"`
-	Built  bool        `json:"built"`
+	ID    artifact.ID `json:"digest"`
+	Built bool        `json:"built"`
 }
 
 func newStageCmd(a *app) *cobra.Command {
@@ -145,7 +145,7 @@ staged hub snapshot into the store (as weightsnap import would).`,
 	f.BoolVar(&publish, "publish", false, "also import each staged hub snapshot into the store")
 	f.BoolVar(&a.jsonOut, "json", false, "print JSON")
 	sf.register(cmd.PersistentFlags())
-	cmd.AddCommand(newStageResolveCmd(a, &sf))
+	cmd.AddCommand(newStageLocateCmd(a, &sf))
 	return cmd
 }
 
@@ -176,19 +176,20 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 			if err != nil {
 				return out, fmt.Errorf("publish %s@%s from lane %s: %w", s.Repo, s.Revision, s.Lane, err)
 			}
-			out = append(out, published{Snapshot: s, Digest: lease.ID, Built: res.Built})
+			out = append(out, published{Snapshot: s, ID: lease.ID, Built: res.Built})
 			lease.Close()
 		}
 	}
 	return out, nil
 }
 
-func newStageResolveCmd(a *app, sf *stagingFlags) *cobra.Command {
+func newStageLocateCmd(a *app, sf *stagingFlags) *cobra.Command {
 	var recipe string
 	cmd := &cobra.Command{
-		Use:   "resolve REPO[@REV]|LANE [--recipe RECIPE] [--json]",
-		Short: "Print the local path of a repository's snapshot (or a lane) when staged and verified, else its source path",
-		Args:  cobra.ExactArgs(1),
+		Use:     "locate REPO[@REV]|LANE [--recipe RECIPE] [--json]",
+		Aliases: []string{"resolve"}, // its first name
+		Short:   "Print the local path of a repository's snapshot (or a lane) when staged and verified, else its source path",
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var r *staging.Recipe
 			if recipe != "" {
@@ -201,7 +202,7 @@ func newStageResolveCmd(a *app, sf *stagingFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			res, err := e.Resolve(cmd.Context(), args[0], r)
+			res, err := e.Locate(cmd.Context(), args[0], r)
 			if err != nil {
 				return err
 			}
@@ -329,7 +330,7 @@ func printStage(w io.Writer, res stageResult) {
 		if p.Built {
 			verb = "imported"
 		}
-		fmt.Fprintf(w, "published %s@%s (lane %s): %s %s\n", p.Repo, p.Revision, p.Lane, verb, p.Digest)
+		fmt.Fprintf(w, "published %s@%s (lane %s): %s %s\n", p.Repo, p.Revision, p.Lane, verb, p.ID)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 // TestStageCommands drives a hub-mirror lane through the CLI: dry run,
-// stage, stage resolve, resolution through the staged copy, force, ls,
+// stage, stage locate (and resolve, its first name), resolution through the staged copy, force, ls,
 // evict and publish.
 func TestStageCommands(t *testing.T) {
 	base := t.TempDir()
@@ -56,8 +56,10 @@ func TestStageCommands(t *testing.T) {
 		rep.Lanes[0].Env[0] != "HF_HUB_CACHE=/hub" || rep.Lanes[0].Mounts[1] != dst+":/hub:ro" {
 		t.Fatalf("stage: %v\n%s", err, out)
 	}
-	if out, err := ws("stage", "resolve", "org/m"); err != nil || out != dstSnap+"\n" {
-		t.Fatalf("stage resolve: %q %v", out, err)
+	for _, verb := range []string{"locate", "resolve"} {
+		if out, err := ws("stage", verb, "org/m"); err != nil || out != dstSnap+"\n" {
+			t.Fatalf("stage %s: %q %v", verb, out, err)
+		}
 	}
 
 	// Corrupt a source blob (same size): resolution still builds the
@@ -75,14 +77,14 @@ func TestStageCommands(t *testing.T) {
 	if _, err = ws("stage", recipe, "--stage", "force"); exitcode.Of(err) != 4 || !strings.Contains(err.Error(), "repo org/m") {
 		t.Fatalf("force over a corrupt source: %v (exit %d)", err, exitcode.Of(err))
 	}
-	if out, err := ws("stage", "resolve", "org/m"); err != nil || out != srcSnap+"\n" {
-		t.Fatalf("stage resolve of a failed lane: %q %v, want the source", out, err)
+	if out, err := ws("stage", "locate", "org/m"); err != nil || out != srcSnap+"\n" {
+		t.Fatalf("stage locate of a failed lane: %q %v, want the source", out, err)
 	}
 	os.WriteFile(blob, good, 0o644)
 
 	out, err = ws("stage", recipe, "--publish", "--json")
 	rep = stageResult{}
-	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Published) != 1 || !strings.HasPrefix(rep.Published[0].Digest.String(), "sha256:") {
+	if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Published) != 1 || !strings.HasPrefix(rep.Published[0].ID.String(), "sha256:") {
 		t.Fatalf("stage --publish: %v\n%s", err, out)
 	}
 	out, err = ws("staging", "ls", "--json")

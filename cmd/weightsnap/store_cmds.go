@@ -3,15 +3,19 @@ package main
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
@@ -88,7 +92,7 @@ func newLsCmd(a *app) *cobra.Command {
 		Short: "List the artifacts in the store",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -109,12 +113,7 @@ func newLsCmd(a *app) *cobra.Command {
 				slices.SortStableFunc(list, func(x, y *store.ArtifactInfo) int { return lastUse(x).Compare(lastUse(y)) })
 				return printUse(a, list)
 			}
-			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tREVISION\tPRODUCER\tLAYOUT\tSIZE\tCREATED")
-			for _, info := range list {
-				fmt.Fprintln(tw, lsRow(info))
-			}
-			return tw.Flush()
+			return printLs(a.out, list)
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
@@ -129,8 +128,21 @@ func lastUse(info *store.ArtifactInfo) time.Time {
 	return info.Use.LastUse
 }
 
-// lsRow is one artifact as `weightsnap ls` shows it, in at most 120
-// columns: long repositories, producers and layouts are cut.
+// printLs is the table `weightsnap ls` prints (the README's `weightsnap ls`
+// line names its columns).
+func printLs(w io.Writer, list []*store.ArtifactInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tREVISION\tPRODUCER\tLAYOUT\tSIZE\tCREATED")
+	for _, info := range list {
+		fmt.Fprintln(tw, lsRow(info))
+	}
+	return tw.Flush()
+}
+
+// lsRow is one artifact as `weightsnap ls` shows it: the repository whole
+// (the column widens for it, so two models never look the same), long
+// producers and layouts cut, so a row fits 120 columns unless its
+// repository is long.
 func lsRow(info *store.ArtifactInfo) string {
 	repo, rev, producer, layout := "-", "-", "-", "-"
 	if id := info.Identity; id != nil {
@@ -138,14 +150,14 @@ func lsRow(info *store.ArtifactInfo) string {
 		if id.Layout.TPSize > 0 {
 			tp = fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
 		}
-		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), artifact.ShortHex(id.Model.Revision), cut(id.Producer.Name, 11)
+		repo, rev, producer = cmp.Or(id.Model.Repository, "-"), artifact.ShortHex(id.Model.Revision), cut(id.Producer.Name, 11)
 		layout = cut(id.Layout.Name, 16-len(tp)) + tp
 	}
 	created := info.Created
 	if t, err := time.Parse(time.RFC3339Nano, created); err == nil {
 		created = t.UTC().Format(time.DateTime)
 	}
-	return strings.Join([]string{info.Digest.Short(), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
+	return strings.Join([]string{info.ID.Short(), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
 }
 
 // cut shortens s to n characters, the last of them an ellipsis.
@@ -169,7 +181,10 @@ func newInspectCmd(a *app) *cobra.Command {
 					return err
 				}
 			}
-			d, err := a.domain(cmd.Context())
+			if len(args) != 1 && !domainFlag {
+				return fmt.Errorf("inspect needs an artifact ID, a registry reference or --domain: %w", errdefs.ErrInvalidArgument)
+			}
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -180,10 +195,7 @@ func newInspectCmd(a *app) *cobra.Command {
 				}
 				return printDomain(a, rep)
 			}
-			if len(args) != 1 {
-				return fmt.Errorf("inspect needs an artifact ID or --domain")
-			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
@@ -193,10 +205,13 @@ func newInspectCmd(a *app) *cobra.Command {
 			}
 			held := a.daemonHolders(cmd.Context(), id)
 			if a.jsonOut {
-				return a.printJSON(struct {
-					*store.ArtifactInfo
+				raw, err := jsonobj.Concat(info, struct {
 					Weightsnapd *snapshotter.Holders `json:"weightsnapd,omitempty"`
-				}{info, held})
+				}{held})
+				if err != nil {
+					return err
+				}
+				return a.printJSON(json.RawMessage(raw))
 			}
 			if err := printArtifact(a, info); err != nil {
 				return err
@@ -212,7 +227,7 @@ func newInspectCmd(a *app) *cobra.Command {
 }
 
 func printArtifact(a *app, info *store.ArtifactInfo) error {
-	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\n", info.Digest, info.State)
+	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\nPath:      %s\n", info.ID, info.State, info.Path)
 	if info.Reason != "" {
 		fmt.Fprintf(a.out, "Reason:    %s\n", info.Reason)
 	}
@@ -321,7 +336,7 @@ with its bytes.`,
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -332,7 +347,7 @@ with its bytes.`,
 				}
 				return scrubAll(cmd.Context(), a, d, n)
 			}
-			id, err := d.ResolveID(args[0])
+			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
@@ -370,12 +385,12 @@ func scrubAll(ctx context.Context, a *app, d *store.Domain, rate int64) error {
 		if info.State != store.StateReady {
 			continue
 		}
-		if err := d.Scrub(ctx, info.Digest, store.ScrubOptions{Rate: rate}); err != nil {
+		if err := d.Scrub(ctx, info.ID, store.ScrubOptions{Rate: rate}); err != nil {
 			errs = append(errs, err)
-			fmt.Fprintf(a.out, "%s: %v\n", info.Digest.Short(), err)
+			fmt.Fprintf(a.out, "%s: %v\n", info.ID.Short(), err)
 			continue
 		}
-		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", info.Digest.Short(), humanBytes(info.TotalBytes))
+		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", info.ID.Short(), humanBytes(info.TotalBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -386,13 +401,13 @@ func newRmCmd(a *app) *cobra.Command {
 		Short: "Remove artifacts; a leased or building one is reported and left alone",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
 			var errs []error
 			for _, ref := range args {
-				id, err := d.ResolveID(ref)
+				id, err := d.ExpandID(ref)
 				if err == nil {
 					err = a.explainBusy(cmd.Context(), id, d.Remove(cmd.Context(), id))
 				}

@@ -109,12 +109,12 @@ func prepare(t *testing.T, scenario, root string, s, other *storetest.Source) st
 		return scenario
 	case "deny":
 		s.Publish(t, root)
-		storetest.Corrupt(t, root, s.Digest.Hex())
+		storetest.Corrupt(t, root, s.ID.Hex())
 		return "deny"
 	case "rebuild":
 		d := s.Publish(t, root)
-		storetest.Corrupt(t, root, s.Digest.Hex())
-		if _, err := d.Lookup(context.Background(), s.Digest, store.FullChecksum); !store.IsInvalid(err) {
+		storetest.Corrupt(t, root, s.ID.Hex())
+		if _, err := d.Lookup(context.Background(), s.ID, store.FullChecksum); !store.IsInvalid(err) {
 			t.Fatalf("corrupted artifact not denied: %v", err)
 		}
 		return "build"
@@ -147,7 +147,7 @@ func checkInvariant(t *testing.T, point, root string, s *storetest.Source) {
 		var de *store.DeniedError
 		switch {
 		case err == nil:
-			if e.Name() == s.Digest.Hex() {
+			if e.Name() == s.ID.Hex() {
 				checkBytes(t, point, l, s)
 			}
 			l.Close()
@@ -157,7 +157,7 @@ func checkInvariant(t *testing.T, point, root string, s *storetest.Source) {
 		}
 	}
 	// The next build publishes a valid artifact and leaves no temp entry.
-	l, _, err := d.GetOrBuild(ctx, s.ID, &artifact.Passthrough{Src: s.Src})
+	l, _, err := d.GetOrBuild(ctx, s.Identity, &artifact.Passthrough{Src: s.Src})
 	if err != nil {
 		t.Fatalf("%s: next build: %v", point, err)
 	}

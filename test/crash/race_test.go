@@ -19,7 +19,7 @@ func TestWeakLookupNeverLeasesAfterStrongDeny(t *testing.T) {
 	s := storetest.NewSource(t, 1<<20, 2, 42)
 	root := filepath.Join(t.TempDir(), "store")
 	s.Publish(t, root)
-	storetest.Corrupt(t, root, s.Digest.Hex())
+	storetest.Corrupt(t, root, s.ID.Hex())
 
 	gate := t.TempDir()
 	weak := exec.Command(child(t), "lookup-metadata", root, s.Dir)

@@ -7,8 +7,8 @@ import (
 
 // holderBound bounds each resolve of TestFleetHolderMaxChildren: half the 30 s session deadline
 // (peer.DefaultTimeout), so a node that waited on a session until its deadline fails the test. The
-// round's copies, sixteen of 64 MiB down a tree of 400 Mbit/s links, take about 4 s (3.6-4.6 s
-// measured, last READY); the rest is margin for this 2-core machine's load.
+// round's copies, sixteen of 64 MiB down a tree of 400 Mbit/s links, take a few seconds; the rest
+// is margin for a loaded machine.
 const holderBound = 15 * time.Second
 
 // holderMaxCopies bounds the origin's egress in TestFleetHolderMaxChildren: with a holder READY no

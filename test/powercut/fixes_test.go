@@ -16,7 +16,7 @@ import (
 // fails without it.
 
 // afterReturn runs the scenario's operation to its end, cuts the power
-// right after it returned, and materializes the durable image.
+// right after it returned, and materialises the durable image.
 func (h *harness) afterReturn(sc *scenario) string {
 	h.t.Helper()
 	dir := h.t.TempDir()
@@ -28,7 +28,7 @@ func (h *harness) afterReturn(sc *scenario) string {
 		h.t.Fatalf("%s did not return: %s", sc.name, r.out)
 	}
 	image := filepath.Join(dir, "image")
-	if err := img.Materialize(image); err != nil {
+	if err := img.Materialise(image); err != nil {
 		h.t.Fatal(err)
 	}
 	return image
@@ -44,7 +44,7 @@ func TestPublishedModesAreDurable(t *testing.T) {
 	h.src = sourceWithSubdirectory(t)
 	root := h.afterReturn(scenarioNamed(t, "publication"))
 	dirs := 0
-	err := filepath.WalkDir(filepath.Join(root, "artifacts", h.src.Digest.Hex()), func(p string, e os.DirEntry, err error) error {
+	err := filepath.WalkDir(filepath.Join(root, "artifacts", h.src.ID.Hex()), func(p string, e os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -79,8 +79,8 @@ func sourceWithSubdirectory(t *testing.T) *storetest.Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Src, s.ID = src, storetest.IdentityOf(src)
-	s.Digest, _ = s.ID.ID()
+	s.Src, s.Identity = src, storetest.IdentityOf(src)
+	s.ID, _ = s.Identity.ID()
 	return s
 }
 
@@ -95,14 +95,14 @@ func TestDenyMarkerRemovalsAreDurable(t *testing.T) {
 			if _, err := store.Open(context.Background(), root, nil); err != nil {
 				t.Fatal(err)
 			}
-			must(t, os.WriteFile(filepath.Join(root, "deny", s.Digest.Hex()), []byte(`{"reason":"test"}`), 0o644))
+			must(t, os.WriteFile(filepath.Join(root, "deny", s.ID.Hex()), []byte(`{"reason":"test"}`), 0o644))
 		})}
 	cases := []struct {
 		sc     *scenario
 		marker string
 	}{
-		{scenarioNamed(t, "quarantine"), filepath.Join("deny", h.src.Digest.Hex())},
-		{staleMarker, filepath.Join("deny", h.src.Digest.Hex())},
+		{scenarioNamed(t, "quarantine"), filepath.Join("deny", h.src.ID.Hex())},
+		{staleMarker, filepath.Join("deny", h.src.ID.Hex())},
 		{scenarioNamed(t, "gc"), gcMarker},
 	}
 	for _, c := range cases {

@@ -48,7 +48,7 @@ func mountTree(t *testing.T, opts Options) (*FS, string) {
 	return f, mnt
 }
 
-// afterCut powers f off and returns the materialized durable image.
+// afterCut powers f off and returns the materialised durable image.
 func afterCut(t *testing.T, f *FS) string {
 	t.Helper()
 	img := f.PowerOff()
@@ -56,7 +56,7 @@ func afterCut(t *testing.T, f *FS) string {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "image")
-	if err := img.Materialize(dir); err != nil {
+	if err := img.Materialise(dir); err != nil {
 		t.Fatal(err)
 	}
 	return dir

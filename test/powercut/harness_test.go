@@ -97,7 +97,7 @@ func describe(opts Options, r *run) string {
 // and returns the durable image the cut left.
 func (h *harness) operate(sc *scenario, start *Image, opts Options, dir string) (*run, *Image, error) {
 	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
-	if err := start.Materialize(backing); err != nil {
+	if err := start.Materialise(backing); err != nil {
 		return nil, nil, err
 	}
 	if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -137,7 +137,7 @@ func (h *harness) operate(sc *scenario, start *Image, opts Options, dir string) 
 // checkImage mounts img and runs the child's check there.
 func (h *harness) checkImage(img *Image, dir, expect string) (string, error) {
 	backing, mnt := filepath.Join(dir, "backing"), filepath.Join(dir, "mnt")
-	if err := img.Materialize(backing); err != nil {
+	if err := img.Materialise(backing); err != nil {
 		return "", err
 	}
 	if err := os.Mkdir(mnt, 0o755); err != nil {
@@ -246,7 +246,7 @@ func TestHarnessCatchesAMissingParentSync(t *testing.T) {
 	// The failure names the cut, the outcome, and the rename left out of the
 	// durable image with the step it belongs to.
 	want := regexp.MustCompile(`(?s)power cut after the operation returned: .*artifact is gone, want ready.*` +
-		`not durable at the cut.*- rename /tmp/` + h.src.Digest.Hex() + `\.\w+ -> /artifacts/` + h.src.Digest.Hex() + ` \(after publish\.before-rename@1\)`)
+		`not durable at the cut.*- rename /tmp/` + h.src.ID.Hex() + `\.\w+ -> /artifacts/` + h.src.ID.Hex() + ` \(after publish\.before-rename@1\)`)
 	for _, err := range failures {
 		if want.MatchString(err.Error()) {
 			t.Logf("the harness failed, as it should:\n%v", err)

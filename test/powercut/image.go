@@ -81,9 +81,9 @@ func (m *model) loadDir(dir string, id inodeID) error {
 	return nil
 }
 
-// Materialize writes the image as a tree at dir (created if needed), with
+// Materialise writes the image as a tree at dir (created if needed), with
 // its modes and hard links.
-func (img *Image) Materialize(dir string) error {
+func (img *Image) Materialise(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}

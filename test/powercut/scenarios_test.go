@@ -37,13 +37,13 @@ var scenarios = []scenario{
 	{name: "deny", op: "deny", during: "any-corrupted", after: "denied", wantOut: "error *store.InvalidError",
 		prepare: prepared(func(t *testing.T, root string, s *storetest.Source) {
 			s.Publish(t, root)
-			storetest.Corrupt(t, root, s.Digest.Hex())
+			storetest.Corrupt(t, root, s.ID.Hex())
 		})},
 	{name: "quarantine", op: "rebuild", during: "any", after: "ready", wantOut: "ok",
 		prepare: prepared(func(t *testing.T, root string, s *storetest.Source) {
 			d := s.Publish(t, root)
-			storetest.Corrupt(t, root, s.Digest.Hex())
-			if _, err := d.Lookup(context.Background(), s.Digest, store.FullChecksum); !store.IsInvalid(err) {
+			storetest.Corrupt(t, root, s.ID.Hex())
+			if _, err := d.Lookup(context.Background(), s.ID, store.FullChecksum); !store.IsInvalid(err) {
 				t.Fatalf("corrupted artifact not denied: %v", err)
 			}
 		})},
@@ -85,9 +85,9 @@ func leaveGarbage(t *testing.T, root string) {
 	for i, dst := range []string{"tmp/.cleanup.%s.0123456789ab", "quarantine/%s.1"} {
 		o := storetest.NewSource(t, 32<<10, 1, uint64(100+i))
 		o.Publish(t, root)
-		src := filepath.Join(root, "artifacts", o.Digest.Hex())
+		src := filepath.Join(root, "artifacts", o.ID.Hex())
 		must(t, os.Chmod(src, 0o700))
-		must(t, os.Rename(src, filepath.Join(root, fmt.Sprintf(dst, o.Digest.Hex()))))
+		must(t, os.Rename(src, filepath.Join(root, fmt.Sprintf(dst, o.ID.Hex()))))
 	}
 	must(t, os.WriteFile(filepath.Join(root, "deny", fakeID(2)), []byte(`{"reason":"test"}`), 0o644))
 }

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -24,6 +25,9 @@ func TestDefaultRoundTrip(t *testing.T) {
 		if !strings.Contains(string(raw), table) {
 			t.Fatalf("default file lacks %s:\n%s", table, raw)
 		}
+	}
+	if regexp.MustCompile(`(?m)^\s*staged(_ceiling_bytes)?\s*=`).Match(raw) {
+		t.Fatalf("default file names the first names of exports:\n%s", raw)
 	}
 	got, err := Parse("default", raw)
 	if err != nil {
@@ -57,9 +61,16 @@ func TestParse(t *testing.T) {
 			return c.SnapshotRoot(c.Root) == "/srv/ws/snapshots"
 		}},
 		{"metrics off", "[metrics]\naddress = \"\"\n", true, func(c Config) bool { return c.Metrics.Address == "" }},
-		{"peer table", "[peer]\nserve = true\npeers = [\"10.0.0.1:7420\", \"weights.ns.svc\"]\nmode = \"rma\"\nrails = 2\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
-			return c.Peer.Serve && len(c.Peer.Peers) == 2 && c.Peer.Mode == "rma" && c.Peer.Rails == 2 && c.Peer.Staged[0].Path == "/nas/llama"
+		{"peer table", "[peer]\nserve = true\npeers = [\"10.0.0.1:7420\", \"weights.ns.svc\"]\nmode = \"rma\"\nrails = 2\n[[peer.exports]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
+			return c.Peer.Serve && len(c.Peer.Peers) == 2 && c.Peer.Mode == "rma" && c.Peer.Rails == 2 && c.Peer.Exports[0].Path == "/nas/llama"
 		}},
+		{"exports under their first name", "[peer]\nstaged_ceiling_bytes = 4096\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
+			return len(c.Peer.Exports) == 1 && c.Peer.Exports[0].Name == "llama" && c.Peer.ExportCeilingBytes == 4096 &&
+				c.Peer.StagedAlias == nil && c.Peer.StagedCeilingAlias == nil
+		}},
+		{"export ceiling", "[peer]\nexport_ceiling_bytes = 4096\n", true, func(c Config) bool { return c.Peer.ExportCeilingBytes == 4096 }},
+		{"exports under both names", "[[peer.exports]]\nname = \"a\"\npath = \"/a\"\n[[peer.staged]]\nname = \"b\"\npath = \"/b\"\n", false, nil},
+		{"export ceiling under both names", "[peer]\nexport_ceiling_bytes = 4096\nstaged_ceiling_bytes = 4096\n", false, nil},
 		{"bad peer mode", "[peer]\nmode = \"udp\"\n", false, nil},
 		{"peer key without cert", "[peer]\ntls_key = \"k.pem\"\n", false, nil},
 		{"unknown key", "[store]\nbogus = 1\n", false, nil},

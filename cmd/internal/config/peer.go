@@ -3,6 +3,7 @@ package config
 import (
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/pelletier/go-toml/v2"
 	"github.com/weightsnap/weightsnap/peer"
 )
 
@@ -54,7 +56,7 @@ func (p Peer) ServerConfig() (peer.ServerConfig, error) {
 			p.Listen, errdefs.ErrInvalidArgument)
 	}
 	cfg := peer.ServerConfig{MaxSessions: p.MaxSessions, MaxChildren: p.MaxChildren, MaxRails: p.MaxRails, RailAddrs: p.RailAddrs,
-		Provider: p.FabricProvider, Exports: p.Staged, ExportCeiling: p.StagedCeilingBytes,
+		Provider: p.FabricProvider, Exports: p.Exports, ExportCeiling: p.ExportCeilingBytes,
 		Timeout: time.Duration(p.TimeoutSeconds) * time.Second}
 	var err error
 	if cfg.Token, err = p.token(); err != nil {
@@ -131,4 +133,35 @@ func certPool(file string) (*x509.CertPool, error) {
 		return nil, fmt.Errorf("[peer] CA file %s holds no PEM certificate: %w", file, errdefs.ErrInvalidArgument)
 	}
 	return pool, nil
+}
+
+// foldAliases moves the keys read under their first names ([[peer.staged]],
+// staged_ceiling_bytes) to their names (exports, export_ceiling_bytes). A
+// file, raw, naming one setting under both names is refused.
+func (p *Peer) foldAliases(raw []byte) error {
+	if p.StagedAlias == nil && p.StagedCeilingAlias == nil {
+		return nil
+	}
+	var named struct {
+		Peer struct {
+			Exports *[]peer.Export `toml:"exports"`
+			Ceiling *int64         `toml:"export_ceiling_bytes"`
+		} `toml:"peer"`
+	}
+	if err := toml.Unmarshal(raw, &named); err != nil {
+		return fmt.Errorf("[peer]: %w", errors.Join(errdefs.ErrInvalidArgument, err))
+	}
+	if p.StagedAlias != nil {
+		if named.Peer.Exports != nil {
+			return fmt.Errorf("[peer] exports and staged (its first name) are both set: keep exports: %w", errdefs.ErrInvalidArgument)
+		}
+		p.Exports, p.StagedAlias = p.StagedAlias, nil
+	}
+	if p.StagedCeilingAlias != nil {
+		if named.Peer.Ceiling != nil {
+			return fmt.Errorf("[peer] export_ceiling_bytes and staged_ceiling_bytes (its first name) are both set: keep export_ceiling_bytes: %w", errdefs.ErrInvalidArgument)
+		}
+		p.ExportCeilingBytes, p.StagedCeilingAlias = *p.StagedCeilingAlias, nil
+	}
+	return nil
 }

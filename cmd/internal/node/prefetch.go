@@ -34,7 +34,7 @@ func PrefetchResolver(cfg config.Config, rt *resolve.Runtime, remote registry.Op
 	registries := cfg.Resolve.AllowedRegistries()
 	return func(ctx context.Context, e prefetch.Declared) (artifact.ID, error) {
 		if e.Ref == "" {
-			res, err := rt.Resolve(ctx, resolve.Request{Digest: e.ID})
+			res, err := rt.Resolve(ctx, resolve.Request{ID: e.ID})
 			if err != nil {
 				return artifact.ID{}, err
 			}

@@ -23,7 +23,7 @@ type RuntimeOptions struct {
 	// with a command's flags over them.
 	Remote registry.Options
 	// Producers are the registered local producers.
-	Producers []producers.Recipe
+	Producers []producers.Local
 	// NoFingerprintCache hashes every source file instead of using the cache.
 	NoFingerprintCache bool
 }

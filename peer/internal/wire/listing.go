@@ -24,7 +24,7 @@ type Listing struct {
 // ListedArtifact is one artifact of the peer's store: READY, or being
 // built and served as it verifies (Building, with VerifiedBytes so far).
 type ListedArtifact struct {
-	IdentityDigest artifact.ID `json:"identity_digest"`
+	ID             artifact.ID `json:"identity_digest"`
 	ManifestDigest string      `json:"manifest_digest"`
 	Repository     string      `json:"repository,omitempty"`
 	Revision       string      `json:"revision"`

@@ -22,9 +22,9 @@ type WeightManifest struct {
 	Schema int `json:"schema"`
 	// Generation is the serving process's generation id (32 hex), new at
 	// every start of the peer.
-	Generation     string            `json:"generation"`
-	Identity       artifact.Identity `json:"identity"`
-	IdentityDigest artifact.ID       `json:"identity_digest"`
+	Generation string            `json:"generation"`
+	Identity   artifact.Identity `json:"identity"`
+	ID         artifact.ID       `json:"identity_digest"`
 	// ManifestDigest is sha256 of the store's manifest.json (store artifacts).
 	ManifestDigest digest.Digest `json:"manifest_digest,omitempty"`
 	// Export is the staged id of an exported directory (the JSON key
@@ -115,7 +115,7 @@ func (m *WeightManifest) Answers(request string) bool {
 	if name, ok := strings.CutPrefix(request, ExportPrefix); ok {
 		return m.Export == name
 	}
-	return m.IdentityDigest.String() == request || (m.ManifestDigest != "" && m.ManifestDigest.String() == request)
+	return m.ID.String() == request || (m.ManifestDigest != "" && m.ManifestDigest.String() == request)
 }
 
 // emptyBLAKE3 is the BLAKE3 of no bytes.
@@ -145,8 +145,8 @@ func (m *WeightManifest) validate() error {
 	if err := m.Identity.Validate(); err != nil {
 		return err
 	}
-	if d, err := m.Identity.ID(); err != nil || d != m.IdentityDigest {
-		return fmt.Errorf("identity digest %q does not match the identity", m.IdentityDigest.String())
+	if d, err := m.Identity.ID(); err != nil || d != m.ID {
+		return fmt.Errorf("identity digest %q does not match the identity", m.ID.String())
 	}
 	if m.ManifestDigest != "" && (m.ManifestDigest.Validate() != nil || m.ManifestDigest.Algorithm() != digest.SHA256) {
 		return fmt.Errorf("manifest digest %q is not a sha256 digest", m.ManifestDigest)

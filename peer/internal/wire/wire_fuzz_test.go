@@ -159,7 +159,7 @@ func fuzzManifest(tb testing.TB) []byte {
 	id := fuzzIdentity()
 	d, _ := id.ID()
 	header := []byte("\x08\x00\x00\x00\x00\x00\x00\x00{}      ")
-	m := WeightManifest{Schema: ManifestSchema, Generation: "00112233445566778899aabbccddeeff", Identity: id, IdentityDigest: d,
+	m := WeightManifest{Schema: ManifestSchema, Generation: "00112233445566778899aabbccddeeff", Identity: id, ID: d,
 		Shards: []WeightShard{{FileEntry: artifact.FileEntry{File: artifact.File{Path: "a.safetensors", Size: 24, SHA256: hexOf(1), BLAKE3: hexOf(2)}, DataStart: 16, HeaderBLAKE3: artifact.BLAKE3Hex(header),
 			Tensors: []artifact.TensorEntry{{Name: "w", DType: "BF16", Shape: []int64{4}, Offset: 16, Length: 8, BLAKE3: hexOf(4)}}}, Header: header},
 			{FileEntry: artifact.FileEntry{File: artifact.File{Path: "config.json", Size: 2, SHA256: hexOf(5), BLAKE3: hexOf(6)}}}}}
@@ -197,7 +197,7 @@ func FuzzReadManifest(f *testing.F) {
 }
 
 func FuzzReadListing(f *testing.F) {
-	ls, _ := json.Marshal(Listing{Generation: "00", Modes: []Mode{ModeTCP}, Artifacts: []ListedArtifact{{IdentityDigest: artifact.MustParseID("sha256:" + hexOf(0))}}})
+	ls, _ := json.Marshal(Listing{Generation: "00", Modes: []Mode{ModeTCP}, Artifacts: []ListedArtifact{{ID: artifact.MustParseID("sha256:" + hexOf(0))}}})
 	fuzzWire(f, [][]byte{Enc{StatusOK}.Blob32(ls), Enc{StatusOK}.U32(0xffffffff)},
 		func(r io.Reader) (*Listing, error) { return ReadListing(r, 1<<20) }, nil)
 }

@@ -28,10 +28,10 @@ func IdentityOf(src *artifact.SourceDir) artifact.Identity {
 
 // Source is a synthetic checkpoint and its identity.
 type Source struct {
-	Dir    string
-	Src    *artifact.SourceDir
-	ID     artifact.Identity
-	Digest artifact.ID // ID's digest; its hex names the artifact's directory
+	Dir      string
+	Src      *artifact.SourceDir
+	Identity artifact.Identity
+	ID       artifact.ID // Identity's ID; its hex names the artifact's directory
 }
 
 // NewSource writes a synthetic checkpoint of about size bytes in shards.
@@ -47,7 +47,7 @@ func NewSource(t testing.TB, size int64, shards int, seed uint64) *Source {
 	}
 	id := IdentityOf(src)
 	dg, _ := id.ID()
-	return &Source{Dir: dir, Src: src, ID: id, Digest: dg}
+	return &Source{Dir: dir, Src: src, Identity: id, ID: dg}
 }
 
 // Publish publishes s in the domain at root and returns the domain.
@@ -58,7 +58,7 @@ func (s *Source) Publish(t testing.TB, root string) *store.Domain {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, _, err := d.GetOrBuild(ctx, s.ID, &artifact.Passthrough{Src: s.Src})
+	l, _, err := d.GetOrBuild(ctx, s.Identity, &artifact.Passthrough{Src: s.Src})
 	if err != nil {
 		t.Fatal(err)
 	}

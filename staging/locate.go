@@ -14,10 +14,10 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/producers"
 )
 
-// Resolution says where a repository's snapshot, or a lane, is read from
+// Location says where a repository's snapshot, or a lane, is read from
 // on this node: the staged copy when it is staged and verified, else the
 // source.
-type Resolution struct {
+type Location struct {
 	Lane     string `json:"lane"`
 	Repo     string `json:"repo,omitempty"`
 	Revision string `json:"revision,omitempty"`
@@ -26,12 +26,12 @@ type Resolution struct {
 	Reason   string `json:"reason,omitempty"` // why the source, when it is
 }
 
-// Resolve resolves ref: a hub repository ("org/name", "org/name@REV" with
+// Locate resolves ref: a hub repository ("org/name", "org/name@REV" with
 // a commit or a ref name, main by default) mirrored by a lane on this node,
 // or a lane id. A staged, verified answer counts as a use of the lane (LRU
 // eviction). Lanes of r, when given, answer with their source even when
 // never staged. Anything else is errdefs.ErrNotFound.
-func (e *Engine) Resolve(ctx context.Context, ref string, r *Recipe) (*Resolution, error) {
+func (e *Engine) Locate(ctx context.Context, ref string, r *Recipe) (*Location, error) {
 	ledgers, err := e.ledgers(ctx)
 	if err != nil {
 		return nil, err
@@ -50,7 +50,7 @@ func (e *Engine) Resolve(ctx context.Context, ref string, r *Recipe) (*Resolutio
 		}
 	}
 	if l, ok := byID[ref]; ok {
-		res := &Resolution{Lane: l.ID, Path: l.Src}
+		res := &Location{Lane: l.ID, Path: l.Src}
 		if why := laneUnverified(l, ""); why != "" {
 			res.Reason = why
 			return res, nil
@@ -61,19 +61,19 @@ func (e *Engine) Resolve(ctx context.Context, ref string, r *Recipe) (*Resolutio
 	}
 	repo, rev, _ := strings.Cut(ref, "@")
 	if !repoRE.MatchString(repo) {
-		return nil, fmt.Errorf("stage resolve %q: not a lane id or a hub repository (org/name[@revision]): %w", ref, errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("stage locate %q: not a lane id or a hub repository (org/name[@revision]): %w", ref, errdefs.ErrInvalidArgument)
 	}
 	if rev == "" {
 		rev = "main"
 	}
 	folder := repoFolder(repo)
-	var fallback *Resolution
+	var fallback *Location
 	for _, l := range ledgers {
 		if l.Kind != KindHubMirror {
 			continue
 		}
 		srcSnap, srcErr := snapshotDir(l.Src, folder, rev)
-		res := &Resolution{Lane: l.ID, Repo: repo, Revision: filepath.Base(srcSnap), Path: srcSnap}
+		res := &Location{Lane: l.ID, Repo: repo, Revision: filepath.Base(srcSnap), Path: srcSnap}
 		dstSnap, err := snapshotDir(l.Dst, folder, rev)
 		switch {
 		case l.State != StateStaged:
@@ -95,7 +95,7 @@ func (e *Engine) Resolve(ctx context.Context, ref string, r *Recipe) (*Resolutio
 		}
 	}
 	if fallback == nil {
-		return nil, fmt.Errorf("stage resolve %s: no lane on node %s mirrors it: %w", ref, e.st.Node, errdefs.ErrNotFound)
+		return nil, fmt.Errorf("stage locate %s: no lane on node %s mirrors it: %w", ref, e.st.Node, errdefs.ErrNotFound)
 	}
 	return fallback, nil
 }
