@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
@@ -37,6 +40,9 @@ func TestDecideTable(t *testing.T) {
 		{"typed failure, retryable", resolve.Failure{Kind: resolve.KindDomain, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
 		{"typed failure, retryable", resolve.Failure{Kind: resolve.KindRemote, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
 		{"typed failure, retryable", resolve.Failure{Kind: resolve.KindRestoreCommit, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
+		{"source unreachable", resolve.Failure{Kind: resolve.KindUnreachable, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
+		{"source served bad bytes", resolve.Failure{Kind: resolve.KindIntegrity}, next(resolve.ActionFail), next(resolve.ActionFail)},
+		{"always visible", resolve.Failure{Kind: resolve.KindAuth}, fail, fail},
 		{"typed failure, not retryable", resolve.Failure{Kind: resolve.KindRemote}, fail, fail},
 		{"typed failure, not retryable", resolve.Failure{Kind: resolve.KindDomain}, fail, fail},
 		{"typed failure, not retryable", resolve.Failure{Kind: resolve.KindCapacity}, fail, fail},
@@ -74,7 +80,7 @@ type want struct {
 // TestFailureToActionRowByRow drives each row of the table with a real
 // failure through the runtime in all three modes.
 func TestFailureToActionRowByRow(t *testing.T) {
-	src := synthModel(t, 1<<20, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 1<<20, 2)
 	canonical := func(k resolve.Kind, retry bool) want { return want{resolve.OutcomeCanonical, k, retry} }
 	failed := func(k resolve.Kind, retry bool) want { return want{resolve.OutcomeFailed, k, retry} }
 	provider := func(err error) func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
@@ -123,7 +129,13 @@ func TestFailureToActionRowByRow(t *testing.T) {
 			canonical(resolve.KindRemote, true), failed(resolve.KindRemote, true)},
 
 		{"remote unavailable", provider(fmt.Errorf("registry down: %w", errdefs.ErrUnavailable)),
-			canonical(resolve.KindRemote, true), failed(resolve.KindRemote, true)},
+			canonical(resolve.KindUnreachable, true), failed(resolve.KindUnreachable, true)},
+
+		{"remote refused", provider(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}),
+			canonical(resolve.KindUnreachable, true), failed(resolve.KindUnreachable, true)},
+
+		{"remote served bad bytes", provider(fmt.Errorf("unit 3: BLAKE3 mismatch: %w", errdefs.ErrDataLoss)),
+			failed(resolve.KindIntegrity, false), failed(resolve.KindIntegrity, false)},
 
 		{"build lock wait timeout", func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 			holdBuildLock(t, e.root, identityOf(t, producers.Passthrough{}, e.src))
@@ -135,8 +147,11 @@ func TestFailureToActionRowByRow(t *testing.T) {
 			return resolve.Config{Wait: resolve.WaitPolicy{CoordinationTimeoutSeconds: 1}}, passthrough(e)
 		}, canonical(resolve.KindDomain, true), failed(resolve.KindDomain, true)},
 
-		{"remote failure, not retryable", provider(fmt.Errorf("pull: %w", errdefs.ErrPermissionDenied)),
+		{"remote failure, not retryable", provider(fmt.Errorf("pull: %w", errdefs.ErrInvalidArgument)),
 			failed(resolve.KindRemote, false), failed(resolve.KindRemote, false)},
+
+		{"remote refuses the credentials", provider(fmt.Errorf("pull: %w", errdefs.ErrPermissionDenied)),
+			failed(resolve.KindAuth, false), failed(resolve.KindAuth, false)},
 
 		{"capacity", func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 			p := store.DefaultPolicy()
@@ -276,7 +291,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 // TestWaitBudgetNeverCancelsOwnBuild: the budget bounds waits only; a
 // build that takes longer than the budget completes.
 func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
-	src := synthModel(t, 256<<10, 1, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	slow := &testLocal{name: "slow", phase: producers.PreLoadSafe, produce: func(ctx context.Context, w artifact.Writer) error {
 		if err := sleepCtx(ctx, 1500); err != nil {
 			return err
@@ -294,7 +309,7 @@ func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
 }
 
 func TestRemoteProviderFetch(t *testing.T) {
-	src := synthModel(t, 512<<10, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 512<<10, 2)
 	scanned := mustScan(t, src)
 	var order []string
 	miss := resolve.ProviderFunc{ProviderName: "peer", Fn: func(context.Context, artifact.Identity) (artifact.Producer, error) {
@@ -337,7 +352,7 @@ func mustScan(t testing.TB, dir string) *artifact.SourceDir {
 // with a retryable timeout; the build it waited for goes on, publishes,
 // and the next resolve hits it.
 func TestWaiterLeavesOtherBuildAlone(t *testing.T) {
-	src := synthModel(t, 512<<10, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 512<<10, 2)
 	root := filepath.Join(t.TempDir(), "root")
 	id := identityOf(t, producers.Passthrough{}, src)
 	d, err := store.Open(context.Background(), root, nil)

@@ -14,6 +14,8 @@ import (
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc/codes"
@@ -33,7 +35,7 @@ func model(t testing.TB, size int64, seed uint64) (*artifact.SourceDir, artifact
 	if err != nil {
 		t.Fatal(err)
 	}
-	return src, artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
+	return src, artifact.PassthroughIdentity(src, "test/model", storetest.Revision, "", 0, 0)
 }
 
 func build(ctx context.Context, d *store.Domain, src *artifact.SourceDir, id artifact.Identity) (artifact.ID, error) {
@@ -293,7 +295,7 @@ func TestHardlinksCountOnce(t *testing.T) {
 }
 
 func TestWatermarkEvictsDownToTheLowMark(t *testing.T) {
-	root := mountTmpfs(t, "16m")
+	root := testenv.Tmpfs(t, "16m")
 	ctx := context.Background()
 	policy := store.DefaultPolicy()
 	policy.HighWatermarkPercent, policy.LowWatermarkPercent = 50, 25

@@ -423,12 +423,15 @@ func newRmCmd(a *app) *cobra.Command {
 }
 
 func newGCCmd(a *app) *cobra.Command {
+	var o store.GCOptions
 	var evict, dryRun bool
 	var to string
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries; --evict: evict least recently used artifacts",
 		Long: `Remove stale temp builds, finish interrupted removals, drop old quarantined entries.
+An interrupted pull or fetch is kept for the next one of its artifact to continue, until it is older
+than [store] stale_build_seconds (a day), or with --all.
 
 With --evict it also evicts unleased, unpinned READY artifacts, least recently
 used first: until the store is within max_store_bytes and min_free_bytes and its
@@ -462,7 +465,7 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 					return nil
 				}
 			}
-			r, err := d.GC(cmd.Context())
+			r, err := d.GC(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -472,10 +475,17 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\n",
 				r.Temps.Count, humanBytes(r.Temps.Bytes), r.Tombstones.Count, humanBytes(r.Tombstones.Bytes),
 				r.Quarantined.Count, humanBytes(r.Quarantined.Bytes), r.DenyMarkers)
+			for _, t := range r.Removed {
+				fmt.Fprintf(a.out, "removed tmp/%s (%s): %s\n", t.Name, humanBytes(t.Bytes), t.Reason)
+			}
+			for _, t := range r.Kept {
+				fmt.Fprintf(a.out, "kept tmp/%s (%s of %s): %s\n", t.Name, humanBytes(t.Bytes), t.ID.Short(), t.Reason)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.All, "all", false, "remove interrupted builds however young, losing what a rerun would continue from")
 	cmd.Flags().BoolVar(&evict, "evict", false, "also evict least recently used artifacts (see above)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --evict: say what would be evicted, evict nothing")
 	cmd.Flags().StringVar(&to, "to", "", "with --evict: evict until the store holds at most this (e.g. 600MiB)")

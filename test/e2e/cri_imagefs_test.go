@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
@@ -118,11 +119,8 @@ func TestCRIEvictionGivesTheBytesBack(t *testing.T) {
 	crictl(t, c.ctd, "pull", c.base)
 	checkSums(t, runReaderPod(t, c.ctd, readerPod{name: "first", image: c.base, dir: "/models/model", volume: first.ref}), first)
 	crictl(t, c.ctd, "rmp", "-f", "-a") // the pod goes; its image and weight snapshot stay
-	for deadline := time.Now().Add(60 * time.Second); leased(t, c.ws.Config, first.hex); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("weightsnapd still leases the first artifact a minute after its pod went")
-		}
-	}
+	testenv.Eventually(t, time.Minute, func() bool { return !leased(t, c.ws.Config, first.hex) },
+		"weightsnapd still leases the first artifact a minute after its pod went")
 	if out, err := c.ctd.Crictl(append(viaWS, "pull", second.ref)...); err != nil {
 		t.Fatalf("CRI pull of a second artifact that needs the first's room: %v\n%s", err, out)
 	}

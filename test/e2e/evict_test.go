@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
@@ -31,7 +32,7 @@ func TestStoreEvictsForNewModels(t *testing.T) {
 		return dir
 	}
 	importModel := func(i int, size string) wsResult {
-		return wsWith(t, ws.Config, "import", model(i, size), "--revision", ociRevision, "--repository", fmt.Sprint("org/m", i))
+		return wsWith(t, ws.Config, "import", model(i, size), "--revision", storetest.Revision, "--repository", fmt.Sprint("org/m", i))
 	}
 	var ids []string
 	for i := range 5 {

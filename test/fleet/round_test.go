@@ -29,6 +29,9 @@ type Round struct {
 	// Prefetch has each node run `weightsnap prefetch sync` of one prefetch file naming the
 	// artifact's tag (pin = true), as weightsnapd does with its [prefetch] dir, instead of resolve.
 	Prefetch bool
+	// Absent are peer addresses (host:port) every node lists after the round's others and that
+	// nothing ever serves: nodes that never started.
+	Absent []string
 }
 
 // Result is what a round measured.
@@ -119,7 +122,7 @@ func (f *Fleet) Launch(r Round) *Rollout {
 		report := filepath.Join(f.dir, fmt.Sprintf("report-%d-%d.json", f.rounds, i))
 		cfg := ""
 		argv := []string{"resolve", "--identity", f.identity, "--mode", "required", "--registry", f.repo, "--plain-http", "--report", report}
-		if peers := f.peersOf(nodes, i); r.Peers && len(peers) > 0 {
+		if peers := append(f.peersOf(nodes, i), r.Absent...); r.Peers && len(peers) > 0 {
 			argv = append(argv, "--peer", strings.Join(peers, ","))
 			// The node's own address, as the others list it: the nodes that
 			// start together rank the same addresses and agree on one root.

@@ -92,6 +92,9 @@ type Peer struct {
 	Mode           string   `toml:"mode" comment:"data plane this node fetches with: tcp, or rma (needs a build with libfabric)"`
 	Rails          int      `toml:"rails" comment:"rails this node asks for; 0 is one per core, at most 4"`
 	TimeoutSeconds int      `toml:"timeout_seconds" comment:"seconds any read, write or dial may take"`
+	// ConnectTimeoutSeconds bounds reaching a peer (dial, TLS handshake,
+	// its first answer): what a peer that is down or black-holed costs.
+	ConnectTimeoutSeconds int `toml:"connect_timeout_seconds" comment:"seconds reaching a peer may take (dial, TLS handshake, its first answer), at most timeout_seconds:\na peer that is down or accepts and never answers costs this much before the next peer, then the registry, is asked"`
 	// Exports are the peer's exported directories, served as staged:NAME
 	// (the wire's token).
 	Exports            []peer.Export `toml:"exports" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.exports]] name, path, revision, repository, component\n([[peer.staged]], their first name, is read too)"`
@@ -167,7 +170,7 @@ func Default() Config {
 		Prefetch: Prefetch{Dir: "/etc/weightsnap/prefetch.d", RetryMaxSeconds: 300},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
-			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
+			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), ConnectTimeoutSeconds: int(peer.DefaultConnectTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
 	}
 }
 
@@ -286,8 +289,8 @@ func (c *Config) Validate() error {
 	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
 		return fmt.Errorf("[peer] %w", err)
 	}
-	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ExportCeilingBytes < 0 {
-		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds and export_ceiling_bytes must not be negative")
+	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ConnectTimeoutSeconds < 0 || p.ExportCeilingBytes < 0 {
+		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds, connect_timeout_seconds and export_ceiling_bytes must not be negative")
 	}
 	if (c.Peer.TLSCert == "") != (c.Peer.TLSKey == "") || (c.Peer.TLSClientCA != "" && c.Peer.TLSCert == "") {
 		return bad("[peer] tls_cert and tls_key go together, and tls_client_ca needs them")

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -94,13 +95,13 @@ type Weightsnapd struct {
 
 // StartWeightsnapd starts weightsnapd (root needed) with a generated configuration in a fresh
 // harness directory (logs in weightsnapd.log there) and waits for its sd_notify READY=1. It skips
-// (see Skip) when the binary is not built.
+// (see testenv.Skip) when the binary is not built.
 func StartWeightsnapd(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t, "running weightsnapd")
 	bin := WeightsnapdBinary()
 	if bin == "" {
-		Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
+		testenv.Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
 	}
 	w := NewWeightsnapConfig(t, opts)
 	if opts.StoreTmpfs != "" {
