@@ -106,3 +106,36 @@ func (s *Service) createImage(ctx context.Context, name string, img *oci.Image, 
 	}
 	return nil
 }
+
+// resolveWeights checks, for each weight layer of the image res (its
+// pointer's artifact on a configured registry), that the registry accepts
+// the pull's credentials for the artifact's repository (Access: a manifest
+// HEAD, no payload), then resolves the artifact into the store with them,
+// so that the snapshotter, which prepares the layer while containerd
+// pulls and knows no pull's credentials, finds it there. A refusal fails
+// the pull with the registry's answer and nothing of that artifact is
+// fetched. A pointer to another host is left to the snapshotter, which
+// refuses it.
+func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *oci.Resolved) error {
+	for _, l := range res.Manifest.Layers {
+		p, ok, err := oci.PointerFromAnnotations(l)
+		if err != nil || !ok || !oci.AllowedHost(s.cfg.Registries, pointer.Host(p)) {
+			continue // a bad pointer is the snapshotter's to refuse, as for any pull
+		}
+		ar, err := r.Sibling(p.Artifact)
+		if err != nil {
+			return err
+		}
+		if err := s.access.Check(ctx, ar); err != nil {
+			return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+		}
+		resn, err := s.cfg.Runtime.Resolve(ctx, resolve.Request{ID: p.ID, Artifact: p.Artifact})
+		if err != nil {
+			return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+		}
+		resn.Close() // the artifact stays in the store; the snapshot takes its own lease
+		log.G(ctx).WithField("image", r.String()).WithField("artifact", p.Artifact).WithField("identity", p.ID.String()).
+			WithField("outcome", resn.Report.Outcome).Info("cri: weights of an image resolved with the pull's credentials")
+	}
+	return nil
+}
