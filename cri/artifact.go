@@ -127,6 +127,17 @@ func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *o
 			return err
 		}
 		if err := s.access.Check(ctx, ar); err != nil {
+			if errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err) {
+				whose := "the pull's own credentials"
+				if _, ok := registry.CredentialOf(ctx, ar.Ref.Registry); !ok {
+					whose = "the node's Docker config (the pull brought no credentials for " + ar.Ref.Registry + ")"
+				}
+				answer := "forbidden"
+				if errdefs.IsUnauthorized(err) {
+					answer = "unauthorized"
+				}
+				return fmt.Errorf("weights of %s: registry %s refused %s for %s (%s): %w", r, ar.Ref.Registry, whose, ar.Name(), answer, err)
+			}
 			return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
 		}
 		resn, err := s.cfg.Runtime.Resolve(ctx, resolve.Request{ID: p.ID, Artifact: p.Artifact})
