@@ -16,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
+	"golang.org/x/sync/errgroup"
 )
 
 // Namespace is containerd's namespace of the CRI's images.
@@ -110,13 +111,14 @@ func (s *Service) createImage(ctx context.Context, name string, img *oci.Image, 
 // resolveWeights checks, for each weight layer of the image res (its
 // pointer's artifact on a configured registry), that the registry accepts
 // the pull's credentials for the artifact's repository (Access: a manifest
-// HEAD, no payload), then resolves the artifact into the store with them,
-// so that the snapshotter, which prepares the layer while containerd
-// pulls and knows no pull's credentials, finds it there. A refusal fails
-// the pull with the registry's answer and nothing of that artifact is
+// HEAD, no payload), then resolves the artifacts into the store with them,
+// all at once, so that the snapshotter, which prepares the layers while
+// containerd pulls and knows no pull's credentials, finds them there. A
+// refusal fails the pull with the registry's answer before anything is
 // fetched. A pointer to another host is left to the snapshotter, which
 // refuses it.
 func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *oci.Resolved) error {
+	var ptrs []pointer.Pointer
 	for _, l := range res.Manifest.Layers {
 		p, ok, err := oci.PointerFromAnnotations(l)
 		if err != nil || !ok || !oci.AllowedHost(s.cfg.Registries, pointer.Host(p)) {
@@ -127,26 +129,40 @@ func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *o
 			return err
 		}
 		if err := s.access.Check(ctx, ar); err != nil {
-			if errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err) {
-				whose := "the pull's own credentials"
-				if _, ok := registry.CredentialOf(ctx, ar.Ref.Registry); !ok {
-					whose = "the node's Docker config (the pull brought no credentials for " + ar.Ref.Registry + ")"
-				}
-				answer := "forbidden"
-				if errdefs.IsUnauthorized(err) {
-					answer = "unauthorized"
-				}
-				return fmt.Errorf("weights of %s: registry %s refused %s for %s (%s): %w", r, ar.Ref.Registry, whose, ar.Name(), answer, err)
-			}
-			return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+			return refusal(ctx, r, ar, p, err)
 		}
-		resn, err := s.cfg.Runtime.Resolve(ctx, resolve.Request{ID: p.ID, Artifact: p.Artifact})
-		if err != nil {
-			return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
-		}
-		resn.Close() // the artifact stays in the store; the snapshot takes its own lease
-		log.G(ctx).WithField("image", r.String()).WithField("artifact", p.Artifact).WithField("identity", p.ID.String()).
-			WithField("outcome", resn.Report.Outcome).Info("cri: weights of an image resolved with the pull's credentials")
+		ptrs = append(ptrs, p)
 	}
-	return nil
+	g, gctx := errgroup.WithContext(ctx)
+	for _, p := range ptrs {
+		g.Go(func() error {
+			resn, err := s.cfg.Runtime.Resolve(gctx, resolve.Request{ID: p.ID, Artifact: p.Artifact})
+			if err != nil {
+				return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+			}
+			resn.Close() // the artifact stays in the store; the snapshot takes its own lease
+			log.G(ctx).WithField("image", r.String()).WithField("artifact", p.Artifact).WithField("identity", p.ID.String()).
+				WithField("outcome", resn.Report.Outcome).Info("cri: weights of an image resolved with the pull's credentials")
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// refusal is the error of a weight layer whose artifact ar the registry
+// did not let the pull's credentials read: it names the registry, whose
+// credentials they were and its answer.
+func refusal(ctx context.Context, r, ar *registry.Remote, p pointer.Pointer, err error) error {
+	if !errdefs.IsUnauthorized(err) && !errdefs.IsPermissionDenied(err) {
+		return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+	}
+	whose := "the pull's own credentials"
+	if _, ok := registry.CredentialOf(ctx, ar.Ref.Registry); !ok {
+		whose = "the node's Docker config (the pull brought no credentials for " + ar.Ref.Registry + ")"
+	}
+	answer := "forbidden"
+	if errdefs.IsUnauthorized(err) {
+		answer = "unauthorized"
+	}
+	return fmt.Errorf("weights of %s: registry %s refused %s for %s (%s): %w", r, ar.Ref.Registry, whose, ar.Name(), answer, err)
 }
