@@ -51,6 +51,9 @@ type PullOptions struct {
 	// Progress, if set, is told of payload bytes fetched or reused; it is
 	// called from several goroutines at once.
 	Progress func(n int64)
+	// Reused, if set, is told of the payload bytes of Progress that an
+	// interrupted pull had already fetched (so a rate can leave them out).
+	Reused func(n int64)
 }
 
 // RangeMode is PullOptions.Ranges.
@@ -141,6 +144,9 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	start := time.Now()
 	resolved, err := resolveManifest(ctx, r, "")
 	if err != nil {
+		return nil, nil, err
+	}
+	if err := weightImageError(r.String(), resolved.Manifest); err != nil {
 		return nil, nil, err
 	}
 	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
@@ -270,6 +276,9 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 			done[i] = true
 			p.reused.Add(f.Size)
 			p.reusedFiles.Add(1)
+			if p.o.Reused != nil {
+				p.o.Reused(f.Size)
+			}
 			p.progress(f.Size)
 			log.G(ctx).WithField("file", f.Path).Debug("reused from an interrupted pull")
 			return nil

@@ -142,6 +142,22 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	return d, nil
 }
 
+// OpenExisting opens the domain at root as Open does, but only if there is
+// one: a root that holds no store is errdefs.ErrNotFound, and nothing is
+// created there. Read-only commands open their domain with it.
+func OpenExisting(ctx context.Context, root string, policy *Policy) (*Domain, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(abs, "domain.json")); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no store at %s (`weightsnap store init` creates one; --root or WEIGHTSNAP_ROOT names another): %w", abs, errdefs.ErrNotFound)
+	} else if err != nil {
+		return nil, fmt.Errorf("store root %s: %w", abs, err)
+	}
+	return Open(ctx, abs, policy)
+}
+
 // SetPolicy replaces the domain's stored policy.
 func (d *Domain) SetPolicy(p Policy) error {
 	if err := p.validate(); err != nil {

@@ -26,8 +26,11 @@ func (e *UnsupportedFSError) Error() string {
 	return fmt.Sprintf("store root %s is on %s (statfs magic 0x%x): only ext4, xfs, btrfs and tmpfs are supported", e.Root, e.Type, e.Magic)
 }
 
-// Unwrap classifies the error.
-func (e *UnsupportedFSError) Unwrap() error { return errdefs.ErrNotImplemented }
+// Unwrap classifies the error: a root the store cannot be kept at is bad
+// input (exit 2), on a filesystem it does not implement.
+func (e *UnsupportedFSError) Unwrap() []error {
+	return []error{errdefs.ErrInvalidArgument, errdefs.ErrNotImplemented}
+}
 
 // InvalidError says an artifact failed validation; the artifact is denied.
 type InvalidError struct {
