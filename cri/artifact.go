@@ -138,7 +138,12 @@ func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *o
 		g.Go(func() error {
 			resn, err := s.cfg.Runtime.Resolve(gctx, resolve.Request{ID: p.ID, Artifact: p.Artifact})
 			if err != nil {
-				return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+				if refused(err) || s.modeOf(p) != resolve.Preferred {
+					return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+				}
+				log.G(ctx).WithError(err).WithField("image", r.String()).WithField("artifact", p.Artifact).
+					Warn("cri: weights of an image could not be resolved; preferred mode: its containers start without them")
+				return nil
 			}
 			resn.Close() // the artifact stays in the store; the snapshot takes its own lease
 			log.G(ctx).WithField("image", r.String()).WithField("artifact", p.Artifact).WithField("identity", p.ID.String()).
@@ -153,7 +158,7 @@ func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *o
 // did not let the pull's credentials read: it names the registry, whose
 // credentials they were and its answer.
 func refusal(ctx context.Context, r, ar *registry.Remote, p pointer.Pointer, err error) error {
-	if !errdefs.IsUnauthorized(err) && !errdefs.IsPermissionDenied(err) {
+	if !refused(err) {
 		return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
 	}
 	whose := "the pull's own credentials"
@@ -165,4 +170,15 @@ func refusal(ctx context.Context, r, ar *registry.Remote, p pointer.Pointer, err
 		answer = "unauthorized"
 	}
 	return fmt.Errorf("weights of %s: registry %s refused %s for %s (%s): %w", r, ar.Ref.Registry, whose, ar.Name(), answer, err)
+}
+
+// refused says whether err is a registry's refusal of credentials.
+func refused(err error) bool { return errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err) }
+
+// modeOf is the mode of a weight layer: its image's, else the node's.
+func (s *Service) modeOf(p pointer.Pointer) resolve.Mode {
+	if p.Mode != "" {
+		return resolve.Mode(p.Mode)
+	}
+	return s.cfg.Mode
 }

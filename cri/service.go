@@ -44,6 +44,12 @@ type Config struct {
 	Registries []string
 	// Remote are the registry client options.
 	Remote registry.Options
+	// Mode is the node's [snapshotter] mode, which a weight image's own
+	// mode overrides: in preferred mode a weight layer whose artifact the
+	// pull could not resolve (for another reason than the registry's
+	// refusal) is left to the snapshotter, which starts its container
+	// without the weights.
+	Mode resolve.Mode
 }
 
 // Service is the CRI image service.
