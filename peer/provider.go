@@ -131,7 +131,7 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 // with, the data plane, its rails and the bytes fetched and reused.
 func (f *fetcher) Transfer() store.Transfer {
 	return store.Transfer{Endpoint: f.rep.Peer, Mode: string(f.rep.Mode), Rails: f.rep.Rails, Fetched: f.fetched.Load(),
-		Reused: f.reused.Load(), ReusedFiles: f.reusedFiles}
+		Reused: f.reused.Load(), ReusedFiles: f.reusedFiles, ResumedFiles: f.resumedFiles}
 }
 
 // ProducerForID implements resolve.IDProvider: a peer is asked for

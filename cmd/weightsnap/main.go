@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
@@ -107,8 +105,7 @@ func newRoot(a *app) *cobra.Command {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, signalled, stop := withSignals(context.Background())
 	ctx = log.WithLogger(ctx, log.L.WithField("cmd", "weightsnap"))
 	a := &app{out: os.Stdout, errOut: os.Stderr}
 	root := newRoot(a)
@@ -116,8 +113,13 @@ func main() {
 	if err == nil {
 		err = exitcode.Execute(ctx, root)
 	}
+	stop()
+	if sig := signalled(); sig != 0 && err != nil {
+		os.Exit(interruptedExit(os.Stderr, sig, err))
+	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "weightsnap: %v\n", err)
+		sayKept(os.Stderr, err)
 		os.Exit(exitcode.Of(err))
 	}
 }

@@ -192,6 +192,9 @@ imported as "import" would import its files: --revision is then required.`,
 				return err
 			}
 			defer l.Close()
+			if rep.Built && rep.Reused > 0 && !a.jsonOut {
+				fmt.Fprintln(a.errOut, reusedLine(rep.Transfer))
+			}
 			return a.printResult(rep, rep.ID.String())
 		},
 	}

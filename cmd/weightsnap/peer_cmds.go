@@ -333,6 +333,9 @@ artifact of their own (producer tensor-subset).`,
 			fmt.Fprintln(a.out, rep.ID)
 			if rep.Built {
 				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Endpoint, rep.Mode, rep.Rails, rep.Seconds)
+				if rep.Reused > 0 {
+					fmt.Fprintln(a.errOut, reusedLine(rep.Transfer))
+				}
 			}
 			return nil
 		},

@@ -402,16 +402,19 @@ func newRmCmd(a *app) *cobra.Command {
 }
 
 func newGCCmd(a *app) *cobra.Command {
+	var o store.GCOptions
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries",
-		Args:  cobra.NoArgs,
+		Long: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries.\n" +
+			"An interrupted pull or fetch is kept for the next one of its artifact to continue, until it is older than [store] stale_build_seconds (a day), or with --all.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := a.domain(cmd.Context())
 			if err != nil {
 				return err
 			}
-			r, err := d.GC(cmd.Context())
+			r, err := d.GC(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -421,9 +424,16 @@ func newGCCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\n",
 				r.Temps.Count, humanBytes(r.Temps.Bytes), r.Tombstones.Count, humanBytes(r.Tombstones.Bytes),
 				r.Quarantined.Count, humanBytes(r.Quarantined.Bytes), r.DenyMarkers)
+			for _, t := range r.Removed {
+				fmt.Fprintf(a.out, "removed tmp/%s (%s): %s\n", t.Name, humanBytes(t.Bytes), t.Reason)
+			}
+			for _, t := range r.Kept {
+				fmt.Fprintf(a.out, "kept tmp/%s (%s of %s): %s\n", t.Name, humanBytes(t.Bytes), t.ID.Short(), t.Reason)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.All, "all", false, "remove interrupted builds however young, losing what a rerun would continue from")
 	return cmd
 }

@@ -2,12 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -51,31 +53,30 @@ func TestKubeletStaticPods(t *testing.T) {
 
 	k.RemovePodManifest(t, "weights")
 	k.RemovePodManifest(t, "volume")
-	for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(time.Second) {
-		pods, ctrs := crictl(t, c.ctd, "pods", "-q"), crictl(t, c.ctd, "ps", "-a", "-q")
-		if pods == "" && ctrs == "" {
-			break
+	if err := testenv.Wait(150*time.Second, func() error {
+		if pods, ctrs := crictl(t, c.ctd, "pods", "-q"), crictl(t, c.ctd, "ps", "-a", "-q"); pods != "" || ctrs != "" {
+			return fmt.Errorf("pods %q and containers %q", pods, ctrs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the kubelet left pods %q and containers %q after their manifests went", pods, ctrs)
-		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the kubelet left %v after their manifests went", err)
 	}
 
 	// The images stay (a kubelet removes none on its own); what used the artifacts went.
 	noLease := func(when string) {
 		t.Helper()
 		for _, a := range list {
-			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if err := testenv.Wait(60*time.Second, func() error {
 				r := wsWith(t, c.ws.Config, "inspect", a.Digest)
 				if r.code != 0 {
 					t.Fatalf("weightsnap inspect %s: exit %d\n%s%s", a.Digest, r.code, r.out, r.errOut)
 				}
-				if !strings.Contains(r.out, "weightsnapd: lease held") {
-					break
+				if strings.Contains(r.out, "weightsnapd: lease held") {
+					return errors.New(r.out)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("weightsnapd still holds %s %s:\n%s", a.Digest, when, r.out)
-				}
+				return nil
+			}); err != nil {
+				t.Fatalf("weightsnapd still holds %s %s: %v", a.Digest, when, err)
 			}
 		}
 	}
@@ -121,14 +122,18 @@ func staticPod(name, image, dir, volume string) string {
 func waitPodLog(t *testing.T, ctd *harness.Containerd, pod, want string) string {
 	t.Helper()
 	var logs string
-	for deadline := time.Now().Add(120 * time.Second); !strings.Contains(logs, want); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			ps, _ := ctd.Crictl("ps", "-a")
-			t.Fatalf("the log of pod %s lacks %q: %q\n%s", pod, want, logs, ps)
-		}
+	err := testenv.Wait(120*time.Second, func() error {
 		if id := strings.Fields(crictl(t, ctd, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name="+pod)); len(id) > 0 {
 			logs, _ = ctd.Crictl("logs", id[0])
 		}
+		if !strings.Contains(logs, want) {
+			return fmt.Errorf("the log of pod %s lacks %q: %q", pod, want, logs)
+		}
+		return nil
+	})
+	if err != nil {
+		ps, _ := ctd.Crictl("ps", "-a")
+		t.Fatalf("%v\n%s", err, ps)
 	}
 	return logs
 }
@@ -160,7 +165,19 @@ func TestKubeletWeightsnapdKilled(t *testing.T) {
 		t.Fatalf("a pull while weightsnapd is down: %v\n%s", err, out)
 	}
 	k.PodManifest(t, "latecomer", staticPod("latecomer", img2, "/llama", ""))
-	time.Sleep(3 * time.Second) // the kubelet tries, and fails, while weightsnapd is down
+	// The kubelet tries, and fails, while weightsnapd is down: it logs the
+	// pod's sync failing on one of weightsnapd's sockets (the snapshotter's,
+	// through containerd, or the image service's).
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		raw, _ := os.ReadFile(k.Proc.Log)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "Error syncing pod") && strings.Contains(line, "latecomer-"+k.NodeName) &&
+				(strings.Contains(line, c.ws.Socket) || strings.Contains(line, c.ws.CRI)) {
+				return true
+			}
+		}
+		return false
+	}, "the kubelet did not try the latecomer's pod while weightsnapd was down")
 
 	c.ws.Restart(t)
 	checkSums(t, waitPodLog(t, c.ctd, "latecomer-"+k.NodeName, "read-all"), &pushedArtifact{files: files2})

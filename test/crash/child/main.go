@@ -17,8 +17,8 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
 func main() {
@@ -51,7 +51,7 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	identity := storetest.IdentityOf(src)
+	identity := storetest.Identity(src)
 	id, _ := identity.ID()
 	switch op {
 	case "build", "rebuild":
@@ -77,7 +77,8 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	case "remove":
 		return id.Hex(), d.Remove(ctx, id)
 	case "gc":
-		r, err := d.GC(ctx)
+		// Every kind of garbage, the interrupted builds however young.
+		r, err := d.GC(ctx, store.GCOptions{All: true})
 		if err != nil {
 			return "", err
 		}
@@ -100,7 +101,7 @@ func importSource(ctx context.Context, d *store.Domain, srcDir string) (string, 
 		if err != nil {
 			return artifact.Identity{}, err
 		}
-		return storetest.IdentityOf(full), nil
+		return storetest.Identity(full), nil
 	})
 	if err != nil {
 		return "", err
