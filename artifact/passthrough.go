@@ -223,6 +223,13 @@ func (p *Passthrough) Produce(ctx context.Context, w Writer) error {
 	if err != nil {
 		return err
 	}
+	var total int64
+	for _, f := range p.Src.Files {
+		total += f.Size
+	}
+	if err := w.Reserve(total); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	ready := make(chan *verbatimCopy, filesAhead)
 	g.Go(func() error {

@@ -34,6 +34,8 @@ type Writer interface {
 	// binding b, written and closed; it reports whether it did and, if so,
 	// the file's hashes. The kept file is read once.
 	Reuse(b Binding) (FileEntry, bool, error)
+	// Reserver makes room for the whole artifact before any payload.
+	Reserver
 	// PartResumer continues a file an interrupted build wrote in part, in
 	// order; TreeResumer one bound by its tensor tree.
 	PartResumer

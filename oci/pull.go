@@ -238,6 +238,15 @@ func (p *puller) Produce(ctx context.Context, w artifact.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The manifest gives the files' sizes: room is made, or refused, before
+	// any payload byte (an archive layer's files meet each file's preflight).
+	var total int64
+	for _, f := range p.plan.Files {
+		total += f.Size
+	}
+	if err := w.Reserve(total); err != nil {
+		return err
+	}
 	g, gctx := errgroup.WithContext(ctx)
 	if len(todo) > 0 {
 		g.Go(func() error { return p.fetchAll(gctx, w, todo) })

@@ -124,6 +124,16 @@ func (f *fetcher) Produce(ctx context.Context, w artifact.Writer) error {
 		}
 		f.seed = w
 	}
+	if f.subset == nil {
+		// The manifest gives the size: room is made, or refused, before any byte.
+		var total int64
+		for _, s := range f.base.Shards {
+			total += s.Size
+		}
+		if err := w.Reserve(total); err != nil {
+			return err
+		}
+	}
 	err := f.prepare(ctx, w)
 	if err == nil {
 		if f.o.OnTotal != nil {

@@ -94,7 +94,7 @@ func isRebuildable(err error) bool {
 }
 
 func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id artifact.ID, p artifact.Producer, deadline time.Time) error {
-	b, err := d.newBuild(identity, id, id.Hex())
+	b, err := d.newBuild(ctx, identity, id, id.Hex())
 	if err != nil {
 		return err
 	}

@@ -119,7 +119,7 @@ func keptFile(t *testing.T, check bool) ([]byte, artifact.Binding) {
 func stopPartWay(t *testing.T, d *Domain, identity artifact.Identity, data []byte, bind artifact.Binding, n int64) int64 {
 	t.Helper()
 	id, _ := identity.ID()
-	b, err := d.newBuild(identity, id, id.Hex())
+	b, err := d.newBuild(context.Background(), identity, id, id.Hex())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestContinueKeptPrefix(t *testing.T) {
 			if tc.harm != nil {
 				tc.harm(t, d, path)
 			}
-			b, err := d.newBuild(identity, id, id.Hex())
+			b, err := d.newBuild(context.Background(), identity, id, id.Hex())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -20,7 +20,7 @@ import (
 func publishBytes(t *testing.T, d *Domain, identity artifact.Identity, data []byte) error {
 	t.Helper()
 	id, _ := identity.ID()
-	b, err := d.newBuild(identity, id, id.Hex())
+	b, err := d.newBuild(context.Background(), identity, id, id.Hex())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,24 +56,46 @@ func (e *InvalidError) Unwrap() error { return errdefs.ErrDataLoss }
 
 // CapacityError is a build refused or stopped for lack of space.
 type CapacityError struct {
-	Limit string // max_artifact_bytes, max_store_bytes, min_free_bytes or ENOSPC
+	Limit string // max_artifact_bytes, max_store_bytes, min_free_bytes, ENOSPC, or eviction (it could not free Need)
 	Need  int64
 	Have  int64
 	Err   error // the underlying ENOSPC, if any
+
+	// Checked says the store looked at eviction before refusing (capacity.go):
+	// Reclaimable is what evicting every candidate could free, Held what it
+	// may not take, and Eviction "off" when the policy forbids it.
+	Checked     bool
+	Artifact    artifact.ID // the artifact refused, when known
+	Size        int64       // its payload bytes, when known
+	Reclaimable int64
+	Held        []Held
+	Eviction    string
 }
 
 func (e *CapacityError) Error() string {
-	if e.Limit == "ENOSPC" {
-		return fmt.Sprintf("store is out of space: %v", e.Err)
+	var s string
+	switch e.Limit {
+	case "ENOSPC":
+		s = fmt.Sprintf("store is out of space: %v", e.Err)
+	case "min_free_bytes":
+		s = fmt.Sprintf("store has no space for the file: it needs %d bytes free (min_free_bytes included), the filesystem has %d", e.Need, e.Have)
+	case "eviction":
+		s = fmt.Sprintf("store eviction cannot free %d bytes: its candidates free %d", e.Need, e.Have)
+	default:
+		s = fmt.Sprintf("store capacity: %s would be exceeded: need %d bytes, limit allows %d", e.Limit, e.Need, e.Have)
 	}
-	if e.Limit == "min_free_bytes" {
-		return fmt.Sprintf("store has no space for the file: it needs %d bytes free (min_free_bytes included), the filesystem has %d", e.Need, e.Have)
+	if e.Checked {
+		s += e.detail()
 	}
-	return fmt.Sprintf("store capacity: %s would be exceeded: need %d bytes, limit allows %d", e.Limit, e.Need, e.Have)
+	return s
 }
 
-// Unwrap classifies the error.
+// Unwrap classifies the error. A nil cause is left out: errgrpc.ToGRPC
+// (the CRI's answers) dereferences every error Unwrap lists.
 func (e *CapacityError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{errdefs.ErrResourceExhausted}
+	}
 	return []error{errdefs.ErrResourceExhausted, e.Err}
 }
 

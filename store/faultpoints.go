@@ -1,7 +1,7 @@
 package store
 
-// FaultPoints names every step of publication, deny, quarantine, move and
-// cleanup at which the crash harness (test/crash) kills or pauses a process.
+// FaultPoints names every step of publication, deny, quarantine, move,
+// eviction and cleanup at which the crash harness (test/crash) kills or pauses a process.
 // The points act only in binaries built with the "faults" build tag; in
 // every other build faultPoint is an empty function.
 var FaultPoints = []string{
@@ -28,4 +28,10 @@ var FaultPoints = []string{
 	"remove.mid-delete",
 	"cleanup.before-remove",
 	"lookup.validated",
+	"evict.locked",
+	"evict.after-mode",
+	"evict.after-rename",
+	"evict.after-sync",
+	"evict.before-delete",
+	"evict.after-delete",
 }

@@ -41,7 +41,7 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 		al.Close()
 	}()
 	start := time.Now()
-	b, err := d.newBuild(artifact.Identity{}, artifact.ID{}, anon)
+	b, err := d.newBuild(ctx, artifact.Identity{}, artifact.ID{}, anon)
 	if err != nil {
 		return nil, res, err
 	}

@@ -43,6 +43,8 @@ type ArtifactInfo struct {
 	TensorCount int                `json:"tensor_count"`
 	Files       []FileInfo         `json:"files,omitempty"`
 	Holders     []LockHolder       `json:"lock_holders,omitempty"`
+	// Use is what eviction sees: last use, pins, lease, the bytes it frees.
+	Use *Use `json:"use,omitempty"`
 }
 
 // MarshalJSON is the snapshot's encoding: the ID's hex under "id" first,
@@ -72,7 +74,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id artifact.ID) (*Artifact
 		return nil, ErrMiss
 	}
 	info := &ArtifactInfo{ID: id, Path: d.path(dirArtifacts, id.Hex()), State: StateReady,
-		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact"))}
+		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact")), Use: d.UseOf(id)}
 	if err := d.checkDenied(id); err != nil {
 		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason
 	}
@@ -213,7 +215,8 @@ func dirUsage(dir string) Usage {
 	return u
 }
 
-// usedBytes is what the published artifacts and temp builds take.
+// usedBytes is what the published artifacts and temp builds take, each
+// inode once (usage.go).
 func (d *Domain) usedBytes() (int64, error) {
-	return dirUsage(d.path(dirArtifacts)).Bytes + dirUsage(d.path(dirTmp)).Bytes, nil
+	return d.storeBytes(), nil
 }

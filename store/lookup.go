@@ -24,6 +24,7 @@ type Lease struct {
 	o       *opened
 	lk      *lock
 	tensors map[string]tensorRef
+	d       *Domain // records the last use when the lease goes
 }
 
 type tensorRef struct {
@@ -61,6 +62,9 @@ func (l *Lease) Close() error {
 	}
 	l.o.close()
 	l.o = nil
+	if l.d != nil {
+		l.d.touch(l.ID)
+	}
 	return l.lk.Close()
 }
 
@@ -115,5 +119,6 @@ func (d *Domain) Lookup(ctx context.Context, id artifact.ID, mode ValidationMode
 		lk.Close()
 		return nil, err
 	}
-	return &Lease{ID: id, Dir: o.dir, Ready: o.ready, Manifest: o.manifest, Index: o.index, o: o, lk: lk}, nil
+	d.touch(id)
+	return &Lease{ID: id, Dir: o.dir, Ready: o.ready, Manifest: o.manifest, Index: o.index, o: o, lk: lk, d: d}, nil
 }

@@ -19,7 +19,7 @@ func validMeta(t testing.TB) (ready, manifest, index []byte) {
 	}
 	identity := testIdentity()
 	id, _ := identity.ID()
-	b, _ := d.newBuild(identity, id, id.Hex())
+	b, _ := d.newBuild(context.Background(), identity, id, id.Hex())
 	w, _ := b.Create("weights.bin", 4)
 	w.Write([]byte("same"))
 	w.Close()

@@ -43,12 +43,16 @@ func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
 		d.unmark(id)
 		return ErrMiss
 	}
+	if pins, err := d.Pins(id); err != nil || len(pins) > 0 {
+		return errors.Join(err, fmt.Errorf("artifact %s is pinned by %s: unpin it first (weightsnap unpin): %w", id.Short(), describePins(pins), errdefs.ErrFailedPrecondition))
+	}
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	tomb := d.path(dirTmp, ".cleanup."+id.Hex()+"."+hex.EncodeToString(rnd[:]))
 	if err := d.moveOut(id, tomb, "remove", false); err != nil {
 		return fmt.Errorf("remove %s: %w", id.Short(), err)
 	}
+	d.forgetUse(id)
 	if err := d.unmark(id); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -19,6 +20,7 @@ import (
 // build is an invisible temp build of one artifact, written through the
 // store-scoped writer. Only publish makes it visible.
 type build struct {
+	ctx      context.Context // the logger of evictions made for it
 	d        *Domain
 	identity artifact.Identity
 	id       artifact.ID
@@ -47,10 +49,10 @@ type build struct {
 
 // newBuild starts a temp build under tmp/<owner>.<random>: owner is the
 // identity hex, or an anonymous name while an import learns its identity.
-func (d *Domain) newBuild(identity artifact.Identity, id artifact.ID, owner string) (*build, error) {
+func (d *Domain) newBuild(ctx context.Context, identity artifact.Identity, id artifact.ID, owner string) (*build, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	b := &build{d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1, ckEvery: checkpointEvery,
+	b := &build{ctx: ctx, d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1, ckEvery: checkpointEvery,
 		dir: d.path(dirTmp, owner+"."+hex.EncodeToString(rnd[:]))}
 	if p := d.policy; p.MaxArtifactBytes > 0 {
 		b.budget = p.MaxArtifactBytes
@@ -137,12 +139,24 @@ func (b *build) keeper(bind artifact.Binding) func(off int64, state []byte) erro
 	return func(off int64, state []byte) error { return b.keep(path, off, size, state) }
 }
 
-// preflight checks the capacity limits and free space for size more bytes.
-// The store's ceiling only refuses: unlike staging's lane eviction and the
-// peer's staged set, it drops nothing least recently used, since its
-// readers are other processes' leases (flocks) with no record of last use;
-// space comes back through Remove and GC.
+// preflight checks the capacity limits and free space for size more bytes;
+// past max_store_bytes or min_free_bytes, with eviction on, it evicts
+// unleased, unpinned artifacts, least recently used first, and checks again
+// (capacity.go).
 func (b *build) preflight(size int64) error {
+	err := b.checkSpace(size)
+	var ce *CapacityError
+	if !errors.As(err, &ce) || ce.Limit == "max_artifact_bytes" {
+		return err
+	}
+	if err := b.roomFor(ce, size); err != nil {
+		return err
+	}
+	return b.checkSpace(size)
+}
+
+// checkSpace is preflight without eviction.
+func (b *build) checkSpace(size int64) error {
 	if b.budget >= 0 && b.total+size > b.budget {
 		limit := "max_artifact_bytes"
 		if p := b.d.policy; p.MaxArtifactBytes == 0 || b.budget < p.MaxArtifactBytes {

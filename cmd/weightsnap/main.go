@@ -96,6 +96,7 @@ func newRoot(a *app) *cobra.Command {
 	config.PathFlag(root.PersistentFlags(), &a.configPath, "weightsnapd")
 	root.PersistentFlags().StringVar(&a.controlAddress, "control-address", "", "weightsnapd's control socket (default [snapshotter] control_address of the configuration file)")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
+	root.AddCommand(newPinCmd(a), newUnpinCmd(a), newPrefetchCmd(a))
 	root.AddCommand(newOCICmds(a)...)
 	root.AddCommand(newResolveCmd(a), newPeerCmd(a))
 	root.AddCommand(newMountCmd(a), newUmountCmd(a))

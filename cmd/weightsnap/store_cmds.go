@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -85,6 +86,7 @@ func mergePolicy(cmd *cobra.Command, cur, set store.Policy) store.Policy {
 }
 
 func newLsCmd(a *app) *cobra.Command {
+	var use bool
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "List the artifacts in the store",
@@ -107,11 +109,23 @@ func newLsCmd(a *app) *cobra.Command {
 				}
 				return a.printJSON(list)
 			}
+			if use {
+				slices.SortStableFunc(list, func(x, y *store.ArtifactInfo) int { return lastUse(x).Compare(lastUse(y)) })
+				return printUse(a, list)
+			}
 			return printLs(a.out, list)
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&use, "use", false, "show what eviction sees, least recently used first: size, what evicting it frees, last use, leased, pinned")
 	return cmd
+}
+
+func lastUse(info *store.ArtifactInfo) time.Time {
+	if info.Use == nil {
+		return time.Time{}
+	}
+	return info.Use.LastUse
 }
 
 // printLs is the table `weightsnap ls` prints (the README's `weightsnap ls`
@@ -233,6 +247,13 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if u := info.Use; u != nil {
+		pinned := "not pinned"
+		if u.Pinned() {
+			pinned = "pinned by " + pinHolders(u.Pins)
+		}
+		fmt.Fprintf(a.out, "Use:       last %s, leased %v, %s, evicting it frees %s\n", u.LastUse.UTC().Format(time.DateTime), u.Leased, pinned, humanBytes(u.Frees))
 	}
 	return printLocks(a, info.Holders)
 }
@@ -403,16 +424,46 @@ func newRmCmd(a *app) *cobra.Command {
 
 func newGCCmd(a *app) *cobra.Command {
 	var o store.GCOptions
+	var evict, dryRun bool
+	var to string
 	cmd := &cobra.Command{
 		Use:   "gc",
-		Short: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries",
-		Long: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries.\n" +
-			"An interrupted pull or fetch is kept for the next one of its artifact to continue, until it is older than [store] stale_build_seconds (a day), or with --all.",
+		Short: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries; --evict: evict least recently used artifacts",
+		Long: `Remove stale temp builds, finish interrupted removals, drop old quarantined entries.
+An interrupted pull or fetch is kept for the next one of its artifact to continue, until it is older
+than [store] stale_build_seconds (a day), or with --all.
+
+With --evict it also evicts unleased, unpinned READY artifacts, least recently
+used first: until the store is within max_store_bytes and min_free_bytes and its
+filesystem under the high watermark (down to the low one), or, with --to, until
+the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := a.domain(cmd.Context())
 			if err != nil {
 				return err
+			}
+			if evict {
+				var rep *store.EvictReport
+				if cmd.Flags().Changed("to") {
+					n, perr := parseSize(to)
+					if perr != nil {
+						return perr
+					}
+					rep, err = d.EvictTo(cmd.Context(), n, dryRun)
+				} else {
+					rep, err = d.EvictToPolicy(cmd.Context(), dryRun)
+				}
+				if err != nil {
+					return err
+				}
+				if a.jsonOut {
+					return a.printJSON(rep)
+				}
+				printEvictions(a, rep)
+				if dryRun {
+					return nil
+				}
 			}
 			r, err := d.GC(cmd.Context(), o)
 			if err != nil {
@@ -435,5 +486,8 @@ func newGCCmd(a *app) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&o.All, "all", false, "remove interrupted builds however young, losing what a rerun would continue from")
+	cmd.Flags().BoolVar(&evict, "evict", false, "also evict least recently used artifacts (see above)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --evict: say what would be evicted, evict nothing")
+	cmd.Flags().StringVar(&to, "to", "", "with --evict: evict until the store holds at most this (e.g. 600MiB)")
 	return cmd
 }

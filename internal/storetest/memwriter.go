@@ -55,6 +55,9 @@ func (w *MemWriter) Reuse(artifact.Binding) (artifact.FileEntry, bool, error) {
 	return artifact.FileEntry{}, false, nil
 }
 
+// Reserve makes no room: memory has no capacity to check.
+func (w *MemWriter) Reserve(int64) error { return nil }
+
 // Continue finds nothing kept: no build was interrupted.
 func (w *MemWriter) Continue(artifact.Binding) (artifact.FileWriter, int64, bool, error) {
 	return nil, 0, false, nil

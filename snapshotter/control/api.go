@@ -7,6 +7,7 @@
 //	DELETE /v1/mounts?dir=DIR      -> 204
 //	GET    /v1/mounts              -> []HostMountInfo
 //	GET    /v1/holders?identity=ID -> Holders
+//	GET    /v1/prefetch            -> []prefetch.Status (the daemon's route)
 //
 // An error answers its errdefs class as the HTTP status (errhttp) and
 // {"error": message}.

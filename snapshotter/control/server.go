@@ -23,9 +23,16 @@ type Server struct {
 	lis net.Listener
 }
 
+// Route is one more route of the control API, served by the daemon beside
+// the backend's.
+type Route struct {
+	Pattern string // net/http's: "GET /v1/prefetch"
+	Fn      func(ctx context.Context, r *http.Request) (any, error)
+}
+
 // Listen creates the control socket at path (mode 0660; a stale socket is
-// replaced) and starts serving b on it.
-func Listen(ctx context.Context, path string, b Backend) (*Server, error) {
+// replaced) and starts serving b, and the extra routes, on it.
+func Listen(ctx context.Context, path string, b Backend, extra ...Route) (*Server, error) {
 	lis, err := unixserve.Listen(path)
 	if err != nil {
 		return nil, err
@@ -73,6 +80,9 @@ func Listen(ctx context.Context, path string, b Backend) (*Server, error) {
 		}
 		return b.HoldersOf(id)
 	})
+	for _, r := range extra {
+		handle(r.Pattern, r.Fn)
+	}
 	c := &Server{hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, lis: lis}
 	go func() {
 		if err := c.hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {

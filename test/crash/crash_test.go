@@ -32,6 +32,7 @@ var scenarios = map[string]string{
 	"lookup":     "lookup",
 	"write":      "build",
 	"publish":    "build",
+	"evict":      "evict",
 }
 
 func scenarioOf(point string) string {
@@ -104,7 +105,7 @@ func prepare(t *testing.T, scenario, root string, s, other *storetest.Source) st
 	switch scenario {
 	case "build":
 		return "build"
-	case "lookup", "remove":
+	case "lookup", "remove", "evict":
 		s.Publish(t, root)
 		return scenario
 	case "deny":

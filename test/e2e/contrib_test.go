@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,17 +32,20 @@ import (
 func TestKubernetesManifests(t *testing.T) {
 	m := kubernetesManifests(t)
 	spec := m.ds.Spec.Template.Spec
-	hostPaths := map[string]string{} // volume name -> host path
+	hostPaths := map[string]string{} // volume name -> host path, or "configmap:NAME"
 	for _, v := range spec.Volumes {
-		if v.HostPath != nil {
+		switch {
+		case v.HostPath != nil:
 			hostPaths[v.Name] = v.HostPath.Path
+		case v.ConfigMap != nil:
+			hostPaths[v.Name] = "configmap:" + v.ConfigMap.Name
 		}
 	}
 	c := spec.Containers[0]
 	mounted := map[string]corev1.VolumeMount{}
 	for _, vm := range c.VolumeMounts {
 		mounted[hostPaths[vm.Name]] = vm
-		if p := hostPaths[vm.Name]; p != "" && vm.MountPath != p {
+		if p := hostPaths[vm.Name]; p != "" && !strings.HasPrefix(p, "configmap:") && vm.MountPath != p {
 			t.Errorf("host path %s is mounted at %s: containerd and the CLI see the host's paths", p, vm.MountPath)
 		}
 	}
@@ -59,11 +63,15 @@ func TestKubernetesManifests(t *testing.T) {
 	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "metrics" && p.ContainerPort == 9878 }) {
 		t.Errorf("no metrics port 9878: %+v", c.Ports)
 	}
-	if !slices.Contains(c.Command, "/etc/weightsnap/config.toml") || mounted[""].MountPath != "/etc/weightsnap" {
-		t.Errorf("weightsnapd does not read the ConfigMap's file: %v, %+v", c.Command, mounted[""])
+	if !slices.Contains(c.Command, "/etc/weightsnap/config.toml") || mounted["configmap:weightsnapd"].MountPath != "/etc/weightsnap" {
+		t.Errorf("weightsnapd does not read the ConfigMap's file: %v, %+v", c.Command, mounted["configmap:weightsnapd"])
 	}
 
 	text := m.cm.Data["config.toml"]
+	// The prefetch ConfigMap is mounted where [prefetch] dir says (issue 32).
+	if pm := mounted["configmap:weightsnapd-prefetch"]; pm.MountPath == "" || !strings.Contains(text, fmt.Sprintf("dir = %q", pm.MountPath)) || m.prefetch == nil || m.prefetch.Data["models.toml"] == "" {
+		t.Errorf("the prefetch ConfigMap is not mounted at the configuration's [prefetch] dir: %+v\n%s", pm, text)
+	}
 	if !strings.Contains(text, `address = "0.0.0.0:9878"`) {
 		t.Errorf("the configuration does not serve metrics on the pod's port 9878:\n%s", text)
 	}
@@ -144,11 +152,12 @@ type kubeletConfig struct {
 
 // manifests are the documents of contrib/kubernetes; pods by file name.
 type manifests struct {
-	ds      *appsv1.DaemonSet
-	cm      *corev1.ConfigMap
-	pods    map[string]*corev1.Pod
-	rc      *nodev1.RuntimeClass
-	kubelet *kubeletConfig
+	ds       *appsv1.DaemonSet
+	cm       *corev1.ConfigMap // weightsnapd's configuration
+	prefetch *corev1.ConfigMap // its prefetch directory
+	pods     map[string]*corev1.Pod
+	rc       *nodev1.RuntimeClass
+	kubelet  *kubeletConfig
 }
 
 // kubernetesManifests decodes every document of contrib/kubernetes strictly
@@ -177,8 +186,13 @@ func kubernetesManifests(t *testing.T) manifests {
 				m.ds = &appsv1.DaemonSet{}
 				obj = m.ds
 			case "v1 ConfigMap":
-				m.cm = &corev1.ConfigMap{}
-				obj = m.cm
+				cm := &corev1.ConfigMap{}
+				if strings.Contains(doc, "name: weightsnapd-prefetch") {
+					m.prefetch = cm
+				} else {
+					m.cm = cm
+				}
+				obj = cm
 			case "v1 Pod":
 				pod := &corev1.Pod{}
 				m.pods[filepath.Base(f)] = pod

@@ -33,12 +33,20 @@ type criNode struct {
 
 func startCRINode(t *testing.T) *criNode {
 	t.Helper()
+	return startCRINodeWith(t, harness.WeightsnapdOptions{})
+}
+
+// startCRINodeWith is startCRINode with weightsnapd's options (its
+// registries and CRI upstream are the node's).
+func startCRINodeWith(t *testing.T, opts harness.WeightsnapdOptions) *criNode {
+	t.Helper()
 	harness.Peers(t)
 	t.Setenv("DOCKER_CONFIG", t.TempDir()) // the node's daemons read no Docker config
 	c := &criNode{snapNode: &snapNode{reg: harness.StartRegistry(t)}, user: "puller", pass: "pw-" + fmt.Sprint(os.Getpid()) + "-Zq8xV3"}
 	c.sec = harness.StartAuthRegistry(t, c.user, c.pass)
 	upstream := filepath.Join(harness.TempDir(t), "containerd.sock")
-	c.ws = harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{c.reg.Host, c.sec.Host}, CRIUpstream: upstream})
+	opts.Registries, opts.CRIUpstream = []string{c.reg.Host, c.sec.Host}, upstream
+	c.ws = harness.StartWeightsnapd(t, opts)
 	c.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: c.reg, Imports: []string{c.ws.ContainerdSnippet(t)}})
 	if err := os.Symlink(c.ctd.Socket, upstream); err != nil {
 		t.Fatal(err)

@@ -143,12 +143,13 @@ func waitPodLog(t *testing.T, ctd *harness.Containerd, pod, want string) string 
 // running container keeps reading its weights; a pull through the image
 // service fails, naming weightsnapd's socket, while weightsnapd is down; a
 // static pod added meanwhile runs once weightsnapd is back; and nothing is
-// pulled twice: the restarted daemon takes the first artifact's lease again
-// from the store, fetching only the new pod's artifact.
+// pulled twice: each artifact is fetched once, by the CRI pull of its
+// image (with the pod's credentials), and the restarted daemon takes the
+// first artifact's lease again from the store, its Prepares fetching none.
 func TestKubeletWeightsnapdKilled(t *testing.T) {
 	c := startCRINode(t)
-	img, _, files := c.pushPrivateWeightImage(t, "survivor", "8MiB")
-	img2, _, files2 := c.pushPrivateWeightImage(t, "latecomer", "6MiB") // another artifact
+	img, id, files := c.pushPrivateWeightImage(t, "survivor", "8MiB")
+	img2, id2, files2 := c.pushPrivateWeightImage(t, "latecomer", "6MiB") // another artifact
 	k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI,
 		Auths: map[string]string{c.sec.Host: c.user + ":" + c.pass}})
 	k.PodManifest(t, "survivor", staticPod("survivor", img, "/llama", ""))
@@ -182,7 +183,31 @@ func TestKubeletWeightsnapdKilled(t *testing.T) {
 	checkSums(t, waitPodLog(t, c.ctd, "latecomer-"+k.NodeName, "read-all"), &pushedArtifact{files: files2})
 	checkSums(t, crictl(t, c.ctd, "exec", cid[0], "sh", "-c", "cd /llama && sha256sum *"), &pushedArtifact{files: files})
 	c.waitMetric(t, "weightsnap_snapshotter_leases_held", 2, 30*time.Second)
-	if got := c.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"}`); got != 1 {
-		t.Fatalf("the restarted weightsnapd fetched %v weight layers, want 1 (the latecomer's only)", got)
+	if got := c.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"}`); got != 0 {
+		t.Fatalf("the restarted weightsnapd's Prepares fetched %v weight layers, want 0 (the CRI pull fetched the latecomer's)", got)
 	}
+	for _, a := range []string{id, id2} {
+		if n := criFetches(t, c.ws.Proc.Log, a); n != 1 {
+			t.Fatalf("the CRI pulls fetched %s %d times, want once\n%s", a, n, harness.Tail(c.ws.Proc.Log, 30))
+		}
+	}
+}
+
+// criFetches counts the log lines of weightsnapd (all its runs) saying
+// that a CRI pull fetched the artifact id as a weight layer's.
+func criFetches(t *testing.T, log, id string) int {
+	t.Helper()
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		var e struct{ Msg, Identity, Outcome string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "cri: weights of an image resolved with the pull's credentials" &&
+			e.Identity == id && e.Outcome == "fetched" {
+			n++
+		}
+	}
+	return n
 }

@@ -16,6 +16,7 @@ package fleet
 import (
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
@@ -51,5 +52,24 @@ func TestFleet(t *testing.T) {
 	}
 	if r.Copies > limit {
 		t.Fatalf("the origin sent %.2f copies of the artifact, more than %.2f", r.Copies, limit)
+	}
+}
+
+// TestFleetPrefetch (issue 32, done-when 3): four nodes given the same
+// prefetch file at the same instant each bring the artifact in and pin it,
+// and the origin sends at most 1.1 copies: the prefetch resolves through
+// the store, the peers, then the registry, as a pod's pull does.
+func TestFleetPrefetch(t *testing.T) {
+	f := Start(t, Options{Nodes: 4, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
+	r := f.Run(Round{Nodes: 4, Peers: true, Prefetch: true})
+	t.Logf("prefetch on %d nodes: origin sent %.2f copies; first READY %.2fs, last %.2fs", r.Nodes, r.Copies, r.First.Seconds(), r.Last.Seconds())
+	if r.Copies > maxCopies {
+		t.Fatalf("the origin sent %.2f copies of the artifact, more than %.2f", r.Copies, maxCopies)
+	}
+	for i, n := range f.nodes[:4] {
+		out, err := harness.Run("", f.ws, "--root", n.root, "--config", "", "inspect", f.ID)
+		if err != nil || !strings.Contains(out, "pinned by prefetch:models.toml") {
+			t.Fatalf("node %d: the prefetched artifact is not pinned by its file: %v\n%s", i, err, out)
+		}
 	}
 }

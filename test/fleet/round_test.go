@@ -26,6 +26,9 @@ type Round struct {
 	// Holders are the first nodes of the round that keep their stores (what an earlier round left
 	// there) and only serve (with Peers): they do not resolve.
 	Holders int
+	// Prefetch has each node run `weightsnap prefetch sync` of one prefetch file naming the
+	// artifact's tag (pin = true), as weightsnapd does with its [prefetch] dir, instead of resolve.
+	Prefetch bool
 	// Absent are peer addresses (host:port) every node lists after the round's others and that
 	// nothing ever serves: nodes that never started.
 	Absent []string
@@ -103,6 +106,15 @@ func (f *Fleet) Launch(r Round) *Rollout {
 		t.Fatal(err)
 	}
 	ro := &Rollout{f: f, r: r, Nodes: nodes[r.Holders:], lost: map[int]bool{}}
+	prefetchDir := filepath.Join(f.dir, fmt.Sprintf("prefetch-%d", f.rounds))
+	if r.Prefetch {
+		if err := os.MkdirAll(prefetchDir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(prefetchDir, "models.toml"), []byte(fmt.Sprintf("[[artifact]]\nref = %q\npin = true\n", f.repo+":v1")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for i, n := range nodes {
 		if i < r.Holders {
 			continue
@@ -118,6 +130,23 @@ func (f *Fleet) Launch(r Round) *Rollout {
 			if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[peer]\nadvertise = %q\n", n.addr)), 0o644); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if r.Prefetch {
+			// The peers come from the configuration, as weightsnapd's do.
+			cfg = filepath.Join(f.dir, fmt.Sprintf("config-%d-%d.toml", f.rounds, i))
+			host, _, _ := strings.Cut(f.repo, "/")
+			conf := fmt.Sprintf("[resolve]\nregistries = [%q]\nplain_http = true\n", host)
+			if peers := f.peersOf(nodes, i); r.Peers && len(peers) > 0 {
+				quoted := make([]string, len(peers))
+				for j, p := range peers {
+					quoted[j] = strconv.Quote(p)
+				}
+				conf += fmt.Sprintf("\n[peer]\nadvertise = %q\npeers = [%s]\n", n.addr, strings.Join(quoted, ", "))
+			}
+			if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			argv = []string{"prefetch", "sync", prefetchDir}
 		}
 		argv = append([]string{f.flock, "--shared", lockPath, f.ws, "--root", n.root, "--config", cfg}, argv...)
 		ro.reports = append(ro.reports, report)
@@ -201,7 +230,9 @@ func (ro *Rollout) Wait() Result {
 			res.First = d
 		}
 		res.Last = max(res.Last, d)
-		res.Sources[reportSource(t, ro.reports[i])]++
+		if !r.Prefetch {
+			res.Sources[reportSource(t, ro.reports[i])]++
+		}
 	}
 	res.OriginBytes = ro.OriginTx()
 	res.Copies = float64(res.OriginBytes) / float64(f.Bytes)

@@ -54,10 +54,17 @@ type Config struct {
 	Store       store.Policy `toml:"store" comment:"Policy of a store domain created by weightsnap (an existing domain keeps its own)."`
 	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
 	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
-	CRI         CRI          `toml:"cri" comment:"weightsnapd's CRI image service: the kubelet's image service endpoint, forwarded to containerd's CRI,\nkeeping pull credentials in memory for weight layers and pulling artifacts as weights-only images."`
+	CRI         CRI          `toml:"cri" comment:"weightsnapd's CRI image service: the kubelet's image service endpoint, forwarded to containerd's CRI,\nchecking each pull's own credentials with the registry, and pulling artifacts as weights-only images."`
 	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
 	Peer        Peer         `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
 	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
+	Prefetch    Prefetch     `toml:"prefetch" comment:"weightsnapd's declared artifacts: TOML files of [[artifact]] ref, identity, pin, resolved into the\nstore (store, peers, registry) before any pod asks, pinned as they say; an entry that leaves is unpinned."`
+}
+
+// Prefetch is the [prefetch] table.
+type Prefetch struct {
+	Dir             string `toml:"dir" comment:"directory of prefetch files (*.toml; a ConfigMap mounted there is followed); \"\" turns prefetch off"`
+	RetryMaxSeconds int    `toml:"retry_max_seconds" comment:"longest wait between two tries of an entry that does not resolve; the first is after 1 s, each next one twice the last"`
 }
 
 // Peer is the [peer] table.
@@ -157,9 +164,10 @@ func Default() Config {
 		},
 		Snapshotter: Snapshotter{Address: "/run/weightsnap/snapshotter.sock", ControlAddress: "/run/weightsnap/control.sock",
 			Mode: string(resolve.Required), RetryMaxSeconds: 300},
-		CRI:     DefaultCRI(),
-		Metrics: Metrics{Address: "127.0.0.1:9878"},
-		Staging: Staging{Workers: 4, SourceTimeoutSeconds: 30},
+		CRI:      DefaultCRI(),
+		Metrics:  Metrics{Address: "127.0.0.1:9878"},
+		Staging:  Staging{Workers: 4, SourceTimeoutSeconds: 30},
+		Prefetch: Prefetch{Dir: "/etc/weightsnap/prefetch.d", RetryMaxSeconds: 300},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), ConnectTimeoutSeconds: int(peer.DefaultConnectTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
@@ -289,6 +297,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Staging.Workers < 1 || c.Staging.SourceTimeoutSeconds < 1 {
 		return bad("[staging] workers and source_timeout_seconds must be at least 1")
+	}
+	if c.Prefetch.RetryMaxSeconds < 1 {
+		return bad("[prefetch] retry_max_seconds must be at least 1")
 	}
 	if a := c.Metrics.Address; a != "" {
 		if _, _, err := net.SplitHostPort(a); err != nil {

@@ -1,7 +1,9 @@
 // Package node assembles weightsnap's node side from the configuration
-// file: the resolution runtime (NewRuntime, weightsnap resolve's too), the
-// snapshotter (with its repairs and host mounts) and its control API, and
-// the CRI image service's pull credentials the runtime fetches with.
+// file: the resolution runtime (cmd/internal/noderuntime, which the CLI
+// shares), the snapshotter (with its repairs and host mounts) and its
+// control API (snapshotter/control), and prefetch. The
+// runtime's registry client fetches with the node's Docker config, or with
+// the credentials a CRI pull put in its context (registry.WithCredential).
 // weightsnapd serves it to containerd as a proxy snapshotter;
 // cmd/weightsnapd/plugin compiles it into containerd.
 package node
@@ -16,8 +18,8 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
-	"github.com/weightsnap/weightsnap/cri"
 	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/prefetch"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/snapshotter/control"
@@ -31,10 +33,9 @@ type Node struct {
 	SnapshotRoot string
 	// Runtime is the resolution runtime the snapshotter resolves with.
 	Runtime *resolve.Runtime
-	// Credentials are the CRI image service's pull credentials, which the
-	// runtime's registry client (Remote) asks before the Docker config.
-	Credentials *cri.Credentials
-	Remote      registry.Options
+	Remote  registry.Options
+	// Prefetch brings the [prefetch] directory's artifacts in (nil when off).
+	Prefetch *prefetch.Manager
 
 	control *control.Server
 }
@@ -44,9 +45,7 @@ type Node struct {
 // nil) and serves the control API ([snapshotter] control_address). The
 // snapshotter's resolutions and repairs run until Close.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
-	creds := cri.NewCredentials(cfg.CRI.CredentialLifetime())
 	remote := cfg.Resolve.RegistryOptions("weightsnapd")
-	remote.Credentials = creds.Lookup
 	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote})
 	if err != nil {
 		return nil, err
@@ -63,8 +62,11 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		if err := reg.Register(version.Get().Collector()); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
+		if err := reg.Register(newStoreMetrics(d)); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
-	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Credentials: creds, Remote: remote}
+	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote}
 	n.Snapshotter, err = snapshotter.New(ctx, snapshotter.Config{
 		Root: n.SnapshotRoot, Store: d, Resolver: rt, Mode: resolve.Mode(cfg.Snapshotter.Mode), Metrics: m,
 		Retry: snapshotter.Backoff{Initial: snapshotter.DefaultRetry.Initial, Max: time.Duration(cfg.Snapshotter.RetryMaxSeconds) * time.Second},
@@ -72,11 +74,22 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	if err != nil {
 		return nil, err
 	}
+	n.Prefetch = newPrefetch(cfg, n)
+	if n.Prefetch != nil && reg != nil {
+		if err := n.Prefetch.Register(reg); err != nil {
+			n.Snapshotter.Close()
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+	}
 	if a := cfg.Snapshotter.ControlAddress; a != "" {
-		if n.control, err = control.Listen(ctx, a, n.Snapshotter.HostMounts()); err != nil {
+		if n.control, err = control.Listen(ctx, a, n.Snapshotter.HostMounts(), prefetchRoute(n.Prefetch)); err != nil {
 			n.Snapshotter.Close()
 			return nil, fmt.Errorf("control API: %w", err)
 		}
+	}
+	go watchWatermark(ctx, d)
+	if n.Prefetch != nil {
+		go n.Prefetch.Run(ctx)
 	}
 	log.G(ctx).WithField("store", d.Root()).WithField("snapshots", n.SnapshotRoot).WithField("mode", cfg.Snapshotter.Mode).
 		WithField("control", cfg.Snapshotter.ControlAddress).Info("snapshotter started")

@@ -4,7 +4,7 @@
 // store on the power-cut test filesystem). It prints one line: "ok <detail>"
 // or "error <type> <message>".
 //
-//	child build|import|deny|rebuild|remove|gc|lookup|lookup-metadata ROOT SRC
+//	child build|import|deny|rebuild|remove|evict|gc|lookup|lookup-metadata ROOT SRC
 //	child check ROOT SRC ready|denied|gone|any|any-corrupted
 package main
 
@@ -76,6 +76,12 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 		return "lease " + l.ID.Hex(), l.Close()
 	case "remove":
 		return id.Hex(), d.Remove(ctx, id)
+	case "evict":
+		r, err := d.EvictTo(ctx, 0, false)
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("evicted %d, %d bytes", len(r.Evicted), r.Freed), nil
 	case "gc":
 		// Every kind of garbage, the interrupted builds however young.
 		r, err := d.GC(ctx, store.GCOptions{All: true})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // WeightsnapdBinary returns the weightsnapd binary: $WEIGHTSNAPD if set, else bin/weightsnapd at the
@@ -71,6 +72,9 @@ type WeightsnapdOptions struct {
 	// and links it to containerd's socket once that runs (the daemon connects at its first call).
 	// "" leaves it the default, which no test serves.
 	CRIUpstream string
+	// StoreTmpfs, when set, is the size of a tmpfs (e.g. "1g") mounted at the store root before
+	// the daemon starts: the store and the snapshot root on a small filesystem of their own.
+	StoreTmpfs string
 }
 
 // repairRetryMax is [snapshotter] retry_max_seconds in tests: repairs retry within seconds.
@@ -100,6 +104,15 @@ func StartWeightsnapd(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 		testenv.Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
 	}
 	w := NewWeightsnapConfig(t, opts)
+	if opts.StoreTmpfs != "" {
+		if err := os.MkdirAll(w.Root, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Mount("tmpfs", w.Root, "tmpfs", 0, "size="+opts.StoreTmpfs); err != nil {
+			t.Fatalf("tmpfs for the store: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(w.Root, unix.MNT_DETACH) })
+	}
 	w.Proc = w.start(t, bin)
 	return w
 }

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/prefetch"
+	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
+)
+
+func newPinCmd(a *app) *cobra.Command {
+	var rf remoteFlags
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "pin REF|ID",
+		Short: "Pin an artifact: eviction never takes it and rm refuses it; a registry reference the store lacks is pulled first",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			d, err := a.domain(ctx)
+			if err != nil {
+				return err
+			}
+			id, err := a.storeOrPull(ctx, d, &rf, args[0])
+			if err != nil {
+				return err
+			}
+			if err := d.Pin(ctx, id, store.Pin{By: store.PinByCLI, Reason: reason, Ref: args[0]}); err != nil {
+				return err
+			}
+			fmt.Fprintln(a.out, id.Hex())
+			return nil
+		},
+	}
+	rf.register(cmd.Flags())
+	cmd.Flags().StringVar(&reason, "reason", "", "why it is pinned (shown by ls --use, inspect and capacity errors)")
+	return cmd
+}
+
+func newUnpinCmd(a *app) *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "unpin ID...",
+		Short: "Drop the pins weightsnap pin set (--all: every holder's, the prefetch files' too); the artifact stays",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d, err := a.domain(cmd.Context())
+			if err != nil {
+				return err
+			}
+			by := store.PinByCLI
+			if all {
+				by = ""
+			}
+			var errs []error
+			for _, ref := range args {
+				id, err := d.ExpandID(ref)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
+					continue
+				}
+				n, err := d.Unpin(cmd.Context(), id, by)
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
+					continue
+				}
+				if pins, _ := d.Pins(id); len(pins) > 0 {
+					fmt.Fprintf(a.out, "%s\tstill pinned by %s\n", id.Hex(), pinHolders(pins))
+				} else if n > 0 {
+					fmt.Fprintln(a.out, id.Hex())
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "drop every holder's pins, not only the CLI's")
+	return cmd
+}
+
+// storeOrPull names an artifact of the store (a digest or a unique prefix),
+// else pulls a registry reference into it.
+func (a *app) storeOrPull(ctx context.Context, d *store.Domain, rf *remoteFlags, ref string) (artifact.ID, error) {
+	id, err := d.ExpandID(ref)
+	if err == nil || !strings.ContainsAny(ref, "/:@") {
+		return id, err
+	}
+	r, err := a.openRemote(ctx, rf, ref, oci.DefaultConcurrency)
+	if err != nil {
+		return artifact.ID{}, err
+	}
+	l, _, err := oci.Pull(ctx, d, r, oci.PullOptions{Concurrency: oci.DefaultConcurrency})
+	if err != nil {
+		return artifact.ID{}, err
+	}
+	defer l.Close()
+	return l.ID, nil
+}
+
+func pinHolders(pins []store.Pin) string {
+	var s []string
+	for _, p := range pins {
+		if p.Reason != "" {
+			s = append(s, fmt.Sprintf("%s (%q)", p.By, p.Reason))
+		} else {
+			s = append(s, p.By)
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// printUse is ls --use: what eviction sees, least recently used first.
+func printUse(a *app, list []*store.ArtifactInfo) error {
+	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tSIZE\tFREES\tLAST USE\tLEASED\tPINNED")
+	for _, info := range list {
+		u := info.Use
+		if u == nil {
+			u = &store.Use{}
+		}
+		repo, pinned, leased := "-", "-", "no"
+		if info.Identity != nil && info.Identity.Model.Repository != "" {
+			repo = cut(info.Identity.Model.Repository, 24)
+		}
+		if u.Pinned() {
+			pinned = pinHolders(u.Pins)
+		}
+		if u.Leased {
+			leased = "yes"
+		}
+		if u.Building {
+			leased = "building"
+		}
+		last := "-"
+		if !u.LastUse.IsZero() {
+			last = u.LastUse.UTC().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.ID.Short(), info.State, repo,
+			humanBytes(u.Bytes), humanBytes(u.Frees), last, leased, pinned)
+	}
+	return tw.Flush()
+}
+
+// printEvictions is gc --evict's report.
+func printEvictions(a *app, r *store.EvictReport) {
+	verb := "evicted"
+	if r.DryRun {
+		verb = "would evict"
+	}
+	for _, e := range r.Evicted {
+		fmt.Fprintf(a.out, "%s %s (%s, last use %s)\n", verb, e.ID.Hex(), humanBytes(e.Bytes), e.LastUse.UTC().Format(time.DateTime))
+	}
+	fmt.Fprintf(a.out, "evictions: %d (%s freed of %s needed)\n", len(r.Evicted), humanBytes(r.Freed), humanBytes(max(r.Need, 0)))
+	if r.Freed < r.Need {
+		for _, h := range r.Held {
+			fmt.Fprintf(a.out, "held: %s (%s, %s)\n", h.ID.Hex(), humanBytes(h.Bytes), h.Why)
+		}
+	}
+}
+
+func newPrefetchCmd(a *app) *cobra.Command {
+	cmd := &cobra.Command{Use: "prefetch", Short: "The artifacts weightsnapd's prefetch directory declares ([prefetch] dir)"}
+	ls := &cobra.Command{
+		Use:   "ls",
+		Short: "Each declared artifact's state in weightsnapd: pending, ready (pinned if declared so) or failed (with the error and the next try)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, err := a.control()
+			if err != nil {
+				return err
+			}
+			var list []prefetch.Status
+			if err := c.Get(cmd.Context(), "/v1/prefetch", &list); err != nil {
+				return err
+			}
+			if a.jsonOut {
+				if list == nil {
+					list = []prefetch.Status{}
+				}
+				return a.printJSON(list)
+			}
+			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "FILE\tREF\tIDENTITY\tPIN\tSTATE\tTRIES\tDETAIL")
+			for _, s := range list {
+				id, detail := "-", ""
+				if !s.ID.IsZero() {
+					id = s.ID.Short()
+				} else if s.Identity != "" {
+					id = cut(s.Identity, 19)
+				}
+				if s.State == prefetch.StateFailed {
+					detail = fmt.Sprintf("next try %s: %s", s.NextTry.UTC().Format(time.DateTime), s.Error)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", s.File, cmp.Or(s.Ref, "-"), id, s.Pin, s.State, s.Tries, detail)
+			}
+			return tw.Flush()
+		},
+	}
+	ls.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	var timeout time.Duration
+	sync := &cobra.Command{
+		Use:   "sync DIR",
+		Short: "Resolve the artifacts DIR's prefetch files declare into the store once, as weightsnapd does (store, peers, registry), pinning them as declared; exit 5 if some are not ready within --timeout",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			cfg := a.cfg
+			cfg.Root = a.effectiveRoot()
+			rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: cfg.Resolve.RegistryOptions("weightsnap")})
+			if err != nil {
+				return err
+			}
+			d, err := rt.Domain(ctx)
+			if err != nil {
+				return err
+			}
+			m := prefetch.New(prefetch.Config{Dir: args[0], Store: d, Resolve: noderuntime.PrefetchResolver(cfg, rt, cfg.Resolve.RegistryOptions("weightsnap")),
+				Every: 500 * time.Millisecond, RetryMax: time.Duration(a.cfg.Prefetch.RetryMaxSeconds) * time.Second})
+			wctx, cancel := context.WithTimeout(ctx, timeout)
+			defer cancel()
+			werr := m.Wait(wctx)
+			for _, s := range m.List() {
+				fmt.Fprintf(a.out, "%s\t%s\t%s\t%s\n", s.File, cmp.Or(s.Ref, s.Identity), s.State, s.ID.Hex())
+			}
+			return werr
+		},
+	}
+	sync.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to retry the entries that do not resolve")
+	cmd.AddCommand(ls, sync)
+	return cmd
+}

@@ -1,0 +1,162 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// dirPins holds pins/<id>.json: who pinned an artifact and why. A pinned
+// artifact is never evicted and `rm` refuses it. A pin names its holder
+// (PinByCLI, or the prefetch file that declares it), so one holder's unpin
+// leaves the others' pins; the record outlives the artifact (a pin is on
+// the identity: a rebuilt artifact is pinned again).
+const dirPins = "pins"
+
+// maxPinBytes bounds a pin record read from disk.
+const maxPinBytes = 1 << 20
+
+// PinByCLI is the holder of pins set with `weightsnap pin`.
+const PinByCLI = "cli"
+
+// Pin is one holder's pin of an artifact.
+type Pin struct {
+	By     string `json:"by"`               // the holder: "cli", "prefetch:<file>"
+	Reason string `json:"reason,omitempty"` // free text
+	Ref    string `json:"ref,omitempty"`    // the reference the holder named, if any
+	Time   string `json:"time"`             // RFC 3339, when it was set
+}
+
+// pinRecord is pins/<id>.json.
+type pinRecord struct {
+	Schema int   `json:"schema"`
+	Pins   []Pin `json:"pins"`
+}
+
+// Pin pins the READY artifact id for p.By (replacing that holder's earlier
+// pin). The artifact must be in the store: the pin is written while a lease
+// holds it, so an eviction either ran before (the pin then fails with
+// ErrMiss, and the caller fetches the artifact again) or waits for it.
+func (d *Domain) Pin(ctx context.Context, id artifact.ID, p Pin) error {
+	if p.By == "" {
+		return fmt.Errorf("pin of %s names no holder: %w", id.Short(), errdefs.ErrInvalidArgument)
+	}
+	l, err := d.Lookup(ctx, id, ManifestAndMetadata)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	if p.Time == "" {
+		p.Time = time.Now().UTC().Format(time.RFC3339)
+	}
+	return d.editPins(ctx, id, func(pins []Pin) []Pin {
+		pins = slices.DeleteFunc(pins, func(q Pin) bool { return q.By == p.By })
+		return append(pins, p)
+	})
+}
+
+// Unpin drops the pins of id held by by ("" drops every holder's) and says
+// how many it dropped. The artifact stays.
+func (d *Domain) Unpin(ctx context.Context, id artifact.ID, by string) (int, error) {
+	n := 0
+	err := d.editPins(ctx, id, func(pins []Pin) []Pin {
+		before := len(pins)
+		pins = slices.DeleteFunc(pins, func(q Pin) bool { return by == "" || q.By == by })
+		n = before - len(pins)
+		return pins
+	})
+	return n, err
+}
+
+// Pins are the pins of id, none when it is not pinned.
+func (d *Domain) Pins(id artifact.ID) ([]Pin, error) {
+	raw, err := readPinFile(d.path(dirPins, id.Hex()+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec pinRecord
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return nil, fmt.Errorf("pin record of %s is corrupt: %w: %w", id.Short(), err, errdefs.ErrDataLoss)
+	}
+	return rec.Pins, nil
+}
+
+// PinnedBy lists every pinned identity with its pins.
+func (d *Domain) PinnedBy() (map[artifact.ID][]Pin, error) {
+	entries, err := os.ReadDir(d.path(dirPins))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := map[artifact.ID][]Pin{}
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		id, err := artifact.ParseIDHex(name)
+		if !ok || err != nil {
+			continue
+		}
+		if pins, err := d.Pins(id); err == nil && len(pins) > 0 {
+			out[id] = pins
+		}
+	}
+	return out, nil
+}
+
+// editPins rewrites id's pin record under locks/pins.lock, durably; an
+// empty record is removed.
+func (d *Domain) editPins(ctx context.Context, id artifact.ID, edit func([]Pin) []Pin) error {
+	if err := os.MkdirAll(d.path(dirPins), 0o755); err != nil {
+		return fmt.Errorf("create pins: %w", err)
+	}
+	lk, err := lockFile(ctx, d.path(dirLocks, "pins.lock"), unix.LOCK_EX, time.Now().Add(d.policy.CoordinationTimeout()), "the pins lock")
+	if err != nil {
+		return err
+	}
+	defer lk.Close()
+	pins, err := d.Pins(id)
+	if err != nil {
+		return err
+	}
+	pins = edit(pins)
+	p := d.path(dirPins, id.Hex()+".json")
+	if len(pins) == 0 {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return syncDir(d.path(dirPins))
+	}
+	raw, _ := json.MarshalIndent(pinRecord{Schema: 1, Pins: pins}, "", "  ")
+	return artifact.WriteFileAtomic(p, raw, 0o644, artifact.Durable)
+}
+
+func readPinFile(p string) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	raw, err := io.ReadAll(io.LimitReader(f, maxPinBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxPinBytes {
+		return nil, fmt.Errorf("pin record %s is larger than %d bytes: %w", p, maxPinBytes, errdefs.ErrDataLoss)
+	}
+	return raw, nil
+}
