@@ -270,8 +270,8 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 			s.release(c)
 		}
 	})
+	started := w.pos // the file's writeback is under way up to here; read before any submit
 	s.wg.Go(func() {
-		started := w.pos // the file's writeback is under way up to here
 		for c := range s.writeQ {
 			if s.failed() == nil {
 				if _, err := pwrite(w.f, c.buf, c.off); err != nil {
