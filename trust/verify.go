@@ -33,7 +33,7 @@ const (
 	// whose subject is the manifest digest.
 	CosignSignPredicate = "https://sigstore.dev/cosign/sign/v1"
 	// OMSPredicate is an OpenSSF model-signing v1.0 statement.
-	OMSPredicate = "https://model_signing/signature/v1.0"
+	OMSPredicateType = "https://model_signing/signature/v1.0"
 )
 
 // Refusal is an artifact the policy does not accept: which scope applied
@@ -62,11 +62,14 @@ type Verified struct {
 
 // ParseBundle decodes a sigstore bundle (v0.1 to v0.3), bounded and
 // strict: unknown members are refused.
-func ParseBundle(raw []byte) (*bundle.Bundle, error) {
+func ParseBundle(raw []byte, opts ...bundle.Option) (*bundle.Bundle, error) {
 	if len(raw) > MaxBundleBytes {
 		return nil, fmt.Errorf("bundle of %d bytes, more than %d: %w", len(raw), MaxBundleBytes, errdefs.ErrInvalidArgument)
 	}
 	var b bundle.Bundle
+	for _, o := range opts {
+		o(&b)
+	}
 	if err := b.UnmarshalJSON(raw); err != nil {
 		return nil, fmt.Errorf("bundle: %v: %w", err, errdefs.ErrInvalidArgument)
 	}
@@ -188,6 +191,9 @@ func rekorLogs(pems [][]byte) (map[string]*root.TransparencyLog, error) {
 		id := sha256.Sum256(der)
 		logs[hex.EncodeToString(id[:])] = &root.TransparencyLog{
 			ID: id[:], HashFunc: crypto.SHA256, PublicKey: pub, SignatureHashFunc: crypto.SHA256,
+			// The policy names no validity: the key is trusted for every
+			// entry (sigstore-go wants a start).
+			ValidityPeriodStart: time.Unix(0, 0).UTC(),
 		}
 	}
 	return logs, nil
@@ -233,7 +239,7 @@ type Signature struct {
 // requirement needs one cosign bundle, by one of its keys or its
 // certificate identity, whose statement's subject is that digest.
 func VerifyManifest(m Match, manifest digest.Digest, sigs []Signature, now time.Time) ([]Verified, error) {
-	return verifyAll(m, sigs, now, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
+	return verifyAll(m, sigs, now, nil, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
 		if err := manifest.Validate(); err != nil || manifest.Algorithm() != digest.SHA256 {
 			return nil, fmt.Errorf("manifest digest %q: want sha256", manifest)
 		}
@@ -257,8 +263,9 @@ func predicateOf(res *verify.VerificationResult) string {
 }
 
 // verifyAll applies the requirements of m in order; check verifies one
-// bundle with one way of meeting a requirement.
-func verifyAll(m Match, sigs []Signature, now time.Time, check func(*bundle.Bundle, verifier) (*verify.VerificationResult, error)) ([]Verified, error) {
+// bundle (parsed with the options parse) with one way of meeting a
+// requirement.
+func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, check func(*bundle.Bundle, verifier) (*verify.VerificationResult, error)) ([]Verified, error) {
 	var done []Verified
 	for _, req := range m.Requirements {
 		switch req.Type {
@@ -281,7 +288,7 @@ func verifyAll(m Match, sigs []Signature, now time.Time, check func(*bundle.Bund
 		var why []string
 		var got *Verified
 		for _, s := range sigs {
-			b, err := ParseBundle(s.Raw)
+			b, err := ParseBundle(s.Raw, parse...)
 			if err != nil {
 				why = append(why, fmt.Sprintf("%s: %v", s.Source, err))
 				continue
