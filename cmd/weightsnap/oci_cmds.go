@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -15,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // newOCICmds returns the registry commands: push, pull and image.
@@ -94,6 +96,7 @@ func (s *syncProgress) Done() {
 func newPushCmd(a *app) *cobra.Command {
 	var rf remoteFlags
 	var o oci.PushOptions
+	var signKey string
 	cmd := &cobra.Command{
 		Use:   "push ID REF",
 		Short: "Push an artifact to a registry as a ModelPack OCI artifact; prints registry/repo@digest",
@@ -113,6 +116,15 @@ func newPushCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer l.Close()
+			if signKey != "" {
+				raw, err := os.ReadFile(signKey)
+				if err != nil {
+					return fmt.Errorf("--sign-key: %w", err)
+				}
+				if o.SignKey, err = trust.LoadPrivateKey(raw, []byte(os.Getenv("COSIGN_PASSWORD"))); err != nil {
+					return fmt.Errorf("--sign-key %s: %w", signKey, err)
+				}
+			}
 			r, err := a.openRemote(ctx, &rf, args[1], o.Concurrency)
 			if err != nil {
 				return err
@@ -132,6 +144,7 @@ func newPushCmd(a *app) *cobra.Command {
 	rf.register(f)
 	f.IntVar(&o.Concurrency, "concurrency", oci.DefaultConcurrency, "blobs uploaded at once")
 	f.StringSliceVar(&o.MountFrom, "mount-from", nil, "repositories of the same registry to mount existing blobs from")
+	f.StringVar(&signKey, "sign-key", "", "cosign private key (cosign generate-key-pair; password in $COSIGN_PASSWORD): attach a cosign v3 signature bundle as a referrer")
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	return cmd
 }
