@@ -3,8 +3,10 @@ package main
 import (
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -70,4 +72,55 @@ func types(reqs []trust.Requirement) string {
 		}
 	}
 	return out
+}
+
+func newVerifySignatureCmd(a *app) *cobra.Command {
+	var rf remoteFlags
+	var policy string
+	cmd := &cobra.Command{
+		Use:   "verify-signature REF",
+		Short: "Check a registry artifact's signatures (cosign v3 bundles among its referrers) against the trust policy; prints how each requirement was met, or why it is refused (exit 1)",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if policy == "" {
+				policy = a.cfg.Verify.Policy
+			}
+			p, err := trust.LoadPolicy(policy)
+			if err != nil {
+				return err
+			}
+			r, err := a.openRemote(ctx, &rf, args[0], 1)
+			if err != nil {
+				return err
+			}
+			desc, _, err := r.FetchManifest(ctx)
+			if err != nil {
+				return err
+			}
+			got, err := oci.VerifyManifest(ctx, p, r, desc, time.Now().UTC())
+			if err != nil {
+				return err
+			}
+			if a.jsonOut {
+				return a.printJSON(got)
+			}
+			for _, v := range got {
+				how := v.Key
+				if v.Identity != "" {
+					how = v.Identity
+				}
+				if p.Unverified {
+					how = "unverified: no policy file"
+				}
+				fmt.Fprintf(a.out, "%s@%s: scope %q: %s %s %s\n", r.Name(), desc.Digest, v.Scope, v.Type, how, v.Signature)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	rf.register(f)
+	f.StringVar(&policy, "policy", "", "trust policy file; default [verify] policy")
+	f.BoolVar(&a.jsonOut, "json", false, "print JSON")
+	return cmd
 }
