@@ -3,6 +3,8 @@ package oci
 import (
 	"context"
 	"crypto/elliptic"
+	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -98,5 +100,68 @@ func TestSignedPush(t *testing.T) {
 	_, err = FindSignatures(ctx, r, desc)
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "its subject is not") {
 		t.Fatalf("a referrer of another manifest: %v", err)
+	}
+}
+
+// TestPullEnforcesPolicy: with a policy that requires the key for one
+// repository, its signed artifact pulls and says how it was verified;
+// the same artifact unsigned in that scope is refused naming the scope
+// and the store holds nothing; another repository pulls unsigned.
+func TestPullEnforcesPolicy(t *testing.T) {
+	ctx := context.Background()
+	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.LoadPrivateKey(privPEM, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, src := checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	if _, err := Push(ctx, l, remoteFor(t, f, "secure/signed:v1"), PushOptions{SignKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"secure/unsigned:v1", "open/x:v1"} {
+		if _, err := Push(ctx, l, remoteFor(t, f, ref), PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := `{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"` + f.host() + `/secure": [
+		{"type": "sigstoreSigned", "keyData": "` + base64.StdEncoding.EncodeToString(pubPEM) + `"}]}}}`
+	p, err := trust.ParsePolicy("policy.json", []byte(doc), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := openStore(t)
+	_, _, err = Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p})
+	var refusal *trust.Refusal
+	if !errors.As(err, &refusal) || refusal.Scope != f.host()+"/secure" || !strings.Contains(err.Error(), "no signature found") {
+		t.Fatalf("unsigned in a signed scope: %v", err)
+	}
+	if infos, err := d.List(ctx); err != nil || len(infos) != 0 {
+		t.Fatalf("the store holds %d artifacts after a refusal (%v)", len(infos), err)
+	}
+	sl, rep, err := Pull(ctx, d, remoteFor(t, f, "secure/signed:v1"), PullOptions{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.Close()
+	if len(rep.Verified) != 1 || rep.Verified[0].Type != trust.TypeSigstoreSigned || rep.Verified[0].Key == "" || rep.Unverified {
+		t.Fatalf("how it was verified: %+v", rep.Verified)
+	}
+	// The store now holds that artifact: the unsigned reference is still
+	// refused, before any store hit.
+	if _, _, err := Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p}); !errors.As(err, &refusal) {
+		t.Fatalf("unsigned, held in the store: %v", err)
+	}
+	ol, rep, err := Pull(ctx, d, remoteFor(t, f, "open/x:v1"), PullOptions{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ol.Close()
+	if len(rep.Verified) != 1 || rep.Verified[0].Type != trust.TypeAcceptAnything || rep.Verified[0].Scope != "default" {
+		t.Fatalf("other repository: %+v", rep.Verified)
 	}
 }

@@ -152,7 +152,7 @@ func newPushCmd(a *app) *cobra.Command {
 func newPullCmd(a *app) *cobra.Command {
 	var rf remoteFlags
 	var o oci.PullOptions
-	var chunk, ranges string
+	var chunk, ranges, policy string
 	cmd := &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an artifact from a registry into the store; prints the identity digest",
@@ -187,6 +187,12 @@ imported as "import" would import its files: --revision is then required.`,
 			if err != nil {
 				return err
 			}
+			if policy == "" {
+				policy = a.cfg.Verify.Policy
+			}
+			if o.Policy, err = trust.LoadPolicy(policy); err != nil {
+				return err
+			}
 			var pr syncProgress
 			o.OnPlan = func(p *oci.Plan) { pr.start("pull", p.TotalBytes()) }
 			o.Progress = pr.Add
@@ -201,6 +207,7 @@ imported as "import" would import its files: --revision is then required.`,
 	}
 	f := cmd.Flags()
 	rf.register(f)
+	f.StringVar(&policy, "policy", "", "trust policy file checked before anything is published; default [verify] policy (absent: accepted unverified)")
 	f.IntVar(&o.Concurrency, "concurrency", oci.DefaultConcurrency, "blob transfers (layers or ranges) in flight")
 	f.IntVar(&o.FilesInFlight, "files", 0, "large files fetched at once: at most this many are partly written if the pull is killed (0: max(2, cores/2))")
 	f.StringVar(&ranges, "ranges", "auto", "fetch large blobs in parallel ranges: auto (when there are fewer large files than --files, or the registry is 2 ms or more away or sends its blobs from another host), on, off")
