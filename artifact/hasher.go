@@ -2,12 +2,14 @@ package artifact
 
 import (
 	"crypto/sha256"
+	"encoding"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -35,6 +37,7 @@ type FileHasher struct {
 	lane    *lane          // runs sha while part runs, when both are computed
 	part    *blake3.Hasher // the header region, then the current tensor (or the whole file)
 	tensors bool           // the tensor bytes are hashed
+	verify  bool           // ResumeAt's: each tensor is checked against the record
 
 	safetensors bool
 	prefix      []byte // buffered header bytes until the header is parsed
@@ -241,7 +244,7 @@ func (h *FileHasher) closeTensors() error {
 		t := &h.entry.Tensors[h.next]
 		t.BLAKE3 = SumHex(sum)
 		h.next++
-		if h.b.CheckTensors {
+		if h.b.CheckTensors || h.verify {
 			if w := h.b.Want.Tensors[h.next-1]; w.BLAKE3 != t.BLAKE3 {
 				return &EntryMismatchError{Path: h.entry.Path, Tensor: w.Name, Field: "blake3", Want: w.BLAKE3, Got: t.BLAKE3}
 			}
@@ -349,6 +352,131 @@ func FinishTree(want FileEntry, header []byte, parts []Sum) (FileEntry, error) {
 	}
 	got.BLAKE3 = SumHex(TreeBLAKE3(headerSum, parts))
 	return bindTree(want, got)
+}
+
+// MaxStateLen bounds a marshalled sha256 state (State): Go's is 108 bytes.
+const MaxStateLen = 256
+
+// Resumable says whether a file hashed under b can be continued from a
+// kept prefix (State, ResumeAt): a safetensors file bound by its sha256,
+// whose header and tensors the record names, so that every byte of the
+// prefix is checked again from the disk against the record.
+func Resumable(b Binding) bool {
+	return b.By == BindSHA256 && IsSafetensors(b.Want.Path)
+}
+
+// NextBoundary is where the part the next byte written belongs to ends
+// (the header region or a tensor; the file's end after the last tensor),
+// for a Resumable file whose header is parsed; 0 otherwise. A writer that
+// keeps states splits its writes there (State).
+func (h *FileHasher) NextBoundary() int64 {
+	if !Resumable(h.b) || h.header == nil {
+		return 0
+	}
+	ds := h.header.DataStart()
+	ts := h.header.Tensors
+	i := sort.Search(len(ts), func(i int) bool { return ds+ts[i].End > h.pos })
+	if i == len(ts) {
+		return h.entry.Size
+	}
+	return ds + ts[i].End
+}
+
+// atBoundary says whether the bytes written end where a part does.
+func (h *FileHasher) atBoundary() bool {
+	if h.header == nil {
+		return false
+	}
+	ds := h.header.DataStart()
+	ts := h.header.Tensors
+	i := sort.Search(len(ts), func(i int) bool { return ds+ts[i].End >= h.pos })
+	return h.pos == ds || (i < len(ts) && ds+ts[i].End == h.pos)
+}
+
+// State is how far the hasher is (the bytes [0, off) were written, ending
+// where a part ends: NextBoundary) and its sha256 state there, marshalled:
+// what ResumeAt needs to continue the file from off without hashing the
+// prefix's sha256 again. Call it between two Writes, from the goroutine
+// that writes; ok is false for a file that is not Resumable or bytes that
+// do not end at a boundary.
+func (h *FileHasher) State() (off int64, sha []byte, ok bool) {
+	m, can := h.sha.(encoding.BinaryMarshaler)
+	if h.err != nil || !can || !Resumable(h.b) || !h.atBoundary() {
+		return 0, nil, false
+	}
+	sha, err := m.MarshalBinary()
+	if err != nil || len(sha) > MaxStateLen {
+		return 0, nil, false
+	}
+	return h.pos, sha, true
+}
+
+// ResumeAt continues a new hasher of a Resumable file at off, where a part
+// ends: the sha256 from the state State gave there, everything else from
+// the file's prefix read back from r, which is checked again as it is
+// read: the header region against the record's header BLAKE3 and table,
+// every tensor against the record's BLAKE3, so no byte of the prefix is
+// taken on trust, only the sha256 state (which Sum checks whole against the
+// record). Call it before any Write. A prefix that fails its check, or an
+// off that is no boundary, is an error; the hasher is then unusable.
+func (h *FileHasher) ResumeAt(r io.ReaderAt, off int64, sha []byte) error {
+	if h.pos != 0 || h.err != nil {
+		return fmt.Errorf("hash %s: resumed after a write: %w", h.entry.Path, errdefs.ErrFailedPrecondition)
+	}
+	u, ok := h.sha.(encoding.BinaryUnmarshaler)
+	if !Resumable(h.b) || !ok {
+		return fmt.Errorf("hash %s: not resumable: %w", h.entry.Path, errdefs.ErrNotImplemented)
+	}
+	if off <= 0 || off > h.entry.Size || len(sha) > MaxStateLen {
+		return fmt.Errorf("hash %s: resume at %d of %d bytes (state %d bytes): %w", h.entry.Path, off, h.entry.Size, len(sha), errdefs.ErrOutOfRange)
+	}
+	if err := u.UnmarshalBinary(sha); err != nil {
+		return fmt.Errorf("hash %s: sha256 state: %w: %w", h.entry.Path, err, errdefs.ErrDataLoss)
+	}
+	// The tensors of the prefix are hashed and checked, whether or not
+	// the rest of the file's are.
+	skip := !h.tensors
+	h.tensors, h.verify = true, true
+	buf := make([]byte, min(off, 4<<20))
+	for h.pos < off {
+		n := min(int64(len(buf)), off-h.pos)
+		if h.header == nil {
+			// The length prefix, then the header, never read past: the
+			// parsed header decides whether its tensors are hashed.
+			n = min(n, 8-int64(len(h.prefix)))
+			if len(h.prefix) >= 8 {
+				// Untrusted: compared as unsigned before it is converted;
+				// a length out of bounds fails in bufferHeader.
+				n = 1
+				if hl := binary.LittleEndian.Uint64(h.prefix[:8]); hl <= MaxHeaderLen {
+					n = max(min(int64(len(buf)), off-h.pos, 8+int64(hl)-h.pos), 1)
+				}
+			}
+		}
+		if _, err := r.ReadAt(buf[:n], h.pos); err != nil {
+			h.err = fmt.Errorf("hash %s: read the kept prefix: %w", h.entry.Path, err)
+			return h.err
+		}
+		if err := h.hashParts(buf[:n]); err != nil {
+			h.err = err
+			return err
+		}
+	}
+	if !h.atBoundary() {
+		h.err = fmt.Errorf("hash %s: resume at %d, where no part ends: %w", h.entry.Path, off, errdefs.ErrDataLoss)
+		return h.err
+	}
+	h.verify = false
+	if skip {
+		// As parseHeader leaves a file whose tensors are not hashed.
+		h.tensors = false
+		h.part.Reset()
+		for i := range h.entry.Tensors {
+			h.entry.Tensors[i].BLAKE3 = h.b.Want.Tensors[i].BLAKE3
+		}
+		h.next = len(h.header.Tensors)
+	}
+	return nil
 }
 
 // Abort releases the hasher's goroutine without a result.

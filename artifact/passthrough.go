@@ -46,6 +46,9 @@ type SourceDir struct {
 // them. A link into a hub cache's blobs/<sha256> takes its sha256 from the
 // blob's name, which the copy then verifies; other files have none yet.
 func ListSource(root string) (*SourceDir, error) {
+	if fi, err := os.Stat(root); err == nil && !fi.IsDir() {
+		return nil, fmt.Errorf("%s is a file: import takes a checkpoint directory (put the file in a directory of its own and import that): %w", root, errdefs.ErrInvalidArgument)
+	}
 	src := &SourceDir{Root: root}
 	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {

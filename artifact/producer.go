@@ -23,6 +23,37 @@ type Resumer interface {
 	Reuse(b Binding) (FileEntry, bool, error)
 }
 
+// PartResumer is implemented by writers that may hold a file an
+// interrupted build of the same artifact wrote in part, in order, with a
+// record of the verified prefix it wrote and synced.
+type PartResumer interface {
+	// Continue adopts the kept prefix of the file at b.Want.Path, as if it
+	// had been created with the binding b and its first off bytes written:
+	// the producer writes the rest, from off. ok is false (and nothing is
+	// created) when there is no such prefix. Only the prefix's sha256 is
+	// taken from the record, and Close still checks it: a file that then
+	// fails its sha256 was not proved wrong by its source, and the
+	// producer may Drop it and write it again from the start.
+	Continue(b Binding) (w FileWriter, off int64, ok bool, err error)
+	// Drop discards a file created or continued by this writer and not
+	// published, so that it can be created again.
+	Drop(path string) error
+}
+
+// TreeResumer is implemented by writers that may hold a file bound by its
+// tensor tree (BindTree) that an interrupted build wrote in part, in any
+// order, with no record of what it wrote: the producer checks each of its
+// units against the record's BLAKE3 and reports those that match.
+type TreeResumer interface {
+	// ContinueBound adopts the kept file at b.Want.Path, as if it had been
+	// created with CreateBound(b) and its bytes written, and gives a reader
+	// of them, valid until the writer is closed. The producer reports the
+	// parts whose kept bytes hash to the record (SetPartBLAKE3) and writes
+	// the others; none is taken on trust. ok is false (and nothing is
+	// created) when no such file was kept.
+	ContinueBound(b Binding) (w BoundFileWriter, r io.ReaderAt, ok bool, err error)
+}
+
 // FileWriter writes one payload file in order, hashed while it is written
 // (BoundWriter has positioned writes). Close finishes the file; Entry then
 // returns its hashes.

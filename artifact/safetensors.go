@@ -58,7 +58,8 @@ const (
 )
 
 // FormatError is a malformed safetensors file (or, from the writer, a tensor
-// list that would make one). It unwraps to errdefs.ErrInvalidArgument.
+// list that would make one). It unwraps to errdefs.ErrDataLoss: the bytes
+// are not a valid safetensors file (exit 4).
 type FormatError struct {
 	Kind   FormatErrorKind
 	Tensor string // the tensor concerned, if any
@@ -76,8 +77,8 @@ func (e *FormatError) Error() string {
 	return s
 }
 
-// Unwrap classifies format errors as invalid arguments.
-func (e *FormatError) Unwrap() error { return errdefs.ErrInvalidArgument }
+// Unwrap classifies format errors as invalid data.
+func (e *FormatError) Unwrap() error { return errdefs.ErrDataLoss }
 
 func stErr(kind FormatErrorKind, tensor, format string, args ...any) error {
 	return &FormatError{Kind: kind, Tensor: tensor, Detail: fmt.Sprintf(format, args...)}

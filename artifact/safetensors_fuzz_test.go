@@ -66,8 +66,8 @@ func FuzzReadHeader(f *testing.F) {
 			if _, ok := err.(*FormatError); !ok {
 				t.Fatalf("error %v (%T) is not a *FormatError", err, err)
 			}
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Fatalf("%v does not wrap errdefs.ErrInvalidArgument", err)
+			if !errors.Is(err, errdefs.ErrDataLoss) {
+				t.Fatalf("%v does not wrap errdefs.ErrDataLoss", err)
 			}
 			return
 		}

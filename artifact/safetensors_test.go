@@ -131,11 +131,11 @@ func TestReadHeaderRejects(t *testing.T) {
 			if got := stKindOf(err); got != tt.want {
 				t.Fatalf("kind = %q, want %q (err: %v)", got, tt.want, err)
 			}
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Fatalf("%v does not wrap errdefs.ErrInvalidArgument", err)
+			if !errors.Is(err, errdefs.ErrDataLoss) {
+				t.Fatalf("%v does not wrap errdefs.ErrDataLoss", err)
 			}
-			if !errdefs.IsInvalidArgument(err) {
-				t.Fatalf("errdefs.IsInvalidArgument(%v) = false", err)
+			if !errdefs.IsDataLoss(err) {
+				t.Fatalf("errdefs.IsDataLoss(%v) = false", err)
 			}
 		})
 	}
@@ -384,8 +384,8 @@ func TestWriteSafetensorsRejects(t *testing.T) {
 			if n != 0 || buf.Len() != 0 {
 				t.Fatalf("wrote %d bytes before failing", buf.Len())
 			}
-			if !errors.Is(err, errdefs.ErrInvalidArgument) {
-				t.Fatalf("%v does not wrap errdefs.ErrInvalidArgument", err)
+			if !errors.Is(err, errdefs.ErrDataLoss) {
+				t.Fatalf("%v does not wrap errdefs.ErrDataLoss", err)
 			}
 		})
 	}

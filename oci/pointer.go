@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/pointer"
 )
@@ -23,8 +24,9 @@ type PointerLayer struct {
 
 // NewPointerLayer builds the deterministic pointer layer of p: an
 // uncompressed tar of the target directory, its parents, .weightsnap/,
-// .weightsnap/pointers/ and the pointer file, in sorted order, owned by
-// 0:0 with mtime 0 (directories 0755, the file 0444).
+// .weightsnap/pointers/, the pointer file and the notice file
+// (pointer.NoticeName, what a container run without weightsnap finds), in
+// sorted order, owned by 0:0 with mtime 0 (directories 0755, files 0444).
 func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 	target, err := pointer.CleanTarget(p.Target)
 	if err != nil {
@@ -69,6 +71,14 @@ func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 	if _, err := tw.Write(body); err != nil {
 		return nil, err
 	}
+	// The notice sorts after .weightsnap/: the entries stay in sorted order.
+	notice := pointer.Notice(p)
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(pointer.NoticePath(p), "/"), Mode: 0o444, Size: int64(len(notice)), ModTime: epoch, Format: tar.FormatPAX}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(notice); err != nil {
+		return nil, err
+	}
 	if err := tw.Close(); err != nil {
 		return nil, err
 	}
@@ -86,4 +96,26 @@ func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 // pointer.ParseLabels: ok is false for an ordinary layer.
 func PointerFromAnnotations(desc ocispec.Descriptor) (p pointer.Pointer, ok bool, err error) {
 	return pointer.ParseLabels(desc.Annotations)
+}
+
+// weightImageError refuses to pull a weight image as if it were an
+// artifact: its weights are the artifacts its pointer layers name, and the
+// error names each, with the command that pulls it. nil when m has no
+// pointer layer.
+func weightImageError(ref string, m *ocispec.Manifest) error {
+	var named []string
+	for _, l := range m.Layers {
+		p, ok, err := PointerFromAnnotations(l)
+		switch {
+		case err != nil:
+			named = append(named, fmt.Sprintf("a pointer layer %s that does not parse (%v)", l.Digest, err))
+		case ok:
+			named = append(named, fmt.Sprintf("%s at %s (weightsnap pull %s)", p.Artifact, p.Target, p.Artifact))
+		}
+	}
+	if len(named) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s is a weight image, not an artifact: its weights are %s; `weightsnap inspect %s` describes it, and its containers get the weights through weightsnapd: %w",
+		ref, strings.Join(named, "; "), ref, errdefs.ErrInvalidArgument)
 }

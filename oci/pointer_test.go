@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -43,7 +44,8 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		t.Fatalf("descriptor %+v", a.Desc)
 	}
 	want := []string{"models/", "models/llama/", "models/llama/.weightsnap/", "models/llama/.weightsnap/pointers/",
-		"models/llama/.weightsnap/pointers/1111111111111111111111111111111111111111111111111111111111111111.json"}
+		"models/llama/.weightsnap/pointers/1111111111111111111111111111111111111111111111111111111111111111.json",
+		"models/llama/WEIGHTS_NOT_MOUNTED"}
 	tr := tar.NewReader(bytes.NewReader(a.Tar))
 	var got []string
 	for {
@@ -58,7 +60,13 @@ func TestPointerLayerDeterministic(t *testing.T) {
 		if h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" || h.ModTime.Unix() != 0 {
 			t.Fatalf("%s: owner %d:%d %q:%q mtime %v", h.Name, h.Uid, h.Gid, h.Uname, h.Gname, h.ModTime)
 		}
-		if h.Typeflag == tar.TypeReg {
+		if h.Typeflag == tar.TypeReg && path.Base(h.Name) == pointer.NoticeName {
+			body, _ := io.ReadAll(tr)
+			if len(body) > pointer.MaxNoticeBytes || !strings.Contains(string(body), testPointer().Artifact) ||
+				!strings.Contains(string(body), "nerdctl --snapshotter weightsnap run") || h.Mode != 0o444 {
+				t.Fatalf("notice file (mode %o):\n%s", h.Mode, body)
+			}
+		} else if h.Typeflag == tar.TypeReg {
 			body, _ := io.ReadAll(tr)
 			var p pointer.Pointer
 			if err := json.Unmarshal(body, &p); err != nil || p.ID.String() != testIdentity || p.Target != "/models/llama" || p.Schema != pointer.Schema {

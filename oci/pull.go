@@ -57,6 +57,9 @@ type PullOptions struct {
 	// nothing published, and the rest of the pull reads that same
 	// manifest, so a tag moved meanwhile cannot swap it.
 	Policy *trust.Policy
+	// Reused, if set, is told of the payload bytes of Progress that an
+	// interrupted pull had already fetched (so a rate can leave them out).
+	Reused func(n int64)
 }
 
 // RangeMode is PullOptions.Ranges.
@@ -154,6 +157,9 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := weightImageError(r.String(), resolved.Manifest); err != nil {
+		return nil, nil, err
+	}
 	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
 	if o.Policy != nil {
 		if rep.Verified, err = VerifyManifest(ctx, o.Policy, r, resolved.Desc, time.Now().UTC()); err != nil {
@@ -182,6 +188,9 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)
 	rep.Seconds = time.Since(start).Seconds()
+	if m.Transfer != nil {
+		rep.Transfer = *m.Transfer
+	}
 	if err != nil {
 		if !m.Planned {
 			return nil, nil, err
@@ -201,15 +210,17 @@ type puller struct {
 	plan *Plan
 	o    PullOptions
 
-	ranged      bool
-	openMu      sync.Mutex
-	open        map[*fileTask]struct{} // created in the store, not finished
-	chunk       int64                  // the range size
-	bufs        chan *[]byte           // free range buffers, chunk bytes each (rangeBuffer)
-	fetched     atomic.Int64
-	reused      atomic.Int64
-	reusedFiles atomic.Int64
-	seed        artifact.Seeder // the writer, when this node serves what it pulls (seed.go)
+	ranged       bool
+	openMu       sync.Mutex
+	open         map[*fileTask]struct{} // created in the store, not finished
+	chunk        int64                  // the range size
+	bufs         chan *[]byte           // free range buffers, chunk bytes each (rangeBuffer)
+	fetched      atomic.Int64
+	reused       atomic.Int64
+	reusedFiles  atomic.Int64
+	resumedFiles atomic.Int64
+	continued    map[string]continued // files continued from a kept prefix (reuse)
+	seed         artifact.Seeder      // the writer, when this node serves what it pulls (seed.go)
 }
 
 func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {
@@ -221,7 +232,7 @@ func (p *puller) Name() string { return PullProducerName }
 // Transfer implements store.TransferReporter.
 func (p *puller) Transfer() store.Transfer {
 	return store.Transfer{Endpoint: p.r.String(), Fetched: p.fetched.Load(), Reused: p.reused.Load(),
-		ReusedFiles: int(p.reusedFiles.Load()), Ranged: p.ranged}
+		ReusedFiles: int(p.reusedFiles.Load()), ResumedFiles: int(p.resumedFiles.Load()), Ranged: p.ranged}
 }
 
 // Progress implements artifact.ProgressReporter.
@@ -287,6 +298,9 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 			done[i] = true
 			p.reused.Add(f.Size)
 			p.reusedFiles.Add(1)
+			if p.o.Reused != nil {
+				p.o.Reused(f.Size)
+			}
 			p.progress(f.Size)
 			log.G(ctx).WithField("file", f.Path).Debug("reused from an interrupted pull")
 			return nil
@@ -301,7 +315,50 @@ func (p *puller) reuse(ctx context.Context, w artifact.Writer) ([]PlanFile, erro
 			todo = append(todo, f)
 		}
 	}
+	if err := p.continueKept(ctx, w, todo); err != nil {
+		return nil, err
+	}
 	return todo, nil
+}
+
+// continued is a file continued from the prefix an interrupted pull of
+// the same artifact verified, wrote and synced.
+type continued struct {
+	fw  artifact.FileWriter
+	off int64
+}
+
+// continueKept continues, from its kept prefix, each file still to fetch
+// that an interrupted build wrote in part (artifact.PartResumer), when
+// the registry serves the ranges the rest needs.
+func (p *puller) continueKept(ctx context.Context, w artifact.Writer, todo []PlanFile) error {
+	pr, ok := w.(artifact.PartResumer)
+	if !ok {
+		return nil
+	}
+	p.continued = map[string]continued{}
+	for _, f := range todo {
+		fw, off, ok, err := pr.Continue(f.Binding)
+		if err != nil {
+			return fmt.Errorf("continue %s: %w", f.Path, err)
+		}
+		if !ok {
+			continue
+		}
+		if !p.r.ProbeRanges(ctx, f.Layer).Served {
+			log.G(ctx).WithField("file", f.Path).Info("pull: the registry serves no ranges; the kept part of the file is fetched again")
+			if err := pr.Drop(f.Path); err != nil {
+				return err
+			}
+			continue
+		}
+		p.continued[f.Path] = continued{fw, off}
+		p.reused.Add(off)
+		p.resumedFiles.Add(1)
+		p.progress(off)
+		log.G(ctx).WithField("file", f.Path).WithField("offset", off).Info("pull: continued from an interrupted pull")
+	}
+	return nil
 }
 
 // checkEntry verifies what the store computed for a file: its sha256

@@ -17,7 +17,7 @@ func TestPullReportJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"ref":"reg/m:v","manifest":"","kind":"","identity":"","path":"","built":false,"files":0,"bytes":0,` +
-		`"fetched_bytes":7,"reused_bytes":0,"reused_files":0,"ranged":true,"fetch_seconds":0,"publish_seconds":0,"seconds":0,"id":""}`
+		`"fetched_bytes":7,"reused_bytes":0,"reused_files":0,"resumed_files":0,"ranged":true,"fetch_seconds":0,"publish_seconds":0,"seconds":0,"id":""}`
 	if string(raw) != want {
 		t.Fatalf("pull report\n got %s\nwant %s", raw, want)
 	}

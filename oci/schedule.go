@@ -6,11 +6,13 @@ package oci
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
@@ -27,6 +29,7 @@ type fileTask struct {
 	w      artifact.Writer
 	fw     artifact.FileWriter // created with the first bytes; only one goroutine writes at a time
 	chunks int                 // ranges, 0 for a single stream
+	from   int64               // where the fetch starts: a continued file's kept prefix ends there
 
 	done chan struct{} // closed once the file is complete and checked
 
@@ -89,7 +92,7 @@ func (p *puller) fetchAll(ctx context.Context, w artifact.Writer, files []PlanFi
 				if !ok {
 					return nil
 				}
-				if err := p.run(gctx, j, tokens); err != nil {
+				if err := p.run(gctx, ctx, j, tokens); err != nil {
 					err = p.diagnose(gctx, j.t.f, err)
 					return fmt.Errorf("fetch %s (%s): %w", j.t.f.Path, j.t.f.Layer.Digest, err)
 				}
@@ -214,12 +217,18 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 	}
 	for _, f := range files {
 		t := &fileTask{f: f, w: w, p: p, done: make(chan struct{})}
+		if c, ok := p.continued[f.Path]; ok {
+			t.fw, t.from = c.fw, c.off
+			p.openMu.Lock()
+			p.open[t] = struct{}{}
+			p.openMu.Unlock()
+		}
 		switch {
 		case f.Size == 0:
 			if err := t.write(nil); err != nil {
 				return fail(err)
 			}
-			if err := p.finish(t); err != nil {
+			if err := p.finish(ctx, t); err != nil {
 				return fail(err)
 			}
 		case f.Size <= smallFile:
@@ -228,9 +237,9 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 			}
 		default:
 			js := []job{{t: t, n: -1}}
-			if p.ranged && f.Size > chunk {
+			if p.ranged && f.Size-t.from > chunk {
 				js = js[:0]
-				for off := int64(0); off < f.Size; off += chunk {
+				for off := t.from; off < f.Size; off += chunk {
 					js = append(js, job{t: t, idx: len(js), off: off, n: min(chunk, f.Size-off)})
 				}
 				t.chunks, t.parked = len(js), map[int]parkedRange{}
@@ -266,21 +275,49 @@ const smallFile = 4 << 20
 
 // run performs one job; the worker holds one token, which run gives back
 // (a fetched range keeps it until the store is through with its buffer).
-func (p *puller) run(ctx context.Context, j job, tokens chan struct{}) error {
+// A range runs on until rangeGrace after the pull was cancelled (parent,
+// an interrupt), so that the ranges in flight land and the file's written
+// prefix, which an interrupted pull keeps, covers what was fetched.
+func (p *puller) run(ctx, parent context.Context, j job, tokens chan struct{}) error {
 	if j.n < 0 {
 		<-tokens
 		if err := p.stream(ctx, j.t); err != nil {
 			return err
 		}
-		return p.finish(j.t)
+		return p.finish(ctx, j.t)
 	}
 	bp := p.rangeBuffer()
-	if err := p.fetchRange(ctx, j.t, j.off, (*bp)[:j.n]); err != nil {
+	rctx, done := graceful(ctx, parent)
+	err := p.fetchRange(rctx, j.t, j.off, (*bp)[:j.n])
+	done()
+	if err != nil {
 		p.bufs <- bp
 		<-tokens
 		return err
 	}
-	return p.deliver(j.t, j.idx, parkedRange{bp, int(j.n)}, tokens)
+	return p.deliver(ctx, j.t, j.idx, parkedRange{bp, int(j.n)}, tokens)
+}
+
+// rangeGrace is how long a range in flight may still take once its pull
+// was cancelled.
+const rangeGrace = 2 * time.Second
+
+// graceful is the context of a range in flight: it ends with ctx, the
+// fetch's, when the fetch fails, but rangeGrace after parent when the
+// pull is cancelled.
+func graceful(ctx, parent context.Context) (context.Context, func()) {
+	rctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() {
+		if parent.Err() == nil {
+			cancel(context.Cause(ctx))
+			return
+		}
+		time.AfterFunc(rangeGrace, func() { cancel(context.Cause(parent)) })
+	})
+	return rctx, func() {
+		stop()
+		cancel(nil)
+	}
 }
 
 // rangeBuffer returns a free range buffer, making one while fewer than
@@ -300,7 +337,7 @@ func (p *puller) rangeBuffer() *[]byte {
 // deliver parks a fetched range and, unless another worker is writing the
 // file, writes every range that is next in order, then finishes the file
 // after its last range.
-func (p *puller) deliver(t *fileTask, idx int, r parkedRange, tokens chan struct{}) error {
+func (p *puller) deliver(ctx context.Context, t *fileTask, idx int, r parkedRange, tokens chan struct{}) error {
 	t.mu.Lock()
 	t.parked[idx] = r
 	if t.writing {
@@ -327,7 +364,7 @@ func (p *puller) deliver(t *fileTask, idx int, r parkedRange, tokens chan struct
 		t.next++
 		if t.next == t.chunks {
 			t.mu.Unlock()
-			return p.finish(t)
+			return p.finish(ctx, t)
 		}
 	}
 }
@@ -391,12 +428,17 @@ func create(w artifact.Writer, b artifact.Binding) (artifact.FileWriter, error) 
 }
 
 // finish closes a fully written file (the store completes its hashes) and
-// checks the result before anything can be published.
-func (p *puller) finish(t *fileTask) error {
+// checks the result before anything can be published. A continued file
+// whose sha256 fails was not proved wrong by the registry (its prefix's
+// record may not match the kept bytes): it is fetched again, whole.
+func (p *puller) finish(ctx context.Context, t *fileTask) error {
 	p.openMu.Lock()
 	delete(p.open, t)
 	p.openMu.Unlock()
 	if err := t.fw.Close(); err != nil {
+		if t.continuedWrong(err) {
+			return p.refetch(ctx, t, err)
+		}
 		return fmt.Errorf("close %s: %w", t.f.Path, layerError(t.f, err))
 	}
 	got, err := t.fw.Entry()
@@ -404,6 +446,9 @@ func (p *puller) finish(t *fileTask) error {
 		return fmt.Errorf("hash %s: %w", t.f.Path, err)
 	}
 	if err := p.checkEntry(t.f, got); err != nil {
+		if t.continuedWrong(err) {
+			return p.refetch(ctx, t, err)
+		}
 		return err
 	}
 	if err := p.verified(t.f); err != nil {
@@ -411,4 +456,30 @@ func (p *puller) finish(t *fileTask) error {
 	}
 	close(t.done)
 	return nil
+}
+
+// continuedWrong says whether a continued file failed its check.
+func (t *fileTask) continuedWrong(err error) bool {
+	var em *artifact.EntryMismatchError
+	return t.from > 0 && (errors.As(err, &em) || errdefs.IsDataLoss(err))
+}
+
+// refetch fetches a continued file again from its start, as one stream,
+// after it failed its check.
+func (p *puller) refetch(ctx context.Context, t *fileTask, cause error) error {
+	log.G(ctx).WithError(cause).WithField("file", t.f.Path).Warn("pull: a file continued from an interrupted pull failed its check; fetching it again whole")
+	pr, ok := t.w.(artifact.PartResumer)
+	if !ok {
+		return cause
+	}
+	if err := pr.Drop(t.f.Path); err != nil {
+		return err
+	}
+	p.reused.Add(-t.from)
+	p.resumedFiles.Add(-1)
+	fresh := &fileTask{f: t.f, w: t.w, p: p, done: t.done}
+	if err := p.stream(ctx, fresh); err != nil {
+		return err
+	}
+	return p.finish(ctx, fresh)
 }

@@ -20,7 +20,7 @@ import (
 // it stopped with a ranged request (registries that serve no ranges fail).
 func (p *puller) stream(ctx context.Context, t *fileTask) error {
 	size := t.f.Size
-	var pos int64
+	pos := t.from
 	return registry.Resume(ctx, t.f.Path, func() (io.ReadCloser, error) {
 		n := int64(-1)
 		if pos > 0 {

@@ -9,6 +9,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
@@ -20,8 +21,14 @@ type ClientConfig struct {
 	Token string
 	// TLS, if set, secures control connections (with Certificates for mTLS).
 	TLS *tls.Config
-	// Timeout bounds every read, write and dial.
+	// Timeout bounds every read and write.
 	Timeout time.Duration
+	// ConnectTimeout bounds reaching a peer: the dial, the TLS handshake
+	// and, on a control connection, the wait for the peer's first answer,
+	// so a peer that is down or black-holed (it accepts and never answers)
+	// costs seconds before resolution asks the next source. 0 means
+	// DefaultConnectTimeout; never more than Timeout.
+	ConnectTimeout time.Duration
 	// ManifestMax bounds the manifest (and list) documents accepted.
 	ManifestMax uint32
 }
@@ -33,8 +40,18 @@ func (c ClientConfig) withDefaults() ClientConfig {
 	if c.ManifestMax == 0 {
 		c.ManifestMax = wire.DefaultManifestMax
 	}
+	if c.ConnectTimeout <= 0 {
+		c.ConnectTimeout = DefaultConnectTimeout
+	}
+	c.ConnectTimeout = min(c.ConnectTimeout, c.Timeout)
 	return c
 }
+
+// DefaultConnectTimeout is how long a node waits to reach a peer (its
+// dial, TLS handshake and first answer) when the configuration does not
+// say: a peer on the node's network answers in milliseconds, so this is
+// the price of one that is down or black-holed.
+const DefaultConnectTimeout = 5 * time.Second
 
 // dialTimeout bounds a dial, and an rma rail's connect and accept, below
 // the read and write timeout: an unreachable peer of a list should not hold
@@ -48,9 +65,13 @@ const dialTimeout = 10 * time.Second
 const pingEvery = 5 * time.Second
 
 // dial opens a connection to a peer (TLS where configured and tls is true)
-// and sends its hello; every later read and write has the timeout.
+// and sends its hello; every later read and write has the timeout, except
+// that on a control connection (not a rail, whose first bytes may wait on
+// a builder's source) the peer's first answer must come within the
+// connect timeout.
 func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure bool) (net.Conn, *bufio.Reader, error) {
-	d := net.Dialer{Timeout: min(c.Timeout, dialTimeout), KeepAlive: 15 * time.Second}
+	c = c.withDefaults()
+	d := net.Dialer{Timeout: min(c.ConnectTimeout, dialTimeout), KeepAlive: 15 * time.Second}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, &Error{Addr: addr, Err: err}
@@ -62,7 +83,7 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 			cfg.ServerName, _, _ = net.SplitHostPort(addr)
 		}
 		tc := tls.Client(raw, cfg)
-		hctx, cancel := context.WithTimeout(ctx, c.Timeout)
+		hctx, cancel := context.WithTimeout(ctx, c.ConnectTimeout)
 		err := tc.HandshakeContext(hctx)
 		cancel()
 		if err != nil {
@@ -71,16 +92,46 @@ func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure boo
 		}
 		conn = tc
 	}
-	dc := wire.DeadlineConn{Conn: conn, Timeout: c.Timeout}
+	dc := &answerConn{Conn: conn, timeout: c.Timeout, first: c.ConnectTimeout}
 	tok := []byte(c.Token)
 	if op == wire.OpRail {
-		tok = nil
+		tok, dc.first = nil, c.Timeout
 	}
 	if _, err := dc.Write(wire.Hello{Op: op, Token: tok}.Encode()); err != nil {
 		conn.Close()
 		return nil, nil, &Error{Addr: addr, Err: err}
 	}
 	return dc, bufio.NewReader(dc), nil
+}
+
+// answerConn sets a deadline before every read and write of a connection
+// (wire.DeadlineConn), the read's first until the peer's first byte came.
+type answerConn struct {
+	net.Conn
+	timeout, first time.Duration
+	answered       atomic.Bool
+}
+
+func (c *answerConn) Read(p []byte) (int, error) {
+	t := c.timeout
+	if !c.answered.Load() {
+		t = c.first
+	}
+	if err := c.SetReadDeadline(time.Now().Add(t)); err != nil {
+		return 0, err
+	}
+	n, err := c.Conn.Read(p)
+	if n > 0 {
+		c.answered.Store(true)
+	}
+	return n, err
+}
+
+func (c *answerConn) Write(p []byte) (int, error) {
+	if err := c.SetWriteDeadline(time.Now().Add(c.timeout)); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(p)
 }
 
 // List asks a peer what it holds.

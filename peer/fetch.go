@@ -106,6 +106,7 @@ type fetcher struct {
 
 	fetched, reused atomic.Int64
 	reusedFiles     int
+	resumedFiles    int // kept in part, continued
 	rep             sessionStats
 	gens            map[string]string
 	refused         map[string]bool // peers that served a unit with wrong bytes
@@ -183,9 +184,27 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 		return f.subset.prepare(f)
 	}
 	rs, canReuse := w.(artifact.Resumer)
+	tr, canContinue := w.(artifact.TreeResumer)
 	for i, s := range f.base.Shards {
 		bind := artifact.Binding{Want: s.FileEntry, By: artifact.BindTree}
-		if canReuse {
+		if canContinue {
+			// A kept file, whole or in part, is checked unit by unit:
+			// one read, whatever the interrupted fetch wrote of it.
+			fw, r, ok, err := tr.ContinueBound(bind)
+			if err != nil {
+				return fmt.Errorf("continue %s: %w", s.Path, err)
+			}
+			if ok {
+				t, err := f.adoptBound(bind, fw)
+				if err != nil {
+					return err
+				}
+				if err := f.continueTarget(ctx, t, r, shardUnits(i, s, t)); err != nil {
+					return err
+				}
+				continue
+			}
+		} else if canReuse {
 			if _, ok, err := rs.Reuse(bind); err != nil {
 				return fmt.Errorf("reuse %s: %w", s.Path, err)
 			} else if ok {
@@ -216,6 +235,11 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
+	return f.adoptBound(bind, fw)
+}
+
+// adoptBound makes a target of a bound file the store created or kept.
+func (f *fetcher) adoptBound(bind artifact.Binding, fw artifact.BoundFileWriter) (*target, error) {
 	t := &target{path: bind.Want.Path, want: bind.Want, fw: fw, out: fw}
 	f.targets = append(f.targets, t)
 	if f.o.Mode == ModeRMA {
@@ -223,9 +247,11 @@ func (f *fetcher) createBound(bind artifact.Binding) (*target, error) {
 		if !ok {
 			return nil, unsupported(ModeRMA, "the store's writer cannot map its files")
 		}
-		if t.mapping, err = mw.Map(); err != nil {
+		m, err := mw.Map()
+		if err != nil {
 			return nil, fmt.Errorf("map %s: %w", t.path, err)
 		}
+		t.mapping = m
 	}
 	return t, nil
 }

@@ -18,7 +18,7 @@ func TestFetchReportJSON(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := `{"request":"sha256:ab","tensors":["a.*"],"identity":"","path":"","built":true,"files":0,"bytes":0,` +
-			`"endpoint":"q:2","mode":"tcp","rails":4,"fetched_bytes":9,"reused_bytes":3,"reused_files":0,"ranged":false,` +
+			`"endpoint":"q:2","mode":"tcp","rails":4,"fetched_bytes":9,"reused_bytes":3,"reused_files":0,"resumed_files":0,"ranged":false,` +
 			`"fetch_seconds":1.5,"publish_seconds":0,"peers":["p:1","q:2"],"failovers":1,"restarts":0,"seconds":2,"id":"","peer":"q:2"}`
 		if string(raw) != want {
 			t.Fatalf("fetch report\n got %s\nwant %s", raw, want)

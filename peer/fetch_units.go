@@ -1,8 +1,15 @@
 package peer
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"runtime"
 	"sync/atomic"
+
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -170,4 +177,76 @@ func (f *fetcher) verified(path string, off, n int64) error {
 		return nil
 	}
 	return f.seed.Verified(path, off, n)
+}
+
+// continueTarget records the units of a target the store kept from an
+// interrupted fetch, and takes as verified each whose kept bytes hash to
+// its BLAKE3 in the manifest (read back, several units at once); the
+// others are fetched. A file every unit of which matched counts as reused
+// whole, any other that kept some as continued.
+func (f *fetcher) continueTarget(ctx context.Context, t *target, r io.ReaderAt, us []*unit) error {
+	if err := f.addUnits(t, us); err != nil {
+		return err
+	}
+	var kept, units atomic.Int64
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(runtime.GOMAXPROCS(0))
+	for _, u := range us {
+		if u.n == 0 {
+			continue
+		}
+		g.Go(func() error {
+			if gctx.Err() != nil {
+				return gctx.Err()
+			}
+			h := blake3.New()
+			if _, err := io.Copy(h, io.NewSectionReader(r, u.dstOff, u.n)); err != nil {
+				return nil // not read back: fetched again
+			}
+			var sum artifact.Sum
+			h.Sum(sum[:0])
+			if sum != u.blake3 {
+				return nil
+			}
+			if err := f.keptUnit(u); err != nil {
+				return err
+			}
+			kept.Add(u.n)
+			units.Add(1)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	switch n := kept.Load(); {
+	case n == 0:
+	case t.pending.Load() == 0:
+		f.reusedFiles++
+	default:
+		f.resumedFiles++
+	}
+	if n := kept.Load(); n > 0 {
+		log.G(ctx).WithField("file", t.path).WithField("bytes", n).WithField("units", units.Load()).Info("peer: kept units of an interrupted fetch reused")
+	}
+	return nil
+}
+
+// keptUnit takes a unit whose kept bytes matched as landed, reused.
+func (f *fetcher) keptUnit(u *unit) error {
+	if err := f.setPart(u); err != nil {
+		return err
+	}
+	if !f.markDone(u) {
+		return nil
+	}
+	if err := f.verified(u.dst.path, u.dstOff, u.n); err != nil {
+		return err
+	}
+	f.reused.Add(u.n)
+	f.progress(u.n)
+	if u.dst.pending.Add(-1) == 0 {
+		f.closeTarget(u.dst)
+	}
+	return nil
 }

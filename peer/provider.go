@@ -71,7 +71,10 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	// The root goes to the registry at once when no peer holds or builds
 	// the artifact; when one does but cannot serve it now (busy, or a
 	// builder not yet attached to a source) it asks again like any node.
-	root := isRoot(id, addrs, p.Self) && !isBusy(err) && !errors.Is(err, errNotNearer)
+	// A peer that could not be reached is no root: the nodes that see it
+	// down agree on the next one (it would never announce a build).
+	live := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return slices.Contains(unreachablePeers(err), a) })
+	root := isRoot(id, live, p.Self) && !isBusy(err) && !errors.Is(err, errNotNearer)
 	if err == nil || p.Self == "" || root || !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
 		return f, err
 	}
@@ -81,8 +84,10 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	}
 	log.G(ctx).WithField("identity", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
 	b := &backoff.ExponentialBackOff{InitialInterval: reaskFirst, RandomizationFactor: 0.5, Multiplier: 1.5, MaxInterval: reaskMax}
+	// The asks again go to the peers that answered: one down now costs the
+	// connect timeout once, not on every ask.
 	f, err = backoff.Retry(ctx, func() (*fetcher, error) {
-		f, err := newFetcher(ctx, addrs, id.String(), o, false)
+		f, err := newFetcher(ctx, live, id.String(), o, false)
 		if err != nil && !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
 			return nil, backoff.Permanent(err)
 		}
@@ -126,7 +131,7 @@ func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (ar
 // with, the data plane, its rails and the bytes fetched and reused.
 func (f *fetcher) Transfer() store.Transfer {
 	return store.Transfer{Endpoint: f.rep.Peer, Mode: string(f.rep.Mode), Rails: f.rep.Rails, Fetched: f.fetched.Load(),
-		Reused: f.reused.Load(), ReusedFiles: f.reusedFiles}
+		Reused: f.reused.Load(), ReusedFiles: f.reusedFiles, ResumedFiles: f.resumedFiles}
 }
 
 // ProducerForID implements resolve.IDProvider: a peer is asked for

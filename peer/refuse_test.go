@@ -72,8 +72,8 @@ func TestServerRefuses(t *testing.T) {
 		want  func(error) bool
 		says  string
 	}{
-		{"wrong token", "guess", req(digestOf(t, id)), errdefs.IsPermissionDenied, "token"},
-		{"no token", "", req(digestOf(t, id)), errdefs.IsPermissionDenied, "token"},
+		{"wrong token", "guess", req(digestOf(t, id)), errdefs.IsPermissionDenied, "bearer token refused: this peer's token file holds another; give the one it holds with --token-file or [peer] token_file"},
+		{"no token", "", req(digestOf(t, id)), errdefs.IsPermissionDenied, "this peer requires a bearer token and none was presented: give its token file with --token-file or [peer] token_file"},
 		{"request over the limit", "s3cret", wire.Enc{}.U32(0xffffffff), errdefs.IsInvalidArgument, "over the limit"},
 		{"request just over", "s3cret", wire.Enc{}.U32(wire.ModelRequestMax + 1), errdefs.IsInvalidArgument, "over the limit"},
 		{"unknown identity", "s3cret", req("sha256:" + strings.Repeat("ab", 32)), errdefs.IsNotFound, "no READY artifact"},

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/jsonobj"
+	"github.com/weightsnap/weightsnap/internal/netfail"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -110,6 +111,7 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 	f := &fetcher{peers: peers, request: request, o: o, gens: map[string]string{}, refused: map[string]bool{}, depth: -1,
 		orphanAfter: -1}
 	var errs []error
+	var away []string
 	for i, addr := range peers {
 		cs, err := openSession(ctx, o.Client, addr, request)
 		if err == nil {
@@ -119,6 +121,9 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 		}
 		if err != nil {
 			errs = append(errs, err)
+			if netfail.Unreachable(err) {
+				away = append(away, addr)
+			}
 			if ctx.Err() != nil {
 				return nil, ctx.Err()
 			}
@@ -138,11 +143,34 @@ func newFetcher(ctx context.Context, peers []string, request string, o FetchOpti
 		}
 		return f, nil
 	}
-	err := errors.Join(errs...)
 	if allNotFound(errs) {
 		return nil, fmt.Errorf("no peer of %d holds %s: %w", len(peers), request, errdefs.ErrNotFound)
 	}
-	return nil, fmt.Errorf("no peer serves %s: %w", request, err)
+	return nil, &noPeerError{request: request, errs: errs, away: away}
+}
+
+// noPeerError is a selection no peer served: each peer's failure, and the
+// peers that could not be reached or did not answer (down, black-holed).
+type noPeerError struct {
+	request string
+	errs    []error
+	away    []string
+}
+
+func (e *noPeerError) Error() string {
+	return "no peer serves " + e.request + ": " + errors.Join(e.errs...).Error()
+}
+
+// Unwrap returns each peer's failure.
+func (e *noPeerError) Unwrap() []error { return e.errs }
+
+// unreachablePeers are the peers err says could not be reached.
+func unreachablePeers(err error) []string {
+	var np *noPeerError
+	if errors.As(err, &np) {
+		return np.away
+	}
+	return nil
 }
 
 func allNotFound(errs []error) bool {

@@ -239,7 +239,12 @@ func (s *Server) handle(ctx context.Context, raw net.Conn) error {
 		return errors.New("plain control connection refused")
 	}
 	if s.cfg.Token != "" && subtle.ConstantTimeCompare(h.Token, []byte(s.cfg.Token)) != 1 {
-		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, "bearer token refused"))
+		// The refused client is told what to give; nothing of the token is said.
+		msg := "bearer token refused: this peer's token file holds another; give the one it holds with --token-file or [peer] token_file"
+		if len(h.Token) == 0 {
+			msg = "this peer requires a bearer token and none was presented: give its token file with --token-file or [peer] token_file"
+		}
+		conn.Write(wire.StatusFrame(wire.StatusUnauthorized, msg))
 		return errors.New("bearer token refused")
 	}
 	if h.Op == wire.OpList {

@@ -3,6 +3,7 @@ package resolve
 import (
 	"context"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/store"
@@ -55,6 +56,10 @@ func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer
 		return nil, &Failure{Kind: KindCoordinationTimeout, Step: step, Source: source, Retry: true, Err: err}
 	case m.Ran && m.ProduceErr != nil:
 		return nil, classifyProducerError(step, source, err, remote)
+	case m.Ran && remote && errdefs.IsDataLoss(err):
+		// The store refused what a remote producer wrote: its bytes are
+		// not the ones its digests promised.
+		return nil, &Failure{Kind: KindIntegrity, Step: step, Source: source, Err: err}
 	case m.Ran:
 		f := classifyProducerError(step, source, err, false)
 		if f.Kind == KindProducer {

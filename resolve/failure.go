@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/store"
@@ -31,6 +32,17 @@ const (
 	// KindRemote is a remote provider's failure; retryable when the
 	// provider says so (a Retryable() bool method, or errdefs.ErrUnavailable).
 	KindRemote Kind = "remote"
+	// KindUnreachable is a remote source that could not be reached or did
+	// not answer: down, refusing, timing out, busy, a 5xx (classifyRemote).
+	// Retryable: resolution goes on to the next source.
+	KindUnreachable Kind = "unreachable"
+	// KindIntegrity is a remote source that served bytes that failed
+	// verification; nothing of them was published. Resolution goes on to
+	// the next source, but never ends on the canonical source after it.
+	KindIntegrity Kind = "integrity"
+	// KindAuth is a remote source that refused this node's credentials, or
+	// whose TLS identity this node refused. Always visible.
+	KindAuth Kind = "auth"
 	// KindCapacity is a build refused or stopped for lack of space.
 	KindCapacity Kind = "capacity"
 	// KindUnsupported is an unsupported capability (dtype pair, layout
@@ -81,6 +93,15 @@ func (f *Failure) Error() string {
 	return s
 }
 
+// reason is the failure in a report step: its kind and its message, on one
+// line.
+func (f *Failure) reason() string {
+	if f.Err == nil {
+		return string(f.Kind)
+	}
+	return string(f.Kind) + ": " + strings.ReplaceAll(f.Err.Error(), "\n", "; ")
+}
+
 // Retryable reports whether the failure may go away on its own.
 func (f *Failure) Retryable() bool { return f.Retry }
 
@@ -115,8 +136,10 @@ func kindClass(k Kind, retry bool) error {
 	switch k {
 	case KindMiss:
 		return errdefs.ErrNotFound
-	case KindInvalidCache:
+	case KindInvalidCache, KindIntegrity:
 		return errdefs.ErrDataLoss
+	case KindUnreachable:
+		return errdefs.ErrUnavailable
 	case KindCoordinationTimeout:
 		return errdefs.ErrUnavailable
 	case KindCapacity:
@@ -189,18 +212,25 @@ func kinds(ks ...Kind) func(*Failure) bool {
 var table = [...]row{
 	{"clean miss", kinds(KindMiss), nextThenCanonical, nextThenFail},
 	{"invalid cache entry", kinds(KindInvalidCache), nextThenCanonical, nextThenFail},
+	{"source unreachable", kinds(KindUnreachable), nextThenCanonical, nextThenFail},
+	{"source served bad bytes", kinds(KindIntegrity), nextThenFail, nextThenFail},
 	{"always visible", kinds(KindUnsupported, KindIdentityCollision, KindProducer, KindPublication,
-		KindInvalidRequest, KindPolicy, KindCanceled, KindModel), fail, fail},
+		KindInvalidRequest, KindPolicy, KindCanceled, KindModel, KindAuth), fail, fail},
 	{"typed failure, retryable", func(f *Failure) bool { return f.Retry }, nextThenCanonical, nextThenFail},
 	{"typed failure, not retryable", func(*Failure) bool { return true }, fail, fail},
 }
 
 // Decide returns the action for a failure in a mode: the failure-to-action
-// table. A clean miss or an invalid cache entry moves on to the next source
-// and, when none is left, falls back to the canonical source in preferred
-// mode; a typed failure does so only when it is retryable; unsupported
-// capability, identity collision, producer and publication failures stay
-// visible. Required mode never falls back; disabled mode never tries.
+// table. A clean miss, an invalid cache entry or an unreachable source
+// moves on to the next source and, when none is left, falls back to the
+// canonical source in preferred mode; a typed failure does so only when it
+// is retryable; a source that served bad bytes moves on too, but when no
+// source is left the resolution fails in either mode (the End of every
+// failure passed over applies, the strictest winning); unsupported
+// capability, identity collision, authentication, producer and
+// publication failures stay visible. Required mode never falls back;
+// disabled mode never tries. classifyRemote says which remote failure is
+// which.
 func Decide(mode Mode, f *Failure) Rule {
 	if mode == Disabled {
 		return canonicalDirect
@@ -279,25 +309,19 @@ func classifyLookup(ctx context.Context, step, source string, err error, budgetS
 	return f
 }
 
-// classifyProducerError types an error a producer returned. Remote
-// providers' producers may report a clean miss, a collision or a retryable
-// transfer failure; a local producer's failure is visible unless it names
-// an unsupported capability.
+// classifyProducerError types an error a producer returned. A remote
+// provider's is classed by classifyRemote; a local producer's failure is
+// visible unless it names an unsupported capability.
 func classifyProducerError(step, source string, err error, remote bool) *Failure {
 	f := &Failure{Kind: KindProducer, Step: step, Source: source, Err: err}
 	var ce *store.CapacityError
 	switch {
+	case remote:
+		classifyRemote(f, err)
 	case errors.As(err, &ce):
 		f.Kind = KindCapacity
 	case errdefs.IsNotImplemented(err):
 		f.Kind = KindUnsupported
-	case !remote:
-	case errdefs.IsNotFound(err):
-		f.Kind = KindMiss
-	case errdefs.IsConflict(err):
-		f.Kind = KindIdentityCollision
-	default:
-		f.Kind, f.Retry = KindRemote, retryable(err)
 	}
 	return f
 }

@@ -21,7 +21,7 @@ func TestStepTransferJSON(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `{"name":"remote","source":"peer","outcome":"ok","seconds":5e-9,"duration_ns":5,` +
-		`"transfer":{"endpoint":"10.0.0.7:7420","mode":"tcp","rails":4,"fetched_bytes":42,"reused_bytes":0,"reused_files":0,` +
+		`"transfer":{"endpoint":"10.0.0.7:7420","mode":"tcp","rails":4,"fetched_bytes":42,"reused_bytes":0,"reused_files":0,"resumed_files":0,` +
 		`"ranged":false,"fetch_seconds":0,"publish_seconds":0,"bytes":42}}`
 	if string(raw) != want {
 		t.Fatalf("step\n got %s\nwant %s", raw, want)

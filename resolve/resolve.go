@@ -81,7 +81,15 @@ func (a *attempt) recover(f *Failure) bool {
 	case ActionNext:
 		a.last = f
 		a.rep.Recovered = append(a.rep.Recovered, f)
-		log.G(a.ctx).WithField("step", f.Step).WithField("kind", f.Kind).WithError(f.Err).Debug("resolve: trying the next source")
+		l := log.G(a.ctx).WithField("step", f.Step).WithField("source", f.Source).WithField("kind", f.Kind).WithError(f.Err)
+		switch f.Kind {
+		case KindIntegrity: // never published; someone has a source to fix
+			l.Warn("resolve: the source served bytes that failed verification; trying the next source")
+		case KindUnreachable:
+			l.Info("resolve: the source is unreachable; trying the next source")
+		default:
+			l.Debug("resolve: trying the next source")
+		}
 		return false
 	case ActionCanonical:
 		a.canonical(f)
@@ -104,17 +112,37 @@ func (a *attempt) stop(f *Failure) bool {
 	return false
 }
 
-// end applies the table's End action to the last recoverable failure.
+// end is the resolution that every source passed over: the canonical
+// source when the End action of every failure passed over allows it, or
+// else the failure of every source (SourcesError).
 func (a *attempt) end() {
 	f := a.last
 	if f == nil {
 		f = &Failure{Kind: KindMiss, Step: StepLookup, Err: fmt.Errorf("no source has identity %s: %w", a.rep.ID, store.ErrMiss)}
 	}
-	if Decide(a.r.cfg.Mode, f).End == ActionCanonical {
+	end, why := ActionCanonical, ""
+	for _, r := range append(slices.Clone(a.rep.Recovered), f) {
+		if Decide(a.r.cfg.Mode, r).End == ActionFail {
+			end = ActionFail
+			if why == "" || r.Kind == KindIntegrity {
+				why = TableRow(r)
+			}
+		}
+	}
+	if end == ActionCanonical && a.req.Source != "" {
 		a.canonical(f)
 		return
 	}
-	a.fail(f)
+	detail := "no canonical source directory"
+	switch {
+	case a.req.Source == "":
+	case a.r.cfg.Mode == Required:
+		detail = "required mode never falls back to the canonical source"
+	default:
+		detail = why + ": resolution does not fall back to the canonical source after it"
+	}
+	a.rep.step(StepCanonical, SourceCanonical, StepSkipped, time.Now(), detail)
+	a.fail(a.exhausted(f))
 }
 
 func (a *attempt) fail(f *Failure) {
@@ -287,11 +315,11 @@ func (a *attempt) lookup() bool {
 		if f.Kind == KindMiss {
 			outcome = StepMiss
 		}
-		a.rep.step(StepLookup, SourceLocal, outcome, t, string(f.Kind))
+		a.rep.step(StepLookup, SourceLocal, outcome, t, f.reason())
 		return a.recover(f)
 	}
 	if f := a.collision(StepLookup, SourceLocal, l); f != nil {
-		a.rep.step(StepLookup, SourceLocal, StepFailed, t, string(f.Kind))
+		a.rep.step(StepLookup, SourceLocal, StepFailed, t, f.reason())
 		return a.recover(f)
 	}
 	a.rep.step(StepLookup, SourceLocal, StepHit, t, "")
@@ -365,7 +393,7 @@ func (a *attempt) materialise(step, source string, plan func() (artifact.Produce
 		f = a.sourceChanged(step, source, br.lease)
 	}
 	if f != nil {
-		s := a.rep.step(step, source, missOrFailed(f), t, string(f.Kind))
+		s := a.rep.step(step, source, missOrFailed(f), t, f.reason())
 		s.Bytes = a.rep.BytesMoved - moved
 		return a.recover(f)
 	}
@@ -452,7 +480,7 @@ func (a *attempt) local() bool {
 		prod, err := rc.Producer(fp.Src)
 		if err != nil {
 			f := classifyProducerError(StepProduce, source, err, false)
-			a.rep.step(StepProduce, source, StepFailed, t, string(f.Kind))
+			a.rep.step(StepProduce, source, StepFailed, t, f.reason())
 			return a.recover(f)
 		}
 		made := func() (artifact.Producer, *Failure) { return prod, nil }

@@ -320,9 +320,11 @@ func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 			if !errdefs.IsNotFound(err) || ran || res.Report.Counters.ProducerRuns != 0 {
 				t.Fatalf("%v, ran %v", err, ran)
 			}
-			last := res.Report.Steps[len(res.Report.Steps)-1]
-			if last.Name != resolve.StepProduce || last.Outcome != resolve.StepSkipped || last.Detail != tc.detail {
-				t.Fatalf("last step %+v", last)
+			steps := res.Report.Steps
+			last, canon := steps[len(steps)-2], steps[len(steps)-1] // required mode: the canonical source is skipped last
+			if last.Name != resolve.StepProduce || last.Outcome != resolve.StepSkipped || last.Detail != tc.detail ||
+				canon.Name != resolve.StepCanonical || canon.Outcome != resolve.StepSkipped {
+				t.Fatalf("last steps %+v", steps[len(steps)-2:])
 			}
 		})
 	}

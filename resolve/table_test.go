@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -37,6 +39,9 @@ func TestDecideTable(t *testing.T) {
 		{"typed failure, retryable", resolve.Failure{Kind: resolve.KindDomain, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
 		{"typed failure, retryable", resolve.Failure{Kind: resolve.KindRemote, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
 		{"typed failure, retryable", resolve.Failure{Kind: resolve.KindRestoreCommit, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
+		{"source unreachable", resolve.Failure{Kind: resolve.KindUnreachable, Retry: true}, next(resolve.ActionCanonical), next(resolve.ActionFail)},
+		{"source served bad bytes", resolve.Failure{Kind: resolve.KindIntegrity}, next(resolve.ActionFail), next(resolve.ActionFail)},
+		{"always visible", resolve.Failure{Kind: resolve.KindAuth}, fail, fail},
 		{"typed failure, not retryable", resolve.Failure{Kind: resolve.KindRemote}, fail, fail},
 		{"typed failure, not retryable", resolve.Failure{Kind: resolve.KindDomain}, fail, fail},
 		{"typed failure, not retryable", resolve.Failure{Kind: resolve.KindCapacity}, fail, fail},
@@ -123,7 +128,13 @@ func TestFailureToActionRowByRow(t *testing.T) {
 			canonical(resolve.KindRemote, true), failed(resolve.KindRemote, true)},
 
 		{"remote unavailable", provider(fmt.Errorf("registry down: %w", errdefs.ErrUnavailable)),
-			canonical(resolve.KindRemote, true), failed(resolve.KindRemote, true)},
+			canonical(resolve.KindUnreachable, true), failed(resolve.KindUnreachable, true)},
+
+		{"remote refused", provider(&net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}),
+			canonical(resolve.KindUnreachable, true), failed(resolve.KindUnreachable, true)},
+
+		{"remote served bad bytes", provider(fmt.Errorf("unit 3: BLAKE3 mismatch: %w", errdefs.ErrDataLoss)),
+			failed(resolve.KindIntegrity, false), failed(resolve.KindIntegrity, false)},
 
 		{"build lock wait timeout", func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 			holdBuildLock(t, e.root, identityOf(t, producers.Passthrough{}, e.src))
@@ -135,8 +146,11 @@ func TestFailureToActionRowByRow(t *testing.T) {
 			return resolve.Config{Wait: resolve.WaitPolicy{CoordinationTimeoutSeconds: 1}}, passthrough(e)
 		}, canonical(resolve.KindDomain, true), failed(resolve.KindDomain, true)},
 
-		{"remote failure, not retryable", provider(fmt.Errorf("pull: %w", errdefs.ErrPermissionDenied)),
+		{"remote failure, not retryable", provider(fmt.Errorf("pull: %w", errdefs.ErrInvalidArgument)),
 			failed(resolve.KindRemote, false), failed(resolve.KindRemote, false)},
+
+		{"remote refuses the credentials", provider(fmt.Errorf("pull: %w", errdefs.ErrPermissionDenied)),
+			failed(resolve.KindAuth, false), failed(resolve.KindAuth, false)},
 
 		{"capacity", func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
 			p := store.DefaultPolicy()

@@ -157,7 +157,7 @@ func (c *ControlClient) call(ctx context.Context, method, path string, in, out a
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address): is it running? (%v): %w",
+		return fmt.Errorf("weightsnapd does not answer on its control socket %s ([snapshotter] control_address of the configuration file, which --config or WEIGHTSNAP_CONFIG names; or --control-address): is it running? (%v): %w",
 			c.path, err, errdefs.ErrUnavailable)
 	}
 	defer resp.Body.Close()

@@ -25,8 +25,9 @@ import (
 // layer by its files and makes it a weight snapshot all the same.
 
 // maxPointerLayerEntries bounds the look at a layer's files: a pointer
-// layer holds its target's directories, .weightsnap/, pointers/ and one
-// file, so any larger layer is ordinary after this many entries.
+// layer holds its target's directories, .weightsnap/, pointers/, one
+// pointer file and perhaps a notice, so any larger layer is ordinary after
+// this many entries.
 const maxPointerLayerEntries = 64
 
 // isPointerFile says whether rel is a pointer file's path in a layer:
@@ -43,12 +44,14 @@ func isPointerFile(rel string) bool {
 var errNotPointer = errors.New("not a pointer layer")
 
 // pointerInLayer reads the pointer of a layer whose files (in dir, the
-// active snapshot's own directory) are nothing but one pointer file and the
-// directories that lead to it; ok is false for any other layer. The pointer
-// file is untrusted (pointer.ParseFile) and must sit where its own
-// target puts it.
+// active snapshot's own directory) are nothing but one pointer file, the
+// directories that lead to it and, in layers built since it was added, the
+// notice file (pointer.NoticeName, at most pointer.MaxNoticeBytes) in the
+// pointer's target directory; ok is false for any other layer. The
+// pointer file is untrusted (pointer.ParseFile) and must sit where its own
+// target puts it, and so must the notice.
 func pointerInLayer(dir string) (ptr pointer.Pointer, ok bool, err error) {
-	var file string
+	var file, notice string
 	var dirs []string
 	entries := 0
 	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -67,6 +70,11 @@ func pointerInLayer(dir string) (ptr pointer.Pointer, ok bool, err error) {
 			dirs = append(dirs, rel)
 		case d.Type().IsRegular() && file == "" && isPointerFile(rel):
 			file = rel
+		case d.Type().IsRegular() && notice == "" && d.Name() == pointer.NoticeName:
+			if fi, err := d.Info(); err != nil || fi.Size() > pointer.MaxNoticeBytes {
+				return errNotPointer
+			}
+			notice = rel
 		default:
 			return errNotPointer
 		}
@@ -97,6 +105,9 @@ func pointerInLayer(dir string) (ptr pointer.Pointer, ok bool, err error) {
 	}
 	if pointer.Path(ptr) != "/"+file {
 		return pointer.Pointer{}, true, fmt.Errorf("pointer file at /%s names target %s: %w", file, ptr.Target, errNotPointer)
+	}
+	if notice != "" && pointer.NoticePath(ptr) != "/"+notice {
+		return pointer.Pointer{}, false, nil // a file beside the pointer: an ordinary layer
 	}
 	return ptr, true, nil
 }

@@ -33,6 +33,19 @@ func TestPointerFoundAtCommit(t *testing.T) {
 		want    string                             // weight, fallback, refused, ordinary
 	}{
 		{"resolves", resolve.Required, false, nil, "weight"},
+		{"an older layer without the notice", resolve.Required, false, func(t *testing.T, dir, pf string) {
+			if err := os.Remove(filepath.Join(dir, "models/m", pointer.NoticeName)); err != nil {
+				t.Fatal(err)
+			}
+		}, "weight"},
+		{"notice elsewhere", resolve.Required, false, func(t *testing.T, dir, pf string) {
+			if err := os.Rename(filepath.Join(dir, "models/m", pointer.NoticeName), filepath.Join(dir, "models", pointer.NoticeName)); err != nil {
+				t.Fatal(err)
+			}
+		}, "ordinary"},
+		{"notice too large", resolve.Required, false, func(t *testing.T, dir, pf string) {
+			os.WriteFile(filepath.Join(dir, "models/m", pointer.NoticeName), make([]byte, pointer.MaxNoticeBytes+1), 0o444)
+		}, "ordinary"},
 		{"missing, preferred", resolve.Preferred, true, nil, "fallback"},
 		{"missing, required", resolve.Required, true, nil, "refused"},
 		{"another file beside it", resolve.Required, false, func(t *testing.T, dir, _ string) {
@@ -66,6 +79,9 @@ func TestPointerFoundAtCommit(t *testing.T) {
 			pf := filepath.Join(dir, pointer.Path(ptr))
 			os.MkdirAll(filepath.Dir(pf), 0o755)
 			if err := os.WriteFile(pf, body, 0o444); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, pointer.NoticePath(ptr)), pointer.Notice(ptr), 0o444); err != nil {
 				t.Fatal(err)
 			}
 			if tc.edit != nil {
@@ -104,11 +120,17 @@ func TestPointerFoundAtCommit(t *testing.T) {
 			if leased := n.sn.leases.identities(); (tc.want == "weight") != slices.Contains(leased, id) {
 				t.Fatalf("leases of a container over it %v", leased)
 			}
+			cdir, _ := committedDir(ctx, n.sn.overlay, chainID(60))
 			if tc.want == "weight" {
-				cdir, _ := committedDir(ctx, n.sn.overlay, chainID(60))
 				if ents, _ := os.ReadDir(filepath.Join(cdir, "models/m")); len(ents) < 2 {
 					t.Fatalf("the weights are not in the snapshot: %v", ents)
 				}
+			}
+			// The notice says the weights are not mounted: gone once they
+			// are, kept on a fallback.
+			_, err = os.Stat(filepath.Join(cdir, pointer.NoticePath(ptr)))
+			if hasNotice := err == nil; tc.want == "weight" && hasNotice || tc.want == "fallback" && !hasNotice {
+				t.Fatalf("committed as %s, notice file there: %v", tc.want, hasNotice)
 			}
 		})
 	}

@@ -72,12 +72,18 @@ func committedDir(ctx context.Context, sn snapshots.Snapshotter, name string) (s
 // buildView puts the artifact in the directory root (created as needed):
 // every payload file a hardlink to the store's inode (the very file the
 // lease validated and holds open), and the pointer file the pointer layer
-// holds, at .weightsnap/pointers/, with the artifact's file count and size.
+// holds, at .weightsnap/pointers/, with the artifact's file count and size;
+// the layer's notice file (pointer.NoticeName) is not there.
 // Directories are 0755; files keep the store's read-only mode and owner.
 // It is idempotent: a file that is already the store's inode stays, anything
 // else at a file's path is replaced, so it also fills a directory where the
 // pointer layer was unpacked.
 func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
+	// The pointer layer's notice says the weights are not mounted: once they
+	// are, it goes (an artifact file of that name is linked below).
+	if err := os.Remove(filepath.Join(root, pointer.NoticeName)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("view: remove %s: %w", pointer.NoticeName, err)
+	}
 	for _, f := range l.Files() {
 		dst := filepath.Join(root, f.Path) // store paths are validated relative paths
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"os/user"
@@ -227,6 +228,9 @@ const (
 // LoadRecipe reads and parses a recipe file.
 func LoadRecipe(file string) (*Recipe, error) {
 	f, err := os.Open(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("recipe: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("recipe: %w", err)
 	}

@@ -53,7 +53,7 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 	if err := d.clearInvalid(ctx, id, deadline); err != nil {
 		return nil, res, err
 	}
-	d.cleanTemps(ctx, id, true)
+	d.cleanTemps(ctx, id, true, nil)
 	start = time.Now()
 	if err := d.produce(ctx, identity, id, p, deadline); err != nil {
 		return nil, res, err
@@ -82,12 +82,13 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id art
 	}
 	b.adoptStale()
 	if err := p.Produce(ctx, b); err != nil {
-		if interrupted(err) {
-			b.release() // kept for the next build of this identity to reuse
-		} else {
+		err = fmt.Errorf("producer %s: %w", p.Name(), err)
+		if !interrupted(err) {
 			b.abort()
+			return err
 		}
-		return fmt.Errorf("producer %s: %w", p.Name(), err)
+		// Kept for the next build of this identity to reuse or continue.
+		return &InterruptedError{ID: id, Kept: b.release(), Err: err}
 	}
 	// Whatever wrote them (a copy, a pull, a peer fetch), the files of a
 	// passthrough identity must be its source fingerprint.

@@ -39,19 +39,22 @@ type Policy struct {
 	CoordinationTimeoutSeconds int            `json:"coordination_timeout_seconds" toml:"coordination_timeout_seconds" comment:"seconds to wait for another process's lock"`
 	// QuarantineMaxAgeSeconds is how long gc keeps quarantined entries for inspection.
 	QuarantineMaxAgeSeconds int `json:"quarantine_max_age_seconds" toml:"quarantine_max_age_seconds" comment:"seconds gc keeps quarantined entries"`
+	// StaleBuildSeconds is how long an interrupted build is kept for the
+	// next build of its artifact to continue (gc --all removes it sooner).
+	StaleBuildSeconds int `json:"stale_build_seconds" toml:"stale_build_seconds" comment:"seconds gc and other builds keep an interrupted build, for the next pull or fetch of its artifact to continue (gc --all removes it sooner)"`
 }
 
 // DefaultPolicy is the policy of a domain created without one.
 func DefaultPolicy() Policy {
-	return Policy{Validation: ManifestAndMetadata, CoordinationTimeoutSeconds: 600, QuarantineMaxAgeSeconds: 7 * 24 * 3600}
+	return Policy{Validation: ManifestAndMetadata, CoordinationTimeoutSeconds: 600, QuarantineMaxAgeSeconds: 7 * 24 * 3600, StaleBuildSeconds: 24 * 3600}
 }
 
 func (p Policy) validate() error {
 	switch {
 	case p.Validation != ManifestAndMetadata && p.Validation != FullChecksum:
 		return fmt.Errorf("policy: unknown validation mode %q: %w", p.Validation, errdefs.ErrInvalidArgument)
-	case p.MaxArtifactBytes < 0 || p.MaxStoreBytes < 0 || p.MinFreeBytes < 0 || p.QuarantineMaxAgeSeconds < 0:
-		return fmt.Errorf("policy: negative capacity limit: %w", errdefs.ErrInvalidArgument)
+	case p.MaxArtifactBytes < 0 || p.MaxStoreBytes < 0 || p.MinFreeBytes < 0 || p.QuarantineMaxAgeSeconds < 0 || p.StaleBuildSeconds < 0:
+		return fmt.Errorf("policy: a negative capacity limit or age: %w", errdefs.ErrInvalidArgument)
 	case p.CoordinationTimeoutSeconds <= 0:
 		return fmt.Errorf("policy: coordination_timeout_seconds must be positive: %w", errdefs.ErrInvalidArgument)
 	}
@@ -140,6 +143,22 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	}
 	d.info, d.policy, d.created = info, p, created
 	return d, nil
+}
+
+// OpenExisting opens the domain at root as Open does, but only if there is
+// one: a root that holds no store is errdefs.ErrNotFound, and nothing is
+// created there. Read-only commands open their domain with it.
+func OpenExisting(ctx context.Context, root string, policy *Policy) (*Domain, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(abs, "domain.json")); errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no store at %s (`weightsnap store init` creates one; --root or WEIGHTSNAP_ROOT names another): %w", abs, errdefs.ErrNotFound)
+	} else if err != nil {
+		return nil, fmt.Errorf("store root %s: %w", abs, err)
+	}
+	return Open(ctx, abs, policy)
 }
 
 // SetPolicy replaces the domain's stored policy.

@@ -26,8 +26,11 @@ func (e *UnsupportedFSError) Error() string {
 	return fmt.Sprintf("store root %s is on %s (statfs magic 0x%x): only ext4, xfs, btrfs and tmpfs are supported", e.Root, e.Type, e.Magic)
 }
 
-// Unwrap classifies the error.
-func (e *UnsupportedFSError) Unwrap() error { return errdefs.ErrNotImplemented }
+// Unwrap classifies the error: a root the store cannot be kept at is bad
+// input (exit 2), on a filesystem it does not implement.
+func (e *UnsupportedFSError) Unwrap() []error {
+	return []error{errdefs.ErrInvalidArgument, errdefs.ErrNotImplemented}
+}
 
 // InvalidError says an artifact failed validation; the artifact is denied.
 type InvalidError struct {
@@ -137,3 +140,19 @@ func identityCollision(id artifact.ID) error {
 func domainFailed(root string, err error) error {
 	return fmt.Errorf("store domain %s failed: cannot mark an invalid artifact: %w: %w", root, err, errdefs.ErrInternal)
 }
+
+// InterruptedError says a build stopped before it published (it was
+// cancelled, or its source may answer later): its temp build stays, Kept
+// of its Total payload bytes written, verified and synced, for the next
+// build of the same identity to reuse or continue. Its message is Err's.
+type InterruptedError struct {
+	ID    artifact.ID
+	Kept  int64
+	Total int64 // 0 when the producer does not say
+	Err   error
+}
+
+func (e *InterruptedError) Error() string { return e.Err.Error() }
+
+// Unwrap classifies the error as the producer's failure.
+func (e *InterruptedError) Unwrap() error { return e.Err }

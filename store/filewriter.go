@@ -46,6 +46,23 @@ type fileWriter struct {
 	written   int64
 	recorded  int64
 
+	// A file written in order by a build of a known identity keeps a
+	// checkpoint of its synced, hashed prefix (checkpoint.go), every
+	// checkpointEvery bytes and when its build stops without publishing:
+	// the hash stage snapshots its state, and once the write stage has
+	// written that far the checkpointer syncs the file and records it.
+	keep    func(off int64, state []byte) error
+	ckMu    sync.Mutex
+	snap    *snapshot // the hash stage's latest due, not handed over yet
+	latest  snapshot  // the state where the last part ended
+	wrote   int64     // where the write stage's last write ended
+	lastAt  int64     // offset of the last snapshot taken
+	every   int64     // bytes between two snapshots
+	ckQ     chan snapshot
+	ckDone  chan struct{}
+	keptOff atomic.Int64 // the last checkpoint recorded
+	whole   bool         // closed with every byte written and hashed
+
 	closed    bool
 	startSync func()
 	synced    chan error
@@ -53,19 +70,173 @@ type fileWriter struct {
 	err       error
 }
 
-func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool, onChecked func(off, n int64) error) (*fileWriter, error) {
-	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f, onChecked: onChecked}
+// snapshot is a file's sha256 state at off.
+type snapshot struct {
+	off   int64
+	state []byte
+}
+
+// writerOptions are a new fileWriter's: onChecked records checked ranges
+// (a seeding build); keep records checkpoints (a build of a known
+// identity); a file continued from a kept prefix starts at from, its
+// hasher resumed (artifact.FileHasher.ResumeAt).
+type writerOptions struct {
+	onChecked func(off, n int64) error
+	keep      func(off int64, state []byte) error
+	every     int64 // bytes between two checkpoints
+	from      int64
+	hasher    *artifact.FileHasher
+}
+
+func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool, o writerOptions) (*fileWriter, error) {
+	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f, onChecked: o.onChecked}
 	if b.By == artifact.BindTree {
 		w.tree = newTreeFile(b.Want)
 		return w, nil
 	}
-	h, err := artifact.NewFileHasher(b)
-	if err != nil {
-		return nil, err
+	h := o.hasher
+	if h == nil {
+		var err error
+		if h, err = artifact.NewFileHasher(b); err != nil {
+			return nil, err
+		}
 	}
 	w.hasher = h
+	w.pos, w.written, w.wrote, w.lastAt = o.from, o.from, o.from, o.from
+	if o.keep != nil {
+		w.keep, w.every, w.ckQ, w.ckDone = o.keep, o.every, make(chan snapshot, 1), make(chan struct{})
+		go w.checkpointer()
+	}
 	w.stages = startStages(w, pool)
+	if o.from > 0 {
+		// The kept prefix's tensors were checked again as it was read back.
+		if err := w.advance(0); err != nil {
+			w.stages.drain()
+			w.stopCheckpoints()
+			h.Abort()
+			return nil, err
+		}
+	}
 	return w, nil
+}
+
+// checkpointer syncs the file and records each snapshot handed to it.
+// A failed checkpoint only costs what a later build could have reused.
+func (w *fileWriter) checkpointer() {
+	defer close(w.ckDone)
+	failed := false
+	for s := range w.ckQ {
+		if failed {
+			continue
+		}
+		if syncData(w.f) != nil || w.record(s.off, s.state) != nil {
+			failed = true
+		}
+	}
+}
+
+// hashChunk hashes a chunk in the hash stage. A file that keeps
+// checkpoints is hashed part by part (artifact.FileHasher.NextBoundary):
+// a state is kept where each part ends.
+func (w *fileWriter) hashChunk(c *chunk) error {
+	buf, pos := c.buf, c.off
+	for len(buf) > 0 {
+		k := int64(len(buf))
+		if w.keep != nil {
+			if nb := w.hasher.NextBoundary(); nb > pos && nb-pos < k {
+				k = nb - pos
+			}
+		}
+		if _, err := w.hasher.Write(buf[:k]); err != nil {
+			return err
+		}
+		buf, pos = buf[k:], pos+k
+		w.snapshotted()
+	}
+	return w.advance(0)
+}
+
+// snapshotted keeps the hasher's state where a part ends, and every
+// checkpointEvery bytes hands one over to be recorded once the write
+// stage has written that far.
+func (w *fileWriter) snapshotted() {
+	if w.keep == nil {
+		return
+	}
+	off, state, ok := w.hasher.State()
+	if !ok {
+		return
+	}
+	w.ckMu.Lock()
+	defer w.ckMu.Unlock()
+	w.latest = snapshot{off, state}
+	if off-w.lastAt < w.every {
+		return
+	}
+	w.lastAt = off
+	w.snap = &w.latest
+	w.handOver()
+}
+
+// handOver gives the pending snapshot to the checkpointer once the write
+// stage has written past it; a checkpointer still busy with the previous
+// one drops it. The caller holds ckMu.
+func (w *fileWriter) handOver() {
+	if w.snap == nil || w.wrote < w.snap.off {
+		return
+	}
+	select {
+	case w.ckQ <- *w.snap:
+	default:
+	}
+	w.snap = nil
+}
+
+// wroteTo is called by the write stage after each write.
+func (w *fileWriter) wroteTo(end int64) {
+	if w.keep == nil {
+		return
+	}
+	w.ckMu.Lock()
+	defer w.ckMu.Unlock()
+	w.wrote = end
+	w.handOver()
+}
+
+// stopCheckpoints waits for the checkpointer; its descriptor's last use.
+func (w *fileWriter) stopCheckpoints() {
+	if w.ckQ != nil {
+		close(w.ckQ)
+		<-w.ckDone
+		w.ckQ = nil
+	}
+}
+
+// keepStopped records a last checkpoint of a file stopped part way, its
+// stages drained (every byte submitted was both hashed and written): at
+// the end of the last part it hashed.
+func (w *fileWriter) keepStopped(drainErr error) {
+	if w.keep == nil || drainErr != nil {
+		return
+	}
+	w.ckMu.Lock()
+	last := w.latest
+	w.ckMu.Unlock()
+	if last.off <= w.keptOff.Load() {
+		return
+	}
+	if syncData(w.f) == nil {
+		w.record(last.off, last.state)
+	}
+}
+
+// record records a checkpoint at off, the file synced that far.
+func (w *fileWriter) record(off int64, state []byte) error {
+	if err := w.keep(off, state); err != nil {
+		return err
+	}
+	w.keptOff.Store(off)
+	return nil
 }
 
 // chunk is one buffer in flight; the last stage done with it frees it:
@@ -92,9 +263,7 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 	s.wg.Go(func() {
 		for c := range s.hashQ {
 			if s.failed() == nil {
-				if _, err := w.hasher.Write(c.buf); err != nil {
-					s.fail(err)
-				} else if err := w.advance(0); err != nil {
+				if err := w.hashChunk(c); err != nil {
 					s.fail(err)
 				}
 			}
@@ -102,7 +271,7 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 		}
 	})
 	s.wg.Go(func() {
-		var started int64 // the file's writeback is under way up to here
+		started := w.pos // the file's writeback is under way up to here
 		for c := range s.writeQ {
 			if s.failed() == nil {
 				if _, err := pwrite(w.f, c.buf, c.off); err != nil {
@@ -116,6 +285,7 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 				if err := w.advance(end); err != nil {
 					s.fail(err)
 				}
+				w.wroteTo(end)
 			}
 			s.release(c)
 		}
@@ -350,7 +520,14 @@ func (w *fileWriter) Close() error {
 	case w.tree != nil:
 		w.entry, w.err = w.tree.finish()
 	default:
-		if w.err = w.stages.drain(); w.err == nil {
+		w.err = w.stages.drain()
+		w.stopCheckpoints()
+		if w.err == nil && w.pos < w.size {
+			// Closed part way (its producer stopped): what it wrote is
+			// kept, should the build be released rather than discarded.
+			w.keepStopped(nil)
+		}
+		if w.err == nil {
 			w.entry, w.err = w.hasher.Sum()
 		} else {
 			w.hasher.Abort()
@@ -360,12 +537,16 @@ func (w *fileWriter) Close() error {
 		w.f.Close()
 		return w.err
 	}
+	w.whole = true
 	w.synced = make(chan error, 1)
 	defer faultPoint("write.after-close")
 	w.startSync = func() {
 		err := syncHardened(w.f)
 		if err == nil {
 			dropCached(w.f)
+			if w.keep != nil {
+				w.record(w.size, nil) // written whole and synced
+			}
 		}
 		if cerr := w.f.Close(); err == nil {
 			err = cerr
@@ -380,15 +561,20 @@ func (w *fileWriter) Close() error {
 }
 
 // discard stops a file that will not be published: an open one's stages are
-// drained and its descriptor closed; a closed one's fsync is awaited.
-func (w *fileWriter) discard() {
+// drained, with keep a last checkpoint recorded, and its descriptor
+// closed; a closed one's fsync is awaited.
+func (w *fileWriter) discard(keep bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if !w.closed {
 		w.closed = true
 		w.unmap()
 		if w.stages != nil {
-			w.stages.drain()
+			err := w.stages.drain()
+			w.stopCheckpoints()
+			if keep {
+				w.keepStopped(err)
+			}
 			w.hasher.Abort()
 		}
 		w.f.Close()

@@ -3,7 +3,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -13,21 +15,44 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// GCReport says what a garbage collection removed.
+// GCReport says what a garbage collection removed, and which interrupted
+// builds it kept.
 type GCReport struct {
-	Temps       Usage `json:"temps"`        // stale temp builds of dead builders
-	Tombstones  Usage `json:"tombstones"`   // interrupted removals, finished
-	Quarantined Usage `json:"quarantined"`  // quarantined entries past the policy age
-	DenyMarkers int   `json:"deny_markers"` // markers of entries that no longer exist
+	Temps       Usage       `json:"temps"`        // stale temp builds of dead builders
+	Tombstones  Usage       `json:"tombstones"`   // interrupted removals, finished
+	Quarantined Usage       `json:"quarantined"`  // quarantined entries past the policy age
+	DenyMarkers int         `json:"deny_markers"` // markers of entries that no longer exist
+	Removed     []TempBuild `json:"removed_builds"`
+	Kept        []TempBuild `json:"kept_builds"`
+}
+
+// TempBuild is one temp build of a builder that is gone.
+type TempBuild struct {
+	Name       string      `json:"name"`              // its directory under tmp/
+	ID         artifact.ID `json:"identity,omitzero"` // the artifact it builds; zero for an import's
+	Bytes      int64       `json:"bytes"`             // on disk
+	AgeSeconds float64     `json:"age_seconds"`       // since it last wrote
+	Reason     string      `json:"reason"`            // why it was removed or kept
+}
+
+// GCOptions tune GC.
+type GCOptions struct {
+	// All removes interrupted builds however young (the policy's
+	// stale_build_seconds keeps them otherwise).
+	All bool
 }
 
 // GC removes stale temp builds, finishes interrupted removals, drops
 // quarantined entries older than the policy's quarantine_max_age_seconds and
-// deny markers of absent entries. It never waits for a lock: an entry whose
-// owner is alive is left alone.
-func (d *Domain) GC(ctx context.Context) (*GCReport, error) {
-	r := &GCReport{}
-	r.Temps, r.Tombstones = d.cleanTemps(ctx, artifact.ID{}, false)
+// deny markers of absent entries. An interrupted build of an artifact is
+// kept, for the next build of the artifact to continue, until it is older
+// than stale_build_seconds, or o.All. It never waits for a lock: an entry
+// whose owner is alive is left alone.
+func (d *Domain) GC(ctx context.Context, o GCOptions) (*GCReport, error) {
+	r := &GCReport{Removed: []TempBuild{}, Kept: []TempBuild{}}
+	tb := tempBuilds{all: o.All}
+	r.Temps, r.Tombstones = d.cleanTemps(ctx, artifact.ID{}, false, &tb)
+	r.Removed, r.Kept = append(r.Removed, tb.removed...), append(r.Kept, tb.kept...)
 	maxAge := time.Duration(d.policy.QuarantineMaxAgeSeconds) * time.Second
 	entries, err := os.ReadDir(d.path(dirQuarantine))
 	if err != nil {
@@ -60,14 +85,27 @@ func (d *Domain) GC(ctx context.Context) (*GCReport, error) {
 	return r, nil
 }
 
+// tempBuilds is what cleanTemps did with the temp builds of builders that
+// are gone: with all, it keeps none.
+type tempBuilds struct {
+	all           bool
+	removed, kept []TempBuild
+}
+
 // cleanTemps removes temp builds and cleanup tombstones whose owner is gone:
 // those of id (the caller holds its build lock) and those of any other id
 // whose build lock is free. keepOwn leaves id's temp builds for adoption.
-func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool) (temps, tombstones Usage) {
+// An interrupted build of another artifact is kept until it is older than
+// the policy's stale_build_seconds, unless tb says all.
+func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, tb *tempBuilds) (temps, tombstones Usage) {
 	entries, err := os.ReadDir(d.path(dirTmp))
 	if err != nil {
 		return
 	}
+	if tb == nil {
+		tb = &tempBuilds{}
+	}
+	stale := time.Duration(d.policy.StaleBuildSeconds) * time.Second
 	for _, e := range entries {
 		name := e.Name()
 		tomb := strings.HasPrefix(name, ".cleanup.")
@@ -87,17 +125,64 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool) (
 		}
 		p := d.path(dirTmp, name)
 		u := dirUsage(p)
+		t := TempBuild{Name: name, Bytes: u.Bytes, AgeSeconds: time.Since(lastWrite(p)).Seconds()}
+		if oid, err := artifact.ParseIDHex(owner); err == nil {
+			t.ID = oid
+		}
+		if !tomb && !t.ID.IsZero() && owner != id.Hex() {
+			// An interrupted build of an artifact: the next pull or fetch
+			// of it continues from what it kept.
+			switch age := time.Duration(t.AgeSeconds * float64(time.Second)); {
+			case tb.all:
+				t.Reason = "interrupted build; gc --all"
+			case age < stale:
+				t.Reason = fmt.Sprintf("interrupted build, resumable: kept for %s more (stale_build_seconds %d; gc --all removes it)",
+					(stale - age).Round(time.Second), d.policy.StaleBuildSeconds)
+				tb.kept = append(tb.kept, t)
+				lk.Close()
+				continue
+			default:
+				t.Reason = fmt.Sprintf("interrupted build, older than stale_build_seconds %d", d.policy.StaleBuildSeconds)
+			}
+		}
+		if t.Reason == "" {
+			switch {
+			case tomb:
+				t.Reason = "interrupted removal"
+			case owner == id.Hex():
+				t.Reason = "temp build of this build's artifact, not adopted"
+			default:
+				t.Reason = "temp build of an import that stopped"
+			}
+		}
 		faultPoint("cleanup.before-remove")
 		if err := removeTree(p); err == nil {
-			log.G(ctx).WithField("entry", name).Info("removed stale temp build")
+			log.G(ctx).WithField("entry", name).WithField("reason", t.Reason).Info("removed stale temp build")
 			acc := &temps
 			if tomb {
 				acc = &tombstones
 			}
 			acc.Count++
 			acc.Bytes += u.Bytes
+			tb.removed = append(tb.removed, t)
 		}
 		lk.Close()
 	}
 	return
+}
+
+// lastWrite is when a temp build last changed: the newest modification
+// time in its tree.
+func lastWrite(dir string) time.Time {
+	var last time.Time
+	filepath.WalkDir(dir, func(_ string, e os.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if fi, err := e.Info(); err == nil && fi.ModTime().After(last) {
+			last = fi.ModTime()
+		}
+		return nil
+	})
+	return last
 }

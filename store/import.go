@@ -73,7 +73,7 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 		b.abort()
 		return nil, res, err
 	}
-	d.cleanTemps(ctx, id, false)
+	d.cleanTemps(ctx, id, false, nil)
 	b.identity, b.id = identity, id
 	if err := b.publish(ctx, p.Name(), deadline); err != nil {
 		b.abort()

@@ -29,16 +29,20 @@ type ArtifactInfo struct {
 	// hex as "id", as the artifact's directory is named.
 	ID artifact.ID `json:"digest"`
 	// ManifestDigest is sha256 of manifest.json, as READY.json seals it.
-	ManifestDigest string             `json:"manifest_digest,omitempty"`
-	State          string             `json:"state"`
-	Reason         string             `json:"reason,omitempty"`
-	Identity       *artifact.Identity `json:"identity,omitempty"`
-	Created        string             `json:"created,omitempty"`
-	Producer       string             `json:"producer,omitempty"`
-	TotalBytes     int64              `json:"total_bytes"`
-	TensorCount    int                `json:"tensor_count"`
-	Files          []FileInfo         `json:"files,omitempty"`
-	Holders        []LockHolder       `json:"lock_holders,omitempty"`
+	ManifestDigest string `json:"manifest_digest,omitempty"`
+	// Path is the artifact's directory: its payload files at their index
+	// paths, beside its metadata. Read it, never write it (the files are
+	// the store's, and hardlinked into snapshots).
+	Path        string             `json:"path"`
+	State       string             `json:"state"`
+	Reason      string             `json:"reason,omitempty"`
+	Identity    *artifact.Identity `json:"identity,omitempty"`
+	Created     string             `json:"created,omitempty"`
+	Producer    string             `json:"producer,omitempty"`
+	TotalBytes  int64              `json:"total_bytes"`
+	TensorCount int                `json:"tensor_count"`
+	Files       []FileInfo         `json:"files,omitempty"`
+	Holders     []LockHolder       `json:"lock_holders,omitempty"`
 }
 
 // MarshalJSON is the snapshot's encoding: the ID's hex under "id" first,
@@ -67,7 +71,7 @@ func (d *Domain) InspectArtifact(ctx context.Context, id artifact.ID) (*Artifact
 	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); err != nil {
 		return nil, ErrMiss
 	}
-	info := &ArtifactInfo{ID: id, State: StateReady,
+	info := &ArtifactInfo{ID: id, Path: d.path(dirArtifacts, id.Hex()), State: StateReady,
 		Holders: lockHolders(d.lockPath(id, "build"), d.lockPath(id, "artifact"))}
 	if err := d.checkDenied(id); err != nil {
 		info.State, info.Reason = StateDenied, err.(*DeniedError).Reason

@@ -81,6 +81,10 @@ func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOption
 		}
 		m.Transfer = &t
 	}
+	var ie *InterruptedError
+	if pr, ok := p.(artifact.ProgressReporter); ok && errors.As(err, &ie) {
+		_, ie.Total = pr.Progress()
+	}
 	return done(l, err)
 }
 

@@ -50,6 +50,9 @@ func (b *build) publish(ctx context.Context, producer string, deadline time.Time
 		}
 		entries = append(entries, w.entry)
 	}
+	if err := b.closeCheckpoints(true); err != nil {
+		return err
+	}
 	if len(entries) == 0 {
 		return fmt.Errorf("producer %s wrote no files: %w", producer, errdefs.ErrFailedPrecondition)
 	}

@@ -52,7 +52,7 @@ func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
 	if err := d.unmark(id); err != nil {
 		return err
 	}
-	d.cleanTemps(ctx, id, false)
+	d.cleanTemps(ctx, id, false, nil)
 	log.G(ctx).WithField("id", id.Short()).Info("artifact removed")
 	return nil
 }

@@ -3,12 +3,15 @@ package store
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
 )
 
 // resumeDir is where a build keeps the payload files of an interrupted build
@@ -54,6 +57,9 @@ func (b *build) Reuse(bind artifact.Binding) (artifact.FileEntry, bool, error) {
 	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
 		return artifact.FileEntry{}, false, fmt.Errorf("payload path %q: not a plain relative path or reserved", path)
 	}
+	if c, ok := b.keptCheckpoints()[path]; ok && c.off < c.size {
+		return artifact.FileEntry{}, false, nil // written in part: Continue's
+	}
 	old := filepath.Join(b.dir, resumeDir, path)
 	f, err := os.Open(old)
 	if errors.Is(err, os.ErrNotExist) {
@@ -88,7 +94,7 @@ func (b *build) Reuse(bind artifact.Binding) (artifact.FileEntry, bool, error) {
 	if err := os.Rename(old, full); err != nil {
 		return artifact.FileEntry{}, false, err
 	}
-	w := &fileWriter{path: path, size: size, closed: true, entry: entry, synced: make(chan error, 1)}
+	w := &fileWriter{path: path, size: size, closed: true, whole: true, entry: entry, synced: make(chan error, 1)}
 	go func() {
 		g, err := os.Open(full)
 		if err == nil {
@@ -108,5 +114,173 @@ func (b *build) dropResume() error {
 }
 
 func isReservedPath(path string) bool {
-	return isMetadataName(path) || path == resumeDir || path == fileProgress || strings.HasPrefix(path, resumeDir+"/")
+	return isMetadataName(path) || path == resumeDir || path == fileProgress || path == fileCheckpoint || strings.HasPrefix(path, resumeDir+"/")
+}
+
+// Continue implements artifact.PartResumer: it adopts the prefix of a file
+// the interrupted build wrote in part, as its last checkpoint records it,
+// if the kept file has the record's size. The prefix is read back only for
+// what the hasher computes besides the sha256 (the header region, and
+// tensors it checks), so it is checked as when it was written; the sha256
+// continues from the recorded state, and Close checks it whole.
+func (b *build) Continue(bind artifact.Binding) (artifact.FileWriter, int64, bool, error) {
+	path, size := bind.Want.Path, bind.Want.Size
+	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
+		return nil, 0, false, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
+	}
+	keep := b.keeper(bind)
+	c, ok := b.keptCheckpoints()[path]
+	if !ok || keep == nil || c.size != size || c.off == 0 || c.off >= size {
+		return nil, 0, false, nil
+	}
+	old := filepath.Join(b.dir, resumeDir, path)
+	f, err := os.OpenFile(old, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, 0, false, nil
+	}
+	if err != nil {
+		return nil, 0, false, classifyIO(err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+		f.Close()
+		return nil, 0, false, nil
+	}
+	h, err := artifact.NewFileHasher(bind)
+	if err != nil {
+		f.Close()
+		return nil, 0, false, err
+	}
+	if err := h.ResumeAt(f, c.off, c.state); err != nil {
+		// The kept prefix does not hold what its record says: written again.
+		h.Abort()
+		f.Close()
+		return nil, 0, false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if _, dup := b.files[path]; dup {
+		h.Abort()
+		f.Close()
+		return nil, 0, false, fmt.Errorf("payload %q created twice: %w", path, errdefs.ErrAlreadyExists)
+	}
+	// The kept file holds its blocks already: only the budget counts it.
+	err = b.preflight(0)
+	if err == nil && b.budget >= 0 && b.total+size > b.budget {
+		err = b.preflight(size)
+	}
+	if err != nil {
+		h.Abort()
+		f.Close()
+		return nil, 0, false, err
+	}
+	full := filepath.Join(b.dir, path)
+	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
+		h.Abort()
+		f.Close()
+		return nil, 0, false, classifyIO(err)
+	}
+	if err := os.Rename(old, full); err != nil {
+		h.Abort()
+		f.Close()
+		return nil, 0, false, classifyIO(err)
+	}
+	// This build's own record of the prefix, synced by the build that wrote it.
+	if err := keep(c.off, c.state); err != nil {
+		h.Abort()
+		f.Close()
+		return nil, 0, false, err
+	}
+	var onChecked func(off, n int64) error
+	if b.announced() && bind.CheckTensors {
+		onChecked = func(off, n int64) error { return b.record(recVerified, verifiedBody(path, off, n)) }
+	}
+	fw, err := newFileWriter(bind, f, &b.buffers, writerOptions{onChecked: onChecked, keep: keep, every: b.ckEvery, from: c.off, hasher: h})
+	if err != nil {
+		f.Close()
+		return nil, 0, false, err
+	}
+	fw.keptOff.Store(c.off)
+	b.startSyncs()
+	b.files[path] = fw
+	b.total += size
+	return fw, c.off, true, nil
+}
+
+// Drop implements artifact.PartResumer: the file leaves the build.
+func (b *build) Drop(path string) error {
+	b.mu.Lock()
+	w, ok := b.files[path]
+	if ok {
+		delete(b.files, path)
+		b.total -= w.size
+	}
+	b.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("payload %q: not in the build: %w", path, errdefs.ErrNotFound)
+	}
+	w.discard(false)
+	if err := os.Remove(filepath.Join(b.dir, path)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return classifyIO(err)
+	}
+	return nil
+}
+
+// ContinueBound implements artifact.TreeResumer: it adopts a file the
+// interrupted build wrote in part under BindTree, if it has the record's
+// size; the header region is read back for the tree (Close checks it
+// against the record with the rest).
+func (b *build) ContinueBound(bind artifact.Binding) (artifact.BoundFileWriter, io.ReaderAt, bool, error) {
+	path, size := bind.Want.Path, bind.Want.Size
+	if bind.By != artifact.BindTree {
+		return nil, nil, false, fmt.Errorf("payload %s: only a file bound by its tree continues in any order: %w", path, errdefs.ErrInvalidArgument)
+	}
+	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
+		return nil, nil, false, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
+	}
+	old := filepath.Join(b.dir, resumeDir, path)
+	f, err := os.OpenFile(old, os.O_RDWR|unix.O_NOFOLLOW, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, false, nil
+	}
+	if err != nil {
+		return nil, nil, false, classifyIO(err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() || fi.Size() != size {
+		f.Close()
+		return nil, nil, false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	fail := func(err error) (artifact.BoundFileWriter, io.ReaderAt, bool, error) {
+		f.Close()
+		return nil, nil, false, err
+	}
+	if _, dup := b.files[path]; dup {
+		return fail(fmt.Errorf("payload %q created twice: %w", path, errdefs.ErrAlreadyExists))
+	}
+	err = b.preflight(0)
+	if err == nil && b.budget >= 0 && b.total+size > b.budget {
+		err = b.preflight(size)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	full := filepath.Join(b.dir, path)
+	if err := os.MkdirAll(filepath.Dir(full), 0o700); err != nil {
+		return fail(classifyIO(err))
+	}
+	if err := os.Rename(old, full); err != nil {
+		return fail(classifyIO(err))
+	}
+	fw, err := newFileWriter(bind, f, &b.buffers, writerOptions{})
+	if err != nil {
+		return fail(err)
+	}
+	// A header region that does not read back whole fails its unit's check
+	// and is written again, and its copy with it.
+	io.ReadFull(io.NewSectionReader(f, 0, int64(len(fw.tree.header))), fw.tree.header)
+	b.startSyncs()
+	b.files[path] = fw
+	b.total += size
+	return fw, f, true, nil
 }

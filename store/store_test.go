@@ -327,3 +327,35 @@ func TestCancelledChecksumLeavesTheArtifactReady(t *testing.T) {
 		t.Fatalf("full lookup: %v, want invalid", err)
 	}
 }
+
+// TestOpenExisting: a root without a store is not found and stays as it
+// was (nothing created, not even the directory); one Open made opens.
+func TestOpenExisting(t *testing.T) {
+	ctx := context.Background()
+	root := filepath.Join(t.TempDir(), "root")
+	for i, prepare := range []func() error{func() error { return nil }, func() error { return os.MkdirAll(root, 0o755) }} {
+		if err := prepare(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(root); (i == 0) != errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("root %s: %v", root, err)
+		}
+		before, _ := os.ReadDir(root)
+		if _, err := store.OpenExisting(ctx, root, nil); !errdefs.IsNotFound(err) || !strings.Contains(err.Error(), "no store at "+root) {
+			t.Fatalf("OpenExisting of a root without a store: %v, want not found naming it", err)
+		}
+		if after, err := os.ReadDir(root); len(after) != len(before) || (i == 0) != errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("OpenExisting created %v (%v)", after, err)
+		}
+	}
+	if _, err := os.Stat(root); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := store.Open(ctx, root, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := store.OpenExisting(ctx, root, nil)
+	if err != nil || d.Created() {
+		t.Fatalf("OpenExisting of a store: %v (created %v)", err, d != nil && d.Created())
+	}
+}

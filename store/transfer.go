@@ -16,10 +16,12 @@ type Transfer struct {
 	Rails int `json:"rails,omitempty"`
 	// Fetched is the payload bytes moved and verified.
 	Fetched int64 `json:"fetched_bytes"`
-	// Reused is the payload bytes, in ReusedFiles files, adopted from an
-	// interrupted build of the same artifact.
-	Reused      int64 `json:"reused_bytes"`
-	ReusedFiles int   `json:"reused_files"`
+	// Reused is the payload bytes adopted from an interrupted build of the
+	// same artifact: ReusedFiles files it completed, and the verified
+	// prefixes of ResumedFiles files it wrote in part, continued from there.
+	Reused       int64 `json:"reused_bytes"`
+	ReusedFiles  int   `json:"reused_files"`
+	ResumedFiles int   `json:"resumed_files"`
 	// Ranged says large files came as parallel ranges.
 	Ranged bool `json:"ranged"`
 	// FetchSeconds is the producer's time (transfers and hashing);

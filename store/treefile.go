@@ -22,6 +22,7 @@ type treeFile struct {
 	header []byte // [0, want.DataStart) as written
 	parts  []artifact.Sum
 	dirty  atomic.Int64 // bytes written since the file's writeback was last started
+	landed int64        // bytes of the parts reported, under mu: what an interrupted build keeps
 }
 
 func newTreeFile(want artifact.FileEntry) *treeFile {
@@ -71,9 +72,19 @@ func (w *fileWriter) SetPartBLAKE3(i int, sum artifact.Sum) error {
 		return fmt.Errorf("payload %s: part %d of %d: %w", w.path, i, len(t.parts), errdefs.ErrOutOfRange)
 	}
 	t.mu.Lock()
+	if t.parts[i] == (artifact.Sum{}) && i < len(t.want.Tensors) {
+		t.landed += t.want.Tensors[i].Length
+	}
 	t.parts[i] = sum
 	t.mu.Unlock()
 	return nil
+}
+
+// landedBytes are the bytes of the parts reported so far.
+func (t *treeFile) landedBytes() int64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.landed
 }
 
 func (t *treeFile) finish() (artifact.FileEntry, error) {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/containerd/errdefs"
@@ -22,6 +23,7 @@ type build struct {
 	id       artifact.ID
 	dir      string // tmp/<id>.<random>
 	budget   int64  // bytes this artifact may still take (max_artifact_bytes, max_store_bytes)
+	ckEvery  int64  // bytes of a file between two checkpoints (checkpointEvery)
 
 	mu      sync.Mutex
 	files   map[string]*fileWriter
@@ -33,6 +35,13 @@ type build struct {
 	// record ranges under progMu alone while a writer may hold mu.
 	progMu   sync.Mutex
 	progress *os.File
+
+	// ckMu guards ckFile, the checkpoint file once a file recorded one
+	// (checkpoint.go); kept are the adopted build's records, read once.
+	ckMu     sync.Mutex
+	ckFile   *os.File
+	keptOnce sync.Once
+	kept     map[string]checkpoint
 }
 
 // newBuild starts a temp build under tmp/<owner>.<random>: owner is the
@@ -40,7 +49,7 @@ type build struct {
 func (d *Domain) newBuild(identity artifact.Identity, id artifact.ID, owner string) (*build, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	b := &build{d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1,
+	b := &build{d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1, ckEvery: checkpointEvery,
 		dir: d.path(dirTmp, owner+"."+hex.EncodeToString(rnd[:]))}
 	if p := d.policy; p.MaxArtifactBytes > 0 {
 		b.budget = p.MaxArtifactBytes
@@ -104,7 +113,7 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 	if b.announced() && bind.CheckTensors {
 		onChecked = func(off, n int64) error { return b.record(recVerified, verifiedBody(path, off, n)) }
 	}
-	fw, err := newFileWriter(bind, f, &b.buffers, onChecked)
+	fw, err := newFileWriter(bind, f, &b.buffers, writerOptions{onChecked: onChecked, keep: b.keeper(bind), every: b.ckEvery})
 	if err != nil {
 		f.Close()
 		os.Remove(full)
@@ -114,6 +123,17 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 	b.files[path] = fw
 	b.total += size
 	return fw, nil
+}
+
+// keeper is how a file written in order records its checkpoints: only a
+// Resumable file (artifact.Resumable) of a build of a known identity does,
+// since only such a build is adopted by the next one (adoptStale).
+func (b *build) keeper(bind artifact.Binding) func(off int64, state []byte) error {
+	if !artifact.Resumable(bind) || !strings.HasPrefix(filepath.Base(b.dir), b.id.Hex()+".") {
+		return nil
+	}
+	path, size := bind.Want.Path, bind.Want.Size
+	return func(off int64, state []byte) error { return b.keep(path, off, size, state) }
 }
 
 // preflight checks the capacity limits and free space for size more bytes.
@@ -162,13 +182,38 @@ func (w *fileWriter) Entry() (artifact.FileEntry, error) {
 
 // abort discards the temp build.
 func (b *build) abort() {
-	b.release()
+	b.stop(false)
 	removeTree(b.dir)
 }
 
 // release stops every file's pipeline and waits for its fsync, leaving the
-// temp build on disk.
-func (b *build) release() {
+// temp build on disk, each file stopped part way with a last checkpoint,
+// for the next build of its identity to continue. It returns the payload
+// bytes kept: the files written whole and the prefixes checkpointed.
+func (b *build) release() int64 {
+	b.stop(true)
+	return b.keptBytes()
+}
+
+// keptBytes are the payload bytes a stopped build keeps for the next one.
+func (b *build) keptBytes() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var n int64
+	for _, w := range b.files {
+		switch {
+		case w.whole:
+			n += w.size
+		case w.tree != nil:
+			n += w.tree.landedBytes() // each checked again by the next build
+		default:
+			n += w.keptOff.Load()
+		}
+	}
+	return n
+}
+
+func (b *build) stop(keep bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.progMu.Lock()
@@ -179,8 +224,9 @@ func (b *build) release() {
 	}
 	b.progMu.Unlock()
 	for _, w := range b.files {
-		w.discard()
+		w.discard(keep)
 	}
+	b.closeCheckpoints(false)
 }
 
 // removeTree removes a temp build or tombstone tree, first making hardened

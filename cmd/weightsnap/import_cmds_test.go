@@ -115,12 +115,14 @@ func TestDaemonNotRunning(t *testing.T) {
 	}
 }
 
+// TestCreatedDomainSaid: a command that writes (gc) on a root without a
+// store creates one and says so, once.
 func TestCreatedDomainSaid(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "store")
 	for i, want := range []bool{true, false} {
 		var out, errOut bytes.Buffer
 		cmd := newRoot(&app{out: &out, errOut: &errOut})
-		cmd.SetArgs([]string{"--config", "", "--root", root, "ls"})
+		cmd.SetArgs([]string{"--config", "", "--root", root, "gc"})
 		if err := exitcode.Execute(context.Background(), cmd); err != nil {
 			t.Fatal(err)
 		}
@@ -128,5 +130,35 @@ func TestCreatedDomainSaid(t *testing.T) {
 		if said != want {
 			t.Errorf("run %d: said %v, want %v: %q", i, said, want, errOut.String())
 		}
+	}
+}
+
+// TestFindingTheDaemon: the control socket comes from the file
+// WEIGHTSNAP_CONFIG names when --config is not given, and --control-address
+// overrides it (before or after the subcommand).
+func TestFindingTheDaemon(t *testing.T) {
+	dir := t.TempDir()
+	fromEnv, fromFlag := filepath.Join(dir, "env.sock"), filepath.Join(dir, "flag.sock")
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("root = %q\n[snapshotter]\ncontrol_address = %q\n", filepath.Join(dir, "store"), fromEnv)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("WEIGHTSNAP_CONFIG", cfg)
+	for _, tc := range []struct {
+		args []string
+		sock string
+	}{
+		{[]string{"mount"}, fromEnv},
+		{[]string{"--control-address", fromFlag, "mount"}, fromFlag},
+		{[]string{"mount", "--control-address", fromFlag}, fromFlag},
+	} {
+		_, err := runCLI(t, tc.args...)
+		if err == nil || !strings.Contains(err.Error(), "weightsnapd does not answer on its control socket "+tc.sock+" ") {
+			t.Errorf("%v: %v, want weightsnapd not answering on %s", tc.args, err, tc.sock)
+		}
+	}
+	t.Setenv("WEIGHTSNAP_CONFIG", filepath.Join(dir, "absent.toml"))
+	if _, err := runCLI(t, "mount"); err == nil || exitcode.Of(err) != exitcode.BadInput || !strings.Contains(err.Error(), "absent.toml") {
+		t.Errorf("WEIGHTSNAP_CONFIG naming a missing file: %v, want exit 2 naming it", err)
 	}
 }

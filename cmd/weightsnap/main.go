@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
@@ -22,14 +20,20 @@ import (
 type app struct {
 	root       string
 	configPath string
-	jsonOut    bool
-	cfg        config.Config
-	out        io.Writer
-	errOut     io.Writer
+	// controlAddress is --control-address: weightsnapd's control socket,
+	// over the configuration's.
+	controlAddress string
+	jsonOut        bool
+	cfg            config.Config
+	out            io.Writer
+	errOut         io.Writer
 }
 
 func (a *app) load() (err error) {
 	a.cfg, err = config.Load(a.configPath)
+	if a.controlAddress != "" {
+		a.cfg.Snapshotter.ControlAddress = a.controlAddress
+	}
 	return err
 }
 
@@ -51,6 +55,13 @@ func (a *app) domain(ctx context.Context) (*store.Domain, error) {
 			d.Root(), p.Validation, p.CoordinationTimeoutSeconds)
 	}
 	return d, err
+}
+
+// existingDomain opens the store at the effective root for a command that
+// only reads it: a root that holds no store is not found (exit 3), and
+// nothing is created there.
+func (a *app) existingDomain(ctx context.Context) (*store.Domain, error) {
+	return store.OpenExisting(ctx, a.effectiveRoot(), &a.cfg.Store)
 }
 
 // printJSON writes v as indented JSON to stdout.
@@ -82,7 +93,8 @@ func newRoot(a *app) *cobra.Command {
 		},
 	}
 	root.PersistentFlags().StringVar(&a.root, "root", "", "store root (env WEIGHTSNAP_ROOT; default /var/lib/weightsnap for root, $XDG_DATA_HOME/weightsnap otherwise)")
-	root.PersistentFlags().StringVar(&a.configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnapd")
+	config.PathFlag(root.PersistentFlags(), &a.configPath, "weightsnapd")
+	root.PersistentFlags().StringVar(&a.controlAddress, "control-address", "", "weightsnapd's control socket (default [snapshotter] control_address of the configuration file)")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
 	root.AddCommand(newOCICmds(a)...)
 	root.AddCommand(newResolveCmd(a), newPeerCmd(a))
@@ -93,12 +105,21 @@ func newRoot(a *app) *cobra.Command {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, signalled, stop := withSignals(context.Background())
 	ctx = log.WithLogger(ctx, log.L.WithField("cmd", "weightsnap"))
 	a := &app{out: os.Stdout, errOut: os.Stderr}
-	if err := exitcode.Execute(ctx, newRoot(a)); err != nil {
+	root := newRoot(a)
+	err := misplacedFlag(root, os.Args[1:])
+	if err == nil {
+		err = exitcode.Execute(ctx, root)
+	}
+	stop()
+	if sig := signalled(); sig != 0 && err != nil {
+		os.Exit(interruptedExit(os.Stderr, sig, err))
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "weightsnap: %v\n", err)
+		sayKept(os.Stderr, err)
 		os.Exit(exitcode.Of(err))
 	}
 }

@@ -27,7 +27,7 @@ func newOCICmds(a *app) []*cobra.Command {
 // remoteFlags are the flags of every command that talks to a registry.
 type remoteFlags struct {
 	flags        *pflag.FlagSet
-	plainHTTP    bool
+	plainHTTP    config.PlainHTTP
 	insecure     bool
 	hostsDir     string
 	dockerConfig string
@@ -35,7 +35,8 @@ type remoteFlags struct {
 
 func (rf *remoteFlags) register(f *pflag.FlagSet) {
 	rf.flags = f
-	f.BoolVar(&rf.plainHTTP, "plain-http", false, "talk plain HTTP to the registry (local registries; default [resolve] plain_http)")
+	f.Var(&rf.plainHTTP, "plain-http", "talk plain HTTP to every registry, or with =HOST[,HOST...] to those registries alone (local registries; default [resolve] plain_http)")
+	f.Lookup("plain-http").NoOptDefVal = "true"
 	f.BoolVar(&rf.insecure, "insecure", false, "skip TLS certificate verification (default [resolve] insecure)")
 	f.StringVar(&rf.hostsDir, "hosts-dir", "", "containerd's registry host directory with HOST[_PORT_]/hosts.toml (mirrors, CAs, client certificates); \"\" reads none (default [resolve] registry_config_path)")
 	f.StringVar(&rf.dockerConfig, "docker-config", "", "Docker config with credentials and helpers (default $DOCKER_CONFIG/config.json or ~/.docker/config.json)")
@@ -46,7 +47,7 @@ func (rf *remoteFlags) register(f *pflag.FlagSet) {
 func (rf *remoteFlags) options(c *config.Resolve, conns int) registry.Options {
 	o := c.RegistryOptions("weightsnap")
 	if rf.flags.Changed("plain-http") {
-		o.PlainHTTP = rf.plainHTTP
+		o.PlainHTTP, o.PlainHTTPHosts = rf.plainHTTP.All, rf.plainHTTP.Hosts
 	}
 	if rf.flags.Changed("insecure") {
 		o.Insecure = rf.insecure
@@ -82,6 +83,14 @@ func (s *syncProgress) Add(n int64) {
 	defer s.mu.Unlock()
 	if s.pr != nil {
 		s.pr.Add(n)
+	}
+}
+
+func (s *syncProgress) Reused(n int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pr != nil {
+		s.pr.Reused(n)
 	}
 }
 
@@ -195,13 +204,16 @@ imported as "import" would import its files: --revision is then required.`,
 			}
 			var pr syncProgress
 			o.OnPlan = func(p *oci.Plan) { pr.start("pull", p.TotalBytes()) }
-			o.Progress = pr.Add
+			o.Progress, o.Reused = pr.Add, pr.Reused
 			l, rep, err := oci.Pull(ctx, d, r, o)
 			pr.Done()
 			if err != nil {
 				return err
 			}
 			defer l.Close()
+			if rep.Built && rep.Reused > 0 && !a.jsonOut {
+				fmt.Fprintln(a.errOut, reusedLine(rep.Transfer))
+			}
 			return a.printResult(rep, rep.ID.String())
 		},
 	}

@@ -23,7 +23,7 @@ import (
 // key of the [peer] table.
 type peerFlags struct {
 	tokenFile, tlsCert, tlsKey, tlsCA string
-	timeout                           int
+	timeout, connectTimeout           int
 }
 
 func (pf *peerFlags) register(f *pflag.FlagSet) {
@@ -32,6 +32,7 @@ func (pf *peerFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&pf.tlsKey, "tls-key", "", "key of --tls-cert")
 	f.StringVar(&pf.tlsCA, "tls-ca", "", "CA of the peers' certificates: talk TLS to them")
 	f.IntVar(&pf.timeout, "timeout", 0, "seconds any read, write or dial may take (default: [peer] timeout_seconds)")
+	f.IntVar(&pf.connectTimeout, "connect-timeout", 0, "seconds reaching a peer may take: dial, TLS handshake, first answer (default: [peer] connect_timeout_seconds)")
 }
 
 // apply returns the [peer] table with the flags given on the command line.
@@ -48,6 +49,9 @@ func (pf peerFlags) apply(cmd *cobra.Command, c config.Peer) config.Peer {
 	}
 	if set("timeout") {
 		c.TimeoutSeconds = pf.timeout
+	}
+	if set("connect-timeout") {
+		c.ConnectTimeoutSeconds = pf.connectTimeout
 	}
 	return c
 }
@@ -329,6 +333,9 @@ artifact of their own (producer tensor-subset).`,
 			fmt.Fprintln(a.out, rep.ID)
 			if rep.Built {
 				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Endpoint, rep.Mode, rep.Rails, rep.Seconds)
+				if rep.Reused > 0 {
+					fmt.Fprintln(a.errOut, reusedLine(rep.Transfer))
+				}
 			}
 			return nil
 		},

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/jsonobj"
@@ -88,7 +90,7 @@ func newLsCmd(a *app) *cobra.Command {
 		Short: "List the artifacts in the store",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -105,20 +107,28 @@ func newLsCmd(a *app) *cobra.Command {
 				}
 				return a.printJSON(list)
 			}
-			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tREVISION\tPRODUCER\tLAYOUT\tSIZE\tCREATED")
-			for _, info := range list {
-				fmt.Fprintln(tw, lsRow(info))
-			}
-			return tw.Flush()
+			return printLs(a.out, list)
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
 	return cmd
 }
 
-// lsRow is one artifact as `weightsnap ls` shows it, in at most 120
-// columns: long repositories, producers and layouts are cut.
+// printLs is the table `weightsnap ls` prints (the README's `weightsnap ls`
+// line names its columns).
+func printLs(w io.Writer, list []*store.ArtifactInfo) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tREVISION\tPRODUCER\tLAYOUT\tSIZE\tCREATED")
+	for _, info := range list {
+		fmt.Fprintln(tw, lsRow(info))
+	}
+	return tw.Flush()
+}
+
+// lsRow is one artifact as `weightsnap ls` shows it: the repository whole
+// (the column widens for it, so two models never look the same), long
+// producers and layouts cut, so a row fits 120 columns unless its
+// repository is long.
 func lsRow(info *store.ArtifactInfo) string {
 	repo, rev, producer, layout := "-", "-", "-", "-"
 	if id := info.Identity; id != nil {
@@ -126,7 +136,7 @@ func lsRow(info *store.ArtifactInfo) string {
 		if id.Layout.TPSize > 0 {
 			tp = fmt.Sprintf(" tp%d/%d", id.Layout.TPRank, id.Layout.TPSize)
 		}
-		repo, rev, producer = cut(cmp.Or(id.Model.Repository, "-"), 20), artifact.ShortHex(id.Model.Revision), cut(id.Producer.Name, 11)
+		repo, rev, producer = cmp.Or(id.Model.Repository, "-"), artifact.ShortHex(id.Model.Revision), cut(id.Producer.Name, 11)
 		layout = cut(id.Layout.Name, 16-len(tp)) + tp
 	}
 	created := info.Created
@@ -157,7 +167,10 @@ func newInspectCmd(a *app) *cobra.Command {
 					return err
 				}
 			}
-			d, err := a.domain(cmd.Context())
+			if len(args) != 1 && !domainFlag {
+				return fmt.Errorf("inspect needs an artifact ID, a registry reference or --domain: %w", errdefs.ErrInvalidArgument)
+			}
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -167,9 +180,6 @@ func newInspectCmd(a *app) *cobra.Command {
 					return err
 				}
 				return printDomain(a, rep)
-			}
-			if len(args) != 1 {
-				return fmt.Errorf("inspect needs an artifact ID or --domain")
 			}
 			id, err := d.ExpandID(args[0])
 			if err != nil {
@@ -203,7 +213,7 @@ func newInspectCmd(a *app) *cobra.Command {
 }
 
 func printArtifact(a *app, info *store.ArtifactInfo) error {
-	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\n", info.ID, info.State)
+	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\nPath:      %s\n", info.ID, info.State, info.Path)
 	if info.Reason != "" {
 		fmt.Fprintf(a.out, "Reason:    %s\n", info.Reason)
 	}
@@ -305,7 +315,7 @@ with its bytes.`,
 			return cobra.ExactArgs(1)(cmd, args)
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -370,7 +380,7 @@ func newRmCmd(a *app) *cobra.Command {
 		Short: "Remove artifacts; a leased or building one is reported and left alone",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -392,16 +402,19 @@ func newRmCmd(a *app) *cobra.Command {
 }
 
 func newGCCmd(a *app) *cobra.Command {
+	var o store.GCOptions
 	cmd := &cobra.Command{
 		Use:   "gc",
 		Short: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries",
-		Args:  cobra.NoArgs,
+		Long: "Remove stale temp builds, finish interrupted removals, drop old quarantined entries.\n" +
+			"An interrupted pull or fetch is kept for the next one of its artifact to continue, until it is older than [store] stale_build_seconds (a day), or with --all.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := a.domain(cmd.Context())
 			if err != nil {
 				return err
 			}
-			r, err := d.GC(cmd.Context())
+			r, err := d.GC(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
@@ -411,9 +424,16 @@ func newGCCmd(a *app) *cobra.Command {
 			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\n",
 				r.Temps.Count, humanBytes(r.Temps.Bytes), r.Tombstones.Count, humanBytes(r.Tombstones.Bytes),
 				r.Quarantined.Count, humanBytes(r.Quarantined.Bytes), r.DenyMarkers)
+			for _, t := range r.Removed {
+				fmt.Fprintf(a.out, "removed tmp/%s (%s): %s\n", t.Name, humanBytes(t.Bytes), t.Reason)
+			}
+			for _, t := range r.Kept {
+				fmt.Fprintf(a.out, "kept tmp/%s (%s of %s): %s\n", t.Name, humanBytes(t.Bytes), t.ID.Short(), t.Reason)
+			}
 			return nil
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&o.All, "all", false, "remove interrupted builds however young, losing what a rerun would continue from")
 	return cmd
 }

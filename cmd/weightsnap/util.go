@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/vbauerster/mpb/v8"
@@ -32,50 +34,138 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-// progress reports bytes done of a total: a bar on a terminal, a few plain
-// lines otherwise.
+// progressEvery is how often progress on a non-terminal prints a line.
+const progressEvery = 5 * time.Second
+
+// progress reports bytes done of a total: a bar on a terminal; elsewhere
+// (a log, a CI job) a line every progressEvery with the bytes, the rate and
+// the time left, and a last line once done. Bytes reused from an
+// interrupted run count as done but not in the rate. It is safe to feed
+// from several goroutines.
 type progress struct {
 	p     *mpb.Progress
 	bar   *mpb.Bar
+	w     io.Writer
 	label string
 	total int64
-	done  int64
-	next  int64
 	start time.Time
+	stop  chan struct{}
+	ended chan struct{}
+
+	mu     sync.Mutex
+	done   int64
+	reused int64
 }
 
 func newProgress(label string, total int64) *progress {
-	pr := &progress{label: label, total: total, start: time.Now(), next: total / 4}
 	if isTerminal(os.Stderr) {
+		pr := &progress{label: label, total: total, start: time.Now()}
 		pr.p = mpb.New(mpb.WithOutput(os.Stderr), mpb.WithWidth(40))
+		// The rate is the bytes this run moved (a resumed run's reused bytes
+		// left out), as on a non-terminal.
+		rate := decor.Any(func(decor.Statistics) string {
+			pr.mu.Lock()
+			defer pr.mu.Unlock()
+			return humanBytes(pr.rate(time.Now())) + "/s"
+		})
 		pr.bar = pr.p.AddBar(total, mpb.PrependDecorators(decor.Name(label+" "), decor.CountersKibiByte("% .1f / % .1f")),
-			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f"), decor.Percentage(decor.WCSyncSpace)))
+			mpb.AppendDecorators(rate, decor.Percentage(decor.WCSyncSpace)))
+		return pr
 	}
+	return newLineProgress(os.Stderr, label, total, progressEvery)
+}
+
+// newLineProgress is the non-terminal progress: a line to w every interval
+// until Done.
+func newLineProgress(w io.Writer, label string, total int64, every time.Duration) *progress {
+	pr := &progress{w: w, label: label, total: total, start: time.Now(), stop: make(chan struct{}), ended: make(chan struct{})}
+	go func() {
+		defer close(pr.ended)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-pr.stop:
+				return
+			case now := <-t.C:
+				pr.mu.Lock()
+				if pr.done < pr.total {
+					fmt.Fprintln(pr.w, pr.line(now))
+				}
+				pr.mu.Unlock()
+			}
+		}
+	}()
 	return pr
 }
 
 // Add counts n more bytes done.
 func (pr *progress) Add(n int64) {
+	pr.mu.Lock()
 	pr.done += n
+	pr.mu.Unlock()
 	if pr.bar != nil {
 		pr.bar.IncrInt64(n)
-		return
-	}
-	if pr.total > 0 && pr.done >= pr.next && pr.done < pr.total {
-		fmt.Fprintf(os.Stderr, "%s: %s of %s (%d%%, %s/s)\n", pr.label, humanBytes(pr.done), humanBytes(pr.total), pr.done*100/pr.total, humanBytes(pr.rate()))
-		pr.next += pr.total / 4
 	}
 }
 
-// rate is the average bytes per second so far.
-func (pr *progress) rate() int64 {
-	return int64(float64(pr.done) / max(time.Since(pr.start).Seconds(), 1e-3))
+// Reused counts n of the bytes done (given to Add too) as reused from an
+// interrupted run: they are not in the rate.
+func (pr *progress) Reused(n int64) {
+	pr.mu.Lock()
+	pr.reused += n
+	pr.mu.Unlock()
 }
 
-// Done finishes the bar.
+// line is the progress at now: bytes done of the total, the rate of the
+// bytes this run moved and the time left at that rate.
+func (pr *progress) line(now time.Time) string {
+	s := fmt.Sprintf("%s: %s of %s", pr.label, humanBytes(pr.done), humanBytes(pr.total))
+	if pr.total > 0 {
+		s += fmt.Sprintf(" (%d%%)", pr.done*100/pr.total)
+	}
+	rate := pr.rate(now)
+	s += fmt.Sprintf(", %s/s", humanBytes(rate))
+	if pr.reused > 0 {
+		s += fmt.Sprintf(", %s reused", humanBytes(pr.reused))
+	}
+	if left := pr.total - pr.done; rate > 0 && left > 0 {
+		s += ", " + (time.Duration(float64(left)/float64(rate)) * time.Second).Round(time.Second).String() + " left"
+	}
+	return s
+}
+
+// rate is the average bytes per second this run moved (reused bytes are
+// not counted).
+func (pr *progress) rate(now time.Time) int64 {
+	return int64(float64(max(pr.done-pr.reused, 0)) / max(now.Sub(pr.start).Seconds(), 1e-3))
+}
+
+// Done finishes the bar, or prints the done line.
 func (pr *progress) Done() {
 	if pr.bar != nil {
 		pr.bar.SetTotal(-1, true)
 		pr.p.Wait()
+		return
 	}
+	close(pr.stop)
+	<-pr.ended
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	fmt.Fprintln(pr.w, pr.doneLine(time.Now()))
+}
+
+// doneLine says what the run did: the bytes, the time and the rate, or
+// where it stopped when it did not finish.
+func (pr *progress) doneLine(now time.Time) string {
+	took := now.Sub(pr.start).Round(100 * time.Millisecond)
+	s := fmt.Sprintf("%s: done, %s in %s", pr.label, humanBytes(pr.done), took)
+	if pr.done < pr.total {
+		s = fmt.Sprintf("%s: stopped at %s of %s after %s", pr.label, humanBytes(pr.done), humanBytes(pr.total), took)
+	}
+	s += fmt.Sprintf(" (%s/s", humanBytes(pr.rate(now)))
+	if pr.reused > 0 {
+		s += fmt.Sprintf("; %s reused", humanBytes(pr.reused))
+	}
+	return s + ")"
 }

@@ -67,7 +67,7 @@ func newRoot() *cobra.Command {
 			return run(log.WithLogger(ctx, log.L.WithField("cmd", "weightsnapd")), cfg)
 		},
 	}
-	root.PersistentFlags().StringVar(&configPath, "config", config.DefaultPath, "configuration file (TOML), shared with weightsnap")
+	config.PathFlag(root.PersistentFlags(), &configPath, "weightsnap")
 	root.Flags().StringVar(&level, "log-level", "info", "log level: debug, info, warn, error")
 	cfgCmd := &cobra.Command{Use: "config", Short: "The configuration file"}
 	cfgCmd.AddCommand(&cobra.Command{

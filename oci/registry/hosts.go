@@ -72,12 +72,17 @@ func newConnector(ctx context.Context, o Options) *connector {
 	}
 	c.cred = credential(o.Credentials, store)
 	if o.HostsDir != "" {
-		scheme := ""
-		if o.PlainHTTP {
-			scheme = "http"
-		}
+		// The scheme of a server hosts.toml does not name: plain HTTP for
+		// the registries the options talk plain HTTP to.
 		c.hostDir = config.HostDirFromRoot(o.HostsDir)
-		c.hosts = config.ConfigureHosts(ctx, config.HostOptions{HostDir: c.hostDir, DefaultScheme: scheme, UpdateClient: c.tune})
+		tls := config.ConfigureHosts(ctx, config.HostOptions{HostDir: c.hostDir, UpdateClient: c.tune})
+		plain := config.ConfigureHosts(ctx, config.HostOptions{HostDir: c.hostDir, DefaultScheme: "http", UpdateClient: c.tune})
+		c.hosts = func(registry string) ([]docker.RegistryHost, error) {
+			if o.plainHTTPFor(registry) {
+				return plain(registry)
+			}
+			return tls(registry)
+		}
 	}
 	return c
 }
@@ -140,7 +145,7 @@ func (c *connector) build(registry string) ([]endpoint, error) {
 		}
 	}
 	all := docker.HostCapabilityPull | docker.HostCapabilityResolve | docker.HostCapabilityPush
-	return []endpoint{{host: registry, plainHTTP: c.o.PlainHTTP, caps: all, client: c.authClient(newHTTPClient(c.o), nil)}}, nil
+	return []endpoint{{host: registry, plainHTTP: c.o.plainHTTPFor(registry), caps: all, client: c.authClient(newHTTPClient(c.o), nil)}}, nil
 }
 
 // endpoint is a host of the registry host directory, its requests sent

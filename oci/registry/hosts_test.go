@@ -281,3 +281,46 @@ func TestNoHostsDirectory(t *testing.T) {
 		t.Errorf("requests %v", reqs)
 	}
 }
+
+// TestPlainHTTPHosts: PlainHTTPHosts talks plain HTTP to the registries it
+// names and HTTPS to every other, in one set of options, with and without
+// a registry host directory.
+func TestPlainHTTPHosts(t *testing.T) {
+	blob := []byte("per host")
+	local := newFakeRegistry(t, false, "/v2", blob)
+	remote := newFakeRegistry(t, true, "/v2", blob)
+	for _, hostsDir := range []string{"", t.TempDir()} {
+		o := Options{PlainHTTPHosts: []string{local.host()}, Insecure: true, HostsDir: hostsDir}
+		for _, f := range []*fakeRegistry{local, remote} {
+			r, err := New(context.Background(), f.host()+"/models/m:v1", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readBlob(t, r, blob, 0, -1); got != string(blob) {
+				t.Fatalf("hosts dir %q: blob %q from %s", hostsDir, got, f.host())
+			}
+		}
+		r, err := New(context.Background(), local.host()+"/models/m:v1", Options{PlainHTTPHosts: []string{remote.host()}, Insecure: true, HostsDir: hostsDir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := r.FetchManifest(context.Background()); err == nil {
+			t.Fatalf("hosts dir %q: HTTPS to a plain-HTTP registry not named answered", hostsDir)
+		}
+	}
+}
+
+// TestPlainHTTPServerLine: the README's hosts.toml form, a plain-HTTP
+// server line alone, reaches a plain-HTTP registry without PlainHTTP.
+func TestPlainHTTPServerLine(t *testing.T) {
+	blob := []byte("server line")
+	local := newFakeRegistry(t, false, "/v2", blob)
+	dir := hostsDir(t, local.host(), fmt.Sprintf("server = %q\n", local.URL))
+	r, err := New(context.Background(), local.host()+"/models/m:v1", Options{HostsDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := readBlob(t, r, blob, 0, -1); got != string(blob) {
+		t.Fatalf("blob %q", got)
+	}
+}

@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -31,8 +33,13 @@ import (
 
 // Options say how to reach a registry.
 type Options struct {
-	// PlainHTTP talks HTTP instead of HTTPS (local test registries).
+	// PlainHTTP talks HTTP instead of HTTPS (local test registries) to
+	// every registry.
 	PlainHTTP bool
+	// PlainHTTPHosts are the registries (host[:port], as references name
+	// them) talked to in plain HTTP when PlainHTTP is false: a local
+	// registry beside HTTPS ones in one command.
+	PlainHTTPHosts []string
 	// Insecure skips TLS certificate verification.
 	Insecure bool
 	// DockerConfig is the Docker config file holding credentials and
@@ -54,6 +61,11 @@ type Options struct {
 	// Credentials, when set, are asked before the Docker config: the pull
 	// credentials a CRI request brought, kept in memory only.
 	Credentials CredentialFunc
+}
+
+// plainHTTPFor says whether registry is talked to in plain HTTP.
+func (o *Options) plainHTTPFor(registry string) bool {
+	return o.PlainHTTP || slices.Contains(o.PlainHTTPHosts, registry)
 }
 
 // Remote is a client for one repository of a registry, with the reference
@@ -219,6 +231,8 @@ func Classify(err error) error {
 		return &remoteError{fmt.Errorf("%w (log in with docker, nerdctl or oras login)", err), errdefs.ErrUnauthenticated}
 	case errors.Is(err, errdef.ErrNotFound):
 		return &remoteError{err, errdefs.ErrNotFound}
+	case isDialError(err):
+		return &remoteError{fmt.Errorf("%w: the registry does not answer", err), errdefs.ErrUnavailable}
 	case strings.Contains(err.Error(), plainHTTPAnswer):
 		return &remoteError{fmt.Errorf("%w: the registry speaks plain HTTP (use --plain-http, or plain_http = true under [resolve] in the configuration file)", err), errdefs.ErrInvalidArgument}
 	case errors.As(err, &er):
@@ -237,6 +251,14 @@ func Classify(err error) error {
 		}
 	}
 	return err
+}
+
+// isDialError says err is a failure to reach the registry at all: a refused
+// or unreachable connection, or a name that does not resolve.
+func isDialError(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return (errors.As(err, &op) && op.Op == "dial") || errors.As(err, &dns)
 }
 
 // DigestMismatch is the error of a blob whose bytes do not hash to its

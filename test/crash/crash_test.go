@@ -16,6 +16,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
@@ -122,6 +123,15 @@ func prepare(t *testing.T, scenario, root string, s, other *storetest.Source) st
 		if _, killed := runChild(t, "write.mid-payload:kill", "build", root, other.Dir); !killed {
 			t.Fatal("could not leave a stale temp build")
 		}
+		// Older than [store] stale_build_seconds: the next build removes
+		// it (a younger one is kept for its artifact's next build).
+		old := time.Now().Add(-2 * 24 * time.Hour)
+		filepath.WalkDir(filepath.Join(root, "tmp"), func(p string, _ os.DirEntry, err error) error {
+			if err == nil {
+				os.Chtimes(p, old, old)
+			}
+			return nil
+		})
 		return "build"
 	}
 	t.Fatalf("unknown scenario %s", scenario)

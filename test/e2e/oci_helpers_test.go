@@ -210,11 +210,21 @@ type blobProxy struct {
 	stalled chan struct{}
 	once    sync.Once
 	corrupt atomic.Pointer[string] // digest whose bodies get byte 100 flipped
+
+	// A shaped link: blob bodies at most rate bytes a second, all together
+	// (0: as fast as the registry sends); reached is closed once served
+	// passes reachAt.
+	rate    atomic.Int64
+	reachAt atomic.Int64
+	reached chan struct{}
+	reachMu sync.Once
+	paceMu  sync.Mutex
+	paced   time.Time // when the bytes served so far may all have gone, at rate
 }
 
 func newBlobProxy(t *testing.T, reg *harness.Registry) *blobProxy {
 	u, _ := url.Parse(reg.URL)
-	p := &blobProxy{stalled: make(chan struct{})}
+	p := &blobProxy{stalled: make(chan struct{}), reached: make(chan struct{})}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.ModifyResponse = func(resp *http.Response) error {
 		path := resp.Request.URL.Path
@@ -260,8 +270,29 @@ func (b *proxyBody) Read(q []byte) (int, error) {
 		q[b.flipAt-b.pos] ^= 0xff
 	}
 	b.pos += int64(n)
-	b.p.served.Add(int64(n))
+	served := b.p.served.Add(int64(n))
+	if at := b.p.reachAt.Load(); at > 0 && served >= at {
+		b.p.reachMu.Do(func() { close(b.p.reached) })
+	}
+	b.p.pace(n)
 	return n, err
+}
+
+// pace holds a body's read until n more bytes fit the link's rate.
+func (p *blobProxy) pace(n int) {
+	rate := p.rate.Load()
+	if rate <= 0 || n == 0 {
+		return
+	}
+	p.paceMu.Lock()
+	now := time.Now()
+	if p.paced.Before(now) {
+		p.paced = now
+	}
+	p.paced = p.paced.Add(time.Duration(int64(n) * int64(time.Second) / rate))
+	until := p.paced
+	p.paceMu.Unlock()
+	time.Sleep(time.Until(until))
 }
 
 func (b *proxyBody) Close() error { return b.rc.Close() }
@@ -273,5 +304,6 @@ type pullReport struct {
 	Fetched     int64  `json:"fetched_bytes"`
 	Reused      int64  `json:"reused_bytes"`
 	ReusedFiles int    `json:"reused_files"`
+	Resumed     int    `json:"resumed_files"`
 	Ranged      bool   `json:"ranged"`
 }

@@ -247,7 +247,8 @@ func TestOCIPullCorrupt(t *testing.T) {
 }
 
 // TestOCIWeightImage (done-when 6): a weight image over a busybox base runs
-// with stock containerd and overlayfs, showing the pointer at the target.
+// with stock containerd and overlayfs, showing the pointer at the target and,
+// beside it, WEIGHTS_NOT_MOUNTED saying what to run instead.
 func TestOCIWeightImage(t *testing.T) {
 	harness.Peers(t)
 	reg := harness.StartRegistry(t)
@@ -270,12 +271,18 @@ func TestOCIWeightImage(t *testing.T) {
 	}
 	hexID := strings.TrimPrefix(id, "sha256:")
 	out, err := ctd.Nerdctl("run", "--rm", "--net", "none", "--security-opt", "seccomp=unconfined", img,
-		"sh", "-c", "ls /models/tiny/.weightsnap/pointers && cat /models/tiny/.weightsnap/pointers/*.json")
+		"sh", "-c", "ls /models/tiny/.weightsnap/pointers && cat /models/tiny/.weightsnap/pointers/*.json /models/tiny/WEIGHTS_NOT_MOUNTED")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out, hexID+".json") || !strings.Contains(out, `"identity":"`+id+`"`) || !strings.Contains(out, `"target":"/models/tiny"`) {
 		t.Fatalf("container output lacks the pointer:\n%s", out)
+	}
+	// Without the weightsnap snapshotter the container finds, beside the pointer, what to run instead.
+	for _, want := range []string{"The weights are not mounted here.", art[:strings.LastIndex(art, ":")], "nerdctl --snapshotter weightsnap run", "weightsnap mount"} {
+		if !strings.Contains(out, want) {
+			t.Fatalf("the container's WEIGHTS_NOT_MOUNTED does not say %q:\n%s", want, out)
+		}
 	}
 	info := wsOK(t, root, "inspect", "--plain-http", img)
 	for _, want := range []string{"weight-image", "/models/tiny", id, "model-00001-of-00002.safetensors"} {

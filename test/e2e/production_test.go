@@ -97,8 +97,8 @@ func TestSnapshotterModes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Contains(out, ".safetensors") || !strings.Contains(out, a.hex+".json") {
-		t.Fatalf("the fallback container does not see the empty pointer:\n%s", out)
+	if strings.Contains(out, ".safetensors") || !strings.Contains(out, a.hex+".json") || !strings.Contains(out, "WEIGHTS_NOT_MOUNTED") {
+		t.Fatalf("the fallback container does not see the empty pointer and its notice:\n%s", out)
 	}
 	if n.metric(t, "weightsnap_snapshotter_fallbacks_total") != 1 || n.metric(t, "weightsnap_snapshotter_pending_repairs") != 1 {
 		t.Fatalf("metrics:\n%s", must(n.ws.Metrics()))
@@ -113,6 +113,9 @@ func TestSnapshotterModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		checkSums(t, out, a)
+		if strings.Contains(out, "WEIGHTS_NOT_MOUNTED") {
+			t.Fatalf("%s: the repaired snapshot still has the notice:\n%s", img, out)
+		}
 	}
 	for _, msg := range []string{"repair: the artifact does not resolve yet", "repair: weights filled in"} {
 		if logLine(t, n.ws.Proc.Log, msg, a.id) < 0 {

@@ -37,6 +37,9 @@ func TestSnapshotterRunsWeightImage(t *testing.T) {
 			seen[f[1]] = f[0]
 		}
 	}
+	if strings.Contains(out, "WEIGHTS_NOT_MOUNTED") { // the pointer layer's notice is not where the weights are
+		t.Fatalf("a container with its weights sees WEIGHTS_NOT_MOUNTED:\n%s", out)
+	}
 	for dir, a := range map[string]*pushedArtifact{"x": x, "y": y} {
 		for p, sum := range a.files {
 			if seen[dir+"/"+p] != sum {

@@ -26,6 +26,9 @@ type Round struct {
 	// Holders are the first nodes of the round that keep their stores (what an earlier round left
 	// there) and only serve (with Peers): they do not resolve.
 	Holders int
+	// Absent are peer addresses (host:port) every node lists after the round's others and that
+	// nothing ever serves: nodes that never started.
+	Absent []string
 }
 
 // Result is what a round measured.
@@ -107,7 +110,7 @@ func (f *Fleet) Launch(r Round) *Rollout {
 		report := filepath.Join(f.dir, fmt.Sprintf("report-%d-%d.json", f.rounds, i))
 		cfg := ""
 		argv := []string{"resolve", "--identity", f.identity, "--mode", "required", "--registry", f.repo, "--plain-http", "--report", report}
-		if peers := f.peersOf(nodes, i); r.Peers && len(peers) > 0 {
+		if peers := append(f.peersOf(nodes, i), r.Absent...); r.Peers && len(peers) > 0 {
 			argv = append(argv, "--peer", strings.Join(peers, ","))
 			// The node's own address, as the others list it: the nodes that
 			// start together rank the same addresses and agree on one root.

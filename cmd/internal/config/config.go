@@ -20,6 +20,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
+	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -30,6 +31,20 @@ import (
 
 // DefaultPath is the configuration file both commands read when none is named.
 const DefaultPath = "/etc/weightsnap/config.toml"
+
+// EnvPath is the environment variable naming the configuration file when
+// --config does not.
+const EnvPath = "WEIGHTSNAP_CONFIG"
+
+// PathFlag registers --config on fs: the file named, else $WEIGHTSNAP_CONFIG,
+// else DefaultPath.
+func PathFlag(fs *pflag.FlagSet, p *string, shared string) {
+	def := DefaultPath
+	if env := os.Getenv(EnvPath); env != "" {
+		def = env
+	}
+	fs.StringVar(p, "config", def, "configuration file (TOML), shared with "+shared+"; $"+EnvPath+" when not given")
+}
 
 // Config is the whole configuration file, loaded once.
 type Config struct {
@@ -72,6 +87,9 @@ type Peer struct {
 	Mode           string   `toml:"mode" comment:"data plane this node fetches with: tcp, or rma (needs a build with libfabric)"`
 	Rails          int      `toml:"rails" comment:"rails this node asks for; 0 is one per core, at most 4"`
 	TimeoutSeconds int      `toml:"timeout_seconds" comment:"seconds any read, write or dial may take"`
+	// ConnectTimeoutSeconds bounds reaching a peer (dial, TLS handshake,
+	// its first answer): what a peer that is down or black-holed costs.
+	ConnectTimeoutSeconds int `toml:"connect_timeout_seconds" comment:"seconds reaching a peer may take (dial, TLS handshake, its first answer), at most timeout_seconds:\na peer that is down or accepts and never answers costs this much before the next peer, then the registry, is asked"`
 	// Exports are the peer's exported directories, served as staged:NAME
 	// (the wire's token).
 	Exports            []peer.Export `toml:"exports" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.exports]] name, path, revision, repository, component\n([[peer.staged]], their first name, is read too)"`
@@ -90,12 +108,12 @@ type Resolve struct {
 	// Registries are the only hosts contacted on behalf of what images say:
 	// a weight image's pointer labels, and the artifacts a weight image
 	// names when it is inspected. Registry's host is always included.
-	Registries                 []string `toml:"registries" comment:"registry hosts (host[:port]) that a weight image's pointers may name; no other host is contacted for them"`
-	PlainHTTP                  bool     `toml:"plain_http" comment:"talk plain HTTP to registries (local test registries)"`
-	Insecure                   bool     `toml:"insecure" comment:"skip TLS certificate verification"`
-	RegistryConfigPath         string   `toml:"registry_config_path" comment:"containerd's registry host directory (HOST[_PORT_]/hosts.toml: mirrors in order, then the server, with\ncapabilities, ca, client, skip_verify, header, override_path); a registry without a directory there is\nreached directly as plain_http and insecure say; \"\" reads none"`
-	AllowLocalBuild            bool     `toml:"allow_local_build" comment:"let local producers build a missing artifact (weightsnap resolve)"`
-	CoordinationTimeoutSeconds int      `toml:"coordination_timeout_seconds" comment:"seconds to wait for each lock; 0 uses [store] coordination_timeout_seconds"`
+	Registries                 []string  `toml:"registries" comment:"registry hosts (host[:port]) that a weight image's pointers may name; no other host is contacted for them"`
+	PlainHTTP                  PlainHTTP `toml:"plain_http" comment:"talk plain HTTP to registries (local test registries): true for every registry, or a list of\nregistries (host[:port], as references name them) such as [\"127.0.0.1:5500\"], the others staying HTTPS"`
+	Insecure                   bool      `toml:"insecure" comment:"skip TLS certificate verification"`
+	RegistryConfigPath         string    `toml:"registry_config_path" comment:"containerd's registry host directory (HOST[_PORT_]/hosts.toml: mirrors in order, then the server, with\ncapabilities, ca, client, skip_verify, header, override_path); a registry without a directory there is\nreached directly as plain_http and insecure say; \"\" reads none"`
+	AllowLocalBuild            bool      `toml:"allow_local_build" comment:"let local producers build a missing artifact (weightsnap resolve)"`
+	CoordinationTimeoutSeconds int       `toml:"coordination_timeout_seconds" comment:"seconds to wait for each lock; 0 uses [store] coordination_timeout_seconds"`
 }
 
 // Snapshotter is the [snapshotter] table.
@@ -147,7 +165,7 @@ func Default() Config {
 		Verify:  Verify{Policy: trust.DefaultPolicyPath},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
-			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
+			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), ConnectTimeoutSeconds: int(peer.DefaultConnectTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
 	}
 }
 
@@ -178,6 +196,9 @@ func Load(path string) (Config, error) {
 	if errors.Is(err, os.ErrNotExist) && path == DefaultPath {
 		return cfg, nil
 	}
+	if errors.Is(err, os.ErrNotExist) {
+		return cfg, fmt.Errorf("config: %w: %w", err, errdefs.ErrInvalidArgument)
+	}
 	if err != nil {
 		return cfg, fmt.Errorf("config: %w", err)
 	}
@@ -192,6 +213,7 @@ func Parse(name string, raw []byte) (Config, error) {
 	cfg := Default()
 	dec := toml.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
+	dec.EnableUnmarshalerInterface()
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", name, decodeError(err))
 	}
@@ -241,6 +263,9 @@ func (c *Config) Validate() error {
 	default:
 		return bad("[resolve] validation %q: want manifest_and_metadata or full_checksum", c.Resolve.Validation)
 	}
+	if err := c.Resolve.PlainHTTP.validate(); err != nil {
+		return fmt.Errorf("[resolve] %w", err)
+	}
 	if c.Resolve.CoordinationTimeoutSeconds < 0 {
 		return bad("[resolve] coordination_timeout_seconds is negative")
 	}
@@ -259,8 +284,8 @@ func (c *Config) Validate() error {
 	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
 		return fmt.Errorf("[peer] %w", err)
 	}
-	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ExportCeilingBytes < 0 {
-		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds and export_ceiling_bytes must not be negative")
+	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ConnectTimeoutSeconds < 0 || p.ExportCeilingBytes < 0 {
+		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds, connect_timeout_seconds and export_ceiling_bytes must not be negative")
 	}
 	if (c.Peer.TLSCert == "") != (c.Peer.TLSKey == "") || (c.Peer.TLSClientCA != "" && c.Peer.TLSCert == "") {
 		return bad("[peer] tls_cert and tls_key go together, and tls_client_ca needs them")
@@ -291,7 +316,7 @@ func (r *Resolve) AllowedRegistries() []string {
 // command and the daemon that talk to a registry; the CLI's flags override
 // them.
 func (r *Resolve) RegistryOptions(userAgent string) registry.Options {
-	return registry.Options{PlainHTTP: r.PlainHTTP, Insecure: r.Insecure, HostsDir: r.RegistryConfigPath, UserAgent: userAgent}
+	return registry.Options{PlainHTTP: r.PlainHTTP.All, PlainHTTPHosts: r.PlainHTTP.Hosts, Insecure: r.Insecure, HostsDir: r.RegistryConfigPath, UserAgent: userAgent}
 }
 
 // SnapshotRoot is the snapshotter's directory: [snapshotter] root, or
@@ -305,5 +330,9 @@ func (c *Config) SnapshotRoot(root string) string {
 
 // Encode is the configuration as a commented TOML file.
 func (c *Config) Encode() ([]byte, error) {
-	return toml.Marshal(c)
+	var buf bytes.Buffer
+	if err := toml.NewEncoder(&buf).EnableMarshalerInterface().Encode(c); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
 }

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/store"
@@ -64,6 +65,11 @@ func TestParse(t *testing.T) {
 		{"peer table", "[peer]\nserve = true\npeers = [\"10.0.0.1:7420\", \"weights.ns.svc\"]\nmode = \"rma\"\nrails = 2\n[[peer.exports]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
 			return c.Peer.Serve && len(c.Peer.Peers) == 2 && c.Peer.Mode == "rma" && c.Peer.Rails == 2 && c.Peer.Exports[0].Path == "/nas/llama"
 		}},
+		{"peer connect timeout", "[peer]\nconnect_timeout_seconds = 2\n", true, func(c Config) bool {
+			o, err := c.Peer.FetchOptions()
+			return err == nil && o.Client.ConnectTimeout == 2*time.Second && Default().Peer.ConnectTimeoutSeconds == 5
+		}},
+		{"negative peer connect timeout", "[peer]\nconnect_timeout_seconds = -1\n", false, nil},
 		{"exports under their first name", "[peer]\nstaged_ceiling_bytes = 4096\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
 			return len(c.Peer.Exports) == 1 && c.Peer.Exports[0].Name == "llama" && c.Peer.ExportCeilingBytes == 4096 &&
 				c.Peer.StagedAlias == nil && c.Peer.StagedCeilingAlias == nil

@@ -5,6 +5,7 @@ package exitcode
 import (
 	"context"
 	"fmt"
+	"syscall"
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
@@ -65,3 +66,7 @@ func Execute(ctx context.Context, root *cobra.Command) error {
 	}
 	return err
 }
+
+// Signalled is the exit status of a command stopped by a signal, as a
+// shell reports one: 128 plus its number (130 for SIGINT, 143 for SIGTERM).
+func Signalled(sig syscall.Signal) int { return 128 + int(sig) }

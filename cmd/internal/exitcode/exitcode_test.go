@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -67,6 +68,14 @@ func TestExecute(t *testing.T) {
 		err := Execute(context.Background(), root)
 		if err == nil || Of(err) != tc.want || strings.Count(err.Error(), "invalid argument") > 1 {
 			t.Errorf("%s: %v (exit %d), want exit %d", tc.name, err, Of(err), tc.want)
+		}
+	}
+}
+
+func TestSignalled(t *testing.T) {
+	for sig, want := range map[syscall.Signal]int{syscall.SIGINT: 130, syscall.SIGTERM: 143} {
+		if got := Signalled(sig); got != want {
+			t.Errorf("Signalled(%v) = %d, want %d", sig, got, want)
 		}
 	}
 }

@@ -133,11 +133,14 @@ func (c DeadlineConn) Write(p []byte) (int, error) {
 	return c.Conn.Write(p)
 }
 
-// ReadFull reads exactly len(p) bytes; a short stream is a truncated message.
+// ReadFull reads exactly len(p) bytes; a short stream is a truncated
+// message: bad input, and a peer that hung up (io.ErrUnexpectedEOF), so a
+// resolution passes over a peer that went away mid-answer as it does over
+// one that is down.
 func ReadFull(r io.Reader, p []byte, what string) error {
 	if _, err := io.ReadFull(r, p); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return Errorf(what, "truncated")
+			return fmt.Errorf("%w (%w)", Errorf(what, "truncated"), io.ErrUnexpectedEOF)
 		}
 		return fmt.Errorf("read %s: %w", what, err)
 	}

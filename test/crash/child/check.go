@@ -107,10 +107,25 @@ func rebuild(ctx context.Context, d *store.Domain, identity artifact.Identity, s
 	} else {
 		full.Close()
 	}
+	// Only an interrupted build of another artifact may stay, kept for that
+	// artifact's next build ([store] stale_build_seconds): gc says which
+	// (it is asked after the entries are listed, so it hides nothing).
 	tmp, _ := os.ReadDir(filepath.Join(root, "tmp"))
+	r, err := d.GC(ctx, store.GCOptions{})
+	if err != nil {
+		return fmt.Errorf("gc after the second build: %w", err)
+	}
+	kept := map[string]bool{}
+	for _, k := range r.Kept {
+		if k.ID != l.ID {
+			kept[k.Name] = true
+		}
+	}
 	var names []string
 	for _, e := range tmp {
-		names = append(names, e.Name())
+		if !kept[e.Name()] {
+			names = append(names, e.Name())
+		}
 	}
 	if len(names) > 0 {
 		return fmt.Errorf("temp entries survive the second build: %s", strings.Join(names, ", "))

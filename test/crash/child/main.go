@@ -77,7 +77,8 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	case "remove":
 		return id.Hex(), d.Remove(ctx, id)
 	case "gc":
-		r, err := d.GC(ctx)
+		// Every kind of garbage, the interrupted builds however young.
+		r, err := d.GC(ctx, store.GCOptions{All: true})
 		if err != nil {
 			return "", err
 		}

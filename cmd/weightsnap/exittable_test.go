@@ -1,0 +1,136 @@
+package main
+
+import (
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+)
+
+var binaries struct {
+	once sync.Once
+	dir  string
+	err  error
+	out  []byte
+}
+
+// builtBinaries builds weightsnap and weightsnapd once for the package's
+// tests and returns the directory holding them.
+func builtBinaries(t *testing.T) string {
+	t.Helper()
+	binaries.once.Do(func() {
+		binaries.dir, binaries.err = os.MkdirTemp("", "weightsnap-bin-")
+		if binaries.err == nil {
+			cmd := exec.Command("go", "build", "-o", binaries.dir+"/", ".", "../weightsnapd")
+			binaries.out, binaries.err = cmd.CombinedOutput()
+		}
+	})
+	if binaries.err != nil {
+		t.Fatalf("go build: %v\n%s", binaries.err, binaries.out)
+	}
+	return binaries.dir
+}
+
+// runBinary runs one of the built programs and returns its exit status and
+// what it wrote to stdout and stderr.
+func runBinary(t *testing.T, name string, args ...string) (int, string) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(builtBinaries(t), name), args...)
+	cmd.Env = append(os.Environ(), "WEIGHTSNAP_CONFIG=", "WEIGHTSNAP_ROOT=")
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, string(out)
+	case errors.As(err, &ee):
+		return ee.ExitCode(), string(out)
+	}
+	t.Fatalf("%s %v: %v", name, args, err)
+	return 0, ""
+}
+
+// closedPort is a loopback address nothing listens on: a registry that is down.
+func closedPort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestExitCodeTable walks the README's exit-code table with the built
+// programs: 2 bad input, 3 not found, 4 invalid data, 5 busy, out of space
+// or timed out.
+func TestExitCodeTable(t *testing.T) {
+	base := t.TempDir()
+	empty := filepath.Join(base, "empty") // a root that holds no store
+	root := filepath.Join(base, "root")
+	if code, out := runBinary(t, "weightsnap", "--config", "", "--root", root, "store", "init"); code != 0 {
+		t.Fatalf("store init: exit %d\n%s", code, out)
+	}
+	corrupt := filepath.Join(base, "corrupt")
+	os.MkdirAll(corrupt, 0o755)
+	os.WriteFile(filepath.Join(corrupt, "model.safetensors"), []byte("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), 0o644)
+	rev := strings.Repeat("ab", 20)
+	down := closedPort(t)
+	for _, tc := range []struct {
+		name string
+		prog string
+		args []string
+		code int
+		says string
+	}{
+		{"unsupported filesystem", "weightsnap", []string{"--config", "", "--root", "/proc/self", "store", "init"}, 2, "only ext4, xfs, btrfs and tmpfs"},
+		{"inspect with no argument", "weightsnap", []string{"--config", "", "--root", root, "inspect"}, 2, "inspect needs"},
+		{"missing config file", "weightsnap", []string{"--config", filepath.Join(base, "absent.toml"), "ls"}, 2, "absent.toml"},
+		{"weightsnapd: missing config file", "weightsnapd", []string{"--config", filepath.Join(base, "absent.toml")}, 2, "absent.toml"},
+		{"weightsnapd config check: missing config file", "weightsnapd", []string{"--config", filepath.Join(base, "absent.toml"), "config", "check"}, 2, "absent.toml"},
+		{"missing recipe", "weightsnap", []string{"--config", "", "--root", root, "stage", filepath.Join(base, "absent-recipe.toml")}, 2, "absent-recipe.toml"},
+		{"unknown flag", "weightsnap", []string{"--config", "", "--root", root, "ls", "--bogus"}, 2, "bogus"},
+		{"registry flag before the subcommand", "weightsnap", []string{"--config", "", "--root", root, "--plain-http", "pull", down + "/x:y"}, 2, "flag --plain-http belongs to the subcommand: weightsnap pull --plain-http"},
+		{"ls on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "ls"}, 3, "no store"},
+		{"inspect on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "inspect", "7a1b70"}, 3, "no store"},
+		{"verify on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "verify", "7a1b70"}, 3, "no store"},
+		{"no such artifact", "weightsnap", []string{"--config", "", "--root", root, "verify", strings.Repeat("ab", 32)}, 3, "not"},
+		{"corrupt safetensors", "weightsnap", []string{"--config", "", "--root", root, "import", corrupt, "--revision", rev}, 4, "header past EOF"},
+		{"a single safetensors file", "weightsnap", []string{"--config", "", "--root", root, "import", filepath.Join(corrupt, "model.safetensors"), "--revision", rev}, 2, "import takes a checkpoint directory"},
+		{"registry down", "weightsnap", []string{"--config", "", "--root", root, "pull", "--plain-http", down + "/x:y"}, 5, "connection refused"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := runBinary(t, tc.prog, tc.args...)
+			if code != tc.code || !strings.Contains(out, tc.says) || strings.Contains(out, "file exists") {
+				t.Errorf("%s %v: exit %d, want %d saying %q:\n%s", tc.prog, tc.args, code, tc.code, tc.says, out)
+			}
+		})
+	}
+	if _, err := os.Stat(empty); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("read-only commands created %s (%v)", empty, err)
+	}
+}
+
+// TestPlainHTTPFlagHosts: --plain-http=HOST talks plain HTTP to that
+// registry alone; bare --plain-http to every one.
+func TestPlainHTTPFlagHosts(t *testing.T) {
+	down := closedPort(t)
+	common := []string{"--config", "", "--root", t.TempDir(), "pull"}
+	for _, tc := range []struct {
+		flag, scheme string
+	}{
+		{"--plain-http=" + down, "http://"},
+		{"--plain-http=127.0.0.1:1,localhost:5000", "https://"},
+		{"--plain-http", "http://"},
+		{"--plain-http=false", "https://"},
+	} {
+		_, err := runCLI(t, append(common, tc.flag, down+"/x:y")...)
+		if err == nil || !strings.Contains(err.Error(), `"`+tc.scheme+down+"/v2/") {
+			t.Errorf("%s: %v, want a request to %s%s", tc.flag, err, tc.scheme, down)
+		}
+	}
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer is a bytes.Buffer the progress's ticker writes while the
+// test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestLineProgress: on a non-terminal, progress prints a line every
+// interval while the work goes on (not only at quarters: here the bytes
+// stay at 10%), with the bytes, the rate and the time left, and a done line
+// at the end.
+func TestLineProgress(t *testing.T) {
+	var out lockedBuffer
+	pr := newLineProgress(&out, "pull", 100<<20, time.Millisecond)
+	pr.Add(10 << 20)
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(out.String(), "pull: 10.0 MiB of 100.0 MiB (10%), ") < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no two progress lines in 10 s:\n%s", out.String())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pr.Add(90 << 20)
+	pr.Done()
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		if !strings.Contains(l, "/s, ") || !strings.HasSuffix(l, " left") {
+			t.Errorf("a progress line without rate and time left: %q", l)
+		}
+	}
+	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "pull: done, 100.0 MiB in ") {
+		t.Errorf("last line %q, want the done line", last)
+	}
+	if n := len(lines); strings.Count(out.String(), "done") != 1 || n < 3 {
+		t.Errorf("%d lines:\n%s", n, out.String())
+	}
+}
+
+// TestProgressRateNewBytes: a resumed run's rate and time left count only
+// the bytes it moved, not those reused from the interrupted run.
+func TestProgressRateNewBytes(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	pr := &progress{label: "pull", total: 1000, start: t0}
+	pr.Add(500)
+	pr.Reused(500)
+	pr.Add(100)
+	if got, want := pr.line(t0.Add(time.Second)), "pull: 600 B of 1000 B (60%), 100 B/s, 500 B reused, 4s left"; got != want {
+		t.Errorf("line %q, want %q", got, want)
+	}
+	pr.Add(400)
+	if got, want := pr.doneLine(t0.Add(5*time.Second)), "pull: done, 1000 B in 5s (100 B/s; 500 B reused)"; got != want {
+		t.Errorf("done line %q, want %q", got, want)
+	}
+	stopped := &progress{label: "pull", total: 1000, start: t0}
+	stopped.Add(250)
+	if got, want := stopped.doneLine(t0.Add(time.Second)), "pull: stopped at 250 B of 1000 B after 1s (250 B/s)"; got != want {
+		t.Errorf("stopped line %q, want %q", got, want)
+	}
+}

@@ -1,0 +1,118 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/netfail"
+)
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// silentAddr is a listener that accepts and never answers, until the test ends.
+func silentAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { l.Close(); <-done })
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				for _, c := range conns {
+					c.Close()
+				}
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	return l.Addr().String()
+}
+
+// TestProviderPassesOverDownPeers: a peer that is down or black-holed
+// costs the connect timeout, never the read timeout (an hour here), and
+// is no rendezvous root: a node that would wait for a dead root to
+// announce its build goes on at once (RootWait is an hour here too), so
+// resolution reaches the registry in seconds. A holder beside dead peers
+// serves the artifact.
+func TestProviderPassesOverDownPeers(t *testing.T) {
+	d, id := seeded(t, 256<<10, 1)
+	_, holder := serve(t, d, ServerConfig{})
+	_, empty := serve(t, openStore(t), ServerConfig{})
+	digest, err := id.ID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hole := silentAddr(t)
+	// The dead peer ranks first, then self, then the peer without it: only
+	// a dead root could make this node wait.
+	dead := closedAddr(t)
+	for rendezvous(digest, []string{dead, empty})[0] != dead {
+		dead = closedAddr(t)
+	}
+	self := ""
+	for port := 1; self == ""; port++ {
+		s := fmt.Sprintf("127.0.0.2:%d", port)
+		if r := rendezvous(digest, []string{dead, empty, s}); r[0] == dead && r[1] == s {
+			self = s
+		}
+	}
+	for _, tc := range []struct {
+		name    string
+		peers   []string
+		served  bool
+		unreach bool // else a clean miss
+	}{
+		{"one peer down", []string{dead}, false, true},
+		{"one peer black-holed", []string{hole}, false, true},
+		{"every peer down", []string{dead, hole}, false, true},
+		{"a dead root and a peer without it", []string{dead, hole, empty}, false, false},
+		{"dead peers and a holder", []string{dead, hole, holder}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Provider{Peers: tc.peers, Self: self, RootWait: time.Hour,
+				Options: FetchOptions{Client: ClientConfig{Timeout: time.Hour, ConnectTimeout: 300 * time.Millisecond}}}
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			prod, err := p.Producer(ctx, id)
+			if ctx.Err() != nil {
+				t.Fatalf("waited out the test's minute: %v", err)
+			}
+			if tc.served {
+				if err != nil || prod == nil {
+					t.Fatalf("the holder did not serve: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("served by no peer")
+			}
+			if got := netfail.Unreachable(err) && !errdefs.IsNotFound(err); got != tc.unreach {
+				t.Fatalf("unreachable (and not a miss) %v, want %v: %v", got, tc.unreach, err)
+			}
+			if !tc.unreach && !errdefs.IsNotFound(err) {
+				t.Fatalf("not a miss: %v", err)
+			}
+		})
+	}
+}
