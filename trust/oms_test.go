@@ -92,12 +92,18 @@ func TestOMSSigstoreVector(t *testing.T) {
 	changed.Files[0].SHA256 = strings.Repeat("1", 64)
 	missing := indexOf(o)
 	missing.Files = missing.Files[1:]
+	// Without a log entry the policy's Rekor key signed, nothing shows the
+	// certificate (valid for ten minutes in 2025) was valid when it signed.
+	_, _, otherRekor := newCosignKey(t, "")
+	noLog := fulcioMatch(t, "stefanb@us.ibm.com")
+	noLog.Requirements[0].RekorKeys = [][]byte{otherRekor}
 	for _, tc := range []struct {
 		name string
 		m    Match
 		idx  *artifact.Index
 		want string
 	}{
+		{"expired certificate, no trusted log entry", noLog, indexOf(o), "transparency log"},
 		{"other subject", fulcioMatch(t, "someone@example.com"), indexOf(o), "no signature by a key or identity"},
 		{"unsigned extra file", fulcioMatch(t, "stefanb@us.ibm.com"), indexOf(o, artifact.FileEntry{File: artifact.File{Path: "extra.bin", SHA256: strings.Repeat("0", 64)}}), "unsigned files: extra.bin"},
 		{"changed file", fulcioMatch(t, "stefanb@us.ibm.com"), changed, "the signature says"},
