@@ -87,7 +87,8 @@ func pushSmall(ctx context.Context, r *registry.Remote, desc ocispec.Descriptor,
 
 // FindSignatures lists the sigstore bundles attached to subject as
 // referrers (the referrers API, else the referrers tag schema): cosign v3
-// signatures and OMS bundles alike, each read bounded and checked: its
+// signatures and OMS bundles alike, then cosign v2's signatures (tag
+// sha256-<hex>.sig), each read bounded and checked: its
 // referrer manifest must name subject as its subject and hold one bundle
 // layer. Referrers of other artifact types are skipped; a malformed
 // bundle referrer is an error, so that a registry cannot hide a signature
@@ -117,7 +118,11 @@ func FindSignatures(ctx context.Context, r *registry.Remote, subject ocispec.Des
 		}
 		sigs = append(sigs, s)
 	}
-	return sigs, nil
+	v2, err := findV2Signatures(ctx, r, subject)
+	if err != nil {
+		return nil, err
+	}
+	return append(sigs, v2...), nil
 }
 
 // readSignatureReferrer reads one bundle referrer and checks that it is

@@ -1,9 +1,14 @@
 package oci
 
 import (
+	"bytes"
 	"context"
+	"crypto"
 	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -11,8 +16,10 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -56,10 +63,10 @@ func TestSignedPush(t *testing.T) {
 	if err != nil || len(sigs) != 1 {
 		t.Fatalf("%d signatures, %v", len(sigs), err)
 	}
-	if _, err := trust.VerifyManifest(match(pubPEM), desc.Digest, sigs, now); err != nil {
+	if _, err := trust.VerifyManifest(match(pubPEM), desc.Digest, r.Name(), sigs, now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := trust.VerifyManifest(match(otherPub), desc.Digest, sigs, now); !errdefs.IsPermissionDenied(err) {
+	if _, err := trust.VerifyManifest(match(otherPub), desc.Digest, r.Name(), sigs, now); !errdefs.IsPermissionDenied(err) {
 		t.Fatalf("another key: %v", err)
 	}
 	// The right key over another manifest, attached to this one.
@@ -75,7 +82,7 @@ func TestSignedPush(t *testing.T) {
 	if err != nil || len(sigs) != 2 {
 		t.Fatalf("%d signatures, %v", len(sigs), err)
 	}
-	if _, err := trust.VerifyManifest(match(pubPEM), desc.Digest, sigs[1:], now); !errdefs.IsPermissionDenied(err) {
+	if _, err := trust.VerifyManifest(match(pubPEM), desc.Digest, r.Name(), sigs[1:], now); !errdefs.IsPermissionDenied(err) {
 		t.Fatalf("a signature over another manifest: %v", err)
 	}
 	// A referrer whose subject is another manifest, listed in this one's
@@ -163,5 +170,87 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	ol.Close()
 	if len(rep.Verified) != 1 || rep.Verified[0].Type != trust.TypeAcceptAnything || rep.Verified[0].Scope != "default" {
 		t.Fatalf("other repository: %+v", rep.Verified)
+	}
+}
+
+// pushV2Signature files a cosign v2 signature image for subject: one
+// simple-signing layer with payload, signed by key.
+func pushV2Signature(t *testing.T, r *registry.Remote, subject ocispec.Descriptor, key crypto.Signer, payload []byte) {
+	t.Helper()
+	ctx := context.Background()
+	sum := sha256.Sum256(payload)
+	sig, err := key.Sign(rand.Reader, sum[:], crypto.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(emptyJSON), Size: 2}
+	layer := ocispec.Descriptor{MediaType: MediaTypeCosignSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)),
+		Annotations: map[string]string{AnnotationCosignSignature: base64.StdEncoding.EncodeToString(sig)}}
+	if err := pushSmall(ctx, r, cfg, emptyJSON); err != nil {
+		t.Fatal(err)
+	}
+	if err := pushSmall(ctx, r, layer, payload); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: cfg, Layers: []ocispec.Descriptor{layer}})
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
+	if err := r.Repo.PushReference(ctx, desc, bytes.NewReader(raw), cosignV2Tag(subject)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCosignV2Signature: cosign v2's sha256-<hex>.sig tag is found and
+// verified with the key; a payload over another manifest, or naming
+// another repository, is refused.
+func TestCosignV2Signature(t *testing.T) {
+	ctx := context.Background()
+	privPEM, pubPEM, _ := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	key, err := trust.LoadPrivateKey(privPEM, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, src := checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	payload := func(ref, d string) []byte {
+		return []byte(`{"critical":{"identity":{"docker-reference":"` + ref + `"},"image":{"docker-manifest-digest":"` + d + `"},"type":"cosign container image signature"},"optional":null}`)
+	}
+	match := trust.Match{Scope: "s", Requirements: []trust.Requirement{{Type: trust.TypeSigstoreSigned,
+		Keys: []trust.Key{{Source: "k.pub", PEM: pubPEM}}, Identity: trust.SignedIdentity{Type: "matchRepoDigestOrExact"}}}}
+	for _, tc := range []struct {
+		repo, names, digest string // digest "" is the manifest's
+		want                string // "" for verified
+	}{
+		{"v2/good", "v2/good", "", ""},
+		{"v2/other-digest", "v2/other-digest", digest.FromString("x").String(), "signs manifest"},
+		{"v2/other-repo", "v2/elsewhere", "", "names"},
+	} {
+		r := remoteFor(t, f, tc.repo+":v1")
+		if _, err := Push(ctx, l, r, PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		desc, _, err := r.FetchManifest(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := tc.digest
+		if d == "" {
+			d = desc.Digest.String()
+		}
+		pushV2Signature(t, r, desc, key, payload(f.host()+"/"+tc.names, d))
+		sigs, err := FindSignatures(ctx, r, desc)
+		if err != nil || len(sigs) != 1 || sigs[0].Payload == nil {
+			t.Fatalf("%s: %d signatures, %v", tc.repo, len(sigs), err)
+		}
+		_, err = trust.VerifyManifest(match, desc.Digest, r.Name(), sigs, time.Now())
+		if tc.want == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", tc.repo, err)
+			}
+			continue
+		}
+		if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: want a refusal with %q, got %v", tc.repo, tc.want, err)
+		}
 	}
 }

@@ -45,5 +45,5 @@ func VerifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, de
 			break
 		}
 	}
-	return trust.VerifyManifest(m, desc.Digest, sigs, now)
+	return trust.VerifyManifest(m, desc.Digest, r.Name(), sigs, now)
 }

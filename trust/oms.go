@@ -272,7 +272,7 @@ func VerifyOMS(m Match, sig Signature, idx *artifact.Index, now time.Time) ([]Ve
 	if err := o.CheckFiles(idx); err != nil {
 		return nil, &Refusal{Scope: m.Scope, Reason: fmt.Sprintf("%s: %v", sig.Source, err)}
 	}
-	return verifyAll(m, []Signature{sig}, now, []bundle.Option{bundle.AllowCertificateChain()}, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
+	return verifyAll(m, []Signature{sig}, now, []bundle.Option{bundle.AllowCertificateChain()}, nil, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
 		return v.v.Verify(b, verify.NewPolicy(verify.WithArtifactDigest("sha256", o.Root), v.policy))
 	})
 }

@@ -91,7 +91,8 @@ func ReadBundle(r io.Reader) (*bundle.Bundle, []byte, error) {
 type verifier struct {
 	v      *verify.Verifier
 	policy verify.PolicyOption
-	key    string // fingerprint, for keys
+	key    string             // fingerprint, for keys
+	sv     signature.Verifier // the key, for cosign v2 signatures
 }
 
 // verifiers builds the sigstore-go verifiers of a sigstoreSigned
@@ -143,7 +144,7 @@ func (r *Requirement) verifiers() ([]verifier, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, verifier{v: v, policy: verify.WithKey(), key: fp})
+		out = append(out, verifier{v: v, policy: verify.WithKey(), key: fp, sv: sv})
 	}
 	return out, nil
 }
@@ -227,19 +228,26 @@ func fulcioCA(pemBytes []byte) (root.CertificateAuthority, error) {
 	return ca, nil
 }
 
-// Signature is one signature found for an artifact, as it was read.
+// Signature is one signature found for an artifact, as it was read: a
+// sigstore bundle (Raw), or a cosign v2 simple signature (Payload, the
+// simple-signing payload, and Sig, its base64 signature).
 type Signature struct {
 	// Source says where it came from: a referrer's digest, a tag, a file.
-	Source string
-	Raw    []byte
+	Source  string
+	Raw     []byte
+	Payload []byte
+	Sig     string
 }
 
 // VerifyManifest checks that the signatures satisfy every requirement of
-// m for the manifest with digest manifest: each sigstoreSigned
-// requirement needs one cosign bundle, by one of its keys or its
-// certificate identity, whose statement's subject is that digest.
-func VerifyManifest(m Match, manifest digest.Digest, sigs []Signature, now time.Time) ([]Verified, error) {
-	return verifyAll(m, sigs, now, nil, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
+// m for the manifest with digest manifest, read from repository repo
+// (host/repo): each sigstoreSigned requirement needs one cosign v3
+// bundle, by one of its keys or its certificate identity, whose
+// statement's subject is that digest, or one cosign v2 signature by one
+// of its keys whose payload names that digest and repository.
+func VerifyManifest(m Match, manifest digest.Digest, repo string, sigs []Signature, now time.Time) ([]Verified, error) {
+	simple := func(s Signature, v verifier) error { return checkSimple(s, v, manifest, repo) }
+	return verifyAll(m, sigs, now, nil, simple, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
 		if err := manifest.Validate(); err != nil || manifest.Algorithm() != digest.SHA256 {
 			return nil, fmt.Errorf("manifest digest %q: want sha256", manifest)
 		}
@@ -265,7 +273,7 @@ func predicateOf(res *verify.VerificationResult) string {
 // verifyAll applies the requirements of m in order; check verifies one
 // bundle (parsed with the options parse) with one way of meeting a
 // requirement.
-func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, check func(*bundle.Bundle, verifier) (*verify.VerificationResult, error)) ([]Verified, error) {
+func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, simple func(Signature, verifier) error, check func(*bundle.Bundle, verifier) (*verify.VerificationResult, error)) ([]Verified, error) {
 	var done []Verified
 	for _, req := range m.Requirements {
 		switch req.Type {
@@ -288,6 +296,24 @@ func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, 
 		var why []string
 		var got *Verified
 		for _, s := range sigs {
+			if s.Payload != nil {
+				for _, v := range vs {
+					err := fmt.Errorf("cosign v2 signatures do not apply here")
+					if simple != nil {
+						err = simple(s, v)
+					}
+					if err != nil {
+						why = append(why, fmt.Sprintf("%s: %v", s.Source, err))
+						continue
+					}
+					got = &Verified{Scope: m.Scope, Type: req.Type, Key: v.key, Signature: digest.FromBytes(s.Payload), Time: now}
+					break
+				}
+				if got != nil {
+					break
+				}
+				continue
+			}
 			b, err := ParseBundle(s.Raw, parse...)
 			if err != nil {
 				why = append(why, fmt.Sprintf("%s: %v", s.Source, err))
