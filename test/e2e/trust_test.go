@@ -79,6 +79,23 @@ func TestCosignInterop(t *testing.T) {
 	if bad.code == 0 || !strings.Contains(bad.errOut, `scope "`+reg.Ref("models")+`"`) {
 		t.Fatalf("another key: exit %d\n%s", bad.code, bad.errOut)
 	}
+	// weightsnap pull enforces it before publishing: into a new store, the
+	// other key is refused naming the scope and nothing is published; the
+	// right key pulls.
+	fresh := filepath.Join(t.TempDir(), "store")
+	if r := ws(t, fresh, "pull", "--plain-http", "--policy", policy("k2.pub"), ref2); r.code == 0 || !strings.Contains(r.errOut, `scope "`+reg.Ref("models")+`"`) {
+		t.Fatalf("pull with another key's policy: exit %d\n%s", r.code, r.errOut)
+	}
+	hex := strings.TrimPrefix(id, "sha256:")
+	if ls := ws(t, fresh, "ls", "--json"); strings.Contains(ls.out, hex) {
+		t.Fatalf("a refused pull published the artifact:\n%s", ls.out)
+	}
+	if got := strings.TrimSpace(wsOK(t, fresh, "pull", "--plain-http", "--policy", policy("k1.pub"), ref2)); got != id {
+		t.Fatalf("pull of the cosign-signed artifact printed %q, want %s", got, id)
+	}
+	if ls := wsOK(t, fresh, "ls", "--json"); !strings.Contains(ls, hex) {
+		t.Fatalf("ls does not show the pulled artifact (so it cannot show a refused one):\n%s", ls)
+	}
 	// The unsigned copy in another repository under the same scope is refused.
 	ref3 := reg.Ref("models/unsigned:v1")
 	wsOK(t, root, "push", "--plain-http", id, ref3)
