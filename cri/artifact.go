@@ -16,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
+	"golang.org/x/sync/errgroup"
 )
 
 // Namespace is containerd's namespace of the CRI's images.
@@ -105,4 +106,79 @@ func (s *Service) createImage(ctx context.Context, name string, img *oci.Image, 
 		}
 	}
 	return nil
+}
+
+// resolveWeights checks, for each weight layer of the image res (its
+// pointer's artifact on a configured registry), that the registry accepts
+// the pull's credentials for the artifact's repository (Access: a manifest
+// HEAD, no payload), then resolves the artifacts into the store with them,
+// all at once, so that the snapshotter, which prepares the layers while
+// containerd pulls and knows no pull's credentials, finds them there. A
+// refusal fails the pull with the registry's answer before anything is
+// fetched. A pointer to another host is left to the snapshotter, which
+// refuses it.
+func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *oci.Resolved) error {
+	var ptrs []pointer.Pointer
+	for _, l := range res.Manifest.Layers {
+		p, ok, err := oci.PointerFromAnnotations(l)
+		if err != nil || !ok || !oci.AllowedHost(s.cfg.Registries, pointer.Host(p)) {
+			continue // a bad pointer is the snapshotter's to refuse, as for any pull
+		}
+		ar, err := r.Sibling(p.Artifact)
+		if err != nil {
+			return err
+		}
+		if err := s.access.Check(ctx, ar); err != nil {
+			return refusal(ctx, r, ar, p, err)
+		}
+		ptrs = append(ptrs, p)
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	for _, p := range ptrs {
+		g.Go(func() error {
+			resn, err := s.cfg.Runtime.Resolve(gctx, resolve.Request{ID: p.ID, Artifact: p.Artifact})
+			if err != nil {
+				if refused(err) || s.modeOf(p) != resolve.Preferred {
+					return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+				}
+				log.G(ctx).WithError(err).WithField("image", r.String()).WithField("artifact", p.Artifact).
+					Warn("cri: weights of an image could not be resolved; preferred mode: its containers start without them")
+				return nil
+			}
+			resn.Close() // the artifact stays in the store; the snapshot takes its own lease
+			log.G(ctx).WithField("image", r.String()).WithField("artifact", p.Artifact).WithField("identity", p.ID.String()).
+				WithField("outcome", resn.Report.Outcome).Info("cri: weights of an image resolved with the pull's credentials")
+			return nil
+		})
+	}
+	return g.Wait()
+}
+
+// refusal is the error of a weight layer whose artifact ar the registry
+// did not let the pull's credentials read: it names the registry, whose
+// credentials they were and its answer.
+func refusal(ctx context.Context, r, ar *registry.Remote, p pointer.Pointer, err error) error {
+	if !refused(err) {
+		return fmt.Errorf("weights of %s: artifact %s: %w", r, p.Artifact, err)
+	}
+	whose := "the pull's own credentials"
+	if _, ok := registry.CredentialOf(ctx, ar.Ref.Registry); !ok {
+		whose = "the node's Docker config (the pull brought no credentials for " + ar.Ref.Registry + ")"
+	}
+	answer := "forbidden"
+	if errdefs.IsUnauthorized(err) {
+		answer = "unauthorized"
+	}
+	return fmt.Errorf("weights of %s: registry %s refused %s for %s (%s): %w", r, ar.Ref.Registry, whose, ar.Name(), answer, err)
+}
+
+// refused says whether err is a registry's refusal of credentials.
+func refused(err error) bool { return errdefs.IsUnauthorized(err) || errdefs.IsPermissionDenied(err) }
+
+// modeOf is the mode of a weight layer: its image's, else the node's.
+func (s *Service) modeOf(p pointer.Pointer) resolve.Mode {
+	if p.Mode != "" {
+		return resolve.Mode(p.Mode)
+	}
+	return s.cfg.Mode
 }

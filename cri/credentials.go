@@ -2,106 +2,112 @@ package cri
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/binary"
 	"fmt"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/oci/registry"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 	"oras.land/oras-go/v2/registry/remote/auth"
 )
 
-// DefaultCredentialLifetime is how long a pull's credentials are kept.
-const DefaultCredentialLifetime = time.Hour
+// Access checks that the registry accepts a pull's own credentials for a
+// repository before the pull is answered from what the node holds: a
+// manifest HEAD with those credentials (registry.WithCredential's, else
+// the node's Docker config's), no payload. A positive answer is kept for
+// its lifetime per credential and repository, under an HMAC of both with a
+// key of this process's alone, so the secret is never a key, nor kept
+// here; a refusal is never kept. Nothing is written or logged.
+type Access struct {
+	ttl time.Duration
+	now func() time.Time
+	key []byte
 
-// Credentials are the pull credentials that CRI PullImage requests brought,
-// in memory only, per registry host and repository, each dropped once its
-// lifetime has passed. A weight layer's artifact is fetched with the
-// credentials of its own repository, else of another repository of its
-// registry (the most recent), as containerd's resolver scopes the
-// credentials of a pull; Lookup is registry.Options.Credentials. No
-// credential is ever logged, written or put in an error.
-type Credentials struct {
-	lifetime time.Duration
-	now      func() time.Time
-
-	mu      sync.Mutex
-	entries map[credentialKey]credentialEntry
+	mu sync.Mutex
+	ok map[[sha256.Size]byte]time.Time // accepted until
 }
 
-type credentialKey struct{ host, repository string }
-
-type credentialEntry struct {
-	cred    auth.Credential
-	added   time.Time
-	expires time.Time
-}
-
-// NewCredentials returns an empty cache keeping each credential for
-// lifetime (DefaultCredentialLifetime when 0).
-func NewCredentials(lifetime time.Duration) *Credentials {
-	if lifetime <= 0 {
-		lifetime = DefaultCredentialLifetime
+// NewAccess returns a check keeping each positive answer for ttl (0: none
+// is kept, every pull asks the registry).
+func NewAccess(ttl time.Duration) (*Access, error) {
+	if ttl < 0 {
+		return nil, fmt.Errorf("credential check lifetime %s: %w", ttl, errdefs.ErrInvalidArgument)
 	}
-	return &Credentials{lifetime: lifetime, now: time.Now, entries: map[credentialKey]credentialEntry{}}
-}
-
-// Put keeps cred for repository of host, replacing what was kept there.
-func (c *Credentials) Put(host, repository string, cred auth.Credential) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.now()
-	c.dropExpired(now)
-	c.entries[credentialKey{host, repository}] = credentialEntry{cred: cred, added: now, expires: now.Add(c.lifetime)}
-}
-
-// Forget drops the credential of repository of host if it is still cred
-// (a pull that failed with it).
-func (c *Credentials) Forget(host, repository string, cred auth.Credential) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := credentialKey{host, repository}
-	if e, ok := c.entries[k]; ok && e.cred == cred {
-		delete(c.entries, k)
+	key := make([]byte, 32)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("credential check key: %w", err)
 	}
+	return &Access{ttl: ttl, now: time.Now, key: key, ok: map[[sha256.Size]byte]time.Time{}}, nil
 }
 
-// Lookup is the credential for repository of host: its own, else the most
-// recent of another repository of host; none when neither is kept or
-// unexpired.
-func (c *Credentials) Lookup(_ context.Context, host, repository string) (auth.Credential, bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.dropExpired(c.now())
-	if e, ok := c.entries[credentialKey{host, repository}]; ok {
-		return e.cred, true
-	}
-	var best credentialEntry
-	found := false
-	for k, e := range c.entries {
-		if k.host == host && (!found || e.added.After(best.added)) {
-			best, found = e, true
+// Check asks the registry whether the credentials of ctx for r's host may
+// read r's reference: nil when it answers the manifest, else the registry's
+// answer (errdefs unauthorized, permission denied, not found, ...).
+func (a *Access) Check(ctx context.Context, r *registry.Remote) error {
+	k := a.keyOf(ctx, r)
+	now := a.now()
+	a.mu.Lock()
+	for e, until := range a.ok {
+		if !now.Before(until) {
+			delete(a.ok, e)
 		}
 	}
-	return best.cred, found
-}
-
-// Len is the number of credentials kept (expired ones dropped first).
-func (c *Credentials) Len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.dropExpired(c.now())
-	return len(c.entries)
-}
-
-func (c *Credentials) dropExpired(now time.Time) {
-	for k, e := range c.entries {
-		if !now.Before(e.expires) {
-			delete(c.entries, k)
-		}
+	_, cached := a.ok[k]
+	a.mu.Unlock()
+	if cached {
+		return nil
 	}
+	if _, err := r.Head(ctx); err != nil {
+		return err
+	}
+	if a.ttl > 0 {
+		a.mu.Lock()
+		a.ok[k] = now.Add(a.ttl)
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+// Len is the number of positive answers kept (expired ones included until
+// the next Check drops them).
+func (a *Access) Len() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.ok)
+}
+
+// keyOf is the HMAC of the credential ctx gives r's host (or the node's
+// marker when it gives none) and r's registry and repository, each field
+// length-prefixed.
+func (a *Access) keyOf(ctx context.Context, r *registry.Remote) [sha256.Size]byte {
+	m := hmac.New(sha256.New, a.key)
+	field := func(s string) {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(s)))
+		m.Write(n[:])
+		m.Write([]byte(s))
+	}
+	field(strings.ToLower(r.Ref.Registry))
+	field(r.Ref.Repository)
+	if c, ok := registry.CredentialOf(ctx, r.Ref.Registry); ok {
+		field("pull")
+		field(c.Username)
+		field(c.Password)
+		field(c.RefreshToken)
+		field(c.AccessToken)
+	} else {
+		field("node")
+	}
+	var k [sha256.Size]byte
+	copy(k[:], m.Sum(nil))
+	return k
 }
 
 // credentialOf reads a CRI AuthConfig: username and password, or "auth"

@@ -1,9 +1,11 @@
 // Package cri is weightsnapd's CRI image service: runtime.v1.ImageService
-// on its own socket, forwarded to containerd's CRI, keeping the pull
-// credentials of PullImage in memory for the weight layers that pull
-// resolves (Credentials), and answering a pull of an artifact (ModelPack,
-// plain oras) with a local weights-only image, so that any artifact is a
-// Kubernetes image volume.
+// on its own socket, forwarded to containerd's CRI. A PullImage's own
+// credentials serve that pull alone (registry.WithCredential): the
+// registry is asked to accept them for every artifact the pull would get
+// from the node's store (Access), and the weight layers of the image are
+// resolved with them before containerd pulls it. A pull of an artifact
+// (ModelPack, plain oras) is answered with a local weights-only image, so
+// that any artifact is a Kubernetes image volume.
 package cri
 
 import (
@@ -11,11 +13,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/internal/unixserve"
@@ -24,9 +24,7 @@ import (
 	"github.com/weightsnap/weightsnap/resolve"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -36,14 +34,22 @@ type Config struct {
 	Upstream string
 	// Runtime resolves an artifact pulled through the service into the store.
 	Runtime *resolve.Runtime
-	// Credentials keep the pull credentials; the runtime's registry options
-	// consult them (registry.Options.Credentials = Credentials.Lookup).
-	Credentials *Credentials
+	// CredentialTTL is how long the registry's acceptance of a pull's
+	// credentials for a repository is kept ([cri] credential_seconds); 0
+	// asks the registry at every pull.
+	CredentialTTL time.Duration
 	// Registries are the hosts whose references are looked at for artifacts
-	// ([resolve] registries); any other pull is forwarded as it is.
+	// and weight layers ([resolve] registries); any other pull is forwarded
+	// as it is.
 	Registries []string
-	// Remote are the registry client options, Credentials set.
+	// Remote are the registry client options.
 	Remote registry.Options
+	// Mode is the node's [snapshotter] mode, which a weight image's own
+	// mode overrides: in preferred mode a weight layer whose artifact the
+	// pull could not resolve (for another reason than the registry's
+	// refusal) is left to the snapshotter, which starts its container
+	// without the weights.
+	Mode resolve.Mode
 }
 
 // Service is the CRI image service.
@@ -53,10 +59,15 @@ type Service struct {
 	conn     *grpc.ClientConn
 	upstream runtime.ImageServiceClient
 	ctd      *client.Client
+	access   *Access
 }
 
 // New connects (lazily) to containerd at cfg.Upstream.
 func New(cfg Config) (*Service, error) {
+	access, err := NewAccess(cfg.CredentialTTL)
+	if err != nil {
+		return nil, err
+	}
 	// Calls wait for containerd (within their own deadlines: the kubelet
 	// sets them) rather than fail at once while the connection backs off,
 	// which failed a pull made just after containerd came up.
@@ -71,7 +82,7 @@ func New(cfg Config) (*Service, error) {
 		conn.Close()
 		return nil, err
 	}
-	return &Service{cfg: cfg, conn: conn, upstream: runtime.NewImageServiceClient(conn), ctd: ctd}, nil
+	return &Service{cfg: cfg, conn: conn, upstream: runtime.NewImageServiceClient(conn), ctd: ctd, access: access}, nil
 }
 
 // Listen serves s on the unix socket at path (mode 0660).
@@ -123,11 +134,14 @@ func (s *Service) ImageFsInfo(ctx context.Context, req *runtime.ImageFsInfoReque
 	return s.upstream.ImageFsInfo(ctx, req)
 }
 
-// PullImage implements runtime.ImageServiceServer. Its credentials are kept
-// (Credentials) before anything else, since containerd prepares the weight
-// layers of the image while it pulls; a pull that fails unauthorized drops
-// them again. An artifact of a configured registry is pulled into the store
-// and answered with a weights-only image; anything else is forwarded.
+// PullImage implements runtime.ImageServiceServer. Its credentials (else
+// the node's Docker config's) are this pull's alone: they go with its
+// registry requests in ctx, and no other pull sees them. An artifact of a
+// configured registry is pulled into the store (its manifest read with
+// them: the registry's answer) and answered with a weights-only image; an
+// image of a configured registry has the artifacts of its weight layers
+// checked with them and resolved into the store before it is forwarded
+// (resolveWeights); anything else is forwarded.
 func (s *Service) PullImage(ctx context.Context, req *runtime.PullImageRequest) (*runtime.PullImageResponse, error) {
 	name := req.GetImage().GetImage()
 	ref, err := registry.ParseReference(name)
@@ -139,17 +153,8 @@ func (s *Service) PullImage(ctx context.Context, req *runtime.PullImageRequest) 
 		return nil, errgrpc.ToGRPC(err)
 	}
 	if has {
-		s.cfg.Credentials.Put(ref.Registry, ref.Repository, cred)
+		ctx = registry.WithCredential(ctx, ref.Registry, cred)
 	}
-	resp, err := s.pull(ctx, req, name)
-	if err != nil && has && unauthorized(err) {
-		s.cfg.Credentials.Forget(ref.Registry, ref.Repository, cred)
-	}
-	return resp, err
-}
-
-func (s *Service) pull(ctx context.Context, req *runtime.PullImageRequest, name string) (*runtime.PullImageResponse, error) {
-	ref, _ := registry.ParseReference(name)
 	if !oci.AllowedHost(s.cfg.Registries, ref.Registry) {
 		return s.upstream.PullImage(ctx, req)
 	}
@@ -159,12 +164,16 @@ func (s *Service) pull(ctx context.Context, req *runtime.PullImageRequest, name 
 	}
 	res, isArtifact, err := oci.FetchArtifact(ctx, r)
 	if err != nil {
-		// containerd's own pull reports it as a kubelet expects (an
-		// unauthorized or missing image).
+		// containerd's own pull, with the same credentials, reports it as
+		// a kubelet expects (an unauthorized or missing image).
 		log.G(ctx).WithError(err).WithField("image", name).Debug("cri: the manifest could not be read; forwarding the pull")
 		return s.upstream.PullImage(ctx, req)
 	}
 	if !isArtifact {
+		if err := s.resolveWeights(ctx, r, res); err != nil {
+			log.G(ctx).WithError(err).WithField("image", name).Warn("cri: the weights of an image could not be pulled")
+			return nil, errgrpc.ToGRPC(err)
+		}
 		return s.upstream.PullImage(ctx, req)
 	}
 	id, err := s.pullArtifact(ctx, r, res)
@@ -173,17 +182,4 @@ func (s *Service) pull(ctx context.Context, req *runtime.PullImageRequest, name 
 		return nil, errgrpc.ToGRPC(err)
 	}
 	return &runtime.PullImageResponse{ImageRef: id}, nil
-}
-
-// unauthorized says whether a pull failed for its credentials: containerd's
-// CRI reports the registry's 401 in its message, with no class of its own.
-func unauthorized(err error) bool {
-	if c := status.Code(err); c == codes.Unauthenticated || c == codes.PermissionDenied {
-		return true
-	}
-	if errdefs.IsUnauthorized(errgrpc.ToNative(err)) {
-		return true
-	}
-	msg := strings.ToLower(err.Error())
-	return strings.Contains(msg, "unauthorized") || strings.Contains(msg, "401")
 }

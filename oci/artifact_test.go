@@ -8,12 +8,13 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // TestManifestDeterministic: the same artifact from two store roots gives
 // byte-identical manifests; any identity change gives another digest.
 func TestManifestDeterministic(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 2)
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
 	_, l1 := imported(t, src)
 	_, l2 := imported(t, src)
 	a1, err := NewArtifact(l1.Identity(), l1.Index)
@@ -51,7 +52,7 @@ func TestManifestDeterministic(t *testing.T) {
 // TestManifestShape checks the ModelPack form: artifactType, config, one raw
 // layer per file with title and filepath, the index layer last, annotations.
 func TestManifestShape(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 2)
+	_, src := storetest.Checkpoint(t, 1<<20, 2)
 	_, l := imported(t, src)
 	a, err := NewArtifact(l.Identity(), l.Index)
 	if err != nil {

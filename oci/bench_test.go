@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // benchSize is the artifact size of the Go benchmarks (WS_OCI_BENCH_BYTES
@@ -21,7 +23,7 @@ func benchSize() int64 {
 // BenchmarkPush pushes an artifact to a fresh repository of an in-memory
 // registry each time: payload streamed from the lease, blobs in parallel.
 func BenchmarkPush(b *testing.B) {
-	_, src := checkpoint(b, benchSize(), 4)
+	_, src := storetest.Checkpoint(b, benchSize(), 4)
 	_, l := imported(b, src)
 	f := newFakeRegistry(b)
 	b.SetBytes(l.Index.TotalBytes())
@@ -38,7 +40,7 @@ func BenchmarkPush(b *testing.B) {
 // verification and fsync the store does (auto: one stream per shard here;
 // ranged: every shard in parallel ranges, written in order).
 func BenchmarkPull(b *testing.B) {
-	_, src := checkpoint(b, benchSize(), 4)
+	_, src := storetest.Checkpoint(b, benchSize(), 4)
 	_, l := imported(b, src)
 	f := newFakeRegistry(b)
 	if _, err := Push(context.Background(), l, remoteFor(b, f, "bench/pull:v1"), PushOptions{}); err != nil {
@@ -52,7 +54,7 @@ func BenchmarkPull(b *testing.B) {
 			b.SetBytes(l.Index.TotalBytes())
 			for b.Loop() {
 				b.StopTimer()
-				d := openStore(b)
+				d := storetest.Open(b)
 				b.StartTimer()
 				pl, _, err := Pull(context.Background(), d, remoteFor(b, f, "bench/pull:v1"), PullOptions{Ranges: c.mode})
 				if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // orasManifest is what `oras push ref file...` writes for a source directory:
@@ -29,13 +30,13 @@ func orasManifest(src *artifact.SourceDir) *ocispec.Manifest {
 // TestPlanForeignMatchesImport: importing an oras-pushed directory gives the
 // identity `weightsnap import` gives the same directory, before any fetch.
 func TestPlanForeignMatchesImport(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 3)
-	o := ImportOptions{Repository: "org/model", Revision: testRevision}
+	_, src := storetest.Checkpoint(t, 1<<20, 3)
+	o := ImportOptions{Repository: "org/model", Revision: storetest.Revision}
 	plan, err := PlanForeign("reg/x:1", orasManifest(src), o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)
+	want := storetest.Identity(src)
 	wd, _ := want.ID()
 	gd, _ := plan.Identity.ID()
 	if wd != gd || plan.Kind != KindForeign || len(plan.Files) != len(src.Files) {
@@ -61,15 +62,15 @@ func TestPlanForeignMatchesImport(t *testing.T) {
 		t.Fatal("ModelPack layers gave another identity")
 	}
 	// Without --repository the reference names the model.
-	plan3, err := PlanForeign("reg.example:5000/models/x:1", orasManifest(src), ImportOptions{Revision: testRevision})
+	plan3, err := PlanForeign("reg.example:5000/models/x:1", orasManifest(src), ImportOptions{Revision: storetest.Revision})
 	if err != nil || plan3.Identity.Model.Repository != "reg.example:5000/models/x" {
 		t.Fatalf("default repository: %v, %+v", err, plan3.Identity.Model)
 	}
 }
 
 func TestPlanForeignRefuses(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 2)
-	o := ImportOptions{Revision: testRevision}
+	_, src := storetest.Checkpoint(t, 1<<20, 2)
+	o := ImportOptions{Revision: storetest.Revision}
 	cases := map[string]struct {
 		edit  func(m *ocispec.Manifest)
 		o     ImportOptions
@@ -119,7 +120,7 @@ func TestPlanForeignRefuses(t *testing.T) {
 // files; any disagreement between annotations, index and layers is a typed
 // data-loss error.
 func TestPlanWeightsnap(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 2)
+	_, src := storetest.Checkpoint(t, 1<<20, 2)
 	_, l := imported(t, src)
 	a, err := NewArtifact(l.Identity(), l.Index)
 	if err != nil {

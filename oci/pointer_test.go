@@ -16,6 +16,7 @@ import (
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/pointer"
 )
 
@@ -176,7 +177,7 @@ func TestComposeImage(t *testing.T) {
 // image, is described without following them there.
 func TestInspectFollowsPointersOnlyToArtifactsOnConfiguredHosts(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	art := remoteFor(t, f, "models/x:v1")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
@@ -18,7 +19,7 @@ import (
 // the identity tag that push wrote, and is fully valid.
 func TestProviderInResolution(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 4<<20, 2)
+	_, src := storetest.Checkpoint(t, 4<<20, 2)
 	_, l := imported(t, src)
 	identity := l.Identity()
 	f := newFakeRegistry(t)
@@ -83,7 +84,7 @@ var _ artifact.Producer = (*puller)(nil)
 // any connection.
 func TestLocatorInResolution(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 2<<20, 2)
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	rep, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{})

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
@@ -14,7 +15,7 @@ import (
 // gives the same, fully valid artifact.
 func TestRangesAuto(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 24<<20, 3)
+	_, src := storetest.Checkpoint(t, 24<<20, 3)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	if _, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{}); err != nil {
@@ -29,7 +30,7 @@ func TestRangesAuto(t *testing.T) {
 			f.setRedirect(c.redirect)
 			defer f.setRedirect(false)
 			before := f.rangeGets.Load()
-			d := openStore(t)
+			d := storetest.Open(t)
 			pl, rep, err := Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{ChunkSize: MinChunkSize, FilesInFlight: 2})
 			if err != nil {
 				t.Fatal(err)

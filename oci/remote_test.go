@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
@@ -18,7 +19,7 @@ import (
 // and nerdctl read them; without them the registry's 401 is a typed error.
 func TestDockerCredentials(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	f.basicAuth = "alice:s3cret"
@@ -38,7 +39,7 @@ func TestDockerCredentials(t *testing.T) {
 	if _, err := Push(ctx, l, r, PushOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pl, _, err := Pull(ctx, openStore(t), r, PullOptions{Ranges: RangesOn, ChunkSize: 1 << 16})
+	pl, _, err := Pull(ctx, storetest.Open(t), r, PullOptions{Ranges: RangesOn, ChunkSize: 1 << 16})
 	if err != nil {
 		t.Fatal(err)
 	}

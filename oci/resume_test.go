@@ -6,6 +6,7 @@ import (
 	"encoding"
 	"encoding/binary"
 	"errors"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -46,7 +47,7 @@ func lastCheckpoint(t *testing.T, d *store.Domain, path string) (off, size int64
 // fetched again whole, never published wrong.
 func TestPullContinuesAPartlyWrittenFile(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 24<<20, 1)
+	_, src := storetest.Checkpoint(t, 24<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	if _, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{}); err != nil {
@@ -69,7 +70,7 @@ func TestPullContinuesAPartlyWrittenFile(t *testing.T) {
 		{"a state of other bytes", PullOptions{Ranges: RangesOff}, true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			d := openStore(t)
+			d := storetest.Open(t)
 			cctx, cancel := context.WithCancel(ctx)
 			defer cancel()
 			var got atomic.Int64

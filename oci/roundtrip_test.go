@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -31,7 +32,7 @@ func remoteFor(t testing.TB, f *fakeRegistry, repoTag string) *registry.Remote {
 // (ranged and single-stream), and checks it is the same, fully valid artifact.
 func TestPushPullRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 20<<20, 3)
+	_, src := storetest.Checkpoint(t, 20<<20, 3)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	var pushed atomic.Int64
@@ -70,7 +71,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			f.setNoRanges(c.noRanges)
 			defer f.setNoRanges(false)
-			d := openStore(t)
+			d := storetest.Open(t)
 			var got atomic.Int64
 			o := PullOptions{Ranges: c.mode, ChunkSize: c.chunk, Concurrency: 4, Progress: func(n int64) { got.Add(n) }}
 			if c.name == "auto-few-files" {
@@ -103,7 +104,7 @@ func TestPushPullRoundTrip(t *testing.T) {
 // a typed digest error, and nothing is published.
 func TestPullCorruptBlob(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 12<<20, 2)
+	_, src := storetest.Checkpoint(t, 12<<20, 2)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	if _, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{}); err != nil {
@@ -127,7 +128,7 @@ func TestPullCorruptBlob(t *testing.T) {
 			}
 			return -1
 		})
-		d := openStore(t)
+		d := storetest.Open(t)
 		_, _, err := Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{Ranges: RangesOn, ChunkSize: chunk})
 		if !errdefs.IsDataLoss(err) || !strings.Contains(err.Error(), "digest mismatch") {
 			t.Fatalf("chunk %d, byte %d: want a digest mismatch, got %v", chunk, c.at, err)
@@ -194,11 +195,11 @@ func lyingIndex(t *testing.T, l *store.Lease, tree bool) (*artifact.Index, artif
 // is refused at planning.
 func TestPullOfALyingIndex(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 2<<20, 1)
+	_, src := storetest.Checkpoint(t, 2<<20, 1)
 	_, l := imported(t, src)
 
 	x, lie := lyingIndex(t, l, true)
-	d := openStore(t)
+	d := storetest.Open(t)
 	pl, rep, err := Pull(ctx, d, pushEdited(t, l, l.Identity(), x, "models/lie:v1"), PullOptions{})
 	if err != nil {
 		t.Fatalf("pull of a consistent lie: %v", err)
@@ -218,7 +219,7 @@ func TestPullOfALyingIndex(t *testing.T) {
 	}
 
 	x, _ = lyingIndex(t, l, false)
-	d = openStore(t)
+	d = storetest.Open(t)
 	_, _, err = Pull(ctx, d, pushEdited(t, l, l.Identity(), x, "models/bad:v1"), PullOptions{})
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "tree") {
 		t.Fatalf("pull of an index inconsistent with itself: %v", err)
@@ -233,7 +234,7 @@ func TestPullOfALyingIndex(t *testing.T) {
 // collision at pull, and nothing is published.
 func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 2<<20, 1)
+	_, src := storetest.Checkpoint(t, 2<<20, 1)
 	_, l := imported(t, src)
 	forged := l.Identity()
 	forged.Model.Source = append([]artifact.SourceFile(nil), forged.Model.Source...)
@@ -241,7 +242,7 @@ func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
 	x := *l.Index
 	forgedID, _ := forged.ID()
 	x.ID = forgedID
-	d := openStore(t)
+	d := storetest.Open(t)
 	_, _, err := Pull(ctx, d, pushEdited(t, l, forged, &x, "models/forged:v1"), PullOptions{})
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "identity collision: passthrough identity's source fingerprint and payload disagree at ") ||
 		!strings.Contains(err.Error(), ": sha256: fingerprint says ") {
@@ -255,7 +256,7 @@ func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
 // TestPullForeign imports an artifact pushed the way `oras push` does.
 func TestPullForeign(t *testing.T) {
 	ctx := context.Background()
-	dir, src := checkpoint(t, 3<<20, 2)
+	dir, src := storetest.Checkpoint(t, 3<<20, 2)
 	f := newFakeRegistry(t)
 	r := remoteFor(t, f, "hub/model:main")
 	m := orasManifest(src)
@@ -276,16 +277,16 @@ func TestPullForeign(t *testing.T) {
 	if err := pushManifest(ctx, r, descriptorOf(ocispec.MediaTypeImageManifest, raw), raw); err != nil {
 		t.Fatal(err)
 	}
-	d := openStore(t)
+	d := storetest.Open(t)
 	if _, _, err := Pull(ctx, d, r, PullOptions{}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("pull without --revision: %v", err)
 	}
-	l, rep, err := Pull(ctx, d, r, PullOptions{ChunkSize: 1 << 20, Import: ImportOptions{Repository: "org/model", Revision: testRevision}})
+	l, rep, err := Pull(ctx, d, r, PullOptions{ChunkSize: 1 << 20, Import: ImportOptions{Repository: "org/model", Revision: storetest.Revision}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want, _ := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0).ID()
+	want, _ := storetest.Identity(src).ID()
 	if l.ID != want || rep.Kind != KindForeign {
 		t.Fatalf("imported %s (%s), want the import identity %s", l.ID, rep.Kind, want)
 	}
@@ -304,7 +305,7 @@ func TestPullForeign(t *testing.T) {
 // (mounted, not copied) and over scratch, and inspects them.
 func TestImageBuild(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 2<<20, 2)
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	art := remoteFor(t, f, "models/x:v1")
@@ -384,7 +385,7 @@ func TestPullZeroPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, chunk := range []int64{1 << 20, -1} {
-		_, _, err := Pull(ctx, openStore(t), r, PullOptions{Ranges: RangesOn, ChunkSize: chunk, Import: ImportOptions{Revision: testRevision}})
+		_, _, err := Pull(ctx, storetest.Open(t), r, PullOptions{Ranges: RangesOn, ChunkSize: chunk, Import: ImportOptions{Revision: storetest.Revision}})
 		if !errdefs.IsDataLoss(err) { // a malformed file is invalid data (exit 4)
 			t.Fatalf("chunk %d: %v", chunk, err)
 		}
@@ -409,7 +410,7 @@ func (w *resumeWriter) Reuse(b artifact.Binding) (artifact.FileEntry, bool, erro
 // TestReuseChecksIndex: files reused from an interrupted pull are compared
 // with the pulled index like fetched ones, before publication.
 func TestReuseChecksIndex(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 2)
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
 	_, l := imported(t, src)
 	a, err := NewArtifact(l.Identity(), l.Index)
 	if err != nil {

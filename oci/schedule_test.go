@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -17,7 +18,7 @@ import (
 // feeders stopped).
 func TestPullStopsCleanlyOnAFailedCreate(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 24<<20, 4)
+	_, src := storetest.Checkpoint(t, 24<<20, 4)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	if _, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{}); err != nil {
@@ -29,7 +30,7 @@ func TestPullStopsCleanlyOnAFailedCreate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, _, err = Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{Ranges: RangesOn, ChunkSize: 1 << 20, FilesInFlight: 2, Import: ImportOptions{Revision: testRevision}})
+		_, _, err = Pull(ctx, d, remoteFor(t, f, "models/x:v1"), PullOptions{Ranges: RangesOn, ChunkSize: 1 << 20, FilesInFlight: 2, Import: ImportOptions{Revision: storetest.Revision}})
 		var ce *store.CapacityError
 		if !errors.As(err, &ce) {
 			t.Fatalf("pull %d into a store of %d bytes: %v, want a capacity error", i, limit, err)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -15,13 +16,13 @@ import (
 // each file's range is verified once its sha256 checked.
 func TestPullAnnouncesToAServedStore(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 8<<20, 2)
+	_, src := storetest.Checkpoint(t, 8<<20, 2)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	if _, err := Push(ctx, l, remoteFor(t, f, "models/x:v1"), PushOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	d := openStore(t)
+	d := storetest.Open(t)
 	peer, err := store.Open(ctx, d.Root(), nil) // the serving process's view
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/trust"
 )
@@ -43,7 +44,7 @@ func TestSignedPush(t *testing.T) {
 		return trust.Match{Scope: "models/x", Requirements: []trust.Requirement{{Type: trust.TypeSigstoreSigned,
 			Keys: []trust.Key{{Source: "k.pub", PEM: pub}}, Identity: trust.SignedIdentity{Type: "matchRepoDigestOrExact"}}}}
 	}
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	r := remoteFor(t, f, "models/x:v1")
@@ -124,7 +125,7 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	if _, err := Push(ctx, l, remoteFor(t, f, "secure/signed:v1"), PushOptions{SignKey: key}); err != nil {
@@ -141,7 +142,7 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := openStore(t)
+	d := storetest.Open(t)
 	_, _, err = Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p})
 	var refusal *trust.Refusal
 	if !errors.As(err, &refusal) || refusal.Scope != f.host()+"/secure" || !strings.Contains(err.Error(), "no signature found") {
@@ -209,7 +210,7 @@ func TestCosignV2Signature(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	payload := func(ref, d string) []byte {

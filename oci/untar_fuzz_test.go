@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // FuzzExtractLayer fuzzes a tar layer's extraction as a pull runs it: the
@@ -58,14 +59,12 @@ func FuzzExtractLayer(f *testing.F) {
 // extractFuzz extracts a layer into memory, checking that every file the
 // extraction wrote is closed and whole.
 func extractFuzz(a PlanArchive, r io.Reader, lim tarLimits) ([]artifact.File, error) {
-	w := &memWriter{}
+	w := &storetest.MemWriter{SHA256Only: true}
 	files, err := extractLayer(context.Background(), r, a, w, lim)
-	for _, f := range w.files {
-		if !f.closed {
-			return nil, errors.New("file " + f.path + " left open")
-		}
+	if open := w.Unclosed(); len(open) > 0 {
+		return nil, errors.New("file " + open[0] + " left open")
 	}
-	if err == nil && len(files) != len(w.files) {
+	if err == nil && len(files) != len(w.Paths()) {
 		return nil, errors.New("files written and reported differ")
 	}
 	return files, err

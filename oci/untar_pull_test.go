@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -20,7 +21,7 @@ import (
 // "ckpt/<file>", as modctl writes a directory), with the blobs.
 func tarLayers(t *testing.T, c Compression) (*ocispec.Manifest, map[digest.Digest][]byte, *artifact.SourceDir) {
 	t.Helper()
-	ckpt, src := checkpoint(t, 2<<20, 3)
+	ckpt, src := storetest.Checkpoint(t, 2<<20, 3)
 	blobs := map[digest.Digest][]byte{}
 	first := src.Files[0]
 	raw, err := os.ReadFile(filepath.Join(ckpt, first.Path))
@@ -41,7 +42,7 @@ func tarLayers(t *testing.T, c Compression) (*ocispec.Manifest, map[digest.Diges
 	blob := compress(t, c, makeTar(t, entries, ""))
 	a := archiveOf("ckpt", c, blob)
 	blobs[a.Layer.Digest] = blob
-	cfg := []byte(`{"descriptor":{"revision":"` + testRevision + `"},"config":{},"modelfs":{"type":"layers","diffIds":[]}}`)
+	cfg := []byte(`{"descriptor":{"revision":"` + storetest.Revision + `"},"config":{},"modelfs":{"type":"layers","diffIds":[]}}`)
 	cfgDesc := descriptorOf(MediaTypeModelConfig, cfg)
 	blobs[cfgDesc.Digest] = cfg
 	m := &ocispec.Manifest{Versioned: manifestV2(), MediaType: ocispec.MediaTypeImageManifest, ArtifactType: ArtifactTypeModel,
@@ -78,7 +79,7 @@ func TestPlanForeignArchives(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		plan, err := PlanForeign("reg/x:1", dm, ImportOptions{Revision: testRevision})
+		plan, err := PlanForeign("reg/x:1", dm, ImportOptions{Revision: storetest.Revision})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestPlanForeignArchives(t *testing.T) {
 		t.Fatal("one manifest planned two identities")
 	}
 	m.Layers[0].Digest = digest.FromString("another tar")
-	plan, err := PlanForeign("reg/x:1", m, ImportOptions{Revision: testRevision})
+	plan, err := PlanForeign("reg/x:1", m, ImportOptions{Revision: storetest.Revision})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +106,7 @@ func TestPlanForeignArchives(t *testing.T) {
 	}
 	// Only tar layers: their safetensors files are checked once extracted.
 	m.Layers = m.Layers[:1]
-	if _, err := PlanForeign("reg/x:1", m, ImportOptions{Revision: testRevision}); err != nil {
+	if _, err := PlanForeign("reg/x:1", m, ImportOptions{Revision: storetest.Revision}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -127,8 +128,8 @@ func TestPullArchives(t *testing.T) {
 		pushLayers(t, f, tag, m, blobs)
 		var ids []artifact.ID
 		for range 2 {
-			d := openStore(t)
-			l, rep, err := Pull(ctx, d, remoteFor(t, f, tag), PullOptions{Import: ImportOptions{Revision: testRevision}})
+			d := storetest.Open(t)
+			l, rep, err := Pull(ctx, d, remoteFor(t, f, tag), PullOptions{Import: ImportOptions{Revision: storetest.Revision}})
 			if err != nil {
 				t.Fatalf("%s: %v", c, err)
 			}
@@ -181,8 +182,8 @@ func TestPullHostileArchive(t *testing.T) {
 	hm.Layers = []ocispec.Descriptor{a.Layer, m.Layers[1]}
 	pushLayers(t, f, "models/evil:v1", &hm, blobs)
 
-	d := openStore(t)
-	_, _, err := Pull(ctx, d, remoteFor(t, f, "models/evil:v1"), PullOptions{Import: ImportOptions{Revision: testRevision}})
+	d := storetest.Open(t)
+	_, _, err := Pull(ctx, d, remoteFor(t, f, "models/evil:v1"), PullOptions{Import: ImportOptions{Revision: storetest.Revision}})
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "a link") || !strings.Contains(err.Error(), a.Layer.Digest.String()) {
 		t.Fatalf("symlink out: %v", err)
 	}
@@ -197,7 +198,7 @@ func TestPullHostileArchive(t *testing.T) {
 		}
 		return -1
 	})
-	_, _, err = Pull(ctx, d, remoteFor(t, f, "models/good:v1"), PullOptions{Import: ImportOptions{Revision: testRevision}})
+	_, _, err = Pull(ctx, d, remoteFor(t, f, "models/good:v1"), PullOptions{Import: ImportOptions{Revision: storetest.Revision}})
 	if err == nil {
 		t.Fatal("a corrupted tar layer was pulled")
 	}

@@ -7,17 +7,15 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // tarEntry is one entry of a test tar: its header (the size taken from
@@ -107,53 +105,6 @@ func archiveOf(path string, c Compression, blob []byte) PlanArchive {
 	return PlanArchive{Path: path, Layer: l, Compression: c}
 }
 
-// memWriter is an artifact.Writer in memory.
-type memWriter struct {
-	mu    sync.Mutex
-	files map[string]*memFile
-}
-
-type memFile struct {
-	path   string
-	size   int64
-	buf    bytes.Buffer
-	closed bool
-}
-
-func (w *memWriter) Create(path string, size int64) (artifact.FileWriter, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.files == nil {
-		w.files = map[string]*memFile{}
-	}
-	if _, dup := w.files[path]; dup {
-		return nil, fmt.Errorf("payload %q created twice: %w", path, errdefs.ErrAlreadyExists)
-	}
-	f := &memFile{path: path, size: size}
-	w.files[path] = f
-	return f, nil
-}
-
-func (f *memFile) Write(b []byte) (int, error) {
-	if int64(f.buf.Len()+len(b)) > f.size {
-		return 0, fmt.Errorf("%s: more than %d bytes", f.path, f.size)
-	}
-	return f.buf.Write(b)
-}
-
-func (f *memFile) Close() error {
-	f.closed = true
-	if int64(f.buf.Len()) != f.size {
-		return fmt.Errorf("%s: %d bytes of %d", f.path, f.buf.Len(), f.size)
-	}
-	return nil
-}
-
-func (f *memFile) Entry() (artifact.FileEntry, error) {
-	sum := sha256.Sum256(f.buf.Bytes())
-	return artifact.FileEntry{File: artifact.File{Path: f.path, Size: f.size, SHA256: hex.EncodeToString(sum[:])}}, nil
-}
-
 var testLimits = tarLimits{Entries: 8, Bytes: 1 << 20}
 
 // TestExtractLayer: good layers extract every regular file at its path in
@@ -207,30 +158,28 @@ func TestExtractLayer(t *testing.T) {
 				}
 				blob := compress(t, comp, makeTar(t, c.entries, c.trailer))
 				a := archiveOf("m", comp, blob)
-				w := &memWriter{}
+				w := &storetest.MemWriter{SHA256Only: true}
 				files, err := extractLayer(context.Background(), bytes.NewReader(blob), a, w, lim)
 				if c.want == nil {
 					if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), c.refusal) || !strings.Contains(err.Error(), a.Layer.Digest.String()) {
 						t.Fatalf("want a refusal with %q naming the layer, got %v", c.refusal, err)
 					}
 					t.Log(err)
-					for _, f := range w.files {
-						if !f.closed {
-							t.Fatalf("%s left open", f.path)
-						}
+					if open := w.Unclosed(); len(open) > 0 {
+						t.Fatalf("%v left open", open)
 					}
 					return
 				}
 				if err != nil {
 					t.Fatal(err)
 				}
-				if len(files) != len(c.want) || len(w.files) != len(c.want) {
+				if len(files) != len(c.want) || len(w.Paths()) != len(c.want) {
 					t.Fatalf("files %+v, want %v", files, c.want)
 				}
 				for _, f := range files {
 					data, ok := c.want[f.Path]
 					sum := sha256.Sum256([]byte(data))
-					if !ok || w.files[f.Path].buf.String() != data || f.SHA256 != hex.EncodeToString(sum[:]) {
+					if got, _ := w.Bytes(f.Path); !ok || string(got) != data || f.SHA256 != hex.EncodeToString(sum[:]) {
 						t.Fatalf("file %+v", f)
 					}
 				}
@@ -247,26 +196,26 @@ func TestExtractLayerChecksTheLayer(t *testing.T) {
 	a := archiveOf("m", CompressionNone, blob)
 	other := a
 	other.Layer.Digest = digest.FromString("other")
-	if _, err := extractLayer(context.Background(), bytes.NewReader(blob), other, &memWriter{}, testLimits); !errdefs.IsDataLoss(err) {
+	if _, err := extractLayer(context.Background(), bytes.NewReader(blob), other, &storetest.MemWriter{SHA256Only: true}, testLimits); !errdefs.IsDataLoss(err) {
 		t.Fatalf("digest mismatch: %v", err)
 	}
 	longer := a
 	longer.Layer.Size += 512
-	if _, err := extractLayer(context.Background(), bytes.NewReader(blob), longer, &memWriter{}, testLimits); !errdefs.IsInvalidArgument(err) {
+	if _, err := extractLayer(context.Background(), bytes.NewReader(blob), longer, &storetest.MemWriter{SHA256Only: true}, testLimits); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("size mismatch: %v", err)
 	}
 	gz := archiveOf("m", CompressionGzip, blob) // not gzip at all
-	if _, err := extractLayer(context.Background(), bytes.NewReader(blob), gz, &memWriter{}, testLimits); !errdefs.IsInvalidArgument(err) {
+	if _, err := extractLayer(context.Background(), bytes.NewReader(blob), gz, &storetest.MemWriter{SHA256Only: true}, testLimits); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("not gzip: %v", err)
 	}
 	zs := compress(t, CompressionZstd, blob)
 	za := archiveOf("m", CompressionZstd, append(zs, "tail"...))
-	if _, err := extractLayer(context.Background(), bytes.NewReader(append(zs, "tail"...)), za, &memWriter{}, testLimits); !errdefs.IsInvalidArgument(err) {
+	if _, err := extractLayer(context.Background(), bytes.NewReader(append(zs, "tail"...)), za, &storetest.MemWriter{SHA256Only: true}, testLimits); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("bytes after the zstd stream: %v", err)
 	}
 	// A failed read of the stream is the stream's failure, not the layer's.
 	broken := io.MultiReader(bytes.NewReader(blob[:700]), iotestErrReader{errdefs.ErrUnavailable})
-	if _, err := extractLayer(context.Background(), broken, a, &memWriter{}, testLimits); !errdefs.IsUnavailable(err) {
+	if _, err := extractLayer(context.Background(), broken, a, &storetest.MemWriter{SHA256Only: true}, testLimits); !errdefs.IsUnavailable(err) {
 		t.Fatalf("broken stream: %v", err)
 	}
 }

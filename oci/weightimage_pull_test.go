@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // TestPullWeightImage: pulling a weight image (rather than the artifact it
@@ -13,7 +14,7 @@ import (
 // mount directory, and the store holds nothing afterwards.
 func TestPullWeightImage(t *testing.T) {
 	ctx := context.Background()
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
 	art := remoteFor(t, f, "models/x:v1")
@@ -26,7 +27,7 @@ func TestPullWeightImage(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d := openStore(t)
+		d := storetest.Open(t)
 		_, _, err = Pull(ctx, d, remoteFor(t, f, "apps/x:v1"), PullOptions{})
 		if !errdefs.IsInvalidArgument(err) {
 			t.Fatalf("pull of weight image %s: %v, want bad input", img.Reference, err)

@@ -7,19 +7,20 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // TestExportCeiling: exported directories stay mapped within the ceiling:
 // an idle one is dropped to make room, one larger than the ceiling is
 // refused, and a directory whose files changed is mapped again.
 func TestExportCeiling(t *testing.T) {
-	a, _ := checkpoint(t, 6<<20, 1)
-	b, _ := checkpoint(t, 6<<20, 2)
-	big, _ := checkpoint(t, 12<<20, 1)
-	_, addr := serve(t, openStore(t), ServerConfig{ExportCeiling: 10 << 20, Exports: []Export{
-		{Name: "a", Path: a, Revision: testRevision}, {Name: "b", Path: b, Revision: testRevision}, {Name: "big", Path: big, Revision: testRevision}}})
+	a, _ := storetest.Checkpoint(t, 6<<20, 1)
+	b, _ := storetest.Checkpoint(t, 6<<20, 2)
+	big, _ := storetest.Checkpoint(t, 12<<20, 1)
+	_, addr := serve(t, storetest.Open(t), ServerConfig{ExportCeiling: 10 << 20, Exports: []Export{
+		{Name: "a", Path: a, Revision: storetest.Revision}, {Name: "b", Path: b, Revision: storetest.Revision}, {Name: "big", Path: big, Revision: storetest.Revision}}})
 	fetch := func(name string) (*FetchReport, error) {
-		l, rep, err := Fetch(context.Background(), openStore(t), []string{addr}, "staged:"+name, FetchOptions{})
+		l, rep, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, "staged:"+name, FetchOptions{})
 		if err == nil {
 			l.Close()
 		}

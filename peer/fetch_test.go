@@ -16,15 +16,16 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
 func TestFetchTCP(t *testing.T) {
-	src, id := seeded(t, 48<<20, 3)
+	src, id := storetest.Seeded(t, 48<<20, 3)
 	_, addr := serve(t, src, ServerConfig{})
 	for _, rails := range []int{1, 2, 4} {
 		t.Run(fmt.Sprint(rails), func(t *testing.T) {
-			dst := openStore(t)
+			dst := storetest.Open(t)
 			l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Rails: rails})
 			if err != nil {
 				t.Fatal(err)
@@ -62,12 +63,12 @@ func killAt(at int64, kill func()) func(int64) {
 // READY and valid.
 func testFailover(t *testing.T, mode Mode, cfg ServerConfig) {
 	const size = midSize
-	a, id := seeded(t, size, 4)
-	b, _ := seeded(t, size, 4)
+	a, id := storetest.Seeded(t, size, 4)
+	b, _ := storetest.Seeded(t, size, 4)
 	la, _ := net.Listen("tcp", "127.0.0.1:0")
 	_, stopA := serveStoppable(t, a, cfg, la)
 	_, addrB := serve(t, b, cfg)
-	dst := openStore(t)
+	dst := storetest.Open(t)
 	l, rep, err := Fetch(context.Background(), dst, []string{la.Addr().String(), addrB}, digestOf(t, id),
 		FetchOptions{Mode: mode, Rails: 2, Progress: killAt(size/3, stopA)})
 	if err != nil {
@@ -85,7 +86,7 @@ func testFailover(t *testing.T, mode Mode, cfg ServerConfig) {
 // and ends READY and valid.
 func testRestart(t *testing.T, mode Mode, cfg ServerConfig) {
 	const size = midSize
-	d, id := seeded(t, size, 4)
+	d, id := storetest.Seeded(t, size, 4)
 	l1, _ := net.Listen("tcp", "127.0.0.1:0")
 	addr := l1.Addr().String()
 	first, stop := serveStoppable(t, d, cfg, l1)
@@ -99,7 +100,7 @@ func testRestart(t *testing.T, mode Mode, cfg ServerConfig) {
 		}
 		second.Store(serveOn(t, d, cfg, l2))
 	}
-	dst := openStore(t)
+	dst := storetest.Open(t)
 	l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id),
 		FetchOptions{Mode: mode, Rails: 2, Progress: killAt(size/3, restart)})
 	if err != nil {
@@ -118,19 +119,19 @@ func TestRestartTCP(t *testing.T)  { testRestart(t, ModeTCP, ServerConfig{}) }
 // TestFetchExportAndList: an exported directory is served as a
 // passthrough artifact of its revision, mapped once, and listed.
 func TestFetchExportAndList(t *testing.T) {
-	dir, src := checkpoint(t, 8<<20, 2)
-	s, addr := serve(t, openStore(t), ServerConfig{Exports: []Export{{Name: "ck", Path: dir, Revision: testRevision, Repository: "org/model"}}})
+	dir, src := storetest.Checkpoint(t, 8<<20, 2)
+	s, addr := serve(t, storetest.Open(t), ServerConfig{Exports: []Export{{Name: "ck", Path: dir, Revision: storetest.Revision, Repository: "org/model"}}})
 	ls, err := (ClientConfig{}).List(context.Background(), addr)
 	if err != nil || ls.Generation != s.Generation() || len(ls.Exports) != 1 || ls.Exports[0].Mapped {
 		t.Fatalf("list %+v %v", ls, err)
 	}
-	dst := openStore(t)
+	dst := storetest.Open(t)
 	l, rep, err := Fetch(context.Background(), dst, []string{addr}, "staged:ck", FetchOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if want := digestOf(t, artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)); rep.ID.String() != want {
+	if want := digestOf(t, storetest.Identity(src)); rep.ID.String() != want {
 		t.Fatalf("staged identity %s, want the passthrough identity %s", rep.ID, want)
 	}
 	verifyFull(t, dst, l.ID)
@@ -142,9 +143,9 @@ func TestFetchExportAndList(t *testing.T) {
 // TestFetchSubset: only the matching tensors are fetched, into an artifact
 // of their own whose tensors are byte for byte the source's.
 func TestFetchSubset(t *testing.T) {
-	src, id := seeded(t, 8<<20, 2)
+	src, id := storetest.Seeded(t, 8<<20, 2)
 	_, addr := serve(t, src, ServerConfig{})
-	dst := openStore(t)
+	dst := storetest.Open(t)
 	patterns := []string{"model.layers.1.*", "lm_head.weight"}
 	l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Tensors: patterns})
 	if err != nil {
@@ -195,9 +196,9 @@ func TestFetchSubset(t *testing.T) {
 // wrote; the next fetch reuses the files it completed.
 func TestFetchResumesKeptFiles(t *testing.T) {
 	const size = 64 << 20
-	src, id := seeded(t, size, 4)
+	src, id := storetest.Seeded(t, size, 4)
 	_, addr := serve(t, src, ServerConfig{})
-	dst := openStore(t)
+	dst := storetest.Open(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, _, err := Fetch(ctx, dst, []string{addr}, digestOf(t, id), FetchOptions{Rails: 1, Progress: killAt(size*3/4, cancel)})
 	if !errors.Is(err, context.Canceled) {
@@ -218,8 +219,8 @@ func TestFetchResumesKeptFiles(t *testing.T) {
 // manifest is caught on arrival; the fetch takes that tensor from the next
 // peer and publishes valid bytes.
 func TestFetchFromALyingPeer(t *testing.T) {
-	a, id := seeded(t, 8<<20, 2)
-	b, _ := seeded(t, 8<<20, 2)
+	a, id := storetest.Seeded(t, 8<<20, 2)
+	b, _ := storetest.Seeded(t, 8<<20, 2)
 	l, err := a.Lookup(context.Background(), mustID(t, id), "")
 	if err != nil {
 		t.Fatal(err)
@@ -242,7 +243,7 @@ func TestFetchFromALyingPeer(t *testing.T) {
 	os.Chmod(lf.Abs, 0o444)
 	_, addrA := serve(t, a, ServerConfig{})
 	_, addrB := serve(t, b, ServerConfig{})
-	dst := openStore(t)
+	dst := storetest.Open(t)
 	got, rep, err := Fetch(context.Background(), dst, []string{addrA, addrB}, digestOf(t, id), FetchOptions{Rails: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -293,7 +294,7 @@ func (l *recordingListener) Accept() (net.Conn, error) {
 // TestRailAddrs: with rail addresses (one per NIC), rail r is served on
 // address r modulo their count.
 func TestRailAddrs(t *testing.T) {
-	d, id := seeded(t, 8<<20, 2)
+	d, id := storetest.Seeded(t, 8<<20, 2)
 	inner, err := net.Listen("tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +302,7 @@ func TestRailAddrs(t *testing.T) {
 	l := &recordingListener{Listener: inner, local: map[string]int{}}
 	serveOn(t, d, ServerConfig{RailAddrs: []string{"127.0.0.2", "127.0.0.3"}}, l)
 	addr := fmt.Sprintf("127.0.0.1:%d", inner.Addr().(*net.TCPAddr).Port)
-	got, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Rails: 4})
+	got, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, id), FetchOptions{Rails: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

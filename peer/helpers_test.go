@@ -1,67 +1,16 @@
 package peer
 
 import (
+	"bytes"
 	"context"
 	"net"
-	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/store"
 )
-
-const testRevision = "0123456789abcdef0123456789abcdef01234567"
-
-// checkpoint writes a synthetic checkpoint of about size bytes in shards.
-func checkpoint(tb testing.TB, size int64, shards int) (string, *artifact.SourceDir) {
-	tb.Helper()
-	return synthCheckpoint(tb, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: 7})
-}
-
-// synthCheckpoint writes a synthetic checkpoint of opts.
-func synthCheckpoint(tb testing.TB, opts synth.Options) (string, *artifact.SourceDir) {
-	tb.Helper()
-	dir := filepath.Join(tb.TempDir(), "ckpt")
-	if err := synth.Write(context.Background(), dir, opts); err != nil {
-		tb.Fatal(err)
-	}
-	src, _, err := artifact.ScanSource(context.Background(), dir)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return dir, src
-}
-
-func openStore(tb testing.TB) *store.Domain {
-	tb.Helper()
-	d, err := store.Open(context.Background(), filepath.Join(tb.TempDir(), "store"), nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return d
-}
-
-// seeded is a store holding a synthetic artifact, and its identity.
-func seeded(tb testing.TB, size int64, shards int) (*store.Domain, artifact.Identity) {
-	tb.Helper()
-	_, src := checkpoint(tb, size, shards)
-	return seededSource(tb, src)
-}
-
-// seededSource is a store holding the artifact of src, and its identity.
-func seededSource(tb testing.TB, src *artifact.SourceDir) (*store.Domain, artifact.Identity) {
-	tb.Helper()
-	d := openStore(tb)
-	id := artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)
-	l, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	l.Close()
-	return d, id
-}
 
 // serve runs a server of d on a loopback port until the test ends, and
 // returns it with its address.
@@ -127,4 +76,20 @@ func verifyFull(tb testing.TB, d *store.Domain, id artifact.ID) {
 		tb.Fatalf("full verification: %v", err)
 	}
 	l.Close()
+}
+
+// buildWaiters counts the goroutines of this process that wait, in a
+// store.Building, for a range its build has not verified yet: each is a
+// server holding a request it may answer only once the builder verifies
+// the range. Once a server holds one, a byte it would wrongly send early
+// has been sent.
+func buildWaiters() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			return bytes.Count(buf[:n], []byte("store.(*Building).wait("))
+		}
+		buf = make([]byte, 2*len(buf))
+	}
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -113,8 +115,9 @@ func (p *pieceProducer) Produce(ctx context.Context, w artifact.Writer) error {
 // seededPieces is a store holding an artifact of one safetensors file
 // whose largest tensors are two pieces long, and its identity.
 func seededPieces(t *testing.T) (*store.Domain, artifact.Identity) {
-	_, src := synthCheckpoint(t, synth.Options{Size: 16 << 20, Shards: 1, DType: "F32", Seed: 7})
-	return seededSource(t, src)
+	_, src := storetest.CheckpointOf(t, synth.Options{Size: 16 << 20, Shards: 1, DType: "F32", Seed: 7})
+	d := storetest.Open(t)
+	return d, storetest.Seed(t, d, src)
 }
 
 // buildPieces starts p's build, on a new store served with cfg, of the
@@ -139,7 +142,7 @@ func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *p
 		t.Fatal("no tensor longer than a piece")
 	}
 	p.src, p.stop, p.written, p.release = src, p.long.Offset+stop, make(chan struct{}), make(chan struct{})
-	b := openStore(t)
+	b := storetest.Open(t)
 	_, addr := serve(t, b, cfg)
 	built := make(chan error, 1)
 	go func() {
@@ -163,7 +166,7 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 	addrA, builtA := buildPieces(t, a, identity, p, blake3.PieceSize, ServerConfig{})
 	id, _ := identity.ID()
 	ctx := context.Background()
-	b := openStore(t)
+	b := storetest.Open(t)
 	_, addrB := serve(t, b, ServerConfig{})
 	fetchedB := make(chan error, 1)
 	go func() {
@@ -174,17 +177,12 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 		}
 		fetchedB <- err
 	}()
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		// C may take B once B has a source.
+	// C may take B once B has a source.
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		ls, _ := (ClientConfig{}).List(ctx, addrB)
-		if ls != nil && len(ls.Artifacts) == 1 && ls.Artifacts[0].Depth > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("B never listed a source: %+v", ls)
-		}
-	}
-	c := openStore(t)
+		return ls != nil && len(ls.Artifacts) == 1 && ls.Artifacts[0].Depth > 0
+	}, "B never listed a source")
+	c := storetest.Open(t)
 	var moved atomic.Int64
 	fetchedC := make(chan error, 1)
 	go func() {
@@ -202,10 +200,10 @@ func TestPiecesForwardBeforeTheTensorIsWhole(t *testing.T) {
 		}
 		want += f.Entry.Size
 	}
-	for deadline := time.Now().Add(20 * time.Second); moved.Load() < want && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
-	time.Sleep(200 * time.Millisecond)
+	testenv.Eventually(t, 20*time.Second, func() bool { return moved.Load() >= want }, "C never verified the %d bytes A verified", want)
+	// A holds B's request for the rest of the tensor and B holds C's: any
+	// byte more would have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 2 }, "A and B do not both wait for A's build to verify more")
 	if n := moved.Load(); n != want {
 		t.Fatalf("C verified %d bytes, want %d: the files before, and the safetensors file up to %s's first piece's end", n, want, p.long.Name)
 	}
@@ -246,7 +244,7 @@ func TestPiecesRefuseWrongOnes(t *testing.T) {
 			// last error is the refusal.
 			addr, built := buildPieces(t, a, identity, tc.p, 1<<40, ServerConfig{MaxChildren: 4})
 			defer func() { close(tc.p.release); <-built }()
-			_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, identity), FetchOptions{Patience: 300 * time.Millisecond})
+			_, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, identity), FetchOptions{Patience: 300 * time.Millisecond})
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), tc.p.long.Name) {
 				t.Fatalf("fetch from a builder with a %s: %v; want %q, its address and the tensor", tc.name, err, tc.want)
 			}
@@ -272,7 +270,7 @@ func TestPiecesOfASubset(t *testing.T) {
 	addr, built := buildPieces(t, a, identity, p, 1<<40, ServerConfig{})
 	defer func() { close(p.release); <-built }()
 	largest, progress := largestUnit()
-	c := openStore(t)
+	c := storetest.Open(t)
 	l, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Tensors: []string{p.long.Name}, Progress: progress})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +293,7 @@ func TestPiecesFromAHolder(t *testing.T) {
 	a, identity := seededPieces(t)
 	_, addrA := serve(t, a, ServerConfig{})
 	for _, seeding := range []bool{true, false} {
-		b := openStore(t)
+		b := storetest.Open(t)
 		if seeding {
 			serve(t, b, ServerConfig{})
 		}
@@ -328,7 +326,7 @@ func TestPiecesFromAnOldPeer(t *testing.T) {
 	a, identity := seededPieces(t)
 	_, addrA := serve(t, a, ServerConfig{})
 	old := oldPeer(t, addrA)
-	b := openStore(t)
+	b := storetest.Open(t)
 	serve(t, b, ServerConfig{})
 	largest, progress := largestUnit()
 	l, rep, err := Fetch(context.Background(), b, []string{old}, digestOf(t, identity), FetchOptions{Progress: progress})

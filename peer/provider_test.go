@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"net"
 	"testing"
 	"time"
@@ -56,9 +57,9 @@ func silentAddr(t *testing.T) string {
 // resolution reaches the registry in seconds. A holder beside dead peers
 // serves the artifact.
 func TestProviderPassesOverDownPeers(t *testing.T) {
-	d, id := seeded(t, 256<<10, 1)
+	d, id := storetest.Seeded(t, 256<<10, 1)
 	_, holder := serve(t, d, ServerConfig{})
-	_, empty := serve(t, openStore(t), ServerConfig{})
+	_, empty := serve(t, storetest.Open(t), ServerConfig{})
 	digest, err := id.ID()
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -49,20 +50,20 @@ func allocated(fn func()) uint64 {
 // TestServerRefuses: every bad request gets a clear, typed refusal, and a
 // huge length costs no allocation beyond the limits.
 func TestServerRefuses(t *testing.T) {
-	d, id := seeded(t, 2<<20, 1)
+	d, id := storetest.Seeded(t, 2<<20, 1)
 	dir := t.TempDir()
 	allowed := filepath.Join(dir, "allowed")
 	outside := filepath.Join(dir, "outside")
-	for _, p := range []string{filepath.Join(allowed, "m", "snapshots", testRevision), outside} {
+	for _, p := range []string{filepath.Join(allowed, "m", "snapshots", storetest.Revision), outside} {
 		os.MkdirAll(p, 0o755)
 	}
 	os.WriteFile(filepath.Join(outside, "secret.safetensors"), []byte("not for you"), 0o644)
-	os.WriteFile(filepath.Join(allowed, "m", "snapshots", testRevision, "config.json"), []byte("{}"), 0o644)
+	os.WriteFile(filepath.Join(allowed, "m", "snapshots", storetest.Revision, "config.json"), []byte("{}"), 0o644)
 	os.MkdirAll(filepath.Join(allowed, "linkfile"), 0o755)
 	os.Symlink(filepath.Join(outside, "secret.safetensors"), filepath.Join(allowed, "linkfile", "x.safetensors"))
 	os.Symlink(outside, filepath.Join(allowed, "linkdir"))
 	_, addr := serve(t, d, ServerConfig{Token: "s3cret", Exports: []Export{
-		{Name: "hub", Path: allowed}, {Name: "fixed", Path: allowed, Revision: testRevision}}})
+		{Name: "hub", Path: allowed}, {Name: "fixed", Path: allowed, Revision: storetest.Revision}}})
 	ok := func(err error) bool { return err == nil }
 	req := func(s string) []byte { return wire.Enc{}.Blob32([]byte(s)) }
 	for _, tc := range []struct {
@@ -85,7 +86,7 @@ func TestServerRefuses(t *testing.T) {
 		{"staged symlinked file out", "s3cret", req("staged:fixed/linkfile"), errdefs.IsInvalidArgument, "leaves the allowlisted"},
 		{"staged symlinked dir out", "s3cret", req("staged:fixed/linkdir"), errdefs.IsInvalidArgument, "leaves the allowlisted"},
 		{"staged without revision", "s3cret", req("staged:hub/m"), errdefs.IsInvalidArgument, "no revision"},
-		{"staged snapshot", "s3cret", req("staged:hub/m/snapshots/" + testRevision), ok, ""},
+		{"staged snapshot", "s3cret", req("staged:hub/m/snapshots/" + storetest.Revision), ok, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
@@ -99,7 +100,7 @@ func TestServerRefuses(t *testing.T) {
 		})
 	}
 	t.Run("client checks the request length", func(t *testing.T) {
-		_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "staged:"+strings.Repeat("a", wire.ModelRequestMax), FetchOptions{})
+		_, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, "staged:"+strings.Repeat("a", wire.ModelRequestMax), FetchOptions{})
 		if !isTooLarge(err) {
 			t.Fatalf("got %v", err)
 		}
@@ -109,7 +110,7 @@ func TestServerRefuses(t *testing.T) {
 // TestServerRefusesBadSession: after a valid manifest, a bad transport,
 // rail or range is refused.
 func TestServerRefusesBadSession(t *testing.T) {
-	d, id := seeded(t, 2<<20, 1)
+	d, id := storetest.Seeded(t, 2<<20, 1)
 	s, addr := serve(t, d, ServerConfig{})
 	open := func() (*bufio.Reader, net.Conn) {
 		err, r, c := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id))))
@@ -172,7 +173,7 @@ func TestServerRefusesBadSession(t *testing.T) {
 // TestSessionLimit: sessions over the limit are answered busy; the fetch
 // of a busy peer moves on and fails retryably.
 func TestSessionLimit(t *testing.T) {
-	d, id := seeded(t, 2<<20, 1)
+	d, id := storetest.Seeded(t, 2<<20, 1)
 	_, addr := serve(t, d, ServerConfig{MaxSessions: 1})
 	if err, _, _ := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id)))); err != nil {
 		t.Fatal(err)
@@ -225,7 +226,7 @@ func acceptEach(t *testing.T, handle func(c net.Conn)) string {
 // TestClientRefuses: a truncated, oversized or wrong manifest from a peer
 // is refused with a typed error, and nothing over the limit is allocated.
 func TestClientRefuses(t *testing.T) {
-	d, id := seeded(t, 1<<20, 1)
+	d, id := storetest.Seeded(t, 1<<20, 1)
 	good := manifestDoc(t, d, id)
 	// edited is good with one change made to its first safetensors shard.
 	edited := func(change func(s *wire.WeightShard)) []byte {
@@ -264,7 +265,7 @@ func TestClientRefuses(t *testing.T) {
 			addr := fakePeer(t, tc.answer)
 			var err error
 			n := allocated(func() {
-				_, _, err = Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Client: ClientConfig{Timeout: 5 * time.Second}})
+				_, _, err = Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, id), FetchOptions{Client: ClientConfig{Timeout: 5 * time.Second}})
 			})
 			if err == nil || !tc.want(err) {
 				t.Fatalf("got %v", err)
@@ -279,9 +280,9 @@ func TestClientRefuses(t *testing.T) {
 // TestClientRefusesAnotherArtifact: a valid manifest of another artifact
 // than the one asked for is refused.
 func TestClientRefusesAnotherArtifact(t *testing.T) {
-	d, id := seeded(t, 1<<20, 1)
+	d, id := storetest.Seeded(t, 1<<20, 1)
 	addr := fakePeer(t, wire.Enc{wire.StatusOK}.Blob32(manifestDoc(t, d, id)))
-	_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, "sha256:"+strings.Repeat("ab", 32), FetchOptions{})
+	_, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, "sha256:"+strings.Repeat("ab", 32), FetchOptions{})
 	if err == nil || !strings.Contains(err.Error(), "answers another request") {
 		t.Fatalf("got %v", err)
 	}

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"errors"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,7 +18,7 @@ import (
 // artifact verifies.
 func TestFetchContinuesAPartlyWrittenFile(t *testing.T) {
 	const size = 32 << 20
-	src, id := seeded(t, size, 1)
+	src, id := storetest.Seeded(t, size, 1)
 	// The cancelled fetch's session may still count at the server for an
 	// instant when the next one starts: room for both.
 	_, addr := serve(t, src, ServerConfig{MaxChildren: 4})
@@ -26,7 +27,7 @@ func TestFetchContinuesAPartlyWrittenFile(t *testing.T) {
 		corrupt bool
 	}{{"kept units", false}, {"a kept unit changed on disk", true}} {
 		t.Run(tc.name, func(t *testing.T) {
-			dst := openStore(t)
+			dst := storetest.Open(t)
 			ctx, cancel := context.WithCancel(context.Background())
 			_, _, err := Fetch(ctx, dst, []string{addr}, digestOf(t, id), FetchOptions{Rails: 1, Progress: killAt(size/2, cancel)})
 			var ie *store.InterruptedError

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -23,7 +25,7 @@ import (
 // other byte, then waits, reading nothing of the held file, until the
 // builder verifies it; then it ends READY and valid.
 func TestBuildingArtifactRMA(t *testing.T) {
-	a, identity := seeded(t, 8<<20, 2)
+	a, identity := storetest.Seeded(t, 8<<20, 2)
 	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{hold: true}, rmaConfig)
 	files := p.src.Files()
 	var total int64
@@ -32,7 +34,7 @@ func TestBuildingArtifactRMA(t *testing.T) {
 	}
 	early := total - files[len(files)-1].Entry.Size
 	var moved atomic.Int64
-	c := openStore(t)
+	c := storetest.Open(t)
 	type result struct {
 		rep *FetchReport
 		err error
@@ -47,15 +49,14 @@ func TestBuildingArtifactRMA(t *testing.T) {
 		}
 		fetched <- result{rep, err}
 	}()
-	for deadline := time.Now().Add(20 * time.Second); moved.Load() < early; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the child verified %d bytes of the %d the builder verified", moved.Load(), early)
-		}
-	}
+	testenv.Eventually(t, 20*time.Second, func() bool { return moved.Load() >= early }, "the child never verified the %d bytes the builder verified", early)
+	// The builder's server holds the child's read of the held file: a byte
+	// of it would have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 1 }, "the builder's server does not wait for the held file")
 	select {
 	case r := <-fetched:
 		t.Fatalf("the fetch ended before the builder verified its last file: %+v %v", r.rep, r.err)
-	case <-time.After(500 * time.Millisecond):
+	default:
 	}
 	if n := moved.Load(); n != early {
 		t.Fatalf("the child verified %d bytes, the builder only %d", n, early)
@@ -79,7 +80,7 @@ func TestBuildingArtifactRMA(t *testing.T) {
 // ends without publishing the answer is the typed reason, and a fetch
 // gives up instead of waiting.
 func TestBuildingArtifactRMAKeys(t *testing.T) {
-	a, identity := seeded(t, 8<<20, 2)
+	a, identity := storetest.Seeded(t, 8<<20, 2)
 	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{hold: true, fail: true}, rmaConfig)
 	cs, ep, keys := rmaSession(t, addr, digestOf(t, identity))
 	defer cs.close()
@@ -110,10 +111,12 @@ func TestBuildingArtifactRMAKeys(t *testing.T) {
 		t.Fatalf("a verified unit: %v", err)
 	}
 	held := ask(len(files)-1, 0, files[len(files)-1].Entry.Size)
+	// The server holds the request: a key would have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 1 }, "the server does not wait for the unit to be verified")
 	select {
 	case err := <-held:
 		t.Fatalf("the key of a unit not verified came: %v", err)
-	case <-time.After(500 * time.Millisecond):
+	default:
 	}
 	close(p.release)
 	if err := <-built; err == nil {
@@ -123,7 +126,7 @@ func TestBuildingArtifactRMAKeys(t *testing.T) {
 	if err := <-held; !errors.As(err, &re) || !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "ended without publishing") {
 		t.Fatalf("a unit of a build that ended: %v", err)
 	}
-	_, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, identity), FetchOptions{Mode: ModeRMA, Patience: 500 * time.Millisecond})
+	_, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, identity), FetchOptions{Mode: ModeRMA, Patience: 500 * time.Millisecond})
 	if err == nil {
 		t.Fatal("the child published an artifact its only source never verified")
 	}
@@ -150,7 +153,7 @@ func readUnit(ep *fabric.EP, k wire.RemoteKey, n int64, want []byte) error {
 // does for a shard whose table key a provider made zero) is its range,
 // registered at once.
 func TestRMAUnitKeyReady(t *testing.T) {
-	src, identity := seeded(t, 4<<20, 1)
+	src, identity := storetest.Seeded(t, 4<<20, 1)
 	l, err := src.Lookup(context.Background(), mustID(t, identity), store.ManifestAndMetadata)
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -31,11 +32,11 @@ import (
 var rmaConfig = ServerConfig{Provider: "sockets", MaxChildren: 2}
 
 func TestFetchRMA(t *testing.T) {
-	src, id := seeded(t, 48<<20, 3)
+	src, id := storetest.Seeded(t, 48<<20, 3)
 	_, addr := serve(t, src, rmaConfig)
 	for _, rails := range []int{1, 3} {
 		t.Run(fmt.Sprint(rails), func(t *testing.T) {
-			dst := openStore(t)
+			dst := storetest.Open(t)
 			l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Mode: ModeRMA, Rails: rails})
 			if err != nil {
 				t.Fatal(err)
@@ -81,7 +82,7 @@ func rmaSession(t *testing.T, addr, request string) (*clientSession, *fabric.EP,
 // TestRMAKeys: a read with a wrong key fails cleanly (the peer keeps
 // serving); keys of a finished session are useless in the next one.
 func TestRMAKeys(t *testing.T) {
-	src, id := seeded(t, 4<<20, 1)
+	src, id := storetest.Seeded(t, 4<<20, 1)
 	_, addr := serve(t, src, rmaConfig)
 	dst, err := syscall.Mmap(-1, 0, 1<<20, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
 	if err != nil {
@@ -180,7 +181,7 @@ func serveHelper(root string) int {
 // artifact moves every byte through sendfile.
 func TestRMAServerReadsNoPayload(t *testing.T) {
 	const size = 64 << 20
-	src, id := seeded(t, size, 2)
+	src, id := storetest.Seeded(t, size, 2)
 	// The store drops what it wrote from the page cache; the server's
 	// mapping would fault it in from storage however it served it. Cached
 	// first, as on a seed that has served it before, the storage reads
@@ -201,7 +202,7 @@ func TestRMAServerReadsNoPayload(t *testing.T) {
 	addr = strings.TrimSpace(addr)
 	moved := func(mode Mode) (rchar, readBytes int64) {
 		before := procIO(t, cmd.Process.Pid)
-		l, rep, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Mode: mode, Rails: 2})
+		l, rep, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, id), FetchOptions{Mode: mode, Rails: 2})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -93,7 +95,7 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 // artifact and holds its ranges unverified until release is closed.
 func building(t *testing.T, fail bool) (*delayedProducer, artifact.Identity, string, chan error) {
 	t.Helper()
-	a, identity := seeded(t, 8<<20, 2)
+	a, identity := storetest.Seeded(t, 8<<20, 2)
 	p, addr, built := buildingFrom(t, a, identity, &delayedProducer{fail: fail}, ServerConfig{})
 	return p, identity, addr, built
 }
@@ -108,7 +110,7 @@ func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	b := openStore(t)
+	b := storetest.Open(t)
 	_, addr := serve(t, b, cfg)
 	p.src, p.written, p.release = src, make(chan struct{}), make(chan struct{})
 	built := make(chan error, 1)
@@ -133,7 +135,7 @@ func TestBuildingArtifactServesOnlyVerifiedRanges(t *testing.T) {
 		t.Fatalf("listing of a building artifact: %+v %v", ls, err)
 	}
 	var moved atomic.Int64
-	c := openStore(t)
+	c := storetest.Open(t)
 	fetched := make(chan error, 1)
 	go func() {
 		l, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Progress: func(n int64) { moved.Add(n) }})
@@ -143,10 +145,13 @@ func TestBuildingArtifactServesOnlyVerifiedRanges(t *testing.T) {
 		}
 		fetched <- err
 	}()
+	// The builder's server holds the child's first request: a byte would
+	// have been sent instead.
+	testenv.Eventually(t, 20*time.Second, func() bool { return buildWaiters() >= 1 }, "the builder's server does not wait for a verified range")
 	select {
 	case err := <-fetched:
 		t.Fatalf("the fetch ended before the builder verified anything: %v", err)
-	case <-time.After(300 * time.Millisecond):
+	default:
 	}
 	if n := moved.Load(); n != 0 {
 		t.Fatalf("%d bytes reached the child before any was verified", n)
@@ -167,13 +172,18 @@ func TestBuildingArtifactServesOnlyVerifiedRanges(t *testing.T) {
 // sessions with a typed reason instead of letting them wait.
 func TestBuildEndEndsTheSession(t *testing.T) {
 	p, identity, addr, built := building(t, true)
-	c := openStore(t)
+	c := storetest.Open(t)
 	fetched := make(chan error, 1)
 	go func() {
 		_, _, err := Fetch(context.Background(), c, []string{addr}, digestOf(t, identity), FetchOptions{Patience: 500 * time.Millisecond})
 		fetched <- err
 	}()
-	time.Sleep(100 * time.Millisecond)
+	// The child's session is open, so the build's end must end it (a child
+	// that came after the end would find nothing to fetch instead).
+	testenv.Eventually(t, 20*time.Second, func() bool {
+		ls, _ := (ClientConfig{}).List(context.Background(), addr)
+		return ls != nil && len(ls.Artifacts) == 1 && ls.Artifacts[0].Children == 1
+	}, "the child never joined the build")
 	close(p.release)
 	if err := <-built; err == nil {
 		t.Fatal("the build did not fail")
@@ -192,7 +202,7 @@ func TestBuildEndEndsTheSession(t *testing.T) {
 // (recorded verified) is refused by the child, which names it and takes
 // the unit from the holder once the holder has room.
 func TestLyingBuilderIsRefused(t *testing.T) {
-	a, identity := seeded(t, 8<<20, 2)
+	a, identity := storetest.Seeded(t, 8<<20, 2)
 	p, addrB, built := buildingFrom(t, a, identity, &delayedProducer{lie: true}, ServerConfig{})
 	defer func() { close(p.release); <-built }()
 	fetchPastRefusedBuilder(t, a, identity, addrB)
@@ -212,7 +222,7 @@ func fetchPastRefusedBuilder(t *testing.T, a *store.Domain, identity artifact.Id
 	}
 	var free sync.Once
 	defer free.Do(hold.close)
-	c := openStore(t)
+	c := storetest.Open(t)
 	l, rep, err := Fetch(context.Background(), c, []string{addrA, addrB}, digestOf(t, identity), FetchOptions{Progress: func(int64) { free.Do(hold.close) }})
 	if err != nil {
 		t.Fatal(err)

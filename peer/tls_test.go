@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // testPKI is a CA with a server certificate for 127.0.0.1 and a client certificate.
@@ -60,12 +61,12 @@ func newPKI(t *testing.T) *testPKI {
 // and refuses one without, and a plain control connection.
 func TestMutualTLS(t *testing.T) {
 	pki := newPKI(t)
-	d, id := seeded(t, 4<<20, 2)
+	d, id := storetest.Seeded(t, 4<<20, 2)
 	_, addr := serve(t, d, ServerConfig{Token: "t", TLS: &tls.Config{Certificates: []tls.Certificate{pki.server},
 		ClientCAs: pki.pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}})
 	fetch := func(c ClientConfig) error {
 		c.Token, c.Timeout = "t", 5*time.Second
-		l, _, err := Fetch(context.Background(), openStore(t), []string{addr}, digestOf(t, id), FetchOptions{Client: c, Patience: time.Millisecond})
+		l, _, err := Fetch(context.Background(), storetest.Open(t), []string{addr}, digestOf(t, id), FetchOptions{Client: c, Patience: time.Millisecond})
 		if err == nil {
 			l.Close()
 		}

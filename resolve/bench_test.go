@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -25,7 +26,7 @@ func BenchmarkResolveWarm(b *testing.B) {
 			if size.bytes > 256<<20 && testing.Short() {
 				b.Skip("the 2 GiB case is skipped with -short")
 			}
-			src := synthModel(b, size.bytes, 4, "BF16")
+			src := storetest.SettledCheckpoint(b, size.bytes, 4)
 			cfg := resolve.Config{Root: filepath.Join(b.TempDir(), "root"), Mode: resolve.Required,
 				AllowLocalBuild: true, Validation: store.ManifestAndMetadata}
 			req := resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}}

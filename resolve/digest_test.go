@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -40,7 +41,7 @@ func (p *digestProvider) ProducerForID(context.Context, artifact.ID) (artifact.I
 // the artifact's reference is served by the store, or by the located
 // provider, which must hand over exactly that identity.
 func TestResolveByDigest(t *testing.T) {
-	dir := synthModel(t, 256<<10, 2, "BF16")
+	dir := storetest.SettledCheckpoint(t, 256<<10, 2)
 	src := mustScan(t, dir)
 	id := identityOf(t, producers.Passthrough{}, dir)
 	digest, _ := id.ID()
@@ -133,7 +134,7 @@ func (transferring) Transfer() store.Transfer {
 // TestResolvePeersFirst: the weight peers are asked before the registry a
 // pointer names, and the report's step says how the peer moved the bytes.
 func TestResolvePeersFirst(t *testing.T) {
-	dir := synthModel(t, 256<<10, 2, "BF16")
+	dir := storetest.SettledCheckpoint(t, 256<<10, 2)
 	id := identityOf(t, producers.Passthrough{}, dir)
 	digest, _ := id.ID()
 	p := &peerProvider{digestProvider{id: id, src: mustScan(t, dir)}}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"net"
 	"path/filepath"
 	"slices"
@@ -146,7 +147,7 @@ func passedOver(rep *resolve.Report) []string {
 // next source, and the report says why each was passed over; required
 // mode fails only once every source was tried, naming each.
 func TestSourcesFailSoft(t *testing.T) {
-	src := synthModel(t, 256<<10, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 2)
 	type outcome struct {
 		outcome resolve.Outcome
 		source  string
@@ -275,7 +276,7 @@ func TestSourcesFailSoft(t *testing.T) {
 // fall back to (an identity, no source directory) fails as required mode
 // does once every source passed over, naming each.
 func TestNoCanonicalSourceNamesEverySource(t *testing.T) {
-	src := synthModel(t, 256<<10, 1, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	id := identityOf(t, producers.Passthrough{}, src)
 	cfg := resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Peers: []resolve.Provider{peerAt(deadAddr(t))}}
 	cfg.Providers = deadRegistry(t, nil)

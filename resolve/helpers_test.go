@@ -11,25 +11,11 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
-	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 )
 
-const rev = "0123456789abcdef0123456789abcdef01234567"
-
-var target = producers.Target{Repository: "test/model", Revision: rev}
-
-// synthModel writes a synthetic checkpoint and waits out the fingerprint
-// cache's racy window, so its records are trusted at once.
-func synthModel(t testing.TB, size int64, shards int, dtype string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: shards, DType: dtype, Seed: 11}); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(30 * time.Millisecond)
-	return dir
-}
+var target = producers.Target{Repository: storetest.Repository, Revision: storetest.Revision}
 
 func newRuntime(t testing.TB, cfg resolve.Config) *resolve.Runtime {
 	t.Helper()

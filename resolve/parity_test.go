@@ -15,6 +15,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/cast"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -66,7 +67,7 @@ pad_to_multiple = 64
 // store leases and concatenated along each tensor's split dimension (padding
 // dropped), equal the original tensors byte for byte; padding is zero.
 func TestTPSplitParity(t *testing.T) {
-	src := synthModel(t, 16<<20, 4, "BF16")
+	src := storetest.SettledCheckpoint(t, 16<<20, 4)
 	orig := sourceTensors(t, src)
 	for _, tc := range []struct {
 		spec  string

@@ -15,6 +15,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -23,7 +24,7 @@ import (
 // runtime, as from another process) runs no producer and reads no source
 // byte: the fingerprint comes from the cache and the artifact from the store.
 func TestWarmHitDoesNoWork(t *testing.T) {
-	src := synthModel(t, 2<<20, 3, "BF16")
+	src := storetest.SettledCheckpoint(t, 2<<20, 3)
 	spec, err := tpsplit.ParseSpec([]byte(llamaSpec))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +75,7 @@ func TestWarmHitDoesNoWork(t *testing.T) {
 
 // TestReportJSON: one terminal report with the promised fields.
 func TestReportJSON(t *testing.T) {
-	src := synthModel(t, 256<<10, 1, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), AllowLocalBuild: true})
 	res, err := rt.Resolve(context.Background(), resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
 	if err != nil {
@@ -125,7 +126,7 @@ func TestReportJSON(t *testing.T) {
 // its model partial; preferred mode loads the canonical source into a fresh
 // model and never returns the partial one; required mode fails.
 func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
-	src := synthModel(t, 1<<20, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 1<<20, 2)
 	orig := sourceTensors(t, src)
 	var want []artifact.TensorSpec
 	for name, x := range orig {
@@ -221,7 +222,7 @@ func TestRestoreCommitFailureFallsBackOnFreshModel(t *testing.T) {
 }
 
 func TestPublishAfterLoad(t *testing.T) {
-	src := synthModel(t, 256<<10, 1, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	orig := sourceTensors(t, src)
 	var tensors []artifact.WriteTensor
 	for _, x := range orig {
@@ -299,7 +300,7 @@ func (preLoad) Phase() producers.Phase { return producers.PreLoadSafe }
 // TestPostLoadOnlyNeverRunsInResolution: a POST_LOAD_ONLY local producer is skipped
 // by pre-load resolution, and allow_local_build gates PRE_LOAD_SAFE ones.
 func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
-	src := synthModel(t, 256<<10, 1, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	ran := false
 	post := &testLocal{name: "post", phase: producers.PostLoadOnly, produce: func(context.Context, artifact.Writer) error {
 		ran = true
@@ -333,7 +334,7 @@ func TestPostLoadOnlyNeverRunsInResolution(t *testing.T) {
 // TestInvalidIdentityIsVisible: an identity that does not validate (a
 // branch name for a revision) fails the request even in preferred mode.
 func TestInvalidIdentityIsVisible(t *testing.T) {
-	src := synthModel(t, 256<<10, 1, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), AllowLocalBuild: true})
 	id := identityOf(t, producers.Passthrough{}, src)
 	id.Model.Revision = "main" // not immutable
@@ -348,7 +349,7 @@ func TestInvalidIdentityIsVisible(t *testing.T) {
 // source, the registered producer that makes exactly that identity builds
 // it; one that makes another identity is skipped.
 func TestRegisteredProducerBuildsGivenIdentity(t *testing.T) {
-	src := synthModel(t, 512<<10, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 512<<10, 2)
 	id := identityOf(t, &producers.Cast{DType: "F32"}, src)
 	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Required, AllowLocalBuild: true,
 		Producers: []producers.Local{&producers.Cast{DType: "F16"}, producers.Passthrough{}, &producers.Cast{DType: "F32"}}})

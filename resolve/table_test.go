@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
@@ -79,7 +80,7 @@ type want struct {
 // TestFailureToActionRowByRow drives each row of the table with a real
 // failure through the runtime in all three modes.
 func TestFailureToActionRowByRow(t *testing.T) {
-	src := synthModel(t, 1<<20, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 1<<20, 2)
 	canonical := func(k resolve.Kind, retry bool) want { return want{resolve.OutcomeCanonical, k, retry} }
 	failed := func(k resolve.Kind, retry bool) want { return want{resolve.OutcomeFailed, k, retry} }
 	provider := func(err error) func(t *testing.T, e *env) (resolve.Config, resolve.Request) {
@@ -290,7 +291,7 @@ func TestDisabledTouchesNothing(t *testing.T) {
 // TestWaitBudgetNeverCancelsOwnBuild: the budget bounds waits only; a
 // build that takes longer than the budget completes.
 func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
-	src := synthModel(t, 256<<10, 1, "BF16")
+	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	slow := &testLocal{name: "slow", phase: producers.PreLoadSafe, produce: func(ctx context.Context, w artifact.Writer) error {
 		if err := sleepCtx(ctx, 1500); err != nil {
 			return err
@@ -308,7 +309,7 @@ func TestWaitBudgetNeverCancelsOwnBuild(t *testing.T) {
 }
 
 func TestRemoteProviderFetch(t *testing.T) {
-	src := synthModel(t, 512<<10, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 512<<10, 2)
 	scanned := mustScan(t, src)
 	var order []string
 	miss := resolve.ProviderFunc{ProviderName: "peer", Fn: func(context.Context, artifact.Identity) (artifact.Producer, error) {
@@ -351,7 +352,7 @@ func mustScan(t testing.TB, dir string) *artifact.SourceDir {
 // with a retryable timeout; the build it waited for goes on, publishes,
 // and the next resolve hits it.
 func TestWaiterLeavesOtherBuildAlone(t *testing.T) {
-	src := synthModel(t, 512<<10, 2, "BF16")
+	src := storetest.SettledCheckpoint(t, 512<<10, 2)
 	root := filepath.Join(t.TempDir(), "root")
 	id := identityOf(t, producers.Passthrough{}, src)
 	d, err := store.Open(context.Background(), root, nil)

@@ -11,6 +11,8 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 )
@@ -24,7 +26,7 @@ import (
 // is committed as it is.
 func TestPointerFoundAtCommit(t *testing.T) {
 	ctx := context.Background()
-	missing := elsewhere(t, synthModel(t, 128<<10, 61))
+	missing := elsewhere(t, storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 61}))
 	for _, tc := range []struct {
 		name    string
 		mode    resolve.Mode

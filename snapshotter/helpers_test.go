@@ -14,13 +14,12 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
-
-const testRevision = "0123456789abcdef0123456789abcdef01234567"
 
 // node is a store, a resolution runtime and a snapshotter in one directory.
 type node struct {
@@ -36,7 +35,7 @@ type node struct {
 // (root needed: the overlay snapshotter mounts).
 func newNode(t testing.TB, dir string) *node {
 	t.Helper()
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "the overlay snapshotter")
 	ctx := context.Background()
 	n := &node{root: dir}
 	var err error
@@ -68,24 +67,14 @@ func (n *node) open(t testing.TB) {
 // importModel synthesises a checkpoint and imports it; it returns the identity digest.
 func (n *node) importModel(t testing.TB, size int64, seed uint64) string {
 	t.Helper()
-	return importInto(t, n.dom, synthModel(t, size, seed))
-}
-
-// synthModel writes a synthetic checkpoint and returns its directory.
-func synthModel(t testing.TB, size int64, seed uint64) string {
-	t.Helper()
-	src := filepath.Join(t.TempDir(), "ckpt")
-	if err := synth.Write(context.Background(), src, synth.Options{Size: size, Shards: 2, DType: "BF16", Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	return src
+	return importInto(t, n.dom, storetest.Synth(t, synth.Options{Size: size, Shards: 2, DType: "BF16", Seed: seed}))
 }
 
 // importInto imports the checkpoint src into d; it returns the identity
 // digest, the same for every store.
 func importInto(t testing.TB, d *store.Domain, src string) string {
 	t.Helper()
-	l, _, err := resolve.Import(context.Background(), d, resolve.ImportRequest{Dir: src, Revision: testRevision, Repository: "org/m"})
+	l, _, err := resolve.Import(context.Background(), d, resolve.ImportRequest{Dir: src, Revision: storetest.Revision, Repository: "org/m"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,21 +86,7 @@ func importInto(t testing.TB, d *store.Domain, src string) string {
 // its own: the node's store does not have it.
 func elsewhere(t testing.TB, src string) string {
 	t.Helper()
-	d, err := store.Open(context.Background(), filepath.Join(t.TempDir(), "other"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return importInto(t, d, src)
-}
-
-// eventually polls cond for up to 20 s.
-func eventually(t testing.TB, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(20 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 20s", what)
-		}
-	}
+	return importInto(t, storetest.Open(t), src)
 }
 
 // weightLabels are the labels containerd passes to the Prepare of a
@@ -150,13 +125,14 @@ func (n *node) snapshotNames(t testing.TB) []string {
 	return names
 }
 
-// countingResolver counts resolutions, can hold them for a while, and
-// records how many ran at once.
+// countingResolver counts resolutions, can hold them until the test lets
+// them go, and records how many ran at once.
 type countingResolver struct {
 	inner Resolver
-	delay time.Duration
+	// hold, if set, holds every resolution until it is closed.
+	hold chan struct{}
 	// producing, if set, is announced to the request's OnProduce before
-	// the delay, as the producer of a source "registry".
+	// the hold, as the producer of a source "registry".
 	producing artifact.Producer
 	calls     atomic.Int32
 	mu        sync.Mutex
@@ -178,6 +154,31 @@ func (c *countingResolver) Resolve(ctx context.Context, req resolve.Request) (*r
 	if c.producing != nil && req.OnProduce != nil {
 		req.OnProduce("registry", c.producing)
 	}
-	time.Sleep(c.delay)
+	if c.hold != nil {
+		select {
+		case <-c.hold:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return c.inner.Resolve(ctx, req)
+}
+
+// runningNow is how many resolutions run now.
+func (c *countingResolver) runningNow() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.running
+}
+
+// waiting is how many Prepares wait for a resolution in flight.
+func (n *node) waiting() int {
+	l := n.sn.leases
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	w := 0
+	for _, f := range l.flights {
+		w += f.waiters
+	}
+	return w
 }

@@ -8,11 +8,15 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"golang.org/x/sys/unix"
@@ -22,7 +26,7 @@ import (
 // in required mode and falls back in preferred mode; the image's mode label
 // wins over the node's.
 func TestModes(t *testing.T) {
-	id := elsewhere(t, synthModel(t, 128<<10, 20))
+	id := elsewhere(t, storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 20}))
 	for _, tc := range []struct {
 		node     resolve.Mode
 		image    string
@@ -78,7 +82,7 @@ func newNodeMode(t *testing.T, mode resolve.Mode) *node {
 func TestFallbackRepaired(t *testing.T) {
 	ctx := context.Background()
 	n := newNodeMode(t, resolve.Preferred)
-	src := synthModel(t, 256<<10, 21)
+	src := storetest.Synth(t, synth.Options{Size: 256 << 10, Shards: 2, DType: "BF16", Seed: 21})
 	id := elsewhere(t, src)
 	labels := weightLabels(id, "/models/m", chainID(41))
 	mounts, err := n.sn.Prepare(ctx, "extract", "", snapshots.WithLabels(labels))
@@ -102,7 +106,7 @@ func TestFallbackRepaired(t *testing.T) {
 	if info, _ := n.sn.Stat(ctx, chainID(41)); info.Labels[LabelFallback] == "" {
 		t.Fatalf("committed fallback lost its label: %+v", info.Labels)
 	}
-	eventually(t, "a repair try", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 2 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 2 }, "a repair try not seen")
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 1 {
 		t.Fatalf("pending_repairs %v", got)
 	}
@@ -126,7 +130,7 @@ func TestFallbackRepaired(t *testing.T) {
 
 	importInto(t, n.dom, src) // the artifact arrives
 	// The repair counts itself last, after the fill and the lease.
-	eventually(t, "the repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")) >= 1 }, "the repair not seen")
 	if got := testutil.ToFloat64(n.metrics.repairs.WithLabelValues("filled")); got != 1 {
 		t.Fatalf("repairs_total{filled} %v", got)
 	}
@@ -182,7 +186,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
 	keep := n.importModel(t, 128<<10, 22)
-	gone := synthModel(t, 128<<10, 23)
+	gone := storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 23})
 	goneID := importInto(t, n.dom, gone)
 	n.prepareWeights(t, "extract-a", "", weightLabels(keep, "/a", chainID(50)))
 	n.prepareWeights(t, "extract-b", "", weightLabels(goneID, "/b", chainID(51)))
@@ -218,7 +222,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 	if slices.ContainsFunc(n.snapshotNames(t), func(s string) bool { return strings.HasPrefix(s, tmpView) }) {
 		t.Fatalf("the crashed Prepare's view is left: %v", n.snapshotNames(t))
 	}
-	eventually(t, "repair tries", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "repair tries not seen")
 	// The gone artifact's snapshot still serves its files (the inodes live on).
 	if _, err := n.sn.Prepare(ctx, "container-b2", chainID(51)); err != nil {
 		t.Fatal(err)
@@ -226,7 +230,7 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 
 	importInto(t, n.dom, gone) // back in the store
 	// The repair counts itself last, after the lease.
-	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 2 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 2 }, "the lease repair not seen")
 	if got := n.sn.leases.identities(); len(got) != 2 {
 		t.Fatalf("leases after the repair: %v", got)
 	}
@@ -243,25 +247,25 @@ func TestRestartFromTheStoreOnly(t *testing.T) {
 func TestRepairEndsWithItsHolders(t *testing.T) {
 	ctx := context.Background()
 	n := newNodeMode(t, resolve.Preferred)
-	labels := weightLabels(elsewhere(t, synthModel(t, 128<<10, 24)), "/w", chainID(42))
+	labels := weightLabels(elsewhere(t, storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 24})), "/w", chainID(42))
 	if _, err := n.sn.Prepare(ctx, "extract", "", snapshots.WithLabels(labels)); err != nil {
 		t.Fatal(err)
 	}
 	if err := n.sn.Commit(ctx, chainID(42), "extract", snapshots.WithLabels(labels)); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a repair try", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("unresolved")) >= 1 }, "a repair try not seen")
 	if err := n.sn.Remove(ctx, chainID(42)); err != nil {
 		t.Fatal(err)
 	}
 	if got := testutil.ToFloat64(n.metrics.pendingRepairs); got != 0 {
 		t.Fatalf("pending_repairs %v after the snapshot went", got)
 	}
-	eventually(t, "the loop's end", func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		n.sn.repairs.mu.Lock()
 		defer n.sn.repairs.mu.Unlock()
 		return len(n.sn.repairs.loops) == 0
-	})
+	}, "the loop's end not seen")
 }
 
 // TestEvictedUnderWeightSnapshot: a weight snapshot nothing uses holds no
@@ -271,7 +275,7 @@ func TestRepairEndsWithItsHolders(t *testing.T) {
 func TestEvictedUnderWeightSnapshot(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
-	src := synthModel(t, 128<<10, 25)
+	src := storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 25})
 	id := importInto(t, n.dom, src)
 	aid := artifact.MustParseID(id)
 	n.prepareWeights(t, "extract", "", weightLabels(id, "/w", chainID(43)))
@@ -294,7 +298,7 @@ func TestEvictedUnderWeightSnapshot(t *testing.T) {
 	}
 
 	importInto(t, n.dom, src) // resolvable again
-	eventually(t, "the lease repair", func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 })
+	testenv.Eventually(t, 20*time.Second, func() bool { return testutil.ToFloat64(n.metrics.repairs.WithLabelValues("leased")) >= 1 }, "the lease repair not seen")
 	if h, _ := n.sn.HoldersOf(aid); !h.Leased || !slices.Equal(h.Snapshots, []string{"container"}) || len(h.Pending) != 0 {
 		t.Fatalf("holders after the repair %+v", h)
 	}

@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,17 +16,18 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
 
 // TestSnapshotterSuite runs containerd's snapshotter conformance suite:
 // ordinary layers behave exactly like containerd's overlayfs snapshotter.
 func TestSnapshotterSuite(t *testing.T) {
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "the overlay snapshotter's suite")
 	// The name selects the suite's known differences: ordinary layers are
 	// containerd's overlayfs (no directory renames across layers without
 	// redirect_dir).
@@ -209,7 +209,7 @@ func TestRequiredFailure(t *testing.T) {
 func TestConcurrentPrepares(t *testing.T) {
 	n := newNode(t, t.TempDir())
 	ids := []string{n.importModel(t, 256<<10, 3), n.importModel(t, 256<<10, 4)}
-	n.resolver.delay = 300 * time.Millisecond
+	n.resolver.hold = make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 6)
 	for i := range 6 {
@@ -221,6 +221,9 @@ func TestConcurrentPrepares(t *testing.T) {
 			}
 		})
 	}
+	// Every Prepare waits on one of the two resolutions, both running.
+	testenv.Eventually(t, 20*time.Second, func() bool { return n.waiting() == 6 && n.resolver.runningNow() == 2 }, "6 Prepares not waiting on 2 resolutions at once")
+	close(n.resolver.hold)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -248,16 +251,17 @@ func (halfDone) Progress() (int64, int64) { return 512, 1024 }
 func TestResolveProgress(t *testing.T) {
 	n := newNode(t, t.TempDir())
 	id := n.importModel(t, 256<<10, 5)
-	n.resolver.delay, n.resolver.producing = 1500*time.Millisecond, halfDone{}
+	n.resolver.hold, n.resolver.producing = make(chan struct{}), halfDone{}
 	done := make(chan error, 1)
 	go func() {
 		_, err := n.sn.Prepare(context.Background(), "extract "+chainID(30), "", snapshots.WithLabels(weightLabels(id, "/w", chainID(30))))
 		done <- err
 	}()
-	eventually(t, "the progress gauges", func() bool {
+	testenv.Eventually(t, 20*time.Second, func() bool {
 		return testutil.ToFloat64(n.metrics.progress.WithLabelValues(id, "registry")) == 512 &&
 			testutil.ToFloat64(n.metrics.progressTotal.WithLabelValues(id, "registry")) == 1024
-	})
+	}, "the progress gauges not seen")
+	close(n.resolver.hold)
 	if err := <-done; !errdefs.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
@@ -269,20 +273,10 @@ func TestResolveProgress(t *testing.T) {
 // TestRefusesAnotherFilesystem: a snapshot root that cannot hold hardlinks
 // to the store is refused at start, naming both paths.
 func TestRefusesAnotherFilesystem(t *testing.T) {
-	harness.RequireRoot(t)
-	dir := t.TempDir()
-	d, err := store.Open(context.Background(), filepath.Join(dir, "store"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	snaps := filepath.Join(dir, "snaps")
-	os.MkdirAll(snaps, 0o700)
-	if err := unix.Mount("tmpfs", snaps, "tmpfs", 0, "size=16m"); err != nil {
-		harness.Skip(t, "cannot mount a tmpfs: "+err.Error())
-	}
-	defer unix.Unmount(snaps, syscall.MNT_DETACH)
+	d := storetest.Open(t)
+	snaps := testenv.Tmpfs(t, "16m")
 	rt, _ := resolve.New(resolve.Config{Mode: resolve.Required, Root: d.Root()})
-	_, err = New(context.Background(), Config{Root: snaps, Store: d, Resolver: rt})
+	_, err := New(context.Background(), Config{Root: snaps, Store: d, Resolver: rt})
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), snaps) || !strings.Contains(err.Error(), d.Root()) {
 		t.Fatalf("err %v", err)
 	}
@@ -296,11 +290,21 @@ func TestLaterLayersResolveAhead(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
 	ids := []string{n.importModel(t, 256<<10, 5), n.importModel(t, 256<<10, 6), n.importModel(t, 256<<10, 7)}
-	n.resolver.delay = 300 * time.Millisecond
+	n.resolver.hold = make(chan struct{})
 	first := weightLabels(ids[0], "/a", chainID(20))
 	next := pointer.Pointer{Artifact: first[pointer.LabelArtifact]}
 	first[pointer.LabelNext] = ids[1] + "=" + next.Artifact + "," + ids[2] + "=" + next.Artifact
-	n.prepareWeights(t, "extract-a", "", first)
+	prepared := make(chan error, 1)
+	go func() {
+		_, err := n.sn.Prepare(ctx, "extract-a", "", snapshots.WithLabels(first))
+		prepared <- err
+	}()
+	// The first layer's Prepare resolves the later two ahead, all at once.
+	testenv.Eventually(t, 20*time.Second, func() bool { return n.resolver.runningNow() == 3 }, "the three layers do not resolve at once")
+	close(n.resolver.hold)
+	if err := <-prepared; !errdefs.IsAlreadyExists(err) {
+		t.Fatalf("Prepare of a weight layer: %v, want ErrAlreadyExists", err)
+	}
 	second := weightLabels(ids[1], "/b", chainID(21))
 	second[pointer.LabelNext] = ids[2] + "=" + next.Artifact
 	n.prepareWeights(t, "extract-b", chainID(20), second)

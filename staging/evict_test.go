@@ -9,13 +9,14 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/staging"
 )
 
 // Done-when 5: min_free larger than the free space aborts before any byte
 // is written, naming the numbers.
 func TestMinFreeAborts(t *testing.T) {
-	dstFS := mountTmpfs(t, "16m")
+	dstFS := testenv.Tmpfs(t, "16m")
 	src := filepath.Join(t.TempDir(), "hub")
 	syntheticHub(t, src)
 	state := t.TempDir()
@@ -54,7 +55,7 @@ func mirrorLane(t *testing.T, cache, name, dst string, size int) *staging.Recipe
 // Done-when 6: staging a lane past the watermark evicts the least recently
 // used mirror and nothing in use; staging ls shows sizes and last use.
 func TestEvictionLRU(t *testing.T) {
-	dstFS := mountTmpfs(t, "64m") // max_used 75%: 48 MiB
+	dstFS := testenv.Tmpfs(t, "64m") // max_used 75%: 48 MiB
 	src := filepath.Join(t.TempDir(), "hub")
 	dst := filepath.Join(dstFS, "hub")
 	e := engine(t, t.TempDir(), staging.ModeAuto)
@@ -121,7 +122,7 @@ func TestEvictionLRU(t *testing.T) {
 // Evicting a lane whose blobs another lane hardlinked frees only what was
 // its own; the other lane keeps its files.
 func TestEvictSharedBlobs(t *testing.T) {
-	dstFS := mountTmpfs(t, "64m")
+	dstFS := testenv.Tmpfs(t, "64m")
 	src := filepath.Join(t.TempDir(), "hub")
 	syntheticHub(t, src)
 	e := engine(t, t.TempDir(), staging.ModeAuto)

@@ -13,24 +13,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/staging/hubsynth"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
-	"golang.org/x/sys/unix"
 )
-
-// mountTmpfs mounts a tmpfs of the given size for the test: the staging
-// destination is always a filesystem of its own, as on a node.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		harness.Skip(t, "mounting a tmpfs for the staging destination needs root")
-	}
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		harness.Skip(t, "cannot mount tmpfs: "+err.Error())
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
 
 // hubFile is one file of a synthetic hub snapshot.
 type hubFile struct {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/staging"
 	"golang.org/x/sys/unix"
 )
@@ -43,7 +44,7 @@ func hubRecipe(id, src, dst, extra string) string {
 // every snapshot path resolves to identical bytes; shared blobs are
 // hardlinked once; pruned paths and downloads in flight stay behind.
 func TestHubMirror(t *testing.T) {
-	dstFS := mountTmpfs(t, "64m")
+	dstFS := testenv.Tmpfs(t, "64m")
 	src := filepath.Join(t.TempDir(), "hub")
 	commits := syntheticHub(t, src)
 	dst := filepath.Join(dstFS, "hub")
@@ -115,7 +116,7 @@ func nlink(t *testing.T, p string) uint64 {
 // Done-when 2: a corrupted source blob is refused in full mode, naming the
 // blob and the repository, and the lane is not marked staged.
 func TestCorruptBlobRefused(t *testing.T) {
-	dstFS := mountTmpfs(t, "64m")
+	dstFS := testenv.Tmpfs(t, "64m")
 	src := filepath.Join(t.TempDir(), "hub")
 	commits := syntheticHub(t, src)
 	// Flip one byte of org/b's own weights blob, in the middle.

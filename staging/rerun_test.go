@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/staging"
 )
 
@@ -36,8 +37,8 @@ func manyFiles(t *testing.T, cache string, n int) string {
 func TestAutoRerun(t *testing.T) {
 	for _, verify := range []string{"sample-hash", "full"} {
 		t.Run(verify, func(t *testing.T) {
-			dstFS := mountTmpfs(t, "256m")
-			src := filepath.Join(mountTmpfs(t, "256m"), "hub") // the "network" source: another filesystem
+			dstFS := testenv.Tmpfs(t, "256m")
+			src := filepath.Join(testenv.Tmpfs(t, "256m"), "hub") // the "network" source: another filesystem
 			commit := manyFiles(t, src, 1000)
 			e := engine(t, t.TempDir(), staging.ModeAuto)
 			rc := recipe(t, hubRecipe("many", src, filepath.Join(dstFS, "hub"), "verify = \""+verify+"\"\n"))
@@ -101,7 +102,7 @@ func resolveLink(t *testing.T, p string) string {
 
 // A run stopped part way resumes without copying the files it verified.
 func TestResumeAfterStop(t *testing.T) {
-	dstFS := mountTmpfs(t, "256m")
+	dstFS := testenv.Tmpfs(t, "256m")
 	src := filepath.Join(t.TempDir(), "hub")
 	manyFiles(t, src, 200)
 	state := t.TempDir()
@@ -159,7 +160,7 @@ func TestResumeAfterKill(t *testing.T) {
 		e.Stage(context.Background(), recipe(t, hubRecipe("many", filepath.Join(dir, "hub"), filepath.Join(dir, "dst"), "")))
 		t.Fatal("not killed")
 	}
-	dir := mountTmpfs(t, "256m")
+	dir := testenv.Tmpfs(t, "256m")
 	manyFiles(t, filepath.Join(dir, "hub"), 200)
 	child := exec.Command(os.Args[0], "-test.run=^TestResumeAfterKill$")
 	child.Env = append(os.Environ(), "STAGING_KILL_CHILD="+dir)

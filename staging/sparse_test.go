@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/staging"
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,7 @@ import (
 // reader, holds exactly its rows (compared with the source), and allocates
 // only its share of disk.
 func TestSparseRowsFourRanks(t *testing.T) {
-	dstFS := mountTmpfs(t, "128m")
+	dstFS := testenv.Tmpfs(t, "128m")
 	srcDir := t.TempDir()
 	const rows, cols = 1003, 1024 // F32: 4 KiB rows, 1003 = 4*250 + 3 (uneven shares)
 	embed := randBytes(9, rows*cols*4)
@@ -107,7 +108,7 @@ mount = "/models/embed"
 // A re-run of a staged sparse lane checks the source and copies nothing; a
 // changed row in the source's range re-stages the file.
 func TestSparseRowsRerun(t *testing.T) {
-	dstFS := mountTmpfs(t, "64m")
+	dstFS := testenv.Tmpfs(t, "64m")
 	srcDir := t.TempDir()
 	var buf bytes.Buffer
 	_, err := artifact.WriteSafetensors(&buf, []artifact.WriteTensor{

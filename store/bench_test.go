@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -12,11 +13,11 @@ import (
 // store per iteration in a single pass, as weightsnap import does on a cold
 // source, with the source warm in the page cache.
 func BenchmarkImport(b *testing.B) {
-	dir, _ := checkpoint(b, 512<<20, 4)
+	dir, _ := storetest.Checkpoint(b, 512<<20, 4)
 	ctx := context.Background()
 	b.SetBytes(512 << 20)
 	for b.Loop() {
-		d := openDomain(b, b.TempDir())
+		d := storetest.Open(b)
 		src, err := artifact.ListSource(dir)
 		if err != nil {
 			b.Fatal(err)
@@ -26,7 +27,7 @@ func BenchmarkImport(b *testing.B) {
 			if err != nil {
 				return artifact.Identity{}, err
 			}
-			return artifact.PassthroughIdentity(full, "", testRevision, "", 0, 0), nil
+			return artifact.PassthroughIdentity(full, "", storetest.Revision, "", 0, 0), nil
 		})
 		if err != nil {
 			b.Fatal(err)
@@ -37,8 +38,8 @@ func BenchmarkImport(b *testing.B) {
 
 // BenchmarkVerifyFull validates every payload byte of a warm 512 MiB artifact.
 func BenchmarkVerifyFull(b *testing.B) {
-	_, src := checkpoint(b, 512<<20, 4)
-	d := openDomain(b, b.TempDir())
+	_, src := storetest.Checkpoint(b, 512<<20, 4)
+	d := storetest.Open(b)
 	l, _ := importDir(b, d, src)
 	id := l.ID
 	l.Close()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/zeebo/blake3"
 )
@@ -79,12 +80,12 @@ func treeFetch(l *store.Lease, corrupt, lieSHA string) artifact.Producer {
 // reported parts, and pass a full check; a wrongly reported part names the
 // tensor and publishes nothing.
 func TestTreeBoundFilesOutOfOrder(t *testing.T) {
-	_, src := checkpoint(t, 3<<20, 2)
-	l, _ := importDir(t, openDomain(t, t.TempDir()), src)
+	_, src := storetest.Checkpoint(t, 3<<20, 2)
+	l, _ := importDir(t, storetest.Open(t), src)
 	defer l.Close()
 	ctx := context.Background()
 
-	d := openDomain(t, t.TempDir())
+	d := storetest.Open(t)
 	got, res, err := d.GetOrBuild(ctx, l.Identity(), treeFetch(l, "", ""))
 	if err != nil || !res.Built {
 		t.Fatalf("tree-bound build: %v", err)
@@ -107,7 +108,7 @@ func TestTreeBoundFilesOutOfOrder(t *testing.T) {
 			victim = e.Tensors[len(e.Tensors)-1].Name
 		}
 	}
-	d2 := openDomain(t, t.TempDir())
+	d2 := storetest.Open(t)
 	_, _, err = d2.GetOrBuild(ctx, l.Identity(), treeFetch(l, victim, ""))
 	var em *artifact.EntryMismatchError
 	if !errors.As(err, &em) || em.Tensor != victim {
@@ -124,15 +125,15 @@ func TestTreeBoundFilesOutOfOrder(t *testing.T) {
 // identity is not a passthrough one, whose fingerprint would catch the lie
 // at the build.)
 func TestScrubFindsABoundLie(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 1)
-	sender := openDomain(t, t.TempDir())
+	_, src := storetest.Checkpoint(t, 2<<20, 1)
+	sender := storetest.Open(t)
 	l, _ := importDir(t, sender, src)
 	defer l.Close()
 	ctx := context.Background()
 	victim := l.Index.Files[len(l.Index.Files)-1].Path
 	id := l.Identity()
 	id.Producer.Name = "tree-fetch"
-	d := openDomain(t, t.TempDir())
+	d := storetest.Open(t)
 	got, _, err := d.GetOrBuild(ctx, id, treeFetch(l, "", victim))
 	if err != nil {
 		t.Fatal(err)
@@ -163,7 +164,7 @@ func TestScrubFindsABoundLie(t *testing.T) {
 func TestSchema1ArtifactStillVerifies(t *testing.T) {
 	const id = "43b8d0754f1087a877af6bd18fa516045e3aeb3b297ac615e485f15c278d86f0"
 	sid := artifact.MustParseID("sha256:" + id)
-	d := openDomain(t, t.TempDir())
+	d := storetest.Open(t)
 	dst := filepath.Join(d.Root(), "artifacts", id)
 	copyDir(t, filepath.Join("testdata", "schema1", id), dst)
 	l, err := d.Lookup(context.Background(), sid, store.FullChecksum)
@@ -223,13 +224,13 @@ func copyDir(t *testing.T, from, to string) {
 // with the source fingerprint of the passthrough identity it builds (here a
 // fetch of another artifact's files) publishes nothing: an identity collision.
 func TestPassthroughIdentityMustMatchItsFiles(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 1)
-	l, _ := importDir(t, openDomain(t, t.TempDir()), src)
+	_, src := storetest.Checkpoint(t, 2<<20, 1)
+	l, _ := importDir(t, storetest.Open(t), src)
 	defer l.Close()
 	forged := l.Identity()
 	forged.Model.Source = append([]artifact.SourceFile(nil), forged.Model.Source...)
 	forged.Model.Source[0].SHA256 = strings.Repeat("7", 64)
-	d := openDomain(t, t.TempDir())
+	d := storetest.Open(t)
 	_, _, err := d.GetOrBuild(context.Background(), forged, treeFetch(l, "", ""))
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "passthrough identity's source fingerprint and payload disagree") {
 		t.Fatalf("build of a forged passthrough identity: %v", err)

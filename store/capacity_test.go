@@ -11,38 +11,19 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
-	"golang.org/x/sys/unix"
 )
 
-// mountTmpfs mounts a tmpfs of the given size for the test.
-func mountTmpfs(t *testing.T, size string) string {
-	t.Helper()
-	requireRoot(t, "mounting a tmpfs")
-	dir := t.TempDir()
-	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
-		harness.Skip(t, "cannot mount tmpfs: "+err.Error())
-	}
-	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
-	return dir
-}
-
-func requireRoot(t *testing.T, what string) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		harness.Skip(t, what+" needs root")
-	}
-}
-
 func TestImportPastTmpfsCapacity(t *testing.T) {
-	root := mountTmpfs(t, "64m")
-	_, big := checkpoint(t, 100<<20, 2)
-	d := openDomain(t, root)
+	root := testenv.Tmpfs(t, "64m")
+	_, big := storetest.Checkpoint(t, 100<<20, 2)
+	d := storetest.OpenAt(t, root)
 	if d.Info().FSType != "tmpfs" {
 		t.Fatalf("fs type %q, want tmpfs", d.Info().FSType)
 	}
-	id := artifact.PassthroughIdentity(big, "", testRevision, "", 0, 0)
+	id := artifact.PassthroughIdentity(big, "", storetest.Revision, "", 0, 0)
 	_, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: big})
 	var ce *store.CapacityError
 	if !errors.As(err, &ce) || !errdefs.IsResourceExhausted(err) {
@@ -56,7 +37,7 @@ func TestImportPastTmpfsCapacity(t *testing.T) {
 		t.Fatal("tmpfs domain not reported as host memory")
 	}
 	// The next build succeeds and leaves no temp files behind.
-	_, small := checkpoint(t, 1<<20, 1)
+	_, small := storetest.Checkpoint(t, 1<<20, 1)
 	l, _ := importDir(t, d, small)
 	l.Close()
 	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 0 {
@@ -65,7 +46,7 @@ func TestImportPastTmpfsCapacity(t *testing.T) {
 }
 
 func TestCapacityLimitsArePreflighted(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 1)
+	_, src := storetest.Checkpoint(t, 2<<20, 1)
 	for _, tc := range []struct {
 		name   string
 		policy store.Policy
@@ -82,7 +63,7 @@ func TestCapacityLimitsArePreflighted(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+			id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 			_, _, err = d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
 			var ce *store.CapacityError
 			if !errors.As(err, &ce) || ce.Limit != tc.limit {
@@ -96,8 +77,8 @@ func TestCapacityLimitsArePreflighted(t *testing.T) {
 }
 
 func TestChildProcessDoesNotInheritLocks(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	d := openDomain(t, t.TempDir())
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	defer l.Close()
 	out, err := exec.Command("/bin/sh", "-c", "ls -l /proc/self/fd/").CombinedOutput()

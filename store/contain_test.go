@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -35,9 +35,7 @@ func TestContainFailedPublication(t *testing.T) {
 		t.Fatal("the failed publication is still in artifacts/")
 	}
 
-	if os.Geteuid() != 0 {
-		harness.Skip(t, "read-only mounts need root")
-	}
+	testenv.RequireRoot(t, "a read-only mount")
 	if err := os.Mkdir(d.path(dirArtifacts, id.Hex()), 0o700); err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +19,7 @@ import (
 // read-only bind mount of itself (or a read-only tmpfs when empty is set).
 func mountReadOnly(t *testing.T, dir string, empty bool) {
 	t.Helper()
-	requireRoot(t, "read-only mounts")
+	testenv.RequireRoot(t, "a read-only mount")
 	var err error
 	if empty {
 		err = unix.Mount("tmpfs", dir, "tmpfs", unix.MS_RDONLY, "size=1m")
@@ -31,9 +33,9 @@ func mountReadOnly(t *testing.T, dir string, empty bool) {
 }
 
 func TestDenyMarkerFailureFallsBackToInvalidationMode(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	root := t.TempDir()
-	d := openDomain(t, root)
+	d := storetest.OpenAt(t, root)
 	held, _ := importDir(t, d, src)
 	id := held.ID
 	corruptTensor(t, held)
@@ -69,9 +71,9 @@ func TestDenyMarkerFailureFallsBackToInvalidationMode(t *testing.T) {
 }
 
 func TestDomainFailsWhenNoMarkerPersists(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	root := t.TempDir()
-	d := openDomain(t, root)
+	d := storetest.OpenAt(t, root)
 	l, _ := importDir(t, d, src)
 	id := l.ID
 	corruptTensor(t, l)

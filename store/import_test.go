@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -21,19 +22,19 @@ func singlePass(t *testing.T, d *store.Domain, dir string) (*store.Lease, store.
 		if err != nil {
 			return artifact.Identity{}, err
 		}
-		return artifact.PassthroughIdentity(full, "test/model", testRevision, "", 0, 0), nil
+		return storetest.Identity(full), nil
 	})
 }
 
 func TestSinglePassImportMatchesTwoPass(t *testing.T) {
-	dir, scanned := checkpoint(t, 2<<20, 2)
-	d := openDomain(t, t.TempDir())
+	dir, scanned := storetest.Checkpoint(t, 2<<20, 2)
+	d := storetest.Open(t)
 	l, res, err := singlePass(t, d, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	want, _ := artifact.PassthroughIdentity(scanned, "test/model", testRevision, "", 0, 0).ID()
+	want, _ := storetest.Identity(scanned).ID()
 	if !res.Built || l.ID != want {
 		t.Fatalf("single pass published %s (built %v), two-pass identity is %s", l.ID, res.Built, want)
 	}
@@ -78,9 +79,9 @@ func (t touchOnWrite) Write(b []byte) (int, error) {
 }
 
 func TestSourceChangedDuringCopyFails(t *testing.T) {
-	dir, _ := checkpoint(t, 1<<20, 1)
+	dir, _ := storetest.Checkpoint(t, 1<<20, 1)
 	src, _ := artifact.ListSource(dir)
-	d := openDomain(t, t.TempDir())
+	d := storetest.Open(t)
 	victim := filepath.Join(dir, "config.json")
 	p := artifact.ProducerFunc{ProducerName: "passthrough", Fn: func(ctx context.Context, w artifact.Writer) error {
 		return (&artifact.Passthrough{Src: src}).Produce(ctx, changingWriter{w, victim})

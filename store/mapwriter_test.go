@@ -6,6 +6,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/zeebo/blake3"
 )
@@ -49,11 +50,11 @@ func mappedFetch(l *store.Lease) artifact.Producer {
 // publish valid, each header taken from its mapping; an ordered file
 // cannot be mapped.
 func TestMappedTreeFile(t *testing.T) {
-	_, src := checkpoint(t, 3<<20, 2)
-	l, _ := importDir(t, openDomain(t, t.TempDir()), src)
+	_, src := storetest.Checkpoint(t, 3<<20, 2)
+	l, _ := importDir(t, storetest.Open(t), src)
 	defer l.Close()
 	ctx := context.Background()
-	d := openDomain(t, t.TempDir())
+	d := storetest.Open(t)
 	got, _, err := d.GetOrBuild(ctx, l.Identity(), mappedFetch(l))
 	if err != nil {
 		t.Fatal(err)
@@ -65,7 +66,7 @@ func TestMappedTreeFile(t *testing.T) {
 	}
 	full.Close()
 
-	_, _, err = openDomain(t, t.TempDir()).GetOrBuild(ctx, l.Identity(), artifact.ProducerFunc{ProducerName: "ordered",
+	_, _, err = storetest.Open(t).GetOrBuild(ctx, l.Identity(), artifact.ProducerFunc{ProducerName: "ordered",
 		Fn: func(ctx context.Context, w artifact.Writer) error {
 			fw, err := w.Create("config.json", 2)
 			if err != nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -17,9 +18,9 @@ func (reporting) Transfer() store.Transfer { return store.Transfer{Endpoint: "pe
 // TestMaterialise: a miss plans and builds once, with a report of the
 // transfer and its timings; a hit on the known identity plans nothing.
 func TestMaterialise(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 2)
-	d := openDomain(t, t.TempDir())
-	id := artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 1<<20, 2)
+	d := storetest.Open(t)
+	id := storetest.Identity(src)
 	hex, _ := id.ID()
 	plans := 0
 	plan := func(context.Context) (artifact.Identity, artifact.Producer, error) {
@@ -48,9 +49,9 @@ func TestMaterialise(t *testing.T) {
 // TestMaterialiseWaitBudget: a budget spent waiting for another build
 // stops the wait, and that build goes on.
 func TestMaterialiseWaitBudget(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	d := openDomain(t, t.TempDir())
-	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	d := storetest.Open(t)
+	id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	release, done := holdBuild(d, id, src)
 	plan := func(context.Context) (artifact.Identity, artifact.Producer, error) {
 		return id, &artifact.Passthrough{Src: src}, nil

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -59,7 +60,7 @@ func childImport() int {
 		fmt.Println("error", err)
 		return 1
 	}
-	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	l, _, err := d.GetOrBuild(ctx, id, &countingProducer{Passthrough: artifact.Passthrough{Src: src}, counter: os.Getenv("WS_COUNTER")})
 	if err != nil {
 		fmt.Println("error", err)
@@ -72,7 +73,7 @@ func childImport() int {
 }
 
 func TestEightProcessesOneBuild(t *testing.T) {
-	dir, _ := checkpoint(t, 8<<20, 2)
+	dir, _ := storetest.Checkpoint(t, 8<<20, 2)
 	root := t.TempDir()
 	counter := filepath.Join(t.TempDir(), "builds.txt")
 	const n = 8
@@ -131,7 +132,7 @@ func TestEightProcessesOneBuild(t *testing.T) {
 	if builds := strings.Count(string(raw), "\n"); builds != 1 {
 		t.Fatalf("%d builds ran, want exactly 1:\n%s", builds, raw)
 	}
-	d := openDomain(t, root)
+	d := storetest.OpenAt(t, root)
 	info, err := d.InspectArtifact(context.Background(), artifact.MustParseID(id))
 	if err != nil || info.State != store.StateReady {
 		t.Fatalf("inspect: %v %+v", err, info)
@@ -161,7 +162,7 @@ func childCrashAfterFirstFile() int {
 	if err != nil {
 		return 1
 	}
-	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	crash := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
 		one := &artifact.Passthrough{Src: &artifact.SourceDir{Root: src.Root, Files: src.Files[:1]}}
 		if err := one.Produce(ctx, w); err != nil {
@@ -199,7 +200,7 @@ func (p *reusingProducer) Produce(ctx context.Context, w artifact.Writer) error 
 }
 
 func TestInterruptedBuildIsResumed(t *testing.T) {
-	dir, src := checkpoint(t, 2<<20, 2)
+	dir, src := storetest.Checkpoint(t, 2<<20, 2)
 	root := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), "WS_STORE_CHILD=crash-after-first-file", "WS_ROOT="+root, "WS_SRC="+dir)
@@ -209,9 +210,9 @@ func TestInterruptedBuildIsResumed(t *testing.T) {
 	if entries, _ := os.ReadDir(filepath.Join(root, "tmp")); len(entries) != 1 {
 		t.Fatalf("the crash left %d temp builds, want 1", len(entries))
 	}
-	d := openDomain(t, root)
+	d := storetest.OpenAt(t, root)
 	p := &reusingProducer{src: src}
-	l, res, err := d.GetOrBuild(context.Background(), artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0), p)
+	l, res, err := d.GetOrBuild(context.Background(), artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,9 +231,9 @@ func TestInterruptedBuildIsResumed(t *testing.T) {
 }
 
 func TestCancelledBuildIsResumed(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 2)
-	d := openDomain(t, t.TempDir())
-	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
+	d := storetest.Open(t)
+	identity := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	stopped := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
 		one := &artifact.Passthrough{Src: &artifact.SourceDir{Root: src.Root, Files: src.Files[:1]}}
 		if err := one.Produce(ctx, w); err != nil {
@@ -266,9 +267,9 @@ func TestCancelledBuildIsResumed(t *testing.T) {
 // TestPassthroughAdoptsKeptFiles: the passthrough producer adopts the files
 // a cancelled build of the same artifact completed and copies only the rest.
 func TestPassthroughAdoptsKeptFiles(t *testing.T) {
-	_, src := checkpoint(t, 4<<20, 4)
-	d := openDomain(t, t.TempDir())
-	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 4<<20, 4)
+	d := storetest.Open(t)
+	identity := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	kept, rest := src.Files[:len(src.Files)-1], src.Files[len(src.Files)-1:]
 	stopped := artifact.ProducerFunc{ProducerName: artifact.PassthroughName, Fn: func(ctx context.Context, w artifact.Writer) error {
 		if err := (&artifact.Passthrough{Src: &artifact.SourceDir{Root: src.Root, Files: kept}}).Produce(ctx, w); err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -70,7 +71,7 @@ func readFromProducer(src *artifact.SourceDir, open func(data []byte) io.Reader)
 // readers that return the bytes in reads of any size, publish exactly the
 // entries the hasher computes for the same files.
 func TestReadFromEqualsHashFile(t *testing.T) {
-	_, src := checkpoint(t, 6<<20, 3)
+	_, src := storetest.Checkpoint(t, 6<<20, 3)
 	for _, tc := range []struct {
 		name string
 		open func([]byte) io.Reader
@@ -103,8 +104,8 @@ func buildEqualsHashed(t *testing.T, src *artifact.SourceDir, p artifact.Produce
 		}
 		want = append(want, e)
 	}
-	d := openDomain(t, t.TempDir())
-	l, _, err := d.GetOrBuild(context.Background(), artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0), p)
+	d := storetest.Open(t)
+	l, _, err := d.GetOrBuild(context.Background(), storetest.Identity(src), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,8 +137,8 @@ func equalEntries(a, b []artifact.FileEntry) bool {
 // fails with ErrOutOfRange, a reader's failure comes back unwrapped (so
 // artifact.CopyTo can tell it from the store's), and nothing is published.
 func TestReadFromRefusesOtherLengths(t *testing.T) {
-	_, src := checkpoint(t, 3<<20, 2)
-	id := artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 3<<20, 2)
+	id := storetest.Identity(src)
 	broken := errors.New("connection reset")
 	for _, tc := range []struct {
 		name string
@@ -150,7 +151,7 @@ func TestReadFromRefusesOtherLengths(t *testing.T) {
 		}, broken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := openDomain(t, t.TempDir())
+			d := storetest.Open(t)
 			_, _, err := d.GetOrBuild(context.Background(), id, readFromProducer(src, tc.open))
 			if !errors.Is(err, tc.want) {
 				t.Fatalf("err = %v, want %v", err, tc.want)

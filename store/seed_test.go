@@ -13,6 +13,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -77,10 +79,10 @@ func startSeeding(t *testing.T, fail error) (builder, reader *store.Domain, p *s
 
 func startSeedingPieces(t *testing.T, fail error, pieces [][32]byte) (builder, reader *store.Domain, p *seedingProducer, id artifact.ID, done chan error) {
 	t.Helper()
-	_, src := checkpoint(t, 1<<20, 1)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	root := t.TempDir()
-	builder, reader = openDomain(t, root), openDomain(t, root) // two domains on one root: separate locks, as two processes
-	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	builder, reader = storetest.OpenAt(t, root), storetest.OpenAt(t, root) // two domains on one root: separate locks, as two processes
+	identity := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	id, _ = identity.ID()
 	p = &seedingProducer{src: src, written: make(chan struct{}), verify: make(chan [2]int64), recorded: make(chan error), fail: fail, pieces: pieces}
 	done = make(chan error, 1)
@@ -256,7 +258,7 @@ func TestBuildingEndedWithoutPublishing(t *testing.T) {
 }
 
 func TestBuildingNeedsARunningAnnouncedBuild(t *testing.T) {
-	d := openDomain(t, t.TempDir())
+	d := storetest.Open(t)
 	id, _ := artifact.ParseIDHex("0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef")
 	if _, err := d.Building(context.Background(), id); !errdefs.IsNotFound(err) {
 		t.Fatalf("no build: %v, want not found", err)
@@ -266,13 +268,13 @@ func TestBuildingNeedsARunningAnnouncedBuild(t *testing.T) {
 // TestSeedingFollowsTheServeLock: a build seeds only while a process (here
 // another Domain on the root) serves the store.
 func TestSeedingFollowsTheServeLock(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	identity := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	identity := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	for _, serving := range []bool{false, true} {
 		root := t.TempDir()
-		d := openDomain(t, root)
+		d := storetest.OpenAt(t, root)
 		if serving {
-			release, err := openDomain(t, root).Serving(context.Background())
+			release, err := storetest.OpenAt(t, root).Serving(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -351,14 +353,14 @@ func TestBuildingServesTensorsAsTheyCheck(t *testing.T) {
 	for _, corrupt := range []bool{false, true} {
 		t.Run(map[bool]string{false: "good", true: "second tensor wrong"}[corrupt], func(t *testing.T) {
 			root := t.TempDir()
-			builder, reader := openDomain(t, root), openDomain(t, root)
+			builder, reader := storetest.OpenAt(t, root), storetest.OpenAt(t, root)
 			bytesIn := bytes.Clone(data)
 			if corrupt {
 				bytesIn[len(bytesIn)-1] ^= 0xff
 			}
 			p := &checkingProducer{data: bytesIn, want: want, split: a.Offset + a.Length + 10, step: make(chan struct{})}
 			identity := artifact.Identity{Schema: artifact.IdentitySchema,
-				Model:          artifact.Model{Revision: testRevision, Source: []artifact.SourceFile{{Path: want.Path, Size: want.Size, SHA256: want.SHA256}}},
+				Model:          artifact.Model{Revision: storetest.Revision, Source: []artifact.SourceFile{{Path: want.Path, Size: want.Size, SHA256: want.SHA256}}},
 				Component:      "all",
 				Representation: artifact.Representation{DType: "source"},
 				Layout:         artifact.Layout{Name: "source"},
@@ -375,13 +377,11 @@ func TestBuildingServesTensorsAsTheyCheck(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			var b *store.Building
-			for b == nil {
-				if b, err = reader.Building(ctx, id); err != nil {
-					if ctx.Err() != nil {
-						t.Fatal(err)
-					}
-					time.Sleep(5 * time.Millisecond)
-				}
+			if err := testenv.Wait(10*time.Second, func() (err error) {
+				b, err = reader.Building(ctx, id)
+				return err
+			}); err != nil {
+				t.Fatal(err)
 			}
 			defer b.Close()
 			if err := b.Wait(ctx, want.Path, 0, a.Offset+a.Length); err != nil {
@@ -437,7 +437,7 @@ func TestBuildingEndsWhenInterruptedAndRebuilt(t *testing.T) {
 	next := &blockingProducer{started: make(chan struct{}), release: make(chan struct{})}
 	second := make(chan error, 1)
 	go func() {
-		_, _, err := builder.GetOrBuild(ctx, artifact.PassthroughIdentity(p.src, "", testRevision, "", 0, 0), next)
+		_, _, err := builder.GetOrBuild(ctx, artifact.PassthroughIdentity(p.src, "", storetest.Revision, "", 0, 0), next)
 		second <- err
 	}()
 	<-next.started

@@ -15,38 +15,13 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
-const testRevision = "0123456789abcdef0123456789abcdef01234567"
-
-// checkpoint synthesises a small model and returns its directory and scan.
-func checkpoint(t testing.TB, size int64, shards int) (string, *artifact.SourceDir) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: 7}); err != nil {
-		t.Fatal(err)
-	}
-	src, _, err := artifact.ScanSource(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, src
-}
-
-func openDomain(t testing.TB, root string) *store.Domain {
-	t.Helper()
-	d, err := store.Open(context.Background(), root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
-}
-
 func importDir(t testing.TB, d *store.Domain, src *artifact.SourceDir) (*store.Lease, store.BuildResult) {
 	t.Helper()
-	id := artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
+	id := storetest.Identity(src)
 	l, res, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
 	if err != nil {
 		t.Fatal(err)
@@ -55,8 +30,8 @@ func importDir(t testing.TB, d *store.Domain, src *artifact.SourceDir) (*store.L
 }
 
 func TestLeaseTensorsEqualSource(t *testing.T) {
-	dir, src := checkpoint(t, 4<<20, 3)
-	d := openDomain(t, t.TempDir())
+	dir, src := storetest.Checkpoint(t, 4<<20, 3)
+	d := storetest.Open(t)
 	l, res := importDir(t, d, src)
 	defer l.Close()
 	if !res.Built {
@@ -99,8 +74,8 @@ func TestLeaseTensorsEqualSource(t *testing.T) {
 }
 
 func TestRemoveLeasedArtifactReportsLease(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	d := openDomain(t, t.TempDir())
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	err := d.Remove(context.Background(), l.ID)
 	if !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "has an active lease") {
@@ -127,8 +102,8 @@ func TestRemoveLeasedArtifactReportsLease(t *testing.T) {
 }
 
 func TestFlippedByteIsDeniedByFullChecksum(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 2)
-	d := openDomain(t, t.TempDir())
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	id := l.ID
 	var f *store.LeaseFile
@@ -222,14 +197,14 @@ func TestIdentityMismatchedSourceFails(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir, src := checkpoint(t, 4<<20, 6)
-			d := openDomain(t, t.TempDir())
+			dir, src := storetest.Checkpoint(t, 4<<20, 6)
+			d := storetest.Open(t)
 			p := filepath.Join(dir, tc.shard(src.Files).Path)
 			raw, _ := os.ReadFile(p)
 			raw[len(raw)-1] ^= 1
 			os.WriteFile(p, raw, 0o644)
 			fds := openFiles(t)
-			id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+			id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 			_, _, err := d.GetOrBuild(context.Background(), id, &artifact.Passthrough{Src: src})
 			var mm *artifact.SourceMismatchError
 			if !errors.As(err, &mm) {
@@ -280,9 +255,9 @@ func holdBuild(d *store.Domain, id artifact.Identity, src *artifact.SourceDir) (
 }
 
 func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	d := openDomain(t, t.TempDir())
-	id := artifact.PassthroughIdentity(src, "", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	d := storetest.Open(t)
+	id := artifact.PassthroughIdentity(src, "", storetest.Revision, "", 0, 0)
 	// A producer that blocks holds the build lock; a second builder with a
 	// short deadline gets a typed, retryable timeout and leaves it alone.
 	release, done := holdBuild(d, id, src)
@@ -300,8 +275,8 @@ func TestLockWaitEndsAtTheCallersDeadline(t *testing.T) {
 }
 
 func TestCancelledChecksumLeavesTheArtifactReady(t *testing.T) {
-	_, src := checkpoint(t, 2<<20, 2)
-	d := openDomain(t, t.TempDir())
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
+	d := storetest.Open(t)
 	l, _ := importDir(t, d, src)
 	id := l.ID
 	f := l.Files()[0]

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,8 +16,8 @@ import (
 // and one written by positioned writes in any order (a fetch) leave the page
 // cache once written: a build evicts nothing else the node has cached.
 func TestWrittenFilesLeaveThePageCache(t *testing.T) {
-	_, src := checkpoint(t, 96<<20, 2)
-	seed, _ := importDir(t, openDomain(t, t.TempDir()), src)
+	_, src := storetest.Checkpoint(t, 96<<20, 2)
+	seed, _ := importDir(t, storetest.Open(t), src)
 	defer seed.Close()
 	for _, tc := range []struct {
 		name string
@@ -26,7 +27,7 @@ func TestWrittenFilesLeaveThePageCache(t *testing.T) {
 		{"any order", treeFetch(seed, "", "")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d := openDomain(t, t.TempDir())
+			d := storetest.Open(t)
 			l, _, err := d.GetOrBuild(context.Background(), seed.Identity(), tc.p)
 			if err != nil {
 				t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // lentBuffers writes every source file through the store writer's
@@ -60,7 +61,7 @@ func (p *lentBuffers) producer() artifact.Producer {
 // exactly the entries the hasher computes for the same files, and every
 // buffer is given back once, after the writer is through with it.
 func TestWriteBufferEqualsHashFile(t *testing.T) {
-	_, src := checkpoint(t, 6<<20, 3)
+	_, src := storetest.Checkpoint(t, 6<<20, 3)
 	for _, tc := range []struct {
 		name  string
 		sizes []int
@@ -81,8 +82,8 @@ func TestWriteBufferEqualsHashFile(t *testing.T) {
 // TestWriteBufferRefusals: a buffer past the declared size, or after
 // Close, is refused and given back at once.
 func TestWriteBufferRefusals(t *testing.T) {
-	_, src := checkpoint(t, 1<<20, 1)
-	id := artifact.PassthroughIdentity(src, "test/model", testRevision, "", 0, 0)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	id := storetest.Identity(src)
 	sf := src.Files[0]
 	for _, tc := range []struct {
 		name  string
@@ -100,7 +101,7 @@ func TestWriteBufferRefusals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var given int
 			var err error
-			d := openDomain(t, t.TempDir())
+			d := storetest.Open(t)
 			_, _, _ = d.GetOrBuild(context.Background(), id, artifact.ProducerFunc{ProducerName: "refused", Fn: func(ctx context.Context, w artifact.Writer) error {
 				fw, cerr := w.Create(sf.Path, sf.Size)
 				if cerr != nil {

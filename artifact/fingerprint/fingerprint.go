@@ -13,7 +13,7 @@
 // hashing the source file directly. The cache never changes a result: a
 // scan with it and a scan without it return the same fingerprint.
 //
-// A record written when the file had changed within racyWindow of the
+// A record written when the file had changed within RacyWindow of the
 // hash is "racy" (a later write in the same timestamp tick could go
 // unseen) and is not trusted: the file is hashed again, as git does with
 // racily clean index entries.
@@ -45,10 +45,10 @@ const Schema = 1
 // DirName is the cache's folder name under a store root.
 const DirName = "fingerprints"
 
-// racyWindow is how close to the start of its hash a file's last change may
+// RacyWindow is how close to the start of its hash a file's last change may
 // be before the record is not trusted. It covers coarse filesystem clocks
 // (one jiffy at HZ=100 is 10 ms).
-const racyWindow = 20 * time.Millisecond
+const RacyWindow = 20 * time.Millisecond
 
 // maxRecordBytes caps a record read, so a corrupt record cannot exhaust memory.
 const maxRecordBytes = 8 << 10
@@ -217,7 +217,7 @@ func (c *Cache) lookup(ctx context.Context, e *entry, st *Stats) (string, bool) 
 }
 
 func racy(k Key, hashedNs int64) bool {
-	return max(k.MtimeNs, k.CtimeNs) >= hashedNs-int64(racyWindow)
+	return max(k.MtimeNs, k.CtimeNs) >= hashedNs-int64(RacyWindow)
 }
 
 // recordWriter writes records, once the cache folder exists.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // source writes a small checkpoint: plain files, a hidden file, a
@@ -48,13 +49,9 @@ func source(t *testing.T) string {
 	if err := os.Symlink(filepath.Join("..", "blobs", hex.EncodeToString(sum[:])), filepath.Join(dir, "linked.bin")); err != nil {
 		t.Fatal(err)
 	}
-	settle()
+	storetest.Settle(t, dir)
 	return dir
 }
-
-// settle waits out the racy window, so records of files written just
-// before are trusted.
-func settle() { time.Sleep(30 * time.Millisecond) }
 
 func scan(t *testing.T, c *fingerprint.Cache, dir string) *fingerprint.Result {
 	t.Helper()
@@ -188,7 +185,7 @@ func TestChangedFileInvalidatesRecord(t *testing.T) {
 			if ch := before.Changed(); len(ch) != 1 || ch[0] != "config.json" {
 				t.Fatalf("Changed() = %v", ch)
 			}
-			settle()
+			storetest.Settle(t, dir)
 			after := scan(t, c, dir)
 			if after.Stats.Misses != 1 || after.Stats.Hits != 3 {
 				t.Fatalf("after the change: %+v", after.Stats)
@@ -258,7 +255,7 @@ func TestRacyRecordIsNotTrusted(t *testing.T) {
 	// Changed well before the hash: the new record is trusted.
 	past := time.Now().Add(-time.Hour)
 	os.Chtimes(p, past, past) // ctime is now
-	settle()
+	storetest.Settle(t, dir)
 	scan(t, c, dir)
 	if got := scan(t, c, dir); got.Stats.Hits != 1 {
 		t.Fatalf("record written after the racy window not trusted: %+v", got.Stats)
@@ -287,8 +284,7 @@ func TestLookupThenRecordFromACopy(t *testing.T) {
 		entries = append(entries, artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}})
 	}
 	entries[0].Path = "elsewhere"
-	c.Record(context.Background(), cold, entries, started)
-	settle()
+	c.Record(context.Background(), cold, entries, started) // synchronous, of files settled before started
 	warm, err := c.Lookup(context.Background(), dir)
 	if err != nil {
 		t.Fatal(err)

@@ -15,9 +15,8 @@ import (
 	"github.com/weightsnap/weightsnap/artifact/cast"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/artifact/tpsplit"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
-
-const rev = "0123456789abcdef0123456789abcdef01234567"
 
 // engineSpec exercises every kind of rule: column with vocabulary padding,
 // plain column, row, row with dim and padding, 1-D row (replicated), empty
@@ -112,13 +111,13 @@ func scan(t *testing.T, dir string) *artifact.SourceDir {
 	return src
 }
 
-func produce(t *testing.T, r producers.Local, src *artifact.SourceDir) (*memWriter, artifact.Producer) {
+func produce(t *testing.T, r producers.Local, src *artifact.SourceDir) (*storetest.MemWriter, artifact.Producer) {
 	t.Helper()
 	p, err := r.Producer(src)
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := newMemWriter()
+	w := &storetest.MemWriter{}
 	if err := p.Produce(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +169,7 @@ func TestTPSplitMatchesExtract(t *testing.T) {
 					if !artifact.IsSafetensors(sf.Path) {
 						continue
 					}
-					raw, ok := w.bytes(sf.Path)
+					raw, ok := w.Bytes(sf.Path)
 					if !ok {
 						t.Fatalf("rank %d: %s not written", rank, sf.Path)
 					}
@@ -205,7 +204,7 @@ func TestTPSplitMatchesExtract(t *testing.T) {
 						}
 					}
 				}
-				if raw, _ := w.bytes("config.json"); string(raw) != `{"model_type":"test"}` {
+				if raw, _ := w.Bytes("config.json"); string(raw) != `{"model_type":"test"}` {
 					t.Fatalf("config.json not copied verbatim: %q", raw)
 				}
 				var idx struct {
@@ -214,7 +213,7 @@ func TestTPSplitMatchesExtract(t *testing.T) {
 					} `json:"metadata"`
 					WeightMap map[string]string `json:"weight_map"`
 				}
-				raw, _ := w.bytes("model.safetensors.index.json")
+				raw, _ := w.Bytes("model.safetensors.index.json")
 				if err := json.Unmarshal(raw, &idx); err != nil || idx.Metadata.TotalSize != dataBytes || len(idx.WeightMap) != len(tensors) {
 					t.Fatalf("index json: %v, total_size %d want %d, %d weights", err, idx.Metadata.TotalSize, dataBytes, len(idx.WeightMap))
 				}
@@ -238,7 +237,7 @@ func TestCastProducerMatchesConvert(t *testing.T) {
 				if !artifact.IsSafetensors(sf.Path) {
 					continue
 				}
-				raw, _ := w.bytes(sf.Path)
+				raw, _ := w.Bytes(sf.Path)
 				h, got := readTensors(t, raw)
 				for _, ti := range h.Tensors {
 					orig := tensors[ti.Name]
@@ -296,7 +295,7 @@ func TestProducerFailures(t *testing.T) {
 			}
 			p, err := tc.local.Producer(src)
 			if err == nil {
-				err = p.Produce(context.Background(), newMemWriter())
+				err = p.Produce(context.Background(), &storetest.MemWriter{})
 			}
 			if err == nil || !tc.class(err) {
 				t.Fatalf("got %v", err)
@@ -311,7 +310,7 @@ func TestTPSplitIdentity(t *testing.T) {
 	a, _ := tpsplit.ParseSpec([]byte(engineSpec))
 	b, _ := tpsplit.ParseSpec([]byte("# reformatted\n" + engineSpec + "\n"))
 	c, _ := tpsplit.ParseSpec([]byte(engineSpec + "[[rule]]\npattern = \"x\"\nsplit = \"row\"\n"))
-	target := producers.Target{Revision: rev}
+	target := producers.Target{Revision: storetest.Revision}
 	digest := func(s *tpsplit.Spec, rank int, dtype string) string {
 		id, err := (&producers.TPSplit{Spec: s, Size: 3, Rank: rank, DType: dtype}).Identity(src, target)
 		if err != nil {
@@ -391,11 +390,11 @@ func TestTensorMapProducer(t *testing.T) {
 	if p.Phase() != producers.PostLoadOnly {
 		t.Fatal("tensor-map must be POST_LOAD_ONLY")
 	}
-	w := newMemWriter()
+	w := &storetest.MemWriter{}
 	if err := p.Produce(context.Background(), w); err != nil {
 		t.Fatal(err)
 	}
-	raw, ok := w.bytes("model.safetensors")
+	raw, ok := w.Bytes("model.safetensors")
 	if !ok {
 		t.Fatal("not written")
 	}

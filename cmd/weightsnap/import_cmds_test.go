@@ -9,10 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // TestImportCommandBuildsOnceThenHits: the second import of an unchanged
@@ -23,7 +23,7 @@ func TestImportCommandBuildsOnceThenHits(t *testing.T) {
 	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 2, DType: "F16", Seed: 9}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond) // past the fingerprint cache's racy window
+	storetest.Settle(t, src) // past the fingerprint cache's racy window
 	cfg := filepath.Join(base, "config.toml")
 	os.WriteFile(cfg, nil, 0o644)
 	args := []string{"--root", filepath.Join(base, "root"), "--config", cfg, "import", src, "--revision", strings.Repeat("cd", 20), "--json"}

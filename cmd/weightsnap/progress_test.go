@@ -2,10 +2,13 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // lockedBuffer is a bytes.Buffer the progress's ticker writes while the
@@ -35,12 +38,13 @@ func TestLineProgress(t *testing.T) {
 	var out lockedBuffer
 	pr := newLineProgress(&out, "pull", 100<<20, time.Millisecond)
 	pr.Add(10 << 20)
-	deadline := time.Now().Add(10 * time.Second)
-	for strings.Count(out.String(), "pull: 10.0 MiB of 100.0 MiB (10%), ") < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("no two progress lines in 10 s:\n%s", out.String())
+	if err := testenv.Wait(10*time.Second, func() error {
+		if strings.Count(out.String(), "pull: 10.0 MiB of 100.0 MiB (10%), ") < 2 {
+			return errors.New(out.String())
 		}
-		time.Sleep(time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatalf("no two progress lines: %v", err)
 	}
 	pr.Add(90 << 20)
 	pr.Done()

@@ -15,6 +15,8 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/resolve"
 )
 
@@ -36,7 +38,7 @@ func TestResolveCommand(t *testing.T) {
 	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 2, DType: "BF16", Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond) // past the fingerprint cache's racy window
+	storetest.Settle(t, src) // past the fingerprint cache's racy window
 	cfg := filepath.Join(base, "config.toml")
 	os.WriteFile(cfg, nil, 0o644)
 	root := filepath.Join(base, "root")
@@ -123,12 +125,16 @@ func TestResolveConfigTableAndFlags(t *testing.T) {
 	}
 }
 
-// countingProducer is a producer whose progress a test sets.
-type countingProducer struct{ done atomic.Int64 }
+// countingProducer is a producer whose progress a test sets; it counts
+// the looks at it.
+type countingProducer struct{ done, looks atomic.Int64 }
 
 func (*countingProducer) Name() string                                   { return "counting" }
 func (*countingProducer) Produce(context.Context, artifact.Writer) error { return nil }
-func (p *countingProducer) Progress() (int64, int64)                     { return p.done.Load(), 1000 }
+func (p *countingProducer) Progress() (int64, int64) {
+	p.looks.Add(1)
+	return p.done.Load(), 1000
+}
 
 // TestProducerProgress: while a producer runs, resolve shows how far it
 // is, to the last byte once it stops.
@@ -141,7 +147,8 @@ func TestProducerProgress(t *testing.T) {
 		t.Fatalf("progress %+v", pr)
 	}
 	p.done.Store(300)
-	time.Sleep(500 * time.Millisecond)
+	looked := p.looks.Load()
+	testenv.Eventually(t, 10*time.Second, func() bool { return p.looks.Load() > looked }, "the progress was never looked at while at 300")
 	p.done.Store(700)
 	shown.stop()
 	if pr.done != 700 || shown.pr != nil {

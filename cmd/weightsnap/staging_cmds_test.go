@@ -8,10 +8,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/staging/hubsynth"
@@ -30,7 +30,7 @@ func TestStageCommands(t *testing.T) {
 	if err := hubsynth.AddDir(cache, "org/m", commit, model); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(30 * time.Millisecond) // past the fingerprint cache's racy window
+	storetest.Settle(t, cache) // past the fingerprint cache's racy window
 	srcSnap := filepath.Join(cache, hubsynth.Folder("org/m"), "snapshots", commit)
 	dst := filepath.Join(base, "local", "hub")
 	dstSnap := filepath.Join(dst, hubsynth.Folder("org/m"), "snapshots", commit)

@@ -28,6 +28,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/cri"
 	"github.com/weightsnap/weightsnap/peer"
+	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -205,7 +206,7 @@ func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- 
 // containerd's images for weight images another snapshotter unpacked
 // ([cri] unpack_check_seconds), until the returned stop is called.
 func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, reg prometheus.Registerer, errc chan<- error) (func(), error) {
-	svc, err := cri.New(cri.Config{Upstream: cfg.CRI.Upstream, Runtime: n.Runtime, Credentials: n.Credentials,
+	svc, err := cri.New(cri.Config{Upstream: cfg.CRI.Upstream, Runtime: n.Runtime, CredentialTTL: cfg.CRI.CredentialTTL(), Mode: resolve.Mode(cfg.Snapshotter.Mode),
 		Registries: cfg.Resolve.AllowedRegistries(), Remote: n.Remote})
 	if err != nil {
 		return nil, err

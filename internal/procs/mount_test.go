@@ -8,6 +8,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"golang.org/x/sys/unix"
 )
 
@@ -16,9 +17,7 @@ import (
 // a mapping, uses the mount; one using the same file through its source
 // directory does not.
 func TestMountUsers(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to mount")
-	}
+	testenv.RequireRoot(t, "a bind mount")
 	src, dir := t.TempDir(), t.TempDir()
 	if err := os.WriteFile(filepath.Join(src, "w"), make([]byte, 8192), 0o644); err != nil {
 		t.Fatal(err)
@@ -77,9 +76,7 @@ func TestMountUsers(t *testing.T) {
 
 	// Another mount namespace binds the mount elsewhere and holds a file
 	// open through that bind.
-	if _, err := exec.LookPath("unshare"); err != nil {
-		t.Skip("no unshare")
-	}
+	testenv.LookPath(t, "unshare", "Debian util-linux")
 	other := t.TempDir()
 	cmd := exec.Command("unshare", "-m", "--propagation", "slave", "sh", "-c",
 		`mount --bind "$1" "$2" && exec 3<"$2/w" && echo ready && exec sleep 60`, "sh", dir, other)

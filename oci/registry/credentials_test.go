@@ -2,37 +2,88 @@ package registry
 
 import (
 	"context"
+	"encoding/base64"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
 	"testing"
 
-	orasreg "oras.land/oras-go/v2/registry"
+	"github.com/containerd/errdefs"
 	"oras.land/oras-go/v2/registry/remote/auth"
 )
 
-// TestCredentialHook: Options.Credentials is asked first, for the
-// repository a request is scoped to ("" for none), and a miss leaves the
-// Docker config (none here: anonymous).
-func TestCredentialHook(t *testing.T) {
-	type ask struct{ host, repo string }
-	var asked []ask
-	hook := func(_ context.Context, host, repo string) (auth.Credential, bool) {
-		asked = append(asked, ask{host, repo})
-		return auth.Credential{Username: "u", Password: "p"}, repo == "models/a"
+// basicRegistry is a registry that answers a manifest HEAD of models/a:v1
+// to user:pass alone (Basic auth, as distribution's htpasswd does) and
+// records every Authorization it was sent.
+type basicRegistry struct {
+	mu    sync.Mutex
+	auths []string
+}
+
+func (b *basicRegistry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b.mu.Lock()
+	b.auths = append(b.auths, r.Header.Get("Authorization"))
+	b.mu.Unlock()
+	if r.Header.Get("Authorization") != "Basic "+base64.StdEncoding.EncodeToString([]byte("user:pass")) {
+		w.Header().Set("Www-Authenticate", `Basic realm="test"`)
+		http.Error(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`, http.StatusUnauthorized)
+		return
 	}
-	f := credential(hook, nil)
+	if r.URL.Path != "/v2/models/a/manifests/v1" {
+		http.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Content-Type", "application/vnd.oci.image.manifest.v1+json")
+	w.Header().Set("Docker-Content-Digest", "sha256:44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a")
+	w.Header().Set("Content-Length", "2")
+	if r.Method == http.MethodGet {
+		w.Write([]byte("{}"))
+	}
+}
+
+// TestPullCredentialScope: a request under WithCredential uses that
+// credential for its host alone; a token (here the Basic one) got with one
+// credential never serves a request with another or with none, on the same
+// connector (one long-lived client, as the node's configured registry is):
+// after a HEAD with the right password, one with a wrong password and one
+// with none (no Docker config: anonymous) each get the registry's 401.
+func TestPullCredentialScope(t *testing.T) {
+	reg := &basicRegistry{}
+	srv := httptest.NewServer(reg)
+	defer srv.Close()
+	host := strings.TrimPrefix(srv.URL, "http://")
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
 	ctx := context.Background()
-	for _, tc := range []struct {
-		repo string // the request's scope; "" for none
-		want string // the username answered
-	}{{"models/a", "u"}, {"models/b", ""}, {"", ""}} {
-		rctx := ctx
-		if tc.repo != "" {
-			rctx = auth.AppendRepositoryScope(ctx, orasreg.Reference{Registry: "reg:5000", Repository: tc.repo}, auth.ActionPull)
+	r, err := New(ctx, host+"/models/a:v1", Options{PlainHTTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	right := auth.Credential{Username: "user", Password: "pass"}
+	wrong := auth.Credential{Username: "user", Password: "nope"}
+	for i, tc := range []struct {
+		name string
+		ctx  context.Context
+		ok   bool
+	}{
+		{"right", WithCredential(ctx, host, right), true},
+		{"wrong", WithCredential(ctx, host, wrong), false},
+		{"none", ctx, false},
+		{"right, another host's", WithCredential(ctx, "other:5000", right), false},
+		{"right again", WithCredential(ctx, host, right), true},
+	} {
+		_, err := r.Head(tc.ctx)
+		if tc.ok != (err == nil) {
+			t.Fatalf("%d %s: %v, want ok %v", i, tc.name, err, tc.ok)
 		}
-		if c, err := f(rctx, "reg:5000"); err != nil || c.Username != tc.want {
-			t.Errorf("request scoped to %q: %+v %v, want user %q", tc.repo, c, err, tc.want)
+		if !tc.ok && !errdefs.IsUnauthorized(err) {
+			t.Fatalf("%d %s: %v, want unauthorized", i, tc.name, err)
 		}
 	}
-	if want := []ask{{"reg:5000", "models/a"}, {"reg:5000", "models/b"}, {"reg:5000", ""}}; len(asked) != 3 || asked[0] != want[0] || asked[1] != want[1] || asked[2] != want[2] {
-		t.Fatalf("asked %v, want %v", asked, want)
+	if c, ok := CredentialOf(WithCredential(ctx, host, right), strings.ToUpper(host)); !ok || c != right {
+		t.Fatalf("CredentialOf: %v %v", c.Username, ok)
+	}
+	if _, ok := CredentialOf(ctx, host); ok {
+		t.Fatal("CredentialOf without WithCredential: ok")
 	}
 }

@@ -58,7 +58,7 @@ type connector struct {
 }
 
 func newConnector(ctx context.Context, o Options) *connector {
-	c := &connector{o: o, cache: auth.NewCache(), endpoints: map[string][]endpoint{}}
+	c := &connector{o: o, cache: tokenCache{node: auth.NewCache()}, endpoints: map[string][]endpoint{}}
 	var store credentials.Store
 	var err error
 	if o.DockerConfig != "" {
@@ -70,7 +70,7 @@ func newConnector(ctx context.Context, o Options) *connector {
 		log.G(ctx).WithError(err).Warn("docker credentials unavailable; using anonymous access")
 		store = nil
 	}
-	c.cred = credential(o.Credentials, store)
+	c.cred = credential(store)
 	if o.HostsDir != "" {
 		// The scheme of a server hosts.toml does not name: plain HTTP for
 		// the registries the options talk plain HTTP to.
@@ -185,8 +185,9 @@ func (c *connector) tune(hc *http.Client) error {
 	return nil
 }
 
-// authClient authenticates a host's requests with the Docker credentials
-// of that host, sending header with each.
+// authClient authenticates a host's requests with the request's own
+// credential (WithCredential) or the Docker credentials of that host,
+// sending header with each.
 func (c *connector) authClient(hc *http.Client, header http.Header) *auth.Client {
 	client := &auth.Client{Client: hc, Cache: c.cache, Credential: c.cred, Header: header.Clone()}
 	ua := c.o.UserAgent

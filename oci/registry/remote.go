@@ -58,9 +58,6 @@ type Options struct {
 	// a server it does not name and Insecure skips verification of every
 	// host.
 	HostsDir string
-	// Credentials, when set, are asked before the Docker config: the pull
-	// credentials a CRI request brought, kept in memory only.
-	Credentials CredentialFunc
 }
 
 // plainHTTPFor says whether registry is talked to in plain HTTP.
@@ -178,6 +175,26 @@ func (r *Remote) FetchManifest(ctx context.Context) (ocispec.Descriptor, []byte,
 		return ocispec.Descriptor{}, nil, err
 	}
 	return desc, raw, nil
+}
+
+// Head resolves the remote's reference with a manifest HEAD: the
+// registry's answer to these credentials for this repository, with no
+// payload.
+func (r *Remote) Head(ctx context.Context) (ocispec.Descriptor, error) {
+	c := docker.HostCapabilityResolve
+	if _, err := r.Ref.Digest(); err == nil {
+		c = docker.HostCapabilityPull
+	}
+	var desc ocispec.Descriptor
+	err := r.try(ctx, c, "", func(h *host) error {
+		d, err := h.repo.Resolve(ctx, r.Ref.ReferenceOrDefault())
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", r, Classify(err))
+		}
+		desc = d
+		return nil
+	})
+	return desc, err
 }
 
 // FetchSmall reads a small blob, verified against its descriptor.

@@ -19,8 +19,8 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
 // scenarios names, for each fault point, the operation that reaches it.

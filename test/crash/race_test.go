@@ -8,7 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // TestWeakLookupNeverLeasesAfterStrongDeny interleaves two processes on a
@@ -52,12 +53,8 @@ func TestWeakLookupNeverLeasesAfterStrongDeny(t *testing.T) {
 
 func waitFor(t *testing.T, path string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if _, err := os.Stat(path); err == nil {
-			return
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Fatalf("timed out waiting for %s", path)
+	testenv.Eventually(t, 30*time.Second, func() bool {
+		_, err := os.Stat(path)
+		return err == nil
+	}, "%s never appeared", path)
 }

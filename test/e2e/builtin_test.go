@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -20,7 +21,7 @@ import (
 // weight file with its source digest, and the snapshotter's metrics are
 // among containerd's.
 func TestBuiltinContainerd(t *testing.T) {
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "the builtin containerd")
 	harness.Peers(t)
 	bin := buildBuiltinContainerd(t)
 	reg := harness.StartRegistry(t)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/pelletier/go-toml/v2"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -73,7 +74,7 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 	bin := harness.WeightsnapdBinary()
 	if bin == "" {
-		harness.Skip(t, "bin/weightsnapd is not built (run make build)")
+		testenv.Skip(t, "bin/weightsnapd is not built (run make build)")
 	}
 	if out, err := exec.Command(bin, "--config", conf, "config", "check").CombinedOutput(); err != nil {
 		t.Fatalf("weightsnapd config check of the ConfigMap's file: %v\n%s", err, out)
@@ -206,13 +207,10 @@ func kubernetesManifests(t *testing.T) manifests {
 // is a Type=notify, KillMode=process unit that systemd-analyze verify
 // accepts without a word (with ExecStart pointing at the built daemon).
 func TestSystemdUnit(t *testing.T) {
-	analyze, err := exec.LookPath("systemd-analyze")
-	if err != nil {
-		harness.Skip(t, "no systemd-analyze (Debian systemd; test/e2e/deps installs it)")
-	}
+	analyze := testenv.LookPath(t, "systemd-analyze", "Debian systemd; test/e2e/deps installs it")
 	bin := harness.WeightsnapdBinary()
 	if bin == "" {
-		harness.Skip(t, "bin/weightsnapd is not built (run make build)")
+		testenv.Skip(t, "bin/weightsnapd is not built (run make build)")
 	}
 	root, err := harness.ModuleRoot()
 	if err != nil {

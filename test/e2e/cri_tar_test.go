@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // TestCRIModelPackTarVolume (issue 25, done-when 2, tar layers): ModelPack
@@ -69,7 +71,7 @@ func TestCRIModelPackTarVolume(t *testing.T) {
 			t.Fatalf("%d mounts after the refused pull (%s), %d before", got, h.name, mounts)
 		}
 		root := t.TempDir()
-		r := runWS(t, []string{"DOCKER_CONFIG=" + c.docker}, []string{"--root", root, "--config", "", "pull", "--plain-http", "--revision", ociRevision, evil})
+		r := runWS(t, []string{"DOCKER_CONFIG=" + c.docker}, []string{"--root", root, "--config", "", "pull", "--plain-http", "--revision", storetest.Revision, evil})
 		if r.code == 0 || !strings.Contains(r.errOut, h.want) || !strings.Contains(r.errOut, entry) {
 			t.Fatalf("weightsnap pull of a tar layer with %s: exit %d\n%s%s", h.name, r.code, r.out, r.errOut)
 		}

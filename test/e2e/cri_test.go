@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -55,11 +56,13 @@ func hostNetworkPod(t *testing.T, dir, name string) string {
 func waitCRILog(t *testing.T, ctd *harness.Containerd, cid, want string) string {
 	t.Helper()
 	var logs string
-	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(logs, want); time.Sleep(100 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the log of container %s lacks %q: %q", cid, want, logs)
+	if err := testenv.Wait(60*time.Second, func() error {
+		if logs, _ = ctd.Crictl("logs", cid); !strings.Contains(logs, want) {
+			return fmt.Errorf("%q", logs)
 		}
-		logs, _ = ctd.Crictl("logs", cid)
+		return nil
+	}); err != nil {
+		t.Fatalf("the log of container %s lacks %q: %v", cid, want, err)
 	}
 	return logs
 }

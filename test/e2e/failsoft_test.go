@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -130,7 +131,7 @@ func TestResolveSourcesDown(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "node")
 			report := filepath.Join(t.TempDir(), "report.json")
-			args := append([]string{"resolve", "--from", dir, "--revision", ociRevision, "--repository", "org/tiny",
+			args := append([]string{"resolve", "--from", dir, "--revision", storetest.Revision, "--repository", "org/tiny",
 				"--plain-http", "--connect-timeout", "1", "--report", report}, tc.args...)
 			r := ws(t, root, args...)
 			if r.code != tc.code {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -50,14 +51,11 @@ func TestHostMountInUse(t *testing.T) {
 		if pid, _ = strconv.Atoi(strings.TrimSpace(out)); err != nil || pid == 0 {
 			t.Fatalf("the pid of %s: %q %v", name, out, err)
 		}
-		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			if comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm")); string(comm) == "sleep\n" {
-				return id, pid
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s never came to sleep", name)
-			}
-		}
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			comm, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+			return string(comm) == "sleep\n"
+		}, "%s never came to sleep", name)
+		return id, pid
 	}
 	refused := func(what, id string, pid int) {
 		t.Helper()

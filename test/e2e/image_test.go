@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
@@ -30,7 +31,7 @@ import (
 // that weightsnapd mounts the artifact under /mnt/weightsnap's stand-in,
 // where the host reads it.
 func TestImageRunsAsDaemonSet(t *testing.T) {
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "running weightsnapd as a DaemonSet")
 	tools := harness.Peers(t)
 	contrib := kubernetesManifests(t)
 	cm, spec := contrib.cm, contrib.ds.Spec.Template.Spec
@@ -218,17 +219,19 @@ func daemonSetConfig(t *testing.T, text string, hostPaths map[string]string, reg
 // readiness probe) and its snapshotter socket is there.
 func waitDaemonSetReady(t *testing.T, node *harness.Containerd, ws *harness.Weightsnapd) {
 	t.Helper()
-	var err error
-	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if _, err = ws.Metrics(); err == nil {
-			if _, err = os.Stat(ws.Socket); err == nil {
-				return
-			}
+	err := testenv.Wait(60*time.Second, func() error {
+		if _, err := ws.Metrics(); err != nil {
+			return err
 		}
+		_, err := os.Stat(ws.Socket)
+		return err
+	})
+	if err == nil {
+		return
 	}
 	logs, _ := node.Nerdctl("logs", "weightsnapd")
 	ps, _ := node.Nerdctl("ps", "-a")
-	t.Fatalf("the containerised weightsnapd is not ready in 60s: %v\n%s\nweightsnapd:\n%s", err, ps, logs)
+	t.Fatalf("the containerised weightsnapd is not ready: %v\n%s\nweightsnapd:\n%s", err, ps, logs)
 }
 
 func writeTestFile(t *testing.T, path, text string) {

@@ -2,11 +2,14 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -50,31 +53,30 @@ func TestKubeletStaticPods(t *testing.T) {
 
 	k.RemovePodManifest(t, "weights")
 	k.RemovePodManifest(t, "volume")
-	for deadline := time.Now().Add(150 * time.Second); ; time.Sleep(time.Second) {
-		pods, ctrs := crictl(t, c.ctd, "pods", "-q"), crictl(t, c.ctd, "ps", "-a", "-q")
-		if pods == "" && ctrs == "" {
-			break
+	if err := testenv.Wait(150*time.Second, func() error {
+		if pods, ctrs := crictl(t, c.ctd, "pods", "-q"), crictl(t, c.ctd, "ps", "-a", "-q"); pods != "" || ctrs != "" {
+			return fmt.Errorf("pods %q and containers %q", pods, ctrs)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the kubelet left pods %q and containers %q after their manifests went", pods, ctrs)
-		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the kubelet left %v after their manifests went", err)
 	}
 
 	// The images stay (a kubelet removes none on its own); what used the artifacts went.
 	noLease := func(when string) {
 		t.Helper()
 		for _, a := range list {
-			for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+			if err := testenv.Wait(60*time.Second, func() error {
 				r := wsWith(t, c.ws.Config, "inspect", a.Digest)
 				if r.code != 0 {
 					t.Fatalf("weightsnap inspect %s: exit %d\n%s%s", a.Digest, r.code, r.out, r.errOut)
 				}
-				if !strings.Contains(r.out, "weightsnapd: lease held") {
-					break
+				if strings.Contains(r.out, "weightsnapd: lease held") {
+					return errors.New(r.out)
 				}
-				if time.Now().After(deadline) {
-					t.Fatalf("weightsnapd still holds %s %s:\n%s", a.Digest, when, r.out)
-				}
+				return nil
+			}); err != nil {
+				t.Fatalf("weightsnapd still holds %s %s: %v", a.Digest, when, err)
 			}
 		}
 	}
@@ -120,14 +122,18 @@ func staticPod(name, image, dir, volume string) string {
 func waitPodLog(t *testing.T, ctd *harness.Containerd, pod, want string) string {
 	t.Helper()
 	var logs string
-	for deadline := time.Now().Add(120 * time.Second); !strings.Contains(logs, want); time.Sleep(200 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			ps, _ := ctd.Crictl("ps", "-a")
-			t.Fatalf("the log of pod %s lacks %q: %q\n%s", pod, want, logs, ps)
-		}
+	err := testenv.Wait(120*time.Second, func() error {
 		if id := strings.Fields(crictl(t, ctd, "ps", "-a", "-q", "--label", "io.kubernetes.pod.name="+pod)); len(id) > 0 {
 			logs, _ = ctd.Crictl("logs", id[0])
 		}
+		if !strings.Contains(logs, want) {
+			return fmt.Errorf("the log of pod %s lacks %q: %q", pod, want, logs)
+		}
+		return nil
+	})
+	if err != nil {
+		ps, _ := ctd.Crictl("ps", "-a")
+		t.Fatalf("%v\n%s", err, ps)
 	}
 	return logs
 }
@@ -137,12 +143,13 @@ func waitPodLog(t *testing.T, ctd *harness.Containerd, pod, want string) string 
 // running container keeps reading its weights; a pull through the image
 // service fails, naming weightsnapd's socket, while weightsnapd is down; a
 // static pod added meanwhile runs once weightsnapd is back; and nothing is
-// pulled twice: the restarted daemon takes the first artifact's lease again
-// from the store, fetching only the new pod's artifact.
+// pulled twice: each artifact is fetched once, by the CRI pull of its
+// image (with the pod's credentials), and the restarted daemon takes the
+// first artifact's lease again from the store, its Prepares fetching none.
 func TestKubeletWeightsnapdKilled(t *testing.T) {
 	c := startCRINode(t)
-	img, _, files := c.pushPrivateWeightImage(t, "survivor", "8MiB")
-	img2, _, files2 := c.pushPrivateWeightImage(t, "latecomer", "6MiB") // another artifact
+	img, id, files := c.pushPrivateWeightImage(t, "survivor", "8MiB")
+	img2, id2, files2 := c.pushPrivateWeightImage(t, "latecomer", "6MiB") // another artifact
 	k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI,
 		Auths: map[string]string{c.sec.Host: c.user + ":" + c.pass}})
 	k.PodManifest(t, "survivor", staticPod("survivor", img, "/llama", ""))
@@ -158,13 +165,49 @@ func TestKubeletWeightsnapdKilled(t *testing.T) {
 		t.Fatalf("a pull while weightsnapd is down: %v\n%s", err, out)
 	}
 	k.PodManifest(t, "latecomer", staticPod("latecomer", img2, "/llama", ""))
-	time.Sleep(3 * time.Second) // the kubelet tries, and fails, while weightsnapd is down
+	// The kubelet tries, and fails, while weightsnapd is down: it logs the
+	// pod's sync failing on one of weightsnapd's sockets (the snapshotter's,
+	// through containerd, or the image service's).
+	testenv.Eventually(t, 60*time.Second, func() bool {
+		raw, _ := os.ReadFile(k.Proc.Log)
+		for _, line := range strings.Split(string(raw), "\n") {
+			if strings.Contains(line, "Error syncing pod") && strings.Contains(line, "latecomer-"+k.NodeName) &&
+				(strings.Contains(line, c.ws.Socket) || strings.Contains(line, c.ws.CRI)) {
+				return true
+			}
+		}
+		return false
+	}, "the kubelet did not try the latecomer's pod while weightsnapd was down")
 
 	c.ws.Restart(t)
 	checkSums(t, waitPodLog(t, c.ctd, "latecomer-"+k.NodeName, "read-all"), &pushedArtifact{files: files2})
 	checkSums(t, crictl(t, c.ctd, "exec", cid[0], "sh", "-c", "cd /llama && sha256sum *"), &pushedArtifact{files: files})
 	c.waitMetric(t, "weightsnap_snapshotter_leases_held", 2, 30*time.Second)
-	if got := c.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"}`); got != 1 {
-		t.Fatalf("the restarted weightsnapd fetched %v weight layers, want 1 (the latecomer's only)", got)
+	if got := c.metric(t, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"}`); got != 0 {
+		t.Fatalf("the restarted weightsnapd's Prepares fetched %v weight layers, want 0 (the CRI pull fetched the latecomer's)", got)
 	}
+	for _, a := range []string{id, id2} {
+		if n := criFetches(t, c.ws.Proc.Log, a); n != 1 {
+			t.Fatalf("the CRI pulls fetched %s %d times, want once\n%s", a, n, harness.Tail(c.ws.Proc.Log, 30))
+		}
+	}
+}
+
+// criFetches counts the log lines of weightsnapd (all its runs) saying
+// that a CRI pull fetched the artifact id as a weight layer's.
+func criFetches(t *testing.T, log, id string) int {
+	t.Helper()
+	raw, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		var e struct{ Msg, Identity, Outcome string }
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "cri: weights of an image resolved with the pull's credentials" &&
+			e.Identity == id && e.Outcome == "fetched" {
+			n++
+		}
+	}
+	return n
 }

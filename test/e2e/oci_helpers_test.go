@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,13 +22,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
 // Helpers of the OCI end-to-end tests (oci_test.go): the weightsnap CLI,
 // the oras CLI, and a blob proxy in front of the registry.
-
-const ociRevision = "0123456789abcdef0123456789abcdef01234567"
 
 var ociCLI struct {
 	once sync.Once
@@ -73,11 +75,11 @@ var rmaCLI struct {
 
 // weightsnapRMABin builds the CLI with the rma plane once per test binary.
 // libfabric's development files come with test/e2e/deps; without them the
-// test skips (see harness.Skip: fatal where WEIGHTSNAP_REQUIRE_ALL=1).
+// test skips (see testenv.Skip: fatal where WEIGHTSNAP_REQUIRE_ALL=1).
 func weightsnapRMABin(t *testing.T) string {
 	t.Helper()
 	if _, err := harness.Run("", "pkg-config", "--exists", "libfabric"); err != nil {
-		harness.Skip(t, "libfabric-dev missing (test/e2e/deps installs it): cannot build the rma plane")
+		testenv.Skip(t, "libfabric-dev missing (test/e2e/deps installs it): cannot build the rma plane")
 	}
 	rmaCLI.once.Do(func() {
 		root, err := harness.ModuleRoot()
@@ -166,7 +168,7 @@ func ociCheckpoint(t *testing.T, size string, shards int) (dir, root, id string)
 	base := t.TempDir()
 	dir, root = filepath.Join(base, "ckpt"), filepath.Join(base, "store")
 	wsOK(t, root, "dev", "synth", "--out", dir, "--size", size, "--shards", fmt.Sprint(shards))
-	id = strings.TrimSpace(wsOK(t, root, "import", dir, "--revision", ociRevision, "--repository", "org/tiny"))
+	id = strings.TrimSpace(wsOK(t, root, "import", dir, "--revision", storetest.Revision, "--repository", "org/tiny"))
 	return dir, root, id
 }
 
@@ -220,6 +222,7 @@ type blobProxy struct {
 	reachMu sync.Once
 	paceMu  sync.Mutex
 	paced   time.Time // when the bytes served so far may all have gone, at rate
+	whole   sync.Map  // "sha256:<hex>" of each blob served whole (a 200 to its end)
 }
 
 func newBlobProxy(t *testing.T, reg *harness.Registry) *blobProxy {
@@ -232,6 +235,9 @@ func newBlobProxy(t *testing.T, reg *harness.Registry) *blobProxy {
 			return nil
 		}
 		body := &proxyBody{rc: resp.Body, p: p, ctx: resp.Request.Context()}
+		if resp.StatusCode == http.StatusOK {
+			body.digest = path[strings.LastIndex(path, "/")+1:]
+		}
 		if c := p.corrupt.Load(); c != nil && strings.HasSuffix(path, *c) {
 			body.flipAt = 100
 		} else {
@@ -254,6 +260,7 @@ type proxyBody struct {
 	p      *blobProxy
 	pos    int64
 	flipAt int64
+	digest string // of a whole blob, recorded in p.whole at its end
 }
 
 func (b *proxyBody) Read(q []byte) (int, error) {
@@ -275,6 +282,9 @@ func (b *proxyBody) Read(q []byte) (int, error) {
 		b.p.reachMu.Do(func() { close(b.p.reached) })
 	}
 	b.p.pace(n)
+	if err == io.EOF && b.digest != "" {
+		b.p.whole.Store(b.digest, true)
+	}
 	return n, err
 }
 
@@ -296,6 +306,55 @@ func (p *blobProxy) pace(n int) {
 }
 
 func (b *proxyBody) Close() error { return b.rc.Close() }
+
+// landed waits until every file of the checkpoint dir that p served whole
+// is in a temp build of the store at root with all its bytes: the store's
+// writer is pipelined, so what it was handed lands a moment later.
+func (p *blobProxy) landed(t *testing.T, dir, root string) {
+	t.Helper()
+	byDigest := map[string]string{}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		byDigest[digest.FromBytes(raw).String()] = e.Name()
+	}
+	if err := testenv.Wait(30*time.Second, func() error {
+		n := 0
+		var missing []string
+		p.whole.Range(func(k, _ any) bool {
+			name, ok := byDigest[k.(string)]
+			if !ok {
+				return true // not a payload file (the config, the index)
+			}
+			n++
+			want, _ := os.ReadFile(filepath.Join(dir, name))
+			got, _ := filepath.Glob(filepath.Join(root, "tmp", "*", name))
+			if len(got) != 1 {
+				missing = append(missing, name)
+				return true
+			}
+			if b, _ := os.ReadFile(got[0]); !bytes.Equal(b, want) {
+				missing = append(missing, name)
+			}
+			return true
+		})
+		if n == 0 {
+			return testenv.Final(errors.New("no payload file was served whole"))
+		}
+		if len(missing) > 0 {
+			return fmt.Errorf("%v of the %d files served whole not written yet", missing, n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
 
 type pullReport struct {
 	Identity    string `json:"identity"`

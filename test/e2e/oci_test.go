@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -53,7 +54,7 @@ func TestOCIPushOrasPull(t *testing.T) {
 	if m.ArtifactType != "application/vnd.cncf.model.manifest.v1+json" || m.Config.MediaType != "application/vnd.cncf.model.config.v1+json" {
 		t.Fatalf("manifest types: %s", raw)
 	}
-	if m.Annotations["org.weightsnap.identity.digest"] != id || !strings.Contains(m.Annotations["org.weightsnap.identity"], ociRevision) {
+	if m.Annotations["org.weightsnap.identity.digest"] != id || !strings.Contains(m.Annotations["org.weightsnap.identity"], storetest.Revision) {
 		t.Fatalf("identity annotations: %v", m.Annotations)
 	}
 	last := m.Layers[len(m.Layers)-1]
@@ -102,7 +103,7 @@ func TestOCIOrasPushWeightsnapPull(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.errOut, "--revision") {
 		t.Fatalf("pull of a foreign artifact without --revision: exit %d\n%s", r.code, r.errOut)
 	}
-	id := strings.TrimSpace(wsOK(t, root, "pull", "--plain-http", "--revision", ociRevision, "--repository", "org/tiny", reg.Ref("hub/tiny:main")))
+	id := strings.TrimSpace(wsOK(t, root, "pull", "--plain-http", "--revision", storetest.Revision, "--repository", "org/tiny", reg.Ref("hub/tiny:main")))
 	if id != importedID {
 		t.Fatalf("pulled identity %s, import gave %s", id, importedID)
 	}
@@ -125,7 +126,7 @@ func TestOCIPushDeterministic(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	dir, root1, id := ociCheckpoint(t, "8MiB", 2)
 	root2 := filepath.Join(t.TempDir(), "store2")
-	if id2 := strings.TrimSpace(wsOK(t, root2, "import", dir, "--revision", ociRevision, "--repository", "org/tiny")); id2 != id {
+	if id2 := strings.TrimSpace(wsOK(t, root2, "import", dir, "--revision", storetest.Revision, "--repository", "org/tiny")); id2 != id {
 		t.Fatalf("import gave %s and %s", id, id2)
 	}
 	a := strings.TrimSpace(wsOK(t, root1, "push", "--plain-http", id, reg.Ref("det/one:v1")))
@@ -150,7 +151,7 @@ func TestOCIPushDeterministic(t *testing.T) {
 func TestOCIPullResume(t *testing.T) {
 	harness.Peers(t)
 	reg := harness.StartRegistry(t)
-	_, src, id := ociCheckpoint(t, "48MiB", 8)
+	dir, src, id := ociCheckpoint(t, "48MiB", 8)
 	wsOK(t, src, "push", "--plain-http", id, reg.Ref("models/resume:v1"))
 	proxy := newBlobProxy(t, reg)
 	ref := proxy.host() + "/models/resume:v1"
@@ -167,6 +168,7 @@ func TestOCIPullResume(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { cmd.Process.Kill() }) // if the test fails before the kill
 	select {
 	case <-proxy.stalled:
 	case <-time.After(2 * time.Minute):
@@ -174,11 +176,11 @@ func TestOCIPullResume(t *testing.T) {
 		cmd.Wait()
 		t.Fatalf("the first pull never got halfway:\n%s", firstErr.String())
 	}
-	// Let the writes already handed to the store land (its writer is
-	// pipelined), then kill: no byte moves while the proxy stalls. (A file
-	// killed part-way, zeros included, is hashed back and not reused:
-	// store's TestCancelledBuildIsResumed.)
-	time.Sleep(time.Second)
+	// Let the files served whole land in the temp build, then kill: no byte
+	// moves while the proxy stalls. (A file killed part-way, zeros
+	// included, is hashed back and not reused: store's
+	// TestCancelledBuildIsResumed.)
+	proxy.landed(t, dir, root)
 	_ = cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
 	first := proxy.served.Load()

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
@@ -64,14 +67,16 @@ func (n *node) serve(t *testing.T, listen string, from *node, addr string, flags
 		argv = append(argv, "--fabric-provider", "sockets")
 	}
 	p := n.ns.Start(t, n.dir, "peer-serve", argv...)
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := from.ws(t, "peer", "ls", addr); err == nil {
-			return p
+	if err := testenv.Wait(30*time.Second, func() error {
+		if p.Exited() {
+			return testenv.Final(errors.New("it exited"))
 		}
-		if p.Exited() || time.Now().After(deadline) {
-			t.Fatalf("peer serve in %s did not answer on %s:\n%s", n.ns.Name, addr, harness.Tail(p.Log, 20))
-		}
+		_, err := from.ws(t, "peer", "ls", addr)
+		return err
+	}); err != nil {
+		t.Fatalf("peer serve in %s did not answer on %s: %v\n%s", n.ns.Name, addr, err, harness.Tail(p.Log, 20))
 	}
+	return p
 }
 
 // peerReport is what peer fetch --json says.
@@ -136,7 +141,7 @@ func (n *node) seed(t *testing.T, size string, shards int) string {
 	t.Helper()
 	src := filepath.Join(n.dir, "src")
 	n.wsOK(t, "dev", "synth", "--out", src, "--size", size, "--shards", fmt.Sprint(shards))
-	id := strings.TrimSpace(n.wsOK(t, "import", src, "--revision", ociRevision, "--repository", "org/peer"))
+	id := strings.TrimSpace(n.wsOK(t, "import", src, "--revision", storetest.Revision, "--repository", "org/peer"))
 	os.RemoveAll(src)
 	return id
 }
@@ -262,10 +267,16 @@ func TestPeerFanOut(t *testing.T) {
 func killWhenSent(t *testing.T, n *node, ifname string, at int64, p *harness.Proc) {
 	t.Helper()
 	start := n.txBytes(t, ifname)
-	for deadline := time.Now().Add(2 * time.Minute); n.txBytes(t, ifname)-start < at; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) || p.Exited() {
-			t.Fatalf("the transfer never reached %d bytes", at)
+	if err := testenv.WaitEvery(2*time.Minute, 20*time.Millisecond, func() error {
+		if p.Exited() {
+			return testenv.Final(errors.New("the fetch exited"))
 		}
+		if sent := n.txBytes(t, ifname) - start; sent < at {
+			return fmt.Errorf("%d bytes sent", sent)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("the transfer never reached %d bytes: %v", at, err)
 	}
 	syscall.Kill(-p.Cmd.Process.Pid, syscall.SIGKILL)
 	<-p.Done()
@@ -332,7 +343,7 @@ func TestPeerServedByWeightsnapd(t *testing.T) {
 	w := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{ExtraConfig: fmt.Sprintf("\n[peer]\nserve = true\nlisten = %q\nallow_unauthenticated = true\n", addr)})
 	src := filepath.Join(w.Dir, "src")
 	wsOK(t, w.Root, "dev", "synth", "--out", src, "--size", "32MiB", "--shards", "2")
-	id := strings.TrimSpace(wsOK(t, w.Root, "import", src, "--revision", ociRevision, "--repository", "org/daemon"))
+	id := strings.TrimSpace(wsOK(t, w.Root, "import", src, "--revision", storetest.Revision, "--repository", "org/daemon"))
 	var ls struct {
 		Generation string `json:"generation"`
 		Artifacts  []struct {

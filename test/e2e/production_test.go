@@ -1,11 +1,13 @@
 package e2e
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -34,10 +36,13 @@ func TestSnapshotterSurvivesRestarts(t *testing.T) {
 	waitReads := func(more int) {
 		t.Helper()
 		want := reads() + more
-		for deadline := time.Now().Add(30 * time.Second); reads() < want; time.Sleep(100 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the container stopped reading its weights (%d reads)", reads())
+		if err := testenv.Wait(30*time.Second, func() error {
+			if n := reads(); n < want {
+				return fmt.Errorf("%d reads of %d", n, want)
 			}
+			return nil
+		}); err != nil {
+			t.Fatalf("the container stopped reading its weights: %v", err)
 		}
 	}
 	waitReads(3)

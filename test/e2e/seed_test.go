@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -53,10 +55,10 @@ func TestPeerChainSeeding(t *testing.T) {
 // waitListed waits until the peer at addr lists id, READY or building.
 func (n *node) waitListed(t *testing.T, addr, id string) {
 	t.Helper()
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+	testenv.Eventually(t, 30*time.Second, func() bool {
 		out, err := n.ws(t, "peer", "ls", "--json", addr)
 		if err != nil {
-			continue
+			return false
 		}
 		var ls struct {
 			Artifacts []struct {
@@ -65,15 +67,15 @@ func (n *node) waitListed(t *testing.T, addr, id string) {
 			} `json:"artifacts"`
 		}
 		if json.Unmarshal([]byte(out), &ls) != nil {
-			continue
+			return false
 		}
 		for _, x := range ls.Artifacts {
 			if x.IdentityDigest == id || strings.TrimPrefix(x.IdentityDigest, "sha256:") == id {
-				return
+				return true
 			}
 		}
-	}
-	t.Fatalf("%s never listed %s", addr, id)
+		return false
+	}, "%s never listed %s", addr, id)
 }
 
 // TestPeerFleetOneRoot (issue 26, choosing a source): three nodes, each a
@@ -108,10 +110,16 @@ func TestPeerFleetOneRoot(t *testing.T) {
 		}
 		configs = append(configs, cfg)
 		p := harness.StartProcess(t, dir, fmt.Sprintf("serve%d", i), nil, weightsnapBin(t), "--config", cfg, "peer", "serve")
-		for deadline := time.Now().Add(30 * time.Second); wsWith(t, cfg, "peer", "ls", addr).code != 0; time.Sleep(50 * time.Millisecond) {
-			if p.Exited() || time.Now().After(deadline) {
-				t.Fatalf("peer serve on %s did not answer:\n%s", addr, harness.Tail(p.Log, 20))
+		if err := testenv.Wait(30*time.Second, func() error {
+			if p.Exited() {
+				return testenv.Final(errors.New("it exited"))
 			}
+			if r := wsWith(t, cfg, "peer", "ls", addr); r.code != 0 {
+				return fmt.Errorf("peer ls: exit %d", r.code)
+			}
+			return nil
+		}); err != nil {
+			t.Fatalf("peer serve on %s did not answer: %v\n%s", addr, err, harness.Tail(p.Log, 20))
 		}
 	}
 	type report struct {

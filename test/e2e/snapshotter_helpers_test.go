@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
@@ -160,13 +161,14 @@ func (n *snapNode) metric(t *testing.T, sample string) float64 {
 // waitMetric polls a metric until it has the value wanted.
 func (n *snapNode) waitMetric(t *testing.T, sample string, want float64, within time.Duration) {
 	t.Helper()
-	var got float64
-	for deadline := time.Now().Add(within); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if got = n.metric(t, sample); got == want {
-			return
+	if err := testenv.Wait(within, func() error {
+		if got := n.metric(t, sample); got != want {
+			return fmt.Errorf("%s = %v", sample, got)
 		}
+		return nil
+	}); err != nil {
+		t.Fatalf("%v, want %v", err, want)
 	}
-	t.Fatalf("%s = %v after %v, want %v", sample, got, within, want)
 }
 
 // sameInode fails unless a and b are one file.

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -164,16 +166,13 @@ func TestSnapshotterSharedPageCache(t *testing.T) {
 	}
 	var charged int64
 	for _, name := range names {
-		deadline := time.Now().Add(2 * time.Minute)
-		for {
-			logs, _ := n.ctd.Nerdctl("logs", name)
-			if strings.Contains(logs, "read-all") {
-				break
+		if err := testenv.Wait(2*time.Minute, func() error {
+			if logs, _ := n.ctd.Nerdctl("logs", name); !strings.Contains(logs, "read-all") {
+				return fmt.Errorf("its log: %q", logs)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s did not read its weights: %q", name, logs)
-			}
-			time.Sleep(200 * time.Millisecond)
+			return nil
+		}); err != nil {
+			t.Fatalf("%s did not read its weights: %v", name, err)
 		}
 		out, err := n.ctd.Nerdctl("inspect", "--format", "{{.State.Pid}}", name)
 		if err != nil {

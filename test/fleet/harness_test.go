@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
@@ -64,7 +65,6 @@ type node struct {
 }
 
 const (
-	rev       = "0123456789abcdef0123456789abcdef01234567"
 	subnet    = "10.233.60."
 	peerPort  = 7420
 	bridgeDev = "br0"
@@ -74,17 +74,13 @@ const (
 // it, the nodes (empty stores, nothing running), and the links shaped at opts.RateMbit.
 func Start(t *testing.T, opts Options) *Fleet {
 	t.Helper()
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "a fleet of network namespaces")
 	f := &Fleet{t: t, opts: opts, tools: harness.Peers(t), dir: harness.TempDir(t)}
 	for _, tool := range []struct {
 		dst  *string
 		name string
 	}{{&f.tc, "tc"}, {&f.flock, "flock"}} {
-		p, err := exec.LookPath(tool.name)
-		if err != nil {
-			harness.Skip(t, tool.name+" missing (Debian iproute2, util-linux)")
-		}
-		*tool.dst = p
+		*tool.dst = testenv.LookPath(t, tool.name, "Debian iproute2, util-linux")
 	}
 	root, err := harness.ModuleRoot()
 	if err != nil {
@@ -92,7 +88,7 @@ func Start(t *testing.T, opts Options) *Fleet {
 	}
 	f.ws = filepath.Join(root, "bin", "weightsnap")
 	if fi, err := os.Stat(f.ws); err != nil || fi.Mode()&0o111 == 0 {
-		harness.Skip(t, "bin/weightsnap is not built (run make build)")
+		testenv.Skip(t, "bin/weightsnap is not built (run make build)")
 	}
 	var tag [3]byte
 	if _, err := rand.Read(tag[:]); err != nil {
@@ -160,7 +156,7 @@ func (f *Fleet) tmpfs(size int64) string {
 	f.t.Helper()
 	dir := harness.TempDir(f.t)
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
-		harness.Skip(f.t, "cannot mount a tmpfs: "+err.Error())
+		testenv.Skip(f.t, "cannot mount a tmpfs: "+err.Error())
 	}
 	return dir
 }
@@ -207,7 +203,7 @@ func (f *Fleet) seed() {
 		}
 		f.Bytes += fi.Size()
 	}
-	f.ID = ws("import", src, "--revision", rev, "--repository", "fleet/model")
+	f.ID = ws("import", src, "--revision", storetest.Revision, "--repository", "fleet/model")
 	ws("push", "--plain-http", f.ID, f.repo+":v1")
 	var info struct {
 		Identity json.RawMessage `json:"identity"`

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
 // The store fixes the power-cut harness led to, each with a test that
@@ -79,7 +79,7 @@ func sourceWithSubdirectory(t *testing.T) *storetest.Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Src, s.Identity = src, storetest.IdentityOf(src)
+	s.Src, s.Identity = src, storetest.Identity(src)
 	s.ID, _ = s.Identity.ID()
 	return s
 }

@@ -10,18 +10,17 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
-
-	e2e "github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// requireFUSE skips (see e2e.Skip) where a FUSE filesystem cannot be mounted.
+// requireFUSE skips (see testenv.Skip) where a FUSE filesystem cannot be mounted.
 func requireFUSE(t testing.TB) {
 	t.Helper()
-	e2e.RequireRoot(t)
+	testenv.RequireRoot(t, "a FUSE mount")
 	if f, err := os.OpenFile("/dev/fuse", os.O_RDWR, 0); err != nil {
-		e2e.Skip(t, "no usable /dev/fuse: "+err.Error())
+		testenv.Skip(t, "no usable /dev/fuse: "+err.Error())
 	} else {
 		f.Close()
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // childBin is the crash harness's child with the fault points and the

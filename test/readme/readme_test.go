@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -23,11 +24,9 @@ const sandboxTimeout = 8 * time.Minute
 // container prints every weight file with its source sha256), then its host mount block on the same
 // node (the container given the mount with -v prints them too).
 func TestContainersWalkthrough(t *testing.T) {
-	harness.RequireRoot(t)
+	testenv.RequireRoot(t, "the README walkthrough")
 	tools := harness.Peers(t)
-	if _, err := exec.LookPath("unshare"); err != nil {
-		harness.Skip(t, "needs unshare (util-linux)")
-	}
+	testenv.LookPath(t, "unshare", "Debian util-linux")
 	repo, err := harness.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)

@@ -55,7 +55,7 @@ type Config struct {
 	Store       store.Policy `toml:"store" comment:"Policy of a store domain created by weightsnap (an existing domain keeps its own)."`
 	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
 	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
-	CRI         CRI          `toml:"cri" comment:"weightsnapd's CRI image service: the kubelet's image service endpoint, forwarded to containerd's CRI,\nkeeping pull credentials in memory for weight layers and pulling artifacts as weights-only images."`
+	CRI         CRI          `toml:"cri" comment:"weightsnapd's CRI image service: the kubelet's image service endpoint, forwarded to containerd's CRI,\nchecking each pull's own credentials with the registry, and pulling artifacts as weights-only images."`
 	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
 	Peer        Peer         `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
 	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`

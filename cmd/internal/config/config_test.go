@@ -91,6 +91,9 @@ func TestParse(t *testing.T) {
 		{"snapshotter mode disabled", "[snapshotter]\nmode = \"disabled\"\n", false, nil},
 		{"no retry", "[snapshotter]\nretry_max_seconds = 0\n", false, nil},
 		{"empty socket", "[snapshotter]\naddress = \"\"\n", false, nil},
+		{"credential checks kept 300 s by default", "", true, func(c Config) bool { return c.CRI.CredentialTTL() == 300*time.Second }},
+		{"credential checks at every pull", "[cri]\ncredential_seconds = 0\n", true, func(c Config) bool { return c.CRI.CredentialTTL() == 0 }},
+		{"negative credential seconds", "[cri]\ncredential_seconds = -1\n", false, nil},
 		{"wrong type", "[store]\nmax_store_bytes = \"big\"\n", false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

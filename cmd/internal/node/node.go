@@ -1,7 +1,8 @@
 // Package node assembles weightsnap's node side from the configuration
 // file: the resolution runtime (NewRuntime, weightsnap resolve's too), the
-// snapshotter (with its repairs and host mounts) and its control API, and
-// the CRI image service's pull credentials the runtime fetches with.
+// snapshotter (with its repairs and host mounts) and its control API. The
+// runtime's registry client fetches with the node's Docker config, or with
+// the credentials a CRI pull put in its context (registry.WithCredential).
 // weightsnapd serves it to containerd as a proxy snapshotter;
 // cmd/weightsnapd/plugin compiles it into containerd.
 package node
@@ -15,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
-	"github.com/weightsnap/weightsnap/cri"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
@@ -29,10 +29,7 @@ type Node struct {
 	SnapshotRoot string
 	// Runtime is the resolution runtime the snapshotter resolves with.
 	Runtime *resolve.Runtime
-	// Credentials are the CRI image service's pull credentials, which the
-	// runtime's registry client (Remote) asks before the Docker config.
-	Credentials *cri.Credentials
-	Remote      registry.Options
+	Remote  registry.Options
 
 	control *snapshotter.ControlServer
 }
@@ -42,9 +39,7 @@ type Node struct {
 // nil) and serves the control API ([snapshotter] control_address). ctx
 // bounds the node's resolutions and repairs: its life.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
-	creds := cri.NewCredentials(cfg.CRI.CredentialLifetime())
 	remote := cfg.Resolve.RegistryOptions("weightsnapd")
-	remote.Credentials = creds.Lookup
 	rt, err := NewRuntime(ctx, cfg, RuntimeOptions{Mode: resolve.Required, Remote: remote})
 	if err != nil {
 		return nil, err
@@ -62,7 +57,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
-	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Credentials: creds, Remote: remote}
+	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote}
 	n.Snapshotter, err = snapshotter.New(ctx, snapshotter.Config{
 		Root: n.SnapshotRoot, Store: d, Resolver: rt, Mode: resolve.Mode(cfg.Snapshotter.Mode), Metrics: m,
 		Retry: snapshotter.Backoff{Initial: snapshotter.DefaultRetry.Initial, Max: time.Duration(cfg.Snapshotter.RetryMaxSeconds) * time.Second},

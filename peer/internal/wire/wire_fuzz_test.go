@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
 // The wire readers are fuzzed as the program uses them: reading a stream
@@ -202,12 +203,9 @@ func FuzzReadListing(f *testing.F) {
 		func(r io.Reader) (*Listing, error) { return ReadListing(r, 1<<20) }, nil)
 }
 
-// testRevision is the immutable revision of the seeds' identity.
-const testRevision = "0123456789abcdef0123456789abcdef01234567"
-
 func fuzzIdentity() artifact.Identity {
 	src := &artifact.SourceDir{Files: []artifact.SourceFile{{Path: "a.safetensors", Size: 24, SHA256: hexOf(1)}}}
-	return artifact.PassthroughIdentity(src, "org/model", testRevision, "", 0, 0)
+	return storetest.Identity(src)
 }
 
 // hexOf is a 64-hex digest made of one repeated byte.

@@ -9,8 +9,8 @@ import (
 	"strings"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
 // check opens the store at root after a power cut and checks the invariant:
@@ -29,7 +29,7 @@ func check(ctx context.Context, root, srcDir, expect string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	identity := storetest.IdentityOf(src)
+	identity := storetest.Identity(src)
 	id, _ := identity.ID()
 	entries, err := os.ReadDir(filepath.Join(root, "artifacts"))
 	if err != nil {

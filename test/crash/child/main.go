@@ -17,8 +17,8 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/test/internal/storetest"
 )
 
 func main() {
@@ -51,7 +51,7 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	identity := storetest.IdentityOf(src)
+	identity := storetest.Identity(src)
 	id, _ := identity.ID()
 	switch op {
 	case "build", "rebuild":
@@ -101,7 +101,7 @@ func importSource(ctx context.Context, d *store.Domain, srcDir string) (string, 
 		if err != nil {
 			return artifact.Identity{}, err
 		}
-		return storetest.IdentityOf(full), nil
+		return storetest.Identity(full), nil
 	})
 	if err != nil {
 		return "", err

@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // ContainerdOptions configures StartContainerd.
@@ -54,7 +56,7 @@ type Containerd struct {
 // everything under Dir and removes it.
 func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t, "running containerd")
 	tools := Peers(t)
 	dir := TempDir(t)
 	c := &Containerd{
@@ -175,17 +177,13 @@ disabled_plugins = ["io.containerd.nri.v1.nri"]
 }
 
 func (c *Containerd) waitReady(timeout time.Duration) error {
-	var err error
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
+	return testenv.Wait(timeout, func() error {
 		if c.Proc.Exited() {
-			return fmt.Errorf("containerd exited: %v", c.Proc.Err())
+			return testenv.Final(fmt.Errorf("containerd exited: %v", c.Proc.Err()))
 		}
-		if _, err = c.Ctr("version"); err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return err
+		_, err := c.Ctr("version")
+		return err
+	})
 }
 
 // Ctr runs ctr against this containerd in its namespace and returns its stdout

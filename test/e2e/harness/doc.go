@@ -26,8 +26,8 @@
 // written by test/e2e/deps to ${WEIGHTSNAP_PEERS:-$HOME/.cache/weightsnap/peers}/current is used.
 //
 // Skips: a test whose peers are missing, or that needs root without it, is skipped with the reason
-// (Skip). With WEIGHTSNAP_REQUIRE_ALL=1 (set by .ci/run) every such skip is a failure instead, so CI
-// cannot pass by skipping. Other packages' tests should use Skip for the same reason.
+// (internal/testenv's Skip). With WEIGHTSNAP_REQUIRE_ALL=1 (set by .ci/run) every such skip is a
+// failure instead, so CI cannot pass by skipping.
 //
 // Network namespaces (NetNS, Link) are named ws-*; give their interfaces addresses from
 // 10.233.0.0/16 only, which this project reserves for its own test hosts inside those namespaces.

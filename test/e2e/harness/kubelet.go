@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // KubeletOptions configures StartKubelet.
@@ -66,7 +68,7 @@ exec "$KUBELET" --config="$T/kubelet-config.yaml" --root-dir="$T/root" --cert-di
 // cgroup trees it created.
 func StartKubelet(t testing.TB, opts KubeletOptions) *Kubelet {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t, "running a kubelet")
 	tools := Peers(t)
 	dir := TempDir(t)
 	k := &Kubelet{Dir: dir, Manifests: filepath.Join(dir, "manifests"), RootDir: filepath.Join(dir, "root"),
@@ -138,21 +140,20 @@ protectKernelDefaults: true
 
 func (k *Kubelet) waitReady(timeout time.Duration) error {
 	client := &http.Client{Timeout: time.Second}
-	var err error
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+	return testenv.Wait(timeout, func() error {
 		if k.Proc.Exited() {
-			return fmt.Errorf("the kubelet exited: %v", k.Proc.Err())
+			return testenv.Final(fmt.Errorf("the kubelet exited: %v", k.Proc.Err()))
 		}
-		var resp *http.Response
-		if resp, err = client.Get(k.healthz); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			err = fmt.Errorf("healthz: %s", resp.Status)
+		resp, err := client.Get(k.healthz)
+		if err != nil {
+			return err
 		}
-	}
-	return err
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("healthz: %s", resp.Status)
+		}
+		return nil
+	})
 }
 
 // PodManifest writes the static pod manifest name.json (JSON is YAML) into Manifests.
@@ -198,11 +199,12 @@ func (k *Kubelet) teardown(ctd *Containerd, existed map[string]bool) {
 		}
 		sort.Slice(dirs, func(i, j int) bool { return len(dirs[i]) > len(dirs[j]) }) // children first
 		for _, d := range dirs {
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-				if err := syscall.Rmdir(d); err == nil || os.IsNotExist(err) || time.Now().After(deadline) {
-					break
+			testenv.Wait(5*time.Second, func() error { // its processes may take a moment to go
+				if err := syscall.Rmdir(d); err != nil && !os.IsNotExist(err) {
+					return err
 				}
-			}
+				return nil
+			})
 		}
 	}
 }

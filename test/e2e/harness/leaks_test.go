@@ -7,12 +7,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // TestCheckNoLeaksFinds plants a leaked process and a leaked mount and checks that CheckNoLeaks
 // reports both, then that it passes once they are gone.
 func TestCheckNoLeaksFinds(t *testing.T) {
-	RequireRoot(t)
+	testenv.RequireRoot(t, "mounting in a leak check")
 	dir, err := os.MkdirTemp("/tmp", "ws-leaktest-")
 	if err != nil {
 		t.Fatal(err)

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // NS is a network namespace created by NetNS (a test host). Only addresses from 10.233.0.0/16 may
@@ -20,7 +22,7 @@ type NS struct {
 // inside it and deletes it (with its interfaces).
 func NetNS(t testing.TB, name string) *NS {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t, "a network namespace")
 	tools := Peers(t)
 	ns := &NS{Name: "ws-" + name + "-" + randHex(3), tools: tools}
 	mustRun(t, nil, "", tools.IP, "netns", "add", ns.Name)

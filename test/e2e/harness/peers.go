@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // Tools holds the absolute paths of the peers installed by test/e2e/deps.
@@ -24,24 +26,6 @@ type Tools struct {
 
 	// From Debian packages (found on PATH or in /usr/sbin, /sbin, /bin).
 	Busybox, IP, Ping, Socat, Rsync, B3sum, FiInfo string
-}
-
-// Skip skips the test with reason, or fails it when WEIGHTSNAP_REQUIRE_ALL=1 (CI must never pass by
-// skipping). Use it for every "cannot run here" condition.
-func Skip(t testing.TB, reason string) {
-	t.Helper()
-	if os.Getenv("WEIGHTSNAP_REQUIRE_ALL") == "1" {
-		t.Fatalf("cannot run, and WEIGHTSNAP_REQUIRE_ALL=1 forbids skipping: %s", reason)
-	}
-	t.Skip(reason)
-}
-
-// RequireRoot skips (see Skip) unless the test runs as root.
-func RequireRoot(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		Skip(t, "needs root")
-	}
 }
 
 // BinDir returns the peers' bin directory: $WEIGHTSNAP_PEERS_BIN, or the one test/e2e/deps recorded
@@ -65,12 +49,12 @@ func BinDir() (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
-// Peers returns the paths of all peers, skipping the test (see Skip) when any is missing.
+// Peers returns the paths of all peers, skipping the test (see testenv.Skip) when any is missing.
 func Peers(t testing.TB) *Tools {
 	t.Helper()
 	tools, err := findPeers()
 	if err != nil {
-		Skip(t, err.Error())
+		testenv.Skip(t, err.Error())
 	}
 	return tools
 }
@@ -152,12 +136,12 @@ func (tl *Tools) pathEnv(extra ...string) []string {
 // Cosign is the pinned cosign CLI in the bin directory. It is looked up
 // apart from the other peers (which every test needs) so that a bin
 // directory installed before cosign was pinned still runs them; a test
-// that needs cosign skips without it (fatal where WEIGHTSNAP_REQUIRE_ALL=1).
+// that needs cosign skips without it (testenv.Skip: fatal where WEIGHTSNAP_REQUIRE_ALL=1).
 func (tl *Tools) Cosign(t testing.TB) string {
 	t.Helper()
 	p := filepath.Join(tl.Bin, "cosign")
 	if !isExec(p) {
-		Skip(t, "cosign missing from "+tl.Bin+" (run test/e2e/deps as root)")
+		testenv.Skip(t, "cosign missing from "+tl.Bin+" (run test/e2e/deps as root)")
 	}
 	return p
 }

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // CommandTimeout bounds every one-shot command the harness runs (ctr, nerdctl, crane, ip, ...).
@@ -325,10 +327,10 @@ func killReferencing(s string) {
 }
 
 func waitGone(list func() []int) {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); {
-		if len(list()) == 0 {
-			return
+	testenv.Wait(5*time.Second, func() error { // the leak check names any left
+		if pids := list(); len(pids) > 0 {
+			return fmt.Errorf("processes %v remain", pids)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"golang.org/x/crypto/bcrypt"
 )
 
@@ -176,14 +177,13 @@ func (r *Registry) answers(auth bool) func() bool {
 
 // waitReady waits until answers says yes, the registry exits, or timeout passes.
 func (r *Registry) waitReady(timeout time.Duration, answers func() bool) error {
-	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); {
+	return testenv.Wait(timeout, func() error {
 		if r.Proc.Exited() {
-			return fmt.Errorf("registry exited: %v", r.Proc.Err())
+			return testenv.Final(fmt.Errorf("registry exited: %v", r.Proc.Err()))
 		}
-		if answers() {
-			return nil
+		if !answers() {
+			return fmt.Errorf("registry at %s: /v2/ did not answer", r.Addr)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("registry at %s: /v2/ did not answer within %v", r.Addr, timeout)
+		return nil
+	})
 }

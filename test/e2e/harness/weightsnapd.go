@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // WeightsnapdBinary returns the weightsnapd binary: $WEIGHTSNAPD if set, else bin/weightsnapd at the
@@ -89,13 +91,13 @@ type Weightsnapd struct {
 
 // StartWeightsnapd starts weightsnapd (root needed) with a generated configuration in a fresh
 // harness directory (logs in weightsnapd.log there) and waits for its sd_notify READY=1. It skips
-// (see Skip) when the binary is not built.
+// (see testenv.Skip) when the binary is not built.
 func StartWeightsnapd(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	t.Helper()
-	RequireRoot(t)
+	testenv.RequireRoot(t, "running weightsnapd")
 	bin := WeightsnapdBinary()
 	if bin == "" {
-		Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
+		testenv.Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
 	}
 	w := NewWeightsnapConfig(t, opts)
 	w.Proc = w.start(t, bin)

@@ -1,12 +1,11 @@
-// Package storetest holds what the store's fault harnesses (test/crash and
-// test/powercut) share: synthetic sources and their identity, corruption of
-// a published artifact, the fault-enabled child binary, and the comparison
-// of a lease with its source.
 package storetest
+
+// What the store's fault harnesses (test/crash and test/powercut) share:
+// sources with their identity, corruption of a published artifact, the
+// fault-enabled child binary, and the comparison of a lease with its source.
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -19,13 +18,6 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-const revision = "0123456789abcdef0123456789abcdef01234567"
-
-// IdentityOf is the identity the harnesses and their child give a source.
-func IdentityOf(src *artifact.SourceDir) artifact.Identity {
-	return artifact.PassthroughIdentity(src, "crash/test", revision, "", 0, 0)
-}
-
 // Source is a synthetic checkpoint and its identity.
 type Source struct {
 	Dir      string
@@ -37,15 +29,8 @@ type Source struct {
 // NewSource writes a synthetic checkpoint of about size bytes in shards.
 func NewSource(t testing.TB, size int64, shards int, seed uint64) *Source {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "src")
-	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	src, _, err := artifact.ScanSource(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	id := IdentityOf(src)
+	dir, src := CheckpointOf(t, synth.Options{Size: size, Shards: shards, DType: "BF16", Seed: seed})
+	id := Identity(src)
 	dg, _ := id.ID()
 	return &Source{Dir: dir, Src: src, Identity: id, ID: dg}
 }
@@ -53,16 +38,8 @@ func NewSource(t testing.TB, size int64, shards int, seed uint64) *Source {
 // Publish publishes s in the domain at root and returns the domain.
 func (s *Source) Publish(t testing.TB, root string) *store.Domain {
 	t.Helper()
-	ctx := context.Background()
-	d, err := store.Open(ctx, root, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, _, err := d.GetOrBuild(ctx, s.Identity, &artifact.Passthrough{Src: s.Src})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l.Close()
+	d := OpenAt(t, root)
+	Seed(t, d, s.Src)
 	return d
 }
 
