@@ -16,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -51,6 +52,11 @@ type PullOptions struct {
 	// Progress, if set, is told of payload bytes fetched or reused; it is
 	// called from several goroutines at once.
 	Progress func(n int64)
+	// Policy, if set, is checked against the resolved manifest before
+	// anything else (a store hit included): a refusal ends the pull with
+	// nothing published, and the rest of the pull reads that same
+	// manifest, so a tag moved meanwhile cannot swap it.
+	Policy *trust.Policy
 	// Reused, if set, is told of the payload bytes of Progress that an
 	// interrupted pull had already fetched (so a rate can leave them out).
 	Reused func(n int64)
@@ -79,6 +85,11 @@ type PullReport struct {
 	Kind     Kind   `json:"kind"`
 	store.TransferReport
 	Seconds float64 `json:"seconds"`
+	// Verified says how the trust policy's requirements were met (absent
+	// without PullOptions.Policy); Unverified is true where no policy file
+	// exists and everything is accepted.
+	Verified   []trust.Verified `json:"verified,omitempty"`
+	Unverified bool             `json:"unverified,omitempty"`
 }
 
 // MarshalJSON is the report's encoding, `weightsnap pull --json`: the
@@ -150,6 +161,12 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		return nil, nil, err
 	}
 	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
+	if o.Policy != nil {
+		if rep.Verified, err = VerifyManifest(ctx, o.Policy, r, resolved.Desc, time.Now().UTC()); err != nil {
+			return nil, nil, fmt.Errorf("pull %s: %w", r, err)
+		}
+		rep.Unverified = o.Policy.Unverified
+	}
 	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
 	if id, ok := annotatedIdentity(resolved.Manifest); ok {

@@ -3,6 +3,7 @@ package oci
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -29,6 +31,9 @@ type PushOptions struct {
 	// Progress, if set, is told of payload bytes uploaded, mounted or found
 	// already present; it is called from several goroutines at once.
 	Progress func(n int64)
+	// SignKey, if set, signs the manifest digest: a cosign v3 bundle
+	// attached as a referrer of the manifest (trust.SignManifest).
+	SignKey crypto.Signer
 }
 
 // PushReport says what a push did.
@@ -43,6 +48,9 @@ type PushReport struct {
 	Mounted   int64       `json:"mounted_bytes"`
 	Existing  int64       `json:"existing_bytes"`
 	Seconds   float64     `json:"seconds"`
+	// Signature is the digest of the signature referrer's manifest, when
+	// the push was signed.
+	Signature string `json:"signature,omitempty"`
 }
 
 // blobSource is one blob to push and how to read it.
@@ -130,6 +138,17 @@ func Push(ctx context.Context, l *store.Lease, r *registry.Remote, o PushOptions
 	}
 	if err := tagIdentity(ctx, r, a); err != nil {
 		return nil, err
+	}
+	if o.SignKey != nil {
+		b, err := trust.SignManifest(ctx, o.SignKey, a.ManifestDesc.Digest)
+		if err != nil {
+			return nil, err
+		}
+		sd, err := AttachSignature(ctx, r, a.ManifestDesc, b, trust.CosignSignPredicate)
+		if err != nil {
+			return nil, err
+		}
+		rep.Signature = sd.Digest.String()
 	}
 	rep.Uploaded, rep.Mounted, rep.Existing = uploaded.Load(), mounted.Load(), existing.Load()
 	rep.Seconds = time.Since(start).Seconds()

@@ -271,7 +271,7 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 			s.release(c)
 		}
 	})
-	started := w.pos // the file's writeback is under way up to here; read before any submit moves it
+	started := w.pos // the file's writeback is under way up to here; read before any submit
 	s.wg.Go(func() {
 		for c := range s.writeQ {
 			if s.failed() == nil {

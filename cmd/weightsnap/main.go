@@ -101,7 +101,7 @@ func newRoot(a *app) *cobra.Command {
 	root.AddCommand(newResolveCmd(a), newPeerCmd(a))
 	root.AddCommand(newMountCmd(a), newUmountCmd(a))
 	root.AddCommand(newStageCmd(a), newStagingCmd(a))
-	root.AddCommand(newVersionCmd(a))
+	root.AddCommand(newVersionCmd(a), newVerifyPolicyCmd(a), newVerifySignatureCmd(a))
 	return root
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -15,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // newOCICmds returns the registry commands: push, pull and image.
@@ -103,6 +105,7 @@ func (s *syncProgress) Done() {
 func newPushCmd(a *app) *cobra.Command {
 	var rf remoteFlags
 	var o oci.PushOptions
+	var signKey string
 	cmd := &cobra.Command{
 		Use:   "push ID REF",
 		Short: "Push an artifact to a registry as a ModelPack OCI artifact; prints registry/repo@digest",
@@ -122,6 +125,15 @@ func newPushCmd(a *app) *cobra.Command {
 				return err
 			}
 			defer l.Close()
+			if signKey != "" {
+				raw, err := os.ReadFile(signKey)
+				if err != nil {
+					return fmt.Errorf("--sign-key: %w", err)
+				}
+				if o.SignKey, err = trust.LoadPrivateKey(raw, []byte(os.Getenv("COSIGN_PASSWORD"))); err != nil {
+					return fmt.Errorf("--sign-key %s: %w", signKey, err)
+				}
+			}
 			r, err := a.openRemote(ctx, &rf, args[1], o.Concurrency)
 			if err != nil {
 				return err
@@ -141,6 +153,7 @@ func newPushCmd(a *app) *cobra.Command {
 	rf.register(f)
 	f.IntVar(&o.Concurrency, "concurrency", oci.DefaultConcurrency, "blobs uploaded at once")
 	f.StringSliceVar(&o.MountFrom, "mount-from", nil, "repositories of the same registry to mount existing blobs from")
+	f.StringVar(&signKey, "sign-key", "", "cosign private key (cosign generate-key-pair; password in $COSIGN_PASSWORD): attach a cosign v3 signature bundle as a referrer")
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	return cmd
 }
@@ -148,7 +161,7 @@ func newPushCmd(a *app) *cobra.Command {
 func newPullCmd(a *app) *cobra.Command {
 	var rf remoteFlags
 	var o oci.PullOptions
-	var chunk, ranges string
+	var chunk, ranges, policy string
 	cmd := &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an artifact from a registry into the store; prints the identity digest",
@@ -183,6 +196,12 @@ imported as "import" would import its files: --revision is then required.`,
 			if err != nil {
 				return err
 			}
+			if policy == "" {
+				policy = a.cfg.Verify.Policy
+			}
+			if o.Policy, err = trust.LoadPolicy(policy); err != nil {
+				return err
+			}
 			var pr syncProgress
 			o.OnPlan = func(p *oci.Plan) { pr.start("pull", p.TotalBytes()) }
 			o.Progress, o.Reused = pr.Add, pr.Reused
@@ -200,6 +219,7 @@ imported as "import" would import its files: --revision is then required.`,
 	}
 	f := cmd.Flags()
 	rf.register(f)
+	f.StringVar(&policy, "policy", "", "trust policy file checked before anything is published; default [verify] policy (absent: accepted unverified)")
 	f.IntVar(&o.Concurrency, "concurrency", oci.DefaultConcurrency, "blob transfers (layers or ranges) in flight")
 	f.IntVar(&o.FilesInFlight, "files", 0, "large files fetched at once: at most this many are partly written if the pull is killed (0: max(2, cores/2))")
 	f.StringVar(&ranges, "ranges", "auto", "fetch large blobs in parallel ranges: auto (when there are fewer large files than --files, or the registry is 2 ms or more away or sends its blobs from another host), on, off")

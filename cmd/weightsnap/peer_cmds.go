@@ -306,6 +306,13 @@ artifact of their own (producer tensor-subset).`,
 				return err
 			}
 			o.Tensors = tensors
+			pol, err := a.cfg.Verify.LoadPolicy()
+			if err != nil {
+				return err
+			}
+			if err := pol.NotEnforced("weightsnap peer fetch"); err != nil {
+				return err
+			}
 			addrs, err := peer.ExpandPeers(ctx, []string{args[0]})
 			if err != nil {
 				return err

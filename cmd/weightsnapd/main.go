@@ -90,10 +90,20 @@ func newRoot() *cobra.Command {
 		Short: "Read the configuration file (--config) and say what is wrong with it (exit 2)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if _, err := config.Load(configPath); err != nil {
+			cfg, err := config.Load(configPath)
+			if err != nil {
+				return err
+			}
+			p, err := cfg.Verify.LoadPolicy()
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", configPath)
+			if p.Unverified {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: no policy file: artifacts are accepted unverified\n", cfg.Verify.Policy)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", cfg.Verify.Policy)
+			}
 			return nil
 		},
 	})

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -48,6 +49,38 @@ func TestConfigCheck(t *testing.T) {
 		err := cmd.Execute()
 		if (err == nil) != tc.ok || (err != nil && !errdefs.IsInvalidArgument(err)) {
 			t.Fatalf("%q: %v", tc.file, err)
+		}
+	}
+}
+
+// TestConfigCheckPolicy: `weightsnapd config check` reads [verify] policy
+// and names the line of what is wrong with it.
+func TestConfigCheckPolicy(t *testing.T) {
+	for _, tc := range []struct {
+		policy string
+		want   string // "" for ok
+	}{
+		{`{"default": [{"type": "insecureAcceptAnything"}]}`, ""},
+		{"{\"default\": [{\"type\": \"reject\"}],\n\"transports\": {\"docker\": {\"example.com/a\": [\n  {\"type\": \"sigstoreSigned\", \"keyPath\": \"missing.pub\"}]}}}", "line 3"},
+	} {
+		dir := t.TempDir()
+		pol := filepath.Join(dir, "policy.json")
+		os.WriteFile(pol, []byte(tc.policy), 0o644)
+		p := filepath.Join(dir, "config.toml")
+		os.WriteFile(p, []byte("[verify]\npolicy = \""+pol+"\"\n"), 0o644)
+		cmd := newRoot()
+		var out strings.Builder
+		cmd.SetOut(&out)
+		cmd.SetArgs([]string{"--config", p, "config", "check"})
+		err := cmd.Execute()
+		if tc.want == "" {
+			if err != nil || !strings.Contains(out.String(), pol+": ok") {
+				t.Fatalf("%v: %s", err, out.String())
+			}
+			continue
+		}
+		if err == nil || !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("want invalid input at %s, got %v", tc.want, err)
 		}
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // DefaultPath is the configuration file both commands read when none is named.
@@ -58,6 +59,7 @@ type Config struct {
 	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
 	Peer        Peer         `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
 	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
+	Verify      Verify       `toml:"verify" comment:"Signatures: the trust policy artifacts from registries are checked against."`
 	Prefetch    Prefetch     `toml:"prefetch" comment:"weightsnapd's declared artifacts: TOML files of [[artifact]] ref, identity, pin, resolved into the\nstore (store, peers, registry) before any pod asks, pinned as they say; an entry that leaves is unpinned."`
 }
 
@@ -168,6 +170,7 @@ func Default() Config {
 		Metrics:  Metrics{Address: "127.0.0.1:9878"},
 		Staging:  Staging{Workers: 4, SourceTimeoutSeconds: 30},
 		Prefetch: Prefetch{Dir: "/etc/weightsnap/prefetch.d", RetryMaxSeconds: 300},
+		Verify:   Verify{Policy: trust.DefaultPolicyPath},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
 			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), ConnectTimeoutSeconds: int(peer.DefaultConnectTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},

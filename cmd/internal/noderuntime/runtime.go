@@ -52,6 +52,15 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 	if o.Mode == resolve.Disabled {
 		return resolve.New(rc)
 	}
+	// Resolution publishes from registries and peers: until it checks
+	// signatures, a policy that requires them stops it here.
+	pol, err := cfg.Verify.LoadPolicy()
+	if err != nil {
+		return nil, err
+	}
+	if err := pol.NotEnforced("resolution (weightsnap resolve, weightsnapd's Prepare and repairs, the CRI pull, the containerd plugin)"); err != nil {
+		return nil, err
+	}
 	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), ConfigFile: cfg.Path, Remote: o.Remote}
 	rc.Locate = func(ctx context.Context, ref string) (resolve.Provider, error) {
 		return loc.Locate(ctx, ref)

@@ -132,3 +132,16 @@ func (tl *Tools) pathEnv(extra ...string) []string {
 	}
 	return append(env, extra...)
 }
+
+// Cosign is the pinned cosign CLI in the bin directory. It is looked up
+// apart from the other peers (which every test needs) so that a bin
+// directory installed before cosign was pinned still runs them; a test
+// that needs cosign skips without it (testenv.Skip: fatal where WEIGHTSNAP_REQUIRE_ALL=1).
+func (tl *Tools) Cosign(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(tl.Bin, "cosign")
+	if !isExec(p) {
+		testenv.Skip(t, "cosign missing from "+tl.Bin+" (run test/e2e/deps as root)")
+	}
+	return p
+}

@@ -204,6 +204,11 @@ func keepLogs(t testing.TB, dir string) {
 // output; a failure's error includes the standard error (and output).
 func Run(dir string, argv ...string) (string, error) { return run(nil, dir, argv...) }
 
+// RunEnv is Run with the variables of env over the test's environment.
+func RunEnv(env []string, dir string, argv ...string) (string, error) {
+	return run(append(os.Environ(), env...), dir, argv...)
+}
+
 // run runs a one-shot command with CommandTimeout and returns its stdout. Warnings on stderr (ctr
 // warns about cgroup v1 on every call) stay out of the output; the error of a failed command
 // includes both streams.

@@ -1,0 +1,257 @@
+package oci
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	"github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/trust"
+)
+
+// TestSignedPush: a push with a sign key attaches a cosign v3 bundle as a
+// referrer (the fake registry has no referrers API: the referrers tag
+// schema), which discovery finds and the key verifies; a referrer about
+// another manifest, and a signature by the right key over another
+// manifest, are each refused.
+func TestSignedPush(t *testing.T) {
+	ctx := context.Background()
+	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc([]byte("pw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.LoadPrivateKey(privPEM, []byte("pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, otherPub, _ := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	match := func(pub []byte) trust.Match {
+		return trust.Match{Scope: "models/x", Requirements: []trust.Requirement{{Type: trust.TypeSigstoreSigned,
+			Keys: []trust.Key{{Source: "k.pub", PEM: pub}}, Identity: trust.SignedIdentity{Type: "matchRepoDigestOrExact"}}}}
+	}
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	r := remoteFor(t, f, "models/x:v1")
+	rep, err := Push(ctx, l, r, PushOptions{SignKey: key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Signature == "" {
+		t.Fatal("no signature in the report")
+	}
+	desc, _, err := r.FetchManifest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	sigs, err := FindSignatures(ctx, r, desc)
+	if err != nil || len(sigs) != 1 {
+		t.Fatalf("%d signatures, %v", len(sigs), err)
+	}
+	if _, err := trust.VerifyManifest(match(pubPEM), desc.Digest, r.Name(), sigs, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := trust.VerifyManifest(match(otherPub), desc.Digest, r.Name(), sigs, now); !errdefs.IsPermissionDenied(err) {
+		t.Fatalf("another key: %v", err)
+	}
+	// The right key over another manifest, attached to this one.
+	other := digest.FromString("another manifest")
+	b, err := trust.SignManifest(ctx, key, other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AttachSignature(ctx, r, desc, b, trust.CosignSignPredicate); err != nil {
+		t.Fatal(err)
+	}
+	sigs, err = FindSignatures(ctx, r, desc)
+	if err != nil || len(sigs) != 2 {
+		t.Fatalf("%d signatures, %v", len(sigs), err)
+	}
+	if _, err := trust.VerifyManifest(match(pubPEM), desc.Digest, r.Name(), sigs[1:], now); !errdefs.IsPermissionDenied(err) {
+		t.Fatalf("a signature over another manifest: %v", err)
+	}
+	// A referrer whose subject is another manifest, listed in this one's
+	// referrers index by a registry that lies.
+	r2 := remoteFor(t, f, "models/x:v2")
+	elsewhere := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromString("x"), Size: 1}
+	if _, err := AttachSignature(ctx, r2, elsewhere, b, trust.CosignSignPredicate); err != nil {
+		t.Fatal(err)
+	}
+	f.mu.Lock()
+	tag := strings.Replace(desc.Digest.String(), ":", "-", 1)
+	idx := f.manifests["models/x"][tag]
+	elsewhereTag := strings.Replace(elsewhere.Digest.String(), ":", "-", 1)
+	lying, ok := f.manifests["models/x"][elsewhereTag]
+	if ok {
+		f.manifests["models/x"][tag] = lying
+	}
+	f.mu.Unlock()
+	if !ok || idx.raw == nil {
+		t.Fatalf("referrers index tags: %v %v", ok, idx.raw == nil)
+	}
+	_, err = FindSignatures(ctx, r, desc)
+	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "its subject is not") {
+		t.Fatalf("a referrer of another manifest: %v", err)
+	}
+}
+
+// TestPullEnforcesPolicy: with a policy that requires the key for one
+// repository, its signed artifact pulls and says how it was verified;
+// the same artifact unsigned in that scope is refused naming the scope
+// and the store holds nothing; another repository pulls unsigned.
+func TestPullEnforcesPolicy(t *testing.T) {
+	ctx := context.Background()
+	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.LoadPrivateKey(privPEM, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	if _, err := Push(ctx, l, remoteFor(t, f, "secure/signed:v1"), PushOptions{SignKey: key}); err != nil {
+		t.Fatal(err)
+	}
+	for _, ref := range []string{"secure/unsigned:v1", "open/x:v1"} {
+		if _, err := Push(ctx, l, remoteFor(t, f, ref), PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := `{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"` + f.host() + `/secure": [
+		{"type": "sigstoreSigned", "keyData": "` + base64.StdEncoding.EncodeToString(pubPEM) + `"}]}}}`
+	p, err := trust.ParsePolicy("policy.json", []byte(doc), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := storetest.Open(t)
+	_, _, err = Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p})
+	var refusal *trust.Refusal
+	if !errors.As(err, &refusal) || refusal.Scope != f.host()+"/secure" || !strings.Contains(err.Error(), "no signature found") {
+		t.Fatalf("unsigned in a signed scope: %v", err)
+	}
+	if infos, err := d.List(ctx); err != nil || len(infos) != 0 {
+		t.Fatalf("the store holds %d artifacts after a refusal (%v)", len(infos), err)
+	}
+	sl, rep, err := Pull(ctx, d, remoteFor(t, f, "secure/signed:v1"), PullOptions{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sl.Close()
+	if len(rep.Verified) != 1 || rep.Verified[0].Type != trust.TypeSigstoreSigned || rep.Verified[0].Key == "" || rep.Unverified {
+		t.Fatalf("how it was verified: %+v", rep.Verified)
+	}
+	// The store now holds that artifact: the unsigned reference is still
+	// refused, before any store hit.
+	if _, _, err := Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p}); !errors.As(err, &refusal) {
+		t.Fatalf("unsigned, held in the store: %v", err)
+	}
+	ol, rep, err := Pull(ctx, d, remoteFor(t, f, "open/x:v1"), PullOptions{Policy: p})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ol.Close()
+	if len(rep.Verified) != 1 || rep.Verified[0].Type != trust.TypeAcceptAnything || rep.Verified[0].Scope != "default" {
+		t.Fatalf("other repository: %+v", rep.Verified)
+	}
+}
+
+// pushV2Signature files a cosign v2 signature image for subject: one
+// simple-signing layer with payload, signed by key.
+func pushV2Signature(t *testing.T, r *registry.Remote, subject ocispec.Descriptor, key crypto.Signer, payload []byte) {
+	t.Helper()
+	ctx := context.Background()
+	sum := sha256.Sum256(payload)
+	sig, err := key.Sign(rand.Reader, sum[:], crypto.SHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(emptyJSON), Size: 2}
+	layer := ocispec.Descriptor{MediaType: MediaTypeCosignSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)),
+		Annotations: map[string]string{AnnotationCosignSignature: base64.StdEncoding.EncodeToString(sig)}}
+	if err := pushSmall(ctx, r, cfg, emptyJSON); err != nil {
+		t.Fatal(err)
+	}
+	if err := pushSmall(ctx, r, layer, payload); err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: cfg, Layers: []ocispec.Descriptor{layer}})
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
+	if err := r.Repo.PushReference(ctx, desc, bytes.NewReader(raw), cosignV2Tag(subject)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCosignV2Signature: cosign v2's sha256-<hex>.sig tag is found and
+// verified with the key; a payload over another manifest, or naming
+// another repository, is refused.
+func TestCosignV2Signature(t *testing.T) {
+	ctx := context.Background()
+	privPEM, pubPEM, _ := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	key, err := trust.LoadPrivateKey(privPEM, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	f := newFakeRegistry(t)
+	payload := func(ref, d string) []byte {
+		return []byte(`{"critical":{"identity":{"docker-reference":"` + ref + `"},"image":{"docker-manifest-digest":"` + d + `"},"type":"cosign container image signature"},"optional":null}`)
+	}
+	match := trust.Match{Scope: "s", Requirements: []trust.Requirement{{Type: trust.TypeSigstoreSigned,
+		Keys: []trust.Key{{Source: "k.pub", PEM: pubPEM}}, Identity: trust.SignedIdentity{Type: "matchRepoDigestOrExact"}}}}
+	for _, tc := range []struct {
+		repo, names, digest string // digest "" is the manifest's
+		want                string // "" for verified
+	}{
+		{"v2/good", "v2/good", "", ""},
+		{"v2/other-digest", "v2/other-digest", digest.FromString("x").String(), "signs manifest"},
+		{"v2/other-repo", "v2/elsewhere", "", "names"},
+	} {
+		r := remoteFor(t, f, tc.repo+":v1")
+		if _, err := Push(ctx, l, r, PushOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		desc, _, err := r.FetchManifest(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d := tc.digest
+		if d == "" {
+			d = desc.Digest.String()
+		}
+		pushV2Signature(t, r, desc, key, payload(f.host()+"/"+tc.names, d))
+		sigs, err := FindSignatures(ctx, r, desc)
+		if err != nil || len(sigs) != 1 || sigs[0].Payload == nil {
+			t.Fatalf("%s: %d signatures, %v", tc.repo, len(sigs), err)
+		}
+		_, err = trust.VerifyManifest(match, desc.Digest, r.Name(), sigs, time.Now())
+		if tc.want == "" {
+			if err != nil {
+				t.Fatalf("%s: %v", tc.repo, err)
+			}
+			continue
+		}
+		if !errdefs.IsPermissionDenied(err) || !strings.Contains(err.Error(), tc.want) {
+			t.Fatalf("%s: want a refusal with %q, got %v", tc.repo, tc.want, err)
+		}
+	}
+}
