@@ -196,11 +196,11 @@ func TestFleetCorruptUnit(t *testing.T) {
 }
 
 // TestFleetDiskFull (Done-when 2): four nodes start together on an artifact of four files; the
-// root's store is a tmpfs of five eighths of the artifact, so its pull, two files in flight at a
-// time (artifact.FilesInFlight on 2 cores), serves its children what it verifies of the first two
-// and fails to open the third for lack of space (about half a copy in). Its resolve fails saying so
-// (a capacity failure, exit status 5, "no space" in its message); its children move on to others or
-// the origin, every other node is READY and verifies in full, the root published nothing, and the
+// root's store is a tmpfs of five eighths of the artifact, so its pull is refused before any
+// payload byte (the store reserves the manifest's size first, and nothing it could evict frees
+// enough). Its resolve fails saying so (a capacity failure, exit status 5, "no space" and the size
+// it needs in its message) having served no child; the others elect among themselves or go to the
+// origin, every other node is READY and verifies in full, the root published nothing, and the
 // origin sends at most faultMaxCopies copies.
 func TestFleetDiskFull(t *testing.T) {
 	const nodes = 4
@@ -228,10 +228,10 @@ func TestFleetDiskFull(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() != 5 {
 		t.Fatalf("the root's resolve: %v, want exit status 5 (out of space)\n%s", err, harness.Tail(ro.Procs[root].Log, 20))
 	}
-	if logLine(t, ro.Nodes[root].serve.Log, "peer: session started") == "" {
-		t.Fatalf("the root (node %d) served no child before its build failed", root)
+	if line := logLine(t, ro.Nodes[root].serve.Log, "peer: session started"); line != "" {
+		t.Fatalf("the root (node %d) served a child although its store refused the artifact before any byte: %s", root, line)
 	}
-	if fail.Failure.Kind != "capacity" || !strings.Contains(fail.Failure.Message, "no space") {
+	if fail.Failure.Kind != "capacity" || !strings.Contains(fail.Failure.Message, "no space") || !strings.Contains(fail.Failure.Message, "needs") {
 		t.Fatalf("the root's report: failure %q %q, want a capacity failure saying no space\n%s", fail.Failure.Kind, fail.Failure.Message, harness.Tail(ro.Procs[root].Log, 20))
 	}
 	if r.Copies > faultMaxCopies {
