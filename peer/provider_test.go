@@ -4,51 +4,13 @@ import (
 	"context"
 	"fmt"
 	"github.com/weightsnap/weightsnap/internal/storetest"
-	"net"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/internal/netfail"
 )
-
-// closedAddr is a loopback address nothing listens on.
-func closedAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// silentAddr is a listener that accepts and never answers, until the test ends.
-func silentAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { l.Close(); <-done })
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	return l.Addr().String()
-}
 
 // TestProviderPassesOverDownPeers: a peer that is down or black-holed
 // costs the connect timeout, never the read timeout (an hour here), and
@@ -64,12 +26,12 @@ func TestProviderPassesOverDownPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hole := silentAddr(t)
+	hole := testenv.BlackHole(t)
 	// The dead peer ranks first, then self, then the peer without it: only
 	// a dead root could make this node wait.
-	dead := closedAddr(t)
+	dead := testenv.ClosedAddr(t)
 	for rendezvous(digest, []string{dead, empty})[0] != dead {
-		dead = closedAddr(t)
+		dead = testenv.ClosedAddr(t)
 	}
 	self := ""
 	for port := 1; self == ""; port++ {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/weightsnap/weightsnap/internal/storetest"
-	"net"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,44 +23,6 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 	"oras.land/oras-go/v2/registry/remote/errcode"
 )
-
-// deadAddr is a 127.0.0.1 address nothing listens on.
-func deadAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// blackHole is a listener that accepts and never answers.
-func blackHole(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { l.Close(); <-done })
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	return l.Addr().String()
-}
 
 // peerAt is the weight-peer source of the given addresses: reaching one
 // is bounded by the connect timeout, anything else by an hour, so a
@@ -103,7 +65,7 @@ func corrupt(name string) resolve.Provider {
 	}}
 }
 
-func onePeer(addr func(*testing.T) string) func(*testing.T) []resolve.Provider {
+func onePeer(addr func(testing.TB) string) func(*testing.T) []resolve.Provider {
 	return func(t *testing.T) []resolve.Provider { return []resolve.Provider{peerAt(addr(t))} }
 }
 
@@ -114,7 +76,7 @@ func servingRegistry(src string) func(*testing.T, *atomic.Int32) []resolve.Provi
 }
 
 func deadRegistry(t *testing.T, _ *atomic.Int32) []resolve.Provider {
-	return []resolve.Provider{registryAt(t, deadAddr(t))}
+	return []resolve.Provider{registryAt(t, testenv.ClosedAddr(t))}
 }
 
 func corruptPeer(*testing.T) []resolve.Provider { return []resolve.Provider{corrupt("peer")} }
@@ -169,17 +131,17 @@ func TestSourcesFailSoft(t *testing.T) {
 		// by the start of its "source: outcome (reason)".
 		passed []string
 	}{
-		{"one peer down", onePeer(deadAddr), servingRegistry(src), false, fetched, fetched,
+		{"one peer down", onePeer(testenv.ClosedAddr), servingRegistry(src), false, fetched, fetched,
 			[]string{"local: miss", "peer: failed (unreachable: "}},
-		{"one peer black-holed", onePeer(blackHole), servingRegistry(src), false, fetched, fetched,
+		{"one peer black-holed", onePeer(testenv.BlackHole), servingRegistry(src), false, fetched, fetched,
 			[]string{"local: miss", "peer: failed (unreachable: "}},
 		{"every peer down or black-holed", func(t *testing.T) []resolve.Provider {
-			return []resolve.Provider{peerAt(deadAddr(t), blackHole(t), deadAddr(t))}
+			return []resolve.Provider{peerAt(testenv.ClosedAddr(t), testenv.BlackHole(t), testenv.ClosedAddr(t))}
 		}, servingRegistry(src), false, fetched, fetched, []string{"local: miss", "peer: failed (unreachable: "}},
 		{"registry down, local build", nil, deadRegistry, true, built, built,
 			[]string{"local: miss", "registry: failed (unreachable: "}},
-		{"peer and registry down, local build", onePeer(deadAddr), deadRegistry, true, built, built, downDown},
-		{"peer and registry down", onePeer(deadAddr), deadRegistry, false, canonical, failed(resolve.KindUnreachable),
+		{"peer and registry down, local build", onePeer(testenv.ClosedAddr), deadRegistry, true, built, built, downDown},
+		{"peer and registry down", onePeer(testenv.ClosedAddr), deadRegistry, false, canonical, failed(resolve.KindUnreachable),
 			append(downDown, "producers: skipped (allow_local_build is off)")},
 		{"peer served bad bytes", corruptPeer, servingRegistry(src), false, fetched, fetched,
 			[]string{"local: miss", "peer: failed (integrity: "}},
@@ -190,7 +152,7 @@ func TestSourcesFailSoft(t *testing.T) {
 			[]string{"local: miss", "peer: failed (integrity: ", "registry: failed (unreachable: ", "producers: skipped", "canonical: skipped ("}},
 		// The registry answered: the credentials are wrong, which no
 		// local build or fallback hides.
-		{"peer down, registry refuses the credentials", onePeer(deadAddr), func(*testing.T, *atomic.Int32) []resolve.Provider {
+		{"peer down, registry refuses the credentials", onePeer(testenv.ClosedAddr), func(*testing.T, *atomic.Int32) []resolve.Provider {
 			return []resolve.Provider{failProvider("registry", registry.Classify(&errcode.ErrorResponse{Method: "GET", StatusCode: 401}), &atomic.Int32{})}
 		}, true, failed(resolve.KindAuth), failed(resolve.KindAuth), []string{"local: miss", "peer: failed (unreachable: ", "registry: failed (auth: "}},
 	} {
@@ -278,7 +240,7 @@ func TestSourcesFailSoft(t *testing.T) {
 func TestNoCanonicalSourceNamesEverySource(t *testing.T) {
 	src := storetest.SettledCheckpoint(t, 256<<10, 1)
 	id := identityOf(t, producers.Passthrough{}, src)
-	cfg := resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Peers: []resolve.Provider{peerAt(deadAddr(t))}}
+	cfg := resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Peers: []resolve.Provider{peerAt(testenv.ClosedAddr(t))}}
 	cfg.Providers = deadRegistry(t, nil)
 	res, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id})
 	defer res.Close()

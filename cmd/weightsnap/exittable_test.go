@@ -2,7 +2,7 @@ package main
 
 import (
 	"errors"
-	"net"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,18 +53,6 @@ func runBinary(t *testing.T, name string, args ...string) (int, string) {
 	return 0, ""
 }
 
-// closedPort is a loopback address nothing listens on: a registry that is down.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
 // TestExitCodeTable walks the README's exit-code table with the built
 // programs: 2 bad input, 3 not found, 4 invalid data, 5 busy, out of space
 // or timed out.
@@ -79,7 +67,7 @@ func TestExitCodeTable(t *testing.T) {
 	os.MkdirAll(corrupt, 0o755)
 	os.WriteFile(filepath.Join(corrupt, "model.safetensors"), []byte("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), 0o644)
 	rev := strings.Repeat("ab", 20)
-	down := closedPort(t)
+	down := testenv.ClosedAddr(t)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -118,7 +106,7 @@ func TestExitCodeTable(t *testing.T) {
 // TestPlainHTTPFlagHosts: --plain-http=HOST talks plain HTTP to that
 // registry alone; bare --plain-http to every one.
 func TestPlainHTTPFlagHosts(t *testing.T) {
-	down := closedPort(t)
+	down := testenv.ClosedAddr(t)
 	common := []string{"--config", "", "--root", t.TempDir(), "pull"}
 	for _, tc := range []struct {
 		flag, scheme string

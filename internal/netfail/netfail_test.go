@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -16,47 +17,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/internal/netfail"
 )
-
-// closedPort is a 127.0.0.1 address nothing listens on: a listener's,
-// closed.
-func closedPort(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	return addr
-}
-
-// silent is a listener that accepts and never answers.
-func silent(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { l.Close(); <-done })
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	return l.Addr().String()
-}
 
 // TestClassify: real failures of the standard library, each in the class
 // it belongs to.
@@ -71,11 +31,11 @@ func TestClassify(t *testing.T) {
 		unreachable, tls bool
 	}{
 		{"connection refused", func(t *testing.T) error {
-			_, err := net.Dial("tcp", closedPort(t))
+			_, err := net.Dial("tcp", testenv.ClosedAddr(t))
 			return err
 		}, true, false},
 		{"read timeout", func(t *testing.T) error {
-			c, err := net.Dial("tcp", silent(t))
+			c, err := net.Dial("tcp", testenv.BlackHole(t))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -87,11 +47,11 @@ func TestClassify(t *testing.T) {
 		{"dial context deadline", func(t *testing.T) error {
 			ctx, cancel := context.WithTimeout(context.Background(), 0)
 			defer cancel()
-			_, err := (&net.Dialer{}).DialContext(ctx, "tcp", silent(t))
+			_, err := (&net.Dialer{}).DialContext(ctx, "tcp", testenv.BlackHole(t))
 			return err
 		}, true, false},
 		{"HTTP request refused", func(t *testing.T) error {
-			_, err := http.Get("http://" + closedPort(t) + "/v2/")
+			_, err := http.Get("http://" + testenv.ClosedAddr(t) + "/v2/")
 			return err
 		}, true, false},
 		{"DNS failure", func(*testing.T) error {

@@ -3,7 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"net"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,38 +19,6 @@ import (
 // on to the next peer, the registry, the local producers, then the
 // canonical source in preferred mode; required fails only once every
 // source was tried, naming each.
-
-// deadAddr is a 127.0.0.1 address nothing listens on.
-func deadAddr(t *testing.T) string {
-	return fmt.Sprintf("127.0.0.1:%d", harness.FreePort(t))
-}
-
-// blackHole listens on 127.0.0.1, accepts and never answers, until the
-// test ends.
-func blackHole(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	t.Cleanup(func() { l.Close(); <-done })
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			conns = append(conns, c)
-		}
-	}()
-	return l.Addr().String()
-}
 
 // resolveReport is the part of resolve --report a test reads.
 type resolveReport struct {
@@ -99,8 +67,8 @@ func TestResolveSourcesDown(t *testing.T) {
 	reg := harness.StartRegistry(t)
 	dir, rootA, id := ociCheckpoint(t, "8MiB", 2)
 	wsOK(t, rootA, "push", "--plain-http", id, reg.Ref("models/cold:v1"))
-	up, down := reg.Host+"/models/cold", deadAddr(t)+"/models/cold"
-	dead, dead2, hole := deadAddr(t), deadAddr(t), blackHole(t)
+	up, down := reg.Host+"/models/cold", testenv.ClosedAddr(t)+"/models/cold"
+	dead, dead2, hole := testenv.ClosedAddr(t), testenv.ClosedAddr(t), testenv.BlackHole(t)
 	unreachable := func(src string) string { return src + ": failed (unreachable: " }
 	for _, tc := range []struct {
 		name     string
@@ -182,7 +150,7 @@ func TestResolveSourcesDown(t *testing.T) {
 // required Prepare fails naming every source and why it was passed over.
 func TestWeightsnapdPeersDown(t *testing.T) {
 	harness.Peers(t)
-	dead, hole := deadAddr(t), blackHole(t)
+	dead, hole := testenv.ClosedAddr(t), testenv.BlackHole(t)
 	weights := &snapNode{reg: harness.StartRegistry(t)} // the artifacts' registry; stopped halfway
 	n := &snapNode{reg: harness.StartRegistry(t)}       // the images'
 	upstream := filepath.Join(harness.TempDir(t), "containerd.sock")
