@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"strings"
 
 	"github.com/weightsnap/weightsnap/artifact"
@@ -113,39 +114,26 @@ func (e *CapacityError) detail() string {
 	var s strings.Builder
 	switch {
 	case !e.Artifact.IsZero() && e.Size > 0:
-		fmt.Fprintf(&s, "; artifact %s needs %s", e.Artifact.Short(), sizeString(e.Size))
+		fmt.Fprintf(&s, "; artifact %s needs %s", e.Artifact.Short(), bytefmt.IEC(e.Size))
 	case e.Size > 0:
-		fmt.Fprintf(&s, "; the artifact needs %s", sizeString(e.Size))
+		fmt.Fprintf(&s, "; the artifact needs %s", bytefmt.IEC(e.Size))
 	}
 	if e.Eviction == EvictionOff {
 		s.WriteString("; eviction is off ([store] eviction = \"off\"): remove artifacts (weightsnap rm), raise the limit or free space on the store's filesystem")
 		return s.String()
 	}
-	fmt.Fprintf(&s, "; eviction could free %s", sizeString(e.Reclaimable))
+	fmt.Fprintf(&s, "; eviction could free %s", bytefmt.IEC(e.Reclaimable))
 	if len(e.Held) > 0 {
 		s.WriteString("; held:")
 		for i, h := range e.Held {
 			if i > 0 {
 				s.WriteString(",")
 			}
-			fmt.Fprintf(&s, " %s (%s, %s)", h.ID.Short(), sizeString(h.Bytes), h.Why)
+			fmt.Fprintf(&s, " %s (%s, %s)", h.ID.Short(), bytefmt.IEC(h.Bytes), h.Why)
 		}
 	}
 	s.WriteString("; to make room: unpin (weightsnap unpin ID) or stop what leases them, raise max_store_bytes, or give the store's filesystem more space")
 	return s.String()
-}
-
-func sizeString(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
 
 var _ artifact.Writer = (*build)(nil)

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"os"
 	"slices"
 	"time"
@@ -153,7 +154,7 @@ func (d *Domain) plan(ctx context.Context, except artifact.ID) (cands, held []ca
 			c.held = "leased" + describeHolders(lockHolders(d.lockPath(id, "artifact")))
 		case c.use.Frees < c.use.Bytes:
 			// Evicting it would give back only what no other link holds.
-			c.held = "linked by weight snapshots or views, evicting it frees " + sizeString(c.use.Frees)
+			c.held = "linked by weight snapshots or views, evicting it frees " + bytefmt.IEC(c.use.Frees)
 		}
 		if c.held != "" {
 			held = append(held, c)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"os"
 	"strings"
 	"sync"
@@ -185,7 +186,7 @@ imported as "import" would import its files: --revision is then required.`,
 				return err
 			}
 			if n < oci.MinChunkSize || n > oci.MaxChunkSize {
-				return fmt.Errorf("--chunk-size %s: want %s to %s: %w", chunk, humanBytes(oci.MinChunkSize), humanBytes(oci.MaxChunkSize), errdefs.ErrInvalidArgument)
+				return fmt.Errorf("--chunk-size %s: want %s to %s: %w", chunk, bytefmt.IEC(oci.MinChunkSize), bytefmt.IEC(oci.MaxChunkSize), errdefs.ErrInvalidArgument)
 			}
 			o.ChunkSize = n
 			d, err := a.domain(ctx)
@@ -342,7 +343,7 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 			break
 		}
 	}
-	p("Size:      %s (%d bytes), %s tensors, %d layers\n", humanBytes(info.TotalBytes), info.TotalBytes, tensors, info.Layers)
+	p("Size:      %s (%d bytes), %s tensors, %d layers\n", bytefmt.IEC(info.TotalBytes), info.TotalBytes, tensors, info.Layers)
 	if len(info.Files) > 0 {
 		p("Files:\n")
 		tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
@@ -351,7 +352,7 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 			if f.Tensors < 0 {
 				t = "-"
 			}
-			fmt.Fprintf(tw, "%s  %s\t%s\t%s\tsha256:%s\n", indent, f.Path, humanBytes(f.Size), t, artifact.ShortHex(f.SHA256))
+			fmt.Fprintf(tw, "%s  %s\t%s\t%s\tsha256:%s\n", indent, f.Path, bytefmt.IEC(f.Size), t, artifact.ShortHex(f.SHA256))
 		}
 		if err := tw.Flush(); err != nil {
 			return err

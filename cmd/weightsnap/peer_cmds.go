@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"maps"
 	"net"
 	"slices"
@@ -193,9 +194,9 @@ func newPeerLsCmd(a *app) *cobra.Command {
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintf(tw, "IDENTITY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
 			for _, x := range ls.Artifacts {
-				size := humanBytes(x.Bytes)
+				size := bytefmt.IEC(x.Bytes)
 				if x.Building {
-					size = fmt.Sprintf("%s of %s verified (building)", humanBytes(x.VerifiedBytes), size)
+					size = fmt.Sprintf("%s of %s verified (building)", bytefmt.IEC(x.VerifiedBytes), size)
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.ID.Short(), artifact.ShortHex(x.Revision),
 					x.Component, x.Producer, size, x.Tensors)
@@ -203,7 +204,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 			for _, s := range ls.Exports {
 				state := "not mapped"
 				if s.Mapped {
-					state = "mapped " + humanBytes(s.Bytes)
+					state = "mapped " + bytefmt.IEC(s.Bytes)
 				}
 				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, artifact.ShortHex(s.Revision), state)
 			}
@@ -339,7 +340,7 @@ artifact of their own (producer tensor-subset).`,
 			}
 			fmt.Fprintln(a.out, rep.ID)
 			if rep.Built {
-				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", humanBytes(rep.Fetched), rep.Endpoint, rep.Mode, rep.Rails, rep.Seconds)
+				fmt.Fprintf(a.errOut, "fetched %s from %s over %s with %d rails in %.2fs\n", bytefmt.IEC(rep.Fetched), rep.Endpoint, rep.Mode, rep.Rails, rep.Seconds)
 				if rep.Reused > 0 {
 					fmt.Fprintln(a.errOut, reusedLine(rep.Transfer))
 				}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -145,7 +146,7 @@ func printUse(a *app, list []*store.ArtifactInfo) error {
 			last = u.LastUse.UTC().Format(time.DateTime)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", info.ID.Short(), info.State, repo,
-			humanBytes(u.Bytes), humanBytes(u.Frees), last, leased, pinned)
+			bytefmt.IEC(u.Bytes), bytefmt.IEC(u.Frees), last, leased, pinned)
 	}
 	return tw.Flush()
 }
@@ -157,12 +158,12 @@ func printEvictions(a *app, r *store.EvictReport) {
 		verb = "would evict"
 	}
 	for _, e := range r.Evicted {
-		fmt.Fprintf(a.out, "%s %s (%s, last use %s)\n", verb, e.ID.Hex(), humanBytes(e.Bytes), e.LastUse.UTC().Format(time.DateTime))
+		fmt.Fprintf(a.out, "%s %s (%s, last use %s)\n", verb, e.ID.Hex(), bytefmt.IEC(e.Bytes), e.LastUse.UTC().Format(time.DateTime))
 	}
-	fmt.Fprintf(a.out, "evictions: %d (%s freed of %s needed)\n", len(r.Evicted), humanBytes(r.Freed), humanBytes(max(r.Need, 0)))
+	fmt.Fprintf(a.out, "evictions: %d (%s freed of %s needed)\n", len(r.Evicted), bytefmt.IEC(r.Freed), bytefmt.IEC(max(r.Need, 0)))
 	if r.Freed < r.Need {
 		for _, h := range r.Held {
-			fmt.Fprintf(a.out, "held: %s (%s, %s)\n", h.ID.Hex(), humanBytes(h.Bytes), h.Why)
+			fmt.Fprintf(a.out, "held: %s (%s, %s)\n", h.ID.Hex(), bytefmt.IEC(h.Bytes), h.Why)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"io"
 	"os"
 	"os/signal"
@@ -78,15 +79,15 @@ func sayKept(w io.Writer, err error) {
 	if errors.As(err, &ie) && ie.Kept > 0 {
 		of := ""
 		if ie.Total > 0 {
-			of = fmt.Sprintf(" of %s (%.0f%%)", humanBytes(ie.Total), 100*float64(ie.Kept)/float64(ie.Total))
+			of = fmt.Sprintf(" of %s (%.0f%%)", bytefmt.IEC(ie.Total), 100*float64(ie.Kept)/float64(ie.Total))
 		}
 		fmt.Fprintf(w, "weightsnap: kept %s%s of %s verified in the store; run the same command again to continue from there (gc keeps it for [store] stale_build_seconds)\n",
-			humanBytes(ie.Kept), of, ie.ID.Short())
+			bytefmt.IEC(ie.Kept), of, ie.ID.Short())
 	}
 }
 
 // reusedLine says what a transfer took from an interrupted one.
 func reusedLine(t store.Transfer) string {
 	return fmt.Sprintf("reused %s from an interrupted build (%d files whole, %d continued), fetched %s",
-		humanBytes(t.Reused), t.ReusedFiles, t.ResumedFiles, humanBytes(t.Fetched))
+		bytefmt.IEC(t.Reused), t.ReusedFiles, t.ResumedFiles, bytefmt.IEC(t.Fetched))
 }

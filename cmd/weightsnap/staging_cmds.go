@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -260,7 +261,7 @@ func newStagingCmd(a *app) *cobra.Command {
 			if a.jsonOut {
 				return a.printJSON(s)
 			}
-			fmt.Fprintf(a.out, "evicted lane %s from %s: freed %s\n", s.ID, s.Dst, humanBytes(s.Frees))
+			fmt.Fprintf(a.out, "evicted lane %s from %s: freed %s\n", s.ID, s.Dst, bytefmt.IEC(s.Frees))
 			return nil
 		},
 	}
@@ -274,17 +275,17 @@ func printPlan(w io.Writer, p *staging.Plan) {
 	for _, l := range p.Lanes {
 		fmt.Fprintf(w, "\nlane %s (%s, verify %s): %s -> %s\n", l.ID, l.Kind, l.Verify, l.Src, l.Dst)
 		if l.Trusted {
-			fmt.Fprintf(w, "  staged per the ledger (trusted): %d files, %s; no source is read\n", l.Files, humanBytes(l.Bytes))
+			fmt.Fprintf(w, "  staged per the ledger (trusted): %d files, %s; no source is read\n", l.Files, bytefmt.IEC(l.Bytes))
 			continue
 		}
 		fmt.Fprintf(w, "  %d files, %s, and %d links: present %d (%s), check %d, copy %d; writes at most %s\n",
-			l.Files, humanBytes(l.Bytes), l.Links, l.PresentFiles, humanBytes(l.PresentBytes), l.CheckFiles, l.CopyFiles, humanBytes(l.CopyBytes))
+			l.Files, bytefmt.IEC(l.Bytes), l.Links, l.PresentFiles, bytefmt.IEC(l.PresentBytes), l.CheckFiles, l.CopyFiles, bytefmt.IEC(l.CopyBytes))
 		for _, it := range l.Items {
 			switch {
 			case it.Kind == staging.EntryLink:
 				fmt.Fprintf(w, "  %-7s %-6s %s -> %s\n", it.Action, it.Kind, it.Path, it.Target)
 			default:
-				fmt.Fprintf(w, "  %-7s %-6s %s (%s)\n", it.Action, it.Kind, it.Path, humanBytes(it.Bytes))
+				fmt.Fprintf(w, "  %-7s %-6s %s (%s)\n", it.Action, it.Kind, it.Path, bytefmt.IEC(it.Bytes))
 			}
 		}
 		for _, n := range l.Notes {
@@ -293,10 +294,10 @@ func printPlan(w io.Writer, p *staging.Plan) {
 	}
 	for _, fs := range p.Filesystems {
 		fmt.Fprintf(w, "\ndestination filesystem of %s (%s): %s used of %s, %s free, max_used %s; staging writes at most %s\n",
-			strings.Join(fs.Lanes, ", "), fs.Path, humanBytes(fs.Used), humanBytes(fs.Total), humanBytes(fs.Free), humanBytes(fs.Limit), humanBytes(fs.Need))
+			strings.Join(fs.Lanes, ", "), fs.Path, bytefmt.IEC(fs.Used), bytefmt.IEC(fs.Total), bytefmt.IEC(fs.Free), bytefmt.IEC(fs.Limit), bytefmt.IEC(fs.Need))
 	}
 	for _, ev := range p.Evict {
-		fmt.Fprintf(w, "evict lane %s (%s, last used %s): frees %s\n", ev.ID, ev.Dst, when(ev.LastUsed), humanBytes(ev.Frees))
+		fmt.Fprintf(w, "evict lane %s (%s, last used %s): frees %s\n", ev.ID, ev.Dst, when(ev.LastUsed), bytefmt.IEC(ev.Frees))
 	}
 	for _, pr := range p.Problems {
 		fmt.Fprintf(w, "problem: lane %s: %s: %s\n", pr.Lane, pr.Check, pr.Detail)
@@ -305,14 +306,14 @@ func printPlan(w io.Writer, p *staging.Plan) {
 
 func printStage(w io.Writer, res stageResult) {
 	for _, ev := range res.Evicted {
-		fmt.Fprintf(w, "evicted lane %s (%s) to stay under max_used: freed %s\n", ev.ID, ev.Dst, humanBytes(ev.Frees))
+		fmt.Fprintf(w, "evicted lane %s (%s) to stay under max_used: freed %s\n", ev.ID, ev.Dst, bytefmt.IEC(ev.Frees))
 	}
 	for _, l := range res.Lanes {
 		if l.Trusted {
-			fmt.Fprintf(w, "lane %s: %s per the ledger (--stage skip): %d files, %s\n", l.ID, l.State, l.Files, humanBytes(l.Bytes))
+			fmt.Fprintf(w, "lane %s: %s per the ledger (--stage skip): %d files, %s\n", l.ID, l.State, l.Files, bytefmt.IEC(l.Bytes))
 		} else {
 			fmt.Fprintf(w, "lane %s: %s: %d files, %s; copied %d (%s, %s/s), linked %d, adopted %d, unchanged %d, links written %d, removed %d; %.2f s\n",
-				l.ID, l.State, l.Files, humanBytes(l.Bytes), l.Copied, humanBytes(l.CopiedBytes), humanBytes(int64(float64(l.CopiedBytes)/max(l.Seconds, 1e-3))),
+				l.ID, l.State, l.Files, bytefmt.IEC(l.Bytes), l.Copied, bytefmt.IEC(l.CopiedBytes), bytefmt.IEC(int64(float64(l.CopiedBytes)/max(l.Seconds, 1e-3))),
 				l.Linked, l.Adopted, l.Unchanged, l.Links, l.Removed, l.Seconds)
 		}
 		for _, n := range l.Notes {
@@ -342,7 +343,7 @@ func printLanes(w io.Writer, lanes []staging.LaneStatus) {
 		if l.InUse != "" {
 			inUse = l.InUse
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Kind, l.State, l.Files, humanBytes(l.Bytes), humanBytes(l.Frees), when(l.LastUsed), l.Dst, inUse)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", l.ID, l.Kind, l.State, l.Files, bytefmt.IEC(l.Bytes), bytefmt.IEC(l.Frees), when(l.LastUsed), l.Dst, inUse)
 	}
 	tw.Flush()
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"io"
 	"slices"
 	"strings"
@@ -157,7 +158,7 @@ func lsRow(info *store.ArtifactInfo) string {
 	if t, err := time.Parse(time.RFC3339Nano, created); err == nil {
 		created = t.UTC().Format(time.DateTime)
 	}
-	return strings.Join([]string{info.ID.Short(), info.State, repo, rev, producer, layout, humanBytes(info.TotalBytes), created}, "\t")
+	return strings.Join([]string{info.ID.Short(), info.State, repo, rev, producer, layout, bytefmt.IEC(info.TotalBytes), created}, "\t")
 }
 
 // cut shortens s to n characters, the last of them an ellipsis.
@@ -240,10 +241,10 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 			id.Model.Repository, id.Model.Revision, id.Component, id.Representation.DType,
 			layout, id.Producer.Name, id.Producer.Version)
 	}
-	fmt.Fprintf(a.out, "Created:   %s\nSize:      %s (%d bytes), %d tensors\nFiles:\n", info.Created, humanBytes(info.TotalBytes), info.TotalBytes, info.TensorCount)
+	fmt.Fprintf(a.out, "Created:   %s\nSize:      %s (%d bytes), %d tensors\nFiles:\n", info.Created, bytefmt.IEC(info.TotalBytes), info.TotalBytes, info.TensorCount)
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	for _, f := range info.Files {
-		fmt.Fprintf(tw, "  %s\t%s\t%d tensors\tsha256:%s\n", f.Path, humanBytes(f.Size), f.Tensors, artifact.ShortHex(f.SHA256))
+		fmt.Fprintf(tw, "  %s\t%s\t%d tensors\tsha256:%s\n", f.Path, bytefmt.IEC(f.Size), f.Tensors, artifact.ShortHex(f.SHA256))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -253,7 +254,7 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 		if u.Pinned() {
 			pinned = "pinned by " + pinHolders(u.Pins)
 		}
-		fmt.Fprintf(a.out, "Use:       last %s, leased %v, %s, evicting it frees %s\n", u.LastUse.UTC().Format(time.DateTime), u.Leased, pinned, humanBytes(u.Frees))
+		fmt.Fprintf(a.out, "Use:       last %s, leased %v, %s, evicting it frees %s\n", u.LastUse.UTC().Format(time.DateTime), u.Leased, pinned, bytefmt.IEC(u.Frees))
 	}
 	return printLocks(a, info.Holders)
 }
@@ -277,7 +278,7 @@ func printDomain(a *app, r *store.DomainReport) error {
 	if a.jsonOut {
 		return a.printJSON(r)
 	}
-	free := humanBytes(r.FreeBytes)
+	free := bytefmt.IEC(r.FreeBytes)
 	if r.HostMemory {
 		free += " (tmpfs: host memory)"
 	}
@@ -285,7 +286,7 @@ func printDomain(a *app, r *store.DomainReport) error {
 		if n == 0 {
 			return "none"
 		}
-		return humanBytes(n)
+		return bytefmt.IEC(n)
 	}
 	p := r.Policy
 	fmt.Fprintf(a.out, "Root:        %s (%s, %s free)\n", r.Root, r.FSType, free)
@@ -295,7 +296,7 @@ func printDomain(a *app, r *store.DomainReport) error {
 		name string
 		u    store.Usage
 	}{{"Ready:", r.Ready}, {"Temp:", r.Temp}, {"Quarantined:", r.Quarantined}, {"Denied:", r.Denied}} {
-		fmt.Fprintf(a.out, "%-12s %d (%s)\n", u.name, u.u.Count, humanBytes(u.u.Bytes))
+		fmt.Fprintf(a.out, "%-12s %d (%s)\n", u.name, u.u.Count, bytefmt.IEC(u.u.Bytes))
 	}
 	return printLocks(a, r.Locks)
 }
@@ -364,7 +365,7 @@ with its bytes.`,
 				return err
 			}
 			defer l.Close()
-			fmt.Fprintf(a.out, "%s: valid (%s, %d files, %s)\n", id.Short(), mode, len(l.Index.Files), humanBytes(l.Index.TotalBytes()))
+			fmt.Fprintf(a.out, "%s: valid (%s, %d files, %s)\n", id.Short(), mode, len(l.Index.Files), bytefmt.IEC(l.Index.TotalBytes()))
 			return nil
 		},
 	}
@@ -390,7 +391,7 @@ func scrubAll(ctx context.Context, a *app, d *store.Domain, rate int64) error {
 			fmt.Fprintf(a.out, "%s: %v\n", info.ID.Short(), err)
 			continue
 		}
-		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", info.ID.Short(), humanBytes(info.TotalBytes))
+		fmt.Fprintf(a.out, "%s: valid (every digest, %s)\n", info.ID.Short(), bytefmt.IEC(info.TotalBytes))
 	}
 	return errors.Join(errs...)
 }
@@ -473,13 +474,13 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 				return a.printJSON(r)
 			}
 			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\n",
-				r.Temps.Count, humanBytes(r.Temps.Bytes), r.Tombstones.Count, humanBytes(r.Tombstones.Bytes),
-				r.Quarantined.Count, humanBytes(r.Quarantined.Bytes), r.DenyMarkers)
+				r.Temps.Count, bytefmt.IEC(r.Temps.Bytes), r.Tombstones.Count, bytefmt.IEC(r.Tombstones.Bytes),
+				r.Quarantined.Count, bytefmt.IEC(r.Quarantined.Bytes), r.DenyMarkers)
 			for _, t := range r.Removed {
-				fmt.Fprintf(a.out, "removed tmp/%s (%s): %s\n", t.Name, humanBytes(t.Bytes), t.Reason)
+				fmt.Fprintf(a.out, "removed tmp/%s (%s): %s\n", t.Name, bytefmt.IEC(t.Bytes), t.Reason)
 			}
 			for _, t := range r.Kept {
-				fmt.Fprintf(a.out, "kept tmp/%s (%s of %s): %s\n", t.Name, humanBytes(t.Bytes), t.ID.Short(), t.Reason)
+				fmt.Fprintf(a.out, "kept tmp/%s (%s of %s): %s\n", t.Name, bytefmt.IEC(t.Bytes), t.ID.Short(), t.Reason)
 			}
 			return nil
 		},

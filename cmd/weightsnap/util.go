@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"io"
 	"os"
 	"sync"
@@ -15,19 +16,6 @@ import (
 
 // parseSize reads sizes such as 1GiB, 512MiB, 100M, 4096 (as recipes do).
 func parseSize(s string) (int64, error) { return staging.ParseSize(s) }
-
-func humanBytes(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
-}
 
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
@@ -66,7 +54,7 @@ func newProgress(label string, total int64) *progress {
 		rate := decor.Any(func(decor.Statistics) string {
 			pr.mu.Lock()
 			defer pr.mu.Unlock()
-			return humanBytes(pr.rate(time.Now())) + "/s"
+			return bytefmt.IEC(pr.rate(time.Now())) + "/s"
 		})
 		pr.bar = pr.p.AddBar(total, mpb.PrependDecorators(decor.Name(label+" "), decor.CountersKibiByte("% .1f / % .1f")),
 			mpb.AppendDecorators(rate, decor.Percentage(decor.WCSyncSpace)))
@@ -120,14 +108,14 @@ func (pr *progress) Reused(n int64) {
 // line is the progress at now: bytes done of the total, the rate of the
 // bytes this run moved and the time left at that rate.
 func (pr *progress) line(now time.Time) string {
-	s := fmt.Sprintf("%s: %s of %s", pr.label, humanBytes(pr.done), humanBytes(pr.total))
+	s := fmt.Sprintf("%s: %s of %s", pr.label, bytefmt.IEC(pr.done), bytefmt.IEC(pr.total))
 	if pr.total > 0 {
 		s += fmt.Sprintf(" (%d%%)", pr.done*100/pr.total)
 	}
 	rate := pr.rate(now)
-	s += fmt.Sprintf(", %s/s", humanBytes(rate))
+	s += fmt.Sprintf(", %s/s", bytefmt.IEC(rate))
 	if pr.reused > 0 {
-		s += fmt.Sprintf(", %s reused", humanBytes(pr.reused))
+		s += fmt.Sprintf(", %s reused", bytefmt.IEC(pr.reused))
 	}
 	if left := pr.total - pr.done; rate > 0 && left > 0 {
 		s += ", " + (time.Duration(float64(left)/float64(rate)) * time.Second).Round(time.Second).String() + " left"
@@ -159,13 +147,13 @@ func (pr *progress) Done() {
 // where it stopped when it did not finish.
 func (pr *progress) doneLine(now time.Time) string {
 	took := now.Sub(pr.start).Round(100 * time.Millisecond)
-	s := fmt.Sprintf("%s: done, %s in %s", pr.label, humanBytes(pr.done), took)
+	s := fmt.Sprintf("%s: done, %s in %s", pr.label, bytefmt.IEC(pr.done), took)
 	if pr.done < pr.total {
-		s = fmt.Sprintf("%s: stopped at %s of %s after %s", pr.label, humanBytes(pr.done), humanBytes(pr.total), took)
+		s = fmt.Sprintf("%s: stopped at %s of %s after %s", pr.label, bytefmt.IEC(pr.done), bytefmt.IEC(pr.total), took)
 	}
-	s += fmt.Sprintf(" (%s/s", humanBytes(pr.rate(now)))
+	s += fmt.Sprintf(" (%s/s", bytefmt.IEC(pr.rate(now)))
 	if pr.reused > 0 {
-		s += fmt.Sprintf("; %s reused", humanBytes(pr.reused))
+		s += fmt.Sprintf("; %s reused", bytefmt.IEC(pr.reused))
 	}
 	return s + ")"
 }
