@@ -83,16 +83,47 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 		wait = DefaultRootWait
 	}
 	log.G(ctx).WithField("identity", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
-	b := &backoff.ExponentialBackOff{InitialInterval: reaskFirst, RandomizationFactor: 0.5, Multiplier: 1.5, MaxInterval: reaskMax}
 	// The asks again go to the peers that answered: one down now costs the
 	// connect timeout once, not on every ask.
-	f, err = backoff.Retry(ctx, func() (*fetcher, error) {
-		f, err := newFetcher(ctx, live, wire.Request{ID: id}, o, false)
-		if err != nil && !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
-			return nil, backoff.Permanent(err)
+	ask := func() (*fetcher, error) {
+		b := &backoff.ExponentialBackOff{InitialInterval: reaskFirst, RandomizationFactor: 0.5, Multiplier: 1.5, MaxInterval: reaskMax}
+		return backoff.Retry(ctx, func() (*fetcher, error) {
+			f, err := newFetcher(ctx, live, wire.Request{ID: id}, o, false)
+			if err != nil && !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
+				return nil, backoff.Permanent(err)
+			}
+			return f, err
+		}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(wait))
+	}
+	// A peer that answered busy at the end holds or builds the artifact,
+	// and its child is about to: a chain is forming, so one more round of
+	// asks (bounded, as the first) finds the child building, where going
+	// to the registry would draw another copy from the origin (two orphans
+	// that both found the first builder at once).
+	askPastBusy := func() (*fetcher, error) {
+		f, err := ask()
+		if err != nil && isBusy(err) && ctx.Err() == nil {
+			log.G(ctx).WithField("identity", id.Short()).Debug("peer: the source answered busy; asking once more for a builder behind it")
+			f, err = ask()
 		}
 		return f, err
-	}, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(wait))
+	}
+	f, err = askPastBusy()
+	// The root never announced a build (its store refused the artifact, or
+	// it failed before a byte): the nodes after it in the rendezvous order
+	// take its place one orphanStep apart, so the next one takes the origin
+	// and the others find it building, instead of all going at once.
+	if err != nil && !isBusy(err) && ctx.Err() == nil {
+		if k := slices.Index(rendezvous(id, append(slices.Clone(live), p.Self)), p.Self); k > 1 {
+			log.G(ctx).WithField("identity", id.Short()).WithField("rank", k).Debug("peer: the root built nothing; waiting for the nodes before this one")
+			select {
+			case <-time.After(time.Duration(k-1) * orphanStep):
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			f, err = askPastBusy()
+		}
+	}
 	if err != nil && ctx.Err() == nil {
 		return nil, fmt.Errorf("no peer holds or builds %s after %s: %w: %w", id.Short(), wait, err, errdefs.ErrNotFound)
 	}
