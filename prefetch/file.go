@@ -14,7 +14,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -88,17 +87,12 @@ func readDir(dir string) ([]Declared, map[string]error) {
 }
 
 func readFile(path, name string) ([]Declared, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxFileBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) > maxFileBytes {
+	raw, err := artifact.ReadFileAtMost(path, maxFileBytes)
+	if errors.Is(err, artifact.ErrFileTooLarge) {
 		return nil, fmt.Errorf("prefetch file %s is larger than %d bytes: %w", name, maxFileBytes, errdefs.ErrInvalidArgument)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var pf file
 	dec := toml.NewDecoder(bytes.NewReader(raw))

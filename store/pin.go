@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"slices"
@@ -146,17 +145,9 @@ func (d *Domain) editPins(ctx context.Context, id artifact.ID, edit func([]Pin) 
 }
 
 func readPinFile(p string) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
+	raw, err := artifact.ReadFileAtMost(p, maxPinBytes)
+	if errors.Is(err, artifact.ErrFileTooLarge) {
+		return nil, fmt.Errorf("pin record %w: %w", err, errdefs.ErrDataLoss)
 	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxPinBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	if len(raw) > maxPinBytes {
-		return nil, fmt.Errorf("pin record %s is larger than %d bytes: %w", p, maxPinBytes, errdefs.ErrDataLoss)
-	}
-	return raw, nil
+	return raw, err
 }

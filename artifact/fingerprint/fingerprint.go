@@ -26,7 +26,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -193,9 +192,14 @@ func (c *Cache) Lookup(ctx context.Context, root string) (*Result, error) {
 
 // lookup returns the sha256 from a valid, current, non-racy record.
 func (c *Cache) lookup(ctx context.Context, e *entry, st *Stats) (string, bool) {
-	raw, err := readRecord(e.rec)
+	raw, err := artifact.ReadFileAtMost(e.rec, maxRecordBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		st.Misses++
+		return "", false
+	}
+	if errors.Is(err, artifact.ErrFileTooLarge) {
+		st.Rebuilt++
+		log.G(ctx).WithError(err).WithField("file", e.rel).Warn("fingerprint record corrupt; rebuilding it")
 		return "", false
 	}
 	if err != nil {
@@ -353,19 +357,6 @@ func stat(p string) (Key, bool, error) {
 func recordName(abs string) string {
 	sum := sha256.Sum256([]byte(abs))
 	return hex.EncodeToString(sum[:]) + ".json"
-}
-
-func readRecord(p string) ([]byte, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, maxRecordBytes+1))
-	if err != nil {
-		return nil, err
-	}
-	return raw, nil
 }
 
 func encodeRecord(rec record) []byte {
