@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -353,7 +354,7 @@ func sourceTensors(t *testing.T, dir string) map[string]artifact.WriteTensor {
 func TestVLLMShardedRefusals(t *testing.T) {
 	base := func(t *testing.T, edit func(dir string)) *artifact.SourceDir {
 		dir := t.TempDir()
-		if err := synth.Write(context.Background(), dir, synth.Options{Size: 100 << 10, Shards: 1, DType: "BF16", Heads: 4}); err != nil {
+		if err := synth.Write(context.Background(), dir, synth.Options{Size: 300 << 10, Shards: 1, DType: "BF16", Heads: 4}); err != nil {
 			t.Fatal(err)
 		}
 		if edit != nil {
@@ -374,15 +375,15 @@ func TestVLLMShardedRefusals(t *testing.T) {
 		edit  func(string)
 		split producers.TPSplit
 		class func(error) bool
-		arch  string
+		arch  string // the architecture an ArchitectureError names, or a part of the message
 	}{
 		{"other architecture", config(`{"architectures":["MistralForCausalLM"],` + sizes + `}`), producers.TPSplit{Size: 2}, errdefs.IsNotImplemented, "MistralForCausalLM"},
-		{"attention bias", config(`{"architectures":["LlamaForCausalLM"],"attention_bias":true,` + sizes + `}`), producers.TPSplit{Size: 2}, errdefs.IsNotImplemented, ""},
-		{"quantized", config(`{"architectures":["LlamaForCausalLM"],"quantization_config":{"quant_method":"fp8"},` + sizes + `}`), producers.TPSplit{Size: 2}, errdefs.IsNotImplemented, ""},
-		{"no config", func(dir string) { os.Remove(filepath.Join(dir, "config.json")) }, producers.TPSplit{Size: 2}, errdefs.IsInvalidArgument, ""},
-		{"heads indivisible", nil, producers.TPSplit{Size: 3}, errdefs.IsInvalidArgument, ""},
-		{"a layout spec", nil, producers.TPSplit{Size: 2, Spec: &tpsplit.Spec{Name: "x"}}, errdefs.IsInvalidArgument, ""},
-		{"negative part size", nil, producers.TPSplit{Size: 2, MaxPartSize: -1}, errdefs.IsInvalidArgument, ""},
+		{"attention bias", config(`{"architectures":["LlamaForCausalLM"],"attention_bias":true,` + sizes + `}`), producers.TPSplit{Size: 2}, errdefs.IsNotImplemented, "attention_bias = true"},
+		{"quantized", config(`{"architectures":["LlamaForCausalLM"],"quantization_config":{"quant_method":"fp8"},` + sizes + `}`), producers.TPSplit{Size: 2}, errdefs.IsNotImplemented, "quantized"},
+		{"no config", func(dir string) { os.Remove(filepath.Join(dir, "config.json")) }, producers.TPSplit{Size: 2}, errdefs.IsInvalidArgument, "no config.json"},
+		{"heads indivisible", nil, producers.TPSplit{Size: 3}, errdefs.IsInvalidArgument, "num_attention_heads 4 is not divisible by tp size 3"},
+		{"a layout spec", nil, producers.TPSplit{Size: 2, Spec: &tpsplit.Spec{Name: "x"}}, errdefs.IsInvalidArgument, "layout spec does not apply"},
+		{"negative part size", nil, producers.TPSplit{Size: 2, MaxPartSize: -1}, errdefs.IsInvalidArgument, "negative"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			src := base(t, tc.edit)
@@ -393,9 +394,69 @@ func TestVLLMShardedRefusals(t *testing.T) {
 				t.Fatalf("got %v", err)
 			}
 			var ae *tpsplit.ArchitectureError
-			if tc.arch != "" && (!errors.As(err, &ae) || ae.Architecture != tc.arch) {
-				t.Fatalf("got %v, want an ArchitectureError naming %s", err, tc.arch)
+			if errors.As(err, &ae) != strings.HasSuffix(tc.arch, "ForCausalLM") || (ae != nil && ae.Architecture != tc.arch) {
+				t.Fatalf("got %v, want an ArchitectureError naming %q", err, tc.arch)
+			}
+			if !strings.Contains(err.Error(), tc.arch) {
+				t.Fatalf("got %v, want it to say %q", err, tc.arch)
 			}
 		})
+	}
+}
+
+// TestVLLMIdentity: the layout name says which layout and part bound; the
+// identity chooses the producer that remakes it; the weightsnap layout's
+// identities are what they were.
+func TestVLLMIdentity(t *testing.T) {
+	dir := t.TempDir()
+	if err := synth.Write(context.Background(), dir, synth.Options{Size: 300 << 10, Shards: 1, DType: "BF16", Heads: 4}); err != nil {
+		t.Fatal(err)
+	}
+	src := scan(t, dir)
+	target := producers.Target{Repository: "org/llama", Revision: "sha256:" + fmt.Sprintf("%064x", 2)}
+	derive := func(s *producers.TPSplit) (artifact.Identity, string) {
+		t.Helper()
+		id, err := s.Identity(src, target)
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := id.ID()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id, d.String()
+	}
+	vid, vd := derive(&producers.TPSplit{Size: 2, Rank: 1, Layout: producers.LayoutVLLMSharded, MaxPartSize: 1 << 20})
+	if vid.Layout.Name != "vllm-sharded+max-part-1048576" {
+		t.Fatalf("layout name %q", vid.Layout.Name)
+	}
+	if n, ok := producers.ParseVLLMLayoutName(vid.Layout.Name); !ok || n != 1<<20 {
+		t.Fatalf("parsed %d %v", n, ok)
+	}
+	for _, bad := range []string{"vllm-sharded+max-part-", "vllm-sharded+max-part-0", "vllm-sharded+max-part-007", "vllm-sharded+" + strings.Repeat("ab", 32)} {
+		if _, ok := producers.ParseVLLMLayoutName(bad); ok {
+			t.Fatalf("%q parsed as a vLLM layout name", bad)
+		}
+	}
+	if _, d := derive(&producers.TPSplit{Size: 2, Rank: 1, Layout: producers.LayoutVLLMSharded}); d == vd {
+		t.Fatal("the part bound does not change the identity")
+	}
+	r, err := producers.Choose(producers.Choice{}, &vid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, d := derive(r.(*producers.TPSplit)); d != vd || again.Layout != vid.Layout {
+		t.Fatalf("the identity's producer makes %s, want %s", d, vd)
+	}
+	spec, err := tpsplit.ParseSpec([]byte(engineSpec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, od := derive(&producers.TPSplit{Spec: spec, Size: 2, Rank: 1})
+	if _, d := derive(&producers.TPSplit{Spec: spec, Size: 2, Rank: 1, Layout: producers.LayoutWeightsnap}); d != od {
+		t.Fatal("naming the weightsnap layout changes its identity")
+	}
+	if old.Producer != producers.TPSplitRef() || vid.Producer == old.Producer || vid.Producer.Name != producers.TPSplitName {
+		t.Fatalf("producers %+v and %+v", old.Producer, vid.Producer)
 	}
 }
