@@ -21,7 +21,9 @@ func FuzzParseLlamaConfig(f *testing.F) {
 			return
 		}
 		src := map[string]artifact.TensorInfo{}
-		add := func(name string, shape ...int64) { src[name] = artifact.TensorInfo{Name: name, DType: "BF16", Shape: shape} }
+		add := func(name string, shape ...int64) {
+			src[name] = artifact.TensorInfo{Name: name, DType: "BF16", Shape: shape}
+		}
 		add("model.embed_tokens.weight", c.Vocab, c.Hidden)
 		if !c.Tied {
 			add("lm_head.weight", c.Vocab, c.Hidden)
