@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/containerd/containerd/v2/core/mount"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/layout/hfcache"
@@ -93,5 +94,46 @@ func TestWeightLayerHF(t *testing.T) {
 	}
 	if err := n.sn.Remove(ctx, "container"); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestPointerFoundAtCommitHF: an hf pointer layer unpacked without its
+// labels (its pointer file and notice in the repository folder) is found
+// at Commit and becomes a weight snapshot laid out as a hub cache, its
+// notice gone.
+func TestPointerFoundAtCommitHF(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	id := n.importModel(t, 128<<10, 63)
+	mounts, err := n.sn.Prepare(ctx, "extract", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, _ := snapshotDir(mounts)
+	ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), ID: artifact.MustParseID(id),
+		Target: "/hub", Layout: pointer.LayoutHF, Repo: "org/m"}
+	body, _ := pointer.File(ptr)
+	pf := filepath.Join(dir, pointer.Path(ptr))
+	os.MkdirAll(filepath.Dir(pf), 0o755)
+	if err := os.WriteFile(pf, body, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, pointer.NoticePath(ptr)), pointer.Notice(ptr), 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Commit(ctx, chainID(70), "extract", snapshots.WithLabels(map[string]string{snapshots.LabelSnapshotRef: chainID(70)})); err != nil {
+		t.Fatal(err)
+	}
+	info, err := n.sn.Stat(ctx, chainID(70))
+	if err != nil || info.Labels[pointer.LabelIdentity] != id || info.Labels[pointer.LabelLayout] != pointer.LayoutHF || info.Labels[pointer.LabelRepo] != "org/m" {
+		t.Fatalf("committed %+v %v, want a weight snapshot with the hf layout", info.Labels, err)
+	}
+	cdir, _ := committedDir(ctx, n.sn.overlay, chainID(70))
+	folder := filepath.Join(cdir, "hub", hfcache.Folder("org/m"))
+	if ref, err := os.ReadFile(filepath.Join(folder, "refs", "main")); err != nil || string(ref) != storetest.Revision {
+		t.Fatalf("refs/main %q %v", ref, err)
+	}
+	if _, err := os.Stat(filepath.Join(cdir, pointer.NoticePath(ptr))); !os.IsNotExist(err) {
+		t.Fatalf("notice left in the weight snapshot: %v", err)
 	}
 }
