@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"github.com/weightsnap/weightsnap/pointer"
@@ -135,5 +136,44 @@ func TestPointerFoundAtCommitHF(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cdir, pointer.NoticePath(ptr))); !os.IsNotExist(err) {
 		t.Fatalf("notice left in the weight snapshot: %v", err)
+	}
+}
+
+// TestRefillHF: an hf weight snapshot emptied by the store's eviction is
+// filled in again as a hub cache folder, its blobs the store's inodes.
+func TestRefillHF(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	n.dom.SetReleaser(n.sn)
+	src := storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 64})
+	id := importInto(t, n.dom, src)
+	labels := weightLabels(id, "/hub", chainID(80))
+	labels[pointer.LabelLayout], labels[pointer.LabelRepo] = pointer.LayoutHF, "org/m"
+	n.prepareWeights(t, "extract", "", labels)
+	if rep, err := n.dom.EvictTo(ctx, 0, false); err != nil || len(rep.Evicted) != 1 {
+		t.Fatalf("eviction of the unused artifact: %+v %v", rep, err)
+	}
+	importInto(t, n.dom, src)
+	if _, err := n.sn.View(ctx, "again", chainID(80)); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := committedDir(ctx, n.sn.overlay, chainID(80))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := n.dom.Lookup(ctx, artifact.MustParseID(id), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	folder := filepath.Join(dir, "hub", hfcache.Folder("org/m"))
+	for _, f := range l.Files() {
+		var have, want unix.Stat_t
+		if err := unix.Stat(filepath.Join(folder, "snapshots", storetest.Revision, f.Path), &have); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fstat(int(f.File.Fd()), &want); err != nil || have.Ino != want.Ino {
+			t.Fatalf("%s in the refilled hub folder is not the store's inode", f.Path)
+		}
 	}
 }
