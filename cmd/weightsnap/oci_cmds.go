@@ -17,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -367,7 +368,11 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 		}
 	}
 	for _, ptr := range info.Pointers {
-		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.ID.Short(), artifact.ShortHex(digest.Digest(ptr.Layer).Encoded()))
+		at := ptr.Target
+		if ptr.Layout != "" {
+			at = fmt.Sprintf("%s (layout %s, repo %s)", pointer.ViewDir(ptr.Pointer), ptr.Layout, ptr.Repo)
+		}
+		p("Pointer:   %s <- %s (identity %s, layer %s)\n", at, ptr.Artifact, ptr.ID.Short(), artifact.ShortHex(digest.Digest(ptr.Layer).Encoded()))
 		if ptr.Info != nil {
 			if err := printRemote(a, ptr.Info, indent+"    "); err != nil {
 				return err

@@ -63,6 +63,9 @@ func TestHFCacheView(t *testing.T) {
 	img := strings.TrimSpace(wsOK(t, t.TempDir(), "image", "build", "--plain-http", "--base", "scratch", "--layout", "hf",
 		"--weights", a.ref, "--at", "/hub", "--weights", b.ref, "--at", "/hub", "--repo", "org/tiny", "--repo", "org/other",
 		"-t", n.reg.Ref("apps/hf:v1")))
+	if out := wsOK(t, t.TempDir(), "inspect", "--plain-http", img); !strings.Contains(out, "/hub/models--org--other (layout hf, repo org/other) <- "+b.ref[:strings.LastIndex(b.ref, ":")]) {
+		t.Fatalf("weightsnap inspect of the hf image does not name the layout:\n%s", out)
+	}
 	crictl(t, n.ctd, "pull", img)
 	crictl(t, n.ctd, "pull", n.base)
 	logs := runReaderPod(t, n.ctd, readerPod{name: "hf", image: n.base, volume: img,
