@@ -276,7 +276,8 @@ func (m *HostMounts) Unmount(ctx context.Context, dir string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.s.holders.mount(dir); !ok {
+	mi, ok := m.s.holders.mount(dir)
+	if !ok {
 		return fmt.Errorf("%s is not a weightsnap host mount: %w", dir, errdefs.ErrNotFound)
 	}
 	home := m.home(dir)
@@ -299,6 +300,13 @@ func (m *HostMounts) Unmount(ctx context.Context, dir string) error {
 	}
 	if err := os.RemoveAll(home); err != nil {
 		log.G(ctx).WithError(err).WithField("record", home).Warn("remove an unmounted view")
+	}
+	if mi.Layout != "" {
+		// The repository folder the mount made: left empty in the cache
+		// root, a hub reader would take it for a broken repository.
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.G(ctx).WithError(err).WithField("dir", dir).Warn("remove an unmounted repository folder")
+		}
 	}
 	m.s.leases.forget(ctx, mountHolderPrefix+dir) // its record, repair and lease
 	log.G(ctx).WithField("dir", dir).Info("host mount undone")

@@ -117,4 +117,7 @@ func TestHostMountHF(t *testing.T) {
 	if got := n.sn.leases.identities(); len(got) != 0 {
 		t.Fatalf("leases after the unmounts: %v", got)
 	}
+	if ents, err := os.ReadDir(root); err != nil || len(ents) != 0 {
+		t.Fatalf("the cache root holds %v (%v) after the unmounts, want nothing", ents, err)
+	}
 }
