@@ -1,0 +1,167 @@
+//go:build bench
+
+package snapshotter
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	snapshotsapi "github.com/containerd/containerd/api/services/snapshots/v1"
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/core/snapshots/proxy"
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// warmPrepareGoal is issue 34's goal for a warm Prepare's p99.
+const warmPrepareGoal = 30 * time.Millisecond
+
+// TestWarmPrepareBench (make bench; issue 34): a weight layer's Prepare on
+// a warm store (the artifact already in it), through the snapshots API as
+// containerd calls it (containerd's proxy client on the unix socket
+// Listen serves), for a model of 8 files and one of 1,000 small files
+// (tokenizers, configs, shards). Each run gives the layer a fresh chain
+// ID, so the weight snapshot is built and committed (the Prepare answers
+// AlreadyExists); then a container's Prepare over it (which takes the
+// artifact's lease: over, use); then both are removed. It prints p50, p99
+// and max of each and whether the p99 held the goal (30 ms).
+// WEIGHTSNAP_WARM_RUNS sets the runs per model (default 200).
+func TestWarmPrepareBench(t *testing.T) {
+	runs := 200
+	if n, err := strconv.Atoi(os.Getenv("WEIGHTSNAP_WARM_RUNS")); err == nil && n > 0 {
+		runs = n
+	}
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	sock := filepath.Join(n.root, "snapshots.sock")
+	srv, err := Listen(ctx, sock, n.sn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go srv.Serve()
+	t.Cleanup(func() { srv.Stop(ctx, time.Second) })
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	sn := proxy.NewSnapshotter(snapshotsapi.NewSnapshotsClient(conn), "weightsnap")
+
+	// An ordinary base layer under every weight layer, as in an image.
+	if _, err := sn.Prepare(ctx, "base-extract", ""); err != nil {
+		t.Fatal(err)
+	}
+	base := chainID(1)
+	if err := sn.Commit(ctx, base, "base-extract"); err != nil {
+		t.Fatal(err)
+	}
+
+	fmt.Printf("warm Prepare through the snapshots API (containerd's proxy client, unix socket), %d runs each, goal: p99 under %v\n", runs, warmPrepareGoal)
+	fmt.Printf("%6s  %-10s %9s %9s %9s  %s\n", "files", "prepare", "p50", "p99", "max", "goal")
+	next := 1
+	for _, m := range []struct {
+		files int
+		dir   func(t *testing.T) string
+	}{
+		{8, func(t *testing.T) string { return manyFilesModel(t, 0) }},
+		{1000, func(t *testing.T) string { return manyFilesModel(t, 1000-8) }},
+	} {
+		id := importInto(t, n.dom, m.dir(t))
+		weight, container := make([]time.Duration, 0, runs), make([]time.Duration, 0, runs)
+		const warmup = 3
+		for i := range runs + warmup {
+			next++
+			chain := chainID(next)
+			labels := weightLabels(id, "/models/m", chain)
+			start := time.Now()
+			_, err := sn.Prepare(ctx, "extract "+chain, base, snapshots.WithLabels(labels))
+			w := time.Since(start)
+			if !errdefs.IsAlreadyExists(err) {
+				t.Fatalf("Prepare of a weight layer: %v, want ErrAlreadyExists", err)
+			}
+			start = time.Now()
+			if _, err := sn.Prepare(ctx, "container "+chain, chain); err != nil {
+				t.Fatal(err)
+			}
+			c := time.Since(start)
+			if i >= warmup {
+				weight, container = append(weight, w), append(container, c)
+			}
+			if err := sn.Remove(ctx, "container "+chain); err != nil {
+				t.Fatal(err)
+			}
+			if err := sn.Remove(ctx, chain); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := n.sn.leases.identities(); len(got) != 0 {
+			t.Fatalf("leases after every container went: %v", got)
+		}
+		for _, row := range []struct {
+			what string
+			d    []time.Duration
+		}{{"weight", weight}, {"container", container}} {
+			p50, p99, top := percentiles(row.d)
+			held := "held"
+			if p99 >= warmPrepareGoal {
+				held = "not held"
+			}
+			fmt.Printf("%6d  %-10s %9s %9s %9s  %s\n", m.files, row.what, ms(p50), ms(p99), ms(top), held)
+		}
+	}
+	fmt.Println("weight: the weight layer's Prepare (view built and committed, answered AlreadyExists); container: a Prepare over it (leases the artifact)")
+}
+
+// manyFilesModel writes a model of 8 files (a checkpoint of 6 shards,
+// config.json and the shard index) and extra small files beside it: the
+// tokenizers, configs and vocabularies of many languages, in folders.
+func manyFilesModel(t *testing.T, extra int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := synth.Write(context.Background(), dir, synth.Options{Size: 8 << 20, Shards: 6, DType: "BF16", Seed: uint64(extra) + 34}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "merges.txt", "generation_config.json"}
+	buf := make([]byte, 64<<10)
+	for i := range extra {
+		p := filepath.Join(dir, fmt.Sprintf("lang-%03d", i/len(names)), names[i%len(names)])
+		if i%len(names) == 0 {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fill(buf, uint64(i))
+		if err := os.WriteFile(p, buf[:4096+(i*37)%61440], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// fill writes deterministic bytes of seed into b.
+func fill(b []byte, seed uint64) {
+	s := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		s ^= s << 13
+		s ^= s >> 7
+		s ^= s << 17
+		b[i] = byte(s)
+	}
+}
+
+// percentiles are the p50, p99 and max of d (sorted in place), nearest rank.
+func percentiles(d []time.Duration) (p50, p99, top time.Duration) {
+	slices.Sort(d)
+	rank := func(p int) time.Duration { return d[max(0, (len(d)*p+99)/100-1)] }
+	return rank(50), rank(99), d[len(d)-1]
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
