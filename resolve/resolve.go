@@ -286,10 +286,14 @@ func (a *attempt) learn(step, source string, id artifact.Identity) *Failure {
 // collision checks a lease carries exactly the identity asked for.
 func (a *attempt) collision(step, source string, l *store.Lease) *Failure {
 	if !a.known {
-		if f := a.learn(step, source, l.Identity()); f != nil {
+		// The store checked that the lease's identity digests to its ID
+		// (every lookup does): no need to digest it again.
+		if l.ID != a.rep.ID {
 			l.Close()
-			return f
+			return &Failure{Kind: KindIdentityCollision, Step: step, Source: source,
+				Err: fmt.Errorf("%s holds identity %s, not %s: %w", source, l.ID, a.rep.ID, errdefs.ErrConflict)}
 		}
+		a.id, a.known = l.Identity(), true
 		return nil
 	}
 	want, err1 := a.id.CanonicalJSON()

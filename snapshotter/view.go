@@ -91,10 +91,11 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 		return fmt.Errorf("view: remove %s: %w", pointer.NoticeName, err)
 	}
 	files := l.Files()
+	links := newViewLinks()
 	switch ptr.Layout {
 	case "":
 		for _, f := range files {
-			if err := linkStoreFile(filepath.Join(root, f.Path), f); err != nil { // store paths are validated relative paths
+			if err := links.link(filepath.Join(root, f.Path), f); err != nil { // store paths are validated relative paths
 				return fmt.Errorf("view of %s: %w", f.Path, err)
 			}
 		}
@@ -107,7 +108,7 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 		if err != nil {
 			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
-		if err := tree.Write(root, func(dst string, i int) error { return linkStoreFile(dst, files[i]) }); err != nil {
+		if err := tree.Write(root, func(dst string, i int) error { return links.link(dst, files[i]) }); err != nil {
 			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
 	default: // pointers are parsed with pointer.CheckLayout
@@ -128,23 +129,49 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 	return nil
 }
 
-// linkStoreFile makes dst (its directory created as needed) a hardlink to
-// the lease's open file f, keeping one that is that inode already.
-func linkStoreFile(dst string, f *store.LeaseFile) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+// viewLinks links a lease's files into a view, making each directory
+// once.
+type viewLinks struct {
+	dirs map[string]bool
+	// byProc: link through /proc/self/fd, AT_EMPTY_PATH having failed
+	// (it needs CAP_DAC_READ_SEARCH).
+	byProc bool
+}
+
+func newViewLinks() *viewLinks { return &viewLinks{dirs: map[string]bool{}} }
+
+// link makes dst (its directory created as needed) a hardlink to the
+// lease's open file f, keeping one that is that inode already.
+func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
+	if dir := filepath.Dir(dst); !v.dirs[dir] {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		v.dirs[dir] = true
+	}
+	// Link the open file itself, not its path: the view gets exactly the
+	// inode the lease validated. A new view has nothing at dst, and the
+	// link is all it takes.
+	fd, err := rawFD(f.File)
+	if err != nil {
 		return err
 	}
-	var have, want unix.Stat_t
-	if unix.Lstat(dst, &have) == nil && unix.Fstat(int(f.File.Fd()), &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
+	err = v.linkFD(fd, dst)
+	if err == nil {
 		return nil
 	}
-	// Link the open file itself (through its /proc fd), not its path: the
-	// view gets exactly the inode the lease validated. A temporary name,
-	// then a rename, replaces whatever was there.
-	src := "/proc/self/fd/" + strconv.Itoa(int(f.File.Fd()))
+	if !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("link the store's file: %w", err)
+	}
+	// Something is there: that inode stays; anything else is replaced, by
+	// a link at a temporary name, then a rename.
+	var have, want unix.Stat_t
+	if unix.Lstat(dst, &have) == nil && unix.Fstat(fd, &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
+		return nil
+	}
 	tmp := dst + ".weightsnap-link"
 	os.Remove(tmp)
-	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, tmp, unix.AT_SYMLINK_FOLLOW); err != nil {
+	if err := v.linkFD(fd, tmp); err != nil {
 		return fmt.Errorf("link the store's file: %w", err)
 	}
 	if err := os.Rename(tmp, dst); err != nil {
@@ -152,6 +179,34 @@ func linkStoreFile(dst string, f *store.LeaseFile) error {
 		return err
 	}
 	return nil
+}
+
+// linkFD makes a hardlink at dst to the file open at fd: by the
+// descriptor itself (AT_EMPTY_PATH), else through its /proc path, which
+// needs no capability but costs a few microseconds more for each file.
+func (v *viewLinks) linkFD(fd int, dst string) error {
+	if !v.byProc {
+		err := unix.Linkat(fd, "", unix.AT_FDCWD, dst, unix.AT_EMPTY_PATH)
+		if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+		v.byProc = true
+	}
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+}
+
+// rawFD is f's descriptor, read without File.Fd, which sets it blocking:
+// a syscall or two for each file of a view.
+func rawFD(f *os.File) (int, error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	fd := -1
+	if err := rc.Control(func(d uintptr) { fd = int(d) }); err != nil {
+		return 0, err
+	}
+	return fd, nil
 }
 
 // sameFilesystem checks that views under root can be hardlinks to the

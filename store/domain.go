@@ -88,6 +88,7 @@ type Domain struct {
 	created bool                  // this Open created the domain
 	failed  atomic.Pointer[error] // set once the domain cannot mark invalid entries
 
+	meta     *metaCache               // decoded metadata of recent lookups (metacache.go)
 	releaser atomic.Pointer[Releaser] // gives back links outside the store before an eviction (evict.go)
 	onEvict  func(Evicted)            // told of every eviction
 }
@@ -120,7 +121,7 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 			return nil, fmt.Errorf("create store layout: %w", err)
 		}
 	}
-	d := &Domain{root: root}
+	d := &Domain{root: root, meta: newMetaCache()}
 	p := DefaultPolicy()
 	if policy != nil {
 		p = *policy

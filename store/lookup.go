@@ -13,7 +13,8 @@ import (
 
 // Lease is a validated artifact held open for reading: its payload files are
 // mapped read-only and the shared artifact lock is held until Close, so the
-// artifact cannot be removed or replaced while the lease lives.
+// artifact cannot be removed or replaced while the lease lives. Manifest and
+// Index may be shared with other leases of the artifact: read-only.
 type Lease struct {
 	ID       artifact.ID
 	Dir      string

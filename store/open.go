@@ -86,35 +86,8 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 	if o.ready, err = DecodeReady(readyRaw); err != nil {
 		return nil, bad(fileReady, "", "%v", err)
 	}
-	manRaw, err := readSmall(dfd, fileManifest, maxManifestBytes)
-	if err != nil {
-		return nil, readFailure(id, fileManifest, err)
-	}
-	if sha256Hex(manRaw) != o.ready.ManifestSHA256 {
-		return nil, bad(fileManifest, "", "sha256 does not match READY.json")
-	}
-	if o.manifest, err = DecodeManifest(manRaw); err != nil {
-		return nil, bad(fileManifest, "", "%v", err)
-	}
-	if o.manifest.ID != id || o.ready.ID != id {
-		return nil, bad(fileManifest, "", "identity digest %s does not name this directory", o.manifest.ID)
-	}
-	paths, sizes := make([]string, len(o.manifest.Files)), make([]int64, len(o.manifest.Files))
-	for i, f := range o.manifest.Files {
-		paths[i], sizes[i] = f.Path, f.Size
-	}
-	idxRaw, err := readSmall(dfd, fileIndex, artifact.IndexBound(paths, sizes))
-	if err != nil {
-		return nil, readFailure(id, fileIndex, err)
-	}
-	if sha256Hex(idxRaw) != o.ready.IndexSHA256 {
-		return nil, bad(fileIndex, "", "sha256 does not match READY.json")
-	}
-	if o.index, err = artifact.DecodeIndex(idxRaw); err != nil {
-		return nil, bad(fileIndex, "", "%v", err)
-	}
-	if err := checkIndexAgainstManifest(o.index, o.manifest); err != nil {
-		return nil, bad(fileIndex, "", "%v", err)
+	if o.manifest, o.index, err = d.readMeta(dfd, id, o.ready); err != nil {
+		return nil, err
 	}
 	for _, e := range o.index.Files {
 		lf, err := openPayload(dfd, dir, e)
@@ -138,6 +111,56 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 		}
 	}
 	return o, nil
+}
+
+// readMeta reads the manifest and the index beside READY.json in the
+// artifact directory dfd, checks their sha256 against it, and decodes and
+// cross-checks them, or takes the decoding of those very bytes from the
+// domain's cache (metacache.go).
+func (d *Domain) readMeta(dfd int, id artifact.ID, ready *Ready) (*Manifest, *artifact.Index, error) {
+	bad := func(file, format string, args ...any) error {
+		return &InvalidError{ID: id, File: file, Reason: fmt.Sprintf(format, args...)}
+	}
+	manRaw, err := readSmall(dfd, fileManifest, maxManifestBytes)
+	if err != nil {
+		return nil, nil, readFailure(id, fileManifest, err)
+	}
+	if sha256Hex(manRaw) != ready.ManifestSHA256 {
+		return nil, nil, bad(fileManifest, "sha256 does not match READY.json")
+	}
+	key := metaKey{manifestSHA256: ready.ManifestSHA256, indexSHA256: ready.IndexSHA256}
+	meta, cached := d.meta.get(key)
+	if !cached {
+		if meta.manifest, err = DecodeManifest(manRaw); err != nil {
+			return nil, nil, bad(fileManifest, "%v", err)
+		}
+		paths, sizes := make([]string, len(meta.manifest.Files)), make([]int64, len(meta.manifest.Files))
+		for i, f := range meta.manifest.Files {
+			paths[i], sizes[i] = f.Path, f.Size
+		}
+		meta.indexBound = artifact.IndexBound(paths, sizes)
+	}
+	if meta.manifest.ID != id || ready.ID != id {
+		return nil, nil, bad(fileManifest, "identity digest %s does not name this directory", meta.manifest.ID)
+	}
+	idxRaw, err := readSmall(dfd, fileIndex, meta.indexBound)
+	if err != nil {
+		return nil, nil, readFailure(id, fileIndex, err)
+	}
+	if sha256Hex(idxRaw) != ready.IndexSHA256 {
+		return nil, nil, bad(fileIndex, "sha256 does not match READY.json")
+	}
+	if cached {
+		return meta.manifest, meta.index, nil
+	}
+	if meta.index, err = artifact.DecodeIndex(idxRaw); err != nil {
+		return nil, nil, bad(fileIndex, "%v", err)
+	}
+	if err := checkIndexAgainstManifest(meta.index, meta.manifest); err != nil {
+		return nil, nil, bad(fileIndex, "%v", err)
+	}
+	d.meta.put(key, meta)
+	return meta.manifest, meta.index, nil
 }
 
 // readFailure classifies an error met while reading an artifact: an I/O
