@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -107,34 +108,97 @@ func TestMalformedMetadataIsDenied(t *testing.T) {
 		{"index not JSON", reseal(fileIndex, []byte(`{`)), fileIndex},
 		{"index tensor outside the file", reseal(fileIndex, []byte(string(index[:len(index)-3])+`,"tensors":[{"name":"t","dtype":"U8","shape":[9],"offset":0,"length":9,"blake3":""}]}]}`)), fileIndex},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d, err := Open(context.Background(), t.TempDir(), nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := publishBytes(t, d, testIdentity(), []byte("same")); err != nil {
-				t.Fatal(err)
-			}
-			id, _ := testIdentity().ID()
-			dir := d.path(dirArtifacts, id.Hex())
-			os.Chmod(dir, 0o755)
-			for name, doc := range tc.files {
-				os.Chmod(filepath.Join(dir, name), 0o644)
-				if err := os.WriteFile(filepath.Join(dir, name), doc, 0o444); err != nil {
+		for _, warm := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/warm=%v", tc.name, warm), func(t *testing.T) {
+				d, err := Open(context.Background(), t.TempDir(), nil)
+				if err != nil {
 					t.Fatal(err)
 				}
-				os.Chmod(filepath.Join(dir, name), 0o444)
-			}
-			os.Chmod(dir, dirHardened)
-			_, err = d.Lookup(context.Background(), id, ManifestAndMetadata)
-			var ie *InvalidError
-			if !errors.As(err, &ie) || ie.File != tc.file {
-				t.Fatalf("lookup: %v, want an InvalidError naming %s", err, tc.file)
-			}
-			var de *DeniedError
-			if _, err := d.Lookup(context.Background(), id, ManifestAndMetadata); !errors.As(err, &de) {
-				t.Fatalf("second lookup: %v, want denied", err)
-			}
-		})
+				if err := publishBytes(t, d, testIdentity(), []byte("same")); err != nil {
+					t.Fatal(err)
+				}
+				id, _ := testIdentity().ID()
+				if warm { // the valid metadata decoded (and kept) before it was broken
+					l, err := d.Lookup(context.Background(), id, ManifestAndMetadata)
+					if err != nil {
+						t.Fatal(err)
+					}
+					l.Close()
+				}
+				dir := d.path(dirArtifacts, id.Hex())
+				os.Chmod(dir, 0o755)
+				for name, doc := range tc.files {
+					os.Chmod(filepath.Join(dir, name), 0o644)
+					if err := os.WriteFile(filepath.Join(dir, name), doc, 0o444); err != nil {
+						t.Fatal(err)
+					}
+					os.Chmod(filepath.Join(dir, name), 0o444)
+				}
+				os.Chmod(dir, dirHardened)
+				_, err = d.Lookup(context.Background(), id, ManifestAndMetadata)
+				var ie *InvalidError
+				if !errors.As(err, &ie) || ie.File != tc.file {
+					t.Fatalf("lookup: %v, want an InvalidError naming %s", err, tc.file)
+				}
+				var de *DeniedError
+				if _, err := d.Lookup(context.Background(), id, ManifestAndMetadata); !errors.As(err, &de) {
+					t.Fatalf("second lookup: %v, want denied", err)
+				}
+			})
+		}
+	}
+}
+
+// TestLookupDecodesMetadataOncePerContent: lookups of an artifact share one
+// decoding of its manifest and index while their bytes stay the same; new
+// bytes (resealed in READY.json) are decoded again.
+func TestLookupDecodesMetadataOncePerContent(t *testing.T) {
+	ctx := context.Background()
+	d, err := Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := publishBytes(t, d, testIdentity(), []byte("same")); err != nil {
+		t.Fatal(err)
+	}
+	id, _ := testIdentity().ID()
+	lookup := func() *Lease {
+		t.Helper()
+		l, err := d.Lookup(ctx, id, ManifestAndMetadata)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l.Close()
+		return l
+	}
+	first, second := lookup(), lookup()
+	if first.Manifest != second.Manifest || first.Index != second.Index {
+		t.Fatal("the same metadata bytes decoded twice")
+	}
+	// The same manifest with other bytes (a trailing newline), resealed.
+	dir := d.path(dirArtifacts, id.Hex())
+	man, err := os.ReadFile(filepath.Join(dir, fileManifest))
+	if err != nil {
+		t.Fatal(err)
+	}
+	man = append(man, '\n')
+	r := *first.Ready
+	r.ManifestSHA256 = sha256Hex(man)
+	ready, _ := json.Marshal(r)
+	os.Chmod(dir, 0o755)
+	for name, doc := range map[string][]byte{fileManifest: man, fileReady: ready} {
+		os.Chmod(filepath.Join(dir, name), 0o644)
+		if err := os.WriteFile(filepath.Join(dir, name), doc, 0o444); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(filepath.Join(dir, name), 0o444)
+	}
+	os.Chmod(dir, dirHardened)
+	third := lookup()
+	if third.Manifest == first.Manifest {
+		t.Fatal("new manifest bytes were not decoded")
+	}
+	if third.Manifest.ID != id || len(third.Manifest.Files) != len(first.Manifest.Files) {
+		t.Fatalf("manifest decoded again: %+v", third.Manifest)
 	}
 }

@@ -176,8 +176,9 @@ func (t *Tree) Write(dir string, link LinkBlob) error {
 			return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, b.Path, err)
 		}
 	}
+	made := map[string]bool{}
 	for _, l := range t.Links {
-		if err := symlink(l.Target, filepath.Join(dir, l.Path)); err != nil {
+		if err := symlink(l.Target, filepath.Join(dir, l.Path), made); err != nil {
 			return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, l.Path, err)
 		}
 	}
@@ -191,13 +192,23 @@ func (t *Tree) Write(dir string, link LinkBlob) error {
 	return nil
 }
 
-// symlink makes dst a symbolic link to target, keeping one that is already.
-func symlink(target, dst string) error {
+// symlink makes dst a symbolic link to target, keeping one that is
+// already, its directory made as needed (made records the directories
+// made or found).
+func symlink(target, dst string, made map[string]bool) error {
+	if dir := filepath.Dir(dst); !made[dir] {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		made[dir] = true
+	}
+	// A new folder has nothing at dst: the link is all it takes.
+	err := os.Symlink(target, dst)
+	if !errors.Is(err, os.ErrExist) {
+		return err
+	}
 	if have, err := os.Readlink(dst); err == nil && have == target {
 		return nil
-	}
-	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-		return err
 	}
 	tmp := dst + ".weightsnap-link"
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
