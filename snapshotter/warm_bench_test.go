@@ -17,6 +17,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots/proxy"
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/pointer"
 	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,7 +30,8 @@ const warmPrepareGoal = 30 * time.Millisecond
 // a warm store (the artifact already in it), through the snapshots API as
 // containerd calls it (containerd's proxy client on the unix socket
 // Listen serves), for a model of 8 files and one of 1,000 small files
-// (tokenizers, configs, shards). Each run gives the layer a fresh chain
+// (tokenizers, configs, shards), the latter also laid out as a Hugging Face
+// cache (pointer.LayoutHF). Each run gives the layer a fresh chain
 // ID, so the weight snapshot is built and committed (the Prepare answers
 // AlreadyExists); then a container's Prepare over it (which takes the
 // artifact's lease: over, use); then both are removed. It prints p50, p99
@@ -66,16 +68,18 @@ func TestWarmPrepareBench(t *testing.T) {
 	}
 
 	fmt.Printf("warm Prepare through the snapshots API (containerd's proxy client, unix socket), %d runs each, goal: p99 under %v\n", runs, warmPrepareGoal)
-	fmt.Printf("%6s  %-10s %9s %9s %9s %9s  %s\n", "files", "prepare", "p50", "p99", "max", "CPU", "goal")
+	fmt.Printf("%6s  %-12s %9s %9s %9s %9s  %s\n", "files", "prepare", "p50", "p99", "max", "CPU", "goal")
 	next := 1
+	ids := map[int]string{}
 	for _, m := range []struct {
-		files int
-		dir   func(t *testing.T) string
-	}{
-		{8, func(t *testing.T) string { return manyFilesModel(t, 0) }},
-		{1000, func(t *testing.T) string { return manyFilesModel(t, 1000-8) }},
-	} {
-		id := importInto(t, n.dom, m.dir(t))
+		files  int
+		layout string // pointer.LabelLayout
+	}{{8, ""}, {1000, ""}, {1000, pointer.LayoutHF}} {
+		id := ids[m.files]
+		if id == "" {
+			id = importInto(t, n.dom, manyFilesModel(t, m.files-8))
+			ids[m.files] = id
+		}
 		weight, container := make([]time.Duration, 0, runs), make([]time.Duration, 0, runs)
 		var weightCPU, containerCPU time.Duration
 		const warmup = 3
@@ -83,6 +87,9 @@ func TestWarmPrepareBench(t *testing.T) {
 			next++
 			chain := chainID(next)
 			labels := weightLabels(id, "/models/m", chain)
+			if m.layout != "" {
+				labels[pointer.LabelLayout], labels[pointer.LabelRepo] = m.layout, "org/m"
+			}
 			start, cpu0 := time.Now(), cpuTime(t)
 			_, err := sn.Prepare(ctx, "extract "+chain, base, snapshots.WithLabels(labels))
 			w, cpu1 := time.Since(start), cpuTime(t)
@@ -113,15 +120,18 @@ func TestWarmPrepareBench(t *testing.T) {
 			d    []time.Duration
 			cpu  time.Duration
 		}{{"weight", weight, weightCPU}, {"container", container, containerCPU}} {
+			if m.layout != "" {
+				row.what += " " + m.layout
+			}
 			p50, p99, top := percentiles(row.d)
 			held := "held"
 			if p99 >= warmPrepareGoal {
 				held = "not held"
 			}
-			fmt.Printf("%6d  %-10s %9s %9s %9s %9s  %s\n", m.files, row.what, ms(p50), ms(p99), ms(top), ms(row.cpu/time.Duration(runs)), held)
+			fmt.Printf("%6d  %-12s %9s %9s %9s %9s  %s\n", m.files, row.what, ms(p50), ms(p99), ms(top), ms(row.cpu/time.Duration(runs)), held)
 		}
 	}
-	fmt.Printf("weight: the weight layer's Prepare (view built and committed, answered AlreadyExists); container: a Prepare over it (leases the artifact);\n"+
+	fmt.Printf("weight: the weight layer's Prepare (view built and committed, answered AlreadyExists); container: a Prepare over it (leases the artifact); hf: laid out as a Hugging Face cache;\n"+
 		"CPU: the process's CPU time per Prepare (mean; server and client are one process); 1000 files: %d folders of small files beside the 8\n", (1000-8+filesPerFolder-1)/filesPerFolder)
 }
 
