@@ -221,7 +221,12 @@ type puller struct {
 	resumedFiles atomic.Int64
 	continued    map[string]continued // files continued from a kept prefix (reuse)
 	seed         artifact.Seeder      // the writer, when this node serves what it pulls (seed.go)
+	record       *trust.Record        // how the policy was met, when it was checked
 }
+
+// Verification implements Verified: how the artifact's manifest met the
+// trust policy, nil when no policy was checked.
+func (p *puller) Verification() *trust.Record { return p.record }
 
 func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {
 	return &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}

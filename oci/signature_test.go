@@ -31,15 +31,8 @@ import (
 // manifest, are each refused.
 func TestSignedPush(t *testing.T) {
 	ctx := context.Background()
-	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc([]byte("pw")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := trust.LoadPrivateKey(privPEM, []byte("pw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, otherPub, _ := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	key, pubPEM := signKey(t)
+	_, otherPub := signKey(t)
 	match := func(pub []byte) trust.Match {
 		return trust.Match{Scope: "models/x", Requirements: []trust.Requirement{{Type: trust.TypeSigstoreSigned,
 			Keys: []trust.Key{{Source: "k.pub", PEM: pub}}, Identity: trust.SignedIdentity{Type: "matchRepoDigestOrExact"}}}}
@@ -117,14 +110,7 @@ func TestSignedPush(t *testing.T) {
 // and the store holds nothing; another repository pulls unsigned.
 func TestPullEnforcesPolicy(t *testing.T) {
 	ctx := context.Background()
-	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := trust.LoadPrivateKey(privPEM, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pubPEM := signKey(t)
 	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
@@ -254,4 +240,18 @@ func TestCosignV2Signature(t *testing.T) {
 			t.Fatalf("%s: want a refusal with %q, got %v", tc.repo, tc.want, err)
 		}
 	}
+}
+
+// signKey is a new cosign-format signing key and its public key (PEM).
+func signKey(t *testing.T) (crypto.Signer, []byte) {
+	t.Helper()
+	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc([]byte("pw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.LoadPrivateKey(privPEM, []byte("pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, pubPEM
 }

@@ -27,6 +27,12 @@ func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer
 		if prod, pf = plan(); pf != nil {
 			return artifact.Identity{}, nil, pf
 		}
+		if a.r.cfg.Trust != nil && remote {
+			if err := a.r.cfg.Trust.Keep(a.ctx, a.dom, a.rep.ID, prod); err != nil {
+				pf = &Failure{Kind: KindPublication, Step: step, Source: source, Err: err}
+				return artifact.Identity{}, nil, pf
+			}
+		}
 		if a.req.OnProduce != nil {
 			a.req.OnProduce(source, prod)
 		}

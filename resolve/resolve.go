@@ -64,7 +64,13 @@ func (a *attempt) run() {
 	if !ok {
 		return
 	}
-	for _, p := range providers {
+	for i, p := range providers {
+		if i < len(a.r.cfg.Peers) {
+			if why := a.unsigned(); why != "" {
+				a.rep.step(StepRemote, p.Name(), StepSkipped, time.Now(), why)
+				continue
+			}
+		}
 		if a.remote(p) {
 			return
 		}
@@ -322,6 +328,16 @@ func (a *attempt) lookup() bool {
 		a.rep.step(StepLookup, SourceLocal, StepFailed, t, f.reason())
 		return a.recover(f)
 	}
+	if f := a.trustedHit(StepLookup, SourceLocal, l); f != nil {
+		// Not served as it is: the registry verifies it again (the
+		// artifact stays; its bytes are not fetched twice). When no
+		// source verifies it, resolution ends with this refusal, never
+		// on the canonical source.
+		l.Close()
+		a.rep.step(StepLookup, SourceLocal, StepFailed, t, f.reason())
+		a.last, a.rep.Recovered = f, append(a.rep.Recovered, f)
+		return false
+	}
 	a.rep.step(StepLookup, SourceLocal, StepHit, t, "")
 	a.win(OutcomeHit, SourceLocal, l)
 	return true
@@ -453,6 +469,10 @@ func (a *attempt) local() bool {
 		return false
 	case a.req.Source == "":
 		a.rep.step(StepProduce, "", StepSkipped, t, "no source directory for local producers")
+		return false
+	}
+	if why := a.unsigned(); why != "" {
+		a.rep.step(StepProduce, "", StepSkipped, t, why)
 		return false
 	}
 	// The model the identity names, whether given or derived.

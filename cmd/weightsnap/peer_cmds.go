@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"maps"
 	"net"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/peer"
 )
 
@@ -311,8 +313,12 @@ artifact of their own (producer tensor-subset).`,
 			if err != nil {
 				return err
 			}
-			if err := pol.NotEnforced("weightsnap peer fetch"); err != nil {
-				return err
+			// A peer sends no signature: where the policy wants one of
+			// what a request naming no reference resolves, the fetch is
+			// refused; a fetched artifact serves a reference the policy
+			// wants signed only once the registry verified it (oci.Gate.Hit).
+			if err := (&oci.Gate{Policy: pol, Default: a.cfg.Resolve.Registry}).Unsigned(""); err != nil {
+				return fmt.Errorf("weightsnap peer fetch: %w", err)
 			}
 			addrs, err := peer.ExpandPeers(ctx, []string{args[0]})
 			if err != nil {
