@@ -145,6 +145,11 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	if len(rep.Verified) != 1 || rep.Verified[0].Type != trust.TypeSigstoreSigned || rep.Verified[0].Key == "" || rep.Unverified {
 		t.Fatalf("how it was verified: %+v", rep.Verified)
 	}
+	// The store keeps how: the signed manifest, its reference, the bundle.
+	if recs, err := Records(d, rep.ID); err != nil || len(recs) != 1 || !recs[0].Signed() || recs[0].Digest().String() != rep.Manifest ||
+		recs[0].Verified[0].Key != rep.Verified[0].Key {
+		t.Fatalf("kept record: %+v %v", recs, err)
+	}
 	// The store now holds that artifact: the unsigned reference is still
 	// refused, before any store hit.
 	if _, _, err := Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p}); !errors.As(err, &refusal) {
