@@ -98,14 +98,85 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 	return &trust.Refusal{Scope: m.Scope, Reason: "no recorded signature meets it now: " + strings.Join(why, "; ")}
 }
 
-// Keep implements resolve.Trust: it records, before publication, how the
-// manifest of what prod fetches met the policy.
-func (g *Gate) Keep(ctx context.Context, d *store.Domain, id artifact.ID, prod artifact.Producer) error {
-	a, ok := prod.(Attested)
-	if !ok || a.Verification() == nil {
-		return nil
+// Admit implements resolve.Trust: before the artifact id that prod
+// fetches for a request naming ref is published, it checks what prod
+// carries against what the policy requires of ref, and keeps the records
+// that meet it. A registry provider's record (Attested) was verified
+// against its own reference's scope: it is checked again against the
+// request's. A weight peer's records (Carrier) are decoded strictly, each
+// must bind to the identity and files received (CheckBinding), and is
+// verified offline. A source that brings no record meeting a policy that
+// wants one is refused, naming the scope.
+func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref string, prod artifact.Producer) error {
+	m, repo, err := g.match(ref)
+	if err != nil {
+		return err
 	}
-	return KeepRecord(ctx, d, id, *a.Verification())
+	var recs []trust.Record
+	var why []string
+	switch p := prod.(type) {
+	case Attested:
+		if r := p.Verification(); r != nil {
+			recs = append(recs, *r)
+		}
+	case Carrier:
+		raw, identity, files := p.CarriedSignatures()
+		if raw == nil {
+			break
+		}
+		all, err := trust.DecodeRecords(raw)
+		if err != nil {
+			why = append(why, "the signature records sent: "+err.Error())
+		}
+		for _, r := range all {
+			if err := CheckBinding(r, identity, files); err != nil {
+				why = append(why, r.Ref+": "+err.Error())
+				continue
+			}
+			recs = append(recs, r)
+		}
+	}
+	_, attested := prod.(Attested)
+	var kept []trust.Record
+	for _, r := range recs {
+		cm, crepo := m, repo
+		if !m.Requires() {
+			if attested { // verified by the provider, under its reference's scope
+				kept = append(kept, r)
+				continue
+			}
+			// The request wants nothing: a peer's record is kept only as
+			// this node verifies it, under its own reference's scope.
+			if cm, err = g.Policy.MatchRef(r.Ref); err != nil || !cm.Requires() {
+				continue
+			}
+			crepo = ""
+		}
+		v, err := r.Check(cm, crepo, time.Now().UTC())
+		if err != nil {
+			var rf *trust.Refusal
+			if errors.As(err, &rf) {
+				err = errors.New(rf.Reason)
+			}
+			why = append(why, r.Ref+": "+err.Error())
+			continue
+		}
+		r.Verified = v // how this node verified it, not what a sender said
+		kept = append(kept, r)
+	}
+	if m.Requires() && len(kept) == 0 {
+		reason := "this source carries no signature"
+		if len(why) > 0 {
+			reason = "no signature this source carries meets it: " + strings.Join(why, "; ")
+		}
+		return &trust.Refusal{Scope: m.Scope, Reason: reason}
+	}
+	for _, r := range kept {
+		if err := KeepRecord(ctx, d, id, r); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // KeepRecord adds rec to the store's verification records of id.

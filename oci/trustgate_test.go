@@ -164,6 +164,58 @@ func TestResolutionEnforcesPolicy(t *testing.T) {
 		t.Fatalf("steps %+v: want the lookup refused", res.Report.Steps)
 	}
 	res.Close()
+	// What a weight peer sends with the artifact: the records its store
+	// kept. The receiver checks them offline against its own policy and
+	// against the identity and files it receives.
+	sent, err := d.Signatures(signed.ID)
+	if err != nil || sent == nil {
+		t.Fatalf("record of the signed artifact: %v", err)
+	}
+	freeSent, _ := d.Signatures(free.ID)
+	files := func(l *store.Lease) []artifact.File {
+		var fs []artifact.File
+		for _, e := range l.Index.Files {
+			fs = append(fs, e.File)
+		}
+		return fs
+	}
+	tampered := files(signed)
+	tampered[0].SHA256 = strings.Repeat("0", 64)
+	gate := &Gate{Policy: gatePolicy(t, f, pubPEM)}
+	for _, tc := range []struct {
+		name    string
+		c       carrier
+		ref     string
+		refusal string // "" admitted
+	}{
+		{"signatures sent", carrier{sent, signed.Identity(), files(signed)}, signedRef, ""},
+		{"stripped", carrier{nil, signed.Identity(), files(signed)}, signedRef, "carries no signature"},
+		{"swapped for another artifact's", carrier{sent, unsigned.Identity(), files(unsigned)}, unsignedRef, "does not name identity"},
+		{"files other than the signed ones", carrier{sent, signed.Identity(), tampered}, signedRef, "names other files"},
+		{"another repository's record", carrier{freeSent, free.Identity(), files(free)}, signedRef, "the recorded signatures are of"},
+		{"garbage", carrier{[]byte(`{"schema":1,"records":[],"x":1}`), signed.Identity(), files(signed)}, signedRef, "unknown field"},
+		{"other repository, no signature", carrier{nil, free.Identity(), files(free)}, freeRef, ""},
+	} {
+		t.Run("peer "+tc.name, func(t *testing.T) {
+			d2 := storetest.Open(t)
+			l := tc.c.identity
+			id, _ := l.ID()
+			err := gate.Admit(ctx, d2, id, tc.ref, tc.c)
+			if tc.refusal == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var rf *trust.Refusal
+			if !errors.As(err, &rf) || !strings.Contains(err.Error(), tc.refusal) || rf.Scope != f.host()+"/models/signed" {
+				t.Fatalf("got %v, want a refusal of scope %s/models/signed saying %q", err, f.host(), tc.refusal)
+			}
+			if recs, err := Records(d2, id); err != nil || recs != nil {
+				t.Fatalf("a refused source's records were kept: %+v %v", recs, err)
+			}
+		})
+	}
 	// rm takes the record with the artifact.
 	if err := d.Remove(ctx, signed.ID); err != nil {
 		t.Fatal(err)
@@ -200,4 +252,17 @@ func lookupStep(r *resolve.Report) *resolve.Step {
 		}
 	}
 	return nil
+}
+
+// carrier is a weight peer's producer as the gate sees it.
+type carrier struct {
+	records  []byte
+	identity artifact.Identity
+	files    []artifact.File
+}
+
+func (c carrier) Name() string                                   { return "peer-fetch" }
+func (c carrier) Produce(context.Context, artifact.Writer) error { return errors.New("not run") }
+func (c carrier) CarriedSignatures() ([]byte, artifact.Identity, []artifact.File) {
+	return c.records, c.identity, c.files
 }

@@ -27,9 +27,8 @@ func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer
 		if prod, pf = plan(); pf != nil {
 			return artifact.Identity{}, nil, pf
 		}
-		if a.r.cfg.Trust != nil && remote {
-			if err := a.r.cfg.Trust.Keep(a.ctx, a.dom, a.rep.ID, prod); err != nil {
-				pf = &Failure{Kind: KindPublication, Step: step, Source: source, Err: err}
+		if remote {
+			if pf = a.admit(step, source, prod); pf != nil {
 				return artifact.Identity{}, nil, pf
 			}
 		}

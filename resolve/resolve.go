@@ -64,13 +64,7 @@ func (a *attempt) run() {
 	if !ok {
 		return
 	}
-	for i, p := range providers {
-		if i < len(a.r.cfg.Peers) {
-			if why := a.unsigned(); why != "" {
-				a.rep.step(StepRemote, p.Name(), StepSkipped, time.Now(), why)
-				continue
-			}
-		}
+	for _, p := range providers {
 		if a.remote(p) {
 			return
 		}
@@ -91,6 +85,8 @@ func (a *attempt) recover(f *Failure) bool {
 		switch f.Kind {
 		case KindIntegrity: // never published; someone has a source to fix
 			l.Warn("resolve: the source served bytes that failed verification; trying the next source")
+		case KindUnsigned: // never published
+			l.Warn("resolve: the source brought no signature the trust policy accepts; trying the next source")
 		case KindUnreachable:
 			l.Info("resolve: the source is unreachable; trying the next source")
 		default:

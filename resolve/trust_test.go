@@ -48,7 +48,12 @@ func (f *fakeTrust) Unsigned(ref string) error {
 	return nil
 }
 
-func (f *fakeTrust) Keep(_ context.Context, d *store.Domain, id artifact.ID, _ artifact.Producer) error {
+// Admit refuses what a source other than the registry ("signed"
+// producers) brings for a signed reference.
+func (f *fakeTrust) Admit(_ context.Context, d *store.Domain, id artifact.ID, ref string, prod artifact.Producer) error {
+	if _, ok := prod.(signedProducer); !ok && f.signed(ref) {
+		return refusal{"signed"}
+	}
 	l, err := d.Lookup(context.Background(), id, "")
 	if err == nil {
 		l.Close()
@@ -59,49 +64,61 @@ func (f *fakeTrust) Keep(_ context.Context, d *store.Domain, id artifact.ID, _ a
 	return nil
 }
 
-// TestResolveTrust: under a trust policy, a weight peer and a local
-// producer are skipped for a reference the policy wants signed (and used
-// for another); a remote provider's verification is kept before
+// TestResolveTrust: under a trust policy, a weight peer that brings no
+// accepted signature for a reference the policy wants signed is passed
+// over (unsigned: next source, never the canonical one after it) and used
+// for another; a remote provider's verification is kept before
 // publication; a store hit the policy does not accept goes on to the
 // remote sources; a provider's policy refusal is a policy failure, in
-// preferred mode too, never the canonical source.
+// preferred mode too; a local producer is skipped for a signed reference.
 func TestResolveTrust(t *testing.T) {
 	ctx := context.Background()
 	dir := storetest.SettledCheckpoint(t, 256<<10, 2)
 	id := identityOf(t, producers.Passthrough{}, dir)
 	digest, _ := id.ID()
-	peerCalls := &atomic.Int32{}
-	peer := failProvider("peer", errdefs.ErrNotFound, peerCalls)
-	located := &bothProvider{digestProvider{id: id, src: mustScan(t, dir)}}
+	peer := &servingProvider{digestProvider: digestProvider{id: id, src: mustScan(t, dir)}, name: "peer"}
+	located := &servingProvider{digestProvider: digestProvider{id: id, src: mustScan(t, dir)}, name: "registry", signed: true}
 	tr := &fakeTrust{ok: map[artifact.ID]bool{}}
 	var locErr error
-	rt := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Mode: resolve.Preferred, Trust: tr,
-		Peers: []resolve.Provider{peer},
-		Locate: func(context.Context, string) (resolve.Provider, error) {
-			if locErr != nil {
-				return failProvider("registry", locErr, &atomic.Int32{}), nil
+	runtime := func(root string, locate bool) *resolve.Runtime {
+		cfg := resolve.Config{Root: filepath.Join(t.TempDir(), root), Mode: resolve.Preferred, Trust: tr, Peers: []resolve.Provider{peer}}
+		if locate {
+			cfg.Locate = func(context.Context, string) (resolve.Provider, error) {
+				if locErr != nil {
+					return failProvider("registry", locErr, &atomic.Int32{}), nil
+				}
+				return located, nil
 			}
-			return located, nil
-		}})
+		}
+		return newRuntime(t, cfg)
+	}
+	rt := runtime("root", true)
 	ref := "signed/x@sha256:" + strings.Repeat("2", 64)
+	free := "free/x@sha256:" + strings.Repeat("2", 64)
+	peerRefused := func(r *resolve.Report) bool {
+		for _, s := range r.Steps {
+			if s.Source == "peer" && s.Outcome == resolve.StepFailed && strings.HasPrefix(s.Detail, string(resolve.KindUnsigned)) {
+				return true
+			}
+		}
+		return false
+	}
 
-	// The policy refuses what the registry offers: a policy failure,
-	// with a canonical source to fall back to, in preferred mode.
+	// The policy refuses what the registry offers, and the peer brings no
+	// signature: a policy failure, with a canonical source to fall back
+	// to, in preferred mode.
 	locErr = fmt.Errorf("artifact %s: %w", ref, refusal{"signed"})
 	res, err := rt.Resolve(ctx, resolve.Request{Identity: &id, Artifact: ref, Source: dir})
 	var f *resolve.Failure
-	if !errors.As(err, &f) || f.Kind != resolve.KindPolicy || !errdefs.IsPermissionDenied(err) || peerCalls.Load() != 0 {
-		t.Fatalf("refused: %v (peer asked %d times), want a policy failure", err, peerCalls.Load())
+	if !errors.As(err, &f) || f.Kind != resolve.KindPolicy || !errdefs.IsPermissionDenied(err) || !peerRefused(res.Report) {
+		t.Fatalf("refused: %v %+v, want a policy failure after the peer's refusal", err, res.Report.Steps)
 	}
 	res.Close()
 
 	locErr = nil
 	res, err = rt.Resolve(ctx, resolve.Request{ID: digest, Artifact: ref})
-	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || tr.kept.Load() != 1 || tr.held[0] || peerCalls.Load() != 0 {
-		t.Fatalf("signed: %v %+v, kept %d, peer asked %d times", err, res.Report, tr.kept.Load(), peerCalls.Load())
-	}
-	if s := res.Report.Steps; !strings.Contains(fmt.Sprint(s), "skipped") {
-		t.Fatalf("steps %+v: want the peer skipped", s)
+	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Report.Source != "registry" || tr.kept.Load() != 1 || tr.held[0] || !peerRefused(res.Report) {
+		t.Fatalf("signed: %v %+v, kept %d", err, res.Report, tr.kept.Load())
 	}
 	res.Close()
 	// Kept, it is a hit.
@@ -126,11 +143,24 @@ func TestResolveTrust(t *testing.T) {
 		t.Fatalf("refused hit, refused by the registry: %v", err)
 	}
 	res.Close()
-
-	// Another reference: the peer is asked.
-	res, err = rt.Resolve(ctx, resolve.Request{ID: digest, Artifact: "free/x@sha256:" + strings.Repeat("2", 64)})
-	if err != nil || peerCalls.Load() != 0 || res.Report.Outcome != resolve.OutcomeHit {
+	// Another reference: a hit.
+	res, err = rt.Resolve(ctx, resolve.Request{ID: digest, Artifact: free})
+	if err != nil || res.Report.Outcome != resolve.OutcomeHit {
 		t.Fatalf("free hit: %v %+v", err, res.Report)
+	}
+	res.Close()
+
+	// Peers alone: the signed reference ends on the peer's refusal, not on
+	// the canonical source; another reference is fetched from the peer.
+	peers := runtime("peers", false)
+	res, err = peers.Resolve(ctx, resolve.Request{ID: digest, Artifact: ref, Source: dir})
+	if !errors.As(err, &f) || !errdefs.IsPermissionDenied(err) || res.Report.Outcome != resolve.OutcomeFailed || !peerRefused(res.Report) {
+		t.Fatalf("peer only, signed: %v %+v", err, res.Report)
+	}
+	res.Close()
+	res, err = peers.Resolve(ctx, resolve.Request{ID: digest, Artifact: free})
+	if err != nil || res.Report.Outcome != resolve.OutcomeFetched || res.Report.Source != "peer" {
+		t.Fatalf("peer only, free: %v %+v", err, res.Report)
 	}
 	res.Close()
 
@@ -149,11 +179,26 @@ func TestResolveTrust(t *testing.T) {
 	res.Close()
 }
 
-// bothProvider fetches by digest or by full identity, as the registry's
-// artifact provider does.
-type bothProvider struct{ digestProvider }
+// servingProvider fetches by digest or by full identity, as the
+// registry's artifact provider and the peers do; a signed one's producer
+// carries a signature (signedProducer).
+type servingProvider struct {
+	digestProvider
+	name   string
+	signed bool
+}
 
-func (p *bothProvider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
+func (p *servingProvider) Name() string { return p.name }
+
+func (p *servingProvider) ProducerForID(ctx context.Context, id artifact.ID) (artifact.Identity, artifact.Producer, error) {
+	identity, prod, err := p.digestProvider.ProducerForID(ctx, id)
+	if err == nil && p.signed {
+		prod = signedProducer{prod}
+	}
+	return identity, prod, err
+}
+
+func (p *servingProvider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
 	id, err := identity.ID()
 	if err != nil {
 		return nil, err
@@ -161,3 +206,6 @@ func (p *bothProvider) Producer(ctx context.Context, identity artifact.Identity)
 	_, prod, err := p.ProducerForID(ctx, id)
 	return prod, err
 }
+
+// signedProducer is a producer whose artifact's signature was verified.
+type signedProducer struct{ artifact.Producer }
