@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/platforms"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
+	"google.golang.org/grpc/connectivity"
 )
 
 // releaseTimeout bounds what a release asks containerd.
@@ -21,15 +22,20 @@ const releaseTimeout = 30 * time.Second
 // Release implements store.Releaser: before the store evicts the artifact
 // id, the images of containerd's CRI namespace that need it are removed
 // (the kubelet pulls again, with the pod's own credentials, when a pod
-// needs one), and containerd's garbage collection, run before Release
-// returns, removes their weight snapshots and with them the snapshots'
-// links to the artifact's files, so the eviction frees its bytes. The
-// store calls it only for an artifact nothing leases: no container uses
-// those images.
+// needs one); containerd's garbage collection removes their weight
+// snapshots later, and the snapshotter's Release, called after this one,
+// empties them at once, so the eviction frees its bytes. Release does not
+// wait for the garbage collection: an eviction may run inside a Prepare
+// containerd is serving, which the collection waits for. The store calls
+// it only for an artifact nothing leases: no container uses those images.
+// When containerd is not up it removes nothing and says so.
 func (s *Service) Release(ctx context.Context, id artifact.ID) error {
 	// Calls to containerd wait for it to be up: an eviction does not.
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
 	defer cancel()
+	if !s.upstreamUp(ctx) {
+		return fmt.Errorf("containerd at %s is not up: no CRI image removed: %w", s.cfg.Upstream, errdefs.ErrUnavailable)
+	}
 	nctx := namespaces.WithNamespace(ctx, Namespace)
 	is := s.ctd.ImageService()
 	imgs, err := is.List(nctx)
@@ -50,16 +56,24 @@ func (s *Service) Release(ctx context.Context, id artifact.ID) error {
 		}
 	}
 	var errs []error
-	for i, name := range doomed {
-		var opts []images.DeleteOpt
-		if i == len(doomed)-1 {
-			opts = append(opts, images.SynchronousDelete()) // the last one waits for the garbage collection
-		}
-		if err := is.Delete(nctx, name, opts...); err != nil && !errdefs.IsNotFound(err) {
+	for _, name := range doomed {
+		if err := is.Delete(nctx, name); err != nil && !errdefs.IsNotFound(err) {
 			errs = append(errs, fmt.Errorf("remove image %s: %w", name, err))
 			continue
 		}
 		log.G(ctx).WithField("image", name).WithField("identity", id).Info("cri: removed an unused image so that evicting its artifact frees the bytes")
 	}
 	return errors.Join(errs...)
+}
+
+// upstreamUp says whether the connection to containerd is up, connecting
+// if it is idle, without waiting out a containerd that is down.
+func (s *Service) upstreamUp(ctx context.Context) bool {
+	s.conn.Connect()
+	for st := s.conn.GetState(); st != connectivity.Ready; st = s.conn.GetState() {
+		if st == connectivity.TransientFailure || st == connectivity.Shutdown || !s.conn.WaitForStateChange(ctx, st) {
+			return false
+		}
+	}
+	return true
 }

@@ -104,6 +104,12 @@ type Snapshotter struct {
 	repairs *repairs
 	mounts  *HostMounts
 	metrics *Metrics
+
+	// gate keeps Release (write) from emptying a weight snapshot while
+	// something is made over it (read: over).
+	gate sync.RWMutex
+	// fillMu orders the refills of emptied weight snapshots.
+	fillMu sync.Mutex
 }
 
 var _ snapshots.Snapshotter = (*Snapshotter)(nil)
@@ -159,35 +165,29 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 // with its weights in place, answered with errdefs.ErrAlreadyExists (or, in
 // preferred mode when the artifact cannot be had, prepared as an ordinary
 // layer and marked a fallback). Any other over weight snapshots leases
-// their artifacts while it exists (use).
+// their artifacts while it exists (use), those Release emptied filled in
+// again first (over).
 func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
 	labels, err := optLabels(opts)
 	if err != nil {
 		return nil, err
 	}
 	if !pointer.IsWeightLayer(labels) {
-		m, err := s.overlay.Prepare(ctx, key, parent, opts...)
+		m, err := s.over(ctx, key, parent, labels, func() ([]mount.Mount, error) { return s.overlay.Prepare(ctx, key, parent, opts...) })
 		s.metrics.ordinary(err)
-		if err == nil {
-			s.use(ctx, key, parent, labels)
-		}
 		return m, err
 	}
 	return s.prepareWeights(ctx, key, parent, labels)
 }
 
 // View creates a read-only snapshot of parent, which leases the artifacts
-// of the weight snapshots under it while it exists (use).
+// of the weight snapshots under it while it exists (use, over).
 func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
 	labels, err := optLabels(opts)
 	if err != nil {
 		return nil, err
 	}
-	m, err := s.overlay.View(ctx, key, parent, opts...)
-	if err == nil {
-		s.use(ctx, key, parent, labels)
-	}
-	return m, err
+	return s.over(ctx, key, parent, labels, func() ([]mount.Mount, error) { return s.overlay.View(ctx, key, parent, opts...) })
 }
 
 // optLabels are the labels opts set.

@@ -212,8 +212,9 @@ func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, reg promethe
 		return nil, err
 	}
 	// An eviction first removes the unused CRI images that need the
-	// artifact, so that their weight snapshots give back its bytes.
-	n.Store.SetReleaser(svc)
+	// artifact (the kubelet pulls them again with a pod's credentials),
+	// then empties the weight snapshots nothing uses.
+	n.Store.SetReleaser(store.Releasers{svc, n.Snapshotter})
 	srv, err := cri.Listen(ctx, cfg.CRI.Address, svc)
 	if err != nil {
 		svc.Close()

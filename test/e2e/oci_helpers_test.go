@@ -162,12 +162,13 @@ func wsOK(t *testing.T, root string, args ...string) string {
 	return r.out
 }
 
-// ociCheckpoint synthesises a checkpoint and imports it into a new store.
-func ociCheckpoint(t *testing.T, size string, shards int) (dir, root, id string) {
+// ociCheckpoint synthesises a checkpoint (synth are more dev synth flags,
+// such as --seed) and imports it into a new store.
+func ociCheckpoint(t *testing.T, size string, shards int, synth ...string) (dir, root, id string) {
 	t.Helper()
 	base := t.TempDir()
 	dir, root = filepath.Join(base, "ckpt"), filepath.Join(base, "store")
-	wsOK(t, root, "dev", "synth", "--out", dir, "--size", size, "--shards", fmt.Sprint(shards))
+	wsOK(t, root, append([]string{"dev", "synth", "--out", dir, "--size", size, "--shards", fmt.Sprint(shards)}, synth...)...)
 	id = strings.TrimSpace(wsOK(t, root, "import", dir, "--revision", storetest.Revision, "--repository", "org/tiny"))
 	return dir, root, id
 }

@@ -35,9 +35,17 @@ func startSnapNode(t *testing.T) *snapNode {
 // startSnapNodeWith is startSnapNode with another containerd snippet of contrib/containerd.
 func startSnapNodeWith(t *testing.T, snippet string) *snapNode {
 	t.Helper()
+	return startSnapNodeOpts(t, snippet, harness.WeightsnapdOptions{})
+}
+
+// startSnapNodeOpts is startSnapNodeWith with the daemon's options (the
+// registry is added to its registries).
+func startSnapNodeOpts(t *testing.T, snippet string, opts harness.WeightsnapdOptions) *snapNode {
+	t.Helper()
 	harness.Peers(t)
 	n := &snapNode{reg: harness.StartRegistry(t)}
-	n.ws = harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{n.reg.Host}})
+	opts.Registries = append(opts.Registries, n.reg.Host)
+	n.ws = harness.StartWeightsnapd(t, opts)
 	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: n.reg, Imports: []string{n.ws.ContainerdSnippetFile(t, snippet)}})
 	n.base = harness.PushBusybox(t, n.reg)
 	return n
@@ -60,11 +68,11 @@ type weightImage struct {
 	*pushedArtifact
 }
 
-// pushArtifact imports a synthetic checkpoint on a producer node and pushes
-// it as models/NAME:v1.
-func (n *snapNode) pushArtifact(t *testing.T, name, size string, shards int) *pushedArtifact {
+// pushArtifact imports a synthetic checkpoint (synth: more dev synth
+// flags) on a producer node and pushes it as models/NAME:v1.
+func (n *snapNode) pushArtifact(t *testing.T, name, size string, shards int, synth ...string) *pushedArtifact {
 	t.Helper()
-	src, root, id := ociCheckpoint(t, size, shards)
+	src, root, id := ociCheckpoint(t, size, shards, synth...)
 	a := &pushedArtifact{src: src, root: root, ref: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
 		files: map[string]string{}}
 	wsOK(t, root, "push", "--plain-http", id, a.ref)
@@ -127,9 +135,9 @@ func (n *snapNode) noWeightBlobs(t *testing.T, a *pushedArtifact) {
 
 // pushWeightImage pushes an artifact and a weight image over busybox with
 // the artifact at target.
-func (n *snapNode) pushWeightImage(t *testing.T, name, size string, shards int, target string) *weightImage {
+func (n *snapNode) pushWeightImage(t *testing.T, name, size string, shards int, target string, synth ...string) *weightImage {
 	t.Helper()
-	a := n.pushArtifact(t, name, size, shards)
+	a := n.pushArtifact(t, name, size, shards, synth...)
 	return &weightImage{ref: n.buildImage(t, name, target, a), pushedArtifact: a}
 }
 

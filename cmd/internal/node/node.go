@@ -74,6 +74,9 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	if err != nil {
 		return nil, err
 	}
+	// An eviction first empties the artifact's unused weight snapshots, so
+	// that their links give back its bytes.
+	d.SetReleaser(n.Snapshotter)
 	n.Prefetch = newPrefetch(cfg, n)
 	if n.Prefetch != nil && reg != nil {
 		if err := n.Prefetch.Register(reg); err != nil {

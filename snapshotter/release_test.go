@@ -1,0 +1,107 @@
+package snapshotter
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/store"
+	"golang.org/x/sys/unix"
+)
+
+// TestReleaseEmptiesAndRefills (issue 32, item 2, outside containerd's CRI
+// namespace): the store's eviction of an artifact whose weight snapshot
+// nothing uses empties that snapshot, so the bytes come back; while a
+// container uses it the release refuses and the eviction takes nothing;
+// the next container over the emptied snapshot gets the weights again,
+// or fails when the artifact does not resolve, never running without them.
+func TestReleaseEmptiesAndRefills(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	n.dom.SetReleaser(n.sn)
+	src := storetest.Synth(t, synth.Options{Size: 256 << 10, Shards: 2, DType: "BF16", Seed: 32})
+	id := importInto(t, n.dom, src)
+	aid := artifact.MustParseID(id)
+	layer := chainID(32)
+	n.prepareWeights(t, "extract", "", weightLabels(id, "/w", layer))
+	dir, err := committedDir(ctx, n.sn.overlay, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weights := func() []os.DirEntry {
+		ents, _ := os.ReadDir(filepath.Join(dir, "w"))
+		return ents
+	}
+	evictAll := func() int {
+		rep, err := n.dom.EvictTo(ctx, 0, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rep.Evicted)
+	}
+
+	// In use: the release refuses, the eviction takes nothing.
+	if _, err := n.sn.Prepare(ctx, "running", layer); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Release(ctx, aid); !errdefs.IsFailedPrecondition(err) {
+		t.Fatalf("release of an artifact a container uses: %v, want busy", err)
+	}
+	if got := evictAll(); got != 0 || len(weights()) < 2 {
+		t.Fatalf("with a container running: %d evicted, %d files in its weight snapshot", got, len(weights()))
+	}
+	if err := n.sn.Remove(ctx, "running"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Unused: the eviction empties the snapshot, the bytes come back.
+	if got := evictAll(); got != 1 {
+		t.Fatalf("%d evicted of an unused artifact, want 1", got)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Fatalf("the evicted artifact's weight snapshot still holds %v", ents)
+	}
+	info, err := n.sn.Stat(ctx, layer)
+	if err != nil || info.Labels[LabelEmptied] == "" {
+		t.Fatalf("the emptied weight snapshot is not marked: %v %v", info.Labels, err)
+	}
+
+	// The artifact does not resolve: no container over it.
+	if _, err := n.sn.Prepare(ctx, "without", layer); err == nil || !errdefs.IsNotFound(err) {
+		t.Fatalf("Prepare over an emptied snapshot whose artifact is gone: %v, want not found", err)
+	}
+	if _, err := n.sn.Stat(ctx, "without"); !errdefs.IsNotFound(err) {
+		t.Fatalf("the failed Prepare left its snapshot: %v", err)
+	}
+
+	// It resolves again: the container gets the store's very inodes.
+	importInto(t, n.dom, src)
+	if _, err := n.sn.View(ctx, "again", layer); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := n.sn.Stat(ctx, layer); info.Labels[LabelEmptied] != "" {
+		t.Fatal("the refilled weight snapshot is still marked emptied")
+	}
+	l, err := n.dom.Lookup(ctx, aid, store.ManifestAndMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, f := range l.Files() {
+		var have, want unix.Stat_t
+		if err := unix.Stat(filepath.Join(dir, "w", f.Path), &have); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fstat(int(f.File.Fd()), &want); err != nil || have.Ino != want.Ino {
+			t.Fatalf("%s in the refilled snapshot is not the store's inode", f.Path)
+		}
+	}
+	if got := n.sn.leases.identities(); len(got) != 1 || got[0] != id {
+		t.Fatalf("leases of the view over the refilled snapshot: %v", got)
+	}
+}
