@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"crypto/elliptic"
 	"encoding/base64"
 	"encoding/json"
@@ -72,30 +73,14 @@ func TestInspectAndVerifySignatures(t *testing.T) {
 	// The record a verified pull keeps: a manifest, a bundle over it.
 	manifest := []byte(`{"schemaVersion":2,"mediaType":"application/vnd.oci.image.manifest.v1+json"}`)
 	md := digest.FromBytes(manifest)
-	priv, pub, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := trust.LoadPrivateKey(priv, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, otherPub, _ := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	key, pub := testKey(t)
+	_, otherPub := testKey(t)
 	bundle, err := trust.SignManifest(ctx, key, md)
 	if err != nil {
 		t.Fatal(err)
 	}
 	policy := func(name string, pub []byte) string {
-		p := filepath.Join(base, name)
-		doc := `{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"reg.example/models/x": [{"type": "sigstoreSigned", "keyData": "` + base64.StdEncoding.EncodeToString(pub) + `"}]}}}`
-		if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg := filepath.Join(base, name+".toml")
-		if err := os.WriteFile(cfg, []byte("[verify]\npolicy = \""+p+"\"\n"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return cfg
+		return policyConfig(t, base, name, `{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"reg.example/models/x": [{"type": "sigstoreSigned", "keyData": "`+base64.StdEncoding.EncodeToString(pub)+`"}]}}}`)
 	}
 	good, other := policy("good.json", pub), policy("other.json", otherPub)
 	pol, err := trust.LoadPolicy(filepath.Join(base, "good.json"))
@@ -137,4 +122,33 @@ func TestInspectAndVerifySignatures(t *testing.T) {
 	if !errdefs.IsPermissionDenied(err) || !strings.Contains(out, `scope "reg.example/models/x" refuses it`) {
 		t.Fatalf("verify --signatures under another key: %v\n%s", err, out)
 	}
+}
+
+// testKey is a new signing key and its public key (PEM).
+func testKey(t *testing.T) (crypto.Signer, []byte) {
+	t.Helper()
+	priv, pub, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.LoadPrivateKey(priv, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, pub
+}
+
+// policyConfig writes the trust policy doc as base/name and a
+// configuration file naming it, and returns the configuration's path.
+func policyConfig(t *testing.T, base, name, doc string) string {
+	t.Helper()
+	p := filepath.Join(base, name)
+	if err := os.WriteFile(p, []byte(doc), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(base, name+".toml")
+	if err := os.WriteFile(cfg, []byte("[verify]\npolicy = \""+p+"\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
