@@ -107,7 +107,8 @@ func TestSignedPush(t *testing.T) {
 // TestPullEnforcesPolicy: with a policy that requires the key for one
 // repository, its signed artifact pulls and says how it was verified;
 // the same artifact unsigned in that scope is refused naming the scope
-// and the store holds nothing; another repository pulls unsigned.
+// and the store holds nothing; another repository pulls unsigned. image
+// build checks its weights the same way.
 func TestPullEnforcesPolicy(t *testing.T) {
 	ctx := context.Background()
 	key, pubPEM := signKey(t)
@@ -154,6 +155,22 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	// refused, before any store hit.
 	if _, _, err := Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p}); !errors.As(err, &refusal) {
 		t.Fatalf("unsigned, held in the store: %v", err)
+	}
+	// image build checks each --weights as a pull does, before it pushes anything.
+	build := func(weights string) (*ImageReport, error) {
+		return BuildImage(ctx, remoteFor(t, f, "apps/x:v1"), ImageOptions{Base: Scratch, Policy: p, Weights: []WeightMount{{Ref: f.host() + "/" + weights, Target: "/models/x"}}})
+	}
+	if _, err := build("secure/unsigned:v1"); !errors.As(err, &refusal) || refusal.Scope != f.host()+"/secure" {
+		t.Fatalf("image build over an unsigned artifact of a signed scope: %v", err)
+	}
+	f.mu.Lock()
+	pushed := len(f.manifests["apps/x"])
+	f.mu.Unlock()
+	if pushed != 0 {
+		t.Fatal("a refused image build pushed a manifest")
+	}
+	if ir, err := build("secure/signed:v1"); err != nil || len(ir.Verified) != 1 || ir.Verified[0][0].Type != trust.TypeSigstoreSigned {
+		t.Fatalf("image build over the signed artifact: %+v %v", ir, err)
 	}
 	ol, rep, err := Pull(ctx, d, remoteFor(t, f, "open/x:v1"), PullOptions{Policy: p})
 	if err != nil {

@@ -237,7 +237,7 @@ imported as "import" would import its files: --revision is then required.`,
 func newImageCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Weight images: ordinary OCI images whose pointer layers name artifacts"}
 	var rf remoteFlags
-	var base, tag, platform, mode string
+	var base, tag, platform, mode, policy string
 	var weights, at []string
 	build := &cobra.Command{
 		Use:   "build --base IMAGE --weights ARTIFACT --at /models/NAME [--weights ... --at ...] -t REF",
@@ -252,7 +252,14 @@ func newImageCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := oci.ImageOptions{Base: base, Platform: platform, Mode: mode}
+			if policy == "" {
+				policy = a.cfg.Verify.Policy
+			}
+			pol, err := trust.LoadPolicy(policy)
+			if err != nil {
+				return err
+			}
+			o := oci.ImageOptions{Base: base, Platform: platform, Mode: mode, Policy: pol}
 			for i := range weights {
 				o.Weights = append(o.Weights, oci.WeightMount{Ref: weights[i], Target: at[i]})
 			}
@@ -271,6 +278,7 @@ func newImageCmd(a *app) *cobra.Command {
 	f.StringVarP(&tag, "tag", "t", "", "reference of the image to write (required)")
 	f.StringVar(&platform, "platform", oci.HostPlatform(), "platform picked from a multi-platform base, and of a scratch image")
 	f.StringVar(&mode, "mode", "", `when a node cannot get the weights: "required" (the pull fails) or "preferred" (the container starts without them; they come later); "" leaves it to the node's [snapshotter] mode`)
+	f.StringVar(&policy, "policy", "", "trust policy each artifact's manifest is checked against, as a pull checks it (default: [verify] policy)")
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	build.MarkFlagRequired("tag")
 	build.MarkFlagRequired("weights")
