@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
@@ -33,6 +34,8 @@ func omsCheck(a *app, dir, repo string, verified *[]trust.Verified) (func([]arti
 	path := filepath.Join(dir, trust.OMSSignatureFile)
 	raw, err := artifact.ReadFileAtMost(path, trust.MaxBundleBytes)
 	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, nil // not a directory: the import says so
 	case errors.Is(err, fs.ErrNotExist):
 		if m.Requires() {
 			return nil, &trust.Refusal{Scope: m.Scope, Reason: fmt.Sprintf("no %s beside the files of %s: sigstoreSigned is required", trust.OMSSignatureFile, dir)}
