@@ -313,12 +313,15 @@ artifact of their own (producer tensor-subset).`,
 			if err != nil {
 				return err
 			}
-			// A peer sends no signature: where the policy wants one of
-			// what a request naming no reference resolves, the fetch is
-			// refused; a fetched artifact serves a reference the policy
-			// wants signed only once the registry verified it (oci.Gate.Hit).
-			if err := (&oci.Gate{Policy: pol, Default: a.cfg.Resolve.Registry}).Unsigned(""); err != nil {
-				return fmt.Errorf("weightsnap peer fetch: %w", err)
+			// The fetch names no reference: the policy's default (or the
+			// scope of [resolve] registry) applies to what the peer sends
+			// with the artifact, checked offline before any payload byte.
+			// A tensor subset is an artifact no signature names.
+			gate := &oci.Gate{Policy: pol, Default: a.cfg.Resolve.Registry}
+			if len(tensors) > 0 {
+				if err := gate.Unsigned(""); err != nil {
+					return fmt.Errorf("weightsnap peer fetch --tensors: %w", err)
+				}
 			}
 			addrs, err := peer.ExpandPeers(ctx, []string{args[0]})
 			if err != nil {
@@ -331,6 +334,11 @@ artifact of their own (producer tensor-subset).`,
 			d, err := a.domain(ctx)
 			if err != nil {
 				return err
+			}
+			if len(tensors) == 0 {
+				o.Admit = func(ctx context.Context, id artifact.ID, prod artifact.Producer) error {
+					return gate.Admit(ctx, d, id, "", prod)
+				}
 			}
 			var pr syncProgress
 			o.OnTotal = func(n int64) { pr.start("fetch", n) }

@@ -57,7 +57,8 @@ func cosignKeys(t *testing.T, prefixes ...string) string {
 // key, and serves its store; the registry is then stopped. Node B, with
 // the same policy, resolves one of them from A: A's manifest carries the
 // signatures its store kept, B verifies them offline and binds them to
-// what it received, and records how. A that strips the signatures (its
+// what it received, and records how; so does weightsnap peer fetch,
+// under the scope of [resolve] registry. A that strips the signatures (its
 // record gone), or swaps in the other artifact's, is refused, naming the
 // scope, and the receiving store holds nothing.
 func TestPeerFetchVerifiesOffline(t *testing.T) {
@@ -100,22 +101,31 @@ func TestPeerFetchVerifiesOffline(t *testing.T) {
 		t.Fatalf("peer serve: %v\n%s", err, harness.Tail(serve.Log, 20))
 	}
 	reg.Proc.Kill() // from here on, the registry answers nothing
+	x := arts[0]
+	repo, _, _ := strings.Cut(x.ref, "@")
 
 	// resolve resolves art on a new node B from A alone, the registry of
 	// its identity tags down; it returns B's store and the run.
-	x := arts[0]
-	repo, _, _ := strings.Cut(x.ref, "@")
 	resolveB := func() (string, wsResult) {
 		b := filepath.Join(t.TempDir(), "b")
 		return b, runWS(t, nil, []string{"--config", config, "--root", b, "resolve", "--identity", x.identity, "--mode", "required",
 			"--peer", addr, "--registry", repo, "--allow-local-build=false", "--report", "-"})
 	}
-	b, r := resolveB()
-	if r.code != 0 || !strings.Contains(r.out, `"source": "peer"`) {
-		t.Fatalf("resolve from the peer, the registry down: exit %d\n%s%s", r.code, r.out, r.errOut)
+	// peer fetch names no reference: [resolve] registry's scope applies.
+	fetchConfig := filepath.Join(t.TempDir(), "fetch.toml")
+	writeJSON(t, fetchConfig, fmt.Sprintf("[verify]\npolicy = %q\n[resolve]\nregistry = %q\n", policy, repo))
+	fetchB := func() (string, wsResult) {
+		b := filepath.Join(t.TempDir(), "b")
+		return b, runWS(t, nil, []string{"--config", fetchConfig, "--root", b, "peer", "fetch", addr, x.id})
 	}
-	if out := wsOK(t, b, "inspect", x.id); !strings.Contains(out, "Verified:  verified\n  "+x.ref+"\n") {
-		t.Fatalf("B does not record how it verified the peer's artifact:\n%s", out)
+	for what, run := range map[string]func() (string, wsResult){"resolve": resolveB, "peer fetch": fetchB} {
+		b, r := run()
+		if r.code != 0 || (what == "resolve" && !strings.Contains(r.out, `"source": "peer"`)) {
+			t.Fatalf("%s from the peer, the registry down: exit %d\n%s%s", what, r.code, r.out, r.errOut)
+		}
+		if out := wsOK(t, b, "inspect", x.id); !strings.Contains(out, "Verified:  verified\n  "+x.ref+"\n") {
+			t.Fatalf("%s: B does not record how it verified the peer's artifact:\n%s", what, out)
+		}
 	}
 
 	record := func(id string) string {
@@ -135,13 +145,16 @@ func TestPeerFetchVerifiesOffline(t *testing.T) {
 		if err := tc.hostile(); err != nil {
 			t.Fatal(err)
 		}
-		b, r := resolveB()
-		all := r.out + r.errOut
-		if r.code == 0 || !strings.Contains(all, scope) || !strings.Contains(all, "refuses it") || !strings.Contains(all, tc.want) || !strings.Contains(all, "unsigned") {
-			t.Fatalf("%s signatures: exit %d, want a refusal naming scope %s and %q\n%s%s", tc.name, r.code, scope, tc.want, r.out, r.errOut)
-		}
-		if ls := ws(t, b, "ls", "--json"); strings.Contains(ls.out, strings.TrimPrefix(x.id, "sha256:")) {
-			t.Fatalf("%s signatures: the receiving store holds the artifact:\n%s", tc.name, ls.out)
+		for what, run := range map[string]func() (string, wsResult){"resolve": resolveB, "peer fetch": fetchB} {
+			b, r := run()
+			all := r.out + r.errOut
+			if r.code == 0 || !strings.Contains(all, scope) || !strings.Contains(all, "refuses it") || !strings.Contains(all, tc.want) ||
+				(what == "resolve" && !strings.Contains(all, "unsigned")) {
+				t.Fatalf("%s, %s signatures: exit %d, want a refusal naming scope %s and %q\n%s%s", what, tc.name, r.code, scope, tc.want, r.out, r.errOut)
+			}
+			if ls := ws(t, b, "ls", "--json"); strings.Contains(ls.out, strings.TrimPrefix(x.id, "sha256:")) {
+				t.Fatalf("%s, %s signatures: the receiving store holds the artifact:\n%s", what, tc.name, ls.out)
+			}
 		}
 	}
 }
