@@ -179,8 +179,13 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 	return nil
 }
 
-// KeepRecord adds rec to the store's verification records of id.
+// KeepRecord adds rec to the store's verification records of id. A
+// record without a signature (a scope that wants none accepted it) is not
+// kept: the artifact stays "unverified", and its peers are sent nothing.
 func KeepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.Record) error {
+	if !rec.Signed() {
+		return nil
+	}
 	err := d.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
 		var recs []trust.Record
 		if old != nil {
