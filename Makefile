@@ -95,7 +95,7 @@ FUZZTIME ?= 30s
 # input) a target whose cached corpus keeps yielding inputs spends its whole FUZZTIME minimizing
 # and runs a few hundred inputs ("execs: N (0/sec)" for seconds on end).
 FUZZMINIMIZE ?= 100x
-FUZZPKGS := ./artifact/ ./artifact/blake3/ ./artifact/tpsplit/ ./store/ ./pointer/ ./oci/ ./peer/internal/wire/ ./staging/
+FUZZPKGS := ./artifact/ ./artifact/blake3/ ./artifact/tpsplit/ ./store/ ./pointer/ ./layout/hfcache/ ./oci/ ./peer/internal/wire/ ./staging/
 fuzz:
 	@set -e; for p in $(FUZZPKGS); do for t in $$($(GO) test -list '^Fuzz' $$p | grep ^Fuzz); do \
 		$(GO) test -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) -fuzzminimizetime $(FUZZMINIMIZE) $$p; done; done

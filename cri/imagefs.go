@@ -103,7 +103,8 @@ func (s *Service) ImageStatus(ctx context.Context, req *runtime.ImageStatusReque
 
 // RemoveImage implements runtime.ImageServiceServer: forwarded; once the
 // last image that needs an artifact is gone, the artifact is the store's
-// first eviction candidate.
+// first eviction candidate, and evicted at once when the store's
+// filesystem is past the low watermark (store.Domain.EvictUnneeded).
 func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageRequest) (*runtime.RemoveImageResponse, error) {
 	var needed []artifact.ID
 	if st, err := s.upstream.ImageStatus(ctx, &runtime.ImageStatusRequest{Image: req.GetImage()}); err == nil && st.GetImage() != nil {
@@ -124,6 +125,7 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 			still[id] = true
 		}
 	}
+	demoted := false
 	for _, id := range needed {
 		if still[id] {
 			continue
@@ -132,7 +134,18 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 			log.G(ctx).WithError(err).WithField("identity", id).Debug("cri: artifact not demoted")
 			continue
 		}
+		demoted = true
 		log.G(ctx).WithField("identity", id).Info("cri: the last image that needs the artifact was removed: it is the first eviction candidate")
+	}
+	// The kubelet removes images to get their space back, and was told an
+	// image's size includes its artifacts': past the low watermark, the
+	// store gives it back now.
+	if demoted {
+		if rep, err := d.EvictUnneeded(ctx); err != nil {
+			log.G(ctx).WithError(err).Warn("cri: eviction after an image removal failed")
+		} else if rep != nil {
+			log.G(ctx).WithField("evicted", len(rep.Evicted)).WithField("freed_bytes", rep.Freed).Info("cri: store past the low watermark after an image removal: evicted")
+		}
 	}
 	return resp, nil
 }

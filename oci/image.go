@@ -24,7 +24,10 @@ const Scratch = "scratch"
 // WeightMount is one artifact a weight image mounts.
 type WeightMount struct {
 	Ref    string // the artifact's reference
-	Target string // absolute directory in the container
+	Target string // absolute directory in the container: with ImageOptions.Layout hf, the cache root
+	// Repo is the Hugging Face repo id of ImageOptions.Layout hf; "" takes
+	// the artifact's model repository.
+	Repo string
 }
 
 // ImageOptions describe a weight image.
@@ -35,6 +38,10 @@ type ImageOptions struct {
 	// Mode is every pointer's pointer.LabelMode: pointer.ModeRequired, pointer.ModePreferred, or ""
 	// to leave it to the node.
 	Mode string
+	// Layout is every pointer's pointer.LabelLayout: "" for the artifact's
+	// own files at its target, pointer.LayoutHF for a Hugging Face cache
+	// rooted at it (several artifacts may share one root, each its repo).
+	Layout string
 	// Policy, if set, is checked against each artifact's manifest as a pull
 	// checks it: a refusal ends the build before anything is pushed.
 	Policy *trust.Policy
@@ -99,16 +106,17 @@ func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*
 	}
 	var ptrs []pointer.Pointer
 	var pls []*PointerLayer
-	seen := map[string]bool{}
+	seen := map[string]bool{}    // view directories
+	roots := map[string]string{} // targets, and their layout
 	for _, w := range o.Weights {
 		t, err := pointer.CleanTarget(w.Target)
 		if err != nil {
 			return nil, invalidManifest(w.Ref, err)
 		}
-		if seen[t] {
+		if layout, ok := roots[t]; ok && (layout != o.Layout || o.Layout == "") {
 			return nil, manifestError(w.Ref, "two artifacts at "+t)
 		}
-		seen[t] = true
+		roots[t] = o.Layout
 		wr, err := target.Sibling(w.Ref)
 		if err != nil {
 			return nil, err
@@ -124,8 +132,22 @@ func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*
 		if err != nil {
 			return nil, err
 		}
-		ptrs = append(ptrs, pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, ID: id, Target: t,
-			Files: len(plan.Files), Bytes: plan.TotalBytes(), Mode: o.Mode})
+		p := pointer.Pointer{Artifact: wr.Name() + "@" + mdigest, ID: id, Target: t,
+			Files: len(plan.Files), Bytes: plan.TotalBytes(), Mode: o.Mode, Layout: o.Layout, Repo: w.Repo}
+		if p.Layout != "" && p.Repo == "" {
+			if p.Repo = plan.Identity.Model.Repository; p.Repo == "" {
+				return nil, manifestError(w.Ref, "the artifact names no model repository: give its Hugging Face repo id (--repo ORG/NAME)")
+			}
+		}
+		if err := pointer.CheckLayout(p.Layout, p.Repo); err != nil {
+			return nil, invalidManifest(w.Ref, err)
+		}
+		v := pointer.ViewDir(p)
+		if seen[v] {
+			return nil, manifestError(w.Ref, "two artifacts at "+v)
+		}
+		seen[v] = true
+		ptrs = append(ptrs, p)
 	}
 	for i, p := range ptrs {
 		for _, n := range ptrs[i+1:] {
@@ -290,7 +312,7 @@ func ComposeImage(baseConfig []byte, baseLayers []ocispec.Descriptor, pls []*Poi
 		layers = append(layers, pl.Desc)
 		if keepHistory {
 			h, err := json.Marshal(ocispec.History{
-				CreatedBy: "weightsnap image build --weights " + pl.Pointer.Artifact + " --at " + pl.Pointer.Target,
+				CreatedBy: createdBy(pl.Pointer),
 				Comment:   "weightsnap pointer layer: " + pl.Pointer.ID.String(),
 			})
 			if err != nil {
@@ -328,6 +350,15 @@ func ComposeImage(baseConfig []byte, baseLayers []ocispec.Descriptor, pls []*Poi
 	}
 	img.ManifestDesc = descriptorOf(ocispec.MediaTypeImageManifest, img.Manifest)
 	return img, nil
+}
+
+// createdBy is a pointer layer's history entry: the build flags that make it.
+func createdBy(p pointer.Pointer) string {
+	s := "weightsnap image build --weights " + p.Artifact + " --at " + p.Target
+	if p.Layout != "" {
+		s += " --layout " + p.Layout + " --repo " + p.Repo
+	}
+	return s
 }
 
 var errNoCopy = errors.New("weightsnap copies no base blob through the client")

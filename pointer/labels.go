@@ -3,12 +3,14 @@ package pointer
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"oras.land/oras-go/v2/registry"
 )
 
@@ -47,6 +49,12 @@ func Labels(p Pointer) map[string]string {
 	if p.Mode != "" {
 		labels[LabelMode] = p.Mode
 	}
+	if p.Layout != "" {
+		labels[LabelLayout] = p.Layout
+	}
+	if p.Repo != "" {
+		labels[LabelRepo] = p.Repo
+	}
 	if len(p.Next) > 0 {
 		next := make([]string, len(p.Next))
 		for i, n := range p.Next {
@@ -74,7 +82,8 @@ func LabelBytes(labels map[string]string) int {
 // sha256:<64 lower-case hex>, the target is an absolute clean directory
 // (CleanTarget leaves it as it is), every LabelNext entry is such an
 // identity and reference, LabelMode is absent, ModeRequired or
-// ModePreferred, and the weightsnap labels together fit in
+// ModePreferred, LabelLayout and LabelRepo are both absent or LayoutHF and
+// a repo id (CheckLayout), and the weightsnap labels together fit in
 // containerd's limit for one label; anything else is errdefs.ErrInvalidArgument
 // naming the label.
 // Labels of other keys are ignored.
@@ -115,6 +124,24 @@ func ParseLabels(labels map[string]string) (p Pointer, ok bool, err error) {
 			return Pointer{}, true, labelError(LabelMode, m, "want %s or %s", ModeRequired, ModePreferred)
 		}
 		p.Mode = m
+	}
+	layout, hasLayout := labels[LabelLayout]
+	repo, hasRepo := labels[LabelRepo]
+	switch {
+	case hasLayout && layout != LayoutHF:
+		return Pointer{}, true, labelError(LabelLayout, layout, "want %s, or no label for the artifact's own files", LayoutHF)
+	case hasRepo && !hasLayout:
+		return Pointer{}, true, labelError(LabelRepo, repo, "a repo id without %s=%s", LabelLayout, LayoutHF)
+	case hasLayout && !hasRepo:
+		return Pointer{}, true, labelError(LabelRepo, "", "missing: layout %s needs the repo id", LayoutHF)
+	case hasLayout:
+		var re *hfcache.RepoError
+		if err := hfcache.ValidateRepo(repo); errors.As(err, &re) {
+			return Pointer{}, true, labelError(LabelRepo, repo, "not a hugging face repo id: %s", re.Why)
+		} else if err != nil {
+			return Pointer{}, true, labelError(LabelRepo, repo, "%v", err)
+		}
+		p.Layout, p.Repo = layout, repo
 	}
 	if next := labels[LabelNext]; next != "" {
 		for _, e := range strings.Split(next, ",") {

@@ -31,6 +31,17 @@ func TestParseLabels(t *testing.T) {
 		{"preferred", func(m map[string]string) { m[LabelMode] = ModePreferred }, true, ""},
 		{"mode unknown", func(m map[string]string) { m[LabelMode] = "sometimes" }, true, LabelMode},
 		{"mode empty", func(m map[string]string) { m[LabelMode] = "" }, true, LabelMode},
+		{"hf layout", func(m map[string]string) { m[LabelLayout] = LayoutHF; m[LabelRepo] = "meta-llama/Llama-3.1-8B" }, true, ""},
+		{"hf layout, repo without org", func(m map[string]string) { m[LabelLayout] = LayoutHF; m[LabelRepo] = "gpt2" }, true, ""},
+		{"layout unknown", func(m map[string]string) { m[LabelLayout] = "diffusers"; m[LabelRepo] = "a/b" }, true, LabelLayout},
+		{"layout upper case", func(m map[string]string) { m[LabelLayout] = "HF"; m[LabelRepo] = "a/b" }, true, LabelLayout},
+		{"layout empty", func(m map[string]string) { m[LabelLayout] = "" }, true, LabelLayout},
+		{"hf layout without repo", func(m map[string]string) { m[LabelLayout] = LayoutHF }, true, LabelRepo},
+		{"hf layout, empty repo", func(m map[string]string) { m[LabelLayout] = LayoutHF; m[LabelRepo] = "" }, true, LabelRepo},
+		{"repo without layout", func(m map[string]string) { m[LabelRepo] = "a/b" }, true, LabelRepo},
+		{"repo with two slashes", func(m map[string]string) { m[LabelLayout] = LayoutHF; m[LabelRepo] = "a/b/c" }, true, LabelRepo},
+		{"repo with dot-dot", func(m map[string]string) { m[LabelLayout] = LayoutHF; m[LabelRepo] = "../etc" }, true, LabelRepo},
+		{"repo with double dash", func(m map[string]string) { m[LabelLayout] = LayoutHF; m[LabelRepo] = "a--b/c" }, true, LabelRepo},
 		{"ordinary layer", func(m map[string]string) { clear(m); m["containerd.io/snapshot.ref"] = "x" }, false, ""},
 		{"relative target", func(m map[string]string) { m[LabelTarget] = "models/x" }, true, LabelTarget},
 		{"dot-dot target", func(m map[string]string) { m[LabelTarget] = "/models/../etc" }, true, LabelTarget},
@@ -70,7 +81,8 @@ func TestParseLabels(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ok && (p.Artifact != testPointer().Artifact || p.ID.String() != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode]) {
+				if ok && (p.Artifact != testPointer().Artifact || p.ID.String() != testIdentity || p.Target != "/models/llama" || p.Mode != m[LabelMode] ||
+					p.Layout != m[LabelLayout] || p.Repo != m[LabelRepo]) {
 					t.Fatalf("pointer %+v", p)
 				}
 				if next := m[LabelNext]; next != "" && len(p.Next) != strings.Count(next, ",")+1 {
@@ -129,6 +141,74 @@ func FuzzParseLabels(f *testing.F) {
 	})
 }
 
+// FuzzParseLayoutLabels: whatever the layout and repo labels, an accepted
+// pointer has no layout and no repo, or the hf layout and a repo id whose
+// view directory stays one folder inside its target.
+func FuzzParseLayoutLabels(f *testing.F) {
+	f.Add(LayoutHF, "meta-llama/Llama-3.1-8B", true, true)
+	f.Add(LayoutHF, "../../etc", true, true)
+	f.Add("files", "", true, false)
+	f.Add("", "a/b", false, true)
+	f.Add(LayoutHF, "a/b/c", true, true)
+	f.Fuzz(func(t *testing.T, layout, repo string, hasLayout, hasRepo bool) {
+		labels := testLabels()
+		if hasLayout {
+			labels[LabelLayout] = layout
+		}
+		if hasRepo {
+			labels[LabelRepo] = repo
+		}
+		p, ok, err := ParseLabels(labels)
+		if !ok {
+			t.Fatal("weight labels were taken for an ordinary layer")
+		}
+		if err != nil {
+			if !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("err %v is not invalid input", err)
+			}
+			return
+		}
+		switch p.Layout {
+		case "":
+			if hasLayout || hasRepo || p.Repo != "" || ViewDir(p) != p.Target {
+				t.Fatalf("accepted %+v from layout %q (%v) repo %q (%v)", p, layout, hasLayout, repo, hasRepo)
+			}
+		case LayoutHF:
+			dir, folder := filepath.Split(ViewDir(p))
+			if p.Repo != repo || dir != p.Target+"/" || !strings.HasPrefix(folder, "models--") || strings.Count(p.Repo, "/") > 1 {
+				t.Fatalf("accepted %+v: view %q", p, ViewDir(p))
+			}
+			if q, _, err := ParseLabels(Labels(p)); err != nil || q.Layout != p.Layout || q.Repo != p.Repo {
+				t.Fatalf("labels of %+v read back as %+v, %v", p, q, err)
+			}
+		default:
+			t.Fatalf("accepted layout %q", p.Layout)
+		}
+	})
+}
+
+// TestViewDir: an hf pointer's files sit in its repository folder, the
+// target being the cache root; any other pointer's in the target.
+func TestViewDir(t *testing.T) {
+	flat := testPointer()
+	hf := testPointer()
+	hf.Target, hf.Layout, hf.Repo = "/hub", LayoutHF, "meta-llama/Llama-3.1-8B"
+	for _, tc := range []struct {
+		p                  Pointer
+		view, file, notice string
+	}{
+		{flat, "/models/llama", "/models/llama/.weightsnap/pointers/" + strings.Repeat("1", 64) + ".json", "/models/llama/" + NoticeName},
+		{hf, "/hub/models--meta-llama--Llama-3.1-8B", "/hub/models--meta-llama--Llama-3.1-8B/.weightsnap/pointers/" + strings.Repeat("1", 64) + ".json", "/hub/models--meta-llama--Llama-3.1-8B/" + NoticeName},
+	} {
+		if v, f, n := ViewDir(tc.p), Path(tc.p), NoticePath(tc.p); v != tc.view || f != tc.file || n != tc.notice {
+			t.Errorf("%+v: view %s file %s notice %s", tc.p, v, f, n)
+		}
+	}
+	if n := string(Notice(hf)); !strings.Contains(n, "--layout hf --repo meta-llama/Llama-3.1-8B") || !strings.Contains(n, "HF_HUB_CACHE=/hub") {
+		t.Errorf("hf notice says nothing of the hub cache:\n%s", n)
+	}
+}
+
 func TestParseFile(t *testing.T) {
 	good, err := File(testPointer())
 	if err != nil {
@@ -137,6 +217,9 @@ func TestParseFile(t *testing.T) {
 	preferred := testPointer()
 	preferred.Mode = ModePreferred
 	withMode, _ := File(preferred)
+	hf := testPointer()
+	hf.Layout, hf.Repo = LayoutHF, "org/model"
+	withLayout, _ := File(hf)
 	for _, tc := range []struct {
 		name string
 		raw  string
@@ -144,6 +227,10 @@ func TestParseFile(t *testing.T) {
 	}{
 		{"good", string(good), true},
 		{"with a mode", string(withMode), true},
+		{"with the hf layout", string(withLayout), true},
+		{"unknown layout", strings.Replace(string(withLayout), `"layout":"hf"`, `"layout":"flat"`, 1), false},
+		{"bad repo", strings.Replace(string(withLayout), `"repo":"org/model"`, `"repo":"org/../model"`, 1), false},
+		{"repo without layout", strings.Replace(string(withLayout), `"layout":"hf",`, ``, 1), false},
 		{"unknown field", strings.Replace(string(good), `{"artifact"`, `{"extra":1,"artifact"`, 1), false},
 		{"two documents", string(good) + string(good), false},
 		{"schema 2", strings.Replace(string(good), `"schema":1`, `"schema":2`, 1), false},
@@ -174,12 +261,16 @@ func FuzzParseFile(f *testing.F) {
 	f.Add(good)
 	f.Add([]byte(`{"artifact":"h/r@sha256:` + zeros + `","identity":"sha256:` + zeros + `","schema":1,"target":"/a/../b"}`))
 	f.Add([]byte(`{"schema":1}`))
+	hf := testPointer()
+	hf.Layout, hf.Repo = LayoutHF, "org/model"
+	withLayout, _ := File(hf)
+	f.Add(withLayout)
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		p, err := ParseFile(raw)
 		if err != nil {
 			return
 		}
-		if q, _, err := ParseLabels(Labels(p)); err != nil || q.ID != p.ID || q.Target != p.Target {
+		if q, _, err := ParseLabels(Labels(p)); err != nil || q.ID != p.ID || q.Target != p.Target || q.Layout != p.Layout || q.Repo != p.Repo {
 			t.Fatalf("accepted %+v, which its labels refuse: %v", p, err)
 		}
 	})

@@ -9,7 +9,9 @@ import (
 	"path"
 	"strings"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"oras.land/oras-go/v2/registry"
 )
 
@@ -38,6 +40,14 @@ const (
 	// unpacks as it is and the weights come later); absent, the node's
 	// configured mode decides (Pointer.Mode).
 	LabelMode = "containerd.io/snapshot/weightsnap.mode"
+	// LabelLayout is how the artifact's files are laid out at the target:
+	// absent, as the artifact has them; LayoutHF, as a Hugging Face hub
+	// cache root holding the repository folder of LabelRepo
+	// (Pointer.Layout).
+	LabelLayout = "containerd.io/snapshot/weightsnap.layout"
+	// LabelRepo is the Hugging Face repo id (ORG/NAME) of LayoutHF, and
+	// only of it.
+	LabelRepo = "containerd.io/snapshot/weightsnap.repo"
 	// MaxLabelsBytes is containerd's limit on the labels of one snapshot.
 	MaxLabelsBytes = 4096
 )
@@ -47,6 +57,12 @@ const (
 	ModeRequired  = "required"
 	ModePreferred = "preferred"
 )
+
+// LayoutHF is the value of LabelLayout that lays an artifact out as a
+// Hugging Face hub cache (layout/hfcache): the target is the cache root
+// (HF_HUB_CACHE), holding models--ORG--NAME/ with the pointer file and the
+// notice inside it, so the root holds nothing but repository folders.
+const LayoutHF = "hf"
 
 // Pointer is the content of a pointer file, and what a pointer layer's
 // annotations carry: which artifact belongs at which directory.
@@ -67,6 +83,38 @@ type Pointer struct {
 	// leaves it to the node. It is in the file too, so images that differ
 	// only in it have different layers, and never share a snapshot.
 	Mode string `json:"mode,omitempty"`
+	// Layout is LabelLayout: "" for the artifact's own files at Target,
+	// LayoutHF for a hub cache at Target, of the repo id Repo (LabelRepo).
+	// Both are in the file too.
+	Layout string `json:"layout,omitempty"`
+	Repo   string `json:"repo,omitempty"`
+}
+
+// CheckLayout accepts a layout and repo id as a pointer carries them: no
+// layout and no repo, or LayoutHF and a repo id hfcache.ValidateRepo
+// accepts; anything else is errdefs.ErrInvalidArgument.
+func CheckLayout(layout, repo string) error {
+	switch layout {
+	case "":
+		if repo != "" {
+			return fmt.Errorf("repo id %q without layout %s: %w", repo, LayoutHF, errdefs.ErrInvalidArgument)
+		}
+		return nil
+	case LayoutHF:
+		return hfcache.ValidateRepo(repo)
+	}
+	return fmt.Errorf("layout %q: want %s or none: %w", layout, LayoutHF, errdefs.ErrInvalidArgument)
+}
+
+// ViewDir is the directory, inside the image, that holds what the pointer
+// layer holds besides its parents (the pointer file and the notice) and,
+// once mounted, the artifact: the target, or, for LayoutHF, the repository
+// folder in it (the target is the cache root).
+func ViewDir(p Pointer) string {
+	if p.Layout == LayoutHF {
+		return path.Join(p.Target, hfcache.Folder(p.Repo))
+	}
+	return p.Target
 }
 
 // CleanTarget validates a target directory: absolute, clean, not "/", and
@@ -90,9 +138,10 @@ func CleanTarget(target string) (string, error) {
 	return c, nil
 }
 
-// Path is the path, inside the image, of the pointer file of p.
+// Path is the path, inside the image, of the pointer file of p: in its
+// ViewDir.
 func Path(p Pointer) string {
-	return path.Join(p.Target, Dir, p.ID.Hex()+".json")
+	return path.Join(ViewDir(p), Dir, p.ID.Hex()+".json")
 }
 
 // File is the content of p's pointer file: canonical JSON and a newline.

@@ -156,21 +156,36 @@ func emptyDir(dir string) error {
 
 // HostMount resolves the artifact (the store, then the reference given or the
 // configured sources), takes its lease, and bind-mounts a read-only view of
-// it on req.Dir (created if missing). A mount point that holds a host mount
+// it on req.Dir (created if missing); with layout "hf", req.Dir is a
+// Hugging Face cache root and the view, a repository folder, is mounted on
+// req.Dir/models--ORG--NAME. A mount point that holds a host mount
 // already is refused.
 func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*control.HostMountInfo, error) {
 	if req.ID.IsZero() {
 		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
 	}
+	if err := pointer.CheckLayout(req.Layout, req.Repo); err != nil {
+		return nil, err
+	}
 	dir, err := m.mountPoint(req.Dir, true)
 	if err != nil {
 		return nil, err
 	}
-	ptr := pointer.Pointer{Artifact: req.Artifact, ID: req.ID, Target: dir}
+	ptr := pointer.Pointer{Artifact: req.Artifact, ID: req.ID, Target: dir, Layout: req.Layout, Repo: req.Repo}
 	if req.Artifact != "" {
-		if ptr, _, err = pointer.ParseLabels(map[string]string{pointer.LabelArtifact: req.Artifact,
-			pointer.LabelIdentity: req.ID.String(), pointer.LabelTarget: dir}); err != nil {
+		if ptr, _, err = pointer.ParseLabels(pointer.Labels(ptr)); err != nil {
 			return nil, err
+		}
+	}
+	if ptr.Layout != "" {
+		// A cache root holds repository folders, each a mount point of its
+		// own: several artifacts share one root (one HF_HUB_CACHE).
+		folder := pointer.ViewDir(ptr)
+		if dir, err = m.mountPoint(folder, true); err != nil {
+			return nil, err
+		}
+		if dir != folder {
+			return nil, fmt.Errorf("repository folder %s is a symbolic link (to %s): %w", folder, dir, errdefs.ErrInvalidArgument)
 		}
 	}
 	s := m.s
@@ -198,7 +213,8 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	defer s.leases.release(h)
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
-	mi := control.HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true}
+	mi := control.HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true,
+		Layout: ptr.Layout, Repo: ptr.Repo}
 	if err := m.make(home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
@@ -260,7 +276,8 @@ func (m *HostMounts) Unmount(ctx context.Context, dir string) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if _, ok := m.s.holders.mount(dir); !ok {
+	mi, ok := m.s.holders.mount(dir)
+	if !ok {
 		return fmt.Errorf("%s is not a weightsnap host mount: %w", dir, errdefs.ErrNotFound)
 	}
 	home := m.home(dir)
@@ -283,6 +300,13 @@ func (m *HostMounts) Unmount(ctx context.Context, dir string) error {
 	}
 	if err := os.RemoveAll(home); err != nil {
 		log.G(ctx).WithError(err).WithField("record", home).Warn("remove an unmounted view")
+	}
+	if mi.Layout != "" {
+		// The repository folder the mount made: left empty in the cache
+		// root, a hub reader would take it for a broken repository.
+		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+			log.G(ctx).WithError(err).WithField("dir", dir).Warn("remove an unmounted repository folder")
+		}
 	}
 	m.s.leases.forget(ctx, mountHolderPrefix+dir) // its record, repair and lease
 	log.G(ctx).WithField("dir", dir).Info("host mount undone")

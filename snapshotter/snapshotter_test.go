@@ -167,6 +167,11 @@ func TestBadLabels(t *testing.T) {
 		{"tag instead of digest", pointer.LabelArtifact, func(m map[string]string) { m[pointer.LabelArtifact] = "reg.example/models/m:latest" }},
 		{"identity not sha256", pointer.LabelIdentity, func(m map[string]string) { m[pointer.LabelIdentity] = "md5:" + strings.Repeat("a", 32) }},
 		{"oversized", "weightsnap.*", func(m map[string]string) { m[pointer.LabelTarget] = "/" + strings.Repeat("x", 4100) }},
+		{"unknown layout", pointer.LabelLayout, func(m map[string]string) { m[pointer.LabelLayout] = "flat"; m[pointer.LabelRepo] = "org/m" }},
+		{"hf layout, repo leaves", pointer.LabelRepo, func(m map[string]string) {
+			m[pointer.LabelLayout] = pointer.LayoutHF
+			m[pointer.LabelRepo] = "../../etc"
+		}},
 		{"no chain ID", snapshots.LabelSnapshotRef, func(m map[string]string) { delete(m, snapshots.LabelSnapshotRef) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

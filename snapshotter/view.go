@@ -15,6 +15,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
@@ -69,11 +70,16 @@ func committedDir(ctx context.Context, sn snapshots.Snapshotter, name string) (s
 	return "", fmt.Errorf("no snapshot directory in the mounts of a view of %s %v: %w", name, mounts, errdefs.ErrNotImplemented)
 }
 
-// buildView puts the artifact in the directory root (created as needed):
-// every payload file a hardlink to the store's inode (the very file the
-// lease validated and holds open), and the pointer file the pointer layer
-// holds, at .weightsnap/pointers/, with the artifact's file count and size;
-// the layer's notice file (pointer.NoticeName) is not there.
+// buildView puts the artifact in the directory root (created as needed),
+// the pointer's view directory (pointer.ViewDir): its files as the artifact
+// has them, or, for pointer.LayoutHF, as a Hugging Face cache repository
+// folder (layout/hfcache: blobs/ of the store's inodes, snapshots/ of
+// relative links into them, refs/main) of the pointer's repo id and the
+// artifact's revision. Every payload file is a hardlink to the store's
+// inode (the very file the lease validated and holds open), and the pointer
+// file the pointer layer holds is at .weightsnap/pointers/, with the
+// artifact's file count and size; the layer's notice file
+// (pointer.NoticeName) is not there.
 // Directories are 0755; files keep the store's read-only mode and owner.
 // It is idempotent: a file that is already the store's inode stays, anything
 // else at a file's path is replaced, so it also fills a directory where the
@@ -84,30 +90,30 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 	if err := os.Remove(filepath.Join(root, pointer.NoticeName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("view: remove %s: %w", pointer.NoticeName, err)
 	}
-	for _, f := range l.Files() {
-		dst := filepath.Join(root, f.Path) // store paths are validated relative paths
-		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
-			return fmt.Errorf("view of %s: %w", f.Path, err)
+	files := l.Files()
+	switch ptr.Layout {
+	case "":
+		for _, f := range files {
+			if err := linkStoreFile(filepath.Join(root, f.Path), f); err != nil { // store paths are validated relative paths
+				return fmt.Errorf("view of %s: %w", f.Path, err)
+			}
 		}
-		var have, want unix.Stat_t
-		if unix.Lstat(dst, &have) == nil && unix.Fstat(int(f.File.Fd()), &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
-			continue
+	case pointer.LayoutHF:
+		hf := make([]hfcache.File, len(files))
+		for i, f := range files {
+			hf[i] = hfcache.File{Path: f.Path, SHA256: f.Entry.SHA256}
 		}
-		// Link the open file itself (through its /proc fd), not its path: the
-		// view gets exactly the inode the lease validated. A temporary name,
-		// then a rename, replaces whatever was there.
-		src := "/proc/self/fd/" + strconv.Itoa(int(f.File.Fd()))
-		tmp := dst + ".weightsnap-link"
-		os.Remove(tmp)
-		if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, tmp, unix.AT_SYMLINK_FOLLOW); err != nil {
-			return fmt.Errorf("view of %s: link the store's file: %w", f.Path, err)
+		tree, err := hfcache.New(ptr.Repo, l.Identity().Model.Revision, hf)
+		if err != nil {
+			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
-		if err := os.Rename(tmp, dst); err != nil {
-			os.Remove(tmp)
-			return fmt.Errorf("view of %s: %w", f.Path, err)
+		if err := tree.Write(root, func(dst string, i int) error { return linkStoreFile(dst, files[i]) }); err != nil {
+			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
+	default: // pointers are parsed with pointer.CheckLayout
+		return fmt.Errorf("view of %s: layout %q: %w", l.ID, ptr.Layout, errdefs.ErrInvalidArgument)
 	}
-	ptr.Files, ptr.Bytes = len(l.Files()), l.Index.TotalBytes()
+	ptr.Files, ptr.Bytes = len(files), l.Index.TotalBytes()
 	body, err := pointer.File(ptr)
 	if err != nil {
 		return err
@@ -118,6 +124,32 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 	}
 	if err := artifact.WriteFileAtomic(pf, body, 0o444, artifact.Volatile); err != nil {
 		return fmt.Errorf("view: pointer file: %w", err)
+	}
+	return nil
+}
+
+// linkStoreFile makes dst (its directory created as needed) a hardlink to
+// the lease's open file f, keeping one that is that inode already.
+func linkStoreFile(dst string, f *store.LeaseFile) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+		return err
+	}
+	var have, want unix.Stat_t
+	if unix.Lstat(dst, &have) == nil && unix.Fstat(int(f.File.Fd()), &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
+		return nil
+	}
+	// Link the open file itself (through its /proc fd), not its path: the
+	// view gets exactly the inode the lease validated. A temporary name,
+	// then a rename, replaces whatever was there.
+	src := "/proc/self/fd/" + strconv.Itoa(int(f.File.Fd()))
+	tmp := dst + ".weightsnap-link"
+	os.Remove(tmp)
+	if err := unix.Linkat(unix.AT_FDCWD, src, unix.AT_FDCWD, tmp, unix.AT_SYMLINK_FOLLOW); err != nil {
+		return fmt.Errorf("link the store's file: %w", err)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		os.Remove(tmp)
+		return err
 	}
 	return nil
 }

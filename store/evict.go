@@ -34,6 +34,7 @@ const (
 	EvictCapacity  = "capacity"  // a build needed the room
 	EvictWatermark = "watermark" // the filesystem was past the high watermark
 	EvictManual    = "manual"    // weightsnap gc --evict
+	EvictUnneeded  = "unneeded"  // the kubelet removed the last image that needs it, the filesystem past the low watermark
 )
 
 func (p Policy) validateEviction() error {
@@ -84,7 +85,7 @@ type Evicted struct {
 // EvictRequest says how much room to make.
 type EvictRequest struct {
 	Need   int64       // bytes to free
-	Reason string      // EvictCapacity, EvictWatermark, EvictManual
+	Reason string      // EvictCapacity, EvictWatermark, EvictManual, EvictUnneeded
 	DryRun bool        // plan only: say what would go
 	Except artifact.ID // never this one (the build making room)
 	// Partial evicts what it can when the candidates cannot free Need
@@ -322,8 +323,23 @@ func (d *Domain) Demote(id artifact.ID) error {
 // policy's high watermark, down to its low watermark (as the kubelet's
 // image garbage collection does). It reports nil when nothing was needed.
 func (d *Domain) EvictToWatermark(ctx context.Context) (*EvictReport, error) {
+	return d.evictPast(ctx, d.policy.HighWatermarkPercent, EvictWatermark)
+}
+
+// EvictUnneeded evicts, when the store's filesystem is fuller than the
+// policy's low watermark, down to it: called once the kubelet removed the
+// last image that needs an artifact (Demote made it the first candidate),
+// which the kubelet does to get that space back. It reports nil when
+// nothing was needed.
+func (d *Domain) EvictUnneeded(ctx context.Context) (*EvictReport, error) {
+	return d.evictPast(ctx, d.policy.LowWatermarkPercent, EvictUnneeded)
+}
+
+// evictPast evicts, when the store's filesystem is fuller than percent
+// (0: never), down to the low watermark.
+func (d *Domain) evictPast(ctx context.Context, percent int, reason string) (*EvictReport, error) {
 	p := d.policy
-	if !p.evicts() || p.HighWatermarkPercent == 0 {
+	if !p.evicts() || percent == 0 {
 		return nil, nil
 	}
 	total, free, err := d.fsSpace()
@@ -331,10 +347,10 @@ func (d *Domain) EvictToWatermark(ctx context.Context) (*EvictReport, error) {
 		return nil, err
 	}
 	used := total - free
-	if used*100 <= total*int64(p.HighWatermarkPercent) {
+	if used*100 <= total*int64(percent) {
 		return nil, nil
 	}
-	return d.Evict(ctx, EvictRequest{Need: used - total*int64(p.LowWatermarkPercent)/100, Reason: EvictWatermark, Partial: true})
+	return d.Evict(ctx, EvictRequest{Need: used - total*int64(p.LowWatermarkPercent)/100, Reason: reason, Partial: true})
 }
 
 // EvictTo evicts until the store holds at most target bytes (each inode

@@ -3,6 +3,7 @@ package producers
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -15,6 +16,12 @@ func TestChoose(t *testing.T) {
 	split := &artifact.Identity{Producer: artifact.ProducerRef{Name: TPSplitName}, Layout: artifact.Layout{TPSize: 4, TPRank: 3},
 		Representation: artifact.Representation{DType: "F16"}}
 	unknown := &artifact.Identity{Producer: artifact.ProducerRef{Name: "oci-pull"}}
+	vllm := &artifact.Identity{Producer: VLLMShardedRef(), Layout: artifact.Layout{Name: VLLMLayoutName(1 << 20), TPSize: 4, TPRank: 3},
+		Representation: artifact.Representation{DType: "F16"}}
+	// A spec named like the vLLM layout is still a spec: its layout name
+	// ends in the spec's fingerprint, not in a part size.
+	specNamedVLLM := &artifact.Identity{Producer: TPSplitRef(), Layout: artifact.Layout{Name: LayoutVLLMSharded + "+" + strings.Repeat("ab", 32), TPSize: 4, TPRank: 3},
+		Representation: artifact.Representation{DType: "F16"}}
 	for _, tc := range []struct {
 		name string
 		c    Choice
@@ -29,6 +36,14 @@ func TestChoose(t *testing.T) {
 		{"split without spec", Choice{TPSize: 2}, nil, "", true},
 		{"the identity's producer", Choice{LayoutSpec: spec}, split, TPSplitName, false},
 		{"an identity no local producer makes", Choice{}, unknown, "", false},
+		{"vllm layout", Choice{TPSize: 4, TPRank: 3, DType: "F16", Layout: LayoutVLLMSharded, MaxPartSize: 1 << 20}, nil, TPSplitName, false},
+		{"vllm layout without tp size is tp 1", Choice{Layout: LayoutVLLMSharded}, nil, TPSplitName, false},
+		{"vllm layout with a spec", Choice{TPSize: 2, Layout: LayoutVLLMSharded, LayoutSpec: spec}, nil, "", true},
+		{"unknown layout", Choice{TPSize: 2, Layout: "megatron", LayoutSpec: spec}, nil, "", true},
+		{"part size without the vllm layout", Choice{TPSize: 2, LayoutSpec: spec, MaxPartSize: 10}, nil, "", true},
+		{"negative part size", Choice{TPSize: 2, Layout: LayoutVLLMSharded, MaxPartSize: -1}, nil, "", true},
+		{"the identity's vllm layout", Choice{}, vllm, TPSplitName, false},
+		{"a spec named like the vllm layout", Choice{LayoutSpec: spec}, specNamedVLLM, TPSplitName, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r, err := Choose(tc.c, tc.id)
@@ -41,8 +56,16 @@ func TestChoose(t *testing.T) {
 			if err != nil || (r == nil) != (tc.want == "") || (r != nil && r.Name() != tc.want) {
 				t.Fatalf("%v %v, want %s", r, err, tc.want)
 			}
-			if s, ok := r.(*TPSplit); ok && tc.id != nil && (s.Size != 4 || s.Rank != 3 || s.DType != "F16") {
+			s, ok := r.(*TPSplit)
+			if ok && tc.id != nil && (s.Size != 4 || s.Rank != 3 || s.DType != "F16") {
 				t.Fatalf("split from the identity: %+v", s)
+			}
+			wantVLLM := tc.c.Layout == LayoutVLLMSharded || tc.id == vllm
+			if ok && (wantVLLM != (s.Layout == LayoutVLLMSharded) || wantVLLM != (s.Spec == nil) || (wantVLLM && s.Size < 1)) {
+				t.Fatalf("layout: %+v", s)
+			}
+			if ok && wantVLLM && tc.id == vllm && s.MaxPartSize != 1<<20 {
+				t.Fatalf("part size from the identity: %d", s.MaxPartSize)
 			}
 		})
 	}

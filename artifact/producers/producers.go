@@ -100,6 +100,8 @@ func model(src *artifact.SourceDir, t Target) artifact.Model {
 var (
 	_ Local                     = Passthrough{}
 	_ Local                     = (*TPSplit)(nil)
+	_ SourceCounter             = (*vllmSharded)(nil)
+	_ artifact.ProgressReporter = (*vllmSharded)(nil)
 	_ Local                     = (*Cast)(nil)
 	_ SourceCounter             = (*transform)(nil)
 	_ artifact.ProgressReporter = (*transform)(nil)

@@ -33,12 +33,31 @@ func TPSplitRef() artifact.ProducerRef { return RefOf(TPSplitName, tpSplitVersio
 // fingerprint (tpsplit.Spec.Fingerprint), so two specs that differ in any
 // rule make different artifacts, while formatting and comments in the spec
 // file do not. The representation is DType, or "source" when DType is empty.
+//
+// With Layout LayoutVLLMSharded it writes vLLM's sharded-state layout
+// instead (see vllm.go): no Spec, the rules are vLLM's for the checkpoint's
+// architecture, and the identity's layout name is VLLMLayoutName(MaxPartSize).
 type TPSplit struct {
 	Spec  *tpsplit.Spec
 	Size  int
 	Rank  int
 	DType string // "" or "source": keep each tensor's dtype; else F32, F16 or BF16
+	// Layout is LayoutWeightsnap ("" too) or LayoutVLLMSharded.
+	Layout string
+	// MaxPartSize is the vLLM layout's part file bound in bytes; 0 means
+	// tpsplit.VLLMDefaultMaxPartSize.
+	MaxPartSize int64
 }
+
+// Layouts of the tp-split producer.
+const (
+	// LayoutWeightsnap is ours: each source shard rewritten under its own
+	// name, split by a layout spec.
+	LayoutWeightsnap = "weightsnap"
+	// LayoutVLLMSharded is vLLM's sharded-state layout
+	// (model-rank-{rank}-part-{part}.safetensors, vLLM's parameter names).
+	LayoutVLLMSharded = "vllm-sharded"
+)
 
 // LayoutName is the layout name of a tp-split identity: "<spec name>+<hex of
 // the spec fingerprint>".
@@ -58,12 +77,27 @@ func (p *TPSplit) Name() string { return TPSplitName }
 func (p *TPSplit) Phase() Phase { return PreLoadSafe }
 
 // Ref implements Local.
-func (p *TPSplit) Ref() artifact.ProducerRef { return TPSplitRef() }
+func (p *TPSplit) Ref() artifact.ProducerRef {
+	if p.vllm() {
+		return VLLMShardedRef()
+	}
+	return TPSplitRef()
+}
+
+func (p *TPSplit) vllm() bool { return p.Layout == LayoutVLLMSharded }
 
 func (p *TPSplit) check() error {
 	switch {
-	case p.Spec == nil:
+	case p.Layout != "" && p.Layout != LayoutWeightsnap && !p.vllm():
+		return fmt.Errorf("tp-split: layout %q: want %q or %q: %w", p.Layout, LayoutWeightsnap, LayoutVLLMSharded, errdefs.ErrInvalidArgument)
+	case p.vllm() && p.Spec != nil:
+		return fmt.Errorf("tp-split: a layout spec does not apply to the %s layout (its rules are vLLM's): %w", LayoutVLLMSharded, errdefs.ErrInvalidArgument)
+	case !p.vllm() && p.Spec == nil:
 		return fmt.Errorf("tp-split: no layout spec: %w", errdefs.ErrInvalidArgument)
+	case !p.vllm() && p.MaxPartSize != 0:
+		return fmt.Errorf("tp-split: a max part size applies only to the %s layout: %w", LayoutVLLMSharded, errdefs.ErrInvalidArgument)
+	case p.MaxPartSize < 0:
+		return fmt.Errorf("tp-split: max part size %d is negative: %w", p.MaxPartSize, errdefs.ErrInvalidArgument)
 	case p.Size < 1 || p.Rank < 0 || p.Rank >= p.Size:
 		return fmt.Errorf("tp-split: rank %d of tp size %d: %w", p.Rank, p.Size, errdefs.ErrInvalidArgument)
 	}
@@ -75,8 +109,15 @@ func (p *TPSplit) Identity(src *artifact.SourceDir, t Target) (artifact.Identity
 	if err := p.check(); err != nil {
 		return artifact.Identity{}, err
 	}
-	name, err := LayoutName(p.Spec)
-	if err != nil {
+	var name string
+	var err error
+	if p.vllm() {
+		// Refuse what vLLM's rules do not cover before anything is built.
+		if _, err = readLlamaConfig(src, p.Size); err != nil {
+			return artifact.Identity{}, err
+		}
+		name = VLLMLayoutName(p.maxPartSize())
+	} else if name, err = LayoutName(p.Spec); err != nil {
 		return artifact.Identity{}, err
 	}
 	dt := p.DType
@@ -98,6 +139,9 @@ func (p *TPSplit) Identity(src *artifact.SourceDir, t Target) (artifact.Identity
 func (p *TPSplit) Producer(src *artifact.SourceDir) (artifact.Producer, error) {
 	if err := p.check(); err != nil {
 		return nil, err
+	}
+	if p.vllm() {
+		return &vllmSharded{split: p, src: src}, nil
 	}
 	return &transform{name: TPSplitName, src: src, tensor: p.plan}, nil
 }

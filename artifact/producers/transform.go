@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -205,41 +206,47 @@ func (t *transform) writeShard(ctx context.Context, w artifact.Writer, sp *shard
 	}
 	win := &window{buf: make([]byte, windowSize), read: &t.read}
 	for _, tp := range sp.tensors {
-		base := sp.srcData + tp.src.Begin
-		win.reset(f.File, base, tp.src.End-tp.src.Begin)
-		e.from, e.to = tp.from, tp.to
-		err := tp.walk(func(s segment) error {
-			switch {
-			case s.zero:
-				return e.zeros(s.n)
-			case tp.from == "" && s.n >= directMin:
-				return e.readDirect(f.File, base+s.off, s.n, &t.read)
-			case tp.from == "":
-				b, err := win.slice(s.off, s.n)
-				if err != nil {
-					return err
-				}
-				return e.write(b)
-			}
-			for off, left := s.off, s.n; left > 0; {
-				c := min(left, int64(windowSize))
-				b, err := win.slice(off, c)
-				if err != nil {
-					return err
-				}
-				if err := e.convert(b); err != nil {
-					return err
-				}
-				off += c
-				left -= c
-			}
-			return nil
-		})
-		if err != nil {
+		if err := emitTensor(e, win, f.File, sp.srcData+tp.src.Begin, tp, &t.read); err != nil {
 			return fmt.Errorf("tensor %q: %w", tp.src.Name, err)
 		}
 	}
 	return nil
+}
+
+// emitTensor appends the output of one tensor plan to e: its segments of
+// the source tensor whose data starts at file offset base in f (read
+// straight into the buffers when long, through win otherwise), its zero
+// padding, converted when the plan casts.
+func emitTensor(e *emitter, win *window, f *os.File, base int64, tp *tensorPlan, read *atomic.Int64) error {
+	win.reset(f, base, tp.src.End-tp.src.Begin)
+	e.from, e.to = tp.from, tp.to
+	return tp.walk(func(s segment) error {
+		switch {
+		case s.zero:
+			return e.zeros(s.n)
+		case tp.from == "" && s.n >= directMin:
+			return e.readDirect(f, base+s.off, s.n, read)
+		case tp.from == "":
+			b, err := win.slice(s.off, s.n)
+			if err != nil {
+				return err
+			}
+			return e.write(b)
+		}
+		for off, left := s.off, s.n; left > 0; {
+			c := min(left, int64(windowSize))
+			b, err := win.slice(off, c)
+			if err != nil {
+				return err
+			}
+			if err := e.convert(b); err != nil {
+				return err
+			}
+			off += c
+			left -= c
+		}
+		return nil
+	})
 }
 
 // copyFile copies a file verbatim (artifact.CopyVerbatim), counting the bytes read.

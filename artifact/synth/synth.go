@@ -22,6 +22,13 @@ type Options struct {
 	Shards int    // number of safetensors shards
 	DType  string // a byte-sized safetensors dtype, e.g. BF16
 	Seed   uint64
+	// Heads, KVHeads and Vocab override the attention heads (default
+	// hidden/64, at least 1), the key/value heads (default: Heads; config.json
+	// gains num_key_value_heads when set) and the vocabulary (default 8 *
+	// hidden); Tied drops lm_head.weight and sets tie_word_embeddings. The
+	// defaults write the same bytes as before these options.
+	Heads, KVHeads, Vocab int
+	Tied                  bool
 	// Progress, if set, is told of every chunk of bytes written.
 	Progress func(n int64)
 }
@@ -29,6 +36,7 @@ type Options struct {
 // Model is the plan of a synthetic model.
 type Model struct {
 	Hidden, Intermediate, Vocab, Layers int
+	Heads, KVHeads                      int
 	Shards                              [][]artifact.TensorSpec
 }
 
@@ -48,7 +56,22 @@ func Plan(opts Options) (*Model, error) {
 			h = c
 		}
 	}
-	m := &Model{Hidden: int(h), Intermediate: int(h * 4), Vocab: int(h * 8)}
+	m := &Model{Hidden: int(h), Intermediate: int(h * 4), Vocab: int(h * 8), Heads: max(int(h)/64, 1)}
+	if opts.Heads > 0 {
+		m.Heads = opts.Heads
+	}
+	m.KVHeads = m.Heads
+	if opts.KVHeads > 0 {
+		m.KVHeads = opts.KVHeads
+	}
+	if opts.Vocab > 0 {
+		m.Vocab = opts.Vocab
+	}
+	if opts.Heads < 0 || opts.KVHeads < 0 || opts.Vocab < 0 || int(h)%m.Heads != 0 || m.Heads%m.KVHeads != 0 {
+		return nil, fmt.Errorf("synth: %d heads and %d key/value heads for hidden size %d: want heads dividing it and key/value heads dividing heads: %w",
+			m.Heads, m.KVHeads, h, errdefs.ErrInvalidArgument)
+	}
+	kv := h / int64(m.Heads) * int64(m.KVHeads)
 	var specs []artifact.TensorSpec
 	add := func(name string, shape ...int64) int64 {
 		specs = append(specs, artifact.TensorSpec{Name: name, DType: opts.DType, Shape: shape})
@@ -59,14 +82,17 @@ func Plan(opts Options) (*Model, error) {
 		return n
 	}
 	total := add("model.embed_tokens.weight", int64(m.Vocab), h)
-	total += add("lm_head.weight", int64(m.Vocab), h)
+	if !opts.Tied {
+		total += add("lm_head.weight", int64(m.Vocab), h)
+	}
 	total += add("model.norm.weight", h)
 	inter := int64(m.Intermediate)
 	for total < opts.Size {
 		p := fmt.Sprintf("model.layers.%d.", m.Layers)
-		for _, n := range []string{"q_proj", "k_proj", "v_proj", "o_proj"} {
-			total += add(p+"self_attn."+n+".weight", h, h)
-		}
+		total += add(p+"self_attn.q_proj.weight", h, h)
+		total += add(p+"self_attn.k_proj.weight", kv, h)
+		total += add(p+"self_attn.v_proj.weight", kv, h)
+		total += add(p+"self_attn.o_proj.weight", h, h)
 		total += add(p+"mlp.gate_proj.weight", inter, h)
 		total += add(p+"mlp.up_proj.weight", inter, h)
 		total += add(p+"mlp.down_proj.weight", h, inter)
@@ -115,7 +141,13 @@ func Write(ctx context.Context, dir string, opts Options) error {
 	cfg := map[string]any{
 		"architectures": []string{"LlamaForCausalLM"}, "model_type": "llama",
 		"hidden_size": m.Hidden, "intermediate_size": m.Intermediate, "num_hidden_layers": m.Layers,
-		"num_attention_heads": max(m.Hidden/64, 1), "vocab_size": m.Vocab, "torch_dtype": opts.DType,
+		"num_attention_heads": m.Heads, "vocab_size": m.Vocab, "torch_dtype": opts.DType,
+	}
+	if opts.KVHeads > 0 {
+		cfg["num_key_value_heads"] = m.KVHeads
+	}
+	if opts.Tied {
+		cfg["tie_word_embeddings"] = true
 	}
 	if err := writeJSON(filepath.Join(dir, "config.json"), cfg); err != nil {
 		return err

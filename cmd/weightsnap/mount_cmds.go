@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/snapshotter/control"
 )
 
@@ -25,9 +26,9 @@ func (a *app) control() (*control.Client, error) {
 
 func newMountCmd(a *app) *cobra.Command {
 	var rf remoteFlags
-	var platform string
+	var platform, layout, repo string
 	cmd := &cobra.Command{
-		Use:   "mount [ARTIFACT DIR]",
+		Use:   "mount [--layout hf [--repo ORG/NAME]] [ARTIFACT DIR]",
 		Short: "Mount an artifact read-only on a host directory, leased by weightsnapd until umount; without arguments, list the mounts",
 		Long: `Mount an artifact read-only on DIR (created if missing) for containers and
 pods that take weights from a host path:
@@ -39,7 +40,17 @@ ARTIFACT is an artifact of the store (digest or unique prefix), or a registry
 reference to a weightsnap artifact, which weightsnapd resolves (pulls into the
 store) when the store lacks it. weightsnapd makes the mount and holds the
 artifact's lease until 'weightsnap umount DIR' (weightsnap rm refuses it
-meanwhile), also across its own restarts.`,
+meanwhile), also across its own restarts.
+
+With --layout hf, DIR is a Hugging Face hub cache root and the artifact is
+mounted on DIR/models--ORG--NAME as the hub lays a repository out
+(refs/main, snapshots/REVISION/, blobs/); several artifacts share one DIR:
+
+  weightsnap mount --layout hf 7a1b70 /srv/hub
+  nerdctl run -v /srv/hub:/hub:ro -e HF_HUB_CACHE=/hub -e HF_HUB_OFFLINE=1 IMAGE ...
+
+ORG/NAME is the artifact's model repository, or --repo; undo it with
+'weightsnap umount DIR/models--ORG--NAME'.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 && len(args) != 2 {
 				return fmt.Errorf("mount takes an artifact and a directory, or nothing: %w", errdefs.ErrInvalidArgument)
@@ -67,7 +78,11 @@ meanwhile), also across its own restarts.`,
 				}
 				return tw.Flush()
 			}
-			req, err := a.mountRequest(ctx, &rf, platform, args[0], args[1])
+			req, id, err := a.mountRequest(ctx, &rf, platform, args[0], args[1])
+			if err != nil {
+				return err
+			}
+			revision, err := a.withLayout(ctx, &req, id, layout, repo)
 			if err != nil {
 				return err
 			}
@@ -75,47 +90,83 @@ meanwhile), also across its own restarts.`,
 			if err != nil {
 				return err
 			}
-			return a.printResult(mi, fmt.Sprintf("%s: %s (read-only)", mi.Dir, mi.ID))
+			text := fmt.Sprintf("%s: %s (read-only)", mi.Dir, mi.ID)
+			if mi.Layout != "" {
+				text = fmt.Sprintf("%s: %s (read-only), %s at revision %s in the Hugging Face cache HF_HUB_CACHE=%s", mi.Dir, mi.ID, mi.Repo, revision, req.Dir)
+			}
+			return a.printResult(mi, text)
 		},
 	}
 	rf.register(cmd.Flags())
 	cmd.Flags().StringVar(&platform, "platform", oci.HostPlatform(), "platform picked from a multi-platform reference")
+	cmd.Flags().StringVar(&layout, "layout", "", `"hf": DIR is a Hugging Face hub cache root, the artifact its repository folder models--ORG--NAME; "" for the artifact's own files`)
+	cmd.Flags().StringVar(&repo, "repo", "", "Hugging Face repo id ORG/NAME of --layout hf (default: the artifact's model repository)")
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
 	return cmd
 }
 
+// withLayout sets a mount request's layout and repo id: with layout hf,
+// the repo id given, else the artifact's model repository (id, or the
+// store's identity of a store artifact when id is nil), checked as the
+// daemon will. It returns the identity's revision ("" with no layout).
+func (a *app) withLayout(ctx context.Context, req *control.HostMountRequest, id *artifact.Identity, layout, repo string) (string, error) {
+	req.Layout, req.Repo = layout, repo
+	if layout == "" {
+		return "", pointer.CheckLayout(layout, repo)
+	}
+	if id == nil {
+		d, err := a.domain(ctx)
+		if err != nil {
+			return "", err
+		}
+		info, err := d.InspectArtifact(ctx, req.ID)
+		if err != nil {
+			return "", err
+		}
+		if id = info.Identity; id == nil {
+			return "", fmt.Errorf("artifact %s: no identity to lay out (%s): %w", req.ID, info.State, errdefs.ErrFailedPrecondition)
+		}
+	}
+	if req.Repo == "" {
+		if req.Repo = id.Model.Repository; req.Repo == "" {
+			return "", fmt.Errorf("artifact %s names no model repository: give its Hugging Face repo id with --repo ORG/NAME: %w", req.ID, errdefs.ErrInvalidArgument)
+		}
+	}
+	return id.Model.Revision, pointer.CheckLayout(req.Layout, req.Repo)
+}
+
 // mountRequest turns the mount command's arguments into a request: the
 // identity of a store artifact, or of a registry artifact with its
-// digest-pinned reference.
-func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (control.HostMountRequest, error) {
+// digest-pinned reference, and then the registry's identity document.
+func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, dir string) (control.HostMountRequest, *artifact.Identity, error) {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
-		return control.HostMountRequest{}, err
+		return control.HostMountRequest{}, nil, err
 	}
 	req := control.HostMountRequest{Dir: abs}
 	if !isRemoteRef(ref) {
 		d, err := a.domain(ctx)
 		if err != nil {
-			return req, err
+			return req, nil, err
 		}
 		req.ID, err = d.ExpandID(ref)
-		return req, err
+		return req, nil, err
 	}
 	r, err := a.openRemote(ctx, rf, ref, 4)
 	if err != nil {
-		return req, err
+		return req, nil, err
 	}
 	info, err := oci.InspectRemote(ctx, r, oci.InspectOptions{Platform: platform, Registries: a.cfg.Resolve.AllowedRegistries()})
 	if err != nil {
-		return req, err
+		return req, nil, err
 	}
 	if info.Kind != "weightsnap-artifact" || info.ID.IsZero() {
-		return req, fmt.Errorf("%s is a %s, not a weightsnap artifact (import a foreign artifact with weightsnap pull --revision; mount a weight image's artifacts by their own references): %w",
+		return req, nil, fmt.Errorf("%s is a %s, not a weightsnap artifact (import a foreign artifact with weightsnap pull --revision; mount a weight image's artifacts by their own references): %w",
 			ref, info.Kind, errdefs.ErrInvalidArgument)
 	}
 	req.Artifact = r.Name() + "@" + info.Manifest
 	req.ID = info.ID
-	return req, nil
+	return req, info.Identity, nil
 }
 
 func newUmountCmd(a *app) *cobra.Command {

@@ -17,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
+	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -237,16 +238,19 @@ imported as "import" would import its files: --revision is then required.`,
 func newImageCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Weight images: ordinary OCI images whose pointer layers name artifacts"}
 	var rf remoteFlags
-	var base, tag, platform, mode, policy string
-	var weights, at []string
+	var base, tag, platform, mode, layout, policy string
+	var weights, at, repos []string
 	build := &cobra.Command{
-		Use:   "build --base IMAGE --weights ARTIFACT --at /models/NAME [--weights ... --at ...] -t REF",
+		Use:   "build --base IMAGE --weights ARTIFACT --at /models/NAME [--weights ... --at ...] [--layout hf [--repo ORG/NAME ...]] -t REF",
 		Short: "Write a weight image: the base's layers plus one pointer layer per artifact; copies no blob",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			if len(weights) != len(at) {
 				return fmt.Errorf("%d --weights but %d --at: give one --at per --weights: %w", len(weights), len(at), errdefs.ErrInvalidArgument)
+			}
+			if len(repos) != 0 && len(repos) != len(weights) {
+				return fmt.Errorf("%d --weights but %d --repo: give one --repo per --weights, or none: %w", len(weights), len(repos), errdefs.ErrInvalidArgument)
 			}
 			r, err := a.openRemote(ctx, &rf, tag, 4)
 			if err != nil {
@@ -259,9 +263,12 @@ func newImageCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := oci.ImageOptions{Base: base, Platform: platform, Mode: mode, Policy: pol}
+			o := oci.ImageOptions{Base: base, Platform: platform, Mode: mode, Layout: layout, Policy: pol}
 			for i := range weights {
 				o.Weights = append(o.Weights, oci.WeightMount{Ref: weights[i], Target: at[i]})
+				if len(repos) != 0 {
+					o.Weights[i].Repo = repos[i]
+				}
 			}
 			rep, err := oci.BuildImage(ctx, r, o)
 			if err != nil {
@@ -278,6 +285,8 @@ func newImageCmd(a *app) *cobra.Command {
 	f.StringVarP(&tag, "tag", "t", "", "reference of the image to write (required)")
 	f.StringVar(&platform, "platform", oci.HostPlatform(), "platform picked from a multi-platform base, and of a scratch image")
 	f.StringVar(&mode, "mode", "", `when a node cannot get the weights: "required" (the pull fails) or "preferred" (the container starts without them; they come later); "" leaves it to the node's [snapshotter] mode`)
+	f.StringVar(&layout, "layout", "", `"hf": each --at is a Hugging Face hub cache root (HF_HUB_CACHE) holding the artifact as its repository folder models--ORG--NAME (several artifacts may share one); "" for the artifact's own files`)
+	f.StringArrayVar(&repos, "repo", nil, "Hugging Face repo id ORG/NAME of the preceding --weights with --layout hf (default: the artifact's model repository); one per --weights, or none")
 	f.StringVar(&policy, "policy", "", "trust policy each artifact's manifest is checked against, as a pull checks it (default: [verify] policy)")
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	build.MarkFlagRequired("tag")
@@ -367,7 +376,11 @@ func printRemote(a *app, info *oci.RemoteInfo, indent string) error {
 		}
 	}
 	for _, ptr := range info.Pointers {
-		p("Pointer:   %s <- %s (identity %s, layer %s)\n", ptr.Target, ptr.Artifact, ptr.ID.Short(), artifact.ShortHex(digest.Digest(ptr.Layer).Encoded()))
+		at := ptr.Target
+		if ptr.Layout != "" {
+			at = fmt.Sprintf("%s (layout %s, repo %s)", pointer.ViewDir(ptr.Pointer), ptr.Layout, ptr.Repo)
+		}
+		p("Pointer:   %s <- %s (identity %s, layer %s)\n", at, ptr.Artifact, ptr.ID.Short(), artifact.ShortHex(digest.Digest(ptr.Layer).Encoded()))
 		if ptr.Info != nil {
 			if err := printRemote(a, ptr.Info, indent+"    "); err != nil {
 				return err

@@ -22,6 +22,8 @@ type resolveOpts struct {
 	identity, from, revision, repository, component string
 	tpSize, tpRank                                  int
 	layoutSpec, dtype, mode, report, validation     string
+	layout                                          string
+	maxPartSize                                     int64
 	allowLocalBuild, noFingerprintCache             bool
 	timeout                                         int
 	registry                                        string
@@ -33,13 +35,19 @@ type resolveOpts struct {
 func newResolveCmd(a *app) *cobra.Command {
 	var o resolveOpts
 	cmd := &cobra.Command{
-		Use:   "resolve (--identity FILE | --from DIR) [--revision REV] [--tp-size N --tp-rank R --layout-spec FILE] [--dtype D] [--mode M] [--report FILE|-]",
+		Use:   "resolve (--identity FILE | --from DIR) [--revision REV] [--tp-size N --tp-rank R (--layout-spec FILE | --layout vllm-sharded)] [--dtype D] [--mode M] [--report FILE|-]",
 		Short: "Resolve an exact artifact: print its directory, or the canonical source directory on a fallback",
 		Long: `Resolve an artifact identity: the validated local artifact, then the weight
 peers (--peer ADDR, or [peer] peers), then the registry
 (--registry REPO: the artifact weightsnap push filed under its identity tag), then a
 local producer (passthrough, tp-split with --tp-size/--tp-rank/--layout-spec, cast
 with --dtype), then, in preferred mode, the canonical source directory (--from).
+
+tp-split writes our per-rank layout by a layout spec, or with --layout vllm-sharded
+vLLM's sharded-state layout (model-rank-R-part-P.safetensors, vLLM's parameter
+names, parts of at most --max-part-size bytes, 5 GiB by default) that vLLM's
+load_format=sharded_state reads; its rules are vLLM's, so it takes no spec, and only
+LlamaForCausalLM checkpoints are mapped (others are refused as unsupported).
 
 The identity is read from --identity FILE, or derived from --from DIR and
 --revision with the producer the other flags name. On success stdout holds the
@@ -60,6 +68,8 @@ the path. In disabled mode nothing under the store root is touched.`,
 	f.IntVar(&o.tpSize, "tp-size", 0, "tensor-parallel size: split with the tp-split producer")
 	f.IntVar(&o.tpRank, "tp-rank", 0, "tensor-parallel rank")
 	f.StringVar(&o.layoutSpec, "layout-spec", "", "tp-split layout spec (TOML)")
+	f.StringVar(&o.layout, "layout", "", "tp-split output layout: weightsnap (by --layout-spec, the default) or vllm-sharded")
+	f.Int64Var(&o.maxPartSize, "max-part-size", 0, "vllm-sharded: most bytes of tensors in one part file (default 5 GiB)")
 	f.StringVar(&o.dtype, "dtype", "", "cast F32/F16/BF16 tensors to F32, F16 or BF16")
 	f.StringVar(&o.mode, "mode", string(resolve.Preferred), "resolution mode: disabled, preferred or required")
 	f.StringVar(&o.report, "report", "", "write the JSON report to FILE, or to stdout with -")
@@ -130,7 +140,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 		}
 		if o.from != "" {
 			req.Local, err = producers.Choose(producers.Choice{TPSize: o.tpSize, TPRank: o.tpRank,
-				LayoutSpec: o.layoutSpec, DType: o.dtype}, req.Identity)
+				LayoutSpec: o.layoutSpec, DType: o.dtype, Layout: o.layout, MaxPartSize: o.maxPartSize}, req.Identity)
 			if err != nil {
 				return fmt.Errorf("resolve: %w", err)
 			}

@@ -63,6 +63,8 @@ func TestResolveCommand(t *testing.T) {
 	}{
 		{"tp-split cold", []string{"--tp-size", "2", "--tp-rank", "1", "--layout-spec", spec, "--dtype", "F32"}, resolve.OutcomeBuilt, 1},
 		{"tp-split warm", []string{"--tp-size", "2", "--tp-rank", "1", "--layout-spec", spec, "--dtype", "F32"}, resolve.OutcomeHit, 0},
+		{"vllm-sharded cold", []string{"--tp-size", "1", "--layout", "vllm-sharded", "--max-part-size", "65536"}, resolve.OutcomeBuilt, 1},
+		{"vllm-sharded warm", []string{"--tp-size", "1", "--layout", "vllm-sharded", "--max-part-size", "65536"}, resolve.OutcomeHit, 0},
 		{"passthrough cold", nil, resolve.OutcomeBuilt, 1},
 		{"required miss", []string{"--dtype", "F16", "--mode", "required", "--allow-local-build=false"}, resolve.OutcomeFailed, 0},
 		{"preferred fallback", []string{"--dtype", "F16", "--allow-local-build=false"}, resolve.OutcomeCanonical, 0},
@@ -90,6 +92,13 @@ func TestResolveCommand(t *testing.T) {
 			default:
 				if err != nil || out != rep.Path+"\n" || !strings.HasPrefix(rep.Path, filepath.Join(root, "artifacts")) {
 					t.Fatalf("path: %q %v", out, err)
+				}
+				// vLLM's layout: rank 0's parts (the 64 KiB bound makes
+				// several), no source shard.
+				parts, _ := filepath.Glob(filepath.Join(rep.Path, "model-rank-0-part-*.safetensors"))
+				shards, _ := filepath.Glob(filepath.Join(rep.Path, "model-0000*.safetensors"))
+				if vllm := strings.HasPrefix(tc.name, "vllm"); vllm != (len(parts) > 1) || vllm != (len(shards) == 0) {
+					t.Fatalf("%d vLLM parts and %d source shards in %s", len(parts), len(shards), rep.Path)
 				}
 			}
 		})

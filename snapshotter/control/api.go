@@ -24,7 +24,11 @@ import (
 type HostMountRequest struct {
 	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"` // a digest-pinned reference to resolve it from; "" for the store and the configured sources
-	Dir      string      `json:"dir"`                // the absolute mount point
+	Dir      string      `json:"dir"`                // the absolute mount point; for layout "hf" the cache root, the mount point being its repository folder
+	// Layout is "" for the artifact's own files, or "hf" for a Hugging Face
+	// cache repository folder of the repo id Repo (pointer.CheckLayout).
+	Layout string `json:"layout,omitempty"`
+	Repo   string `json:"repo,omitempty"`
 }
 
 // HostMountInfo is a host mount; it is also the record the daemon keeps of
@@ -34,7 +38,9 @@ type HostMountInfo struct {
 	ID       artifact.ID `json:"identity"`
 	Artifact string      `json:"artifact,omitempty"`
 	Created  time.Time   `json:"created"`
-	Leased   bool        `json:"leased"` // false while a repair waits for the artifact
+	Leased   bool        `json:"leased"`           // false while a repair waits for the artifact
+	Layout   string      `json:"layout,omitempty"` // as requested; Dir is then the repository folder
+	Repo     string      `json:"repo,omitempty"`
 }
 
 // Holders is what holds an artifact in the snapshotter.

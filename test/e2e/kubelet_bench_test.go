@@ -54,11 +54,18 @@ func TestKubeletImageVolumeBench(t *testing.T) {
 
 			viaWS := []string{"--image-endpoint", "unix://" + c.ws.CRI}
 			crictl(t, c.ctd, append(viaWS, "pull", volume)...)
-			crictl(t, c.ctd, append(viaWS, "rmi", volume)...)
-			var stored []json.RawMessage
+			var stored []struct {
+				Digest string `json:"digest"`
+			}
 			if err := json.Unmarshal([]byte(wsWith(t, c.ws.Config, "ls", "--json").out), &stored); err != nil || len(stored) != 1 {
 				t.Fatalf("weightsnapd's store: %v, %d artifacts, want the volume's", err, len(stored))
 			}
+			// The store keeps the artifact when its image goes, however full
+			// the disk (past the low watermark the removal would evict it).
+			if r := wsWith(t, c.ws.Config, "pin", stored[0].Digest, "--reason", "the warm-store bench"); r.code != 0 {
+				t.Fatalf("pin: exit %d\n%s", r.code, r.errOut)
+			}
+			crictl(t, c.ctd, append(viaWS, "rmi", volume)...)
 			r := row{size: size}
 			t.Run("weightsnap", func(t *testing.T) {
 				k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI})

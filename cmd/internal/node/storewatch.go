@@ -28,7 +28,7 @@ func newStoreMetrics(d *store.Domain) *storeMetrics {
 			Name: "evictions_total", Help: "Artifacts this process evicted, by reason: capacity (a build needed the room), watermark, manual."}, []string{"reason"}),
 		bytes: prometheus.NewDesc("weightsnap_store_bytes", "The store's bytes by state (each inode once): ready, pinned and leased (parts of ready), temp, quarantined, denied, free (the filesystem's).", []string{"state"}, nil),
 	}
-	for _, r := range []string{store.EvictCapacity, store.EvictWatermark, store.EvictManual} {
+	for _, r := range []string{store.EvictCapacity, store.EvictWatermark, store.EvictManual, store.EvictUnneeded} {
 		m.evictions.WithLabelValues(r)
 	}
 	d.OnEvict(func(e store.Evicted) { m.evictions.WithLabelValues(e.Reason).Inc() })

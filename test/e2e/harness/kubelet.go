@@ -28,6 +28,8 @@ type KubeletOptions struct {
 	// kubelet's root directory (the node-wide credentials it sends in PullImage; static pods cannot
 	// name Secrets). The kubelet caches that file, so they are fixed for its life.
 	Auths map[string]string
+	// Config is more of the KubeletConfiguration (YAML, top-level keys), such as evictionHard.
+	Config string
 }
 
 // Kubelet is a standalone kubelet: static pods from Manifests, no API server.
@@ -126,7 +128,7 @@ enforceNodeAllocatable: ["pods"]
 podLogsDir: %s
 volumePluginDir: %s
 protectKernelDefaults: true
-`, k.Manifests, opts.Runtime.Socket, images, port, healthz, k.PodLogs, filepath.Join(dir, "volume-plugins")))
+%s`, k.Manifests, opts.Runtime.Socket, images, port, healthz, k.PodLogs, filepath.Join(dir, "volume-plugins"), opts.Config))
 
 	existed := kubepodsTrees()
 	t.Cleanup(func() { k.teardown(opts.Runtime, existed) }) // after the process is stopped

@@ -34,19 +34,27 @@ func BinDir() (string, error) {
 	if d := os.Getenv("WEIGHTSNAP_PEERS_BIN"); d != "" {
 		return d, nil
 	}
-	root := os.Getenv("WEIGHTSNAP_PEERS")
-	if root == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", err
-		}
-		root = filepath.Join(home, ".cache", "weightsnap", "peers")
+	root, err := peersRoot()
+	if err != nil {
+		return "", err
 	}
 	b, err := os.ReadFile(filepath.Join(root, "current"))
 	if err != nil {
 		return "", fmt.Errorf("peers not installed (run test/e2e/deps): %w", err)
 	}
 	return strings.TrimSpace(string(b)), nil
+}
+
+// peersRoot is where test/e2e/deps installs: ${WEIGHTSNAP_PEERS:-$HOME/.cache/weightsnap/peers}.
+func peersRoot() (string, error) {
+	if root := os.Getenv("WEIGHTSNAP_PEERS"); root != "" {
+		return root, nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(home, ".cache", "weightsnap", "peers"), nil
 }
 
 // Peers returns the paths of all peers, skipping the test (see testenv.Skip) when any is missing.

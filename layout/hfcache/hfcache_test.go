@@ -1,0 +1,214 @@
+package hfcache
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+)
+
+func TestValidateRepo(t *testing.T) {
+	for _, tc := range []struct {
+		repo string
+		ok   bool
+	}{
+		{"meta-llama/Llama-3.1-8B", true},
+		{"gpt2", true},
+		{"Org_1/name.v2", true},
+		{"_a/_b_", true},
+		{strings.Repeat("a", 96) + "/" + strings.Repeat("b", 96), true},
+		{"", false},
+		{"a/b/c", false},
+		{"/name", false},
+		{"org/", false},
+		{"org//name", false},
+		{"../name", false},
+		{"org/..", false},
+		{"org/a..b", false},
+		{"org/a--b", false},
+		{"org--x/name", false},
+		{"org/name.git", false},
+		{"org/-name", false},
+		{"org/name-", false},
+		{".org/name", false},
+		{"org/na me", false},
+		{"org/naïve", false},
+		{"org\\name", false},
+		{"org/name\x00", false},
+		{"org/" + strings.Repeat("b", 97), false},
+		{strings.Repeat("a", 97) + "/b", false},
+	} {
+		t.Run(tc.repo, func(t *testing.T) {
+			err := ValidateRepo(tc.repo)
+			if (err == nil) != tc.ok {
+				t.Fatalf("ValidateRepo(%q) = %v, want ok=%v", tc.repo, err, tc.ok)
+			}
+			if err != nil && !errdefs.IsInvalidArgument(err) {
+				t.Fatalf("error %v is not invalid argument", err)
+			}
+		})
+	}
+}
+
+// FuzzValidateRepo: an accepted repo id makes one folder name, inside any
+// directory it is joined to, that the hub's readers parse back to the id.
+func FuzzValidateRepo(f *testing.F) {
+	for _, s := range []string{"meta-llama/Llama-3.1-8B", "gpt2", "a/b/c", "../x", "a--b/c", "x/.git", "a/b\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, repo string) {
+		if ValidateRepo(repo) != nil {
+			return
+		}
+		folder := Folder(repo)
+		if strings.ContainsAny(folder, "/\\\x00") || folder == "." || folder == ".." {
+			t.Fatalf("folder %q of %q", folder, repo)
+		}
+		if j := filepath.Join("/cache", folder); j != "/cache/"+folder {
+			t.Fatalf("folder %q escapes: %q", folder, j)
+		}
+		// scanCacheDir: split on "--", the first part is the type, the rest joined by "/".
+		parts := strings.Split(folder, "--")
+		if parts[0] != "models" || strings.Join(parts[1:], "/") != repo {
+			t.Fatalf("folder %q reads back as %v, want %q", folder, parts, repo)
+		}
+	})
+}
+
+const (
+	rev  = "0123456789abcdef0123456789abcdef01234567"
+	shaA = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	shaB = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+func TestNew(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		repo     string
+		revision string
+		files    []File
+		blobs    []Blob
+		links    []Link
+		bad      bool
+	}{
+		{name: "flat", repo: "org/m", revision: rev,
+			files: []File{{"config.json", shaA}, {"model.safetensors", shaB}},
+			blobs: []Blob{{"blobs/" + shaA, 0}, {"blobs/" + shaB, 1}},
+			links: []Link{{"snapshots/" + rev + "/config.json", "../../blobs/" + shaA}, {"snapshots/" + rev + "/model.safetensors", "../../blobs/" + shaB}}},
+		{name: "subfolders", repo: "m", revision: rev,
+			files: []File{{"a/b/w.safetensors", shaA}, {"tok/t.json", shaB}},
+			blobs: []Blob{{"blobs/" + shaA, 0}, {"blobs/" + shaB, 1}},
+			links: []Link{{"snapshots/" + rev + "/a/b/w.safetensors", "../../../../blobs/" + shaA}, {"snapshots/" + rev + "/tok/t.json", "../../../blobs/" + shaB}}},
+		{name: "same content twice is one blob", repo: "org/m", revision: rev,
+			files: []File{{"a.json", shaA}, {"b.json", shaA}},
+			blobs: []Blob{{"blobs/" + shaA, 0}},
+			links: []Link{{"snapshots/" + rev + "/a.json", "../../blobs/" + shaA}, {"snapshots/" + rev + "/b.json", "../../blobs/" + shaA}}},
+		{name: "digest revision", repo: "org/m", revision: "sha256:" + shaB,
+			files: []File{{"a.json", shaA}},
+			blobs: []Blob{{"blobs/" + shaA, 0}},
+			links: []Link{{"snapshots/sha256:" + shaB + "/a.json", "../../blobs/" + shaA}}},
+		{name: "bad repo", repo: "org/../m", revision: rev, bad: true},
+		{name: "branch revision", repo: "org/m", revision: "main", bad: true},
+		{name: "revision with a slash", repo: "org/m", revision: "refs/pr/1", bad: true},
+		{name: "path leaves", repo: "org/m", revision: rev, files: []File{{"../x", shaA}}, bad: true},
+		{name: "absolute path", repo: "org/m", revision: rev, files: []File{{"/x", shaA}}, bad: true},
+		{name: "upper-case sha", repo: "org/m", revision: rev, files: []File{{"x", strings.ToUpper(shaA)}}, bad: true},
+		{name: "short sha", repo: "org/m", revision: rev, files: []File{{"x", "abc"}}, bad: true},
+		{name: "path twice", repo: "org/m", revision: rev, files: []File{{"x", shaA}, {"x", shaB}}, bad: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr, err := New(tc.repo, tc.revision, tc.files)
+			if tc.bad {
+				if !errdefs.IsInvalidArgument(err) {
+					t.Fatalf("err %v, want invalid argument", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tr.Folder != Folder(tc.repo) || !reflect.DeepEqual(tr.Blobs, tc.blobs) || !reflect.DeepEqual(tr.Links, tc.links) {
+				t.Fatalf("tree %+v\nwant blobs %+v links %+v", tr, tc.blobs, tc.links)
+			}
+		})
+	}
+}
+
+// TestWrite writes a tree twice over a folder with stale entries: blobs
+// are the linked files, links resolve to them, refs/main is the revision,
+// and a second write changes nothing.
+func TestWrite(t *testing.T) {
+	src := t.TempDir()
+	files := []File{{"config.json", shaA}, {"sub/model.safetensors", shaB}, {"copy.json", shaA}}
+	for i, f := range files {
+		if err := os.MkdirAll(filepath.Join(src, filepath.Dir(f.Path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(src, f.Path), []byte(strings.Repeat("x", i+1)), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr, err := New("org/m", rev, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), tr.Folder)
+	// Stale: a wrong link and a wrong ref, as a write cut short may leave.
+	if err := os.MkdirAll(filepath.Join(dir, "snapshots", rev), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("../../blobs/elsewhere", filepath.Join(dir, "snapshots", rev, "config.json")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "refs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "refs", "main"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	linked := 0
+	link := func(dst string, file int) error {
+		linked++
+		os.Remove(dst)
+		return os.Link(filepath.Join(src, files[file].Path), dst)
+	}
+	for range 2 {
+		if err := tr.Write(dir, link); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if linked != 4 {
+		t.Fatalf("linked %d blobs over two writes, want 4", linked)
+	}
+	ref, err := os.ReadFile(filepath.Join(dir, "refs", "main"))
+	if err != nil || string(ref) != rev {
+		t.Fatalf("refs/main %q, %v", ref, err)
+	}
+	for _, f := range files {
+		p := filepath.Join(dir, "snapshots", rev, f.Path)
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Fatalf("%s: %v, mode %v", p, err, fi.Mode())
+		}
+		target, _ := os.Readlink(p)
+		if filepath.IsAbs(target) {
+			t.Fatalf("%s links to absolute %s", p, target)
+		}
+		got, err := os.Stat(p)
+		want, _ := os.Stat(filepath.Join(src, files[map[string]int{shaA: 0, shaB: 1}[f.SHA256]].Path))
+		if err != nil || !os.SameFile(got, want) {
+			t.Fatalf("%s resolves to %v, want the inode of the first file with its content (%v)", p, got, err)
+		}
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, "blobs"))
+	if err != nil || len(ents) != 2 {
+		t.Fatalf("blobs %v, %v", ents, err)
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "snapshots", rev, "*.weightsnap-link"))
+	if len(left) != 0 {
+		t.Fatalf("temporary links left: %v", left)
+	}
+}
