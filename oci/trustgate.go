@@ -84,8 +84,18 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 		return &trust.Refusal{Scope: m.Scope, Reason: "the store's verification record: " + err.Error()}
 	}
 	var why []string
+	var idx *artifact.Index // for an OMS record: the digests the store computed
 	for _, r := range recs {
-		if _, err := r.Check(m, repo, time.Now().UTC()); err != nil {
+		if r.Kind == trust.KindOMS && idx == nil {
+			l, err := d.Lookup(ctx, id, store.ManifestAndMetadata)
+			if err != nil {
+				why = append(why, "model.sig: the artifact's index: "+err.Error())
+				continue
+			}
+			idx = l.Index
+			l.Close()
+		}
+		if _, err := r.Check(m, repo, idx, time.Now().UTC()); err != nil {
 			var rf *trust.Refusal
 			if errors.As(err, &rf) {
 				err = errors.New(rf.Reason)
@@ -114,6 +124,7 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 	}
 	var recs []trust.Record
 	var why []string
+	var idx *artifact.Index // a peer's files, an OMS record is checked against
 	switch p := prod.(type) {
 	case Attested:
 		if r := p.Verification(); r != nil {
@@ -124,6 +135,7 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 		if raw == nil {
 			break
 		}
+		idx = receivedIndex(files)
 		all, err := trust.DecodeRecords(raw)
 		if err != nil {
 			why = append(why, "the signature records sent: "+err.Error())
@@ -147,12 +159,17 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 			}
 			// The request wants nothing: a peer's record is kept only as
 			// this node verifies it, under its own reference's scope.
-			if cm, err = g.Policy.MatchRef(r.Ref); err != nil || !cm.Requires() {
+			if r.Kind == trust.KindOMS {
+				cm, _ = g.Policy.MatchOMS(r.Ref)
+			} else if cm, err = g.Policy.MatchRef(r.Ref); err != nil {
+				continue
+			}
+			if !cm.Requires() {
 				continue
 			}
 			crepo = ""
 		}
-		v, err := r.Check(cm, crepo, time.Now().UTC())
+		v, err := r.Check(cm, crepo, idx, time.Now().UTC())
 		if err != nil {
 			var rf *trust.Refusal
 			if errors.As(err, &rf) {
@@ -187,15 +204,11 @@ func KeepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.
 		return nil
 	}
 	err := d.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
-		var recs []trust.Record
-		if old != nil {
-			var err error
-			if recs, err = trust.DecodeRecords(old); err != nil {
-				log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
-				recs = nil
-			}
+		raw, corrupt, err := trust.AddRecord(old, rec)
+		if corrupt != nil {
+			log.G(ctx).WithError(corrupt).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
 		}
-		return trust.EncodeRecords(trust.MergeRecord(recs, rec))
+		return raw, err
 	})
 	if err != nil {
 		return fmt.Errorf("record the verification of %s: %w", id.Short(), err)

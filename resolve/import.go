@@ -8,6 +8,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // ImportRequest is the import of a safetensors checkpoint directory as it
@@ -23,12 +24,18 @@ type ImportRequest struct {
 	OnTotal func(total int64)
 	// Progress, if set, is told of payload bytes copied.
 	Progress func(n int64)
-	// Check, if set, is given the entries the store computed while it
-	// copied the files (every sha256 and BLAKE3), before anything is
-	// published: an error refuses the import (the caller's check of a
-	// model.sig against them). With it every file is copied and hashed,
-	// even when the store holds the artifact.
-	Check func(files []artifact.FileEntry) error
+	// Policy, if set, is the trust policy a model.sig beside the files
+	// (an OpenSSF model-signing bundle) is checked under, against the
+	// entries the store computed while it copied the files, before
+	// anything is published (readDirSignature, dirSignature.check): a
+	// mismatch refuses the import, and so does a missing model.sig under
+	// a scope that requires a signature, before a byte is copied. A
+	// verified signature's record is kept beside the artifact. With a
+	// model.sig every file is copied and hashed, even when the store
+	// holds the artifact.
+	Policy *trust.Policy
+	// Verified, if set, is told how the model.sig met the policy.
+	Verified func([]trust.Verified)
 }
 
 // Import publishes a checkpoint directory in d, reading each source byte at
@@ -58,8 +65,15 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 		}
 		req.OnTotal(total)
 	}
+	var sig *dirSignature
+	if req.Policy != nil {
+		if sig, err = readDirSignature(req.Policy, req.Dir, req.Repository); err != nil {
+			return nil, store.BuildResult{}, err
+		}
+	}
+	checked := sig != nil && sig.raw != nil
 	producer := &artifact.Passthrough{Src: src, Progress: req.Progress}
-	if src.Complete() && req.Check == nil {
+	if src.Complete() && !checked {
 		// Every sha256 is known: the identity first, a build only on a miss.
 		return d.GetOrBuild(ctx, identityOf(src), producer)
 	}
@@ -70,12 +84,24 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 		if err != nil {
 			return artifact.Identity{}, err
 		}
-		if req.Check != nil {
-			if err := req.Check(files); err != nil {
+		identity := identityOf(full)
+		if checked {
+			v, rec, err := sig.check(files)
+			if err != nil {
 				return artifact.Identity{}, err
 			}
+			id, err := identity.ID()
+			if err != nil {
+				return artifact.Identity{}, err
+			}
+			if err := keepRecord(ctx, d, id, rec); err != nil {
+				return artifact.Identity{}, err
+			}
+			if req.Verified != nil {
+				req.Verified(v)
+			}
 		}
-		return identityOf(full), nil
+		return identity, nil
 	})
 	if err == nil {
 		cache.Record(ctx, fp, lease.Index.Files, started)

@@ -19,6 +19,7 @@ import (
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/staging/hubsynth"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // stagingFlags are the flags every staging command takes.
@@ -75,6 +76,9 @@ type published struct {
 	staging.Snapshot
 	ID    artifact.ID `json:"digest"`
 	Built bool        `json:"built"`
+	// Verified says how the snapshot's model.sig met the trust policy
+	// (absent without one).
+	Verified []trust.Verified `json:"verified,omitempty"`
 }
 
 func newStageCmd(a *app) *cobra.Command {
@@ -157,6 +161,10 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 	if err != nil {
 		return nil, err
 	}
+	pol, err := a.cfg.Verify.LoadPolicy()
+	if err != nil {
+		return nil, err
+	}
 	var out []published
 	for _, lr := range rep.Lanes {
 		if lr.Kind != staging.KindHubMirror || lr.State != staging.StateStaged {
@@ -168,7 +176,9 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 		}
 		for _, s := range snaps {
 			var pr *progress
+			var verified []trust.Verified
 			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: s.Dir, Repository: s.Repo, Revision: s.Revision,
+				Policy: pol, Verified: func(v []trust.Verified) { verified = v },
 				OnTotal:  func(total int64) { pr = newProgress("publish "+s.Repo, total) },
 				Progress: func(n int64) { pr.Add(n) }})
 			if pr != nil {
@@ -177,7 +187,7 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 			if err != nil {
 				return out, fmt.Errorf("publish %s@%s from lane %s: %w", s.Repo, s.Revision, s.Lane, err)
 			}
-			out = append(out, published{Snapshot: s, ID: lease.ID, Built: res.Built})
+			out = append(out, published{Snapshot: s, ID: lease.ID, Built: res.Built, Verified: verified})
 			lease.Close()
 		}
 	}

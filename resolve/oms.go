@@ -1,0 +1,99 @@
+package resolve
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
+)
+
+// dirSignature is the check of a directory's model.sig, an OpenSSF
+// model-signing bundle, for an import of it (weightsnap import, a staged
+// hub snapshot's publication): what the policy requires of the model
+// repository and the bundle, when there is one.
+type dirSignature struct {
+	m    trust.Match
+	ref  string // the record's reference: the repository, or ""
+	path string
+	raw  []byte // nil: no model.sig, and the scope wants none
+}
+
+// readDirSignature reads dir's model.sig for an import of the model
+// repository repo: the scope is repo's when it is a registry repository
+// (host/repo), else the policy's default. Under a scope that requires a
+// signature a directory without one is refused here, before a byte is
+// copied. nil: dir is not a directory (the import says so).
+func readDirSignature(pol *trust.Policy, dir, repo string) (*dirSignature, error) {
+	s := &dirSignature{path: filepath.Join(dir, trust.OMSSignatureFile)}
+	s.m, s.ref = pol.MatchOMS(repo)
+	raw, err := artifact.ReadFileAtMost(s.path, trust.MaxBundleBytes)
+	switch {
+	case errors.Is(err, syscall.ENOTDIR):
+		return nil, nil
+	case errors.Is(err, fs.ErrNotExist):
+		if s.m.Requires() {
+			return nil, &trust.Refusal{Scope: s.m.Scope, Reason: fmt.Sprintf("no %s beside the files of %s: sigstoreSigned is required", trust.OMSSignatureFile, dir)}
+		}
+		return s, nil
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", s.path, err)
+	}
+	s.raw = raw
+	return s, nil
+}
+
+// check compares the bundle with the digests the store computed while it
+// copied the files (their sha256, or blake3 where the bundle says so),
+// save its ignore_paths, and, under a scope that requires a signature,
+// verifies it by a key or identity the scope trusts; it returns how the
+// policy was met and the record to keep (unsigned when the scope wants
+// no signature: nothing is kept).
+func (s *dirSignature) check(files []artifact.FileEntry) ([]trust.Verified, trust.Record, error) {
+	if s.raw == nil {
+		return nil, trust.Record{}, nil
+	}
+	idx := &artifact.Index{Schema: artifact.IndexSchema, Files: files}
+	sig := trust.Signature{Source: s.path, Raw: s.raw}
+	if s.m.Requires() {
+		v, err := trust.VerifyOMS(s.m, sig, idx, time.Now().UTC())
+		if err != nil {
+			return nil, trust.Record{}, err
+		}
+		return v, trust.NewOMSRecord(s.ref, s.m.Scope, sig, v), nil
+	}
+	o, err := trust.ParseOMS(s.raw)
+	if err == nil {
+		err = o.CheckFiles(idx)
+	}
+	if err != nil {
+		return nil, trust.Record{}, fmt.Errorf("%s: %w", s.path, err)
+	}
+	return []trust.Verified{{Scope: s.m.Scope, Type: trust.TypeAcceptAnything, Time: time.Now().UTC()}}, trust.Record{}, nil
+}
+
+// keepRecord adds rec to the store's verification records of id, before
+// the artifact is published (the store removes it with the artifact).
+func keepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.Record) error {
+	if !rec.Signed() {
+		return nil
+	}
+	err := d.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
+		raw, corrupt, err := trust.AddRecord(old, rec)
+		if corrupt != nil {
+			log.G(ctx).WithError(corrupt).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
+		}
+		return raw, err
+	})
+	if err != nil {
+		return fmt.Errorf("record the verification of %s: %w", id.Short(), err)
+	}
+	return nil
+}
