@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/trust"
@@ -196,24 +195,10 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 	return nil
 }
 
-// KeepRecord adds rec to the store's verification records of id. A
-// record without a signature (a scope that wants none accepted it) is not
-// kept: the artifact stays "unverified", and its peers are sent nothing.
+// KeepRecord adds rec to the store's verification records of id
+// (trust.Keep: a record without a signature is not kept).
 func KeepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.Record) error {
-	if !rec.Signed() {
-		return nil
-	}
-	err := d.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
-		raw, corrupt, err := trust.AddRecord(old, rec)
-		if corrupt != nil {
-			log.G(ctx).WithError(corrupt).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
-		}
-		return raw, err
-	})
-	if err != nil {
-		return fmt.Errorf("record the verification of %s: %w", id.Short(), err)
-	}
-	return nil
+	return trust.Keep(ctx, d, id, rec)
 }
 
 // Records are the store's verification records of id (none: nil).

@@ -94,7 +94,7 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 			if err != nil {
 				return artifact.Identity{}, err
 			}
-			if err := keepRecord(ctx, d, id, rec); err != nil {
+			if err := trust.Keep(ctx, d, id, rec); err != nil {
 				return artifact.Identity{}, err
 			}
 			if req.Verified != nil {

@@ -1,7 +1,6 @@
 package resolve
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -9,9 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -77,23 +74,4 @@ func (s *dirSignature) check(files []artifact.FileEntry) ([]trust.Verified, trus
 		return nil, trust.Record{}, fmt.Errorf("%s: %w", s.path, err)
 	}
 	return []trust.Verified{{Scope: s.m.Scope, Type: trust.TypeAcceptAnything, Time: time.Now().UTC()}}, trust.Record{}, nil
-}
-
-// keepRecord adds rec to the store's verification records of id, before
-// the artifact is published (the store removes it with the artifact).
-func keepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.Record) error {
-	if !rec.Signed() {
-		return nil
-	}
-	err := d.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
-		raw, corrupt, err := trust.AddRecord(old, rec)
-		if corrupt != nil {
-			log.G(ctx).WithError(corrupt).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
-		}
-		return raw, err
-	})
-	if err != nil {
-		return fmt.Errorf("record the verification of %s: %w", id.Short(), err)
-	}
-	return nil
 }

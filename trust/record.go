@@ -2,6 +2,7 @@ package trust
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -264,19 +266,33 @@ func (m Match) Requires() bool {
 	return slices.ContainsFunc(m.Requirements, func(r Requirement) bool { return r.Type != TypeAcceptAnything })
 }
 
-// AddRecord is the encoding of the records old (an artifact's, nil for
-// none) with rec merged in (MergeRecord); a record without a signature
-// is not added. corrupt says that old did not decode and was dropped.
-func AddRecord(old []byte, rec Record) (raw []byte, corrupt error, err error) {
-	var rs []Record
-	if old != nil {
-		if rs, corrupt = DecodeRecords(old); corrupt != nil {
-			rs = nil
-		}
-	}
+// RecordStore keeps an artifact's encoded records (package store's
+// Domain): edit gets them (nil for none) and returns the new ones.
+type RecordStore interface {
+	EditSignatures(ctx context.Context, id artifact.ID, edit func([]byte) ([]byte, error)) error
+}
+
+// Keep adds rec to the records s keeps of id (MergeRecord), before the
+// artifact is published. A record without a signature (a scope that
+// wants none accepted it) is not kept: the artifact stays "unverified",
+// and its peers are sent nothing. A corrupt record is replaced.
+func Keep(ctx context.Context, s RecordStore, id artifact.ID, rec Record) error {
 	if !rec.Signed() {
-		return old, corrupt, nil
+		return nil
 	}
-	raw, err = EncodeRecords(MergeRecord(rs, rec))
-	return raw, corrupt, err
+	err := s.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
+		var rs []Record
+		if old != nil {
+			var err error
+			if rs, err = DecodeRecords(old); err != nil {
+				log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
+				rs = nil
+			}
+		}
+		return EncodeRecords(MergeRecord(rs, rec))
+	})
+	if err != nil {
+		return fmt.Errorf("record the verification of %s: %w", id.Short(), err)
+	}
+	return nil
 }

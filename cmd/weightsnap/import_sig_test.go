@@ -13,7 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -21,12 +23,11 @@ import (
 // files of dir, except skip, with key.
 func omsBundle(t *testing.T, key crypto.Signer, dir string, skip ...string) []byte {
 	t.Helper()
-	var names []string
-	files := map[string]string{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var files []artifact.File
 	for _, e := range entries {
 		if slices.Contains(skip, e.Name()) || e.Name() == trust.OMSSignatureFile {
 			continue
@@ -36,28 +37,9 @@ func omsBundle(t *testing.T, key crypto.Signer, dir string, skip ...string) []by
 			t.Fatal(err)
 		}
 		sum := sha256.Sum256(raw)
-		files[e.Name()] = hex.EncodeToString(sum[:])
-		names = append(names, e.Name())
+		files = append(files, artifact.File{Path: e.Name(), SHA256: hex.EncodeToString(sum[:])})
 	}
-	slices.Sort(names)
-	var res []map[string]string
-	var root []byte
-	for _, n := range names {
-		res = append(res, map[string]string{"name": n, "digest": files[n], "algorithm": "sha256"})
-		d, _ := hex.DecodeString(files[n])
-		root = append(root, d...)
-	}
-	sum := sha256.Sum256(root)
-	st, _ := json.Marshal(map[string]any{
-		"_type": "https://in-toto.io/Statement/v1", "predicateType": trust.OMSPredicateType,
-		"subject":   []map[string]any{{"name": "m", "digest": map[string]string{"sha256": hex.EncodeToString(sum[:])}}},
-		"predicate": map[string]any{"resources": res, "serialization": map[string]any{"method": "files", "hash_type": "sha256", "allow_symlinks": false}},
-	})
-	b, err := trust.SignDSSE(context.Background(), key, trust.InTotoPayloadType, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return storetest.OMSBundle(t, key, files)
 }
 
 // TestImportChecksModelSig: weightsnap import of a directory with a
