@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/trust"
@@ -60,6 +61,22 @@ func (g *Gate) Unsigned(ref string) error {
 		return &trust.Refusal{Scope: m.Scope, Reason: "it accepts only what its requirements check, and this source carries no signature"}
 	}
 	return nil
+}
+
+// SourceSignature implements resolve.SourceSignatures: a model.sig
+// beside a local source is checked under the scope of the request's
+// reference (ref, "" the default), and its record keeps that reference
+// without its digest.
+func (g *Gate) SourceSignature(ref string) (trust.Match, string, error) {
+	m, name, err := g.match(ref)
+	if err != nil || name == "" {
+		return m, "", err
+	}
+	named, err := reference.ParseNamed(name)
+	if err != nil {
+		return m, "", fmt.Errorf("reference %q: %v: %w", name, err, errdefs.ErrInvalidArgument)
+	}
+	return m, named.String(), nil
 }
 
 // Hit implements resolve.Trust: nil when the store's artifact id may

@@ -67,7 +67,8 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 	}
 	var sig *dirSignature
 	if req.Policy != nil {
-		if sig, err = readDirSignature(req.Policy, req.Dir, req.Repository); err != nil {
+		m, ref := req.Policy.MatchOMS(req.Repository)
+		if sig, err = readDirSignature(m, ref, req.Dir); err != nil {
 			return nil, store.BuildResult{}, err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 	"syscall"
 	"time"
@@ -23,14 +24,12 @@ type dirSignature struct {
 	raw  []byte // nil: no model.sig, and the scope wants none
 }
 
-// readDirSignature reads dir's model.sig for an import of the model
-// repository repo: the scope is repo's when it is a registry repository
-// (host/repo), else the policy's default. Under a scope that requires a
-// signature a directory without one is refused here, before a byte is
-// copied. nil: dir is not a directory (the import says so).
-func readDirSignature(pol *trust.Policy, dir, repo string) (*dirSignature, error) {
-	s := &dirSignature{path: filepath.Join(dir, trust.OMSSignatureFile)}
-	s.m, s.ref = pol.MatchOMS(repo)
+// readDirSignature reads dir's model.sig, checked under m, its record
+// keeping the reference ref (a repository name or ""). Under a scope that
+// requires a signature a directory without one is refused here, before a
+// byte is copied. nil: dir is not a directory (the import says so).
+func readDirSignature(m trust.Match, ref, dir string) (*dirSignature, error) {
+	s := &dirSignature{m: m, ref: ref, path: filepath.Join(dir, trust.OMSSignatureFile)}
 	raw, err := artifact.ReadFileAtMost(s.path, trust.MaxBundleBytes)
 	switch {
 	case errors.Is(err, syscall.ENOTDIR):
@@ -74,4 +73,44 @@ func (s *dirSignature) check(files []artifact.FileEntry) ([]trust.Verified, trus
 		return nil, trust.Record{}, fmt.Errorf("%s: %w", s.path, err)
 	}
 	return []trust.Verified{{Scope: s.m.Scope, Type: trust.TypeAcceptAnything, Time: time.Now().UTC()}}, trust.Record{}, nil
+}
+
+// hasDirSignature says whether dir holds a model.sig.
+func hasDirSignature(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, trust.OMSSignatureFile))
+	return err == nil
+}
+
+// sourceSigned checks the model.sig beside a local passthrough build's
+// source against the source's digests (each sha256, which the copy
+// verifies), under what the policy requires of the request, and keeps its
+// record, before the producer runs: nil, or the failure that ends the
+// build (a refusal is a policy failure).
+func (a *attempt) sourceSigned(st SourceSignatures, step, source string, src *artifact.SourceDir) *Failure {
+	fail := func(err error) *Failure {
+		if isPolicyRefusal(err) {
+			return &Failure{Kind: KindPolicy, Step: step, Source: source, Err: err}
+		}
+		return &Failure{Kind: KindProducer, Step: step, Source: source, Err: err}
+	}
+	m, ref, err := st.SourceSignature(a.req.Artifact)
+	if err != nil {
+		return fail(err)
+	}
+	sig, err := readDirSignature(m, ref, src.Root)
+	if err != nil || sig == nil {
+		return fail(err)
+	}
+	files := make([]artifact.FileEntry, len(src.Files))
+	for i, f := range src.Files {
+		files[i] = artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}
+	}
+	_, rec, err := sig.check(files)
+	if err == nil {
+		err = trust.Keep(a.ctx, a.dom, a.rep.ID, rec)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return nil
 }

@@ -467,7 +467,13 @@ func (a *attempt) local() bool {
 		a.rep.step(StepProduce, "", StepSkipped, t, "no source directory for local producers")
 		return false
 	}
-	if why := a.unsigned(); why != "" {
+	// A model.sig beside the source is checked for a passthrough build
+	// (its statement names the source's files), and may meet a scope that
+	// wants a signature.
+	st, _ := a.r.cfg.Trust.(SourceSignatures)
+	signedSource := st != nil && hasDirSignature(a.req.Source)
+	why := a.unsigned()
+	if why != "" && !signedSource {
 		a.rep.step(StepProduce, "", StepSkipped, t, why)
 		return false
 	}
@@ -492,6 +498,17 @@ func (a *attempt) local() bool {
 		if d, _ := id.ID(); d != a.rep.ID {
 			a.rep.step(StepProduce, source, StepSkipped, t, "makes another identity from this source")
 			continue
+		}
+		if signedSource && rc.Name() != artifact.PassthroughName {
+			if why != "" {
+				a.rep.step(StepProduce, source, StepSkipped, t, why+" (the model.sig covers the source's files, not what this producer makes)")
+				continue
+			}
+		} else if signedSource {
+			if f := a.sourceSigned(st, StepProduce, source, fp.Src); f != nil {
+				a.rep.step(StepProduce, source, StepFailed, t, f.reason())
+				return a.recover(f)
+			}
 		}
 		prod, err := rc.Producer(fp.Src)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // Trust is the node's trust policy as resolution applies it (package
@@ -32,6 +33,17 @@ type Trust interface {
 	// signature, may build the artifact of a request naming ref; else
 	// the refusal that skips it.
 	Unsigned(ref string) error
+}
+
+// SourceSignatures is a Trust that also checks a model.sig (an OpenSSF
+// model-signing bundle) beside a local passthrough build's source, such
+// as a staged hub snapshot (oci.Gate): SourceSignature is what the policy
+// requires of it for a request naming ref, and the repository name its
+// record keeps ("" none). A source with a model.sig is built by the
+// passthrough producer under a scope that requires a signature, once the
+// bundle meets it; a source without one is not.
+type SourceSignatures interface {
+	SourceSignature(ref string) (trust.Match, string, error)
 }
 
 // policyRefusal is a trust policy's refusal (package trust's Refusal):

@@ -280,12 +280,13 @@ func VerifyOMS(m Match, sig Signature, idx *artifact.Index, now time.Time) ([]Ve
 
 // MatchOMS is what the policy requires of a model.sig of the model
 // repository repo, and the reference its record keeps: repo's scope when
-// it is a registry repository (host/repo), else the policy's default
-// scope and "".
+// it is a registry repository (host/repo, or host/repo:tag), else the
+// policy's default scope and "".
 func (p *Policy) MatchOMS(repo string) (Match, string) {
 	if repo != "" {
-		if named, err := reference.ParseNamed(repo); err == nil && reference.IsNameOnly(named) {
-			return p.For(named), named.Name()
+		named, err := reference.ParseNamed(repo)
+		if _, digested := named.(reference.Digested); err == nil && !digested {
+			return p.For(named), named.String()
 		}
 	}
 	return Match{Scope: "default", Requirements: p.Default}, ""

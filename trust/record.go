@@ -33,8 +33,8 @@ const (
 // it again, offline, against its own policy (Check).
 //
 // A record of kind KindOMS is instead an OMS bundle (a model.sig) over the
-// artifact's files: Ref is the repository the scope was matched with (""
-// the policy's default), Scope the scope it was verified under, no
+// artifact's files: Ref is the repository (and tag) the scope was
+// matched with ("" the policy's default), Scope the scope it was verified under, no
 // manifest, and the one bundle; it is checked again against the
 // artifact's index, the digests the store computed (CheckOMS).
 type Record struct {
@@ -148,8 +148,8 @@ func (r Record) validate() error {
 func (r Record) validateOMS() error {
 	if r.Ref != "" {
 		named, err := reference.ParseNamed(r.Ref)
-		if err != nil || !reference.IsNameOnly(named) {
-			return fmt.Errorf("oms record: reference %q is not a repository name", r.Ref)
+		if _, digested := named.(reference.Digested); err != nil || digested {
+			return fmt.Errorf("oms record: reference %q is not a repository name (and tag)", r.Ref)
 		}
 	}
 	switch {

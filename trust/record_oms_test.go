@@ -115,7 +115,8 @@ func TestMatchOMS(t *testing.T) {
 		{"reg.example/models/x", "reg.example/models", "reg.example/models/x"},
 		{"org/name", "default", ""},
 		{"", "default", ""},
-		{"reg.example/models/x:tag", "default", ""},
+		{"reg.example/models/x:tag", "reg.example/models", "reg.example/models/x:tag"},
+		{"reg.example/models/x@sha256:" + strings.Repeat("a", 64), "default", ""},
 	} {
 		m, ref := p.MatchOMS(tc.repo)
 		if m.Scope != tc.scope || ref != tc.ref {

@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"crypto"
+	"crypto/elliptic"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/trust"
 )
@@ -44,4 +46,19 @@ func OMSBundle(tb testing.TB, key crypto.Signer, files []artifact.File) []byte {
 		tb.Fatal(err)
 	}
 	return b
+}
+
+// SigningKey is a new ECDSA P-256 signing key and its public key (PEM),
+// as a trust policy's keyData names it.
+func SigningKey(tb testing.TB) (crypto.Signer, []byte) {
+	tb.Helper()
+	priv, pub, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	key, err := trust.LoadPrivateKey(priv, nil)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return key, pub
 }
