@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -63,20 +65,41 @@ func (g *Gate) Unsigned(ref string) error {
 	return nil
 }
 
-// SourceSignature implements resolve.SourceSignatures: a model.sig
-// beside a local source is checked under the scope of the request's
-// reference (ref, "" the default), and its record keeps that reference
-// without its digest.
-func (g *Gate) SourceSignature(ref string) (trust.Match, string, error) {
+// SignedSource implements resolve.SourceSignatures: dir holds a model.sig.
+func (g *Gate) SignedSource(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, trust.OMSSignatureFile))
+	return err == nil
+}
+
+// CheckSource implements resolve.SourceSignatures: the model.sig beside
+// src is checked under the scope of the request's reference (ref, ""
+// the default) against src's digests, and its record, keeping that
+// reference without its digest, is kept before the build.
+func (g *Gate) CheckSource(ctx context.Context, d *store.Domain, id artifact.ID, ref string, src *artifact.SourceDir) error {
 	m, name, err := g.match(ref)
-	if err != nil || name == "" {
-		return m, "", err
-	}
-	named, err := reference.ParseNamed(name)
 	if err != nil {
-		return m, "", fmt.Errorf("reference %q: %v: %w", name, err, errdefs.ErrInvalidArgument)
+		return err
 	}
-	return m, named.String(), nil
+	if name != "" {
+		named, err := reference.ParseNamed(name)
+		if err != nil {
+			return fmt.Errorf("reference %q: %v: %w", name, err, errdefs.ErrInvalidArgument)
+		}
+		name = named.String()
+	}
+	sig, err := trust.ReadDirSignature(m, name, src.Root)
+	if err != nil || sig == nil {
+		return err
+	}
+	files := make([]artifact.FileEntry, len(src.Files))
+	for i, f := range src.Files {
+		files[i] = artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}
+	}
+	_, rec, err := sig.Check(files)
+	if err != nil {
+		return err
+	}
+	return trust.Keep(ctx, d, id, rec)
 }
 
 // Hit implements resolve.Trust: nil when the store's artifact id may

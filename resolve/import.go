@@ -8,7 +8,6 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/trust"
 )
 
 // ImportRequest is the import of a safetensors checkpoint directory as it
@@ -24,18 +23,13 @@ type ImportRequest struct {
 	OnTotal func(total int64)
 	// Progress, if set, is told of payload bytes copied.
 	Progress func(n int64)
-	// Policy, if set, is the trust policy a model.sig beside the files
-	// (an OpenSSF model-signing bundle) is checked under, against the
-	// entries the store computed while it copied the files, before
-	// anything is published (readDirSignature, dirSignature.check): a
-	// mismatch refuses the import, and so does a missing model.sig under
-	// a scope that requires a signature, before a byte is copied. A
-	// verified signature's record is kept beside the artifact. With a
-	// model.sig every file is copied and hashed, even when the store
-	// holds the artifact.
-	Policy *trust.Policy
-	// Verified, if set, is told how the model.sig met the policy.
-	Verified func([]trust.Verified)
+	// Check, if set, is given the artifact's id and the entries the store
+	// computed while it copied the files (every sha256 and BLAKE3), before
+	// anything is published: an error refuses the import (the caller's
+	// check of a model.sig against them, which keeps its record). With it
+	// every file is copied and hashed, even when the store holds the
+	// artifact.
+	Check func(ctx context.Context, id artifact.ID, files []artifact.FileEntry) error
 }
 
 // Import publishes a checkpoint directory in d, reading each source byte at
@@ -65,16 +59,8 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 		}
 		req.OnTotal(total)
 	}
-	var sig *dirSignature
-	if req.Policy != nil {
-		m, ref := req.Policy.MatchOMS(req.Repository)
-		if sig, err = readDirSignature(m, ref, req.Dir); err != nil {
-			return nil, store.BuildResult{}, err
-		}
-	}
-	checked := sig != nil && sig.raw != nil
 	producer := &artifact.Passthrough{Src: src, Progress: req.Progress}
-	if src.Complete() && !checked {
+	if src.Complete() && req.Check == nil {
 		// Every sha256 is known: the identity first, a build only on a miss.
 		return d.GetOrBuild(ctx, identityOf(src), producer)
 	}
@@ -86,20 +72,13 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 			return artifact.Identity{}, err
 		}
 		identity := identityOf(full)
-		if checked {
-			v, rec, err := sig.check(files)
-			if err != nil {
-				return artifact.Identity{}, err
-			}
+		if req.Check != nil {
 			id, err := identity.ID()
 			if err != nil {
 				return artifact.Identity{}, err
 			}
-			if err := trust.Keep(ctx, d, id, rec); err != nil {
+			if err := req.Check(ctx, id, files); err != nil {
 				return artifact.Identity{}, err
-			}
-			if req.Verified != nil {
-				req.Verified(v)
 			}
 		}
 		return identity, nil

@@ -471,7 +471,7 @@ func (a *attempt) local() bool {
 	// (its statement names the source's files), and may meet a scope that
 	// wants a signature.
 	st, _ := a.r.cfg.Trust.(SourceSignatures)
-	signedSource := st != nil && hasDirSignature(a.req.Source)
+	signedSource := st != nil && st.SignedSource(a.req.Source)
 	why := a.unsigned()
 	if why != "" && !signedSource {
 		a.rep.step(StepProduce, "", StepSkipped, t, why)

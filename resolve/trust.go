@@ -6,7 +6,6 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/trust"
 )
 
 // Trust is the node's trust policy as resolution applies it (package
@@ -35,15 +34,33 @@ type Trust interface {
 	Unsigned(ref string) error
 }
 
-// SourceSignatures is a Trust that also checks a model.sig (an OpenSSF
-// model-signing bundle) beside a local passthrough build's source, such
-// as a staged hub snapshot (oci.Gate): SourceSignature is what the policy
-// requires of it for a request naming ref, and the repository name its
-// record keeps ("" none). A source with a model.sig is built by the
-// passthrough producer under a scope that requires a signature, once the
-// bundle meets it; a source without one is not.
+// SourceSignatures is a Trust that also checks a signature of a local
+// passthrough build's source files, such as a staged hub snapshot's
+// model.sig (oci.Gate). A source that carries one is built by the
+// passthrough producer where the policy wants a signature, once
+// CheckSource accepts it; a source that carries none is not.
 type SourceSignatures interface {
-	SourceSignature(ref string) (trust.Match, string, error)
+	// SignedSource says whether the source directory dir carries a
+	// signature of its files.
+	SignedSource(dir string) bool
+	// CheckSource checks it against src's digests (each sha256, which
+	// the copy verifies) under what the policy requires of a request
+	// naming ref, and keeps how, before the producer of the artifact id
+	// runs: nil, a refusal, or the error that kept it from recording.
+	CheckSource(ctx context.Context, d *store.Domain, id artifact.ID, ref string, src *artifact.SourceDir) error
+}
+
+// sourceSigned applies SourceSignatures to a local passthrough build:
+// nil, or the failure that ends it (a refusal is a policy failure).
+func (a *attempt) sourceSigned(st SourceSignatures, step, source string, src *artifact.SourceDir) *Failure {
+	err := st.CheckSource(a.ctx, a.dom, a.rep.ID, a.req.Artifact, src)
+	switch {
+	case err == nil:
+		return nil
+	case isPolicyRefusal(err):
+		return &Failure{Kind: KindPolicy, Step: step, Source: source, Err: err}
+	}
+	return &Failure{Kind: KindProducer, Step: step, Source: source, Err: err}
 }
 
 // policyRefusal is a trust policy's refusal (package trust's Refusal):

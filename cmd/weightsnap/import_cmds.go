@@ -49,14 +49,8 @@ signature is recorded beside the artifact: inspect shows it and verify
 			if err != nil {
 				return err
 			}
-			pol, err := a.cfg.Verify.LoadPolicy()
-			if err != nil {
-				return err
-			}
-			var verified []trust.Verified
 			var pr *progress
-			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: args[0],
-				Policy: pol, Verified: func(v []trust.Verified) { verified = v },
+			lease, res, verified, err := importChecked(ctx, a, d, resolve.ImportRequest{Dir: args[0],
 				Repository: repo, Revision: rev, Component: component, TPSize: tpSize, TPRank: tpRank,
 				OnTotal:  func(total int64) { pr = newProgress("import", total) },
 				Progress: func(n int64) { pr.Add(n) }})

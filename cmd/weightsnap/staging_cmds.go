@@ -161,10 +161,6 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 	if err != nil {
 		return nil, err
 	}
-	pol, err := a.cfg.Verify.LoadPolicy()
-	if err != nil {
-		return nil, err
-	}
 	var out []published
 	for _, lr := range rep.Lanes {
 		if lr.Kind != staging.KindHubMirror || lr.State != staging.StateStaged {
@@ -176,9 +172,7 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 		}
 		for _, s := range snaps {
 			var pr *progress
-			var verified []trust.Verified
-			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: s.Dir, Repository: s.Repo, Revision: s.Revision,
-				Policy: pol, Verified: func(v []trust.Verified) { verified = v },
+			lease, res, verified, err := importChecked(ctx, a, d, resolve.ImportRequest{Dir: s.Dir, Repository: s.Repo, Revision: s.Revision,
 				OnTotal:  func(total int64) { pr = newProgress("publish "+s.Repo, total) },
 				Progress: func(n int64) { pr.Add(n) }})
 			if pr != nil {
