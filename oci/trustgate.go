@@ -139,7 +139,7 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 			if errors.As(err, &rf) {
 				err = errors.New(rf.Reason)
 			}
-			why = append(why, r.Ref+": "+err.Error())
+			why = append(why, r.Name()+": "+err.Error())
 			continue
 		}
 		return nil
@@ -181,7 +181,7 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 		}
 		for _, r := range all {
 			if err := CheckBinding(r, identity, files); err != nil {
-				why = append(why, r.Ref+": "+err.Error())
+				why = append(why, r.Name()+": "+err.Error())
 				continue
 			}
 			recs = append(recs, r)
@@ -214,7 +214,7 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 			if errors.As(err, &rf) {
 				err = errors.New(rf.Reason)
 			}
-			why = append(why, r.Ref+": "+err.Error())
+			why = append(why, r.Name()+": "+err.Error())
 			continue
 		}
 		r.Verified = v // how this node verified it, not what a sender said

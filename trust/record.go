@@ -101,6 +101,18 @@ func (r Record) Repository() string {
 	return name
 }
 
+// Name is how messages name the record: its reference, or for an OMS
+// record the model.sig and its repository.
+func (r Record) Name() string {
+	switch {
+	case r.Kind != KindOMS:
+		return r.Ref
+	case r.Ref == "":
+		return OMSSignatureFile + " (no repository)"
+	}
+	return OMSSignatureFile + " (" + r.Ref + ")"
+}
+
 // Signed says whether the record holds a signature (and not only the
 // acceptance of a scope that requires none).
 func (r Record) Signed() bool { return len(r.Signatures) > 0 }

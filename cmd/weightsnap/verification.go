@@ -70,7 +70,11 @@ func printVerification(a *app, v verification) {
 	fmt.Fprintf(a.out, "Verified:  %s\n", v.Status)
 	for _, r := range v.Records {
 		if r.Kind == trust.KindOMS {
-			fmt.Fprintf(a.out, "  %s over the files (%s), bundle %s\n", trust.OMSSignatureFile, recordName(r.Ref), r.Bundle)
+			ref := r.Ref
+			if ref == "" {
+				ref = "no repository"
+			}
+			fmt.Fprintf(a.out, "  %s over the files (%s), bundle %s\n", trust.OMSSignatureFile, ref, r.Bundle)
 		} else {
 			fmt.Fprintf(a.out, "  %s\n", r.Ref)
 		}
@@ -88,14 +92,6 @@ func printVerification(a *app, v verification) {
 			fmt.Fprintf(a.out, "    scope %q: %s, at %s\n", m.Scope, how, m.Time.UTC().Format(time.RFC3339))
 		}
 	}
-}
-
-// recordName is how a record's reference is shown.
-func recordName(ref string) string {
-	if ref == "" {
-		return "no repository"
-	}
-	return ref
 }
 
 // verifySignatures checks the recorded signatures of each artifact
@@ -123,10 +119,7 @@ func verifySignatures(ctx context.Context, a *app, d *store.Domain, ids []artifa
 		}
 		var ok []string
 		for _, r := range recs {
-			name := r.Ref
-			if r.Kind == trust.KindOMS {
-				name = trust.OMSSignatureFile + " (" + recordName(r.Ref) + ")"
-			}
+			name := r.Name()
 			err := checkRecord(ctx, pol, d, id, r)
 			if err != nil {
 				errs = append(errs, fmt.Errorf("%s: %s: %w", id.Short(), name, err))
