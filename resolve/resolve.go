@@ -467,13 +467,9 @@ func (a *attempt) local() bool {
 		a.rep.step(StepProduce, "", StepSkipped, t, "no source directory for local producers")
 		return false
 	}
-	// A model.sig beside the source is checked for a passthrough build
-	// (its statement names the source's files), and may meet a scope that
-	// wants a signature.
-	st, _ := a.r.cfg.Trust.(SourceSignatures)
-	signedSource := st != nil && st.SignedSource(a.req.Source)
+	st := a.signedSource()
 	why := a.unsigned()
-	if why != "" && !signedSource {
+	if why != "" && st == nil {
 		a.rep.step(StepProduce, "", StepSkipped, t, why)
 		return false
 	}
@@ -499,16 +495,12 @@ func (a *attempt) local() bool {
 			a.rep.step(StepProduce, source, StepSkipped, t, "makes another identity from this source")
 			continue
 		}
-		if signedSource && rc.Name() != artifact.PassthroughName {
-			if why != "" {
-				a.rep.step(StepProduce, source, StepSkipped, t, why+" (the model.sig covers the source's files, not what this producer makes)")
-				continue
-			}
-		} else if signedSource {
-			if f := a.sourceSigned(st, StepProduce, source, fp.Src); f != nil {
-				a.rep.step(StepProduce, source, StepFailed, t, f.reason())
-				return a.recover(f)
-			}
+		if skip, f := a.localSignature(st, rc.Name(), source, why, fp.Src); f != nil {
+			a.rep.step(StepProduce, source, StepFailed, t, f.reason())
+			return a.recover(f)
+		} else if skip != "" {
+			a.rep.step(StepProduce, source, StepSkipped, t, skip)
+			continue
 		}
 		prod, err := rc.Producer(fp.Src)
 		if err != nil {

@@ -50,17 +50,38 @@ type SourceSignatures interface {
 	CheckSource(ctx context.Context, d *store.Domain, id artifact.ID, ref string, src *artifact.SourceDir) error
 }
 
-// sourceSigned applies SourceSignatures to a local passthrough build:
-// nil, or the failure that ends it (a refusal is a policy failure).
-func (a *attempt) sourceSigned(st SourceSignatures, step, source string, src *artifact.SourceDir) *Failure {
+// signedSource is the Trust's SourceSignatures when the request's
+// source carries a signature of its files, else nil.
+func (a *attempt) signedSource() SourceSignatures {
+	if st, ok := a.r.cfg.Trust.(SourceSignatures); ok && st.SignedSource(a.req.Source) {
+		return st
+	}
+	return nil
+}
+
+// localSignature applies a source's signature (st, nil none) to the
+// local producer named producer, before it runs: a passthrough build's
+// source is checked (CheckSource; a refusal is a policy failure), and
+// another producer, whose artifact the signature does not cover, is
+// skipped saying why where the policy wants a signature (why, "" not).
+func (a *attempt) localSignature(st SourceSignatures, producer, source, why string, src *artifact.SourceDir) (string, *Failure) {
+	switch {
+	case st == nil:
+		return "", nil
+	case producer != artifact.PassthroughName:
+		if why != "" {
+			return why + " (the model.sig covers the source's files, not what this producer makes)", nil
+		}
+		return "", nil
+	}
 	err := st.CheckSource(a.ctx, a.dom, a.rep.ID, a.req.Artifact, src)
 	switch {
 	case err == nil:
-		return nil
+		return "", nil
 	case isPolicyRefusal(err):
-		return &Failure{Kind: KindPolicy, Step: step, Source: source, Err: err}
+		return "", &Failure{Kind: KindPolicy, Step: StepProduce, Source: source, Err: err}
 	}
-	return &Failure{Kind: KindProducer, Step: step, Source: source, Err: err}
+	return "", &Failure{Kind: KindProducer, Step: StepProduce, Source: source, Err: err}
 }
 
 // policyRefusal is a trust policy's refusal (package trust's Refusal):
