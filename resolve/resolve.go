@@ -85,6 +85,8 @@ func (a *attempt) recover(f *Failure) bool {
 		switch f.Kind {
 		case KindIntegrity: // never published; someone has a source to fix
 			l.Warn("resolve: the source served bytes that failed verification; trying the next source")
+		case KindUnsigned: // never published
+			l.Warn("resolve: the source brought no signature the trust policy accepts; trying the next source")
 		case KindUnreachable:
 			l.Info("resolve: the source is unreachable; trying the next source")
 		default:
@@ -326,6 +328,16 @@ func (a *attempt) lookup() bool {
 		a.rep.step(StepLookup, SourceLocal, StepFailed, t, f.reason())
 		return a.recover(f)
 	}
+	if f := a.trustedHit(StepLookup, SourceLocal, l); f != nil {
+		// Not served as it is: the registry verifies it again (the
+		// artifact stays; its bytes are not fetched twice). When no
+		// source verifies it, resolution ends with this refusal, never
+		// on the canonical source.
+		l.Close()
+		a.rep.step(StepLookup, SourceLocal, StepFailed, t, f.reason())
+		a.last, a.rep.Recovered = f, append(a.rep.Recovered, f)
+		return false
+	}
 	a.rep.step(StepLookup, SourceLocal, StepHit, t, "")
 	a.win(OutcomeHit, SourceLocal, l)
 	return true
@@ -459,6 +471,12 @@ func (a *attempt) local() bool {
 		a.rep.step(StepProduce, "", StepSkipped, t, "no source directory for local producers")
 		return false
 	}
+	st := a.signedSource()
+	why := a.unsigned()
+	if why != "" && st == nil {
+		a.rep.step(StepProduce, "", StepSkipped, t, why)
+		return false
+	}
 	// The model the identity names, whether given or derived.
 	target := producers.Target{Repository: a.id.Model.Repository, Revision: a.id.Model.Revision, Component: a.id.Component}
 	for _, rc := range eligible {
@@ -479,6 +497,13 @@ func (a *attempt) local() bool {
 		}
 		if d, _ := id.ID(); d != a.rep.ID {
 			a.rep.step(StepProduce, source, StepSkipped, t, "makes another identity from this source")
+			continue
+		}
+		if skip, f := a.localSignature(st, rc.Name(), source, why, fp.Src); f != nil {
+			a.rep.step(StepProduce, source, StepFailed, t, f.reason())
+			return a.recover(f)
+		} else if skip != "" {
+			a.rep.step(StepProduce, source, StepSkipped, t, skip)
 			continue
 		}
 		prod, err := rc.Producer(fp.Src)
