@@ -6,6 +6,8 @@ import (
 	"math"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 )
 
 // Measured is what scripts/bench-fleet.sh measured (BENCH_FLEET_JSON writes it): the fleet's
@@ -13,8 +15,8 @@ import (
 // where its copy came from. The calibration reads it from testdata.
 type Measured struct {
 	Command   string          `json:"command"` // the command that measured it
-	Size      string          `json:"size"`    // weightsnap dev synth --size
-	Bytes     int64           `json:"bytes"`   // the artifact's payload bytes
+	Size      string          `json:"size"`    // weightsnap dev synth --size: <n>KiB, MiB or GiB
+	Bytes     int64           `json:"bytes"`   // the artifact's payload bytes (its files')
 	Shards    int             `json:"shards"`
 	RateMbit  int             `json:"rate_mbit"`  // every link's rate, both ways (tbf)
 	Cores     int             `json:"cores"`      // the machine's
@@ -62,7 +64,27 @@ func ReadMeasured(path string) (*Measured, error) {
 	if m.Bytes <= 0 || m.RateMbit <= 0 || m.AloneS <= 0 || len(m.Rounds) == 0 {
 		return nil, fmt.Errorf("%s: no setting or no rounds", path)
 	}
+	if _, err := sizeBytes(m.Size); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
 	return &m, nil
+}
+
+// sizeBytes parses the benchmark's sizes: a whole number of KiB, MiB or GiB.
+func sizeBytes(s string) (int64, error) {
+	for _, u := range []struct {
+		suffix string
+		shift  uint
+	}{{"KiB", 10}, {"MiB", 20}, {"GiB", 30}} {
+		if v, ok := strings.CutSuffix(s, u.suffix); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n <= 0 || n > 1<<(62-u.shift) {
+				break
+			}
+			return n << u.shift, nil
+		}
+	}
+	return 0, fmt.Errorf("size %q: want a whole number of KiB, MiB or GiB", s)
 }
 
 // Quantile is the q-quantile (0 < q <= 1) of xs by the nearest rank: the smallest x with at least
