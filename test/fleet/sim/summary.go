@@ -73,7 +73,7 @@ const (
 var KrakenPublished = [3]float64{10, 18, 22}
 
 // krakenSeeds is how many runs each Kraken row pools.
-const krakenSeeds = 3
+const krakenSeeds = 2
 
 // PrintKraken prints the model's predictions for Kraken's setting: the protocol as it is (one
 // chain), without failures and with 1% of the nodes dying mid-transfer, beside the alternatives:
@@ -85,7 +85,7 @@ func PrintKraken(w io.Writer) error {
 	}
 	base := Datacenter()
 	base.Nodes, base.Layout, base.Rate = KrakenNodes, layout, KrakenRate
-	fmt.Fprintf(w, "Kraken's setting: %d nodes, %.1f GB (a synthetic model of %d pieces, the largest tensor %d MiB), %.0f MB/s every link, the origin's too\n",
+	fmt.Fprintf(w, "Kraken's setting: %d nodes, %.1f GB (a synthetic model of %d pieces, the largest tensor %d MiB), %.0f MB/s every link, the origin's one link unless said\n",
 		KrakenNodes, float64(layout.Bytes)/1e9, len(layout.Pieces), layout.Largest>>20, KrakenRate/1e6)
 	fmt.Fprintf(w, "assumed timings (sim.Datacenter): hop %v, open %v, listing %v + %v per peer, start %v, registry setup %v, publish %v; %d seeds each\n",
 		base.HopDelay, base.Open, base.ListBase, base.ListPerPeer, base.Start, base.Setup, base.Publish, krakenSeeds)
@@ -95,17 +95,14 @@ func PrintKraken(w io.Writer) error {
 		name string
 		edit func(*Params)
 	}{
-		{"chain (the protocol: max_children 1)", func(*Params) {}},
+		{"chain (the protocol, max_children 1)", func(*Params) {}},
 		{"chain, 1% die", func(p *Params) { p.Fail = 0.01 }},
-		{"chain, hop 1 ms", func(p *Params) { p.HopDelay = time.Millisecond }},
-		{"chain, hop 5 ms", func(p *Params) { p.HopDelay = 5 * time.Millisecond }},
-		{"max_children 2", func(p *Params) { p.MaxChildren = 2 }},
-		{"tree of chains: fan-out 2 at depths 0-4", func(p *Params) { p.FanOut = []int{2, 2, 2, 2, 2} }},
-		{"tree of chains: fan-out 4 at depths 0-2", func(p *Params) { p.FanOut = []int{4, 4, 4} }},
-		{"forest: 16 roots", func(p *Params) { p.Roots = 16 }},
-		{"forest: 16 roots, 1% die", func(p *Params) { p.Roots, p.Fail = 16, 0.01 }},
-		{"forest: 32 roots", func(p *Params) { p.Roots = 32 }},
-		{"forest: 32 roots, 1% die", func(p *Params) { p.Roots, p.Fail = 32, 0.01 }},
+		{"chain formed at no cost (depth alone)", func(p *Params) { p.Open, p.ListBase, p.ListPerPeer = 0, 0, 0 }},
+		{"tree of chains: fan-out 2 at depths 0-3", func(p *Params) { p.FanOut, p.Shallowest = []int{2, 2, 2, 2}, true }},
+		{"forest: 16 roots, origin 16 links", func(p *Params) { p.Roots, p.OriginRate = 16, 16*p.Rate }},
+		{"forest: 16 roots, origin 16 links, 1% die", func(p *Params) { p.Roots, p.OriginRate, p.Fail = 16, 16*p.Rate, 0.01 }},
+		{"forest: 32 roots, origin 32 links", func(p *Params) { p.Roots, p.OriginRate = 32, 32*p.Rate }},
+		{"forest: 32 roots, origin 32 links, 1% die", func(p *Params) { p.Roots, p.OriginRate, p.Fail = 32, 32*p.Rate, 0.01 }},
 	}
 	for _, r := range rows {
 		p := base
