@@ -4,19 +4,23 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"time"
 )
 
 // Calibration: the model's timings for the machine a Measured ran on, and its predictions beside
-// the measurement. Only the hop delay is fitted; the rest is physics or measured directly:
+// the measurement. Two numbers are fitted, each on its own observable (the root's READY and the
+// slope over depth), neither on the p50 or p99 it predicts; the rest is physics or measured:
 //   - Rate: the tbf rate times the payload share of a full frame (1448 bytes of TCP payload with
 //     timestamps in a 1514-byte Ethernet frame, which tbf counts);
 //   - Machine: one node alone unshaped, the bytes per second this machine's CPUs move at most;
+//   - Contention (fitted): from every round, the root's READY over one node alone's, less one,
+//     over the machine's load at N streams (N x Rate / Machine), by least squares through 0;
 //   - Publish: the median of the nodes' publication times (their reports);
 //   - Start: one node alone's time less its bytes at Rate and Publish (process start, planning,
 //     the registry's manifest and index);
-//   - HopDelay: from the largest round, the least-squares slope of time to READY over depth
-//     (depth from each node's source) less one piece's time at Rate;
+//   - HopDelay (fitted): from the largest round, the least-squares slope of time to READY over
+//     depth (depth from each node's source) less one piece's time at Rate slowed by the load;
 //   - Open, listing: assumed small (2 ms, 10 ms + 1 ms per peer): at 16 nodes they stay hidden
 //     under the first tensor's lag.
 type Calibration struct {
@@ -75,10 +79,22 @@ func Calibrate(m *Measured) (*Calibration, error) {
 	if err != nil {
 		return nil, err
 	}
-	piece := float64(layout.Pieces[0]) / rate
+	machine := float64(m.Bytes) / m.UnshapedS
+	load := func(nodes int) float64 { return float64(nodes) * rate / machine }
+	var sxy, sxx float64
+	for _, r := range m.Rounds {
+		root := slices.IndexFunc(r.Each, func(n MeasuredNode) bool { return n.Parent < 0 })
+		if root < 0 {
+			return nil, fmt.Errorf("sim: the round of %d nodes has no root", r.Nodes)
+		}
+		y := r.Each[root].ReadyS/m.AloneS - 1
+		sxy, sxx = sxy+load(r.Nodes)*y, sxx+load(r.Nodes)*load(r.Nodes)
+	}
+	contention := max(sxy/sxx, 0)
+	piece := float64(layout.Pieces[0]) / rate * (1 + contention*load(largest.Nodes))
 	hop := max(slope-piece, 0)
 	c := &Calibration{Measured: m, Slope: slope, Params: Params{Layout: layout, Rate: rate,
-		Machine: float64(m.Bytes) / m.UnshapedS, Start: seconds(start), Publish: seconds(pub), HopDelay: seconds(hop),
+		Machine: machine, Contention: contention, Start: seconds(start), Publish: seconds(pub), HopDelay: seconds(hop),
 		Open: 2 * time.Millisecond, ListBase: 10 * time.Millisecond, ListPerPeer: time.Millisecond}}
 	for _, r := range m.Rounds {
 		p := c.Params
@@ -155,9 +171,12 @@ func (c *Calibration) Print(w io.Writer) {
 	m, p := c.Measured, c.Params
 	fmt.Fprintf(w, "measured: %s (%d bytes), %d Mbit/s links, %d cores, load %s; one node alone %.2fs\n", m.Size, m.Bytes, m.RateMbit, m.Cores, m.Load, m.AloneS)
 	fmt.Fprintf(w, "  by: %s\n", m.Command)
-	fmt.Fprintf(w, "model: rate %.2f MB/s (the tbf rate x 1448/1514), machine %.0f MB/s (one node alone unshaped), start %v, publish %v (measured median), hop delay %v (fitted: %.0f ms per depth at %d nodes, less a piece's %.0f ms), open %v, listing %v + %v per peer\n",
-		p.Rate/1e6, p.Machine/1e6, p.Start.Round(time.Millisecond), p.Publish.Round(time.Millisecond), p.HopDelay.Round(time.Millisecond),
-		c.Slope*1e3, c.Rows[len(c.Rows)-1].Nodes, float64(p.Layout.Pieces[0])/p.Rate*1e3, p.Open, p.ListBase, p.ListPerPeer)
+	n := c.Rows[len(c.Rows)-1].Nodes
+	fmt.Fprintf(w, "model: rate %.2f MB/s (the tbf rate x 1448/1514), machine %.0f MB/s (one node alone unshaped), contention %.2f (fitted on the roots' READY),\n",
+		p.Rate/1e6, p.Machine/1e6, p.Contention)
+	fmt.Fprintf(w, "  hop delay %v (fitted: %.0f ms per depth at %d nodes less a piece's %.0f ms), start %v, publish %v (measured median), open %v, listing %v + %v per peer\n",
+		p.HopDelay.Round(time.Millisecond), c.Slope*1e3, n, float64(p.Layout.Pieces[0])/p.Rate*(1+p.Contention*float64(n)*p.Rate/p.Machine)*1e3,
+		p.Start.Round(time.Millisecond), p.Publish.Round(time.Millisecond), p.Open, p.ListBase, p.ListPerPeer)
 	fmt.Fprintf(w, "%5s | %-30s | %-30s | %s\n", "", "measured", "predicted", "error")
 	fmt.Fprintf(w, "%5s | %6s %7s %7s %7s | %6s %7s %7s %7s | %6s %6s\n", "nodes", "copies", "p50 s", "p99 s", "max s", "copies", "p50 s", "p99 s", "max s", "p50", "p99")
 	for _, r := range c.Rows {

@@ -8,7 +8,7 @@ package sim
 // publication later; it then serves as a holder.
 
 // rate is n's uplink. With Params.Machine, a send starting while k others are under way gets at
-// most a k+1-th of it.
+// most a k+1-th of the machine, slowed by its load (Params.Contention).
 func (s *state) rate(n *node) float64 {
 	if n == s.origin {
 		return s.p.OriginRate
@@ -32,8 +32,9 @@ func (s *state) wake(n *node) {
 		piece := c.cursor
 		ver := n.ver
 		rate := s.rate(n)
-		if s.p.Machine > 0 {
-			rate = min(rate, s.p.Machine/float64(s.sending+1))
+		if m := s.p.Machine; m > 0 {
+			load := float64(s.sending+1) * s.p.Rate / m
+			rate = min(rate/(1+s.p.Contention*load), m/float64(s.sending+1))
 		}
 		s.sending++
 		s.at(s.now()+float64(s.p.Layout.Pieces[piece])/rate, func() { s.sending--; s.landed(n, c, piece, ver) })

@@ -16,9 +16,12 @@ type Params struct {
 	// Rate is every node's link goodput each way, payload bytes per second; OriginRate the
 	// origin's uplink (0: Rate), shared in turn by the nodes pulling from it.
 	Rate, OriginRate float64
-	// Machine, when set, bounds the bytes per second all links move together: the fleet of one
-	// benchmark shares one machine's CPUs (one node alone, unshaped, measures it).
-	Machine float64
+	// Machine, when set, is the bytes per second one machine's CPUs move at most (one node
+	// alone, unshaped, measures it): a benchmark's fleet shares them. All links together move at
+	// most Machine, and with Contention each send is slowed by 1 + Contention x the machine's
+	// load (the pieces on the wire at the link's rate over Machine): a node not scheduled when
+	// its bytes land leaves its link idle. Real hosts: 0.
+	Machine, Contention float64
 	// MaxChildren is [peer] max_children (0: DefaultMaxChildren). FanOut, when set, overrides it
 	// by depth (FanOut[d] for a builder at depth d, past its end MaxChildren): a tree of chains.
 	MaxChildren int
