@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/internal/procs"
 )
@@ -72,13 +73,28 @@ func (e *Engine) progress(lane string, total int64) Progress {
 // ledgers loads the ledger of every lane on this node; unreadable ones are
 // logged and left out.
 func (e *Engine) ledgers(ctx context.Context) ([]*Ledger, error) {
+	out, _, err := e.loadLedgers(ctx)
+	return out, err
+}
+
+// loaded is what State.Load returned for one lane.
+type loaded struct {
+	l   *Ledger
+	err error
+}
+
+// loadLedgers is ledgers, and also what loading each lane returned, by
+// lane: a plan reads every ledger once.
+func (e *Engine) loadLedgers(ctx context.Context) ([]*Ledger, map[string]loaded, error) {
 	ids, err := e.st.IDs()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var out []*Ledger
+	byID := make(map[string]loaded, len(ids))
 	for _, id := range ids {
 		l, err := e.st.Load(id)
+		byID[id] = loaded{l, err}
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("lane", id).Warn("staging: ledger unreadable")
 			if l == nil {
@@ -87,26 +103,53 @@ func (e *Engine) ledgers(ctx context.Context) ([]*Ledger, error) {
 		}
 		out = append(out, l)
 	}
-	return out, nil
+	return out, byID, nil
 }
 
 // Plan says what staging r would do, touching no data: a dry run.
 func (e *Engine) Plan(ctx context.Context, r *Recipe) (*Plan, error) {
-	plan, _, err := e.plan(ctx, r)
+	plan, _, _, err := e.plan(ctx, r)
 	return plan, err
 }
 
-func (e *Engine) plan(ctx context.Context, r *Recipe) (*Plan, []*lanePlan, error) {
-	ledgers, err := e.ledgers(ctx)
-	if err != nil {
-		return nil, nil, err
+// plan plans r and returns the ledgers of every lane it read, as they were
+// before planning. The ledgers load while the sources are walked.
+func (e *Engine) plan(ctx context.Context, r *Recipe) (*Plan, []*Ledger, []*lanePlan, error) {
+	type loadResult struct {
+		ledgers []*Ledger
+		byID    map[string]loaded
+		err     error
+	}
+	loadc := make(chan loadResult, 1)
+	go func() {
+		ls, byID, err := e.loadLedgers(ctx)
+		loadc <- loadResult{ls, byID, err}
+	}()
+	var res *loadResult
+	wait := func() *loadResult {
+		if res == nil {
+			r := <-loadc
+			res = &r
+		}
+		return res
 	}
 	plan := &Plan{Node: e.st.Node, Mode: e.opts.Mode}
 	var lanes []*lanePlan
 	for i := range r.Blocks {
-		lp, problem, err := e.planLane(ctx, &r.Blocks[i])
+		b := &r.Blocks[i]
+		lp, problem, err := e.planLane(ctx, b, func() (loaded, error) {
+			res := wait()
+			if res.err != nil {
+				return loaded{}, res.err
+			}
+			ld, ok := res.byID[b.ID]
+			if !ok {
+				ld.err = fmt.Errorf("lane %s has no ledger on node %s: %w", b.ID, e.st.Node, errdefs.ErrNotFound)
+			}
+			return ld, nil
+		})
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if problem != nil {
 			plan.Problems = append(plan.Problems, *problem)
@@ -115,10 +158,13 @@ func (e *Engine) plan(ctx context.Context, r *Recipe) (*Plan, []*lanePlan, error
 		lanes = append(lanes, lp)
 		plan.Lanes = append(plan.Lanes, lp.public)
 	}
-	if err := e.preflight(ctx, lanes, ledgers, plan); err != nil {
-		return nil, nil, err
+	if res := wait(); res.err != nil {
+		return nil, nil, nil, res.err
 	}
-	return plan, lanes, nil
+	if err := e.preflight(ctx, lanes, res.ledgers, plan); err != nil {
+		return nil, nil, nil, err
+	}
+	return plan, res.ledgers, lanes, nil
 }
 
 // Report is what staging a recipe did.
@@ -144,17 +190,13 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 		}
 		defer lk.unlock()
 	}
-	plan, lanes, err := e.plan(ctx, r)
+	plan, ledgers, lanes, err := e.plan(ctx, r)
 	if err != nil {
 		return nil, err
 	}
 	rep := &Report{Node: e.st.Node, Mode: e.opts.Mode}
 	if err := plan.Err(); err != nil {
 		return rep, err
-	}
-	ledgers, err := e.ledgers(ctx)
-	if err != nil {
-		return nil, err
 	}
 	if len(plan.Evict) > 0 {
 		open := procs.OpenInodes()
