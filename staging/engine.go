@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/internal/procs"
 )
@@ -73,28 +73,13 @@ func (e *Engine) progress(lane string, total int64) Progress {
 // ledgers loads the ledger of every lane on this node; unreadable ones are
 // logged and left out.
 func (e *Engine) ledgers(ctx context.Context) ([]*Ledger, error) {
-	out, _, err := e.loadLedgers(ctx)
-	return out, err
-}
-
-// loaded is what State.Load returned for one lane.
-type loaded struct {
-	l   *Ledger
-	err error
-}
-
-// loadLedgers is ledgers, and also what loading each lane returned, by
-// lane: a plan reads every ledger once.
-func (e *Engine) loadLedgers(ctx context.Context) ([]*Ledger, map[string]loaded, error) {
 	ids, err := e.st.IDs()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	var out []*Ledger
-	byID := make(map[string]loaded, len(ids))
 	for _, id := range ids {
 		l, err := e.st.Load(id)
-		byID[id] = loaded{l, err}
 		if err != nil {
 			log.G(ctx).WithError(err).WithField("lane", id).Warn("staging: ledger unreadable")
 			if l == nil {
@@ -103,53 +88,61 @@ func (e *Engine) loadLedgers(ctx context.Context) ([]*Ledger, map[string]loaded,
 		}
 		out = append(out, l)
 	}
-	return out, byID, nil
+	return out, nil
+}
+
+// loaded is what State.Load returned for one lane.
+type loaded struct {
+	l   *Ledger
+	err error
+}
+
+// allLedgers loads every lane's ledger (Engine.ledgers) when first called,
+// and then returns the same: the other lanes' ledgers are read only when a
+// plan may evict or a copy may hardlink, never by a run that changes
+// nothing.
+func (e *Engine) allLedgers(ctx context.Context) func() ([]*Ledger, error) {
+	var once sync.Once
+	var ls []*Ledger
+	var err error
+	return func() ([]*Ledger, error) {
+		once.Do(func() { ls, err = e.ledgers(ctx) })
+		return ls, err
+	}
 }
 
 // Plan says what staging r would do, touching no data: a dry run.
 func (e *Engine) Plan(ctx context.Context, r *Recipe) (*Plan, error) {
-	plan, _, _, err := e.plan(ctx, r)
+	plan, _, err := e.plan(ctx, r, e.allLedgers(ctx))
 	return plan, err
 }
 
-// plan plans r and returns the ledgers of every lane it read, as they were
-// before planning. The ledgers load while the sources are walked.
-func (e *Engine) plan(ctx context.Context, r *Recipe) (*Plan, []*Ledger, []*lanePlan, error) {
-	type loadResult struct {
-		ledgers []*Ledger
-		byID    map[string]loaded
-		err     error
-	}
-	loadc := make(chan loadResult, 1)
+// plan plans r. The ledgers of r's lanes load while their sources are
+// walked; all gives every lane's, for the preflight's evictions.
+func (e *Engine) plan(ctx context.Context, r *Recipe, all func() ([]*Ledger, error)) (*Plan, []*lanePlan, error) {
+	loadc := make(chan map[string]loaded, 1)
 	go func() {
-		ls, byID, err := e.loadLedgers(ctx)
-		loadc <- loadResult{ls, byID, err}
-	}()
-	var res *loadResult
-	wait := func() *loadResult {
-		if res == nil {
-			r := <-loadc
-			res = &r
+		own := make(map[string]loaded, len(r.Blocks))
+		for _, b := range r.Blocks {
+			l, err := e.st.Load(b.ID)
+			own[b.ID] = loaded{l, err}
 		}
-		return res
+		loadc <- own
+	}()
+	var own map[string]loaded
+	ledger := func(id string) loaded {
+		if own == nil {
+			own = <-loadc
+		}
+		return own[id]
 	}
 	plan := &Plan{Node: e.st.Node, Mode: e.opts.Mode}
 	var lanes []*lanePlan
 	for i := range r.Blocks {
 		b := &r.Blocks[i]
-		lp, problem, err := e.planLane(ctx, b, func() (loaded, error) {
-			res := wait()
-			if res.err != nil {
-				return loaded{}, res.err
-			}
-			ld, ok := res.byID[b.ID]
-			if !ok {
-				ld.err = fmt.Errorf("lane %s has no ledger on node %s: %w", b.ID, e.st.Node, errdefs.ErrNotFound)
-			}
-			return ld, nil
-		})
+		lp, problem, err := e.planLane(ctx, b, func() loaded { return ledger(b.ID) })
 		if err != nil {
-			return nil, nil, nil, err
+			return nil, nil, err
 		}
 		if problem != nil {
 			plan.Problems = append(plan.Problems, *problem)
@@ -158,13 +151,10 @@ func (e *Engine) plan(ctx context.Context, r *Recipe) (*Plan, []*Ledger, []*lane
 		lanes = append(lanes, lp)
 		plan.Lanes = append(plan.Lanes, lp.public)
 	}
-	if res := wait(); res.err != nil {
-		return nil, nil, nil, res.err
+	if err := e.preflight(ctx, lanes, all, plan); err != nil {
+		return nil, nil, err
 	}
-	if err := e.preflight(ctx, lanes, res.ledgers, plan); err != nil {
-		return nil, nil, nil, err
-	}
-	return plan, res.ledgers, lanes, nil
+	return plan, lanes, nil
 }
 
 // Report is what staging a recipe did.
@@ -190,7 +180,8 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 		}
 		defer lk.unlock()
 	}
-	plan, ledgers, lanes, err := e.plan(ctx, r)
+	all := e.allLedgers(ctx)
+	plan, lanes, err := e.plan(ctx, r, all)
 	if err != nil {
 		return nil, err
 	}
@@ -199,6 +190,10 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 		return rep, err
 	}
 	if len(plan.Evict) > 0 {
+		ledgers, err := all()
+		if err != nil {
+			return nil, err
+		}
 		open := procs.OpenInodes()
 		for _, ev := range plan.Evict {
 			s, err := e.evict(ctx, ev.ID, ledgers, open)
@@ -207,11 +202,11 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 			}
 			rep.Evicted = append(rep.Evicted, *s)
 		}
-		if ledgers, err = e.ledgers(ctx); err != nil {
-			return nil, err
-		}
+		all = e.allLedgers(ctx) // as the evictions left them
 	}
-	index := newContentIndex(ledgers)
+	// Every lane's ledger as it is when the first copy looks for identical
+	// content.
+	index := newContentIndex(all)
 	var errs []error
 	for _, lp := range lanes {
 		lr, err := e.runLane(ctx, lp, index)

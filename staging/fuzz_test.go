@@ -77,6 +77,10 @@ func FuzzLedger(f *testing.F) {
 			if err := whole.check(); err != nil {
 				t.Fatalf("decoded ledger fails its check: %v", err)
 			}
+			want, _ := json.MarshalIndent(whole, "", " ")
+			if got, err := encodeLedger(whole); err != nil || string(got) != string(want) {
+				t.Fatalf("encodeLedger: %v\n%s\nwant\n%s", err, got, want)
+			}
 		}
 		a := &Ledger{Schema: LedgerSchema, ID: "lane", State: StateStaging}
 		b := &Ledger{Schema: LedgerSchema, ID: "lane", State: StateStaging}

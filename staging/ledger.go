@@ -114,13 +114,21 @@ func (l *Ledger) set(es ...Entry) {
 	for _, e := range es {
 		byPath[e.Path] = e
 	}
-	l.Entries = l.Entries[:0]
+	l.Entries = make([]Entry, 0, len(byPath)) // never the old array: plans and indexes keep slices of it
 	for _, e := range byPath {
 		l.Entries = append(l.Entries, e)
 	}
 	sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Path < l.Entries[j].Path })
 	l.Bytes = 0
 	for _, e := range l.Entries {
+		l.Bytes += e.Size
+	}
+}
+
+// replace makes es, sorted by path and each path once, the entries.
+func (l *Ledger) replace(es []Entry) {
+	l.Entries, l.Bytes = es, 0
+	for _, e := range es {
 		l.Bytes += e.Size
 	}
 }

@@ -108,7 +108,7 @@ func ParseMode(s string) (Mode, error) {
 // loaded). ledger waits for the ledgers, which load while the source is
 // walked; in mode skip, where a staged lane's source is not read, it is
 // taken first.
-func (e *Engine) planLane(ctx context.Context, b *Block, ledger func() (loaded, error)) (*lanePlan, *Problem, error) {
+func (e *Engine) planLane(ctx context.Context, b *Block, ledger func() loaded) (*lanePlan, *Problem, error) {
 	lp := &lanePlan{b: b}
 	var w *walked
 	if e.opts.Mode != ModeSkip {
@@ -118,10 +118,7 @@ func (e *Engine) planLane(ctx context.Context, b *Block, ledger func() (loaded, 
 			return nil, problem, err
 		}
 	}
-	ld, err := ledger()
-	if err != nil {
-		return nil, nil, err
-	}
+	ld := ledger()
 	l, err := ld.l, ld.err
 	var le *LedgerError
 	switch {

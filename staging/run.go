@@ -75,7 +75,7 @@ type laneRun struct {
 func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex) (*LaneReport, error) {
 	start := time.Now()
 	b := lp.b
-	r := &laneRun{e: e, lp: lp, b: b, index: index, done: map[string]Entry{}, flushed: start,
+	r := &laneRun{e: e, lp: lp, b: b, index: index, done: make(map[string]Entry, len(lp.items)), flushed: start,
 		rep: LaneReport{ID: b.ID, Kind: b.Kind, Src: b.Src, Dst: b.Dst, Notes: lp.notes}}
 	l := lp.ledger
 	l.Kind, l.Src, l.Dst, l.Verify = b.Kind, b.Src, b.Dst, b.Verify
@@ -115,8 +115,7 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	if err != nil {
 		return r.finish(start, err)
 	}
-	l.Entries = nil
-	l.set(r.entries()...)
+	l.replace(r.entries())
 	now := time.Now()
 	changed := r.journal != nil || removed > 0 || l.State != StateStaged
 	l.State, l.StagedAt, l.LastUsed = StateStaged, now, now
@@ -222,7 +221,7 @@ func (r *laneRun) stageOne(ctx context.Context, it item) error {
 
 // record notes a staged item; changed ones are journaled.
 func (r *laneRun) record(e Entry, out outcome, it item) error {
-	if e.Kind == EntryBlob {
+	if e.Kind == EntryBlob && out != outUnchanged { // an unchanged one is in its ledger, which the index reads
 		r.index.add(filepath.Join(r.b.Dst, filepath.FromSlash(e.Path)), e)
 	}
 	r.mu.Lock()
