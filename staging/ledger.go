@@ -152,9 +152,16 @@ const (
 
 // decodeLedger reads a ledger snapshot: one JSON document, strictly.
 func decodeLedger(name string, r io.Reader) (*Ledger, error) {
-	var l Ledger
-	if err := artifact.DecodeStrictJSON(io.LimitReader(r, maxLedgerBytes), &l); err != nil {
+	data, err := io.ReadAll(io.LimitReader(r, maxLedgerBytes))
+	if err != nil {
 		return nil, &LedgerError{File: name, Detail: err.Error()}
+	}
+	l, ok := fastLedger(data)
+	if !ok {
+		l = &Ledger{}
+		if err := artifact.DecodeStrictJSON(bytes.NewReader(data), l); err != nil {
+			return nil, &LedgerError{File: name, Detail: err.Error()}
+		}
 	}
 	if err := l.check(); err != nil {
 		return nil, &LedgerError{File: name, Detail: err.Error()}
@@ -165,7 +172,7 @@ func decodeLedger(name string, r io.Reader) (*Ledger, error) {
 			return nil, &LedgerError{File: name, Detail: "path " + l.Entries[i].Path + " listed twice"}
 		}
 	}
-	return &l, nil
+	return l, nil
 }
 
 func (l *Ledger) check() error {
