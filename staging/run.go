@@ -96,13 +96,17 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 		r.removeTemps()
 	}
 	err := r.stageItems(ctx)
-	if ferr := r.flush(); err == nil {
-		err = ferr
-	}
-	if r.journal != nil {
-		r.journal.close()
+	if err == nil {
+		// The ledger saved at the end records every entry: the last
+		// batch's files are made durable, and journaled only if the lane
+		// stops before that save.
+		err = r.syncQueued()
 	}
 	if err != nil {
+		if ferr := r.flush(); ferr != nil {
+			log.G(ctx).WithError(ferr).Warn("staging: could not journal a failed lane's files")
+		}
+		r.closeJournal()
 		l.set(r.entries()...)
 		l.State, l.Error = StateFailed, err.Error()
 		if serr := e.st.Save(l, artifact.Durable); serr != nil {
@@ -113,8 +117,13 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	removed, err := e.removeStale(ctx, l, r.done)
 	r.rep.Removed = removed
 	if err != nil {
+		if ferr := r.journalQueued(); ferr != nil {
+			log.G(ctx).WithError(ferr).Warn("staging: could not journal staged files")
+		}
+		r.closeJournal()
 		return r.finish(start, err)
 	}
+	r.closeJournal()
 	l.replace(r.entries())
 	now := time.Now()
 	changed := r.journal != nil || removed > 0 || l.State != StateStaged
@@ -292,6 +301,39 @@ func (r *laneRun) flushLocked() error {
 	}
 	r.queued = 0
 	return r.journal.flush()
+}
+
+// syncQueued makes the queued entries' files durable without journaling
+// them (journalQueued does, if the ledger is not saved after all).
+func (r *laneRun) syncQueued() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queued == 0 || r.journal == nil {
+		return nil
+	}
+	if err := syncFS(r.b.Dst); err != nil {
+		return err
+	}
+	r.queued = 0
+	return nil
+}
+
+// journalQueued journals the entries syncQueued made durable.
+func (r *laneRun) journalQueued() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.journal == nil {
+		return nil
+	}
+	return r.journal.flush()
+}
+
+// closeJournal closes the journal, if the run opened one (r.journal stays
+// set: the run changed something).
+func (r *laneRun) closeJournal() {
+	if r.journal != nil {
+		r.journal.close()
+	}
 }
 
 func syncFS(dir string) error {
