@@ -2,12 +2,10 @@ package staging
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
-	"unsafe"
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sync/errgroup"
@@ -34,10 +32,7 @@ func putBuf(b *[]byte) { bufPool.Put(b) }
 // with up to copyReaders chunks read and written at once. If h is set it
 // gets the bytes in order (the copy never waits for more than two chunks
 // behind the hasher). progress, if set, must be safe for concurrent use.
-// direct, if set, is dst opened with O_DIRECT (openDirect): each chunk
-// aligned to directAlign in offset, length and memory is written through it,
-// straight to the disk, the rest through dst's page cache.
-func copyRange(ctx context.Context, src, dst, direct *os.File, off, n int64, h io.Writer, progress func(int64)) error {
+func copyRange(ctx context.Context, src, dst *os.File, off, n int64, h io.Writer, progress func(int64)) error {
 	chunks := (n + copyChunk - 1) / copyChunk
 	if chunks == 0 {
 		return nil
@@ -93,9 +88,13 @@ func copyRange(ctx context.Context, src, dst, direct *os.File, off, n int64, h i
 				if err := readFullAt(src, b, at); err != nil {
 					return fmt.Errorf("read %s at %d: %w", src.Name(), at, err)
 				}
-				if err := writeChunk(dst, direct, b, at); err != nil {
+				if _, err := artifact.WriteAt(dst, b, at); err != nil {
 					return err
 				}
+				// Start the chunk's writeback now, so the copy and the
+				// disk work at once and the syncfs that makes it durable
+				// waits for little. A hint: errors surface at that syncfs.
+				unix.SyncFileRange(int(dst.Fd()), at, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
 				if progress != nil {
 					progress(int64(len(b)))
 				}
@@ -124,40 +123,6 @@ func copyRange(ctx context.Context, src, dst, direct *os.File, off, n int64, h i
 		})
 	}
 	return g.Wait()
-}
-
-// directAlign is the alignment of the chunks written with O_DIRECT: a
-// page, which covers every logical block size.
-const directAlign = 4096
-
-// openDirect opens the file at p again for writing with O_DIRECT, or
-// returns nil where its filesystem does not take it.
-func openDirect(p string) *os.File {
-	f, err := os.OpenFile(p, os.O_WRONLY|unix.O_DIRECT, 0)
-	if err != nil {
-		return nil
-	}
-	return f
-}
-
-// writeChunk writes b at off: through direct where it is aligned, so the
-// copy neither copies it into the page cache nor waits for it to be written
-// back (a direct write that fails with EINVAL is written again buffered);
-// else through dst, starting its writeback at once, so the copy and the
-// disk work at once and the syncfs that makes it durable waits for little
-// (a hint: errors surface at that syncfs).
-func writeChunk(dst, direct *os.File, b []byte, off int64) error {
-	if direct != nil && off%directAlign == 0 && len(b)%directAlign == 0 && uintptr(unsafe.Pointer(unsafe.SliceData(b)))%directAlign == 0 {
-		_, err := artifact.WriteAt(direct, b, off)
-		if !errors.Is(err, unix.EINVAL) {
-			return err
-		}
-	}
-	if _, err := artifact.WriteAt(dst, b, off); err != nil {
-		return err
-	}
-	unix.SyncFileRange(int(dst.Fd()), off, int64(len(b)), unix.SYNC_FILE_RANGE_WRITE)
-	return nil
 }
 
 // dropCache tells the kernel the n bytes at off of f are not needed again:

@@ -301,12 +301,7 @@ func (r *laneRun) copyFile(ctx context.Context, it item, in *os.File, dst string
 	if h != nil {
 		w = h
 	}
-	direct := openDirect(tmp)
-	err = copyRange(ctx, in, out, direct, 0, it.size, w, r.progress)
-	if direct != nil {
-		direct.Close()
-	}
-	if err != nil {
+	if err := copyRange(ctx, in, out, 0, it.size, w, r.progress); err != nil {
 		return fail(err)
 	}
 	e := Entry{Path: it.path, Kind: it.kind, Size: it.size, Verify: r.b.Verify}

@@ -203,7 +203,7 @@ func (r *laneRun) stageSparse(ctx context.Context, it item, src, dst string) (En
 		os.Remove(tmp)
 		return Entry{}, err
 	}
-	if err := copyRange(ctx, in, out, nil, 0, it.header, nil, r.progress); err != nil {
+	if err := copyRange(ctx, in, out, 0, it.header, nil, r.progress); err != nil {
 		return fail(err)
 	}
 	e := Entry{Path: it.path, Kind: EntrySparse, Size: it.size, Verify: r.b.Verify}
@@ -212,7 +212,7 @@ func (r *laneRun) stageSparse(ctx context.Context, it item, src, dst string) (En
 		if r.b.Verify == VerifyFull {
 			h = blake3.New()
 		}
-		if err := copyRange(ctx, in, out, nil, rs.off, rs.n, writerOrNil(h), r.progress); err != nil {
+		if err := copyRange(ctx, in, out, rs.off, rs.n, writerOrNil(h), r.progress); err != nil {
 			return fail(err)
 		}
 		dropCache(in, rs.off, rs.n)
