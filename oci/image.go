@@ -15,6 +15,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/pointer"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // Scratch is the --base value of a weight image with no base layers.
@@ -41,6 +42,9 @@ type ImageOptions struct {
 	// own files at its target, pointer.LayoutHF for a Hugging Face cache
 	// rooted at it (several artifacts may share one root, each its repo).
 	Layout string
+	// Policy, if set, is checked against each artifact's manifest as a pull
+	// checks it: a refusal ends the build before anything is pushed.
+	Policy *trust.Policy
 }
 
 // ImageReport says what BuildImage wrote.
@@ -56,20 +60,33 @@ type ImageReport struct {
 	Pointers     []pointer.Pointer `json:"pointers"`
 	PointerLayer []string          `json:"pointer_layers"`
 	Seconds      float64           `json:"seconds"`
+	// Verified says how each artifact met the trust policy, in --weights
+	// order (absent without ImageOptions.Policy).
+	Verified [][]trust.Verified `json:"verified,omitempty"`
 }
 
-// FetchWeightsnapPlan fetches the manifest and index layer of an artifact
-// weightsnap pushed; other artifacts are refused.
-func FetchWeightsnapPlan(ctx context.Context, r *registry.Remote) (*Plan, string, error) {
+// fetchWeightsnapPlan fetches the manifest and index layer of an artifact
+// weightsnap pushed (other artifacts are refused), the manifest checked
+// against the policy (nil: none) first; it returns the plan, the manifest
+// digest and how the policy was met.
+func fetchWeightsnapPlan(ctx context.Context, r *registry.Remote, p *trust.Policy) (*Plan, string, []trust.Verified, error) {
 	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
-		return nil, "", err
+		return nil, "", nil, err
+	}
+	rec, err := verifyResolved(ctx, p, r, res)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var v []trust.Verified
+	if rec != nil {
+		v = rec.Verified
 	}
 	if _, ok := IndexLayer(res.Manifest); !ok {
-		return nil, "", manifestError(r.String(), "not a weightsnap artifact (no "+MediaTypeIndex+" layer): import it with `weightsnap pull --revision` and push it with `weightsnap push`")
+		return nil, "", nil, manifestError(r.String(), "not a weightsnap artifact (no "+MediaTypeIndex+" layer): import it with `weightsnap pull --revision` and push it with `weightsnap push`")
 	}
 	plan, err := planRemote(ctx, r, res.Manifest, ImportOptions{})
-	return plan, res.Desc.Digest.String(), err
+	return plan, res.Desc.Digest.String(), v, err
 }
 
 // BuildImage writes a weight image to target: the base image's layers plus
@@ -104,9 +121,12 @@ func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*
 		if err != nil {
 			return nil, err
 		}
-		plan, mdigest, err := FetchWeightsnapPlan(ctx, wr)
+		plan, mdigest, verified, err := fetchWeightsnapPlan(ctx, wr, o.Policy)
 		if err != nil {
 			return nil, err
+		}
+		if o.Policy != nil {
+			rep.Verified = append(rep.Verified, verified)
 		}
 		id, err := plan.Identity.ID()
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/pointer"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // IdentityTag is the tag Push also gives an artifact in its repository, so a
@@ -56,6 +57,12 @@ func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o Pu
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
+	// The policy first: a refused artifact costs no index layer, no
+	// payload byte, and leaves nothing in the store.
+	rec, err := verifyResolved(ctx, o.Policy, r, res)
+	if err != nil {
+		return artifact.Identity{}, nil, err
+	}
 	m := res.Manifest
 	got, ok := annotatedIdentity(m)
 	if _, weightsnap := IndexLayer(m); !weightsnap && IsArtifact(m) {
@@ -64,7 +71,9 @@ func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o Pu
 			return artifact.Identity{}, nil, err
 		}
 		if d, _ := plan.Identity.ID(); d == want {
-			return plan.Identity, newPuller(r, plan, o), nil
+			p := newPuller(r, plan, o)
+			p.record = rec
+			return plan.Identity, p, nil
 		}
 	}
 	if d, _ := got.ID(); !ok || d != want {
@@ -74,7 +83,9 @@ func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o Pu
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
-	return got, newPuller(r, plan, o), nil
+	p := newPuller(r, plan, o)
+	p.record = rec
+	return got, p, nil
 }
 
 // ArtifactProvider is the registry source of one digest-pinned artifact
@@ -110,6 +121,9 @@ func (p *ArtifactProvider) ProducerForID(ctx context.Context, id artifact.ID) (a
 // outside Registries is refused before any connection.
 type Locator struct {
 	Registries []string
+	// Policy, if set, is checked against each located artifact's manifest
+	// before anything of it is fetched (its PullOptions.Policy).
+	Policy *trust.Policy
 	// ConfigFile names the file whose [resolve] registries Registries are,
 	// for the error that refuses a host; "" when they come from defaults.
 	ConfigFile string
@@ -136,7 +150,11 @@ func (l *Locator) Locate(ctx context.Context, ref string) (*ArtifactProvider, er
 	if err != nil {
 		return nil, err
 	}
-	return &ArtifactProvider{Remote: r, Options: l.Pull}, nil
+	o := l.Pull
+	if l.Policy != nil {
+		o.Policy = l.Policy
+	}
+	return &ArtifactProvider{Remote: r, Options: o}, nil
 }
 
 // AllowedHost says whether host is one of hosts (case-insensitive).

@@ -161,16 +161,28 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		return nil, nil, err
 	}
 	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
-	if o.Policy != nil {
-		if rep.Verified, err = VerifyManifest(ctx, o.Policy, r, resolved.Desc, time.Now().UTC()); err != nil {
-			return nil, nil, fmt.Errorf("pull %s: %w", r, err)
+	rec, err := verifyResolved(ctx, o.Policy, r, resolved)
+	if err != nil {
+		return nil, nil, fmt.Errorf("pull %s: %w", r, err)
+	}
+	if rec != nil {
+		rep.Verified, rep.Unverified = rec.Verified, o.Policy.Unverified
+	}
+	// The record of the verification is kept before the artifact is
+	// published (or, for a store hit, before it is leased).
+	keep := func(id artifact.ID) error {
+		if rec == nil {
+			return nil
 		}
-		rep.Unverified = o.Policy.Unverified
+		return KeepRecord(ctx, d, id, *rec)
 	}
 	var mo store.MaterialiseOptions
 	// A weightsnap artifact names its identity: a store hit needs nothing more.
 	if id, ok := annotatedIdentity(resolved.Manifest); ok {
 		mo.ID, _ = id.ID()
+		if err := keep(mo.ID); err != nil {
+			return nil, nil, err
+		}
 	}
 	plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
 		p, err := planRemote(ctx, r, resolved.Manifest, o.Import)
@@ -179,6 +191,11 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		}
 		if rep.ID, err = p.Identity.ID(); err != nil {
 			return artifact.Identity{}, nil, err
+		}
+		if mo.ID.IsZero() {
+			if err := keep(rep.ID); err != nil {
+				return artifact.Identity{}, nil, err
+			}
 		}
 		rep.Kind, rep.Files, rep.Bytes = p.Kind, len(p.Files), p.TotalBytes()
 		if o.OnPlan != nil {
@@ -221,7 +238,12 @@ type puller struct {
 	resumedFiles atomic.Int64
 	continued    map[string]continued // files continued from a kept prefix (reuse)
 	seed         artifact.Seeder      // the writer, when this node serves what it pulls (seed.go)
+	record       *trust.Record        // how the policy was met, when it was checked
 }
+
+// Verification implements Verified: how the artifact's manifest met the
+// trust policy, nil when no policy was checked.
+func (p *puller) Verification() *trust.Record { return p.record }
 
 func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {
 	return &puller{r: r, plan: plan, o: o, open: map[*fileTask]struct{}{}}

@@ -31,15 +31,8 @@ import (
 // manifest, are each refused.
 func TestSignedPush(t *testing.T) {
 	ctx := context.Background()
-	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc([]byte("pw")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := trust.LoadPrivateKey(privPEM, []byte("pw"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, otherPub, _ := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	key, pubPEM := signKey(t)
+	_, otherPub := signKey(t)
 	match := func(pub []byte) trust.Match {
 		return trust.Match{Scope: "models/x", Requirements: []trust.Requirement{{Type: trust.TypeSigstoreSigned,
 			Keys: []trust.Key{{Source: "k.pub", PEM: pub}}, Identity: trust.SignedIdentity{Type: "matchRepoDigestOrExact"}}}}
@@ -114,17 +107,11 @@ func TestSignedPush(t *testing.T) {
 // TestPullEnforcesPolicy: with a policy that requires the key for one
 // repository, its signed artifact pulls and says how it was verified;
 // the same artifact unsigned in that scope is refused naming the scope
-// and the store holds nothing; another repository pulls unsigned.
+// and the store holds nothing; another repository pulls unsigned. image
+// build checks its weights the same way.
 func TestPullEnforcesPolicy(t *testing.T) {
 	ctx := context.Background()
-	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := trust.LoadPrivateKey(privPEM, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key, pubPEM := signKey(t)
 	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
@@ -159,10 +146,31 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	if len(rep.Verified) != 1 || rep.Verified[0].Type != trust.TypeSigstoreSigned || rep.Verified[0].Key == "" || rep.Unverified {
 		t.Fatalf("how it was verified: %+v", rep.Verified)
 	}
+	// The store keeps how: the signed manifest, its reference, the bundle.
+	if recs, err := Records(d, rep.ID); err != nil || len(recs) != 1 || !recs[0].Signed() || recs[0].Digest().String() != rep.Manifest ||
+		recs[0].Verified[0].Key != rep.Verified[0].Key {
+		t.Fatalf("kept record: %+v %v", recs, err)
+	}
 	// The store now holds that artifact: the unsigned reference is still
 	// refused, before any store hit.
 	if _, _, err := Pull(ctx, d, remoteFor(t, f, "secure/unsigned:v1"), PullOptions{Policy: p}); !errors.As(err, &refusal) {
 		t.Fatalf("unsigned, held in the store: %v", err)
+	}
+	// image build checks each --weights as a pull does, before it pushes anything.
+	build := func(weights string) (*ImageReport, error) {
+		return BuildImage(ctx, remoteFor(t, f, "apps/x:v1"), ImageOptions{Base: Scratch, Policy: p, Weights: []WeightMount{{Ref: f.host() + "/" + weights, Target: "/models/x"}}})
+	}
+	if _, err := build("secure/unsigned:v1"); !errors.As(err, &refusal) || refusal.Scope != f.host()+"/secure" {
+		t.Fatalf("image build over an unsigned artifact of a signed scope: %v", err)
+	}
+	f.mu.Lock()
+	pushed := len(f.manifests["apps/x"])
+	f.mu.Unlock()
+	if pushed != 0 {
+		t.Fatal("a refused image build pushed a manifest")
+	}
+	if ir, err := build("secure/signed:v1"); err != nil || len(ir.Verified) != 1 || ir.Verified[0][0].Type != trust.TypeSigstoreSigned {
+		t.Fatalf("image build over the signed artifact: %+v %v", ir, err)
 	}
 	ol, rep, err := Pull(ctx, d, remoteFor(t, f, "open/x:v1"), PullOptions{Policy: p})
 	if err != nil {
@@ -254,4 +262,18 @@ func TestCosignV2Signature(t *testing.T) {
 			t.Fatalf("%s: want a refusal with %q, got %v", tc.repo, tc.want, err)
 		}
 	}
+}
+
+// signKey is a new cosign-format signing key and its public key (PEM).
+func signKey(t *testing.T) (crypto.Signer, []byte) {
+	t.Helper()
+	privPEM, pubPEM, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc([]byte("pw")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := trust.LoadPrivateKey(privPEM, []byte("pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key, pubPEM
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/trust"
@@ -32,18 +33,43 @@ func PolicyMatch(p *trust.Policy, r *registry.Remote) (trust.Match, error) {
 // the scope requires them, and says how each requirement was met, or
 // refuses (a *trust.Refusal naming the scope).
 func VerifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, desc ocispec.Descriptor, now time.Time) ([]trust.Verified, error) {
+	v, _, err := verifyManifest(ctx, p, r, desc, now)
+	return v, err
+}
+
+// verifyManifest is VerifyManifest, with the signatures it found.
+func verifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, desc ocispec.Descriptor, now time.Time) ([]trust.Verified, []trust.Signature, error) {
 	m, err := PolicyMatch(p, r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var sigs []trust.Signature
 	for _, req := range m.Requirements {
 		if req.Type == trust.TypeSigstoreSigned {
 			if sigs, err = FindSignatures(ctx, r, desc); err != nil {
-				return nil, &trust.Refusal{Scope: m.Scope, Reason: err.Error()}
+				return nil, nil, &trust.Refusal{Scope: m.Scope, Reason: err.Error()}
 			}
 			break
 		}
 	}
-	return trust.VerifyManifest(m, desc.Digest, r.Name(), sigs, now)
+	v, err := trust.VerifyManifest(m, desc.Digest, r.Name(), sigs, now)
+	return v, sigs, err
+}
+
+// verifyResolved checks a resolved manifest against the policy (nil: no
+// check, no record) and returns the record of how it was met, to keep
+// beside the artifact (Attested).
+func verifyResolved(ctx context.Context, p *trust.Policy, r *registry.Remote, res *Resolved) (*trust.Record, error) {
+	if p == nil {
+		return nil, nil
+	}
+	if digest.FromBytes(res.Raw) != res.Desc.Digest {
+		return nil, fmt.Errorf("manifest of %s: its bytes are not %s: %w", r, res.Desc.Digest, errdefs.ErrDataLoss)
+	}
+	v, sigs, err := verifyManifest(ctx, p, r, res.Desc, time.Now().UTC())
+	if err != nil {
+		return nil, fmt.Errorf("artifact %s@%s: %w", r.Name(), res.Desc.Digest, err)
+	}
+	rec := trust.NewRecord(r.Name()+"@"+res.Desc.Digest.String(), res.Raw, sigs, v)
+	return &rec, nil
 }

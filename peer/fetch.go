@@ -40,6 +40,11 @@ type FetchOptions struct {
 	// Progress, if set, is told of payload bytes verified or reused; it is
 	// called from several goroutines at once.
 	Progress func(n int64)
+	// Admit, if set, is asked by Fetch, once the peer's manifest is read
+	// and before any payload byte, whether the artifact id it offers
+	// (prod, whose CarriedSignatures are what the peer sent) may be
+	// published: the caller's trust policy. An error ends the fetch.
+	Admit func(ctx context.Context, id artifact.ID, prod artifact.Producer) error
 
 	self string // Provider.Self, for orphanWait
 }

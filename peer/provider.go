@@ -173,3 +173,14 @@ func (p *Provider) ProducerForID(ctx context.Context, id artifact.ID) (artifact.
 	}
 	return f.base.Identity, f, nil
 }
+
+// CarriedSignatures are what the peer sent with the artifact to check it
+// by (oci.Carrier): its signature records (nil for none), the identity
+// and the files whose bytes the fetch verifies.
+func (f *fetcher) CarriedSignatures() ([]byte, artifact.Identity, []artifact.File) {
+	files := make([]artifact.File, len(f.base.Shards))
+	for i, s := range f.base.Shards {
+		files[i] = s.File
+	}
+	return f.base.Signatures, f.base.Identity, files
+}

@@ -210,6 +210,11 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 		}
 		f.scratch = d.Root()
 		rep.ID, _ = f.identity.ID()
+		if o.Admit != nil {
+			if err := o.Admit(ctx, rep.ID, f); err != nil {
+				return artifact.Identity{}, nil, err
+			}
+		}
 		return f.identity, f, nil
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)

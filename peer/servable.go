@@ -9,6 +9,7 @@ import (
 	"slices"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	"github.com/opencontainers/go-digest"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
@@ -62,6 +63,21 @@ func (s *Server) open(ctx context.Context, request wire.Request) (*servable, err
 		return nil, err
 	}
 	return servableFromLease(l)
+}
+
+// signatures are the store's signature records of id, for its manifest
+// (nil when there are none, or they cannot be read or sent: the receiver
+// then verifies with the registry, or refuses).
+func (s *Server) signatures(ctx context.Context, id artifact.ID) []byte {
+	raw, err := s.d.Signatures(id)
+	if err != nil || uint64(len(raw)) > wire.MaxSignaturesBytes {
+		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("peer: the artifact's signature records are not sent")
+		return nil
+	}
+	if len(raw) == 0 {
+		return nil
+	}
+	return raw
 }
 
 // byManifestDigest finds the artifact whose manifest.json has the digest.

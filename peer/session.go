@@ -123,6 +123,9 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	m := sv.manifest
 	m.Generation = s.gen
 	m.PieceSize = blake3.PieceSize
+	if req.Export == "" {
+		m.Signatures = s.signatures(ctx, m.ID)
+	}
 	if err := s.sendDoc(conn, &m); err != nil {
 		return err
 	}

@@ -27,6 +27,11 @@ func (a *attempt) getOrBuild(step, source string, plan func() (artifact.Producer
 		if prod, pf = plan(); pf != nil {
 			return artifact.Identity{}, nil, pf
 		}
+		if remote {
+			if pf = a.admit(step, source, prod); pf != nil {
+				return artifact.Identity{}, nil, pf
+			}
+		}
 		if a.req.OnProduce != nil {
 			a.req.OnProduce(source, prod)
 		}

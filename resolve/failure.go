@@ -40,6 +40,12 @@ const (
 	// verification; nothing of them was published. Resolution goes on to
 	// the next source, but never ends on the canonical source after it.
 	KindIntegrity Kind = "integrity"
+	// KindUnsigned is a remote source (a weight peer) that brought no
+	// signature the trust policy accepts for the request's reference, or
+	// one that does not bind to the artifact it sends; nothing of it was
+	// published. Resolution goes on to the next source, but never ends on
+	// the canonical source after it.
+	KindUnsigned Kind = "unsigned"
 	// KindAuth is a remote source that refused this node's credentials, or
 	// whose TLS identity this node refused. Always visible.
 	KindAuth Kind = "auth"
@@ -138,6 +144,8 @@ func kindClass(k Kind, retry bool) error {
 		return errdefs.ErrNotFound
 	case KindInvalidCache, KindIntegrity:
 		return errdefs.ErrDataLoss
+	case KindUnsigned:
+		return errdefs.ErrPermissionDenied
 	case KindUnreachable:
 		return errdefs.ErrUnavailable
 	case KindCoordinationTimeout:
@@ -214,6 +222,7 @@ var table = [...]row{
 	{"invalid cache entry", kinds(KindInvalidCache), nextThenCanonical, nextThenFail},
 	{"source unreachable", kinds(KindUnreachable), nextThenCanonical, nextThenFail},
 	{"source served bad bytes", kinds(KindIntegrity), nextThenFail, nextThenFail},
+	{"source without an accepted signature", kinds(KindUnsigned), nextThenFail, nextThenFail},
 	{"always visible", kinds(KindUnsupported, KindIdentityCollision, KindProducer, KindPublication,
 		KindInvalidRequest, KindPolicy, KindCanceled, KindModel, KindAuth), fail, fail},
 	{"typed failure, retryable", func(f *Failure) bool { return f.Retry }, nextThenCanonical, nextThenFail},

@@ -23,6 +23,12 @@ type ImportRequest struct {
 	OnTotal func(total int64)
 	// Progress, if set, is told of payload bytes copied.
 	Progress func(n int64)
+	// Check, if set, is given the entries the store computed while it
+	// copied the files (every sha256 and BLAKE3), before anything is
+	// published: an error refuses the import (the caller's check of a
+	// model.sig against them). With it every file is copied and hashed,
+	// even when the store holds the artifact.
+	Check func(files []artifact.FileEntry) error
 }
 
 // Import publishes a checkpoint directory in d, reading each source byte at
@@ -53,7 +59,7 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 		req.OnTotal(total)
 	}
 	producer := &artifact.Passthrough{Src: src, Progress: req.Progress}
-	if src.Complete() {
+	if src.Complete() && req.Check == nil {
 		// Every sha256 is known: the identity first, a build only on a miss.
 		return d.GetOrBuild(ctx, identityOf(src), producer)
 	}
@@ -63,6 +69,11 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 		full, err := src.WithDigests(files)
 		if err != nil {
 			return artifact.Identity{}, err
+		}
+		if req.Check != nil {
+			if err := req.Check(files); err != nil {
+				return artifact.Identity{}, err
+			}
 		}
 		return identityOf(full), nil
 	})

@@ -17,6 +17,7 @@ import (
 //
 //	row             examples                                         kind                retry  preferred          required
 //	capacity        this node's store refuses the size               capacity            no     fail               fail
+//	trust policy    the policy refuses the artifact's signatures     policy              no     fail               fail
 //	unsupported     a sha512 layer, rma not built in                 unsupported         no     fail               fail
 //	authentication  401, 403, a peer refusing the token, a TLS       auth                no     fail               fail
 //	                certificate that does not verify, a TLS alert
@@ -46,6 +47,8 @@ func classifyRemote(f *Failure, err error) {
 		f.Kind = KindCapacity
 	case errdefs.IsNotImplemented(err):
 		f.Kind = KindUnsupported
+	case isPolicyRefusal(err):
+		f.Kind = KindPolicy
 	case errdefs.IsUnauthorized(err), errdefs.IsPermissionDenied(err), netfail.TLS(err):
 		f.Kind = KindAuth
 	case errdefs.IsDataLoss(err):

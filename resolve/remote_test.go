@@ -78,6 +78,7 @@ func TestClassifyRemote(t *testing.T) {
 		{"registry 500", status(http.StatusInternalServerError), unreachable},
 		{"registry 429", status(http.StatusTooManyRequests), unreachable},
 		{"registry TLS certificate not trusted", untrusted, auth},
+		{"trust policy refuses the registry's signatures", fmt.Errorf("artifact r/x@sha256:ab: %w", scopeRefusal{}), want{KindPolicy, false, fail, fail}},
 		{"registry 401", status(http.StatusUnauthorized), auth},
 		{"registry 403", status(http.StatusForbidden), auth},
 		{"peer refuses the token", unauthorized, auth},
@@ -110,3 +111,11 @@ func TestClassifyRemote(t *testing.T) {
 		t.Fatalf("the dead port's error is not a refusal: %v", refused)
 	}
 }
+
+// scopeRefusal stands in for package trust's Refusal: permission denied,
+// with the scope that refused.
+type scopeRefusal struct{}
+
+func (scopeRefusal) Error() string      { return "trust policy scope \"r/x\" refuses it" }
+func (scopeRefusal) TrustScope() string { return "r/x" }
+func (scopeRefusal) Unwrap() error      { return errdefs.ErrPermissionDenied }

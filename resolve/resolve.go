@@ -85,6 +85,8 @@ func (a *attempt) recover(f *Failure) bool {
 		switch f.Kind {
 		case KindIntegrity: // never published; someone has a source to fix
 			l.Warn("resolve: the source served bytes that failed verification; trying the next source")
+		case KindUnsigned: // never published
+			l.Warn("resolve: the source brought no signature the trust policy accepts; trying the next source")
 		case KindUnreachable:
 			l.Info("resolve: the source is unreachable; trying the next source")
 		default:
@@ -322,6 +324,16 @@ func (a *attempt) lookup() bool {
 		a.rep.step(StepLookup, SourceLocal, StepFailed, t, f.reason())
 		return a.recover(f)
 	}
+	if f := a.trustedHit(StepLookup, SourceLocal, l); f != nil {
+		// Not served as it is: the registry verifies it again (the
+		// artifact stays; its bytes are not fetched twice). When no
+		// source verifies it, resolution ends with this refusal, never
+		// on the canonical source.
+		l.Close()
+		a.rep.step(StepLookup, SourceLocal, StepFailed, t, f.reason())
+		a.last, a.rep.Recovered = f, append(a.rep.Recovered, f)
+		return false
+	}
 	a.rep.step(StepLookup, SourceLocal, StepHit, t, "")
 	a.win(OutcomeHit, SourceLocal, l)
 	return true
@@ -453,6 +465,10 @@ func (a *attempt) local() bool {
 		return false
 	case a.req.Source == "":
 		a.rep.step(StepProduce, "", StepSkipped, t, "no source directory for local producers")
+		return false
+	}
+	if why := a.unsigned(); why != "" {
+		a.rep.step(StepProduce, "", StepSkipped, t, why)
 		return false
 	}
 	// The model the identity names, whether given or derived.

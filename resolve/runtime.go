@@ -103,6 +103,10 @@ type Config struct {
 	// NoFingerprintCache hashes every source file instead of using
 	// <root>/fingerprints.
 	NoFingerprintCache bool
+	// Trust, if set, is the trust policy: the store's artifacts, the
+	// weight peers and the local producers serve only what it accepts,
+	// and a remote artifact's verification is kept beside it.
+	Trust Trust
 }
 
 // Runtime resolves identities against one store domain. It is safe for

@@ -22,6 +22,7 @@ type GCReport struct {
 	Tombstones  Usage       `json:"tombstones"`   // interrupted removals, finished
 	Quarantined Usage       `json:"quarantined"`  // quarantined entries past the policy age
 	DenyMarkers int         `json:"deny_markers"` // markers of entries that no longer exist
+	Signatures  int         `json:"signatures"`   // signature records of entries that no longer exist
 	Removed     []TempBuild `json:"removed_builds"`
 	Kept        []TempBuild `json:"kept_builds"`
 }
@@ -43,8 +44,8 @@ type GCOptions struct {
 }
 
 // GC removes stale temp builds, finishes interrupted removals, drops
-// quarantined entries older than the policy's quarantine_max_age_seconds and
-// deny markers of absent entries. An interrupted build of an artifact is
+// quarantined entries older than the policy's quarantine_max_age_seconds,
+// deny markers and signature records of absent entries. An interrupted build of an artifact is
 // kept, for the next build of the artifact to continue, until it is older
 // than stale_build_seconds, or o.All. It never waits for a lock: an entry
 // whose owner is alive is left alone.
@@ -82,6 +83,7 @@ func (d *Domain) GC(ctx context.Context, o GCOptions) (*GCReport, error) {
 			r.DenyMarkers++
 		}
 	}
+	r.Signatures = d.orphanSignatures()
 	return r, nil
 }
 

@@ -166,6 +166,11 @@ func (d *Domain) moveOut(id artifact.ID, dst, step string, reharden bool) error 
 		return err
 	}
 	faultPoint(step + ".after-sync")
+	// The record of how it was verified goes with it (a crash before this
+	// leaves it to gc).
+	if err := d.dropSignatures(id); err != nil {
+		return err
+	}
 	if reharden {
 		return os.Chmod(dst, dirHardened)
 	}

@@ -121,28 +121,3 @@ func TestLoadPolicyAbsent(t *testing.T) {
 		t.Fatal("a named missing policy was accepted")
 	}
 }
-
-// TestNotEnforced: a path that does not check signatures yet runs under
-// no policy or one that accepts everything, and refuses under one that
-// requires anything.
-func TestNotEnforced(t *testing.T) {
-	for _, tc := range []struct {
-		doc string
-		ok  bool
-	}{
-		{`{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"example.com": [{"type": "insecureAcceptAnything"}]}}}`, true},
-		{`{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"example.com": [{"type": "reject"}]}}}`, false},
-		{`{"default": [{"type": "reject"}]}`, false},
-	} {
-		p, err := ParsePolicy("p.json", []byte(tc.doc), t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := p.NotEnforced("here"); (err == nil) != tc.ok || (err != nil && !errdefs.IsNotImplemented(err)) {
-			t.Fatalf("%s: %v", tc.doc, err)
-		}
-	}
-	if err := AcceptAll().NotEnforced("here"); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -6,7 +6,6 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 )
 
@@ -83,39 +82,4 @@ func (p *Policy) For(ref reference.Named) Match {
 		}
 	}
 	return Match{Scope: "default", Requirements: p.Default}
-}
-
-// AcceptsAll reports whether the policy accepts every artifact without a
-// signature: no file, or only insecureAcceptAnything anywhere.
-func (p *Policy) AcceptsAll() bool {
-	only := func(reqs []Requirement) bool {
-		for _, r := range reqs {
-			if r.Type != TypeAcceptAnything {
-				return false
-			}
-		}
-		return true
-	}
-	if p.Unverified {
-		return true
-	}
-	if !only(p.Default) {
-		return false
-	}
-	for _, reqs := range p.Docker {
-		if !only(reqs) {
-			return false
-		}
-	}
-	return true
-}
-
-// NotEnforced is the error of a path that publishes artifacts but does
-// not check the policy yet: with a policy that requires anything, it
-// refuses to run rather than accept silently.
-func (p *Policy) NotEnforced(where string) error {
-	if p.AcceptsAll() {
-		return nil
-	}
-	return fmt.Errorf("trust policy %s requires signatures, which %s does not check yet (weightsnap pull does): %w", p.File, where, errdefs.ErrNotImplemented)
 }

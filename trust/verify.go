@@ -47,6 +47,10 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("trust policy scope %q refuses it: %s", r.Scope, r.Reason)
 }
 
+// TrustScope is the scope that refused: resolution classes a refusal by
+// it (a policy failure) without importing this package.
+func (r *Refusal) TrustScope() string { return r.Scope }
+
 // Unwrap classifies a refusal as permission denied.
 func (r *Refusal) Unwrap() error { return errdefs.ErrPermissionDenied }
 
@@ -233,10 +237,10 @@ func fulcioCA(pemBytes []byte) (root.CertificateAuthority, error) {
 // simple-signing payload, and Sig, its base64 signature).
 type Signature struct {
 	// Source says where it came from: a referrer's digest, a tag, a file.
-	Source  string
-	Raw     []byte
-	Payload []byte
-	Sig     string
+	Source  string `json:"source"`
+	Raw     []byte `json:"bundle,omitempty"`
+	Payload []byte `json:"payload,omitempty"`
+	Sig     string `json:"signature,omitempty"`
 }
 
 // VerifyManifest checks that the signatures satisfy every requirement of

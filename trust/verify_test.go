@@ -17,7 +17,7 @@ import (
 
 // newCosignKey is a key pair in cosign's format: the encrypted private
 // key PEM, loaded back, and the public key PEM.
-func newCosignKey(t *testing.T, password string) (crypto.Signer, []byte, []byte) {
+func newCosignKey(t testing.TB, password string) (crypto.Signer, []byte, []byte) {
 	t.Helper()
 	priv, pub, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc([]byte(password)))
 	if err != nil {

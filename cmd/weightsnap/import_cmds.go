@@ -9,6 +9,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 type importResult struct {
@@ -17,6 +18,9 @@ type importResult struct {
 	Built   bool        `json:"built"`
 	Bytes   int64       `json:"bytes"`
 	Seconds float64     `json:"seconds"`
+	// Verified says how the directory's model.sig met the trust policy
+	// (absent without one).
+	Verified []trust.Verified `json:"verified,omitempty"`
 }
 
 func newImportCmd(a *app) *cobra.Command {
@@ -25,7 +29,17 @@ func newImportCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "import DIR --revision REV",
 		Short: "Publish a safetensors checkpoint directory as it is; prints the identity digest",
-		Args:  cobra.ExactArgs(1),
+		Long: `Publish a safetensors checkpoint directory as it is; prints the identity digest.
+
+A model.sig beside the files (an OpenSSF model-signing v1.0 bundle) is
+checked against the digests the store computes while it copies them,
+before anything is published: its statement must name exactly those
+files (sha256, or blake3 where it says so), save its ignore_paths. Where
+the trust policy ([verify] policy; the scope of --repository when it is a
+registry repository host/repo, else the default) requires a signature, the
+bundle must also be signed by a key or identity the scope trusts, and a
+directory without one is refused before a byte is copied.`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			start := time.Now()
@@ -33,8 +47,13 @@ func newImportCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			var verified []trust.Verified
+			check, err := omsCheck(a, args[0], repo, &verified)
+			if err != nil {
+				return err
+			}
 			var pr *progress
-			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: args[0],
+			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: args[0], Check: check,
 				Repository: repo, Revision: rev, Component: component, TPSize: tpSize, TPRank: tpRank,
 				OnTotal:  func(total int64) { pr = newProgress("import", total) },
 				Progress: func(n int64) { pr.Add(n) }})
@@ -46,7 +65,7 @@ func newImportCmd(a *app) *cobra.Command {
 			}
 			defer lease.Close()
 			out := importResult{ID: lease.ID, Path: lease.Dir, Built: res.Built,
-				Bytes: lease.Index.TotalBytes(), Seconds: time.Since(start).Seconds()}
+				Bytes: lease.Index.TotalBytes(), Seconds: time.Since(start).Seconds(), Verified: verified}
 			log.G(ctx).WithField("built", res.Built).WithField("seconds", out.Seconds).Debug("import done")
 			return a.printResult(out, out.ID.String())
 		},

@@ -238,7 +238,7 @@ imported as "import" would import its files: --revision is then required.`,
 func newImageCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "image", Short: "Weight images: ordinary OCI images whose pointer layers name artifacts"}
 	var rf remoteFlags
-	var base, tag, platform, mode, layout string
+	var base, tag, platform, mode, layout, policy string
 	var weights, at, repos []string
 	build := &cobra.Command{
 		Use:   "build --base IMAGE --weights ARTIFACT --at /models/NAME [--weights ... --at ...] [--layout hf [--repo ORG/NAME ...]] -t REF",
@@ -256,7 +256,14 @@ func newImageCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			o := oci.ImageOptions{Base: base, Platform: platform, Mode: mode, Layout: layout}
+			if policy == "" {
+				policy = a.cfg.Verify.Policy
+			}
+			pol, err := trust.LoadPolicy(policy)
+			if err != nil {
+				return err
+			}
+			o := oci.ImageOptions{Base: base, Platform: platform, Mode: mode, Layout: layout, Policy: pol}
 			for i := range weights {
 				o.Weights = append(o.Weights, oci.WeightMount{Ref: weights[i], Target: at[i]})
 				if len(repos) != 0 {
@@ -280,6 +287,7 @@ func newImageCmd(a *app) *cobra.Command {
 	f.StringVar(&mode, "mode", "", `when a node cannot get the weights: "required" (the pull fails) or "preferred" (the container starts without them; they come later); "" leaves it to the node's [snapshotter] mode`)
 	f.StringVar(&layout, "layout", "", `"hf": each --at is a Hugging Face hub cache root (HF_HUB_CACHE) holding the artifact as its repository folder models--ORG--NAME (several artifacts may share one); "" for the artifact's own files`)
 	f.StringArrayVar(&repos, "repo", nil, "Hugging Face repo id ORG/NAME of the preceding --weights with --layout hf (default: the artifact's model repository); one per --weights, or none")
+	f.StringVar(&policy, "policy", "", "trust policy each artifact's manifest is checked against, as a pull checks it (default: [verify] policy)")
 	f.BoolVar(&a.jsonOut, "json", false, "print a JSON report")
 	build.MarkFlagRequired("tag")
 	build.MarkFlagRequired("weights")

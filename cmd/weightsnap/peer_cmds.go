@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"maps"
 	"net"
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -17,6 +18,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/peer"
 )
 
@@ -311,8 +313,15 @@ artifact of their own (producer tensor-subset).`,
 			if err != nil {
 				return err
 			}
-			if err := pol.NotEnforced("weightsnap peer fetch"); err != nil {
-				return err
+			// The fetch names no reference: the policy's default (or the
+			// scope of [resolve] registry) applies to what the peer sends
+			// with the artifact, checked offline before any payload byte.
+			// A tensor subset is an artifact no signature names.
+			gate := &oci.Gate{Policy: pol, Default: a.cfg.Resolve.Registry}
+			if len(tensors) > 0 {
+				if err := gate.Unsigned(""); err != nil {
+					return fmt.Errorf("weightsnap peer fetch --tensors: %w", err)
+				}
 			}
 			addrs, err := peer.ExpandPeers(ctx, []string{args[0]})
 			if err != nil {
@@ -325,6 +334,11 @@ artifact of their own (producer tensor-subset).`,
 			d, err := a.domain(ctx)
 			if err != nil {
 				return err
+			}
+			if len(tensors) == 0 {
+				o.Admit = func(ctx context.Context, id artifact.ID, prod artifact.Producer) error {
+					return gate.Admit(ctx, d, id, "", prod)
+				}
 			}
 			var pr syncProgress
 			o.OnTotal = func(n int64) { pr.start("fetch", n) }

@@ -99,7 +99,11 @@ func (a *app) storeOrPull(ctx context.Context, d *store.Domain, rf *remoteFlags,
 	if err != nil {
 		return artifact.ID{}, err
 	}
-	l, _, err := oci.Pull(ctx, d, r, oci.PullOptions{Concurrency: oci.DefaultConcurrency})
+	pol, err := a.cfg.Verify.LoadPolicy()
+	if err != nil {
+		return artifact.ID{}, err
+	}
+	l, _, err := oci.Pull(ctx, d, r, oci.PullOptions{Concurrency: oci.DefaultConcurrency, Policy: pol})
 	if err != nil {
 		return artifact.ID{}, err
 	}

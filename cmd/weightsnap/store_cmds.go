@@ -205,10 +205,15 @@ func newInspectCmd(a *app) *cobra.Command {
 				return err
 			}
 			held := a.daemonHolders(cmd.Context(), id)
+			v, err := verificationOf(d, id)
+			if err != nil {
+				return err
+			}
 			if a.jsonOut {
 				raw, err := jsonobj.Concat(info, struct {
-					Weightsnapd *control.Holders `json:"weightsnapd,omitempty"`
-				}{held})
+					Verification verification     `json:"verification"`
+					Weightsnapd  *control.Holders `json:"weightsnapd,omitempty"`
+				}{v, held})
 				if err != nil {
 					return err
 				}
@@ -217,6 +222,7 @@ func newInspectCmd(a *app) *cobra.Command {
 			if err := printArtifact(a, info); err != nil {
 				return err
 			}
+			printVerification(a, v)
 			printHolders(a, held)
 			return nil
 		},
@@ -319,7 +325,7 @@ func printHolders(a *app, h *control.Holders) {
 }
 
 func newVerifyCmd(a *app) *cobra.Command {
-	var full, all bool
+	var full, all, sigs bool
 	var rate string
 	cmd := &cobra.Command{
 		Use:   "verify ID | --all",
@@ -329,7 +335,14 @@ func newVerifyCmd(a *app) *cobra.Command {
 --all scrubs every ready artifact: it recomputes every digest the store
 records (the BLAKE3 of every byte and every file's sha256) at most --rate
 bytes per second, and denies each artifact whose recorded digests disagree
-with its bytes.`,
+with its bytes; then it checks the recorded signatures of each.
+
+--signatures checks only the signatures the store recorded when the
+artifact was verified (weightsnap inspect shows them) against the current
+trust policy ([verify] policy), offline, reading no payload byte: of one
+artifact, or with --all of every one. A record the policy no longer
+accepts fails (exit 1); the artifact's next use by a reference of that
+scope is checked again with the registry.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if all {
 				return cobra.NoArgs(cmd, args)
@@ -342,15 +355,25 @@ with its bytes.`,
 				return err
 			}
 			if all {
+				ids, err := readyIDs(cmd.Context(), d)
+				if err != nil {
+					return err
+				}
+				if sigs {
+					return verifySignatures(cmd.Context(), a, d, ids)
+				}
 				n, err := parseSize(rate)
 				if err != nil {
 					return err
 				}
-				return scrubAll(cmd.Context(), a, d, n)
+				return errors.Join(scrubAll(cmd.Context(), a, d, n), verifySignatures(cmd.Context(), a, d, ids))
 			}
 			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
+			}
+			if sigs {
+				return verifySignatures(cmd.Context(), a, d, []artifact.ID{id})
 			}
 			mode := store.ManifestAndMetadata
 			if full {
@@ -371,6 +394,7 @@ with its bytes.`,
 	}
 	cmd.Flags().BoolVar(&full, "full", false, "check every payload byte (full_checksum)")
 	cmd.Flags().BoolVar(&all, "all", false, "scrub every ready artifact: every digest recomputed, throttled")
+	cmd.Flags().BoolVar(&sigs, "signatures", false, "check only the recorded signatures against the current trust policy, offline")
 	cmd.Flags().StringVar(&rate, "rate", "256MiB", "with --all, the most bytes per second read (0: unthrottled)")
 	return cmd
 }
@@ -473,9 +497,9 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 			if a.jsonOut {
 				return a.printJSON(r)
 			}
-			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\n",
+			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\nsignature records: %d\n",
 				r.Temps.Count, bytefmt.IEC(r.Temps.Bytes), r.Tombstones.Count, bytefmt.IEC(r.Tombstones.Bytes),
-				r.Quarantined.Count, bytefmt.IEC(r.Quarantined.Bytes), r.DenyMarkers)
+				r.Quarantined.Count, bytefmt.IEC(r.Quarantined.Bytes), r.DenyMarkers, r.Signatures)
 			for _, t := range r.Removed {
 				fmt.Fprintf(a.out, "removed tmp/%s (%s): %s\n", t.Name, bytefmt.IEC(t.Bytes), t.Reason)
 			}

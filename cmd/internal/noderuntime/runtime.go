@@ -38,7 +38,8 @@ type RuntimeOptions struct {
 // then the registry a request's artifact reference (a weight image's
 // pointer) names when its host is allowed ([resolve] registries), then
 // the identity tags of [resolve] registry, then the local producers when
-// [resolve] allow_local_build. In disabled mode it has no remote source.
+// [resolve] allow_local_build, all under the trust policy ([verify]
+// policy: oci.Gate). In disabled mode it has no remote source.
 // The caller sets the file's values its flags override in cfg first.
 func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*resolve.Runtime, error) {
 	rc := resolve.Config{
@@ -52,16 +53,16 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 	if o.Mode == resolve.Disabled {
 		return resolve.New(rc)
 	}
-	// Resolution publishes from registries and peers: until it checks
-	// signatures, a policy that requires them stops it here.
+	// Resolution publishes from registries and peers under the trust
+	// policy: the registry providers check it before any payload byte, the
+	// gate (rc.Trust) keeps what they verified, re-checks it on a store
+	// hit, and keeps unsigned sources away from what it wants signed.
 	pol, err := cfg.Verify.LoadPolicy()
 	if err != nil {
 		return nil, err
 	}
-	if err := pol.NotEnforced("resolution (weightsnap resolve, weightsnapd's Prepare and repairs, the CRI pull, the containerd plugin)"); err != nil {
-		return nil, err
-	}
-	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), ConfigFile: cfg.Path, Remote: o.Remote}
+	rc.Trust = &oci.Gate{Policy: pol, Default: cfg.Resolve.Registry}
+	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), ConfigFile: cfg.Path, Remote: o.Remote, Policy: pol}
 	rc.Locate = func(ctx context.Context, ref string) (resolve.Provider, error) {
 		return loc.Locate(ctx, ref)
 	}
@@ -77,7 +78,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 		if err != nil {
 			return nil, err
 		}
-		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo})
+		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo, Options: oci.PullOptions{Policy: pol}})
 	}
 	return resolve.New(rc)
 }

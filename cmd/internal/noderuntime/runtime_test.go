@@ -2,6 +2,7 @@ package noderuntime
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"testing"
 
@@ -27,5 +28,26 @@ func TestNewRuntime(t *testing.T) {
 	cfg.Resolve.Registry, cfg.Resolve.Validation = "", "sometimes"
 	if _, err := NewRuntime(context.Background(), cfg, RuntimeOptions{Mode: resolve.Required, Remote: remote}); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("[resolve] validation not passed on: %v", err)
+	}
+}
+
+// TestNewRuntimeUnderPolicy: a trust policy that requires signatures no
+// longer stops resolution: the runtime is made, with the gate; a policy
+// file that does not parse still stops it, as bad input.
+func TestNewRuntimeUnderPolicy(t *testing.T) {
+	dir := t.TempDir()
+	cfg := config.Default()
+	cfg.Root = filepath.Join(dir, "root")
+	cfg.Verify.Policy = filepath.Join(dir, "policy.json")
+	pub := "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE3oRvmXXzAbV9S1iWwbvJGO0M0IUI\ncc2mB0y1FZx9xq7yCuJ0jdY5mJwvBQNXKf9NvdPKKkTgyg+PyqVCEmzD8A==\n-----END PUBLIC KEY-----\n"
+	os.WriteFile(filepath.Join(dir, "k.pub"), []byte(pub), 0o644)
+	os.WriteFile(cfg.Verify.Policy, []byte(`{"default": [{"type": "sigstoreSigned", "keyPath": "k.pub"}]}`), 0o644)
+	remote := cfg.Resolve.RegistryOptions("test")
+	if _, err := NewRuntime(context.Background(), cfg, RuntimeOptions{Mode: resolve.Required, Remote: remote}); err != nil {
+		t.Fatalf("a policy requiring signatures: %v", err)
+	}
+	os.WriteFile(cfg.Verify.Policy, []byte(`{"default": [{"type": "sigstoreSigned"}]}`), 0o644)
+	if _, err := NewRuntime(context.Background(), cfg, RuntimeOptions{Mode: resolve.Required, Remote: remote}); !errdefs.IsInvalidArgument(err) {
+		t.Fatalf("a bad policy: %v", err)
 	}
 }

@@ -183,7 +183,10 @@ func FuzzReadManifest(f *testing.F) {
 	doc := fuzzManifest(f)
 	building := bytes.Replace(doc, []byte(`"shards"`), []byte(`"building":true,"depth":3,"shards"`), 1)
 	pieces := bytes.Replace(doc, []byte(`"shards"`), []byte(`"piece_size":1048576,"shards"`), 1)
-	fuzzWire(f, [][]byte{Enc{}.Blob32(doc), Enc{}.U32(0xffffffff), Enc{}.Blob32(doc[:len(doc)/2]), Enc{}.Blob32(building), Enc{}.Blob32(pieces)},
+	signed := bytes.Replace(doc, []byte(`"shards"`), []byte(`"signatures":"eyJzY2hlbWEiOjEsInJlY29yZHMiOltdfQ==","shards"`), 1)
+	emptySigs := bytes.Replace(doc, []byte(`"shards"`), []byte(`"signatures":"","shards"`), 1)
+	fuzzWire(f, [][]byte{Enc{}.Blob32(doc), Enc{}.U32(0xffffffff), Enc{}.Blob32(doc[:len(doc)/2]), Enc{}.Blob32(building), Enc{}.Blob32(pieces),
+		Enc{}.Blob32(signed), Enc{}.Blob32(emptySigs)},
 		func(r io.Reader) (*WeightManifest, error) {
 			m, err := ReadManifest(r, 1<<20)
 			if err == nil { // what was accepted is accepted again, unchanged

@@ -1,0 +1,140 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/oci"
+	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
+)
+
+// verification is how an artifact was verified, as inspect shows it
+// (JSON key "verification"): "verified" with the records the store keeps
+// beside it, or "unverified" when it keeps none (imported, built, pulled
+// without a policy file, or from a scope that wants no signature).
+type verification struct {
+	Status  string               `json:"status"`
+	Records []verificationRecord `json:"records,omitempty"`
+}
+
+// verificationRecord is one recorded verification, without the bundles.
+type verificationRecord struct {
+	Ref        string           `json:"ref"`
+	Manifest   string           `json:"manifest"`
+	Signatures []string         `json:"signatures"`
+	Verified   []trust.Verified `json:"verified"`
+}
+
+// Statuses of a verification.
+const (
+	statusVerified   = "verified"
+	statusUnverified = "unverified"
+)
+
+func verificationOf(d *store.Domain, id artifact.ID) (verification, error) {
+	recs, err := oci.Records(d, id)
+	if err != nil {
+		return verification{}, err
+	}
+	v := verification{Status: statusUnverified}
+	for _, r := range recs {
+		vr := verificationRecord{Ref: r.Ref, Manifest: r.Digest().String(), Signatures: []string{}, Verified: r.Verified}
+		for _, s := range r.Signatures {
+			vr.Signatures = append(vr.Signatures, s.Source)
+		}
+		if r.Signed() {
+			v.Status = statusVerified
+		}
+		v.Records = append(v.Records, vr)
+	}
+	return v, nil
+}
+
+// printVerification is inspect's text of a verification.
+func printVerification(a *app, v verification) {
+	fmt.Fprintf(a.out, "Verified:  %s\n", v.Status)
+	for _, r := range v.Records {
+		fmt.Fprintf(a.out, "  %s\n", r.Ref)
+		for _, m := range r.Verified {
+			how := m.Type
+			switch {
+			case m.Identity != "":
+				how += " by " + m.Identity
+			case m.Key != "":
+				how += " by key " + m.Key
+			}
+			if m.Signature != "" {
+				how += ", signature " + m.Signature.String()
+			}
+			fmt.Fprintf(a.out, "    scope %q: %s, at %s\n", m.Scope, how, m.Time.UTC().Format(time.RFC3339))
+		}
+	}
+}
+
+// verifySignatures checks the recorded signatures of each artifact
+// again, against the current policy: each record under the scope of the
+// reference it was read from; the signatures only, never the bytes.
+// An artifact without a record is reported unverified, not a failure.
+func verifySignatures(ctx context.Context, a *app, d *store.Domain, ids []artifact.ID) error {
+	pol, err := a.cfg.Verify.LoadPolicy()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, id := range ids {
+		recs, err := oci.Records(d, id)
+		if err != nil {
+			errs = append(errs, err)
+			fmt.Fprintf(a.out, "%s: %v\n", id.Short(), err)
+			continue
+		}
+		if len(recs) == 0 {
+			fmt.Fprintf(a.out, "%s: signatures: unverified (none recorded)\n", id.Short())
+			continue
+		}
+		var ok []string
+		for _, r := range recs {
+			m, err := pol.MatchRef(r.Ref)
+			if err == nil {
+				_, err = r.Check(m, "", time.Now().UTC())
+			}
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %s: %w", id.Short(), r.Ref, err))
+				fmt.Fprintf(a.out, "%s: signatures of %s: %v\n", id.Short(), r.Ref, err)
+				continue
+			}
+			ok = append(ok, r.Ref)
+		}
+		if len(ok) > 0 {
+			fmt.Fprintf(a.out, "%s: signatures: valid under %s (%s)\n", id.Short(), policyName(pol), strings.Join(ok, ", "))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func policyName(p *trust.Policy) string {
+	if p.Unverified {
+		return "no policy file"
+	}
+	return p.File
+}
+
+// readyIDs are the store's ready artifacts.
+func readyIDs(ctx context.Context, d *store.Domain) ([]artifact.ID, error) {
+	list, err := d.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var ids []artifact.ID
+	for _, info := range list {
+		if info.State == store.StateReady {
+			ids = append(ids, info.ID)
+		}
+	}
+	return ids, nil
+}

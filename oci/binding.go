@@ -1,0 +1,90 @@
+package oci
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/trust"
+)
+
+// Carrier is a producer that brings signature records with the artifact
+// it fetches (a weight peer: what the sending node's store kept), with
+// the identity and the files whose bytes its fetch verifies.
+type Carrier interface {
+	CarriedSignatures() (records []byte, identity artifact.Identity, files []artifact.File)
+}
+
+// CheckBinding checks that the OCI manifest a record's signatures cover
+// is the manifest of identity with exactly files: a weightsnap artifact's
+// manifest names the identity (annotations) and each file as a layer of
+// its path and sha256; a foreign artifact's identity is the one its
+// manifest plans (its revision the manifest digest, or a ModelPack
+// config's immutable revision) with the same files. A tar layer's files
+// are not named by the manifest: such an artifact is not bound (its
+// signatures are checked with the registry). Errors are plain: the caller
+// refuses with them.
+func CheckBinding(rec trust.Record, identity artifact.Identity, files []artifact.File) error {
+	m, err := DecodeManifest(rec.Ref, rec.Manifest)
+	if err != nil {
+		return err
+	}
+	want, err := identity.ID()
+	if err != nil {
+		return err
+	}
+	var layers []artifact.File
+	if _, ok := IndexLayer(m); ok {
+		got, ok := annotatedIdentity(m)
+		if d, _ := got.ID(); !ok || d != want {
+			return fmt.Errorf("the signed manifest %s does not name identity %s", rec.Digest(), want.Short())
+		}
+		for _, l := range m.Layers {
+			if l.MediaType != MediaTypeIndex {
+				layers = append(layers, layerFile(LayerPath(l), l.Digest, l.Size))
+			}
+		}
+	} else {
+		rev := identity.Model.Revision
+		modelPack := m.Config.MediaType == MediaTypeModelConfig || m.Config.MediaType == MediaTypeModelConfigLegacy
+		if rev != rec.Digest().String() && !(modelPack && artifact.IsImmutableRevision(rev)) {
+			return fmt.Errorf("identity %s names revision %q, not the signed manifest %s", want.Short(), rev, rec.Digest())
+		}
+		plan, err := PlanForeign(rec.Ref, m, ImportOptions{Revision: rev})
+		if err != nil {
+			return err
+		}
+		if len(plan.Archives) > 0 {
+			return fmt.Errorf("the signed manifest %s has tar layers, whose files it does not name", rec.Digest())
+		}
+		if d, err := plan.Identity.ID(); err != nil || d != want {
+			return fmt.Errorf("the signed manifest %s plans another identity than %s", rec.Digest(), want.Short())
+		}
+		for _, f := range plan.Files {
+			layers = append(layers, layerFile(f.Path, f.Layer.Digest, f.Size))
+		}
+	}
+	got := make([]artifact.File, len(files))
+	for i, f := range files {
+		got[i] = artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}
+	}
+	byPath := func(a, b artifact.File) int { return strings.Compare(a.Path, b.Path) }
+	slices.SortFunc(layers, byPath)
+	slices.SortFunc(got, byPath)
+	if !slices.Equal(layers, got) {
+		return fmt.Errorf("the signed manifest %s names other files than the %d received (paths, sizes, sha256)", rec.Digest(), len(files))
+	}
+	return nil
+}
+
+// layerFile is a layer as the file it holds: path, size and sha256 hex
+// (a digest of another algorithm never equals a received file's).
+func layerFile(path string, d digest.Digest, size int64) artifact.File {
+	sum := ""
+	if d.Algorithm() == digest.SHA256 {
+		sum = d.Encoded()
+	}
+	return artifact.File{Path: path, Size: size, SHA256: sum}
+}

@@ -1,0 +1,217 @@
+package oci
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
+)
+
+// Attested is a producer whose artifact's manifest was checked against
+// the trust policy before any payload byte: Verification is how (nil
+// when no policy was checked).
+type Attested interface {
+	Verification() *trust.Record
+}
+
+// Gate is the trust policy as resolution applies it (it implements
+// resolve.Trust without importing resolve). The registry providers check
+// the policy themselves, before a payload byte (PullOptions.Policy); the
+// gate keeps what they verified beside the artifact, re-checks it when
+// the store already holds the artifact, and keeps sources that carry no
+// signature (weight peers, local builds) away from what the policy
+// wants signed.
+type Gate struct {
+	Policy *trust.Policy
+	// Default is the reference a request that names none is checked as:
+	// the [resolve] registry repository; "" is the policy's default scope.
+	Default string
+}
+
+// match is what the policy requires of the artifact a request naming ref
+// resolves, and the repository signatures must be of ("" any).
+func (g *Gate) match(ref string) (trust.Match, string, error) {
+	if ref == "" {
+		ref = g.Default
+	}
+	if ref == "" {
+		return trust.Match{Scope: "default", Requirements: g.Policy.Default}, "", nil
+	}
+	m, err := g.Policy.MatchRef(ref)
+	name, _, _ := strings.Cut(ref, "@")
+	return m, name, err
+}
+
+// Unsigned implements resolve.Trust: nil when the artifact a request
+// naming ref ("" none) resolves may come without a signature, else the
+// refusal that names the scope.
+func (g *Gate) Unsigned(ref string) error {
+	m, _, err := g.match(ref)
+	if err != nil {
+		return err
+	}
+	if m.Requires() {
+		return &trust.Refusal{Scope: m.Scope, Reason: "it accepts only what its requirements check, and this source carries no signature"}
+	}
+	return nil
+}
+
+// Hit implements resolve.Trust: nil when the store's artifact id may
+// serve a request naming ref, the scope requiring nothing or a recorded
+// verification meeting the policy now (the signatures checked again,
+// offline, never the bytes); else the refusal.
+func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref string) error {
+	m, repo, err := g.match(ref)
+	if err != nil || !m.Requires() {
+		return err
+	}
+	raw, err := d.Signatures(id)
+	if err != nil {
+		return &trust.Refusal{Scope: m.Scope, Reason: "the store's verification record: " + err.Error()}
+	}
+	if raw == nil {
+		return &trust.Refusal{Scope: m.Scope, Reason: "the store holds it unverified (no signature recorded)"}
+	}
+	recs, err := trust.DecodeRecords(raw)
+	if err != nil {
+		return &trust.Refusal{Scope: m.Scope, Reason: "the store's verification record: " + err.Error()}
+	}
+	var why []string
+	for _, r := range recs {
+		if _, err := r.Check(m, repo, time.Now().UTC()); err != nil {
+			var rf *trust.Refusal
+			if errors.As(err, &rf) {
+				err = errors.New(rf.Reason)
+			}
+			why = append(why, r.Ref+": "+err.Error())
+			continue
+		}
+		return nil
+	}
+	return &trust.Refusal{Scope: m.Scope, Reason: "no recorded signature meets it now: " + strings.Join(why, "; ")}
+}
+
+// Admit implements resolve.Trust: before the artifact id that prod
+// fetches for a request naming ref is published, it checks what prod
+// carries against what the policy requires of ref, and keeps the records
+// that meet it. A registry provider's record (Attested) was verified
+// against its own reference's scope: it is checked again against the
+// request's. A weight peer's records (Carrier) are decoded strictly, each
+// must bind to the identity and files received (CheckBinding), and is
+// verified offline. A source that brings no record meeting a policy that
+// wants one is refused, naming the scope.
+func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref string, prod artifact.Producer) error {
+	m, repo, err := g.match(ref)
+	if err != nil {
+		return err
+	}
+	var recs []trust.Record
+	var why []string
+	switch p := prod.(type) {
+	case Attested:
+		if r := p.Verification(); r != nil {
+			recs = append(recs, *r)
+		}
+	case Carrier:
+		raw, identity, files := p.CarriedSignatures()
+		if raw == nil {
+			break
+		}
+		all, err := trust.DecodeRecords(raw)
+		if err != nil {
+			why = append(why, "the signature records sent: "+err.Error())
+		}
+		for _, r := range all {
+			if err := CheckBinding(r, identity, files); err != nil {
+				why = append(why, r.Ref+": "+err.Error())
+				continue
+			}
+			recs = append(recs, r)
+		}
+	}
+	_, attested := prod.(Attested)
+	var kept []trust.Record
+	for _, r := range recs {
+		cm, crepo := m, repo
+		if !m.Requires() {
+			if attested { // verified by the provider, under its reference's scope
+				kept = append(kept, r)
+				continue
+			}
+			// The request wants nothing: a peer's record is kept only as
+			// this node verifies it, under its own reference's scope.
+			if cm, err = g.Policy.MatchRef(r.Ref); err != nil || !cm.Requires() {
+				continue
+			}
+			crepo = ""
+		}
+		v, err := r.Check(cm, crepo, time.Now().UTC())
+		if err != nil {
+			var rf *trust.Refusal
+			if errors.As(err, &rf) {
+				err = errors.New(rf.Reason)
+			}
+			why = append(why, r.Ref+": "+err.Error())
+			continue
+		}
+		r.Verified = v // how this node verified it, not what a sender said
+		kept = append(kept, r)
+	}
+	if m.Requires() && len(kept) == 0 {
+		reason := "this source carries no signature"
+		if len(why) > 0 {
+			reason = "no signature this source carries meets it: " + strings.Join(why, "; ")
+		}
+		return &trust.Refusal{Scope: m.Scope, Reason: reason}
+	}
+	for _, r := range kept {
+		if err := KeepRecord(ctx, d, id, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// KeepRecord adds rec to the store's verification records of id. A
+// record without a signature (a scope that wants none accepted it) is not
+// kept: the artifact stays "unverified", and its peers are sent nothing.
+func KeepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.Record) error {
+	if !rec.Signed() {
+		return nil
+	}
+	err := d.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
+		var recs []trust.Record
+		if old != nil {
+			var err error
+			if recs, err = trust.DecodeRecords(old); err != nil {
+				log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
+				recs = nil
+			}
+		}
+		return trust.EncodeRecords(trust.MergeRecord(recs, rec))
+	})
+	if err != nil {
+		return fmt.Errorf("record the verification of %s: %w", id.Short(), err)
+	}
+	return nil
+}
+
+// Records are the store's verification records of id (none: nil).
+func Records(d *store.Domain, id artifact.ID) ([]trust.Record, error) {
+	raw, err := d.Signatures(id)
+	if err != nil || raw == nil {
+		return nil, err
+	}
+	recs, err := trust.DecodeRecords(raw)
+	if err != nil {
+		return nil, fmt.Errorf("verification record of %s: %w: %w", id.Short(), err, errdefs.ErrDataLoss)
+	}
+	return recs, nil
+}

@@ -1,0 +1,115 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
+	"golang.org/x/sys/unix"
+)
+
+// dirSignatures holds signatures/<id>.json: how an artifact was verified
+// against the trust policy (package trust's records: the signed manifest,
+// its reference, the signatures and what they met). The store keeps the
+// bytes and knows nothing of their meaning; a record is written before
+// the artifact is published (while its remote source was planned) and
+// removed with it (rm, eviction, quarantine) or, left by a build that
+// never published, by gc.
+const dirSignatures = "signatures"
+
+// MaxSignaturesBytes bounds a signature record read from disk.
+const MaxSignaturesBytes = 16 << 20
+
+// Signatures is the signature record of id: nil when there is none.
+func (d *Domain) Signatures(id artifact.ID) ([]byte, error) {
+	raw, err := artifact.ReadFileAtMost(d.path(dirSignatures, id.Hex()+".json"), MaxSignaturesBytes)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, nil
+	case errors.Is(err, artifact.ErrFileTooLarge):
+		return nil, fmt.Errorf("signature record of %s %w: %w", id.Short(), err, errdefs.ErrDataLoss)
+	}
+	return raw, err
+}
+
+// EditSignatures rewrites id's signature record, durably and atomically,
+// under locks/signatures.lock: edit gets the record (nil for none) and
+// returns the new one (nil removes it).
+func (d *Domain) EditSignatures(ctx context.Context, id artifact.ID, edit func([]byte) ([]byte, error)) error {
+	if err := os.MkdirAll(d.path(dirSignatures), 0o755); err != nil {
+		return fmt.Errorf("create signatures: %w", err)
+	}
+	lk, err := lockFile(ctx, d.path(dirLocks, "signatures.lock"), unix.LOCK_EX, time.Now().Add(d.policy.CoordinationTimeout()), "the signatures lock")
+	if err != nil {
+		return err
+	}
+	defer lk.Close()
+	old, err := d.Signatures(id)
+	if err != nil && !errdefs.IsDataLoss(err) { // a corrupt record is replaced
+		return err
+	}
+	raw, err := edit(old)
+	if err != nil {
+		return err
+	}
+	if raw == nil {
+		return d.dropSignatures(id)
+	}
+	if len(raw) > MaxSignaturesBytes {
+		return fmt.Errorf("signature record of %s: %d bytes, more than %d: %w", id.Short(), len(raw), MaxSignaturesBytes, errdefs.ErrInvalidArgument)
+	}
+	return artifact.WriteFileAtomic(d.path(dirSignatures, id.Hex()+".json"), raw, 0o644, artifact.Durable)
+}
+
+// dropSignatures removes id's signature record, durably.
+func (d *Domain) dropSignatures(id artifact.ID) error {
+	err := os.Remove(d.path(dirSignatures, id.Hex()+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("remove the signature record of %s: %w", id.Short(), err)
+	}
+	return syncDir(d.path(dirSignatures))
+}
+
+// orphanSignatureAge is how old the record of an artifact that is not in
+// the store must be before gc removes it: a record is written while its
+// source is planned, before the build lock is taken.
+const orphanSignatureAge = time.Hour
+
+// orphanSignatures removes the records of artifacts that are not in the
+// store, that no build holds and that were written more than
+// orphanSignatureAge ago; it returns how many it removed.
+func (d *Domain) orphanSignatures() int {
+	entries, _ := os.ReadDir(d.path(dirSignatures))
+	n := 0
+	for _, e := range entries {
+		hex, ok := strings.CutSuffix(e.Name(), ".json")
+		id, err := artifact.ParseIDHex(hex)
+		if !ok || err != nil {
+			continue
+		}
+		if fi, err := e.Info(); err != nil || time.Since(fi.ModTime()) < orphanSignatureAge {
+			continue
+		}
+		if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); !errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		bl, free, err := tryLock(d.lockPath(id, "build"), unix.LOCK_EX)
+		if err != nil || !free {
+			continue // a build of it is running
+		}
+		if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); errors.Is(err, fs.ErrNotExist) && d.dropSignatures(id) == nil {
+			n++
+		}
+		bl.Close()
+	}
+	return n
+}
