@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/log"
@@ -168,31 +169,26 @@ func (r *laneRun) stageItems(ctx context.Context) error {
 			tasks = append(tasks, []item{it})
 		}
 	}
+	// Workers take the next task themselves, in order: no goroutine hands
+	// them out, so a run of thousands of small checks does not wake a
+	// thread per file.
 	g, gctx := errgroup.WithContext(ctx)
-	next := make(chan []item)
+	var next atomic.Int64
 	for range max(r.e.opts.Workers, 1) {
 		g.Go(func() error {
-			for task := range next {
-				for _, it := range task {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(tasks)) || gctx.Err() != nil {
+					return nil
+				}
+				for _, it := range tasks[i] {
 					if err := r.stageOne(gctx, it); err != nil {
 						return err
 					}
 				}
 			}
-			return nil
 		})
 	}
-	g.Go(func() error {
-		defer close(next)
-		for _, t := range tasks {
-			select {
-			case next <- t:
-			case <-gctx.Done():
-				return nil
-			}
-		}
-		return nil
-	})
 	if err := g.Wait(); err != nil {
 		return err
 	}
