@@ -64,7 +64,7 @@ func repoName(folder string) string {
 // that are not links. Pruned paths (skip) and downloads in flight
 // (blobs/*.incomplete, and entries whose blob is still one) are left out
 // and noted.
-func hubWalk(ctx context.Context, b *Block) (items []item, notes []string, err error) {
+func hubWalk(ctx context.Context, b *Block, workers int) (items []item, notes []string, err error) {
 	folders, err := hubFolders(b)
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +74,7 @@ func hubWalk(ctx context.Context, b *Block) (items []item, notes []string, err e
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		w := repoWalk{b: b, folder: folder, repo: repoName(folder), wanted: map[string]bool{}}
+		w := repoWalk{b: b, workers: workers, folder: folder, repo: repoName(folder), wanted: map[string]bool{}}
 		if err := w.walk(); err != nil {
 			return nil, nil, err
 		}
@@ -118,6 +118,7 @@ func hubFolders(b *Block) ([]string, error) {
 // repoWalk walks one repository folder.
 type repoWalk struct {
 	b                   *Block
+	workers             int // stat'ing blobs at once
 	folder, repo        string
 	blobDir             map[string]fs.DirEntry
 	wanted              map[string]bool
@@ -162,12 +163,21 @@ func (w *repoWalk) walk() error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	w.blobs = make([]item, len(names))
+	errs := make([]error, len(names))
+	parallelFor(len(names), w.workers, func(i int) {
+		n := names[i]
 		fi, err := w.blobDir[n].Info()
 		if err != nil {
-			return fmt.Errorf("lane %s: repo %s: blob %s: %w", w.b.ID, w.repo, n, err)
+			errs[i] = fmt.Errorf("lane %s: repo %s: blob %s: %w", w.b.ID, w.repo, n, err)
+			return
 		}
-		w.blobs = append(w.blobs, item{kind: EntryBlob, path: w.folder + "/blobs/" + n, size: fi.Size(), mode: fi.Mode(), repo: w.repo, name: n})
+		w.blobs[i] = item{kind: EntryBlob, path: w.folder + "/blobs/" + n, size: fi.Size(), mode: fi.Mode(), repo: w.repo, name: n}
+	})
+	for _, err := range errs { // the first, as a walk in order stops at it
+		if err != nil {
+			return err
+		}
 	}
 	for n := range w.blobDir {
 		if strings.HasSuffix(n, ".incomplete") {

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -203,7 +201,7 @@ func (e *Engine) walkLane(ctx context.Context, b *Block) (w *walked, problem *Pr
 	w = &walked{}
 	switch b.Kind {
 	case KindHubMirror:
-		w.items, w.notes, err = hubWalk(ctx, b)
+		w.items, w.notes, err = hubWalk(ctx, b, e.opts.Workers)
 	case KindSparseRows:
 		w.srcRoot, w.items, err = sparseWalk(ctx, b)
 	}
@@ -220,27 +218,11 @@ func (lp *lanePlan) classifyAll(workers int) []PlanItem {
 		return nil
 	}
 	out := make([]PlanItem, len(lp.items))
-	const per = 64 // items a worker takes at a time
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range max(1, min(workers, (len(lp.items)+per-1)/per)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				lo := int(next.Add(per)) - per
-				if lo >= len(lp.items) {
-					return
-				}
-				for i := lo; i < min(lo+per, len(lp.items)); i++ {
-					pi := lp.classify(lp.items[i])
-					lp.items[i].present = pi.Action == ActionPresent
-					out[i] = pi
-				}
-			}
-		}()
-	}
-	wg.Wait()
+	parallelFor(len(lp.items), workers, func(i int) {
+		pi := lp.classify(lp.items[i])
+		lp.items[i].present = pi.Action == ActionPresent
+		out[i] = pi
+	})
 	return out
 }
 
