@@ -26,7 +26,21 @@ type Carrier interface {
 // are not named by the manifest: such an artifact is not bound (its
 // signatures are checked with the registry). Errors are plain: the caller
 // refuses with them.
+//
+// An OMS record binds by its statement: it must name exactly the files
+// received (their sha256, save its ignore_paths); a statement over BLAKE3
+// digests cannot be bound before the bytes arrive and is refused.
 func CheckBinding(rec trust.Record, identity artifact.Identity, files []artifact.File) error {
+	if rec.Kind == trust.KindOMS {
+		o, err := trust.ParseOMS(rec.Signatures[0].Raw)
+		if err != nil {
+			return err
+		}
+		if h := o.Statement.Predicate.Serialization.HashType; h != "sha256" {
+			return fmt.Errorf("the model.sig names %s digests, which a peer's files are not bound by before they arrive (sign with sha256)", h)
+		}
+		return o.CheckFiles(receivedIndex(files))
+	}
 	m, err := DecodeManifest(rec.Ref, rec.Manifest)
 	if err != nil {
 		return err
@@ -87,4 +101,14 @@ func layerFile(path string, d digest.Digest, size int64) artifact.File {
 		sum = d.Encoded()
 	}
 	return artifact.File{Path: path, Size: size, SHA256: sum}
+}
+
+// receivedIndex is the index of what a fetch receives, as far as its
+// files name it: each path, size and sha256.
+func receivedIndex(files []artifact.File) *artifact.Index {
+	idx := &artifact.Index{Schema: artifact.IndexSchema}
+	for _, f := range files {
+		idx.Files = append(idx.Files, artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}})
+	}
+	return idx
 }

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/containerd/errdefs"
-	"github.com/containerd/log"
+	"github.com/distribution/reference"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/trust"
@@ -63,6 +65,43 @@ func (g *Gate) Unsigned(ref string) error {
 	return nil
 }
 
+// SignedSource implements resolve.SourceSignatures: dir holds a model.sig.
+func (g *Gate) SignedSource(dir string) bool {
+	_, err := os.Lstat(filepath.Join(dir, trust.OMSSignatureFile))
+	return err == nil
+}
+
+// CheckSource implements resolve.SourceSignatures: the model.sig beside
+// src is checked under the scope of the request's reference (ref, ""
+// the default) against src's digests, and its record, keeping that
+// reference without its digest, is kept before the build.
+func (g *Gate) CheckSource(ctx context.Context, d *store.Domain, id artifact.ID, ref string, src *artifact.SourceDir) error {
+	m, name, err := g.match(ref)
+	if err != nil {
+		return err
+	}
+	if name != "" {
+		named, err := reference.ParseNamed(name)
+		if err != nil {
+			return fmt.Errorf("reference %q: %v: %w", name, err, errdefs.ErrInvalidArgument)
+		}
+		name = named.String()
+	}
+	sig, err := trust.ReadDirSignature(m, name, src.Root)
+	if err != nil || sig == nil {
+		return err
+	}
+	files := make([]artifact.FileEntry, len(src.Files))
+	for i, f := range src.Files {
+		files[i] = artifact.FileEntry{File: artifact.File{Path: f.Path, Size: f.Size, SHA256: f.SHA256}}
+	}
+	_, rec, err := sig.Check(files)
+	if err != nil {
+		return err
+	}
+	return trust.Keep(ctx, d, id, rec)
+}
+
 // Hit implements resolve.Trust: nil when the store's artifact id may
 // serve a request naming ref, the scope requiring nothing or a recorded
 // verification meeting the policy now (the signatures checked again,
@@ -84,13 +123,23 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 		return &trust.Refusal{Scope: m.Scope, Reason: "the store's verification record: " + err.Error()}
 	}
 	var why []string
+	var idx *artifact.Index // for an OMS record: the digests the store computed
 	for _, r := range recs {
-		if _, err := r.Check(m, repo, time.Now().UTC()); err != nil {
+		if r.Kind == trust.KindOMS && idx == nil {
+			l, err := d.Lookup(ctx, id, store.ManifestAndMetadata)
+			if err != nil {
+				why = append(why, "model.sig: the artifact's index: "+err.Error())
+				continue
+			}
+			idx = l.Index
+			l.Close()
+		}
+		if _, err := r.Check(m, repo, idx, time.Now().UTC()); err != nil {
 			var rf *trust.Refusal
 			if errors.As(err, &rf) {
 				err = errors.New(rf.Reason)
 			}
-			why = append(why, r.Ref+": "+err.Error())
+			why = append(why, r.Name()+": "+err.Error())
 			continue
 		}
 		return nil
@@ -114,6 +163,7 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 	}
 	var recs []trust.Record
 	var why []string
+	var idx *artifact.Index // a peer's files, an OMS record is checked against
 	switch p := prod.(type) {
 	case Attested:
 		if r := p.Verification(); r != nil {
@@ -124,13 +174,14 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 		if raw == nil {
 			break
 		}
+		idx = receivedIndex(files)
 		all, err := trust.DecodeRecords(raw)
 		if err != nil {
 			why = append(why, "the signature records sent: "+err.Error())
 		}
 		for _, r := range all {
 			if err := CheckBinding(r, identity, files); err != nil {
-				why = append(why, r.Ref+": "+err.Error())
+				why = append(why, r.Name()+": "+err.Error())
 				continue
 			}
 			recs = append(recs, r)
@@ -147,18 +198,23 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 			}
 			// The request wants nothing: a peer's record is kept only as
 			// this node verifies it, under its own reference's scope.
-			if cm, err = g.Policy.MatchRef(r.Ref); err != nil || !cm.Requires() {
+			if r.Kind == trust.KindOMS {
+				cm, _ = g.Policy.MatchOMS(r.Ref)
+			} else if cm, err = g.Policy.MatchRef(r.Ref); err != nil {
+				continue
+			}
+			if !cm.Requires() {
 				continue
 			}
 			crepo = ""
 		}
-		v, err := r.Check(cm, crepo, time.Now().UTC())
+		v, err := r.Check(cm, crepo, idx, time.Now().UTC())
 		if err != nil {
 			var rf *trust.Refusal
 			if errors.As(err, &rf) {
 				err = errors.New(rf.Reason)
 			}
-			why = append(why, r.Ref+": "+err.Error())
+			why = append(why, r.Name()+": "+err.Error())
 			continue
 		}
 		r.Verified = v // how this node verified it, not what a sender said
@@ -179,28 +235,10 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 	return nil
 }
 
-// KeepRecord adds rec to the store's verification records of id. A
-// record without a signature (a scope that wants none accepted it) is not
-// kept: the artifact stays "unverified", and its peers are sent nothing.
+// KeepRecord adds rec to the store's verification records of id
+// (trust.Keep: a record without a signature is not kept).
 func KeepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.Record) error {
-	if !rec.Signed() {
-		return nil
-	}
-	err := d.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
-		var recs []trust.Record
-		if old != nil {
-			var err error
-			if recs, err = trust.DecodeRecords(old); err != nil {
-				log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("trust: a corrupt verification record is replaced")
-				recs = nil
-			}
-		}
-		return trust.EncodeRecords(trust.MergeRecord(recs, rec))
-	})
-	if err != nil {
-		return fmt.Errorf("record the verification of %s: %w", id.Short(), err)
-	}
-	return nil
+	return trust.Keep(ctx, d, id, rec)
 }
 
 // Records are the store's verification records of id (none: nil).

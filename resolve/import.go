@@ -23,12 +23,13 @@ type ImportRequest struct {
 	OnTotal func(total int64)
 	// Progress, if set, is told of payload bytes copied.
 	Progress func(n int64)
-	// Check, if set, is given the entries the store computed while it
-	// copied the files (every sha256 and BLAKE3), before anything is
-	// published: an error refuses the import (the caller's check of a
-	// model.sig against them). With it every file is copied and hashed,
-	// even when the store holds the artifact.
-	Check func(files []artifact.FileEntry) error
+	// Check, if set, is given the artifact's id and the entries the store
+	// computed while it copied the files (every sha256 and BLAKE3), before
+	// anything is published: an error refuses the import (the caller's
+	// check of a model.sig against them, which keeps its record). With it
+	// every file is copied and hashed, even when the store holds the
+	// artifact.
+	Check func(ctx context.Context, id artifact.ID, files []artifact.FileEntry) error
 }
 
 // Import publishes a checkpoint directory in d, reading each source byte at
@@ -70,12 +71,17 @@ func Import(ctx context.Context, d *store.Domain, req ImportRequest) (*store.Lea
 		if err != nil {
 			return artifact.Identity{}, err
 		}
+		identity := identityOf(full)
 		if req.Check != nil {
-			if err := req.Check(files); err != nil {
+			id, err := identity.ID()
+			if err != nil {
+				return artifact.Identity{}, err
+			}
+			if err := req.Check(ctx, id, files); err != nil {
 				return artifact.Identity{}, err
 			}
 		}
-		return identityOf(full), nil
+		return identity, nil
 	})
 	if err == nil {
 		cache.Record(ctx, fp, lease.Index.Files, started)

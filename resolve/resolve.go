@@ -467,7 +467,9 @@ func (a *attempt) local() bool {
 		a.rep.step(StepProduce, "", StepSkipped, t, "no source directory for local producers")
 		return false
 	}
-	if why := a.unsigned(); why != "" {
+	st := a.signedSource()
+	why := a.unsigned()
+	if why != "" && st == nil {
 		a.rep.step(StepProduce, "", StepSkipped, t, why)
 		return false
 	}
@@ -491,6 +493,13 @@ func (a *attempt) local() bool {
 		}
 		if d, _ := id.ID(); d != a.rep.ID {
 			a.rep.step(StepProduce, source, StepSkipped, t, "makes another identity from this source")
+			continue
+		}
+		if skip, f := a.localSignature(st, rc.Name(), source, why, fp.Src); f != nil {
+			a.rep.step(StepProduce, source, StepFailed, t, f.reason())
+			return a.recover(f)
+		} else if skip != "" {
+			a.rep.step(StepProduce, source, StepSkipped, t, skip)
 			continue
 		}
 		prod, err := rc.Producer(fp.Src)

@@ -34,6 +34,56 @@ type Trust interface {
 	Unsigned(ref string) error
 }
 
+// SourceSignatures is a Trust that also checks a signature of a local
+// passthrough build's source files, such as a staged hub snapshot's
+// model.sig (oci.Gate). A source that carries one is built by the
+// passthrough producer where the policy wants a signature, once
+// CheckSource accepts it; a source that carries none is not.
+type SourceSignatures interface {
+	// SignedSource says whether the source directory dir carries a
+	// signature of its files.
+	SignedSource(dir string) bool
+	// CheckSource checks it against src's digests (each sha256, which
+	// the copy verifies) under what the policy requires of a request
+	// naming ref, and keeps how, before the producer of the artifact id
+	// runs: nil, a refusal, or the error that kept it from recording.
+	CheckSource(ctx context.Context, d *store.Domain, id artifact.ID, ref string, src *artifact.SourceDir) error
+}
+
+// signedSource is the Trust's SourceSignatures when the request's
+// source carries a signature of its files, else nil.
+func (a *attempt) signedSource() SourceSignatures {
+	if st, ok := a.r.cfg.Trust.(SourceSignatures); ok && st.SignedSource(a.req.Source) {
+		return st
+	}
+	return nil
+}
+
+// localSignature applies a source's signature (st, nil none) to the
+// local producer named producer, before it runs: a passthrough build's
+// source is checked (CheckSource; a refusal is a policy failure), and
+// another producer, whose artifact the signature does not cover, is
+// skipped saying why where the policy wants a signature (why, "" not).
+func (a *attempt) localSignature(st SourceSignatures, producer, source, why string, src *artifact.SourceDir) (string, *Failure) {
+	switch {
+	case st == nil:
+		return "", nil
+	case producer != artifact.PassthroughName:
+		if why != "" {
+			return why + " (the model.sig covers the source's files, not what this producer makes)", nil
+		}
+		return "", nil
+	}
+	err := st.CheckSource(a.ctx, a.dom, a.rep.ID, a.req.Artifact, src)
+	switch {
+	case err == nil:
+		return "", nil
+	case isPolicyRefusal(err):
+		return "", &Failure{Kind: KindPolicy, Step: StepProduce, Source: source, Err: err}
+	}
+	return "", &Failure{Kind: KindProducer, Step: StepProduce, Source: source, Err: err}
+}
+
 // policyRefusal is a trust policy's refusal (package trust's Refusal):
 // a policy failure, always visible, in every mode.
 type policyRefusal interface{ TrustScope() string }

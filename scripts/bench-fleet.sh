@@ -3,8 +3,9 @@
 # shaped with tc to one rate) resolve the same artifact from an origin registry at the same instant,
 # each with the other nodes as its weight peers; beside it, in the same run, the same nodes pulling
 # from the registry only, and one node alone on the same links (and unshaped, the machine's own
-# bound). The table: origin egress in copies of the artifact (the origin interface's counters), time
-# to the first and the last READY, and the last over one node alone; every node passes verify --full.
+# bound). The table: origin egress in copies of the artifact (the origin interface's counters), the
+# nodes' times to READY as p50 and p99, the first and the last (the max) READY, and the last over
+# one node alone; every node passes verify --full.
 # Real registry (test/e2e/deps), bin/weightsnap; needs root, tc and flock.
 # The driver is TestFleetBench in test/fleet/bench_test.go (build tag bench).
 #
@@ -12,7 +13,13 @@
 # Env:   BENCH_FLEET_SIZE       the artifact's size (default 256MiB)
 #        BENCH_FLEET_RATE_MBIT  every link's rate (default: benchRateMbit, 100)
 #        BENCH_OUT              also write the table to this file
+#        BENCH_FLEET_JSON       also write each fleet round's nodes (times to READY, sources) as JSON
+#                               to this file (test/fleet/sim/testdata/measured.json is one)
 set -euo pipefail
+if [ -n "${BENCH_FLEET_JSON:-}" ]; then
+	BENCH_FLEET_JSON=$(realpath -m "$BENCH_FLEET_JSON") # the test runs in test/fleet
+	export BENCH_FLEET_JSON
+fi
 cd "$(dirname "$0")/.."
 if [ "$(id -u)" != 0 ]; then
 	echo "bench-fleet: needs root (network namespaces, tc, tmpfs); skipped" >&2

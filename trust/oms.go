@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/verify"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -275,4 +276,18 @@ func VerifyOMS(m Match, sig Signature, idx *artifact.Index, now time.Time) ([]Ve
 	return verifyAll(m, []Signature{sig}, now, []bundle.Option{bundle.AllowCertificateChain()}, nil, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
 		return v.v.Verify(b, verify.NewPolicy(verify.WithArtifactDigest("sha256", o.Root), v.policy))
 	})
+}
+
+// MatchOMS is what the policy requires of a model.sig of the model
+// repository repo, and the reference its record keeps: repo's scope when
+// it is a registry repository (host/repo, or host/repo:tag), else the
+// policy's default scope and "".
+func (p *Policy) MatchOMS(repo string) (Match, string) {
+	if repo != "" {
+		named, err := reference.ParseNamed(repo)
+		if _, digested := named.(reference.Digested); err == nil && !digested {
+			return p.For(named), named.String()
+		}
+	}
+	return Match{Scope: "default", Requirements: p.Default}, ""
 }

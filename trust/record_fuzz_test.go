@@ -4,14 +4,17 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// FuzzDecodeRecords: the signature records a store keeps and a peer sends
+// FuzzDecodeRecords: the signature records (of OCI manifests and of OMS
+// bundles over the files) a store keeps and a peer sends
 // (a weight manifest's "signatures", read whole, bounded) either decode
 // or are refused as invalid input; what decodes encodes back to records
 // equal to it, and each can be checked against a policy without panicking.
@@ -28,9 +31,18 @@ func FuzzDecodeRecords(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Add(good)
+	oms := NewOMSRecord("reg.example/models/x", "reg.example/models", Signature{Source: "model.sig", Raw: bundle},
+		[]Verified{{Scope: "reg.example/models", Type: TypeSigstoreSigned, Signature: digest.FromBytes(bundle)}})
+	both, err := EncodeRecords([]Record{rec, oms})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(both)
+	f.Add([]byte(`{"schema":1,"records":[{"kind":"oms","ref":"","scope":"default","signatures":[{"source":"model.sig","bundle":"e30="}],"verified":[]}]}`))
 	f.Add([]byte(`{"schema":1,"records":[]}`))
 	f.Add([]byte(`{"schema":1,"records":[{"ref":"reg.example/x@sha256:00","manifest":"e30=","signatures":[],"verified":[]}]}`))
 	f.Add([]byte(`{"schema":2,"records":[]}{}`))
+	idx := &artifact.Index{Schema: artifact.IndexSchema, Files: []artifact.FileEntry{{File: artifact.File{Path: "model.safetensors", SHA256: strings.Repeat("a", 64)}}}}
 	m := Match{Scope: "s", Requirements: []Requirement{{Type: TypeSigstoreSigned, Identity: SignedIdentity{Type: "matchRepoDigestOrExact"}}}}
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		rs, err := DecodeRecords(raw)
@@ -49,7 +61,7 @@ func FuzzDecodeRecords(f *testing.F) {
 			t.Fatalf("decoded records do not survive their encoding: %v", err)
 		}
 		for _, r := range rs {
-			_, _ = r.Check(m, "", time.Now())
+			_, _ = r.Check(m, "", idx, time.Now())
 		}
 	})
 }

@@ -40,15 +40,15 @@ func TestRecord(t *testing.T) {
 	if len(rec.Signatures) != 1 || rec.Signatures[0].Source != "referrer" || !rec.Signed() {
 		t.Fatalf("kept signatures %+v", rec.Signatures)
 	}
-	if _, err := rec.Check(m, "reg.example/models/x", time.Now()); err != nil {
+	if _, err := rec.Check(m, "reg.example/models/x", nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	var rf *Refusal
-	if _, err := rec.Check(m, "reg.example/models/y", time.Now()); !errors.As(err, &rf) || !strings.Contains(err.Error(), "not reg.example/models/y") {
+	if _, err := rec.Check(m, "reg.example/models/y", nil, time.Now()); !errors.As(err, &rf) || !strings.Contains(err.Error(), "not reg.example/models/y") {
 		t.Fatalf("another repository: %v", err)
 	}
 	other, _ := signedRecord(t, "reg.example/models/x")
-	if _, err := other.Check(m, "", time.Now()); !errors.As(err, &rf) {
+	if _, err := other.Check(m, "", nil, time.Now()); !errors.As(err, &rf) {
 		t.Fatalf("a record by another key: %v", err)
 	}
 	raw, err := EncodeRecords(MergeRecord(MergeRecord(nil, rec), rec))
@@ -83,7 +83,7 @@ func BenchmarkRecordCheck(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := rs[0].Check(m, "reg.example/models/x", time.Now()); err != nil {
+		if _, err := rs[0].Check(m, "reg.example/models/x", nil, time.Now()); err != nil {
 			b.Fatal(err)
 		}
 	}

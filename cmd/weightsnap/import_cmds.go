@@ -38,7 +38,9 @@ files (sha256, or blake3 where it says so), save its ignore_paths. Where
 the trust policy ([verify] policy; the scope of --repository when it is a
 registry repository host/repo, else the default) requires a signature, the
 bundle must also be signed by a key or identity the scope trusts, and a
-directory without one is refused before a byte is copied.`,
+directory without one is refused before a byte is copied. A verified
+signature is recorded beside the artifact: inspect shows it and verify
+--signatures checks it again.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -47,13 +49,8 @@ directory without one is refused before a byte is copied.`,
 			if err != nil {
 				return err
 			}
-			var verified []trust.Verified
-			check, err := omsCheck(a, args[0], repo, &verified)
-			if err != nil {
-				return err
-			}
 			var pr *progress
-			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: args[0], Check: check,
+			lease, res, verified, err := importChecked(ctx, a, d, resolve.ImportRequest{Dir: args[0],
 				Repository: repo, Revision: rev, Component: component, TPSize: tpSize, TPRank: tpRank,
 				OnTotal:  func(total int64) { pr = newProgress("import", total) },
 				Progress: func(n int64) { pr.Add(n) }})

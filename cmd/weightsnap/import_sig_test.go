@@ -13,7 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -21,12 +23,11 @@ import (
 // files of dir, except skip, with key.
 func omsBundle(t *testing.T, key crypto.Signer, dir string, skip ...string) []byte {
 	t.Helper()
-	var names []string
-	files := map[string]string{}
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
+	var files []artifact.File
 	for _, e := range entries {
 		if slices.Contains(skip, e.Name()) || e.Name() == trust.OMSSignatureFile {
 			continue
@@ -36,28 +37,9 @@ func omsBundle(t *testing.T, key crypto.Signer, dir string, skip ...string) []by
 			t.Fatal(err)
 		}
 		sum := sha256.Sum256(raw)
-		files[e.Name()] = hex.EncodeToString(sum[:])
-		names = append(names, e.Name())
+		files = append(files, artifact.File{Path: e.Name(), SHA256: hex.EncodeToString(sum[:])})
 	}
-	slices.Sort(names)
-	var res []map[string]string
-	var root []byte
-	for _, n := range names {
-		res = append(res, map[string]string{"name": n, "digest": files[n], "algorithm": "sha256"})
-		d, _ := hex.DecodeString(files[n])
-		root = append(root, d...)
-	}
-	sum := sha256.Sum256(root)
-	st, _ := json.Marshal(map[string]any{
-		"_type": "https://in-toto.io/Statement/v1", "predicateType": trust.OMSPredicateType,
-		"subject":   []map[string]any{{"name": "m", "digest": map[string]string{"sha256": hex.EncodeToString(sum[:])}}},
-		"predicate": map[string]any{"resources": res, "serialization": map[string]any{"method": "files", "hash_type": "sha256", "allow_symlinks": false}},
-	})
-	b, err := trust.SignDSSE(context.Background(), key, trust.InTotoPayloadType, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return storetest.OMSBundle(t, key, files)
 }
 
 // TestImportChecksModelSig: weightsnap import of a directory with a
@@ -120,6 +102,91 @@ func TestImportChecksModelSig(t *testing.T) {
 			}
 			if ls, err := runCLI(t, "--config", "", "--root", root, "ls", "--json"); err == nil && strings.Contains(ls, "sha256:") {
 				t.Fatalf("a refused import published:\n%s", ls)
+			}
+		})
+	}
+}
+
+// TestImportRecordsModelSig: an import whose model.sig met a policy that
+// requires a signature keeps the record before publication: inspect shows
+// it (scope, key, bundle digest) in text and JSON, verify --signatures
+// checks it again against the store's index under the current policy
+// (valid under the key, refused under another), and rm removes it. One
+// accepted by a scope that wants no signature records nothing.
+func TestImportRecordsModelSig(t *testing.T) {
+	ctx := context.Background()
+	base := t.TempDir()
+	key, pub := testKey(t)
+	_, otherPub := testKey(t)
+	policy := func(name string, pub []byte) string {
+		return policyConfig(t, base, name, `{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {"reg.example/models": [{"type": "sigstoreSigned", "keyData": "`+base64.StdEncoding.EncodeToString(pub)+`"}]}}}`)
+	}
+	good, other := policy("good.json", pub), policy("other.json", otherPub)
+	src := filepath.Join(base, "m")
+	if err := synth.Write(ctx, src, synth.Options{Size: 256 << 10, Shards: 1, DType: "F16", Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, trust.OMSSignatureFile), omsBundle(t, key, src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rev := strings.Repeat("cd", 20)
+	for _, tc := range []struct {
+		name, repo, scope string
+		recorded          bool
+	}{
+		{"a scope that requires the key", "reg.example/models/x", "reg.example/models", true},
+		{"a scope that wants none", "org/x", "default", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), "root")
+			ws := func(cfg string, args ...string) (string, error) {
+				return runCLI(t, append([]string{"--config", cfg, "--root", root}, args...)...)
+			}
+			out, err := ws(good, "import", src, "--revision", rev, "--repository", tc.repo, "--json")
+			var res importResult
+			if err != nil || json.Unmarshal([]byte(out), &res) != nil || len(res.Verified) != 1 || res.Verified[0].Scope != tc.scope {
+				t.Fatalf("import: %v\n%s", err, out)
+			}
+			id := res.ID.String()
+			out, err = ws(good, "inspect", id, "--json")
+			var j struct {
+				Verification verification `json:"verification"`
+			}
+			if err != nil || json.Unmarshal([]byte(out), &j) != nil {
+				t.Fatalf("inspect --json: %v\n%s", err, out)
+			}
+			if !tc.recorded {
+				if j.Verification.Status != statusUnverified || len(j.Verification.Records) != 0 {
+					t.Fatalf("an unsigned scope's import recorded %+v", j.Verification)
+				}
+				return
+			}
+			r := j.Verification.Records
+			if j.Verification.Status != statusVerified || len(r) != 1 || r[0].Kind != trust.KindOMS || r[0].Ref != tc.repo ||
+				r[0].Scope != tc.scope || !strings.HasPrefix(r[0].Bundle, "sha256:") || r[0].Manifest != "" ||
+				r[0].Verified[0].Key != res.Verified[0].Key || r[0].Verified[0].Signature.String() != r[0].Bundle {
+				t.Fatalf("inspect --json: %+v", j.Verification)
+			}
+			out, err = ws(good, "inspect", id)
+			if err != nil || !strings.Contains(out, "Verified:  verified\n  model.sig over the files ("+tc.repo+"), bundle "+r[0].Bundle) ||
+				!strings.Contains(out, "by key "+res.Verified[0].Key) {
+				t.Fatalf("inspect: %v\n%s", err, out)
+			}
+			if out, err = ws(good, "verify", "--signatures", "--all"); err != nil || !strings.Contains(out, "signatures: valid under") {
+				t.Fatalf("verify --signatures --all: %v\n%s", err, out)
+			}
+			if out, err = ws(other, "verify", "--signatures", id); err == nil || !strings.Contains(out, `scope "`+tc.scope+`" refuses it`) {
+				t.Fatalf("verify --signatures under another key: %v\n%s", err, out)
+			}
+			kept := filepath.Join(root, "signatures", "*.json")
+			if held, _ := filepath.Glob(kept); len(held) != 1 {
+				t.Fatalf("records in the store: %v", held)
+			}
+			if _, err := ws(good, "rm", id); err != nil {
+				t.Fatal(err)
+			}
+			if left, _ := filepath.Glob(kept); len(left) > 0 {
+				t.Fatalf("rm left the record: %v", left)
 			}
 		})
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/staging/hubsynth"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // stagingFlags are the flags every staging command takes.
@@ -86,6 +87,9 @@ type published struct {
 	staging.Snapshot
 	ID    artifact.ID `json:"digest"`
 	Built bool        `json:"built"`
+	// Verified says how the snapshot's model.sig met the trust policy
+	// (absent without one).
+	Verified []trust.Verified `json:"verified,omitempty"`
 }
 
 func newStageCmd(a *app) *cobra.Command {
@@ -180,7 +184,7 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 		}
 		for _, s := range snaps {
 			var pr *progress
-			lease, res, err := resolve.Import(ctx, d, resolve.ImportRequest{Dir: s.Dir, Repository: s.Repo, Revision: s.Revision,
+			lease, res, verified, err := importChecked(ctx, a, d, resolve.ImportRequest{Dir: s.Dir, Repository: s.Repo, Revision: s.Revision,
 				OnTotal:  func(total int64) { pr = newProgress("publish "+s.Repo, total) },
 				Progress: func(n int64) { pr.Add(n) }})
 			if pr != nil {
@@ -189,7 +193,7 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 			if err != nil {
 				return out, fmt.Errorf("publish %s@%s from lane %s: %w", s.Repo, s.Revision, s.Lane, err)
 			}
-			out = append(out, published{Snapshot: s, ID: lease.ID, Built: res.Built})
+			out = append(out, published{Snapshot: s, ID: lease.ID, Built: res.Built, Verified: verified})
 			lease.Close()
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/staging/hubsynth"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // TestStageCommands drives a hub-mirror lane through the CLI: dry run,
@@ -113,4 +115,67 @@ func resolveLink(t *testing.T, p string) string {
 		t.Fatal(err)
 	}
 	return filepath.Join(filepath.Dir(p), target)
+}
+
+// TestStagePublishChecksModelSig: stage --publish checks a staged hub
+// snapshot's model.sig the way import does, before publication, and
+// keeps its record: under a policy that requires the key, a snapshot
+// signed by it publishes and inspect shows it verified; one without a
+// model.sig, or with a file the bundle does not name, is refused and the
+// store holds nothing of it.
+func TestStagePublishChecksModelSig(t *testing.T) {
+	key, pub := testKey(t)
+	commit := strings.Repeat("d", 40)
+	for _, tc := range []struct {
+		name        string
+		signed      bool
+		extra, want string // want "": published
+	}{
+		{"signed by the key", true, "", ""},
+		{"no model.sig", false, "", "no model.sig"},
+		{"an unsigned file", true, "notes.txt", "unsigned files: notes.txt"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			model := filepath.Join(base, "model")
+			if err := synth.Write(context.Background(), model, synth.Options{Size: 256 << 10, Shards: 1, DType: "BF16", Seed: 6}); err != nil {
+				t.Fatal(err)
+			}
+			if tc.signed {
+				os.WriteFile(filepath.Join(model, trust.OMSSignatureFile), omsBundle(t, key, model), 0o644)
+			}
+			if tc.extra != "" {
+				os.WriteFile(filepath.Join(model, tc.extra), []byte("added after signing"), 0o644)
+			}
+			cache, dst := filepath.Join(base, "nas", "hub"), filepath.Join(base, "local", "hub")
+			if err := hubsynth.AddDir(cache, "org/m", commit, model); err != nil {
+				t.Fatal(err)
+			}
+			storetest.Settle(t, cache)
+			recipe := filepath.Join(base, "recipe.toml")
+			os.WriteFile(recipe, []byte(fmt.Sprintf("[[staging]]\nid = \"m\"\nkind = \"hub-mirror\"\nsrc = %q\ndst = %q\n", cache, dst)), 0o644)
+			cfg := policyConfig(t, base, "policy.json", `{"default": [{"type": "sigstoreSigned", "keyData": "`+base64.StdEncoding.EncodeToString(pub)+`"}]}`)
+			ws := func(args ...string) (string, error) {
+				return runCLI(t, append([]string{"--root", filepath.Join(base, "store"), "--config", cfg}, args...)...)
+			}
+			out, err := ws("stage", recipe, "--publish", "--json")
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), `scope "default"`) {
+					t.Fatalf("stage --publish: %v, want a refusal saying %q\n%s", err, tc.want, out)
+				}
+				if ls, _ := ws("ls", "--json"); strings.Contains(ls, "sha256:") {
+					t.Fatalf("a refused snapshot was published:\n%s", ls)
+				}
+				return
+			}
+			var rep stageResult
+			if err != nil || json.Unmarshal([]byte(out), &rep) != nil || len(rep.Published) != 1 || len(rep.Published[0].Verified) != 1 || rep.Published[0].Verified[0].Key == "" {
+				t.Fatalf("stage --publish: %v\n%s", err, out)
+			}
+			out, err = ws("inspect", rep.Published[0].ID.String())
+			if err != nil || !strings.Contains(out, "Verified:  verified\n  model.sig over the files (no repository)") {
+				t.Fatalf("inspect: %v\n%s", err, out)
+			}
+		})
+	}
 }

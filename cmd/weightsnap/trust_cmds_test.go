@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto"
-	"crypto/elliptic"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -15,8 +14,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
-	"github.com/sigstore/sigstore/pkg/cryptoutils"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/store"
 	"github.com/weightsnap/weightsnap/trust"
@@ -125,18 +124,7 @@ func TestInspectAndVerifySignatures(t *testing.T) {
 }
 
 // testKey is a new signing key and its public key (PEM).
-func testKey(t *testing.T) (crypto.Signer, []byte) {
-	t.Helper()
-	priv, pub, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := trust.LoadPrivateKey(priv, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return key, pub
-}
+func testKey(t *testing.T) (crypto.Signer, []byte) { return storetest.SigningKey(t) }
 
 // policyConfig writes the trust policy doc as base/name and a
 // configuration file naming it, and returns the configuration's path.

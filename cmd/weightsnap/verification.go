@@ -22,10 +22,15 @@ type verification struct {
 	Records []verificationRecord `json:"records,omitempty"`
 }
 
-// verificationRecord is one recorded verification, without the bundles.
+// verificationRecord is one recorded verification, without the bundles:
+// of an OCI manifest's signatures (kind absent), or of a model.sig over
+// the files (kind "oms": scope set, no manifest, the bundle's digest).
 type verificationRecord struct {
+	Kind       string           `json:"kind,omitempty"`
 	Ref        string           `json:"ref"`
-	Manifest   string           `json:"manifest"`
+	Scope      string           `json:"scope,omitempty"`
+	Manifest   string           `json:"manifest,omitempty"`
+	Bundle     string           `json:"bundle,omitempty"`
 	Signatures []string         `json:"signatures"`
 	Verified   []trust.Verified `json:"verified"`
 }
@@ -43,7 +48,12 @@ func verificationOf(d *store.Domain, id artifact.ID) (verification, error) {
 	}
 	v := verification{Status: statusUnverified}
 	for _, r := range recs {
-		vr := verificationRecord{Ref: r.Ref, Manifest: r.Digest().String(), Signatures: []string{}, Verified: r.Verified}
+		vr := verificationRecord{Kind: r.Kind, Ref: r.Ref, Scope: r.Scope, Signatures: []string{}, Verified: r.Verified}
+		if r.Kind == trust.KindOMS {
+			vr.Bundle = r.Digest().String()
+		} else {
+			vr.Manifest = r.Digest().String()
+		}
 		for _, s := range r.Signatures {
 			vr.Signatures = append(vr.Signatures, s.Source)
 		}
@@ -59,7 +69,15 @@ func verificationOf(d *store.Domain, id artifact.ID) (verification, error) {
 func printVerification(a *app, v verification) {
 	fmt.Fprintf(a.out, "Verified:  %s\n", v.Status)
 	for _, r := range v.Records {
-		fmt.Fprintf(a.out, "  %s\n", r.Ref)
+		if r.Kind == trust.KindOMS {
+			ref := r.Ref
+			if ref == "" {
+				ref = "no repository"
+			}
+			fmt.Fprintf(a.out, "  %s over the files (%s), bundle %s\n", trust.OMSSignatureFile, ref, r.Bundle)
+		} else {
+			fmt.Fprintf(a.out, "  %s\n", r.Ref)
+		}
 		for _, m := range r.Verified {
 			how := m.Type
 			switch {
@@ -78,7 +96,9 @@ func printVerification(a *app, v verification) {
 
 // verifySignatures checks the recorded signatures of each artifact
 // again, against the current policy: each record under the scope of the
-// reference it was read from; the signatures only, never the bytes.
+// reference it was read from (a model.sig under its repository's or the
+// default scope, its statement against the store's index of the files);
+// the signatures only, never the bytes.
 // An artifact without a record is reported unverified, not a failure.
 func verifySignatures(ctx context.Context, a *app, d *store.Domain, ids []artifact.ID) error {
 	pol, err := a.cfg.Verify.LoadPolicy()
@@ -99,22 +119,41 @@ func verifySignatures(ctx context.Context, a *app, d *store.Domain, ids []artifa
 		}
 		var ok []string
 		for _, r := range recs {
-			m, err := pol.MatchRef(r.Ref)
-			if err == nil {
-				_, err = r.Check(m, "", time.Now().UTC())
-			}
+			name := r.Name()
+			err := checkRecord(ctx, pol, d, id, r)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %s: %w", id.Short(), r.Ref, err))
-				fmt.Fprintf(a.out, "%s: signatures of %s: %v\n", id.Short(), r.Ref, err)
+				errs = append(errs, fmt.Errorf("%s: %s: %w", id.Short(), name, err))
+				fmt.Fprintf(a.out, "%s: signatures of %s: %v\n", id.Short(), name, err)
 				continue
 			}
-			ok = append(ok, r.Ref)
+			ok = append(ok, name)
 		}
 		if len(ok) > 0 {
 			fmt.Fprintf(a.out, "%s: signatures: valid under %s (%s)\n", id.Short(), policyName(pol), strings.Join(ok, ", "))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// checkRecord checks one record of id again under pol: a manifest's
+// signatures under its reference's scope, a model.sig under its
+// repository's (or the default) scope against the store's index of id.
+func checkRecord(ctx context.Context, pol *trust.Policy, d *store.Domain, id artifact.ID, r trust.Record) error {
+	if r.Kind != trust.KindOMS {
+		m, err := pol.MatchRef(r.Ref)
+		if err == nil {
+			_, err = r.Check(m, "", nil, time.Now().UTC())
+		}
+		return err
+	}
+	m, _ := pol.MatchOMS(r.Ref)
+	l, err := d.Lookup(ctx, id, store.ManifestAndMetadata)
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	_, err = r.Check(m, "", l.Index, time.Now().UTC())
+	return err
 }
 
 func policyName(p *trust.Policy) string {

@@ -7,15 +7,20 @@ package fleet
 //	go test -tags bench -count=1 -timeout 120m -v -run '^TestFleetBench$' ./test/fleet/
 //
 // Env: BENCH_FLEET_NODES (default "2 4 8 16"), BENCH_FLEET_SIZE (default 256MiB),
-// BENCH_FLEET_RATE_MBIT (default benchRateMbit).
+// BENCH_FLEET_RATE_MBIT (default benchRateMbit), BENCH_FLEET_JSON (also write each fleet round's
+// nodes, sim.Measured, to this file: test/fleet/sim's calibration reads it).
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/test/fleet/sim"
 )
 
 // benchRateMbit is every link's rate. One node alone, unshaped, resolves 256 MiB from the registry
@@ -76,18 +81,63 @@ func TestFleetBench(t *testing.T) {
 		fmt.Printf("warning: %d nodes at %d Mbit/s each is %.0f Mbit/s, not well below one node's unshaped %.0f Mbit/s: the CPUs may bound the largest rows\n",
 			most, rate, need, mbits(f.Bytes, unshaped))
 	}
-	fmt.Printf("%5s | %-44s | %-44s\n", "", "fleet: resolve with the other nodes as peers", "registry only")
-	fmt.Printf("%5s | %7s %8s %8s %8s %9s | %7s %8s %8s %8s %9s\n", "nodes",
-		"copies", "first s", "last s", "/alone", "origin MB", "copies", "first s", "last s", "/alone", "origin MB")
+	fmt.Printf("%5s | %-60s | %-60s\n", "", "fleet: resolve with the other nodes as peers", "registry only")
+	fmt.Printf("%5s | %7s %7s %7s %8s %8s %8s %9s | %7s %7s %7s %8s %8s %8s %9s\n", "nodes",
+		"copies", "p50 s", "p99 s", "first s", "last s", "/alone", "origin MB", "copies", "p50 s", "p99 s", "first s", "last s", "/alone", "origin MB")
 	for _, r := range rows {
-		fmt.Printf("%5d | %7.2f %8.2f %8.2f %7.2fx %9.0f | %7.2f %8.2f %8.2f %7.2fx %9.0f\n", r.fleet.Nodes,
-			r.fleet.Copies, r.fleet.First.Seconds(), r.fleet.Last.Seconds(), r.fleet.Last.Seconds()/alone.Last.Seconds(), float64(r.fleet.OriginBytes)/1e6,
-			r.registry.Copies, r.registry.First.Seconds(), r.registry.Last.Seconds(), r.registry.Last.Seconds()/alone.Last.Seconds(), float64(r.registry.OriginBytes)/1e6)
+		fmt.Printf("%5d | %s | %s\n", r.fleet.Nodes, cells(r.fleet, alone), cells(r.registry, alone))
 	}
-	fmt.Println("copies: the origin interface's tx bytes over the artifact's; first/last: from the common start to READY; /alone: last over one node alone on the same links")
+	fmt.Println("copies: the origin interface's tx bytes over the artifact's; p50/p99: of the nodes' times from the common start to READY (nearest rank: of 16, the 8th and the 16th);")
+	fmt.Println("first/last: the first and the last READY (last is the max); /alone: last over one node alone on the same links")
 	for _, r := range rows {
 		fmt.Printf("sources at %d nodes: fleet %v, registry only %v\n", r.fleet.Nodes, r.fleet.Sources, r.registry.Sources)
 	}
+	if path := os.Getenv("BENCH_FLEET_JSON"); path != "" {
+		m := sim.Measured{Command: benchCommand(counts, size, rate), Size: size, Bytes: f.Bytes, Shards: 4, RateMbit: rate, Cores: runtime.NumCPU(),
+			Load: strings.Join(strings.Fields(string(load))[:3], " "), UnshapedS: unshaped.Last.Seconds(), AloneS: alone.Last.Seconds()}
+		for _, r := range rows {
+			m.Rounds = append(m.Rounds, f.measured(r.fleet))
+		}
+		b, err := json.MarshalIndent(m, "", "  ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, append(b, '\n'), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// cells are a round's columns of the table: copies, the p50 and p99 of the nodes' times to
+// READY, the first and the last, the last over one node alone, the origin's egress.
+func cells(r Result, alone Result) string {
+	ends := make([]float64, len(r.Ends))
+	for i, d := range r.Ends {
+		ends[i] = d.Seconds()
+	}
+	return fmt.Sprintf("%7.2f %7.2f %7.2f %8.2f %8.2f %7.2fx %9.0f", r.Copies, sim.Quantile(ends, 0.5), sim.Quantile(ends, 0.99),
+		r.First.Seconds(), r.Last.Seconds(), r.Last.Seconds()/alone.Last.Seconds(), float64(r.OriginBytes)/1e6)
+}
+
+// measured is a fleet round as sim.Measured keeps it: each node's time to READY and the node
+// (index in the round) or registry (-1) its copy came from.
+func (f *Fleet) measured(r Result) sim.MeasuredRound {
+	mr := sim.MeasuredRound{Nodes: r.Nodes, Copies: r.Copies}
+	for i, d := range r.Ends {
+		rep := r.Reports[i]
+		parent := slices.IndexFunc(f.nodes[:r.Nodes], func(n *node) bool { return n.addr == rep.Endpoint })
+		mr.Each = append(mr.Each, sim.MeasuredNode{ReadyS: d.Seconds(), Parent: parent, FetchS: rep.FetchSeconds, PublishS: rep.PublishSeconds})
+	}
+	return mr
+}
+
+// benchCommand is the command line that runs this benchmark with these settings.
+func benchCommand(counts []int, size string, rate int) string {
+	ns := make([]string, len(counts))
+	for i, n := range counts {
+		ns[i] = strconv.Itoa(n)
+	}
+	return fmt.Sprintf("BENCH_FLEET_SIZE=%s BENCH_FLEET_RATE_MBIT=%d BENCH_FLEET_JSON=FILE scripts/bench-fleet.sh %s", size, rate, strings.Join(ns, " "))
 }
 
 // mbits is the rate of moving bytes in a round's last READY.

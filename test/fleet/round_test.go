@@ -42,6 +42,18 @@ type Result struct {
 	First, Last time.Duration
 	Ends        []time.Duration // each resolving node's time from the start to its end (0: lost)
 	Sources     map[string]int  // resolve's report: the source each node's copy came from
+	// Reports are what each resolving node's report says of its copy (zero
+	// for a lost node, or a prefetch).
+	Reports []NodeReport
+}
+
+// NodeReport is what one node's resolve report says of its copy: where it came from, the
+// peer or registry it finished with, and the transfer's own time and the publication's.
+type NodeReport struct {
+	Source         string  // "<outcome> from <source>"
+	Endpoint       string  // the peer's host:port, or the registry reference
+	FetchSeconds   float64 // the producer's time: the transfer and its hashing
+	PublishSeconds float64 // the store's publication after it
 }
 
 // Run runs one round: it launches it, waits for every node and checks that each is READY and
@@ -216,7 +228,7 @@ func (ro *Rollout) Wait() Result {
 		<-ro.all
 		t.Fatalf("round of %d nodes: not all READY within %v", r.Nodes, f.roundTimeout(r.Nodes))
 	}
-	res := Result{Round: r, Sources: map[string]int{}, Ends: make([]time.Duration, len(ro.Procs))}
+	res := Result{Round: r, Sources: map[string]int{}, Ends: make([]time.Duration, len(ro.Procs)), Reports: make([]NodeReport, len(ro.Procs))}
 	for i, p := range ro.Procs {
 		if ro.lost[i] {
 			continue
@@ -231,7 +243,8 @@ func (ro *Rollout) Wait() Result {
 		}
 		res.Last = max(res.Last, d)
 		if !r.Prefetch {
-			res.Sources[reportSource(t, ro.reports[i])]++
+			res.Reports[i] = readReport(t, ro.reports[i])
+			res.Sources[res.Reports[i].Source]++
 		}
 	}
 	res.OriginBytes = ro.OriginTx()
@@ -328,8 +341,9 @@ func lockWaiters(ino uint64) int {
 	return n
 }
 
-// reportSource is the source resolve's report names ("registry", "peer", ...).
-func reportSource(t testing.TB, path string) string {
+// readReport reads resolve's report: the source it names ("registry", "peer", ...) and the
+// transfer of its last step that moved the artifact.
+func readReport(t testing.TB, path string) NodeReport {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -337,9 +351,22 @@ func reportSource(t testing.TB, path string) string {
 	var rep struct {
 		Outcome string `json:"outcome"`
 		Source  string `json:"source"`
+		Steps   []struct {
+			Transfer *struct {
+				Endpoint       string  `json:"endpoint"`
+				FetchSeconds   float64 `json:"fetch_seconds"`
+				PublishSeconds float64 `json:"publish_seconds"`
+			} `json:"transfer"`
+		} `json:"steps"`
 	}
 	if err := json.Unmarshal(raw, &rep); err != nil {
 		t.Fatalf("report %s: %v", path, errors.Join(err, errors.New(string(raw))))
 	}
-	return rep.Outcome + " from " + rep.Source
+	nr := NodeReport{Source: rep.Outcome + " from " + rep.Source}
+	for _, s := range rep.Steps {
+		if tr := s.Transfer; tr != nil {
+			nr.Endpoint, nr.FetchSeconds, nr.PublishSeconds = tr.Endpoint, tr.FetchSeconds, tr.PublishSeconds
+		}
+	}
+	return nr
 }
