@@ -12,6 +12,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -63,16 +64,28 @@ func sampleSpans(off, n int64) [][2]int64 {
 	return spans
 }
 
+// sampleHash's hashers and read buffers, pooled: a no-op re-run samples
+// every staged file, and each hasher holds a 16 KiB buffer. A sampled range
+// is read sampleChunk bytes at a time (a whole file of up to sampleWhole in
+// several reads): most files sampled are small, and a copy's 1 MiB buffer
+// per file was most of what a no-op re-run allocated.
+var (
+	hasherPool    = sync.Pool{New: func() any { return blake3.New() }}
+	sampleBufPool = sync.Pool{New: func() any { b := make([]byte, sampleChunk); return &b }}
+)
+
 // sampleHash is the hex BLAKE3 of n and of the sampled ranges of the n
 // bytes at off in r, with their offsets: equal for equal content, and
 // different for most changes (every change of a range up to 1 MiB).
 func sampleHash(r io.ReaderAt, off, n int64) (string, error) {
-	h := blake3.New()
+	h := hasherPool.Get().(*blake3.Hasher)
+	defer hasherPool.Put(h)
+	h.Reset()
 	var le [8]byte
 	binary.LittleEndian.PutUint64(le[:], uint64(n))
 	h.Write(le[:])
-	bp := getBuf()
-	defer putBuf(bp)
+	bp := sampleBufPool.Get().(*[]byte)
+	defer sampleBufPool.Put(bp)
 	for _, s := range sampleSpans(off, n) {
 		binary.LittleEndian.PutUint64(le[:], uint64(s[0]-off))
 		h.Write(le[:])

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/containerd/log"
@@ -90,21 +91,56 @@ func (e *Engine) ledgers(ctx context.Context) ([]*Ledger, error) {
 	return out, nil
 }
 
+// loaded is what State.Load returned for one lane.
+type loaded struct {
+	l   *Ledger
+	err error
+}
+
+// allLedgers loads every lane's ledger (Engine.ledgers) when first called,
+// and then returns the same: the other lanes' ledgers are read only when a
+// plan may evict or a copy may hardlink, never by a run that changes
+// nothing.
+func (e *Engine) allLedgers(ctx context.Context) func() ([]*Ledger, error) {
+	var once sync.Once
+	var ls []*Ledger
+	var err error
+	return func() ([]*Ledger, error) {
+		once.Do(func() { ls, err = e.ledgers(ctx) })
+		return ls, err
+	}
+}
+
 // Plan says what staging r would do, touching no data: a dry run.
 func (e *Engine) Plan(ctx context.Context, r *Recipe) (*Plan, error) {
-	plan, _, err := e.plan(ctx, r)
+	plan, _, err := e.plan(ctx, r, e.allLedgers(ctx))
 	return plan, err
 }
 
-func (e *Engine) plan(ctx context.Context, r *Recipe) (*Plan, []*lanePlan, error) {
-	ledgers, err := e.ledgers(ctx)
-	if err != nil {
-		return nil, nil, err
+// plan plans r. The ledgers of r's lanes load while their sources are
+// walked; all gives every lane's, for the preflight's evictions.
+func (e *Engine) plan(ctx context.Context, r *Recipe, all func() ([]*Ledger, error)) (*Plan, []*lanePlan, error) {
+	loadc := make(chan map[string]loaded, 1)
+	go func() {
+		own := make(map[string]loaded, len(r.Blocks))
+		for _, b := range r.Blocks {
+			l, err := e.st.Load(b.ID)
+			own[b.ID] = loaded{l, err}
+		}
+		loadc <- own
+	}()
+	var own map[string]loaded
+	ledger := func(id string) loaded {
+		if own == nil {
+			own = <-loadc
+		}
+		return own[id]
 	}
 	plan := &Plan{Node: e.st.Node, Mode: e.opts.Mode}
 	var lanes []*lanePlan
 	for i := range r.Blocks {
-		lp, problem, err := e.planLane(ctx, &r.Blocks[i])
+		b := &r.Blocks[i]
+		lp, problem, err := e.planLane(ctx, b, func() loaded { return ledger(b.ID) })
 		if err != nil {
 			return nil, nil, err
 		}
@@ -115,7 +151,7 @@ func (e *Engine) plan(ctx context.Context, r *Recipe) (*Plan, []*lanePlan, error
 		lanes = append(lanes, lp)
 		plan.Lanes = append(plan.Lanes, lp.public)
 	}
-	if err := e.preflight(ctx, lanes, ledgers, plan); err != nil {
+	if err := e.preflight(ctx, lanes, all, plan); err != nil {
 		return nil, nil, err
 	}
 	return plan, lanes, nil
@@ -144,7 +180,8 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 		}
 		defer lk.unlock()
 	}
-	plan, lanes, err := e.plan(ctx, r)
+	all := e.allLedgers(ctx)
+	plan, lanes, err := e.plan(ctx, r, all)
 	if err != nil {
 		return nil, err
 	}
@@ -152,11 +189,11 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 	if err := plan.Err(); err != nil {
 		return rep, err
 	}
-	ledgers, err := e.ledgers(ctx)
-	if err != nil {
-		return nil, err
-	}
 	if len(plan.Evict) > 0 {
+		ledgers, err := all()
+		if err != nil {
+			return nil, err
+		}
 		open := procs.OpenInodes()
 		for _, ev := range plan.Evict {
 			s, err := e.evict(ctx, ev.ID, ledgers, open)
@@ -165,11 +202,11 @@ func (e *Engine) Stage(ctx context.Context, r *Recipe) (*Report, error) {
 			}
 			rep.Evicted = append(rep.Evicted, *s)
 		}
-		if ledgers, err = e.ledgers(ctx); err != nil {
-			return nil, err
-		}
+		all = e.allLedgers(ctx) // as the evictions left them
 	}
-	index := newContentIndex(ledgers)
+	// Every lane's ledger as it is when the first copy looks for identical
+	// content.
+	index := newContentIndex(all)
 	var errs []error
 	for _, lp := range lanes {
 		lr, err := e.runLane(ctx, lp, index)

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"testing"
 	"testing/iotest"
+	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/weightsnap/weightsnap/artifact"
 )
 
 // FuzzParseRecipe: any document parses to a valid recipe or fails with
@@ -65,9 +67,18 @@ func FuzzLedger(f *testing.F) {
 	snap, _ := json.Marshal(l)
 	line, _ := json.Marshal(Entry{Path: "models--o--n/snapshots/c/f", Kind: EntryLink, Target: "../../blobs/x"})
 	f.Add(snap, append(append(line, '\n'), line[:10]...), []byte{3, 40})
+	l.StagedAt, l.Entries[1].Ranges[0].Digest = time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC), "blake3:00"
+	indented, _ := encodeLedger(&l)
+	f.Add(indented, []byte{}, []byte{7})
 	f.Add([]byte(`{"schema":1,"id":"a","state":"staged","entries":[{"path":"../x","kind":"blob"}]}`), []byte("{}\n{\"path\":\"a\"}\n"), []byte{1})
 	f.Add([]byte(`{"schema":1}`), []byte(strings.Repeat("x", 70000)+"\n"), []byte{200, 200})
 	f.Fuzz(func(t *testing.T, snapshot, journal, cuts []byte) {
+		if fast, ok := fastLedger(snapshot); ok {
+			var std Ledger
+			if err := artifact.DecodeStrictJSON(bytes.NewReader(snapshot), &std); err != nil || !reflect.DeepEqual(fast, &std) {
+				t.Fatalf("fastLedger took what encoding/json reads as %+v (%v): %+v", std, err, fast)
+			}
+		}
 		whole, errWhole := decodeLedger("l", bytes.NewReader(snapshot))
 		streamed, errStreamed := decodeLedger("l", splitReader(snapshot, cuts))
 		if (errWhole == nil) != (errStreamed == nil) || !reflect.DeepEqual(whole, streamed) {
@@ -76,6 +87,10 @@ func FuzzLedger(f *testing.F) {
 		if whole != nil {
 			if err := whole.check(); err != nil {
 				t.Fatalf("decoded ledger fails its check: %v", err)
+			}
+			want, _ := json.MarshalIndent(whole, "", " ")
+			if got, err := encodeLedger(whole); err != nil || string(got) != string(want) {
+				t.Fatalf("encodeLedger: %v\n%s\nwant\n%s", err, got, want)
 			}
 		}
 		a := &Ledger{Schema: LedgerSchema, ID: "lane", State: StateStaging}

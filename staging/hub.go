@@ -64,7 +64,7 @@ func repoName(folder string) string {
 // that are not links. Pruned paths (skip) and downloads in flight
 // (blobs/*.incomplete, and entries whose blob is still one) are left out
 // and noted.
-func hubWalk(ctx context.Context, b *Block) (items []item, notes []string, err error) {
+func hubWalk(ctx context.Context, b *Block, workers int) (items []item, notes []string, err error) {
 	folders, err := hubFolders(b)
 	if err != nil {
 		return nil, nil, err
@@ -74,7 +74,7 @@ func hubWalk(ctx context.Context, b *Block) (items []item, notes []string, err e
 		if err := ctx.Err(); err != nil {
 			return nil, nil, err
 		}
-		w := repoWalk{b: b, folder: folder, repo: repoName(folder), wanted: map[string]bool{}}
+		w := repoWalk{b: b, workers: workers, folder: folder, repo: repoName(folder), wanted: map[string]bool{}}
 		if err := w.walk(); err != nil {
 			return nil, nil, err
 		}
@@ -118,6 +118,7 @@ func hubFolders(b *Block) ([]string, error) {
 // repoWalk walks one repository folder.
 type repoWalk struct {
 	b                   *Block
+	workers             int // stat'ing blobs at once
 	folder, repo        string
 	blobDir             map[string]fs.DirEntry
 	wanted              map[string]bool
@@ -162,12 +163,21 @@ func (w *repoWalk) walk() error {
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	for _, n := range names {
+	w.blobs = make([]item, len(names))
+	errs := make([]error, len(names))
+	parallelFor(len(names), w.workers, func(i int) {
+		n := names[i]
 		fi, err := w.blobDir[n].Info()
 		if err != nil {
-			return fmt.Errorf("lane %s: repo %s: blob %s: %w", w.b.ID, w.repo, n, err)
+			errs[i] = fmt.Errorf("lane %s: repo %s: blob %s: %w", w.b.ID, w.repo, n, err)
+			return
 		}
-		w.blobs = append(w.blobs, item{kind: EntryBlob, path: w.folder + "/blobs/" + n, size: fi.Size(), mode: fi.Mode(), repo: w.repo, name: n})
+		w.blobs[i] = item{kind: EntryBlob, path: w.folder + "/blobs/" + n, size: fi.Size(), mode: fi.Mode(), repo: w.repo, name: n}
+	})
+	for _, err := range errs { // the first, as a walk in order stops at it
+		if err != nil {
+			return err
+		}
 	}
 	for n := range w.blobDir {
 		if strings.HasSuffix(n, ".incomplete") {
@@ -180,17 +190,18 @@ func (w *repoWalk) walk() error {
 // tree walks dir below the repository, calling fn for every non-directory
 // with its path relative to the repository; skip patterns apply below the
 // first keep path components after dir (the commit folder).
-func (w *repoWalk) tree(dir string, keep int, fn func(rel string, de fs.DirEntry, keep int) error) error {
+func (w *repoWalk) tree(dir string, keep int, fn func(p, rel string, de fs.DirEntry, keep int) error) error {
 	root := filepath.Join(w.b.Src, w.folder)
-	err := filepath.WalkDir(filepath.Join(root, dir), func(p string, de fs.DirEntry, err error) error {
+	top := filepath.Join(root, dir)
+	err := filepath.WalkDir(top, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
-			if errors.Is(err, os.ErrNotExist) && p == filepath.Join(root, dir) {
+			if errors.Is(err, os.ErrNotExist) && p == top {
 				return filepath.SkipDir
 			}
 			return err
 		}
-		rel, _ := filepath.Rel(root, p)
-		rel = filepath.ToSlash(rel)
+		// WalkDir's paths are top joined with names: below root, clean.
+		rel := filepath.ToSlash(strings.TrimPrefix(p, root+string(filepath.Separator)))
 		if de.IsDir() {
 			if rel != dir && w.skipped(rel, keep) {
 				w.notes = append(w.notes, fmt.Sprintf("repo %s: %s/: skipped", w.repo, rel))
@@ -201,7 +212,7 @@ func (w *repoWalk) tree(dir string, keep int, fn func(rel string, de fs.DirEntry
 		if w.skipped(rel, keep) {
 			return nil
 		}
-		return fn(rel, de, keep)
+		return fn(p, rel, de, keep)
 	})
 	if err != nil {
 		var he *HubError
@@ -218,6 +229,9 @@ func (w *repoWalk) tree(dir string, keep int, fn func(rel string, de fs.DirEntry
 // component (a file or a folder name), one with '/' the path from the
 // commit folder down, or any folder above it. keep < 0: nothing is skipped.
 func (w *repoWalk) skipped(rel string, keep int) bool {
+	if len(w.b.Skip) == 0 {
+		return false
+	}
 	parts := strings.Split(rel, "/")
 	if keep < 0 || len(parts) <= 1+keep {
 		return false
@@ -242,9 +256,9 @@ func (w *repoWalk) skipped(rel string, keep int) bool {
 
 // snapshotEntry resolves a snapshot entry: a link through the hub store to
 // its blob (kept as a relative link), or a file copied as it is.
-func (w *repoWalk) snapshotEntry(rel string, de fs.DirEntry, keep int) error {
+func (w *repoWalk) snapshotEntry(p, rel string, de fs.DirEntry, keep int) error {
 	if de.Type()&fs.ModeSymlink == 0 {
-		return w.plainFile(rel, de, keep)
+		return w.plainFile(p, rel, de, keep)
 	}
 	fail := func(format string, args ...any) error {
 		return &HubError{Lane: w.b.ID, Repo: w.repo, Path: rel, Detail: fmt.Sprintf(format, args...)}
@@ -252,7 +266,7 @@ func (w *repoWalk) snapshotEntry(rel string, de fs.DirEntry, keep int) error {
 	if strings.Count(rel, "/") < 2 {
 		return fail("a snapshot must be a folder named by its commit")
 	}
-	target, err := os.Readlink(filepath.Join(w.b.Src, w.folder, filepath.FromSlash(rel)))
+	target, err := os.Readlink(p)
 	if err != nil {
 		return fmt.Errorf("lane %s: repo %s: %w", w.b.ID, w.repo, err)
 	}
@@ -302,7 +316,7 @@ func linkBlob(rel, target, repoDir string) (name string, ok bool) {
 
 // plainFile lists a regular file copied as it is (a ref, a .no_exist
 // marker, a snapshot file that is not a link).
-func (w *repoWalk) plainFile(rel string, de fs.DirEntry, _ int) error {
+func (w *repoWalk) plainFile(_, rel string, de fs.DirEntry, _ int) error {
 	if !de.Type().IsRegular() {
 		w.notes = append(w.notes, fmt.Sprintf("repo %s: %s: not a regular file or link, skipped", w.repo, rel))
 		return nil

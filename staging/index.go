@@ -9,10 +9,16 @@ import (
 // so a blob about to be copied can be hardlinked to identical content
 // instead. Only blobs: they are immutable, named by their content, while a
 // hub client rewrites refs in place (a hardlinked ref would change two). Entries are hints: a candidate is used only while its stat
-// matches its entry, and only after a full compare.
+// matches its entry, and only after a full compare. The ledgers are read
+// at the first lookup: a run that copies nothing never reads them.
 type contentIndex struct {
+	load func() ([]*Ledger, error)
+
 	mu     sync.Mutex
+	loaded bool
+	err    error
 	bySize map[int64][]indexed
+	added  []indexed // staged by this run before the first lookup
 }
 
 type indexed struct {
@@ -20,19 +26,8 @@ type indexed struct {
 	e    Entry
 }
 
-func newContentIndex(ledgers []*Ledger) *contentIndex {
-	x := &contentIndex{bySize: map[int64][]indexed{}}
-	for _, l := range ledgers {
-		if l.State == StateEvicted {
-			continue
-		}
-		for _, e := range l.Entries {
-			if e.Kind == EntryBlob {
-				x.add(filepath.Join(l.Dst, filepath.FromSlash(e.Path)), e)
-			}
-		}
-	}
-	return x
+func newContentIndex(load func() ([]*Ledger, error)) *contentIndex {
+	return &contentIndex{load: load, bySize: map[int64][]indexed{}}
 }
 
 // add lists a staged blob (one with content and a sample).
@@ -42,13 +37,23 @@ func (x *contentIndex) add(p string, e Entry) {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if !x.loaded {
+		x.added = append(x.added, indexed{path: p, e: e})
+		return
+	}
 	x.bySize[e.Size] = append(x.bySize[e.Size], indexed{path: p, e: e})
 }
 
 // lookup lists the staged files of a size on a filesystem, latest first.
-func (x *contentIndex) lookup(size int64, dev uint64) []indexed {
+func (x *contentIndex) lookup(size int64, dev uint64) ([]indexed, error) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if !x.loaded {
+		x.fillLocked()
+	}
+	if x.err != nil {
+		return nil, x.err
+	}
 	var out []indexed
 	all := x.bySize[size]
 	for i := len(all) - 1; i >= 0; i-- {
@@ -56,5 +61,30 @@ func (x *contentIndex) lookup(size int64, dev uint64) []indexed {
 			out = append(out, all[i])
 		}
 	}
-	return out
+	return out, nil
+}
+
+// fillLocked lists the blobs of every ledger, then those this run added.
+func (x *contentIndex) fillLocked() {
+	x.loaded = true
+	ledgers, err := x.load()
+	if err != nil {
+		x.err = err
+		return
+	}
+	for _, l := range ledgers {
+		if l.State == StateEvicted {
+			continue
+		}
+		for _, e := range l.Entries {
+			if e.Kind == EntryBlob && e.Size != 0 && e.Sample != "" {
+				p := filepath.Join(l.Dst, filepath.FromSlash(e.Path))
+				x.bySize[e.Size] = append(x.bySize[e.Size], indexed{path: p, e: e})
+			}
+		}
+	}
+	for _, a := range x.added {
+		x.bySize[a.e.Size] = append(x.bySize[a.e.Size], a)
+	}
+	x.added = nil
 }

@@ -203,7 +203,10 @@ func (r *laneRun) dedup(ctx context.Context, it item, in *os.File, dst string, s
 	if it.size == 0 || it.kind != EntryBlob {
 		return Entry{}, false, nil
 	}
-	cands := r.index.lookup(it.size, r.lp.dev)
+	cands, err := r.index.lookup(it.size, r.lp.dev)
+	if err != nil {
+		return Entry{}, false, err
+	}
 	if len(cands) == 0 {
 		return Entry{}, false, nil
 	}

@@ -114,13 +114,21 @@ func (l *Ledger) set(es ...Entry) {
 	for _, e := range es {
 		byPath[e.Path] = e
 	}
-	l.Entries = l.Entries[:0]
+	l.Entries = make([]Entry, 0, len(byPath)) // never the old array: plans and indexes keep slices of it
 	for _, e := range byPath {
 		l.Entries = append(l.Entries, e)
 	}
 	sort.Slice(l.Entries, func(i, j int) bool { return l.Entries[i].Path < l.Entries[j].Path })
 	l.Bytes = 0
 	for _, e := range l.Entries {
+		l.Bytes += e.Size
+	}
+}
+
+// replace makes es, sorted by path and each path once, the entries.
+func (l *Ledger) replace(es []Entry) {
+	l.Entries, l.Bytes = es, 0
+	for _, e := range es {
 		l.Bytes += e.Size
 	}
 }
@@ -144,9 +152,16 @@ const (
 
 // decodeLedger reads a ledger snapshot: one JSON document, strictly.
 func decodeLedger(name string, r io.Reader) (*Ledger, error) {
-	var l Ledger
-	if err := artifact.DecodeStrictJSON(io.LimitReader(r, maxLedgerBytes), &l); err != nil {
+	data, err := io.ReadAll(io.LimitReader(r, maxLedgerBytes))
+	if err != nil {
 		return nil, &LedgerError{File: name, Detail: err.Error()}
+	}
+	l, ok := fastLedger(data)
+	if !ok {
+		l = &Ledger{}
+		if err := artifact.DecodeStrictJSON(bytes.NewReader(data), l); err != nil {
+			return nil, &LedgerError{File: name, Detail: err.Error()}
+		}
 	}
 	if err := l.check(); err != nil {
 		return nil, &LedgerError{File: name, Detail: err.Error()}
@@ -157,7 +172,7 @@ func decodeLedger(name string, r io.Reader) (*Ledger, error) {
 			return nil, &LedgerError{File: name, Detail: "path " + l.Entries[i].Path + " listed twice"}
 		}
 	}
-	return &l, nil
+	return l, nil
 }
 
 func (l *Ledger) check() error {

@@ -100,11 +100,24 @@ func ParseMode(s string) (Mode, error) {
 	return "", fmt.Errorf("--stage %q: want auto, skip or force: %w", s, errdefs.ErrInvalidArgument)
 }
 
-// planLane loads a lane's ledger, checks its source is reachable, walks it
-// and says per item what is already there. It writes nothing.
-func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, error) {
+// planLane checks a lane's source is reachable, walks it, takes its ledger
+// as loaded and says per item what is already there. It writes nothing, and
+// changes nothing of the loaded ledger (the plan's other lanes see it as
+// loaded). ledger waits for the ledgers, which load while the source is
+// walked; in mode skip, where a staged lane's source is not read, it is
+// taken first.
+func (e *Engine) planLane(ctx context.Context, b *Block, ledger func() loaded) (*lanePlan, *Problem, error) {
 	lp := &lanePlan{b: b}
-	l, err := e.st.Load(b.ID)
+	var w *walked
+	if e.opts.Mode != ModeSkip {
+		var problem *Problem
+		var err error
+		if w, problem, err = e.walkLane(ctx, b); w == nil {
+			return nil, problem, err
+		}
+	}
+	ld := ledger()
+	l, err := ld.l, ld.err
 	var le *LedgerError
 	switch {
 	case errors.As(err, &le):
@@ -119,6 +132,8 @@ func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, e
 		l = &Ledger{Schema: LedgerSchema, ID: b.ID, Node: e.st.Node, State: StateStaging}
 	}
 	if l.Src != b.Src || l.Dst != b.Dst || l.Kind != b.Kind {
+		c := *l
+		l = &c
 		l.Entries, l.Bytes = nil, 0 // staged from elsewhere, or to elsewhere: nothing carries over
 		if l.State == StateStaged {
 			l.State = StateStaging
@@ -136,24 +151,17 @@ func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, e
 		lp.public = pub
 		return lp, nil, nil
 	}
-	if err := reachable(ctx, b.Src, e.opts.SourceTimeout); err != nil {
-		return nil, &Problem{Lane: b.ID, Check: "source", Detail: err.Error(), class: errdefs.ErrUnavailable}, nil
+	if w == nil {
+		var problem *Problem
+		if w, problem, err = e.walkLane(ctx, b); w == nil {
+			return nil, problem, err
+		}
 	}
-	switch b.Kind {
-	case KindHubMirror:
-		var notes []string
-		lp.items, notes, err = hubWalk(ctx, b)
-		lp.notes = append(lp.notes, notes...)
-	case KindSparseRows:
-		lp.srcRoot, lp.items, err = sparseWalk(ctx, b)
-	}
-	if err != nil {
-		return nil, nil, err
-	}
+	lp.items, lp.srcRoot = w.items, w.srcRoot
+	lp.notes = append(lp.notes, w.notes...)
+	pub.Items = lp.classifyAll(e.opts.Workers)
 	for i, it := range lp.items {
-		pi := lp.classify(it)
-		lp.items[i].present = pi.Action == ActionPresent
-		pub.Items = append(pub.Items, pi)
+		pi := &pub.Items[i]
 		if it.kind == EntryLink {
 			pub.Links++
 			continue
@@ -175,6 +183,47 @@ func (e *Engine) planLane(ctx context.Context, b *Block) (*lanePlan, *Problem, e
 	pub.Notes = lp.notes
 	lp.public = pub
 	return lp, nil, nil
+}
+
+// walked is what walking a lane's source found.
+type walked struct {
+	items   []item
+	notes   []string
+	srcRoot string
+}
+
+// walkLane checks a lane's source answers and lists what it stages. A
+// source that does not answer is a problem (w nil, err nil).
+func (e *Engine) walkLane(ctx context.Context, b *Block) (w *walked, problem *Problem, err error) {
+	if err := reachable(ctx, b.Src, e.opts.SourceTimeout); err != nil {
+		return nil, &Problem{Lane: b.ID, Check: "source", Detail: err.Error(), class: errdefs.ErrUnavailable}, nil
+	}
+	w = &walked{}
+	switch b.Kind {
+	case KindHubMirror:
+		w.items, w.notes, err = hubWalk(ctx, b, e.opts.Workers)
+	case KindSparseRows:
+		w.srcRoot, w.items, err = sparseWalk(ctx, b)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return w, nil, nil
+}
+
+// classifyAll classifies every item, in order, and marks the present ones,
+// with up to workers stat'ing destinations at once.
+func (lp *lanePlan) classifyAll(workers int) []PlanItem {
+	if len(lp.items) == 0 {
+		return nil
+	}
+	out := make([]PlanItem, len(lp.items))
+	parallelFor(len(lp.items), workers, func(i int) {
+		pi := lp.classify(lp.items[i])
+		lp.items[i].present = pi.Action == ActionPresent
+		out[i] = pi
+	})
+	return out
 }
 
 // classify says what is already at an item's destination, from the ledger

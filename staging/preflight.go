@@ -64,8 +64,9 @@ func bytesStr(n int64) string {
 
 // preflight checks space, the watermark and memory for the lanes to stage,
 // plans the evictions that keep each destination under its watermark, and
-// records problems in the plan.
-func (e *Engine) preflight(ctx context.Context, lanes []*lanePlan, ledgers []*Ledger, plan *Plan) error {
+// records problems in the plan. all gives every lane's ledger, read only
+// where a filesystem would go over its watermark.
+func (e *Engine) preflight(ctx context.Context, lanes []*lanePlan, all func() ([]*Ledger, error), plan *Plan) error {
 	exclude := map[string]bool{}
 	var order []uint64
 	groups := map[uint64][]*lanePlan{}
@@ -98,6 +99,10 @@ func (e *Engine) preflight(ctx context.Context, lanes []*lanePlan, ledgers []*Le
 			}
 		}
 		if fs.Used+fs.Need > fs.Limit {
+			ledgers, err := all()
+			if err != nil {
+				return err
+			}
 			if open == nil {
 				open = procs.OpenInodes()
 			}

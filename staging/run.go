@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/log"
@@ -75,7 +76,7 @@ type laneRun struct {
 func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex) (*LaneReport, error) {
 	start := time.Now()
 	b := lp.b
-	r := &laneRun{e: e, lp: lp, b: b, index: index, done: map[string]Entry{}, flushed: start,
+	r := &laneRun{e: e, lp: lp, b: b, index: index, done: make(map[string]Entry, len(lp.items)), flushed: start,
 		rep: LaneReport{ID: b.ID, Kind: b.Kind, Src: b.Src, Dst: b.Dst, Notes: lp.notes}}
 	l := lp.ledger
 	l.Kind, l.Src, l.Dst, l.Verify = b.Kind, b.Src, b.Dst, b.Verify
@@ -96,13 +97,17 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 		r.removeTemps()
 	}
 	err := r.stageItems(ctx)
-	if ferr := r.flush(); err == nil {
-		err = ferr
-	}
-	if r.journal != nil {
-		r.journal.close()
+	if err == nil {
+		// The ledger saved at the end records every entry: the last
+		// batch's files are made durable, and journaled only if the lane
+		// stops before that save.
+		err = r.syncQueued()
 	}
 	if err != nil {
+		if ferr := r.flush(); ferr != nil {
+			log.G(ctx).WithError(ferr).Warn("staging: could not journal a failed lane's files")
+		}
+		r.closeJournal()
 		l.set(r.entries()...)
 		l.State, l.Error = StateFailed, err.Error()
 		if serr := e.st.Save(l, artifact.Durable); serr != nil {
@@ -113,10 +118,14 @@ func (e *Engine) runLane(ctx context.Context, lp *lanePlan, index *contentIndex)
 	removed, err := e.removeStale(ctx, l, r.done)
 	r.rep.Removed = removed
 	if err != nil {
+		if ferr := r.journalQueued(); ferr != nil {
+			log.G(ctx).WithError(ferr).Warn("staging: could not journal staged files")
+		}
+		r.closeJournal()
 		return r.finish(start, err)
 	}
-	l.Entries = nil
-	l.set(r.entries()...)
+	r.closeJournal()
+	l.replace(r.entries())
 	now := time.Now()
 	changed := r.journal != nil || removed > 0 || l.State != StateStaged
 	l.State, l.StagedAt, l.LastUsed = StateStaged, now, now
@@ -160,31 +169,26 @@ func (r *laneRun) stageItems(ctx context.Context) error {
 			tasks = append(tasks, []item{it})
 		}
 	}
+	// Workers take the next task themselves, in order: no goroutine hands
+	// them out, so a run of thousands of small checks does not wake a
+	// thread per file.
 	g, gctx := errgroup.WithContext(ctx)
-	next := make(chan []item)
+	var next atomic.Int64
 	for range max(r.e.opts.Workers, 1) {
 		g.Go(func() error {
-			for task := range next {
-				for _, it := range task {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(len(tasks)) || gctx.Err() != nil {
+					return nil
+				}
+				for _, it := range tasks[i] {
 					if err := r.stageOne(gctx, it); err != nil {
 						return err
 					}
 				}
 			}
-			return nil
 		})
 	}
-	g.Go(func() error {
-		defer close(next)
-		for _, t := range tasks {
-			select {
-			case next <- t:
-			case <-gctx.Done():
-				return nil
-			}
-		}
-		return nil
-	})
 	if err := g.Wait(); err != nil {
 		return err
 	}
@@ -222,7 +226,7 @@ func (r *laneRun) stageOne(ctx context.Context, it item) error {
 
 // record notes a staged item; changed ones are journaled.
 func (r *laneRun) record(e Entry, out outcome, it item) error {
-	if e.Kind == EntryBlob {
+	if e.Kind == EntryBlob && out != outUnchanged { // an unchanged one is in its ledger, which the index reads
 		r.index.add(filepath.Join(r.b.Dst, filepath.FromSlash(e.Path)), e)
 	}
 	r.mu.Lock()
@@ -293,6 +297,39 @@ func (r *laneRun) flushLocked() error {
 	}
 	r.queued = 0
 	return r.journal.flush()
+}
+
+// syncQueued makes the queued entries' files durable without journaling
+// them (journalQueued does, if the ledger is not saved after all).
+func (r *laneRun) syncQueued() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.queued == 0 || r.journal == nil {
+		return nil
+	}
+	if err := syncFS(r.b.Dst); err != nil {
+		return err
+	}
+	r.queued = 0
+	return nil
+}
+
+// journalQueued journals the entries syncQueued made durable.
+func (r *laneRun) journalQueued() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.journal == nil {
+		return nil
+	}
+	return r.journal.flush()
+}
+
+// closeJournal closes the journal, if the run opened one (r.journal stays
+// set: the run changed something).
+func (r *laneRun) closeJournal() {
+	if r.journal != nil {
+		r.journal.close()
+	}
 }
 
 func syncFS(dir string) error {

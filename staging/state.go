@@ -118,7 +118,7 @@ func (s *State) IDs() ([]string, error) {
 // also syncs it (artifact.Durable). A save that only records a use is
 // volatile: a crash may lose the new last use, never a part of the ledger.
 func (s *State) Save(l *Ledger, durable bool) error {
-	raw, err := json.MarshalIndent(l, "", " ")
+	raw, err := encodeLedger(l)
 	if err != nil {
 		return err
 	}
