@@ -19,6 +19,7 @@ import (
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
+	"golang.org/x/sys/unix"
 )
 
 // node is a store, a resolution runtime and a snapshotter in one directory.
@@ -181,4 +182,24 @@ func (n *node) waiting() int {
 		w += f.waiters
 	}
 	return w
+}
+
+// viewLinksStore fails unless every file of the store's artifact id is at
+// its path under root as the store's very inode.
+func (n *node) viewLinksStore(t testing.TB, id, root string) {
+	t.Helper()
+	l, err := n.dom.Lookup(context.Background(), artifact.MustParseID(id), store.ManifestAndMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, f := range l.Files() {
+		var have, want unix.Stat_t
+		if err := unix.Stat(filepath.Join(root, f.Path), &have); err != nil {
+			t.Fatalf("%s missing from the view: %v", f.Path, err)
+		}
+		if err := unix.Fstat(int(f.File.Fd()), &want); err != nil || have.Dev != want.Dev || have.Ino != want.Ino {
+			t.Fatalf("%s in the view is not the store's inode", f.Path)
+		}
+	}
 }

@@ -10,8 +10,6 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/internal/storetest"
-	"github.com/weightsnap/weightsnap/store"
-	"golang.org/x/sys/unix"
 )
 
 // TestReleaseEmptiesAndRefills (issue 32, item 2, outside containerd's CRI
@@ -87,21 +85,47 @@ func TestReleaseEmptiesAndRefills(t *testing.T) {
 	if info, _ := n.sn.Stat(ctx, layer); info.Labels[LabelEmptied] != "" {
 		t.Fatal("the refilled weight snapshot is still marked emptied")
 	}
-	l, err := n.dom.Lookup(ctx, aid, store.ManifestAndMetadata)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	for _, f := range l.Files() {
-		var have, want unix.Stat_t
-		if err := unix.Stat(filepath.Join(dir, "w", f.Path), &have); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Fstat(int(f.File.Fd()), &want); err != nil || have.Ino != want.Ino {
-			t.Fatalf("%s in the refilled snapshot is not the store's inode", f.Path)
-		}
-	}
+	n.viewLinksStore(t, id, filepath.Join(dir, "w"))
 	if got := n.sn.leases.identities(); len(got) != 1 || got[0] != id {
 		t.Fatalf("leases of the view over the refilled snapshot: %v", got)
 	}
+}
+
+// TestRefillAfterACrashInRelease: a release that marked a weight snapshot
+// emptied and crashed before (or while) removing its files leaves a
+// marked snapshot with some of its files; the next container over it
+// gets the whole view again, the store's inodes, and the mark goes.
+func TestRefillAfterACrashInRelease(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	src := storetest.Synth(t, synth.Options{Size: 256 << 10, Shards: 2, DType: "BF16", Seed: 33})
+	id := importInto(t, n.dom, src)
+	layer := chainID(33)
+	n.prepareWeights(t, "extract", "", weightLabels(id, "/w", layer))
+	info, err := n.sn.Stat(ctx, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info.Labels[LabelEmptied] = "2026-12-02T00:00:00Z" // marked, as Release does first
+	if _, err := n.sn.overlay.Update(ctx, info, "labels"); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := committedDir(ctx, n.sn.overlay, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(filepath.Join(dir, "w"))
+	if err != nil || len(ents) < 2 {
+		t.Fatalf("the weight snapshot's files: %v %v", ents, err)
+	}
+	if err := os.RemoveAll(filepath.Join(dir, "w", ents[0].Name())); err != nil { // the crash came midway
+		t.Fatal(err)
+	}
+	if _, err := n.sn.Prepare(ctx, "container", layer); err != nil {
+		t.Fatal(err)
+	}
+	if info, _ := n.sn.Stat(ctx, layer); info.Labels[LabelEmptied] != "" {
+		t.Fatal("the refilled weight snapshot is still marked emptied")
+	}
+	n.viewLinksStore(t, id, filepath.Join(dir, "w"))
 }

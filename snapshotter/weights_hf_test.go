@@ -161,19 +161,5 @@ func TestRefillHF(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := n.dom.Lookup(ctx, artifact.MustParseID(id), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	folder := filepath.Join(dir, "hub", hfcache.Folder("org/m"))
-	for _, f := range l.Files() {
-		var have, want unix.Stat_t
-		if err := unix.Stat(filepath.Join(folder, "snapshots", storetest.Revision, f.Path), &have); err != nil {
-			t.Fatal(err)
-		}
-		if err := unix.Fstat(int(f.File.Fd()), &want); err != nil || have.Ino != want.Ino {
-			t.Fatalf("%s in the refilled hub folder is not the store's inode", f.Path)
-		}
-	}
+	n.viewLinksStore(t, id, filepath.Join(dir, "hub", hfcache.Folder("org/m"), "snapshots", storetest.Revision))
 }
