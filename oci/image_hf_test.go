@@ -1,10 +1,7 @@
 package oci
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"io"
 	"slices"
 	"testing"
 
@@ -96,16 +93,8 @@ func TestPointerLayerHF(t *testing.T) {
 	want := []string{"hub/", folder + "/", folder + "/.weightsnap/", folder + "/.weightsnap/pointers/",
 		folder + "/.weightsnap/pointers/" + p.ID.Hex() + ".json", folder + "/" + pointer.NoticeName}
 	var names []string
-	tr := tar.NewReader(bytes.NewReader(pl.Tar))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		names = append(names, h.Name)
+	for _, e := range readTar(t, pl.Tar) {
+		names = append(names, e.hdr.Name)
 	}
 	if !slices.Equal(names, want) {
 		t.Fatalf("pointer layer holds %v, want %v", names, want)

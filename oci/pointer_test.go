@@ -47,28 +47,19 @@ func TestPointerLayerDeterministic(t *testing.T) {
 	want := []string{"models/", "models/llama/", "models/llama/.weightsnap/", "models/llama/.weightsnap/pointers/",
 		"models/llama/.weightsnap/pointers/1111111111111111111111111111111111111111111111111111111111111111.json",
 		"models/llama/WEIGHTS_NOT_MOUNTED"}
-	tr := tar.NewReader(bytes.NewReader(a.Tar))
 	var got []string
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, e := range readTar(t, a.Tar) {
+		h, body := &e.hdr, []byte(e.data)
 		got = append(got, h.Name)
 		if h.Uid != 0 || h.Gid != 0 || h.Uname != "" || h.Gname != "" || h.ModTime.Unix() != 0 {
 			t.Fatalf("%s: owner %d:%d %q:%q mtime %v", h.Name, h.Uid, h.Gid, h.Uname, h.Gname, h.ModTime)
 		}
 		if h.Typeflag == tar.TypeReg && path.Base(h.Name) == pointer.NoticeName {
-			body, _ := io.ReadAll(tr)
 			if len(body) > pointer.MaxNoticeBytes || !strings.Contains(string(body), testPointer().Artifact) ||
 				!strings.Contains(string(body), "nerdctl --snapshotter weightsnap run") || h.Mode != 0o444 {
 				t.Fatalf("notice file (mode %o):\n%s", h.Mode, body)
 			}
 		} else if h.Typeflag == tar.TypeReg {
-			body, _ := io.ReadAll(tr)
 			var p pointer.Pointer
 			if err := json.Unmarshal(body, &p); err != nil || p.ID.String() != testIdentity || p.Target != "/models/llama" || p.Schema != pointer.Schema {
 				t.Fatalf("pointer file %s: %v", body, err)
@@ -266,5 +257,26 @@ func TestPointerLayerNext(t *testing.T) {
 	}
 	if pointer.LabelBytes(pl.Desc.Annotations) > pointer.MaxLabelsBytes/2 || pl.Desc.Digest != plain.Desc.Digest {
 		t.Fatalf("labels %d bytes; digest %s vs %s", pointer.LabelBytes(pl.Desc.Annotations), pl.Desc.Digest, plain.Desc.Digest)
+	}
+}
+
+// readTar reads every entry of the tar stream raw (the reverse of makeTar).
+func readTar(t *testing.T, raw []byte) []tarEntry {
+	t.Helper()
+	var out []tarEntry
+	tr := tar.NewReader(bytes.NewReader(raw))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, tarEntry{hdr: *h, data: string(body)})
 	}
 }

@@ -77,17 +77,9 @@ func TestPointerFoundAtCommit(t *testing.T) {
 			}
 			dir, _ := snapshotDir(mounts)
 			ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), ID: artifact.MustParseID(id), Target: "/models/m"}
-			body, _ := pointer.File(ptr)
-			pf := filepath.Join(dir, pointer.Path(ptr))
-			os.MkdirAll(filepath.Dir(pf), 0o755)
-			if err := os.WriteFile(pf, body, 0o444); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, pointer.NoticePath(ptr)), pointer.Notice(ptr), 0o444); err != nil {
-				t.Fatal(err)
-			}
+			writePointerLayer(t, dir, ptr)
 			if tc.edit != nil {
-				tc.edit(t, dir, pf)
+				tc.edit(t, dir, filepath.Join(dir, pointer.Path(ptr)))
 			}
 			err = n.sn.Commit(ctx, chainID(60), "extract", snapshots.WithLabels(map[string]string{snapshots.LabelSnapshotRef: chainID(60)}))
 			if tc.want == "refused" {

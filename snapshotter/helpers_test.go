@@ -3,6 +3,7 @@ package snapshotter
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -201,5 +202,25 @@ func (n *node) viewLinksStore(t testing.TB, id, root string) {
 		if err := unix.Fstat(int(f.File.Fd()), &want); err != nil || have.Dev != want.Dev || have.Ino != want.Ino {
 			t.Fatalf("%s in the view is not the store's inode", f.Path)
 		}
+	}
+}
+
+// writePointerLayer writes into dir what unpacking ptr's pointer layer
+// writes: the pointer file and the notice, read-only.
+func writePointerLayer(t testing.TB, dir string, ptr pointer.Pointer) {
+	t.Helper()
+	body, err := pointer.File(ptr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pf := filepath.Join(dir, pointer.Path(ptr))
+	if err := os.MkdirAll(filepath.Dir(pf), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(pf, body, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, pointer.NoticePath(ptr)), pointer.Notice(ptr), 0o444); err != nil {
+		t.Fatal(err)
 	}
 }

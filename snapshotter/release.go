@@ -91,7 +91,8 @@ func (s *Snapshotter) empty(ctx context.Context, info snapshots.Info) error {
 // over makes the snapshot key over parent with mk and gives it the
 // leases of the weight snapshots under it (use), those first filled in
 // again where Release emptied them (refill), while no Release runs: what
-// is made never sees an emptied weight snapshot. An image unpack's
+// is made never sees an emptied weight snapshot. The chain is read once
+// a pass, for both. An image unpack's
 // Prepares (containerd.io/snapshot.ref) read no weights.
 func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[string]string, mk func() ([]mount.Mount, error)) ([]mount.Mount, error) {
 	if parent == "" || labels[snapshots.LabelSnapshotRef] != "" {
@@ -105,13 +106,20 @@ func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[s
 			s.leases.release(h)
 		}
 	}()
+	stat := func(name string) (snapshots.Info, error) { return s.overlay.Stat(ctx, name) }
 	for {
 		s.gate.RLock()
-		emptied, err := s.emptiedUnder(ctx, parent)
+		chain, err := chainOf(parent, stat)
+		var emptied []snapshots.Info
+		for _, info := range chain {
+			if info.Kind == snapshots.KindCommitted && info.Labels[LabelEmptied] != "" {
+				emptied = append(emptied, info)
+			}
+		}
 		if err == nil && len(emptied) == 0 {
 			m, err := mk()
 			if err == nil {
-				s.use(ctx, key, parent, labels)
+				s.use(ctx, key, chain)
 			}
 			s.gate.RUnlock()
 			return m, err
@@ -126,22 +134,6 @@ func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[s
 			return nil, err
 		}
 	}
-}
-
-// emptiedUnder lists the emptied weight snapshots in parent's chain.
-func (s *Snapshotter) emptiedUnder(ctx context.Context, parent string) ([]snapshots.Info, error) {
-	var out []snapshots.Info
-	for name := parent; name != ""; {
-		info, err := s.overlay.Stat(ctx, name)
-		if err != nil {
-			return nil, err
-		}
-		if info.Kind == snapshots.KindCommitted && info.Labels[LabelEmptied] != "" {
-			out = append(out, info)
-		}
-		name = info.Parent
-	}
-	return out, nil
 }
 
 // refill resolves the artifact of each emptied weight snapshot again

@@ -71,11 +71,11 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 				s.repairs.add(ptr, name)
 			}
 		case info.Kind != snapshots.KindCommitted && info.Parent != "" && info.Labels[snapshots.LabelSnapshotRef] == "":
-			ptrs, err := weightsUnder(ctx, info.Parent, stat)
+			chain, err := chainOf(info.Parent, stat)
 			if err != nil {
 				log.G(ctx).WithError(err).WithField("key", name).Warn("no lease taken again: the snapshot's parents cannot be read")
 			}
-			for _, ptr := range ptrs {
+			for _, ptr := range weightsIn(ctx, chain) {
 				add(ptr, name)
 			}
 		}

@@ -25,35 +25,36 @@ import (
 // lookupTimeout bounds each store lookup that takes a lease for a user.
 const lookupTimeout = 30 * time.Second
 
-// use gives the active snapshot key, just made over parent, the leases of
-// the weight snapshots in parent's chain.
-func (s *Snapshotter) use(ctx context.Context, key, parent string, labels map[string]string) {
-	if parent == "" || labels[snapshots.LabelSnapshotRef] != "" {
-		return
-	}
-	ptrs, err := weightsUnder(ctx, parent, func(name string) (snapshots.Info, error) { return s.overlay.Stat(ctx, name) })
-	if err != nil {
-		log.G(ctx).WithError(err).WithField("key", key).Warn("no lease taken: the snapshot's parents cannot be read")
-		return
-	}
-	for _, ptr := range ptrs {
+// use gives the active snapshot key, just made over a parent whose chain
+// (chainOf) is given, the leases of the weight snapshots in that chain.
+func (s *Snapshotter) use(ctx context.Context, key string, chain []snapshots.Info) {
+	for _, ptr := range weightsIn(ctx, chain) {
 		s.lease(ctx, ptr, key)
 	}
 }
 
-// weightsUnder lists the pointers of the weight snapshots in the chain of
-// parent (itself included), once per identity, reading each snapshot with
-// stat. A fallback is skipped: what runs over it started without the
-// weights (its repair fills them in for the next one). A weight snapshot
-// with bad labels is logged and skipped.
-func weightsUnder(ctx context.Context, parent string, stat func(name string) (snapshots.Info, error)) ([]pointer.Pointer, error) {
-	var out []pointer.Pointer
-	seen := map[artifact.ID]bool{}
+// chainOf reads the snapshots of parent's chain with stat, parent first.
+func chainOf(parent string, stat func(name string) (snapshots.Info, error)) ([]snapshots.Info, error) {
+	var chain []snapshots.Info
 	for name := parent; name != ""; {
 		info, err := stat(name)
 		if err != nil {
 			return nil, err
 		}
+		chain = append(chain, info)
+		name = info.Parent
+	}
+	return chain, nil
+}
+
+// weightsIn lists the pointers of the weight snapshots in chain, once per
+// identity. A fallback is skipped: what runs over it started without the
+// weights (its repair fills them in for the next one). A weight snapshot
+// with bad labels is logged and skipped.
+func weightsIn(ctx context.Context, chain []snapshots.Info) []pointer.Pointer {
+	var out []pointer.Pointer
+	seen := map[artifact.ID]bool{}
+	for _, info := range chain {
 		if info.Kind == snapshots.KindCommitted && info.Labels[pointer.LabelIdentity] != "" && info.Labels[LabelFallback] == "" {
 			ptr, _, err := pointer.ParseLabels(info.Labels)
 			switch {
@@ -64,9 +65,8 @@ func weightsUnder(ctx context.Context, parent string, stat func(name string) (sn
 				out = append(out, ptr)
 			}
 		}
-		name = info.Parent
 	}
-	return out, nil
+	return out
 }
 
 // lease gives holders the lease of ptr's artifact: the one held already,

@@ -113,15 +113,7 @@ func TestPointerFoundAtCommitHF(t *testing.T) {
 	dir, _ := snapshotDir(mounts)
 	ptr := pointer.Pointer{Schema: pointer.Schema, Artifact: "reg.example/m@sha256:" + strings.Repeat("2", 64), ID: artifact.MustParseID(id),
 		Target: "/hub", Layout: pointer.LayoutHF, Repo: "org/m"}
-	body, _ := pointer.File(ptr)
-	pf := filepath.Join(dir, pointer.Path(ptr))
-	os.MkdirAll(filepath.Dir(pf), 0o755)
-	if err := os.WriteFile(pf, body, 0o444); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, pointer.NoticePath(ptr)), pointer.Notice(ptr), 0o444); err != nil {
-		t.Fatal(err)
-	}
+	writePointerLayer(t, dir, ptr)
 	if err := n.sn.Commit(ctx, chainID(70), "extract", snapshots.WithLabels(map[string]string{snapshots.LabelSnapshotRef: chainID(70)})); err != nil {
 		t.Fatal(err)
 	}
