@@ -8,6 +8,7 @@
 //	GET    /v1/mounts              -> []HostMountInfo
 //	GET    /v1/holders?identity=ID -> Holders
 //	GET    /v1/prefetch            -> []prefetch.Status (the daemon's route)
+//	POST   /v1/publish             PublishRequest -> PublishResult (the daemon's route)
 //
 // An error answers its errdefs class as the HTTP status (errhttp) and
 // {"error": message}.
