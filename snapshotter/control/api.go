@@ -30,6 +30,11 @@ type HostMountRequest struct {
 	// cache repository folder of the repo id Repo (pointer.CheckLayout).
 	Layout string `json:"layout,omitempty"`
 	Repo   string `json:"repo,omitempty"`
+	// Writable mounts an overlay of the view (lowerdir) and an upper
+	// directory of the mount's own, so that an engine may write there (a
+	// compile cache); writes copy up and never reach the store's files,
+	// and the unmount drops them.
+	Writable bool `json:"writable,omitempty"`
 }
 
 // HostMountInfo is a host mount; it is also the record the daemon keeps of
@@ -42,6 +47,7 @@ type HostMountInfo struct {
 	Leased   bool        `json:"leased"`           // false while a repair waits for the artifact
 	Layout   string      `json:"layout,omitempty"` // as requested; Dir is then the repository folder
 	Repo     string      `json:"repo,omitempty"`
+	Writable bool        `json:"writable,omitempty"` // an overlay over the view, as requested
 }
 
 // Holders is what holds an artifact in the snapshotter.
