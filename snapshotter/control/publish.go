@@ -46,8 +46,12 @@ type PublishResult struct {
 	Report  json.RawMessage `json:"report,omitempty"`
 }
 
-// Publish asks the daemon to publish (POST /v1/publish).
+// Publish asks the daemon to publish (POST /v1/publish); a refusal or a
+// failed publication is an error alone (the daemon logs its report).
 func (c *Client) Publish(ctx context.Context, req PublishRequest) (*PublishResult, error) {
 	var out PublishResult
-	return &out, c.call(ctx, http.MethodPost, "/v1/publish", req, &out)
+	if err := c.call(ctx, http.MethodPost, "/v1/publish", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
