@@ -104,8 +104,8 @@ func sameSums(a, b map[string]string) bool {
 // were). Node B, another daemon with its own store, computes the cache's
 // ID from the same keys, fetches it from A's weight peer, mounts it
 // writable where the engine expects it, and the engine is ready without
-// compiling; its writes leave the store's files unchanged. A weight image
-// with the cache (pulled from the registry into B's store by the
+// compiling; its writes leave the store's files unchanged. Prefetch
+// brings the cache from the registry too. A weight image with the cache (pulled from the registry into B's store by the
 // snapshotter) gives a container the cache in its rootfs, writable through
 // the container's layer, with the same result.
 func TestCompileCacheRoundTrip(t *testing.T) {
@@ -240,10 +240,27 @@ func TestCompileCacheRoundTrip(t *testing.T) {
 		t.Fatalf("the writable mount's writes outlive its umount: %d entries", len(ents))
 	}
 
+	// Prefetch brings it back from the registry (B's daemon has no peers),
+	// as weightsnapd's prefetch directory would.
+	wsOK(t, b.ws.Root, "rm", dryB.ID)
+	prefetchDir := filepath.Join(work, "prefetch")
+	if err := os.MkdirAll(prefetchDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(prefetchDir, "cache.toml"), []byte(fmt.Sprintf("[[artifact]]\nref = %q\nidentity = %q\n", cacheRef, dryB.ID)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if r := wsWith(t, b.ws.Config, "prefetch", "sync", prefetchDir); r.code != 0 {
+		t.Fatalf("prefetch sync of the cache: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+	if got := fileSums(t, storeB); !sameSums(got, published) {
+		t.Fatalf("the prefetched cache holds %v, want %v", got, published)
+	}
+
 	// A weight image with the cache, from the registry: the container's
-	// rootfs has it, writable through its own layer. B's daemon has no
-	// peers, and its store lost the cache: the snapshotter pulls it from
-	// the registry the pointer names (storeB is read again below).
+	// rootfs has it, writable through its own layer. B's store lost it
+	// again: the snapshotter pulls it from the registry the pointer names
+	// (storeB is read again below).
 	wsOK(t, b.ws.Root, "rm", dryB.ID)
 	image := strings.TrimSpace(wsOK(t, t.TempDir(), "image", "build", "--plain-http", "--base", b.base, "-t", b.reg.Ref("apps/standin:v1"),
 		"--weights", cacheRef, "--at", "/root/.cache/standin"))
