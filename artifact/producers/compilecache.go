@@ -38,10 +38,10 @@ const pointerDir = ".weightsnap"
 // through post-load publication (resolve.Runtime.PublishAfterLoad): the
 // cache exists once a load compiled it. Its identity is
 // artifact.CompileCacheIdentity, made from the keys, not from the files,
-// so a later start finds it before it has a cache.
+// so a later start finds it before it has a cache. NewCompileCache makes
+// one.
 type CompileCache struct {
-	Dir string
-
+	dir   string
 	files []artifact.SourceFile
 	total int64
 	done  atomic.Int64
@@ -51,7 +51,7 @@ type CompileCache struct {
 // hidden ones too, without a view's .weightsnap/. A symbolic link, a
 // special file or an empty directory tree is refused.
 func NewCompileCache(dir string) (*CompileCache, error) {
-	p := &CompileCache{Dir: dir}
+	p := &CompileCache{dir: dir}
 	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -106,7 +106,7 @@ func (p *CompileCache) Produce(ctx context.Context, w artifact.Writer) error {
 		return err
 	}
 	for _, f := range p.files {
-		if err := artifact.CopyVerbatim(ctx, w, p.Dir, f, func(n int64) { p.done.Add(n) }); err != nil {
+		if err := artifact.CopyVerbatim(ctx, w, p.dir, f, func(n int64) { p.done.Add(n) }); err != nil {
 			return err
 		}
 	}
