@@ -8,6 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/pointer"
 )
 
 func writeCacheFiles(t *testing.T, dir string, files map[string]string) {
@@ -33,10 +34,10 @@ func TestNewCompileCache(t *testing.T) {
 	}{
 		{name: "files, hidden ones and empty ones", files: map[string]string{"a/kernel.so": "elf", ".lock": "", "b/c/d.json": "{}"},
 			want: []string{".lock", "a/kernel.so", "b/c/d.json"}},
-		{name: "a view's pointer directory is left out", files: map[string]string{"k.bin": "x", ".weightsnap/pointers/ab.json": "{}"},
+		{name: "a view's pointer directory is left out", files: map[string]string{"k.bin": "x", pointer.Dir + "/ab.json": "{}"},
 			want: []string{"k.bin"}},
 		{name: "empty", files: map[string]string{}, class: errdefs.ErrInvalidArgument},
-		{name: "only the pointer directory", files: map[string]string{".weightsnap/pointers/ab.json": "{}"}, class: errdefs.ErrInvalidArgument},
+		{name: "only the pointer directory", files: map[string]string{pointer.Dir + "/ab.json": "{}"}, class: errdefs.ErrInvalidArgument},
 		{name: "a symbolic link", files: map[string]string{"k.bin": "x"}, link: true, class: errdefs.ErrInvalidArgument},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
