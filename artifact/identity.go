@@ -25,7 +25,10 @@ type Identity struct {
 	Representation Representation `json:"representation"`
 	Layout         Layout         `json:"layout"`
 	Adaptation     *Adaptation    `json:"adaptation,omitempty"`
-	Producer       ProducerRef    `json:"producer"`
+	// Cache is set on a compile cache's identity only (component
+	// compile-cache): what makes the cache valid besides the model.
+	Cache    *CacheKey   `json:"cache,omitempty"`
+	Producer ProducerRef `json:"producer"`
 }
 
 // Model names the immutable model revision and the source files it came from.

@@ -75,6 +75,9 @@ func (id Identity) Validate() error {
 	if id.Adaptation != nil && !IsSHA256Hex(strings.TrimPrefix(id.Adaptation.LoRAFingerprint, "sha256:")) {
 		return bad("adaptation.lora_fingerprint", "want a sha256 digest, got %q", id.Adaptation.LoRAFingerprint)
 	}
+	if err := id.validateCache(); err != nil {
+		return err
+	}
 	p := id.Producer
 	switch {
 	case !nameRE.MatchString(p.Name):
@@ -89,6 +92,20 @@ func (id Identity) Validate() error {
 		return bad("producer.restorer_schema", "must be positive, got %d", p.RestorerSchema)
 	}
 	return nil
+}
+
+// validateCache checks that a compile cache's identity, and only it, has
+// a cache key, and the key.
+func (id Identity) validateCache() error {
+	switch {
+	case id.Cache == nil && id.Component == CompileCacheComponent:
+		return identityError("cache", "a %s identity needs its cache key", CompileCacheComponent)
+	case id.Cache == nil:
+		return nil
+	case id.Component != CompileCacheComponent:
+		return identityError("cache", "only a %s identity has a cache key, not component %q", CompileCacheComponent, id.Component)
+	}
+	return id.Cache.validate()
 }
 
 func (l Layout) validate() error {

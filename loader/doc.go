@@ -1,7 +1,11 @@
 // Package loader holds the contracts through which an engine gets its
-// weights from the runtime and gives back what it made of them. Nothing in
-// this module calls them yet; they are the seed of the engine loaders
-// (vLLM, SGLang, compile caches) to come, and Example runs them end to end.
+// weights from the runtime and gives back what it made of them. Load and
+// the restorers are not called in this module yet (they are the seed of the
+// engine loaders, vLLM and SGLang, to come); post-load publication is:
+// weightsnap publish --kind compile-cache and weightsnapd's POST
+// /v1/publish publish an engine's compile cache through it, with the
+// POST_LOAD_ONLY producer producers.CompileCache. Example runs them end to
+// end.
 //
 // A load is three parts:
 //
@@ -25,5 +29,8 @@
 //     a load, an artifact a POST_LOAD_ONLY producer makes (gated by
 //     allow_post_load_publish, with its own report; it never changes the
 //     completed load). TensorMap is such a producer: it publishes tensors a
-//     loaded model holds in memory.
+//     loaded model holds in memory; producers.CompileCache another: the
+//     cache directory an engine wrote at its first start, under an identity
+//     made from its keys (artifact.CompileCacheIdentity), so a later start
+//     finds it before it has one.
 package loader

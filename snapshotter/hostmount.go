@@ -24,7 +24,8 @@ import (
 )
 
 // Host mounts: an artifact bind-mounted read-only on a host directory (for
-// `nerdctl run -v DIR:/models:ro` and hostPath users), leased until it is
+// `nerdctl run -v DIR:/models:ro` and hostPath users), or an overlay over
+// it that takes writes (hostmount_writable.go), leased until it is
 // unmounted. Each mount has a directory <root>/mounts/<id>/ (id: from the
 // mount point's path) holding its record (mount.json) and its view (view/:
 // hardlinks to the store's files and the pointer file, as in a weight
@@ -83,7 +84,7 @@ func (m *HostMounts) load(ctx context.Context) ([]control.HostMountInfo, error) 
 		if err == nil && (mi.ID.IsZero() || m.home(mi.Dir) != home) {
 			err = fmt.Errorf("record names %q at %q", mi.ID, mi.Dir)
 		}
-		if err != nil || !sameInode(mi.Dir, filepath.Join(home, "view")) {
+		if err != nil || !shows(mi, home) {
 			log.G(ctx).WithError(err).WithField("dir", mi.Dir).WithField("record", home).Info("host mount gone: its record is removed")
 			if rerr := os.RemoveAll(home); rerr != nil {
 				log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a host mount's record")
@@ -214,7 +215,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
 	mi := control.HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true,
-		Layout: ptr.Layout, Repo: ptr.Repo}
+		Layout: ptr.Layout, Repo: ptr.Repo, Writable: req.Writable}
 	if err := m.make(home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
@@ -235,7 +236,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 }
 
 // make builds the view and the record, then mounts the view read-only on
-// the mount point.
+// the mount point, or, writable, an overlay over it.
 func (m *HostMounts) make(home, view string, ptr pointer.Pointer, mi control.HostMountInfo, h *held) error {
 	if err := os.RemoveAll(home); err != nil { // a record a crash left half made
 		return err
@@ -252,6 +253,9 @@ func (m *HostMounts) make(home, view string, ptr pointer.Pointer, mi control.Hos
 	}
 	if err := artifact.WriteFileAtomic(filepath.Join(home, "mount.json"), raw, 0o644, artifact.Durable); err != nil {
 		return err
+	}
+	if mi.Writable {
+		return mountOverlay(home, view, mi.Dir)
 	}
 	if err := unix.Mount(view, mi.Dir, "", unix.MS_BIND, ""); err != nil {
 		return fmt.Errorf("bind %s on %s: %w", view, mi.Dir, err)
@@ -281,7 +285,7 @@ func (m *HostMounts) Unmount(ctx context.Context, dir string) error {
 		return fmt.Errorf("%s is not a weightsnap host mount: %w", dir, errdefs.ErrNotFound)
 	}
 	home := m.home(dir)
-	if sameInode(dir, filepath.Join(home, "view")) {
+	if shows(mi, home) {
 		if err := inUse(dir); err != nil {
 			return err
 		}

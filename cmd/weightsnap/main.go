@@ -98,7 +98,7 @@ func newRoot(a *app) *cobra.Command {
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))
 	root.AddCommand(newPinCmd(a), newUnpinCmd(a), newPrefetchCmd(a))
 	root.AddCommand(newOCICmds(a)...)
-	root.AddCommand(newResolveCmd(a), newPeerCmd(a))
+	root.AddCommand(newResolveCmd(a), newPeerCmd(a), newPublishCmd(a))
 	root.AddCommand(newMountCmd(a), newUmountCmd(a))
 	root.AddCommand(newStageCmd(a), newStagingCmd(a))
 	root.AddCommand(newVersionCmd(a), newVerifyPolicyCmd(a), newVerifySignatureCmd(a))

@@ -27,9 +27,10 @@ func (a *app) control() (*control.Client, error) {
 func newMountCmd(a *app) *cobra.Command {
 	var rf remoteFlags
 	var platform, layout, repo string
+	var writable bool
 	cmd := &cobra.Command{
-		Use:   "mount [--layout hf [--repo ORG/NAME]] [ARTIFACT DIR]",
-		Short: "Mount an artifact read-only on a host directory, leased by weightsnapd until umount; without arguments, list the mounts",
+		Use:   "mount [--layout hf [--repo ORG/NAME]] [--writable] [ARTIFACT DIR]",
+		Short: "Mount an artifact read-only (or, --writable, copy-on-write) on a host directory, leased by weightsnapd until umount; without arguments, list the mounts",
 		Long: `Mount an artifact read-only on DIR (created if missing) for containers and
 pods that take weights from a host path:
 
@@ -50,7 +51,14 @@ mounted on DIR/models--ORG--NAME as the hub lays a repository out
   nerdctl run -v /srv/hub:/hub:ro -e HF_HUB_CACHE=/hub -e HF_HUB_OFFLINE=1 IMAGE ...
 
 ORG/NAME is the artifact's model repository, or --repo; undo it with
-'weightsnap umount DIR/models--ORG--NAME'.`,
+'weightsnap umount DIR/models--ORG--NAME'.
+
+With --writable, DIR is an overlay over the artifact (for an engine's
+compile cache, which the engine writes into): a write copies the file up
+into the mount's own upper directory, so the store's files never change,
+and 'weightsnap umount DIR' drops what was written:
+
+  weightsnap mount --writable $(weightsnap publish --dry-run ...) /root/.cache/vllm`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if len(args) != 0 && len(args) != 2 {
 				return fmt.Errorf("mount takes an artifact and a directory, or nothing: %w", errdefs.ErrInvalidArgument)
@@ -72,9 +80,9 @@ ORG/NAME is the artifact's model repository, or --repo; undo it with
 					return a.printJSON(ms)
 				}
 				tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "DIR\tIDENTITY\tLEASED\tSINCE")
+				fmt.Fprintln(tw, "DIR\tIDENTITY\tLEASED\tWRITABLE\tSINCE")
 				for _, m := range ms {
-					fmt.Fprintf(tw, "%s\t%s\t%v\t%s\n", m.Dir, m.ID.Short(), m.Leased, m.Created.Format(time.RFC3339))
+					fmt.Fprintf(tw, "%s\t%s\t%v\t%v\t%s\n", m.Dir, m.ID.Short(), m.Leased, m.Writable, m.Created.Format(time.RFC3339))
 				}
 				return tw.Flush()
 			}
@@ -86,13 +94,18 @@ ORG/NAME is the artifact's model repository, or --repo; undo it with
 			if err != nil {
 				return err
 			}
+			req.Writable = writable
 			mi, err := c.HostMount(ctx, req)
 			if err != nil {
 				return err
 			}
-			text := fmt.Sprintf("%s: %s (read-only)", mi.Dir, mi.ID)
+			access := "read-only"
+			if mi.Writable {
+				access = "writable: an overlay, writes kept until umount"
+			}
+			text := fmt.Sprintf("%s: %s (%s)", mi.Dir, mi.ID, access)
 			if mi.Layout != "" {
-				text = fmt.Sprintf("%s: %s (read-only), %s at revision %s in the Hugging Face cache HF_HUB_CACHE=%s", mi.Dir, mi.ID, mi.Repo, revision, req.Dir)
+				text = fmt.Sprintf("%s: %s (%s), %s at revision %s in the Hugging Face cache HF_HUB_CACHE=%s", mi.Dir, mi.ID, access, mi.Repo, revision, req.Dir)
 			}
 			return a.printResult(mi, text)
 		},
@@ -100,6 +113,7 @@ ORG/NAME is the artifact's model repository, or --repo; undo it with
 	rf.register(cmd.Flags())
 	cmd.Flags().StringVar(&platform, "platform", oci.HostPlatform(), "platform picked from a multi-platform reference")
 	cmd.Flags().StringVar(&layout, "layout", "", `"hf": DIR is a Hugging Face hub cache root, the artifact its repository folder models--ORG--NAME; "" for the artifact's own files`)
+	cmd.Flags().BoolVar(&writable, "writable", false, "mount an overlay over the artifact that takes writes (a compile cache); the store's files never change, umount drops the writes")
 	cmd.Flags().StringVar(&repo, "repo", "", "Hugging Face repo id ORG/NAME of --layout hf (default: the artifact's model repository)")
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
 	return cmd

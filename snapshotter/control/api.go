@@ -8,6 +8,7 @@
 //	GET    /v1/mounts              -> []HostMountInfo
 //	GET    /v1/holders?identity=ID -> Holders
 //	GET    /v1/prefetch            -> []prefetch.Status (the daemon's route)
+//	POST   /v1/publish             PublishRequest -> PublishResult (the daemon's route)
 //
 // An error answers its errdefs class as the HTTP status (errhttp) and
 // {"error": message}.
@@ -29,6 +30,11 @@ type HostMountRequest struct {
 	// cache repository folder of the repo id Repo (pointer.CheckLayout).
 	Layout string `json:"layout,omitempty"`
 	Repo   string `json:"repo,omitempty"`
+	// Writable mounts an overlay of the view (lowerdir) and an upper
+	// directory of the mount's own, so that an engine may write there (a
+	// compile cache); writes copy up and never reach the store's files,
+	// and the unmount drops them.
+	Writable bool `json:"writable,omitempty"`
 }
 
 // HostMountInfo is a host mount; it is also the record the daemon keeps of
@@ -41,6 +47,7 @@ type HostMountInfo struct {
 	Leased   bool        `json:"leased"`           // false while a repair waits for the artifact
 	Layout   string      `json:"layout,omitempty"` // as requested; Dir is then the repository folder
 	Repo     string      `json:"repo,omitempty"`
+	Writable bool        `json:"writable,omitempty"` // an overlay over the view, as requested
 }
 
 // Holders is what holds an artifact in the snapshotter.

@@ -57,12 +57,7 @@ func Listen(ctx context.Context, path string, b Backend, extra ...Route) (*Serve
 	}
 	handle("POST /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
 		var req HostMountRequest
-		dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&req); err != nil {
-			if !errdefs.IsInvalidArgument(err) { // a malformed identity says its class already
-				err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
-			}
+		if err := DecodeRequest(r, &req); err != nil {
 			return nil, fmt.Errorf("mount request: %w", err)
 		}
 		return b.Mount(ctx, req)
@@ -90,6 +85,20 @@ func Listen(ctx context.Context, path string, b Backend, extra ...Route) (*Serve
 		}
 	}()
 	return c, nil
+}
+
+// DecodeRequest decodes a request's JSON body (at most 64 KiB, no unknown
+// fields) into v; what does not decode is an invalid argument.
+func DecodeRequest(r *http.Request, v any) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		if !errdefs.IsInvalidArgument(err) { // a malformed identity says its class already
+			err = fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
+		}
+		return err
+	}
+	return nil
 }
 
 // Close stops serving and removes the socket.

@@ -115,12 +115,17 @@ type Resolve struct {
 	// Registries are the only hosts contacted on behalf of what images say:
 	// a weight image's pointer labels, and the artifacts a weight image
 	// names when it is inspected. Registry's host is always included.
-	Registries                 []string  `toml:"registries" comment:"registry hosts (host[:port]) that a weight image's pointers may name; no other host is contacted for them"`
-	PlainHTTP                  PlainHTTP `toml:"plain_http" comment:"talk plain HTTP to registries (local test registries): true for every registry, or a list of\nregistries (host[:port], as references name them) such as [\"127.0.0.1:5500\"], the others staying HTTPS"`
-	Insecure                   bool      `toml:"insecure" comment:"skip TLS certificate verification"`
-	RegistryConfigPath         string    `toml:"registry_config_path" comment:"containerd's registry host directory (HOST[_PORT_]/hosts.toml: mirrors in order, then the server, with\ncapabilities, ca, client, skip_verify, header, override_path); a registry without a directory there is\nreached directly as plain_http and insecure say; \"\" reads none"`
-	AllowLocalBuild            bool      `toml:"allow_local_build" comment:"let local producers build a missing artifact (weightsnap resolve)"`
-	CoordinationTimeoutSeconds int       `toml:"coordination_timeout_seconds" comment:"seconds to wait for each lock; 0 uses [store] coordination_timeout_seconds"`
+	Registries         []string  `toml:"registries" comment:"registry hosts (host[:port]) that a weight image's pointers may name; no other host is contacted for them"`
+	PlainHTTP          PlainHTTP `toml:"plain_http" comment:"talk plain HTTP to registries (local test registries): true for every registry, or a list of\nregistries (host[:port], as references name them) such as [\"127.0.0.1:5500\"], the others staying HTTPS"`
+	Insecure           bool      `toml:"insecure" comment:"skip TLS certificate verification"`
+	RegistryConfigPath string    `toml:"registry_config_path" comment:"containerd's registry host directory (HOST[_PORT_]/hosts.toml: mirrors in order, then the server, with\ncapabilities, ca, client, skip_verify, header, override_path); a registry without a directory there is\nreached directly as plain_http and insecure say; \"\" reads none"`
+	AllowLocalBuild    bool      `toml:"allow_local_build" comment:"let local producers build a missing artifact (weightsnap resolve)"`
+	// AllowPostLoadPublish lets weightsnapd publish what a started engine
+	// made (a compile cache: POST /v1/publish on the control socket). The
+	// CLI's weightsnap publish, a user's explicit ask, publishes whatever
+	// it says.
+	AllowPostLoadPublish       bool `toml:"allow_post_load_publish" comment:"let weightsnapd publish what an engine made after it loaded (a compile cache, weightsnap publish --daemon,\nPOST /v1/publish on the control socket); weightsnap publish without --daemon publishes whatever this says"`
+	CoordinationTimeoutSeconds int  `toml:"coordination_timeout_seconds" comment:"seconds to wait for each lock; 0 uses [store] coordination_timeout_seconds"`
 }
 
 // Snapshotter is the [snapshotter] table.

@@ -55,6 +55,9 @@ func TestParse(t *testing.T) {
 			return c.Resolve.Mode == "preferred" && c.Resolve.AllowLocalBuild &&
 				reflect.DeepEqual(c.Resolve.AllowedRegistries(), []string{"reg.example:5000"})
 		}},
+		{"post-load publication", "[resolve]\nallow_post_load_publish = true\n", true, func(c Config) bool {
+			return c.Resolve.AllowPostLoadPublish && !Default().Resolve.AllowPostLoadPublish
+		}},
 		{"snapshotter root", "root = \"/srv/ws\"\n[snapshotter]\nroot = \"/srv/snaps\"\n", true, func(c Config) bool {
 			return c.Root == "/srv/ws" && c.SnapshotRoot(c.Root) == "/srv/snaps" && c.Snapshotter.Address != ""
 		}},

@@ -1,7 +1,8 @@
 // Package node assembles weightsnap's node side from the configuration
 // file: the resolution runtime (cmd/internal/noderuntime, which the CLI
 // shares), the snapshotter (with its repairs and host mounts) and its
-// control API (snapshotter/control), and prefetch. The
+// control API (snapshotter/control, with the daemon's routes: prefetch and
+// post-load publication), and prefetch. The
 // runtime's registry client fetches with the node's Docker config, or with
 // the credentials a CRI pull put in its context (registry.WithCredential).
 // weightsnapd serves it to containerd as a proxy snapshotter;
@@ -85,7 +86,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		}
 	}
 	if a := cfg.Snapshotter.ControlAddress; a != "" {
-		if n.control, err = control.Listen(ctx, a, n.Snapshotter.HostMounts(), prefetchRoute(n.Prefetch)); err != nil {
+		if n.control, err = control.Listen(ctx, a, n.Snapshotter.HostMounts(), prefetchRoute(n.Prefetch), publishRoute(rt)); err != nil {
 			n.Snapshotter.Close()
 			return nil, fmt.Errorf("control API: %w", err)
 		}

@@ -38,7 +38,8 @@ type RuntimeOptions struct {
 // then the registry a request's artifact reference (a weight image's
 // pointer) names when its host is allowed ([resolve] registries), then
 // the identity tags of [resolve] registry, then the local producers when
-// [resolve] allow_local_build, all under the trust policy ([verify]
+// [resolve] allow_local_build (and post-load publication when [resolve]
+// allow_post_load_publish), all under the trust policy ([verify]
 // policy: oci.Gate). In disabled mode it has no remote source.
 // The caller sets the file's values its flags override in cfg first.
 func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*resolve.Runtime, error) {
@@ -46,6 +47,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 		Mode: o.Mode, Root: cfg.Root, Store: &cfg.Store, Validation: store.ValidationMode(cfg.Resolve.Validation),
 		Wait:            resolve.WaitPolicy{CoordinationTimeoutSeconds: cfg.Resolve.CoordinationTimeoutSeconds},
 		AllowLocalBuild: cfg.Resolve.AllowLocalBuild, NoFingerprintCache: o.NoFingerprintCache, Producers: o.Producers,
+		AllowPostLoadPublish: cfg.Resolve.AllowPostLoadPublish,
 	}
 	if rc.Wait.CoordinationTimeoutSeconds == 0 {
 		rc.Wait.CoordinationTimeoutSeconds = cfg.Store.CoordinationTimeoutSeconds
