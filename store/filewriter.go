@@ -276,7 +276,11 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 		for c := range s.writeQ {
 			if s.failed() == nil {
 				if _, err := pwrite(w.f, c.buf, c.off); err != nil {
+					// Nothing of a failed write is recorded as written:
+					// a seeding build would offer those bytes to peers.
 					s.fail(err)
+					s.release(c)
+					continue
 				}
 				end := c.off + int64(len(c.buf))
 				if end-started >= writebackChunk {
