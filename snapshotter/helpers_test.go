@@ -19,6 +19,7 @@ import (
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )
@@ -183,6 +184,33 @@ func (n *node) waiting() int {
 		w += f.waiters
 	}
 	return w
+}
+
+// isStoreInode says whether path is the store's open file f: the same
+// device and inode.
+func isStoreInode(t testing.TB, path string, f *os.File) bool {
+	t.Helper()
+	var have, want unix.Stat_t
+	if err := unix.Stat(path, &have); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fstat(int(f.Fd()), &want); err != nil {
+		t.Fatal(err)
+	}
+	return have.Dev == want.Dev && have.Ino == want.Ino
+}
+
+// serveHostMounts serves the node's host mounts on a control socket of
+// its own until the test ends and returns a client of it.
+func (n *node) serveHostMounts(t testing.TB) *control.Client {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	srv, err := control.Listen(context.Background(), sock, n.sn.HostMounts())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return control.NewClient(sock)
 }
 
 // viewLinksStore fails unless every file of the store's artifact id is at

@@ -26,13 +26,7 @@ func TestHostMountHF(t *testing.T) {
 	n := newNode(t, t.TempDir())
 	ids := []string{n.importModel(t, 256<<10, 31), n.importModel(t, 128<<10, 32)}
 	repos := []string{"org/alpha", "beta"}
-	sock := filepath.Join(t.TempDir(), "control.sock")
-	srv, err := control.Listen(ctx, sock, n.sn.HostMounts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { srv.Close() })
-	c := control.NewClient(sock)
+	c := n.serveHostMounts(t)
 	root := filepath.Join(t.TempDir(), "hub") // made by the mount
 
 	for i, id := range ids {
@@ -58,12 +52,7 @@ func TestHostMountHF(t *testing.T) {
 			if want := strings.Repeat("../", 2+strings.Count(f.Path, "/")) + "blobs/" + f.Entry.SHA256; err != nil || target != want {
 				t.Fatalf("%s links to %q (%v), want %q", snap, target, err, want)
 			}
-			var a, b unix.Stat_t
-			if err := unix.Stat(snap, &a); err != nil {
-				t.Fatal(err)
-			}
-			unix.Fstat(int(f.File.Fd()), &b)
-			if a.Ino != b.Ino || a.Dev != b.Dev {
+			if !isStoreInode(t, snap, f.File) {
 				t.Fatalf("%s is not the store's inode", f.Path)
 			}
 		}

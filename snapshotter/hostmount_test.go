@@ -53,12 +53,7 @@ func TestHostMount(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range l.Files() {
-		var a, b unix.Stat_t
-		if err := unix.Stat(filepath.Join(dir, f.Path), &a); err != nil {
-			t.Fatal(err)
-		}
-		unix.Fstat(int(f.File.Fd()), &b)
-		if a.Ino != b.Ino || a.Dev != b.Dev {
+		if !isStoreInode(t, filepath.Join(dir, f.Path), f.File) {
 			t.Fatalf("%s is not the store's inode", f.Path)
 		}
 	}

@@ -133,9 +133,20 @@ func wsWith(t *testing.T, config string, args ...string) wsResult {
 // variables of env over it.
 func runWS(t *testing.T, env []string, argv []string) wsResult {
 	t.Helper()
+	return runWSIn(t, nil, env, argv)
+}
+
+// runWSIn is runWS in a network namespace (harness.NS.Enter), or in this
+// process's when ns is nil.
+func runWSIn(t *testing.T, ns *harness.NS, env []string, argv []string) wsResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wsTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, weightsnapBin(t), argv...)
+	argv = append([]string{weightsnapBin(t)}, argv...)
+	if ns != nil {
+		argv = ns.Enter(argv...)
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) } // a goroutine dump on timeout
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}       // never outlive the test
 	cmd.WaitDelay = 10 * time.Second

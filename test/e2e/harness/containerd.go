@@ -32,6 +32,9 @@ type ContainerdOptions struct {
 	// debug, plugins."io.containerd.internal.v1.opt", plugins."io.containerd.grpc.v1.cri",
 	// plugins."io.containerd.cri.v1.runtime", plugins."io.containerd.cri.v1.images").
 	ExtraConfig string
+	// NetNS, when set, runs containerd and Nerdctl in this network namespace (NS.Enter: the host's
+	// mounts), so their pulls reach what the namespace reaches.
+	NetNS *NS
 }
 
 // Containerd is a containerd daemon with its own root, state, socket and namespace.
@@ -49,6 +52,7 @@ type Containerd struct {
 
 	crictlConfig string
 	nerdctlToml  string
+	netns        *NS
 }
 
 // StartContainerd starts containerd (root needed) and waits until it answers. Teardown kills and
@@ -71,6 +75,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 		Binary:       opts.Binary,
 		crictlConfig: filepath.Join(dir, "crictl.yaml"),
 		nerdctlToml:  filepath.Join(dir, "nerdctl.toml"),
+		netns:        opts.NetNS,
 	}
 	tracker.Lock()
 	tracker.ctrNSs = append(tracker.ctrNSs, c.Namespace)
@@ -107,7 +112,7 @@ func StartContainerd(t testing.TB, opts ContainerdOptions) *Containerd {
 // start runs containerd and waits until it answers.
 func (c *Containerd) start(t testing.TB) {
 	t.Helper()
-	c.Proc = StartProcess(t, c.Dir, "containerd", c.Tools.pathEnv(), c.Binary, "--config", c.Config)
+	c.Proc = StartProcess(t, c.Dir, "containerd", c.Tools.pathEnv(), c.inNetNS(c.Binary, "--config", c.Config)...)
 	if err := c.waitReady(60 * time.Second); err != nil {
 		t.Fatalf("containerd did not start: %v\n%s", err, Tail(c.Proc.Log, 40))
 	}
@@ -205,7 +210,15 @@ func (c *Containerd) Nerdctl(args ...string) (string, error) {
 		"--data-root", filepath.Join(c.Dir, "nerdctl"), "--hosts-dir", c.HostsDir, "--insecure-registry",
 		"--cni-path", filepath.Join(c.Dir, "cni", "bin"), "--cni-netconfpath", filepath.Join(c.Dir, "cni", "net.d")},
 		args...)
-	return run(c.Tools.pathEnv("NERDCTL_TOML="+c.nerdctlToml), c.Dir, argv...)
+	return run(c.Tools.pathEnv("NERDCTL_TOML="+c.nerdctlToml), c.Dir, c.inNetNS(argv...)...)
+}
+
+// inNetNS is argv in containerd's network namespace (ContainerdOptions.NetNS), or argv.
+func (c *Containerd) inNetNS(argv ...string) []string {
+	if c.netns == nil {
+		return argv
+	}
+	return c.netns.Enter(argv...)
 }
 
 // Crictl runs crictl against this containerd's CRI (namespace k8s.io) and returns its stdout (the

@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -78,6 +79,13 @@ func (ns *NS) Command(ctx context.Context, argv ...string) *exec.Cmd {
 func (ns *NS) Start(t testing.TB, dir, name string, argv ...string) *Proc {
 	t.Helper()
 	return StartProcess(t, dir, name, nil, append([]string{ns.tools.IP, "netns", "exec", ns.Name}, argv...)...)
+}
+
+// Enter is argv run in the namespace's network only (nsenter --net): unlike Exec and Start (ip netns
+// exec, which also makes a mount namespace of its own), the mounts it makes and the mounts it sees
+// are the caller's, as a daemon that mounts for the host (weightsnapd) needs.
+func (ns *NS) Enter(argv ...string) []string {
+	return append([]string{"nsenter", "--net=" + filepath.Join("/run/netns", ns.Name), "--"}, argv...)
 }
 
 // Link joins a and b with a veth pair, gives a's end cidrA and b's end cidrB (e.g. "10.233.0.1/24"

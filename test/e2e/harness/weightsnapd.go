@@ -75,6 +75,9 @@ type WeightsnapdOptions struct {
 	// StoreTmpfs, when set, is the size of a tmpfs (e.g. "1g") mounted at the store root before
 	// the daemon starts: the store and the snapshot root on a small filesystem of their own.
 	StoreTmpfs string
+	// NetNS, when set, runs the daemon in this network namespace (NS.Enter: the host's mounts); its
+	// metrics address is 127.0.0.1 there.
+	NetNS *NS
 }
 
 // repairRetryMax is [snapshotter] retry_max_seconds in tests: repairs retry within seconds.
@@ -91,6 +94,7 @@ type Weightsnapd struct {
 	Config       string // config.toml path
 	MetricsURL   string // http://127.0.0.1:PORT/metrics
 	Proc         *Proc
+	netns        *NS
 }
 
 // StartWeightsnapd starts weightsnapd (root needed) with a generated configuration in a fresh
@@ -104,6 +108,7 @@ func StartWeightsnapd(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 		testenv.Skip(t, "bin/weightsnapd is not built (run make build, or set WEIGHTSNAPD)")
 	}
 	w := NewWeightsnapConfig(t, opts)
+	w.netns = opts.NetNS
 	if opts.StoreTmpfs != "" {
 		if err := os.MkdirAll(w.Root, 0o755); err != nil {
 			t.Fatal(err)
@@ -191,8 +196,11 @@ func (w *Weightsnapd) start(t testing.TB, bin string) *Proc {
 			}
 		}
 	}()
-	p := StartProcess(t, w.Dir, "weightsnapd", append(os.Environ(), "NOTIFY_SOCKET="+notify),
-		bin, "--config", w.Config, "--log-level", "debug")
+	argv := []string{bin, "--config", w.Config, "--log-level", "debug"}
+	if w.netns != nil {
+		argv = w.netns.Enter(argv...)
+	}
+	p := StartProcess(t, w.Dir, "weightsnapd", append(os.Environ(), "NOTIFY_SOCKET="+notify), argv...)
 	select {
 	case err := <-ready:
 		if err != nil {
