@@ -1,0 +1,119 @@
+//go:build bench
+
+package e2e
+
+// The cold Prepare benchmark (issue 34, item 3), in `make bench`, never in make test:
+//
+//	go test -tags bench -count=1 -timeout 60m -run '^TestColdPrepareBench$' -v ./test/e2e/
+//
+// For each size, one node (registry, weightsnapd, containerd) and one weight
+// image, and in each round, each from an empty store and (DROP_CACHES=1) an
+// empty page cache: `weightsnap pull` of the image's artifact into a store of
+// its own (the CLI's seconds and CPU seconds), then `nerdctl run` of the image
+// with the artifact nowhere on the node, to the first weight byte read in the
+// container: the weight layer's Prepare (weightsnapd pulls the artifact into
+// its store in it; its seconds from the daemon's weight_prepare_seconds and
+// the daemon's CPU seconds meanwhile) and the whole run. What the Prepare adds
+// to the plain pull is the difference of the two.
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestColdPrepareBench(t *testing.T) {
+	sizes := strings.Fields(envOr("BENCH_SIZES", "2GiB 4GiB"))
+	reps, _ := strconv.Atoi(envOr("BENCH_REPS", "3"))
+	type row struct {
+		size                               string
+		bytes                              int64
+		pull, pullCPU, prep, prepCPU, cold []float64
+	}
+	var rows []row
+	for _, size := range sizes {
+		t.Run(size, func(t *testing.T) {
+			n := startSnapNode(t)
+			w := n.pushWeightImage(t, "cold", size, 4, "/models/x")
+			first := firstWeightFile(t, w.files)
+			r := row{size: size, bytes: w.bytes}
+			for i := 0; i < reps; i++ {
+				t.Logf("%s: round %d of %d", size, i+1, reps)
+				root := filepath.Join(t.TempDir(), "store")
+				settle(t)
+				secs, cpu := timedPull(t, root, w.pushedArtifact.ref)
+				r.pull, r.pullCPU = append(r.pull, secs), append(r.pullCPU, cpu)
+				if res := ws(t, root, "rm", w.id); res.code != 0 {
+					t.Fatalf("weightsnap rm: exit %d: %s", res.code, res.errOut)
+				}
+				if res := ws(t, n.ws.Root, "rm", w.id); res.code != 0 && res.code != 3 { // 3: not in the store
+					t.Fatalf("weightsnap rm: exit %d: %s", res.code, res.errOut)
+				}
+				prep0, cpu0 := n.metric(t, `weightsnap_snapshotter_weight_prepare_seconds_sum{outcome="fetched"}`), procCPU(t, n.ws.Proc.Cmd.Process.Pid)
+				r.cold = append(r.cold, benchRun(t, n, w.ref, "weightsnap", first))
+				r.prep = append(r.prep, n.metric(t, `weightsnap_snapshotter_weight_prepare_seconds_sum{outcome="fetched"}`)-prep0)
+				r.prepCPU = append(r.prepCPU, procCPU(t, n.ws.Proc.Cmd.Process.Pid)-cpu0)
+				rmImage(t, n, w.ref)
+			}
+			rows = append(rows, r)
+		})
+	}
+	var out bytes.Buffer
+	fmt.Fprintf(&out, "\ncold start: weightsnap pull vs the weight layer's cold Prepare (weightsnapd pulls in it), same artifact and registry\n")
+	fmt.Fprintf(&out, "%d cores, median of %d, each from an empty store; CPU-s/GiB: the CLI's, and the daemon's over the Prepare\n", runtime.NumCPU(), reps)
+	fmt.Fprintf(&out, "%-8s %9s %10s %12s %10s %14s %14s\n", "weights", "pull (s)", "Prepare (s)", "added (s)", "run (s)", "pull CPU-s/GiB", "Prep CPU-s/GiB")
+	for _, r := range rows {
+		gib := float64(r.bytes) / (1 << 30)
+		p, pr := median(r.pull), median(r.prep)
+		fmt.Fprintf(&out, "%-8s %9.2f %10.2f %12.2f %10.2f %14.2f %14.2f\n", r.size, p, pr, pr-p, median(r.cold),
+			median(r.pullCPU)/gib, median(r.prepCPU)/gib)
+	}
+	fmt.Fprintf(&out, "goals: the Prepare adds under 0.3 s to the pull; pull at or under 1.0 CPU-s/GiB\n")
+	for _, r := range rows {
+		fmt.Fprintf(&out, "runs %s (s): pull %s | Prepare %s | run %s\n", r.size, seconds(r.pull), seconds(r.prep), seconds(r.cold))
+	}
+	fmt.Print(out.String())
+}
+
+// seconds lists v, two decimals each.
+func seconds(v []float64) string { return strings.Trim(fmt.Sprintf("%.2f", v), "[]") }
+
+// timedPull runs `weightsnap pull --plain-http ref` into the store root and
+// returns its seconds and CPU seconds (user and system).
+func timedPull(t *testing.T, root, ref string) (secs, cpu float64) {
+	t.Helper()
+	cmd := exec.Command(weightsnapBin(t), "--root", root, "--config", "", "pull", "--plain-http", ref)
+	cmd.Env = append(os.Environ(), "DOCKER_CONFIG="+t.TempDir())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	start := time.Now()
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("weightsnap pull: %v: %s", err, errOut.String())
+	}
+	secs = time.Since(start).Seconds()
+	u := cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()
+	return secs, u.Seconds()
+}
+
+// procCPU is the CPU seconds (user and system) process pid has used so far.
+func procCPU(t *testing.T, pid int) float64 {
+	t.Helper()
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The fields after the command's name, which ends with the last ')'.
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	ut, _ := strconv.ParseFloat(f[11], 64)
+	st, _ := strconv.ParseFloat(f[12], 64)
+	return (ut + st) / 100 // USER_HZ
+}
