@@ -152,7 +152,7 @@ func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
 	// Link the open file itself, not its path: the view gets exactly the
 	// inode the lease validated. A new view has nothing at dst, and the
 	// link is all it takes.
-	fd, err := rawFD(f.File)
+	fd, err := f.FD()
 	if err != nil {
 		return err
 	}
@@ -193,20 +193,6 @@ func (v *viewLinks) linkFD(fd int, dst string) error {
 		v.byProc = true
 	}
 	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
-}
-
-// rawFD is f's descriptor, read without File.Fd, which sets it blocking:
-// a syscall or two for each file of a view.
-func rawFD(f *os.File) (int, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	fd := -1
-	if err := rc.Control(func(d uintptr) { fd = int(d) }); err != nil {
-		return 0, err
-	}
-	return fd, nil
 }
 
 // sameFilesystem checks that views under root can be hardlinks to the
