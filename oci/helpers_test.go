@@ -32,7 +32,7 @@ func sameArtifact(tb testing.TB, d *store.Domain, got, want *store.Lease) {
 	}
 	full.Close()
 	for i, lf := range got.Files() {
-		if !bytes.Equal(lf.Data, want.Files()[i].Data) {
+		if !bytes.Equal(storetest.Data(tb, lf), storetest.Data(tb, want.Files()[i])) {
 			tb.Fatalf("%s differs", lf.Path)
 		}
 	}

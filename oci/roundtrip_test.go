@@ -155,7 +155,7 @@ func pushEdited(t *testing.T, l *store.Lease, id artifact.Identity, x *artifact.
 	r := remoteFor(t, newFakeRegistry(t), ref)
 	blobs := []blobSource{{desc: a.IndexDesc, data: a.Index}, {desc: a.ConfigDesc, data: a.Config}}
 	for i, lf := range l.Files() {
-		blobs = append(blobs, blobSource{desc: a.Layers[i], data: lf.Data})
+		blobs = append(blobs, blobSource{desc: a.Layers[i], data: storetest.Data(t, lf)})
 	}
 	for _, b := range blobs {
 		if _, err := pushBlob(ctx, r, b, nil, newPushProgress(nil)); err != nil {

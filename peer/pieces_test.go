@@ -55,7 +55,10 @@ func (p *pieceProducer) Produce(ctx context.Context, w artifact.Writer) error {
 		if err != nil {
 			return err
 		}
-		data := f.Data
+		data, err := f.Data()
+		if err != nil {
+			return err
+		}
 		if p.wrongPiece && len(f.Entry.Tensors) > 0 {
 			data = bytes.Clone(data)
 			data[p.long.Offset+blake3.PieceSize+5] ^= 0xff
@@ -68,9 +71,13 @@ func (p *pieceProducer) Produce(ctx context.Context, w artifact.Writer) error {
 		}
 	}
 	for _, f := range p.src.Files() {
+		data, err := f.Data()
+		if err != nil {
+			return err
+		}
 		for _, x := range f.Entry.Tensors {
 			if x.Length > blake3.PieceSize {
-				cvs, err := hashPieces(bytes.NewReader(f.Data), x.Offset, x.Length)
+				cvs, err := hashPieces(bytes.NewReader(data), x.Offset, x.Length)
 				if err != nil {
 					return err
 				}

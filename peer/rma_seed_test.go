@@ -99,7 +99,7 @@ func TestBuildingArtifactRMAKeys(t *testing.T) {
 		go func() {
 			k, err := wire.ReadUnitKey(cs.r)
 			if err == nil {
-				err = readUnit(ep, k, n, p.src.Files()[shard].Data[off:off+n])
+				err = readUnit(ep, k, n, storetest.Data(t, p.src.Files()[shard])[off:off+n])
 			}
 			got <- err
 		}()
@@ -171,7 +171,7 @@ func TestRMAUnitKeyReady(t *testing.T) {
 	}
 	k, err := wire.ReadUnitKey(cs.r)
 	if err == nil {
-		err = readUnit(ep, k, n, f.Data[off:off+n])
+		err = readUnit(ep, k, n, storetest.Data(t, f)[off:off+n])
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -52,7 +52,10 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 		if err != nil {
 			return err
 		}
-		data := f.Data
+		data, err := f.Data()
+		if err != nil {
+			return err
+		}
 		if n := len(f.Entry.Tensors); p.lie && n > 0 {
 			data = bytes.Clone(data)
 			data[f.Entry.Tensors[n-1].Offset] ^= 0xff

@@ -108,8 +108,13 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 	sv.manifest = wire.WeightManifest{Schema: wire.ManifestSchema, Identity: l.Identity(), ID: l.Manifest.ID,
 		ManifestDigest: digest.NewDigestFromEncoded(digest.SHA256, l.Ready.ManifestSHA256)}
 	for i, f := range l.Files() {
-		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: f.Data})
-		sv.manifest.Shards = append(sv.manifest.Shards, wire.ShardFromEntry(x.Files[i], f.Data))
+		data, err := f.Data()
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		sv.shards = append(sv.shards, shard{entry: f.Entry, file: f.File, data: data})
+		sv.manifest.Shards = append(sv.manifest.Shards, wire.ShardFromEntry(x.Files[i], data))
 	}
 	return sv, nil
 }

@@ -244,7 +244,7 @@ func (m *HostMounts) make(home, view string, ptr pointer.Pointer, mi control.Hos
 	if err := os.MkdirAll(view, 0o755); err != nil {
 		return err
 	}
-	if err := buildView(view, ptr, h.lease); err != nil {
+	if err := buildView(view, ptr, h.lease, m.s.links); err != nil {
 		return err
 	}
 	raw, err := json.Marshal(mi)

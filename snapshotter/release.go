@@ -176,7 +176,7 @@ func (s *Snapshotter) fillEmptied(ctx context.Context, name string, ptr pointer.
 	if err != nil {
 		return err
 	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease); err != nil { // the target is absolute and clean, an hf repo folder one validated name: it stays under dir
+	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, s.links); err != nil { // the target is absolute and clean, an hf repo folder one validated name: it stays under dir
 		return err
 	}
 	info.Labels = maps.Clone(info.Labels)

@@ -220,7 +220,7 @@ func (r *repairs) fill(ctx context.Context, info snapshots.Info, h *held) error 
 	if err != nil {
 		return err
 	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease); err != nil {
+	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, r.s.links); err != nil {
 		return err
 	}
 	info.Labels = maps.Clone(info.Labels)

@@ -44,6 +44,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
@@ -58,7 +59,7 @@ type Resolver interface {
 // Config configures a Snapshotter.
 type Config struct {
 	// Root is the snapshotter's directory: the overlay snapshotter's root,
-	// and mounts/ for host mounts. It must be on the store's filesystem.
+	// mounts/ for host mounts and links/, the views' shared symlinks. It must be on the store's filesystem.
 	Root string
 	// Store is the node's store domain, whose payload files views link to.
 	Store *store.Domain
@@ -103,6 +104,7 @@ type Snapshotter struct {
 	leases  *leases
 	repairs *repairs
 	mounts  *HostMounts
+	links   *linkPool // the hub cache views' symlinks
 	metrics *Metrics
 
 	// gate keeps Release (write) from emptying a weight snapshot while
@@ -141,6 +143,13 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if err := sameFilesystem(cfg.Root, cfg.Store.Root()); err != nil {
 		return nil, err
 	}
+	links, err := newLinkPool(filepath.Join(cfg.Root, "links"))
+	if err != nil {
+		return nil, err
+	}
+	if err := links.sweep(); err != nil {
+		log.G(ctx).WithError(err).Warn("link pool: entries no view links stay until the next Cleanup")
+	}
 	ov, err := overlay.NewSnapshotter(cfg.Root)
 	if err != nil {
 		return nil, fmt.Errorf("snapshotter: overlay at %s: %w", cfg.Root, err)
@@ -150,7 +159,7 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 		m = NewMetrics()
 	}
 	s := &Snapshotter{root: cfg.Root, store: cfg.Store, mode: cfg.Mode, overlay: ov, metrics: m,
-		life: newLife(ctx), holders: newHolderTable(m)}
+		links: links, life: newLife(ctx), holders: newHolderTable(m)}
 	s.leases = newLeases(s.life, cfg.Resolver, s.holders, m)
 	s.repairs = newRepairs(s.life, s, cfg.Retry)
 	s.mounts = newHostMounts(s, filepath.Join(cfg.Root, "mounts"))
@@ -266,12 +275,15 @@ func (s *Snapshotter) Remove(ctx context.Context, key string) error {
 	return nil
 }
 
-// Cleanup removes the directories of removed snapshots.
+// Cleanup removes the directories of removed snapshots, then the pooled
+// symlinks no view links any more.
 func (s *Snapshotter) Cleanup(ctx context.Context) error {
 	if c, ok := s.overlay.(snapshots.Cleaner); ok {
-		return c.Cleanup(ctx)
+		if err := c.Cleanup(ctx); err != nil {
+			return err
+		}
 	}
-	return nil
+	return s.links.sweep()
 }
 
 // Close stops the repairs and the resolutions in flight and waits for

@@ -79,12 +79,13 @@ func committedDir(ctx context.Context, sn snapshots.Snapshotter, name string) (s
 // inode (the very file the lease validated and holds open), and the pointer
 // file the pointer layer holds is at .weightsnap/pointers/, with the
 // artifact's file count and size; the layer's notice file
-// (pointer.NoticeName) is not there.
+// (pointer.NoticeName) is not there. The hub cache's symlinks are hard
+// links to pool's (linkpool.go); with no pool, symlinks of their own.
 // Directories are 0755; files keep the store's read-only mode and owner.
 // It is idempotent: a file that is already the store's inode stays, anything
 // else at a file's path is replaced, so it also fills a directory where the
 // pointer layer was unpacked.
-func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
+func buildView(root string, ptr pointer.Pointer, l *store.Lease, pool *linkPool) error {
 	// The pointer layer's notice says the weights are not mounted: once they
 	// are, it goes (an artifact file of that name is linked below).
 	if err := os.Remove(filepath.Join(root, pointer.NoticeName)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -92,6 +93,10 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 	}
 	files := l.Files()
 	links := newViewLinks()
+	var mk hfcache.MakeSymlink
+	if pool != nil {
+		mk = pool.symlink
+	}
 	switch ptr.Layout {
 	case "":
 		for _, f := range files {
@@ -108,7 +113,7 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease) error {
 		if err != nil {
 			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
-		if err := tree.Write(root, func(dst string, i int) error { return links.link(dst, files[i]) }); err != nil {
+		if err := tree.Write(root, func(dst string, i int) error { return links.link(dst, files[i]) }, mk); err != nil {
 			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
 	default: // pointers are parsed with pointer.CheckLayout
@@ -152,7 +157,7 @@ func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
 	// Link the open file itself, not its path: the view gets exactly the
 	// inode the lease validated. A new view has nothing at dst, and the
 	// link is all it takes.
-	fd, err := rawFD(f.File)
+	fd, err := f.FD()
 	if err != nil {
 		return err
 	}
@@ -193,20 +198,6 @@ func (v *viewLinks) linkFD(fd int, dst string) error {
 		v.byProc = true
 	}
 	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
-}
-
-// rawFD is f's descriptor, read without File.Fd, which sets it blocking:
-// a syscall or two for each file of a view.
-func rawFD(f *os.File) (int, error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	fd := -1
-	if err := rc.Control(func(d uintptr) { fd = int(d) }); err != nil {
-		return 0, err
-	}
-	return fd, nil
 }
 
 // sameFilesystem checks that views under root can be hardlinks to the

@@ -169,7 +169,7 @@ func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr pointer.Point
 	if err != nil {
 		return err
 	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease); err != nil { // the target is absolute and clean, the repo folder one validated name: it stays under dir
+	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, s.links); err != nil { // the target is absolute and clean, the repo folder one validated name: it stays under dir
 		return err
 	}
 	if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {

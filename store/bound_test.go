@@ -26,6 +26,10 @@ func treeFetch(l *store.Lease, corrupt, lieSHA string) artifact.Producer {
 	return artifact.ProducerFunc{ProducerName: "tree-fetch", Fn: func(ctx context.Context, w artifact.Writer) error {
 		for _, lf := range l.Files() {
 			e := lf.Entry
+			data, err := lf.Data()
+			if err != nil {
+				return err
+			}
 			if e.Path == lieSHA {
 				e.SHA256 = strings.Repeat("5", 64)
 			}
@@ -49,10 +53,10 @@ func treeFetch(l *store.Lease, corrupt, lieSHA string) artifact.Producer {
 			for i := len(parts) - 1; i >= 0; i-- {
 				wg.Go(func() {
 					p := parts[i]
-					if _, errs[i] = fw.WriteAt(lf.Data[p.off:p.end], p.off); errs[i] != nil || (i == 0 && artifact.IsSafetensors(e.Path)) {
+					if _, errs[i] = fw.WriteAt(data[p.off:p.end], p.off); errs[i] != nil || (i == 0 && artifact.IsSafetensors(e.Path)) {
 						return
 					}
-					sum := blake3.Sum256(lf.Data[p.off:p.end])
+					sum := blake3.Sum256(data[p.off:p.end])
 					if p.name == corrupt && corrupt != "" {
 						sum[0] ^= 1
 					}

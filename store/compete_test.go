@@ -90,8 +90,8 @@ func TestCompetingPublishers(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			if string(l.Files()[0].Data) != "same" {
-				t.Fatalf("the first publication was replaced: %q", l.Files()[0].Data)
+			if data, err := l.Files()[0].Data(); err != nil || string(data) != "same" {
+				t.Fatalf("the first publication was replaced: %q (%v)", data, err)
 			}
 		})
 	}

@@ -12,9 +12,10 @@ import (
 )
 
 // Lease is a validated artifact held open for reading: its payload files are
-// mapped read-only and the shared artifact lock is held until Close, so the
-// artifact cannot be removed or replaced while the lease lives. Manifest and
-// Index may be shared with other leases of the artifact: read-only.
+// open (each mapped read-only once its bytes are asked for: LeaseFile.Data)
+// and the shared artifact lock is held until Close, so the artifact cannot
+// be removed or replaced while the lease lives. Manifest and Index may be
+// shared with other leases of the artifact: read-only.
 type Lease struct {
 	ID       artifact.ID
 	Dir      string
@@ -53,7 +54,11 @@ func (l *Lease) Tensor(name string) ([]byte, artifact.TensorEntry, error) {
 	if !ok {
 		return nil, artifact.TensorEntry{}, fmt.Errorf("tensor %q not in artifact %s: %w", name, l.ID.Short(), errdefs.ErrNotFound)
 	}
-	return r.file.Data[r.entry.Offset : r.entry.Offset+r.entry.Length], r.entry, nil
+	data, err := r.file.Data()
+	if err != nil {
+		return nil, artifact.TensorEntry{}, fmt.Errorf("tensor %q of artifact %s: %w", name, l.ID.Short(), err)
+	}
+	return data[r.entry.Offset : r.entry.Offset+r.entry.Length], r.entry, nil
 }
 
 // Close unmaps the files and releases the shared lock. Views are invalid after it.

@@ -25,7 +25,11 @@ func mappedFetch(l *store.Lease) artifact.Producer {
 			if err != nil {
 				return err
 			}
-			copy(m, lf.Data)
+			data, err := lf.Data()
+			if err != nil {
+				return err
+			}
+			copy(m, data)
 			parts := []artifact.Sum{blake3.Sum256(m)}
 			if artifact.IsSafetensors(e.Path) {
 				parts = parts[:0]

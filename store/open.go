@@ -1,7 +1,6 @@
 package store
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
 )
@@ -22,18 +23,68 @@ const (
 	maxManifestBytes = 64 << 20
 )
 
-// LeaseFile is one payload file of a leased artifact: its path, an open
-// read-only descriptor (for hardlinked views and sendfile) and its mapping.
+// LeaseFile is one payload file of a leased artifact: its path and an open
+// read-only descriptor (for hardlinked views and sendfile), whose type,
+// mode and size the lookup checked. Its bytes are mapped on first use
+// (Data), so a lease that only links or sends its files maps none.
 type LeaseFile struct {
 	Path  string // relative to the artifact directory
 	Abs   string // absolute path in the store
 	File  *os.File
-	Data  []byte // read-only shared mapping; nil for an empty file
 	Entry artifact.FileEntry
+
+	mapOnce sync.Once
+	data    []byte // read-only shared mapping, once Data made it
+	mapErr  error
+}
+
+// Data is the file's bytes: a read-only shared mapping of the descriptor
+// the lookup checked (the same inode, its size checked again before it is
+// mapped), made on the first call and kept until the lease closes; nil for
+// an empty file. Safe for concurrent use; invalid after the lease's Close.
+func (f *LeaseFile) Data() ([]byte, error) {
+	f.mapOnce.Do(func() {
+		if f.Entry.Size == 0 {
+			return
+		}
+		fd, err := f.FD()
+		if err != nil {
+			f.mapErr = fmt.Errorf("map %s: %w", f.Path, err)
+			return
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			f.mapErr = fmt.Errorf("map %s: %w", f.Path, err)
+			return
+		}
+		if st.Size != f.Entry.Size {
+			f.mapErr = fmt.Errorf("map %s: size %d, index says %d: %w", f.Path, st.Size, f.Entry.Size, errdefs.ErrDataLoss)
+			return
+		}
+		if f.data, err = unix.Mmap(fd, 0, int(f.Entry.Size), unix.PROT_READ, unix.MAP_SHARED); err != nil {
+			f.mapErr = fmt.Errorf("map %s: %w", f.Path, err)
+		}
+	})
+	return f.data, f.mapErr
+}
+
+// FD is the file's descriptor (File's), read without File.Fd, which sets
+// it blocking: a syscall or two for each file of a view. It stays the
+// lease's: valid until Close.
+func (f *LeaseFile) FD() (int, error) {
+	rc, err := f.File.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	fd := -1
+	if err := rc.Control(func(d uintptr) { fd = int(d) }); err != nil {
+		return 0, err
+	}
+	return fd, nil
 }
 
 // opened is an artifact directory whose metadata was read and whose payload
-// files are open and mapped.
+// files are open (and mapped once used).
 type opened struct {
 	id       artifact.ID
 	ino      uint64 // the directory's inode when it was validated
@@ -46,8 +97,9 @@ type opened struct {
 
 func (o *opened) close() {
 	for _, f := range o.files {
-		if f.Data != nil {
-			unix.Munmap(f.Data)
+		if f.data != nil {
+			unix.Munmap(f.data)
+			f.data = nil
 		}
 		f.File.Close()
 	}
@@ -98,7 +150,11 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 		o.files = append(o.files, lf)
 		if err := checkTensorTable(lf); err != nil {
 			o.close()
-			return nil, err.(*InvalidError).with(id)
+			var ie *InvalidError
+			if errors.As(err, &ie) {
+				return nil, ie.with(id)
+			}
+			return nil, readFailure(id, e.Path, err)
 		}
 	}
 	if mode == FullChecksum {
@@ -210,7 +266,7 @@ func readSmall(dfd int, name string, limit int64) ([]byte, error) {
 }
 
 // openPayload opens a payload file beneath the artifact directory without
-// following any link, checks its type, mode and size, and maps it.
+// following any link, checks its type, mode and size (it is mapped on first use: Data).
 func openPayload(dfd int, dir string, e artifact.FileEntry) (*LeaseFile, error) {
 	fd, err := unix.Openat2(dfd, e.Path, &unix.OpenHow{
 		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
@@ -239,19 +295,13 @@ func openPayload(dfd int, dir string, e artifact.FileEntry) (*LeaseFile, error) 
 		f.Close()
 		return nil, fmt.Errorf("mode %o is not the hardened %o", st.Mode&0o7777, fileHardened)
 	}
-	lf := &LeaseFile{Path: e.Path, Abs: filepath.Join(dir, e.Path), File: f, Entry: e}
-	if e.Size > 0 {
-		lf.Data, err = unix.Mmap(fd, 0, int(e.Size), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			f.Close()
-			return nil, fmt.Errorf("map: %w", err)
-		}
-	}
-	return lf, nil
+	return &LeaseFile{Path: e.Path, Abs: filepath.Join(dir, e.Path), File: f, Entry: e}, nil
 }
 
-// checkTensorTable re-reads a safetensors header from the mapping and
-// compares it with the index: names, dtypes, shapes and offsets.
+// checkTensorTable re-reads a safetensors header from the file (a read of
+// the header alone, not a mapping) and compares it with the index: names,
+// dtypes, shapes and offsets. A header that is wrong is an *InvalidError;
+// a read that fails is returned as it is.
 func checkTensorTable(lf *LeaseFile) error {
 	e := lf.Entry
 	if !artifact.IsSafetensors(e.Path) {
@@ -260,9 +310,13 @@ func checkTensorTable(lf *LeaseFile) error {
 		}
 		return nil
 	}
-	h, err := artifact.ReadHeader(bytes.NewReader(lf.Data), e.Size)
-	if err != nil {
+	h, err := artifact.ReadHeader(lf.File, e.Size)
+	var fe *artifact.FormatError
+	if errors.As(err, &fe) {
 		return &InvalidError{File: e.Path, Reason: err.Error()}
+	}
+	if err != nil {
+		return err
 	}
 	if h.DataStart() != e.DataStart || len(h.Tensors) != len(e.Tensors) {
 		return &InvalidError{File: e.Path, Reason: "header does not match the index"}

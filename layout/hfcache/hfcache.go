@@ -160,12 +160,21 @@ func New(repo, revision string, files []File) (*Tree, error) {
 // is there, keeping what is that inode already.
 type LinkBlob func(dst string, file int) error
 
+// MakeSymlink makes dst a symbolic link to target as os.Symlink does (an
+// error satisfying os.ErrExist when something is at dst): a caller may
+// give one that links a shared symlink inode of that target instead.
+type MakeSymlink func(target, dst string) error
+
 // Write writes the tree into dir, the repo folder (created as needed, with
-// its parents): blobs through link, the snapshot's links, refs/main.
+// its parents): blobs through link, the snapshot's links through mk
+// (nil: os.Symlink), refs/main.
 // Directories are 0755. It is idempotent: an entry that is right already
 // stays, anything else at its path is replaced, so it also completes a
 // folder written in part.
-func (t *Tree) Write(dir string, link LinkBlob) error {
+func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
+	if mk == nil {
+		mk = os.Symlink
+	}
 	for _, sub := range []string{"blobs", "refs", path.Join("snapshots", t.Revision)} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return fmt.Errorf("hugging face cache of %s: %w", t.Repo, err)
@@ -178,7 +187,7 @@ func (t *Tree) Write(dir string, link LinkBlob) error {
 	}
 	made := map[string]bool{}
 	for _, l := range t.Links {
-		if err := symlink(l.Target, filepath.Join(dir, l.Path), made); err != nil {
+		if err := symlink(mk, l.Target, filepath.Join(dir, l.Path), made); err != nil {
 			return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, l.Path, err)
 		}
 	}
@@ -192,10 +201,10 @@ func (t *Tree) Write(dir string, link LinkBlob) error {
 	return nil
 }
 
-// symlink makes dst a symbolic link to target, keeping one that is
+// symlink makes dst a symbolic link to target with mk, keeping one that is
 // already, its directory made as needed (made records the directories
 // made or found).
-func symlink(target, dst string, made map[string]bool) error {
+func symlink(mk MakeSymlink, target, dst string, made map[string]bool) error {
 	if dir := filepath.Dir(dst); !made[dir] {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return err
@@ -203,7 +212,7 @@ func symlink(target, dst string, made map[string]bool) error {
 		made[dir] = true
 	}
 	// A new folder has nothing at dst: the link is all it takes.
-	err := os.Symlink(target, dst)
+	err := mk(target, dst)
 	if !errors.Is(err, os.ErrExist) {
 		return err
 	}
@@ -214,7 +223,7 @@ func symlink(target, dst string, made map[string]bool) error {
 	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	if err := os.Symlink(target, tmp); err != nil {
+	if err := mk(target, tmp); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, dst); err != nil {

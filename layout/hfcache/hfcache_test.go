@@ -1,6 +1,7 @@
 package hfcache
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -139,8 +140,15 @@ func TestNew(t *testing.T) {
 
 // TestWrite writes a tree twice over a folder with stale entries: blobs
 // are the linked files, links resolve to them, refs/main is the revision,
-// and a second write changes nothing.
+// and a second write changes nothing; with os.Symlink (mk nil) and with a
+// caller's mk, which makes every link.
 func TestWrite(t *testing.T) {
+	for _, own := range []bool{false, true} {
+		t.Run(fmt.Sprintf("own mk %v", own), func(t *testing.T) { testWrite(t, own) })
+	}
+}
+
+func testWrite(t *testing.T, own bool) {
 	src := t.TempDir()
 	files := []File{{"config.json", shaA}, {"sub/model.safetensors", shaB}, {"copy.json", shaA}}
 	for i, f := range files {
@@ -175,10 +183,21 @@ func TestWrite(t *testing.T) {
 		os.Remove(dst)
 		return os.Link(filepath.Join(src, files[file].Path), dst)
 	}
+	var mk MakeSymlink
+	made := map[string]bool{}
+	if own {
+		mk = func(target, dst string) error {
+			made[strings.TrimSuffix(dst, ".weightsnap-link")] = true
+			return os.Symlink(target, dst)
+		}
+	}
 	for range 2 {
-		if err := tr.Write(dir, link); err != nil {
+		if err := tr.Write(dir, link, mk); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if own && len(made) != len(files) {
+		t.Fatalf("mk made %d of the %d links", len(made), len(files))
 	}
 	if linked != 4 {
 		t.Fatalf("linked %d blobs over two writes, want 4", linked)

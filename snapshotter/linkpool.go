@@ -1,0 +1,128 @@
+package snapshotter
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sys/unix"
+)
+
+// linkPool is a folder of symbolic links, one for each target (named by
+// the target's sha256), that views hardlink rather than each making
+// symlinks of their own. A new symlink is a new inode and, for a target
+// longer than ext4 keeps in the inode (a hub cache's ../../blobs/<64 hex>
+// is), a block of its own; a hard link to a pooled one is a directory
+// entry, and removing the view frees nothing but entries. Sharing is safe:
+// a symlink's target cannot change in place, and the pool's entries are
+// replaced only whole (a new link renamed over the old; views keep the old
+// inode). The pool is in the snapshotter's root, on the store's
+// filesystem, 0700. An entry no view links any more (one link left: the
+// pool's) is removed by sweep, at start and at Cleanup.
+type linkPool struct {
+	dir string
+	seq atomic.Uint64 // names temporary links
+}
+
+// linkPoolTemp prefixes a pool entry being made.
+const linkPoolTemp = ".new-"
+
+func newLinkPool(dir string) (*linkPool, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshotter: link pool: %w", err)
+	}
+	return &linkPool{dir: dir}, nil
+}
+
+// symlink puts at dst a symbolic link to target, as os.Symlink does (an
+// error satisfying os.ErrExist when something is there already): a hard
+// link to the pool's entry for target, that entry made, or made again
+// when it is missing, has another target, or has as many links as the
+// filesystem allows. Where the pool cannot be linked from dst (another
+// filesystem) it makes a symlink of dst's own.
+func (p *linkPool) symlink(target, dst string) error {
+	entry := p.entry(target)
+	for range 3 {
+		if have, err := os.Readlink(entry); err != nil || have != target {
+			if err := p.put(entry, target); err != nil {
+				return err
+			}
+		}
+		// flags 0: the link is to the symlink itself, not what it names.
+		err := unix.Linkat(unix.AT_FDCWD, entry, unix.AT_FDCWD, dst, 0)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, unix.EEXIST):
+			return &os.LinkError{Op: "symlink", Old: target, New: dst, Err: err}
+		case errors.Is(err, unix.EXDEV):
+			return os.Symlink(target, dst)
+		case errors.Is(err, unix.EMLINK):
+			if err := p.put(entry, target); err != nil {
+				return err
+			}
+		case errors.Is(err, unix.ENOENT):
+			// The entry went (a sweep) since it was read, or dst's folder is
+			// missing: the next pass tells, by the entry.
+		default:
+			return &os.LinkError{Op: "link", Old: entry, New: dst, Err: err}
+		}
+	}
+	return os.Symlink(target, dst)
+}
+
+// entry is the pool's name for a symlink to target.
+func (p *linkPool) entry(target string) string {
+	sum := sha256.Sum256([]byte(target))
+	return filepath.Join(p.dir, hex.EncodeToString(sum[:]))
+}
+
+// put makes entry a new symbolic link to target: made at a temporary name,
+// renamed over whatever entry is.
+func (p *linkPool) put(entry, target string) error {
+	tmp := filepath.Join(p.dir, linkPoolTemp+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(p.seq.Add(1), 10))
+	if err := os.Symlink(target, tmp); err != nil {
+		return fmt.Errorf("link pool: %w", err)
+	}
+	if err := os.Rename(tmp, entry); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("link pool: %w", err)
+	}
+	return nil
+}
+
+// sweep removes the entries no view links and the temporary links a crash
+// left behind. A view being built meanwhile either linked an entry first
+// (its link keeps the inode) or finds it gone and makes it again.
+func (p *linkPool) sweep() error {
+	ents, err := os.ReadDir(p.dir)
+	if err != nil {
+		return fmt.Errorf("link pool: %w", err)
+	}
+	var errs []error
+	for _, e := range ents {
+		name := filepath.Join(p.dir, e.Name())
+		var st unix.Stat_t
+		if err := unix.Lstat(name, &st); err != nil {
+			continue // gone already
+		}
+		// A temporary link a live put is about to rename is one of this
+		// process's: only those of other processes (crashed) go.
+		if strings.HasPrefix(e.Name(), linkPoolTemp+strconv.Itoa(os.Getpid())+"-") || st.Nlink > 1 {
+			continue
+		}
+		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("link pool: %w", err)
+	}
+	return nil
+}
