@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Snapshotter benchmark (issue 9): `nerdctl run` to the first weight byte read in the container,
-# side by side in one run on one machine and one local registry:
-#   weightsnap, warm store         (the artifact already in the node's store)
-#   weightsnap, cold store         (weightsnapd pulls the artifact during Prepare)
-#   containerd's overlayfs         (the same files as an uncompressed tar layer, pulled and unpacked)
-# for each size. Real containerd, nerdctl, registry (test/e2e/deps) and bin/weightsnapd; needs root.
+# Snapshotter benchmark (issues 9 and 34): a container's start to the first weight byte read in it,
+# side by side in one run on one machine and one local registry, by `nerdctl run` and by `ctr run`:
+#   weightsnap                     (a weight image; weightsnapd pulls the artifact during Prepare)
+#   containerd's overlayfs         (busybox and the same files as one uncompressed tar layer)
+#   containerd's erofs             (the same image; its erofs differ converts the layer; ctr only)
+# for each size, each (a) cold (nothing on the node), (b) a second image of the same weights, (c) warm
+# (the same image again), with the bytes the node wrote to disk during each. Real containerd,
+# nerdctl, ctr, registry, mkfs.erofs (test/e2e/deps) and bin/weightsnapd; needs root.
 # The driver is TestSnapshotterBench in test/e2e/snapshotter_bench_test.go (build tag bench).
 #
 # Usage: scripts/bench-snapshotter.sh [SIZE...]   (default 2GiB 4GiB)

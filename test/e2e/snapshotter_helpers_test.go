@@ -42,11 +42,19 @@ func startSnapNodeWith(t *testing.T, snippet string) *snapNode {
 // registry is added to its registries).
 func startSnapNodeOpts(t *testing.T, snippet string, opts harness.WeightsnapdOptions) *snapNode {
 	t.Helper()
+	return startSnapNodeFull(t, snippet, opts, harness.ContainerdOptions{})
+}
+
+// startSnapNodeFull is startSnapNodeOpts with containerd's options (the
+// registry and the snippet are set).
+func startSnapNodeFull(t *testing.T, snippet string, opts harness.WeightsnapdOptions, ctdOpts harness.ContainerdOptions) *snapNode {
+	t.Helper()
 	harness.Peers(t)
 	n := &snapNode{reg: harness.StartRegistry(t)}
 	opts.Registries = append(opts.Registries, n.reg.Host)
 	n.ws = harness.StartWeightsnapd(t, opts)
-	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: n.reg, Imports: []string{n.ws.ContainerdSnippetFile(t, snippet)}})
+	ctdOpts.Registry, ctdOpts.Imports = n.reg, append(ctdOpts.Imports, n.ws.ContainerdSnippetFile(t, snippet))
+	n.ctd = harness.StartContainerd(t, ctdOpts)
 	n.base = harness.PushBusybox(t, n.reg)
 	return n
 }

@@ -141,6 +141,18 @@ func (tl *Tools) pathEnv(extra ...string) []string {
 	return append(env, extra...)
 }
 
+// MkfsErofs is mkfs.erofs of the pinned erofs-utils in the bin directory, which containerd's erofs
+// differ runs (on the PATH StartContainerd gives it). Like Cosign it is looked up apart from the
+// other peers; a test that needs it skips without it.
+func (tl *Tools) MkfsErofs(t testing.TB) string {
+	t.Helper()
+	p := filepath.Join(tl.Bin, "mkfs.erofs")
+	if !isExec(p) {
+		testenv.Skip(t, "mkfs.erofs missing from "+tl.Bin+" (run test/e2e/deps as root)")
+	}
+	return p
+}
+
 // Cosign is the pinned cosign CLI in the bin directory. It is looked up
 // apart from the other peers (which every test needs) so that a bin
 // directory installed before cosign was pinned still runs them; a test
