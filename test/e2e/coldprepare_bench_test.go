@@ -58,10 +58,11 @@ func TestColdPrepareBench(t *testing.T) {
 					t.Fatalf("weightsnap rm: exit %d: %s", res.code, res.errOut)
 				}
 				prep0, cpu0 := n.metric(t, `weightsnap_snapshotter_weight_prepare_seconds_sum{outcome="fetched"}`), procCPU(t, n.ws.Proc.Cmd.Process.Pid)
-				r.cold = append(r.cold, benchRun(t, n, w.ref, "weightsnap", first))
+				secs, _ = benchRun(t, n, n.ctd, w.ref, "weightsnap", first, false)
+				r.cold = append(r.cold, secs)
 				r.prep = append(r.prep, n.metric(t, `weightsnap_snapshotter_weight_prepare_seconds_sum{outcome="fetched"}`)-prep0)
 				r.prepCPU = append(r.prepCPU, procCPU(t, n.ws.Proc.Cmd.Process.Pid)-cpu0)
-				rmImage(t, n, w.ref)
+				rmImage(t, n, n.ctd, w.ref)
 			}
 			rows = append(rows, r)
 		})
