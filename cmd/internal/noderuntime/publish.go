@@ -16,7 +16,8 @@ import (
 
 // CacheIdentity is the identity a publish request's keys make: a compile
 // cache bound to the model of the weight artifact req.For, which the store
-// must hold (its identity is read from there).
+// must hold (its identity is read from there). The key's fields are
+// checked by the identity's validation (artifact.CacheKey).
 func CacheIdentity(ctx context.Context, d *store.Domain, req control.PublishRequest) (artifact.Identity, error) {
 	bad := func(format string, args ...any) (artifact.Identity, error) {
 		return artifact.Identity{}, fmt.Errorf(format+": %w", append(args, errdefs.ErrInvalidArgument)...)
@@ -26,12 +27,6 @@ func CacheIdentity(ctx context.Context, d *store.Domain, req control.PublishRequ
 		return bad("publish kind %q: want %s", req.Kind, control.KindCompileCache)
 	case req.For.IsZero():
 		return bad("a compile cache needs the weight artifact it was compiled for (--for ID)")
-	case req.Engine == "":
-		return bad("a compile cache needs its engine (--engine NAME)")
-	case req.EngineVersion == "":
-		return bad("a compile cache needs its engine's version (--engine-version V)")
-	case req.GPUArch == "":
-		return bad("a compile cache needs the GPU architecture it was compiled for (--gpu-arch, e.g. sm_90; none for the CPU)")
 	}
 	l, err := d.Lookup(ctx, req.For, store.ManifestAndMetadata)
 	if errors.Is(err, store.ErrMiss) {
