@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -66,8 +68,19 @@ func (s *Service) pullArtifact(ctx context.Context, r *registry.Remote, res *oci
 // createImage writes img's blobs to containerd's content store (the
 // manifest labelled so that containerd's garbage collector keeps the
 // others) and files it under name, its repo digest and its id, as
-// containerd's CRI files a pulled image.
-func (s *Service) createImage(ctx context.Context, name string, img *oci.Image, pl *oci.PointerLayer) error {
+// containerd's CRI files a pulled image. The blobs are written under a
+// lease, dropped once the images name them: a collection between the two
+// (an eviction's image removal schedules one) would take them.
+func (s *Service) createImage(ctx context.Context, name string, img *oci.Image, pl *oci.PointerLayer) (err error) {
+	ctx, done, err := s.ctd.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+	if err != nil {
+		return fmt.Errorf("containerd lease: %w", err)
+	}
+	defer func() {
+		if derr := done(context.WithoutCancel(ctx)); derr != nil && err == nil {
+			err = fmt.Errorf("containerd lease: %w", derr)
+		}
+	}()
 	cs := s.ctd.ContentStore()
 	blobs := []struct {
 		desc   ocispec.Descriptor
