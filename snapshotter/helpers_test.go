@@ -252,3 +252,44 @@ func writePointerLayer(t testing.TB, dir string, ptr pointer.Pointer) {
 		t.Fatal(err)
 	}
 }
+
+// filesPerFolder is how many of a model's small files share a folder.
+const filesPerFolder = 50
+
+// manyFilesModel writes a model of 8 files (a checkpoint of 6 shards,
+// config.json and the shard index) and extra small files beside it: the
+// tokenizers, configs and vocabularies of many languages, filesPerFolder
+// in a folder.
+func manyFilesModel(t *testing.T, extra int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "model")
+	if err := synth.Write(context.Background(), dir, synth.Options{Size: 8 << 20, Shards: 6, DType: "BF16", Seed: uint64(extra) + 34}); err != nil {
+		t.Fatal(err)
+	}
+	names := []string{"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "merges.txt", "generation_config.json"}
+	buf := make([]byte, 64<<10)
+	for i := range extra {
+		p := filepath.Join(dir, fmt.Sprintf("lang-%02d", i/filesPerFolder), fmt.Sprintf("%02d-%s", i%filesPerFolder, names[i%len(names)]))
+		if i%filesPerFolder == 0 {
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fill(buf, uint64(i))
+		if err := os.WriteFile(p, buf[:4096+(i*37)%61440], 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// fill writes deterministic bytes of seed into b.
+func fill(b []byte, seed uint64) {
+	s := seed*0x9E3779B97F4A7C15 + 1
+	for i := range b {
+		s ^= s << 13
+		s ^= s >> 7
+		s ^= s << 17
+		b[i] = byte(s)
+	}
+}

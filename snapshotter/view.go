@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -15,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/fanout"
 	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/store"
@@ -99,10 +101,8 @@ func buildView(root string, ptr pointer.Pointer, l *store.Lease, pool *linkPool)
 	}
 	switch ptr.Layout {
 	case "":
-		for _, f := range files {
-			if err := links.link(filepath.Join(root, f.Path), f); err != nil { // store paths are validated relative paths
-				return fmt.Errorf("view of %s: %w", f.Path, err)
-			}
+		if err := links.linkAll(root, files); err != nil {
+			return err
 		}
 	case pointer.LayoutHF:
 		hf := make([]hfcache.File, len(files))
@@ -140,20 +140,53 @@ type viewLinks struct {
 	dirs map[string]bool
 	// byProc: link through /proc/self/fd, AT_EMPTY_PATH having failed
 	// (it needs CAP_DAC_READ_SEARCH).
-	byProc bool
+	byProc atomic.Bool
 }
 
 func newViewLinks() *viewLinks { return &viewLinks{dirs: map[string]bool{}} }
 
-// link makes dst (its directory created as needed) a hardlink to the
-// lease's open file f, keeping one that is that inode already.
-func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
-	if dir := filepath.Dir(dst); !v.dirs[dir] {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
+// linkersPerView bounds the goroutines that link one view's files, each
+// over a run of at least filesPerLinker consecutive files.
+const (
+	linkersPerView = 8
+	filesPerLinker = 64
+)
+
+// linkAll links files under root (each at its store path, a validated
+// relative path), its directories made first, then the links by a few
+// goroutines (internal/fanout) over consecutive runs of files, so that each
+// mostly links into folders of its own: a link is a few syscalls in the
+// kernel, and a model of a thousand small files is a thousand of them.
+func (v *viewLinks) linkAll(root string, files []*store.LeaseFile) error {
+	for _, f := range files {
+		if err := v.mkdir(filepath.Dir(filepath.Join(root, f.Path))); err != nil {
+			return fmt.Errorf("view of %s: %w", f.Path, err)
 		}
-		v.dirs[dir] = true
 	}
+	return fanout.Each(len(files), filesPerLinker, linkersPerView, func(i int) error {
+		if err := v.link(filepath.Join(root, files[i].Path), files[i]); err != nil {
+			return fmt.Errorf("view of %s: %w", files[i].Path, err)
+		}
+		return nil
+	})
+}
+
+// mkdir makes dir and its parents, once for each view.
+func (v *viewLinks) mkdir(dir string) error {
+	if v.dirs[dir] {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	v.dirs[dir] = true
+	return nil
+}
+
+// link makes dst a hardlink to the lease's open file f, keeping one that
+// is that inode already. dst's directory is made first (mkdir) by the
+// caller; link itself is safe for concurrent use.
+func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
 	// Link the open file itself, not its path: the view gets exactly the
 	// inode the lease validated. A new view has nothing at dst, and the
 	// link is all it takes.
@@ -190,12 +223,12 @@ func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
 // descriptor itself (AT_EMPTY_PATH), else through its /proc path, which
 // needs no capability but costs a few microseconds more for each file.
 func (v *viewLinks) linkFD(fd int, dst string) error {
-	if !v.byProc {
+	if !v.byProc.Load() {
 		err := unix.Linkat(fd, "", unix.AT_FDCWD, dst, unix.AT_EMPTY_PATH)
 		if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 			return err
 		}
-		v.byProc = true
+		v.byProc.Store(true)
 	}
 	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
 }

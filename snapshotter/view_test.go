@@ -60,7 +60,10 @@ func TestViewLinks(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "models", "m", "sub", f.Path)
 			tc.before(t, dst)
 			links := newViewLinks()
-			links.byProc = tc.byProc
+			links.byProc.Store(tc.byProc)
+			if err := links.mkdir(filepath.Dir(dst)); err != nil {
+				t.Fatal(err)
+			}
 			if err := links.link(dst, f); err != nil {
 				t.Fatal(err)
 			}
@@ -86,5 +89,33 @@ func mkdir(t *testing.T, dir string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestViewLinkAll: a view of a model of hundreds of files in many folders,
+// linked by several goroutines, has every file at its path as the store's
+// very inode, the second time too (over the first), by the descriptor and
+// through /proc.
+func TestViewLinkAll(t *testing.T) {
+	n := newNode(t, t.TempDir())
+	id := importInto(t, n.dom, manyFilesModel(t, 400))
+	l, err := n.dom.Lookup(context.Background(), artifact.MustParseID(id), store.ManifestAndMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if len(l.Files()) < 2*filesPerLinker {
+		t.Fatalf("%d files: too few for more than one linker", len(l.Files()))
+	}
+	for _, byProc := range []bool{false, true} {
+		root := filepath.Join(t.TempDir(), "view")
+		for range 2 {
+			links := newViewLinks()
+			links.byProc.Store(byProc)
+			if err := links.linkAll(root, l.Files()); err != nil {
+				t.Fatal(err)
+			}
+			n.viewLinksStore(t, id, root)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/fanout"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,21 +142,8 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 	if o.manifest, o.index, err = d.readMeta(dfd, id, o.ready); err != nil {
 		return nil, err
 	}
-	for _, e := range o.index.Files {
-		lf, err := openPayload(dfd, dir, e)
-		if err != nil {
-			o.close()
-			return nil, readFailure(id, e.Path, err)
-		}
-		o.files = append(o.files, lf)
-		if err := checkTensorTable(lf); err != nil {
-			o.close()
-			var ie *InvalidError
-			if errors.As(err, &ie) {
-				return nil, ie.with(id)
-			}
-			return nil, readFailure(id, e.Path, err)
-		}
+	if err := o.openPayloads(dfd); err != nil {
+		return nil, err
 	}
 	if mode == FullChecksum {
 		if err := verifyHashes(ctx, id, o.files, hashCheck{}); err != nil {
@@ -167,6 +155,47 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 		}
 	}
 	return o, nil
+}
+
+// Opening an artifact's payload files takes up to openersPerLookup
+// goroutines, each over a run of at least filesPerOpener files.
+const (
+	openersPerLookup = 8
+	filesPerOpener   = 64
+)
+
+// openPayloads opens and checks each file of o's index in the artifact
+// directory dfd (openPayload, checkTensorTable), a model of many files on
+// a few goroutines (internal/fanout), into o.files in the index's order.
+// The error is the first failing file's, in that order; o holds no file
+// open after one.
+func (o *opened) openPayloads(dfd int) error {
+	files := make([]*LeaseFile, len(o.index.Files))
+	err := fanout.Each(len(files), filesPerOpener, openersPerLookup, func(i int) error {
+		e := o.index.Files[i]
+		lf, err := openPayload(dfd, o.dir, e)
+		if err != nil {
+			return readFailure(o.id, e.Path, err)
+		}
+		files[i] = lf
+		if err := checkTensorTable(lf); err != nil {
+			var ie *InvalidError
+			if errors.As(err, &ie) {
+				return ie.with(o.id)
+			}
+			return readFailure(o.id, e.Path, err)
+		}
+		return nil
+	})
+	for _, f := range files {
+		if f != nil {
+			o.files = append(o.files, f)
+		}
+	}
+	if err != nil {
+		o.close()
+	}
+	return err
 }
 
 // readMeta reads the manifest and the index beside READY.json in the

@@ -26,6 +26,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/fanout"
 )
 
 // Ref is the one ref a tree writes: refs/main holds the revision.
@@ -157,17 +158,28 @@ func New(repo, revision string, files []File) (*Tree, error) {
 
 // LinkBlob puts file (an index in the files New was given) at dst, a blob's
 // absolute path: a hard link to the caller's inode, replacing whatever else
-// is there, keeping what is that inode already.
+// is there, keeping what is that inode already. Write calls it from
+// several goroutines at once.
 type LinkBlob func(dst string, file int) error
 
 // MakeSymlink makes dst a symbolic link to target as os.Symlink does (an
 // error satisfying os.ErrExist when something is at dst): a caller may
 // give one that links a shared symlink inode of that target instead.
+// Write calls it from several goroutines at once.
 type MakeSymlink func(target, dst string) error
+
+// Up to writersPerTree goroutines write a tree's blobs, then its links,
+// each over a run of at least entriesPerWriter entries.
+const (
+	writersPerTree   = 8
+	entriesPerWriter = 64
+)
 
 // Write writes the tree into dir, the repo folder (created as needed, with
 // its parents): blobs through link, the snapshot's links through mk
-// (nil: os.Symlink), refs/main.
+// (nil: os.Symlink), refs/main; the directories first, then the blobs and
+// the links on a few goroutines (internal/fanout), a repository of many
+// small files being as many system calls.
 // Directories are 0755. It is idempotent: an entry that is right already
 // stays, anything else at its path is replaced, so it also completes a
 // folder written in part.
@@ -175,21 +187,39 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 	if mk == nil {
 		mk = os.Symlink
 	}
+	fail := func(entry string, err error) error {
+		return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, entry, err)
+	}
+	made := map[string]bool{}
 	for _, sub := range []string{"blobs", "refs", path.Join("snapshots", t.Revision)} {
 		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
 			return fmt.Errorf("hugging face cache of %s: %w", t.Repo, err)
 		}
+		made[filepath.Join(dir, sub)] = true
 	}
-	for _, b := range t.Blobs {
-		if err := link(filepath.Join(dir, b.Path), b.File); err != nil {
-			return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, b.Path, err)
-		}
-	}
-	made := map[string]bool{}
 	for _, l := range t.Links {
-		if err := symlink(mk, l.Target, filepath.Join(dir, l.Path), made); err != nil {
-			return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, l.Path, err)
+		if sub := filepath.Dir(filepath.Join(dir, l.Path)); !made[sub] {
+			if err := os.MkdirAll(sub, 0o755); err != nil {
+				return fail(l.Path, err)
+			}
+			made[sub] = true
 		}
+	}
+	if err := fanout.Each(len(t.Blobs), entriesPerWriter, writersPerTree, func(i int) error {
+		if err := link(filepath.Join(dir, t.Blobs[i].Path), t.Blobs[i].File); err != nil {
+			return fail(t.Blobs[i].Path, err)
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if err := fanout.Each(len(t.Links), entriesPerWriter, writersPerTree, func(i int) error {
+		if err := symlink(mk, t.Links[i].Target, filepath.Join(dir, t.Links[i].Path)); err != nil {
+			return fail(t.Links[i].Path, err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	ref := filepath.Join(dir, "refs", Ref)
 	if have, err := os.ReadFile(ref); err == nil && bytes.Equal(have, []byte(t.Revision)) {
@@ -201,16 +231,9 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 	return nil
 }
 
-// symlink makes dst a symbolic link to target with mk, keeping one that is
-// already, its directory made as needed (made records the directories
-// made or found).
-func symlink(mk MakeSymlink, target, dst string, made map[string]bool) error {
-	if dir := filepath.Dir(dst); !made[dir] {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		made[dir] = true
-	}
+// symlink makes dst (its directory made already) a symbolic link to
+// target with mk, keeping one that is already.
+func symlink(mk MakeSymlink, target, dst string) error {
 	// A new folder has nothing at dst: the link is all it takes.
 	err := mk(target, dst)
 	if !errors.Is(err, os.ErrExist) {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -229,5 +230,53 @@ func testWrite(t *testing.T, own bool) {
 	left, _ := filepath.Glob(filepath.Join(dir, "snapshots", rev, "*.weightsnap-link"))
 	if len(left) != 0 {
 		t.Fatalf("temporary links left: %v", left)
+	}
+}
+
+// TestWriteManyFiles: a repository of hundreds of files in many folders,
+// written by several goroutines, has each blob written once, each
+// snapshot entry linking its blob and refs/main, the second time too.
+func TestWriteManyFiles(t *testing.T) {
+	const n = 600
+	files := make([]File, n)
+	for i := range files {
+		files[i] = File{Path: fmt.Sprintf("lang-%02d/%03d.json", i/40, i), SHA256: fmt.Sprintf("%064x", i%500)} // 100 files share a blob
+	}
+	rev := strings.Repeat("b", 40)
+	tr, err := New("org/many", rev, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Blobs) != 500 {
+		t.Fatalf("%d blobs, want 500", len(tr.Blobs))
+	}
+	dir := filepath.Join(t.TempDir(), tr.Folder)
+	var mu sync.Mutex
+	written := map[string]int{}
+	link := func(dst string, file int) error {
+		mu.Lock()
+		written[dst]++
+		mu.Unlock()
+		os.Remove(dst)
+		return os.WriteFile(dst, []byte(files[file].SHA256), 0o444)
+	}
+	for round := 1; round <= 2; round++ {
+		if err := tr.Write(dir, link, nil); err != nil {
+			t.Fatal(err)
+		}
+		for blob, times := range written {
+			if times != round {
+				t.Fatalf("blob %s written %d times in %d writes", blob, times, round)
+			}
+		}
+		for _, f := range files {
+			got, err := os.ReadFile(filepath.Join(dir, "snapshots", rev, f.Path))
+			if err != nil || string(got) != f.SHA256 {
+				t.Fatalf("%s through its link: %q, %v; want its blob %s", f.Path, got, err, f.SHA256)
+			}
+		}
+	}
+	if ref, err := os.ReadFile(filepath.Join(dir, "refs", "main")); err != nil || string(ref) != rev {
+		t.Fatalf("refs/main: %q, %v", ref, err)
 	}
 }
