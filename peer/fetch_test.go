@@ -12,11 +12,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -197,13 +199,17 @@ func TestFetchSubset(t *testing.T) {
 func TestFetchResumesKeptFiles(t *testing.T) {
 	const size = 64 << 20
 	src, id := storetest.Seeded(t, size, 4)
-	_, addr := serve(t, src, ServerConfig{})
+	srv, addr := serve(t, src, ServerConfig{})
 	dst := storetest.Open(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	_, _, err := Fetch(ctx, dst, []string{addr}, digestOf(t, id), FetchOptions{Rails: 1, Progress: killAt(size*3/4, cancel)})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled fetch: %v", err)
 	}
+	// The peer ends the cancelled session when it sees the connection go:
+	// until then a second session of the artifact is one too many.
+	testenv.Eventually(t, 10*time.Second, func() bool { return srv.sessionsOf(mustID(t, id)) == 0 },
+		"the peer still serves the cancelled session")
 	l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{})
 	if err != nil {
 		t.Fatal(err)

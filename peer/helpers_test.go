@@ -104,3 +104,10 @@ func buildWaiters() int {
 		buf = make([]byte, 2*len(buf))
 	}
 }
+
+// sessionsOf is how many sessions of id s serves now.
+func (s *Server) sessionsOf(id artifact.ID) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.children[id]
+}
