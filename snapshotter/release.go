@@ -17,12 +17,14 @@ import (
 	"github.com/weightsnap/weightsnap/pointer"
 )
 
-// LabelEmptied marks a weight snapshot whose files Release removed when
-// the store evicted its artifact; its value is when (RFC 3339). Whatever
-// is made over it next (a container's rootfs, a view) first resolves the
-// artifact again and fills the snapshot in (refill), so nothing runs over
-// it without its weights. Like LabelFallback its key is outside
-// containerd.io/snapshot/, so no image can set it.
+// LabelEmptied marks a weight snapshot without its files: Release removed
+// them when the store evicted its artifact, or its Prepare committed it
+// and has not filled it yet (commitView; a crash there leaves it so); its
+// value is when (RFC 3339). Whatever is made over it next (a container's
+// rootfs, a view) first resolves the artifact again and fills the
+// snapshot in (refill), so nothing runs over it without its weights. Like
+// LabelFallback its key is outside containerd.io/snapshot/, so no image
+// can set it.
 const LabelEmptied = "weightsnap/emptied"
 
 // Release implements store.Releaser: before the store evicts the artifact
@@ -163,17 +165,28 @@ func (s *Snapshotter) refill(ctx context.Context, emptied []snapshots.Info) ([]*
 	return hs, nil
 }
 
-// fillEmptied links the leased artifact h into the weight snapshot name and
-// removes its LabelEmptied, unless another refill did meanwhile.
+// fillEmptied links the leased artifact h into the emptied weight snapshot
+// name, unless another refill did meanwhile.
 func (s *Snapshotter) fillEmptied(ctx context.Context, name string, ptr pointer.Pointer, h *held) error {
+	dir, err := committedDir(ctx, s.overlay, name)
+	if err != nil {
+		return err
+	}
+	if err := s.fill(ctx, name, dir, ptr, h); err != nil {
+		return err
+	}
+	s.metrics.repairs.WithLabelValues("refilled").Inc()
+	return nil
+}
+
+// fill links the leased artifact h into the committed weight snapshot
+// name, whose files are in dir, and removes its LabelEmptied; one marked
+// no more (filled meanwhile) is left as it is.
+func (s *Snapshotter) fill(ctx context.Context, name, dir string, ptr pointer.Pointer, h *held) error {
 	s.fillMu.Lock()
 	defer s.fillMu.Unlock()
 	info, err := s.overlay.Stat(ctx, name)
 	if err != nil || info.Labels[LabelEmptied] == "" {
-		return err
-	}
-	dir, err := committedDir(ctx, s.overlay, name)
-	if err != nil {
 		return err
 	}
 	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, s.links); err != nil { // the target is absolute and clean, an hf repo folder one validated name: it stays under dir
@@ -181,9 +194,6 @@ func (s *Snapshotter) fillEmptied(ctx context.Context, name string, ptr pointer.
 	}
 	info.Labels = maps.Clone(info.Labels)
 	delete(info.Labels, LabelEmptied)
-	if _, err := s.overlay.Update(ctx, info, "labels"); err != nil {
-		return err
-	}
-	s.metrics.repairs.WithLabelValues("refilled").Inc()
-	return nil
+	_, err = s.overlay.Update(ctx, info, "labels")
+	return err
 }

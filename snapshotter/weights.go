@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -159,24 +158,33 @@ func resolvedOutcome(rep *resolve.Report) (outcome, source string) {
 	return OutcomeFetched, rep.Source
 }
 
-// commitView puts the leased artifact h at ptr's target in the active
-// snapshot key (whose mounts are given) and commits it as name with opts;
-// the snapshot holds no lease (what uses it does). A commit error is
-// returned as it is.
+// commitView commits the active snapshot key (whose mounts are given) as
+// name with opts, marked LabelEmptied, then puts the leased artifact h at
+// ptr's target in it and removes the mark (fill): containerd's commit
+// walks the snapshot's files for its usage, and a view of a model of a
+// thousand files is a thousand of them (the store's bytes, not the
+// snapshot's). A crash between leaves it marked: the next use fills it in
+// (refill). When the fill fails the snapshot is removed, or, when
+// something was made over it meanwhile, left marked. The snapshot holds
+// no lease (what uses it does). A commit error is returned as it is.
 func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr pointer.Pointer, source string, mounts []mount.Mount,
 	name, key string, opts ...snapshots.Opt) error {
 	dir, err := snapshotDir(mounts)
 	if err != nil {
 		return err
 	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, s.links); err != nil { // the target is absolute and clean, the repo folder one validated name: it stays under dir
-		return err
-	}
+	opts = append(opts, snapshots.WithLabels(map[string]string{LabelEmptied: time.Now().UTC().Format(time.RFC3339)}))
 	if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
 		if !errdefs.IsAlreadyExists(err) {
 			err = fmt.Errorf("commit %s: %w", name, err)
 		}
 		return err
+	}
+	if err := s.fill(ctx, name, dir, ptr, h); err != nil {
+		if rerr := s.overlay.Remove(context.WithoutCancel(ctx), name); rerr != nil {
+			log.G(ctx).WithError(rerr).WithField("snapshot", name).Warn("remove a weight snapshot whose fill failed: it stays marked emptied, and its next use fills it in")
+		}
+		return fmt.Errorf("fill %s: %w", name, err)
 	}
 	s.metrics.viewBytes.WithLabelValues(source).Add(float64(h.lease.Index.TotalBytes()))
 	return nil
