@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
@@ -128,4 +129,42 @@ func TestRefillAfterACrashInRelease(t *testing.T) {
 		t.Fatal("the refilled weight snapshot is still marked emptied")
 	}
 	n.viewLinksStore(t, id, filepath.Join(dir, "w"))
+}
+
+// TestPrepareCutBeforeItsFill: a weight layer's Prepare commits its
+// snapshot marked emptied, then fills it and removes the mark; a crash
+// between leaves a marked, empty snapshot, and the next container over it
+// gets the weights first.
+func TestPrepareCutBeforeItsFill(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	id := n.importModel(t, 128<<10, 41)
+	layer := chainID(41)
+	n.prepareWeights(t, "extract", "", weightLabels(id, "/w", layer))
+	info, err := n.sn.overlay.Stat(ctx, layer)
+	if err != nil || info.Labels[LabelEmptied] != "" {
+		t.Fatalf("a finished Prepare's snapshot: %v, labels %v; want no %s", err, info.Labels, LabelEmptied)
+	}
+
+	// What a crash after the commit leaves: the snapshot marked, no files.
+	cut := chainID(42)
+	if _, err := n.sn.overlay.Prepare(ctx, "cut", ""); err != nil {
+		t.Fatal(err)
+	}
+	labels := weightLabels(id, "/w", cut)
+	labels[LabelEmptied] = "2026-12-02T00:00:00Z"
+	if err := n.sn.overlay.Commit(ctx, cut, "cut", snapshots.WithLabels(labels)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.sn.Prepare(ctx, "container", cut); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := committedDir(ctx, n.sn.overlay, cut)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.viewLinksStore(t, id, filepath.Join(dir, "w"))
+	if info, err := n.sn.overlay.Stat(ctx, cut); err != nil || info.Labels[LabelEmptied] != "" {
+		t.Fatalf("the cut snapshot after a container over it: %v, labels %v", err, info.Labels)
+	}
 }
