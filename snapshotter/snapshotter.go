@@ -110,7 +110,8 @@ type Snapshotter struct {
 	// gate keeps Release (write) from emptying a weight snapshot while
 	// something is made over it (read: over).
 	gate sync.RWMutex
-	// fillMu orders the refills of emptied weight snapshots.
+	// fillMu orders the fills of weight snapshots marked LabelEmptied: a
+	// Prepare's, just after its commit, and the refills of emptied ones.
 	fillMu sync.Mutex
 }
 

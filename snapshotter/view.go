@@ -145,13 +145,6 @@ type viewLinks struct {
 
 func newViewLinks() *viewLinks { return &viewLinks{dirs: map[string]bool{}} }
 
-// linkersPerView bounds the goroutines that link one view's files, each
-// over a run of at least filesPerLinker consecutive files.
-const (
-	linkersPerView = 8
-	filesPerLinker = 64
-)
-
 // linkAll links files under root (each at its store path, a validated
 // relative path), its directories made first, then the links by a few
 // goroutines (internal/fanout) over consecutive runs of files, so that each
@@ -163,7 +156,7 @@ func (v *viewLinks) linkAll(root string, files []*store.LeaseFile) error {
 			return fmt.Errorf("view of %s: %w", f.Path, err)
 		}
 	}
-	return fanout.Each(len(files), filesPerLinker, linkersPerView, func(i int) error {
+	return fanout.Each(len(files), func(i int) error {
 		if err := v.link(filepath.Join(root, files[i].Path), files[i]); err != nil {
 			return fmt.Errorf("view of %s: %w", files[i].Path, err)
 		}

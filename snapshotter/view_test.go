@@ -8,6 +8,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/fanout"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
@@ -104,7 +105,7 @@ func TestViewLinkAll(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	if len(l.Files()) < 2*filesPerLinker {
+	if len(l.Files()) < 2*fanout.MinRun {
 		t.Fatalf("%d files: too few for more than one linker", len(l.Files()))
 	}
 	for _, byProc := range []bool{false, true} {

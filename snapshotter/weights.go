@@ -128,7 +128,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	committed := false
 	defer func() {
 		if !committed {
-			if rerr := s.overlay.Remove(context.WithoutCancel(ctx), tmp); rerr != nil && !errdefs.IsNotFound(rerr) { // a failed fill took it, committed
+			if rerr := s.overlay.Remove(context.WithoutCancel(ctx), tmp); rerr != nil && !errdefs.IsNotFound(rerr) { // committed, then removed by a failed fill
 				log.G(ctx).WithError(rerr).WithField("key", tmp).Warn("remove an unfinished weight snapshot")
 			}
 		}

@@ -157,13 +157,6 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 	return o, nil
 }
 
-// Opening an artifact's payload files takes up to openersPerLookup
-// goroutines, each over a run of at least filesPerOpener files.
-const (
-	openersPerLookup = 8
-	filesPerOpener   = 64
-)
-
 // openPayloads opens and checks each file of o's index in the artifact
 // directory dfd (openPayload, checkTensorTable), a model of many files on
 // a few goroutines (internal/fanout), into o.files in the index's order.
@@ -171,7 +164,7 @@ const (
 // open after one.
 func (o *opened) openPayloads(dfd int) error {
 	files := make([]*LeaseFile, len(o.index.Files))
-	err := fanout.Each(len(files), filesPerOpener, openersPerLookup, func(i int) error {
+	err := fanout.Each(len(files), func(i int) error {
 		e := o.index.Files[i]
 		lf, err := openPayload(dfd, o.dir, e)
 		if err != nil {

@@ -8,12 +8,21 @@ import (
 	"sync"
 )
 
-// Each calls fn(i) for every i in [0, n) on up to limit goroutines (and
-// no more than GOMAXPROCS), each over a run of consecutive indexes of at
-// least minRun, so that a short loop stays on the caller's goroutine. A
-// goroutine stops at its first error; Each returns the error of the lowest
-// index that failed, after every goroutine has returned.
-func Each(n, minRun, limit int, fn func(i int) error) error {
+// Each gives each goroutine a run of at least MinRun iterations, on up to
+// MaxGoroutines goroutines (and no more than GOMAXPROCS).
+const (
+	MinRun        = 64
+	MaxGoroutines = 8
+)
+
+// Each calls fn(i) for every i in [0, n) on a few goroutines, each over a
+// run of consecutive indexes (MinRun, MaxGoroutines), so that a short loop
+// stays on the caller's goroutine. A goroutine stops at its first error;
+// Each returns the error of the lowest index that failed, after every
+// goroutine has returned.
+func Each(n int, fn func(i int) error) error { return each(n, MinRun, MaxGoroutines, fn) }
+
+func each(n, minRun, limit int, fn func(i int) error) error {
 	workers := max(1, min(limit, runtime.GOMAXPROCS(0), n/max(minRun, 1)))
 	if workers == 1 {
 		for i := range n {

@@ -31,7 +31,7 @@ func TestEach(t *testing.T) {
 			for _, i := range tc.fail {
 				fails[i] = true
 			}
-			err := Each(tc.n, tc.minRun, tc.limit, func(i int) error {
+			err := each(tc.n, tc.minRun, tc.limit, func(i int) error {
 				calls[i].Add(1)
 				if fails[i] {
 					return fmt.Errorf("index %d: %w", i, errIndex)

@@ -168,13 +168,6 @@ type LinkBlob func(dst string, file int) error
 // Write calls it from several goroutines at once.
 type MakeSymlink func(target, dst string) error
 
-// Up to writersPerTree goroutines write a tree's blobs, then its links,
-// each over a run of at least entriesPerWriter entries.
-const (
-	writersPerTree   = 8
-	entriesPerWriter = 64
-)
-
 // Write writes the tree into dir, the repo folder (created as needed, with
 // its parents): blobs through link, the snapshot's links through mk
 // (nil: os.Symlink), refs/main; the directories first, then the blobs and
@@ -205,7 +198,7 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 			made[sub] = true
 		}
 	}
-	if err := fanout.Each(len(t.Blobs), entriesPerWriter, writersPerTree, func(i int) error {
+	if err := fanout.Each(len(t.Blobs), func(i int) error {
 		if err := link(filepath.Join(dir, t.Blobs[i].Path), t.Blobs[i].File); err != nil {
 			return fail(t.Blobs[i].Path, err)
 		}
@@ -213,7 +206,7 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 	}); err != nil {
 		return err
 	}
-	if err := fanout.Each(len(t.Links), entriesPerWriter, writersPerTree, func(i int) error {
+	if err := fanout.Each(len(t.Links), func(i int) error {
 		if err := symlink(mk, t.Links[i].Target, filepath.Join(dir, t.Links[i].Path)); err != nil {
 			return fail(t.Links[i].Path, err)
 		}
