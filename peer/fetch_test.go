@@ -12,21 +12,20 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/internal/storetest"
-	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/store"
 )
 
 func TestFetchTCP(t *testing.T) {
 	src, id := storetest.Seeded(t, 48<<20, 3)
-	_, addr := serve(t, src, ServerConfig{})
+	srv, addr := serve(t, src, ServerConfig{})
 	for _, rails := range []int{1, 2, 4} {
 		t.Run(fmt.Sprint(rails), func(t *testing.T) {
+			waitSessionsEnd(t, srv, mustID(t, id)) // the last subtest's
 			dst := storetest.Open(t)
 			l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{Rails: rails})
 			if err != nil {
@@ -206,10 +205,7 @@ func TestFetchResumesKeptFiles(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled fetch: %v", err)
 	}
-	// The peer ends the cancelled session when it sees the connection go:
-	// until then a second session of the artifact is one too many.
-	testenv.Eventually(t, 10*time.Second, func() bool { return srv.sessionsOf(mustID(t, id)) == 0 },
-		"the peer still serves the cancelled session")
+	waitSessionsEnd(t, srv, mustID(t, id))
 	l, rep, err := Fetch(context.Background(), dst, []string{addr}, digestOf(t, id), FetchOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -110,4 +111,14 @@ func (s *Server) sessionsOf(id artifact.ID) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.children[id]
+}
+
+// waitSessionsEnd waits until s serves no session of id. A peer ends a
+// session its client left when it sees the connection go: until then, at
+// the default MaxChildren of 1, a second session of the artifact is
+// answered busy.
+func waitSessionsEnd(t *testing.T, s *Server, id artifact.ID) {
+	t.Helper()
+	testenv.Eventually(t, 10*time.Second, func() bool { return s.sessionsOf(id) == 0 },
+		"the peer still serves a session its client left")
 }

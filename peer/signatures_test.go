@@ -17,7 +17,7 @@ func TestProviderCarriesSignatures(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	d, id := storetest.Seeded(t, 256<<10, 1)
-	_, addr := serve(t, d, ServerConfig{})
+	srv, addr := serve(t, d, ServerConfig{})
 	digest, err := id.ID()
 	if err != nil {
 		t.Fatal(err)
@@ -39,6 +39,7 @@ func TestProviderCarriesSignatures(t *testing.T) {
 		return raw, sums
 	}
 	raw, sums := carried()
+	waitSessionsEnd(t, srv, digest)
 	if raw != nil {
 		t.Fatalf("records sent for an artifact without any: %q", raw)
 	}
