@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -29,7 +28,8 @@ const LabelEmptied = "weightsnap/emptied"
 
 // Release implements store.Releaser: before the store evicts the artifact
 // id, every committed weight snapshot of it is marked LabelEmptied and
-// emptied, so that their hardlinks give the artifact's bytes back; the
+// emptied, then its shared views removed, so that their hardlinks give the
+// artifact's bytes back; the
 // images stay, and their next container gets the weights again. It
 // refuses while anything uses the artifact (an active snapshot over one of
 // them, a host mount, a repair) and leaves a fallback (no weights) alone.
@@ -38,6 +38,8 @@ const LabelEmptied = "weightsnap/emptied"
 func (s *Snapshotter) Release(ctx context.Context, id artifact.ID) error {
 	s.gate.Lock()
 	defer s.gate.Unlock()
+	s.fillMu.Lock() // no fill links a view of id meanwhile
+	defer s.fillMu.Unlock()
 	if s.holders.anyOf(id, useLeased) || s.holders.anyOf(id, useRepairing) {
 		return fmt.Errorf("weight snapshots of %s: in use: %w", id.Short(), errdefs.ErrFailedPrecondition)
 	}
@@ -63,14 +65,20 @@ func (s *Snapshotter) Release(ctx context.Context, id artifact.ID) error {
 		log.G(ctx).WithField("identity", id.String()).WithField("snapshot", info.Name).WithField("seconds", time.Since(start).Seconds()).
 			Info("weight snapshot emptied for the store's eviction: its next container resolves the artifact again")
 	}
+	if len(errs) == 0 { // no snapshot links them any more
+		errs = append(errs, s.views.remove(id))
+	}
 	return errors.Join(errs...)
 }
 
 // empty marks the committed weight snapshot info LabelEmptied, then
-// removes its files: all it holds is the view buildView made.
+// replaces its directory by an empty one: all it holds is a view, shared
+// (its directory a symbolic link) or its own (buildView's, filled before
+// views were shared, or by a repair).
 func (s *Snapshotter) empty(ctx context.Context, info snapshots.Info) error {
 	info.Labels = maps.Clone(info.Labels)
 	info.Labels[LabelEmptied] = time.Now().UTC().Format(time.RFC3339)
+	delete(info.Labels, LabelView)
 	if _, err := s.overlay.Update(ctx, info, "labels"); err != nil {
 		return err
 	}
@@ -78,16 +86,14 @@ func (s *Snapshotter) empty(ctx context.Context, info snapshots.Info) error {
 	if err != nil {
 		return err
 	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
+	tmp := dir + ".weightsnap-empty"
+	if err := os.RemoveAll(tmp); err != nil {
 		return err
 	}
-	for _, e := range ents {
-		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
-			return err
-		}
+	if err := os.Mkdir(tmp, 0o755); err != nil {
+		return err
 	}
-	return nil
+	return replaceDir(tmp, dir)
 }
 
 // over makes the snapshot key over parent with mk and gives it the
@@ -179,9 +185,12 @@ func (s *Snapshotter) fillEmptied(ctx context.Context, name string, ptr pointer.
 	return nil
 }
 
-// fill links the leased artifact h into the committed weight snapshot
-// name, whose files are in dir, and removes its LabelEmptied; one marked
-// no more (filled meanwhile) is left as it is.
+// fill makes the committed weight snapshot name, whose files are in dir,
+// the shared view of the leased artifact h laid out by ptr (sharedViews:
+// dir becomes a symbolic link to it, the view built first when there is
+// none), and removes its LabelEmptied; one marked no more (filled
+// meanwhile) is left as it is. A crash before the mark goes leaves it
+// marked, dir as it was or the link, which the next fill makes again.
 func (s *Snapshotter) fill(ctx context.Context, name, dir string, ptr pointer.Pointer, h *held) error {
 	s.fillMu.Lock()
 	defer s.fillMu.Unlock()
@@ -189,11 +198,23 @@ func (s *Snapshotter) fill(ctx context.Context, name, dir string, ptr pointer.Po
 	if err != nil || info.Labels[LabelEmptied] == "" {
 		return err
 	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, s.links); err != nil { // the target is absolute and clean, an hf repo folder one validated name: it stays under dir
+	view, viewName, err := s.views.get(ptr, h.lease, s.links)
+	if err != nil {
 		return err
+	}
+	link := dir + ".weightsnap-link"
+	if err := os.RemoveAll(link); err != nil {
+		return err
+	}
+	if err := os.Symlink(view, link); err != nil {
+		return fmt.Errorf("link the shared view: %w", err)
+	}
+	if err := replaceDir(link, dir); err != nil { // emptied: nothing in dir is anybody's
+		return fmt.Errorf("link the shared view: %w", err)
 	}
 	info.Labels = maps.Clone(info.Labels)
 	delete(info.Labels, LabelEmptied)
+	info.Labels[LabelView] = viewName
 	_, err = s.overlay.Update(ctx, info, "labels")
 	return err
 }

@@ -65,6 +65,9 @@ func TestReleaseEmptiesAndRefills(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Fatalf("the evicted artifact's weight snapshot still holds %v", ents)
 	}
+	if got := n.views(t, id); len(got) != 0 {
+		t.Fatalf("the evicted artifact's shared views: %v, want none", got)
+	}
 	info, err := n.sn.Stat(ctx, layer)
 	if err != nil || info.Labels[LabelEmptied] == "" {
 		t.Fatalf("the emptied weight snapshot is not marked: %v %v", info.Labels, err)
@@ -92,43 +95,70 @@ func TestReleaseEmptiesAndRefills(t *testing.T) {
 	}
 }
 
-// TestRefillAfterACrashInRelease: a release that marked a weight snapshot
-// emptied and crashed before (or while) removing its files leaves a
-// marked snapshot with some of its files; the next container over it
-// gets the whole view again, the store's inodes, and the mark goes.
+// TestRefillAfterACrashInRelease: a release marks a weight snapshot
+// emptied, then exchanges its link to the shared view (or, filled before
+// views were shared, its own view) for an empty directory and removes
+// the old; a crash at any step leaves a marked snapshot, and the next
+// container over it gets the whole view again, the store's inodes, and
+// the mark goes.
 func TestRefillAfterACrashInRelease(t *testing.T) {
-	ctx := context.Background()
-	n := newNode(t, t.TempDir())
-	src := storetest.Synth(t, synth.Options{Size: 256 << 10, Shards: 2, DType: "BF16", Seed: 33})
-	id := importInto(t, n.dom, src)
-	layer := chainID(33)
-	n.prepareWeights(t, "extract", "", weightLabels(id, "/w", layer))
-	info, err := n.sn.Stat(ctx, layer)
-	if err != nil {
-		t.Fatal(err)
+	for i, tc := range []struct {
+		name  string
+		crash func(t *testing.T, dir string) // what the crash left at the snapshot's directory
+	}{
+		{"still linked", func(t *testing.T, dir string) {}},
+		{"emptied, the old link left", func(t *testing.T, dir string) {
+			if err := os.Rename(dir, dir+".weightsnap-empty"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"own view half removed", func(t *testing.T, dir string) {
+			if err := os.Remove(dir); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.MkdirAll(filepath.Join(dir, "w"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "w", "config.json"), []byte("{}"), 0o444); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			n := newNode(t, t.TempDir())
+			src := storetest.Synth(t, synth.Options{Size: 256 << 10, Shards: 2, DType: "BF16", Seed: uint64(33 + i)})
+			id := importInto(t, n.dom, src)
+			layer := chainID(33)
+			n.prepareWeights(t, "extract", "", weightLabels(id, "/w", layer))
+			info, err := n.sn.Stat(ctx, layer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info.Labels[LabelEmptied] = "2026-12-02T00:00:00Z" // marked, as Release does first
+			if _, err := n.sn.overlay.Update(ctx, info, "labels"); err != nil {
+				t.Fatal(err)
+			}
+			dir, err := committedDir(ctx, n.sn.overlay, layer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.crash(t, dir)
+			if _, err := n.sn.Prepare(ctx, "container", layer); err != nil {
+				t.Fatal(err)
+			}
+			if info, _ := n.sn.Stat(ctx, layer); info.Labels[LabelEmptied] != "" {
+				t.Fatal("the refilled weight snapshot is still marked emptied")
+			}
+			if fi, err := os.Lstat(dir); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+				t.Fatalf("the refilled weight snapshot's directory: %v %v, want a link to its shared view", fi, err)
+			}
+			n.viewLinksStore(t, id, filepath.Join(dir, "w"))
+		})
 	}
-	info.Labels[LabelEmptied] = "2026-12-02T00:00:00Z" // marked, as Release does first
-	if _, err := n.sn.overlay.Update(ctx, info, "labels"); err != nil {
-		t.Fatal(err)
-	}
-	dir, err := committedDir(ctx, n.sn.overlay, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ents, err := os.ReadDir(filepath.Join(dir, "w"))
-	if err != nil || len(ents) < 2 {
-		t.Fatalf("the weight snapshot's files: %v %v", ents, err)
-	}
-	if err := os.RemoveAll(filepath.Join(dir, "w", ents[0].Name())); err != nil { // the crash came midway
-		t.Fatal(err)
-	}
-	if _, err := n.sn.Prepare(ctx, "container", layer); err != nil {
-		t.Fatal(err)
-	}
-	if info, _ := n.sn.Stat(ctx, layer); info.Labels[LabelEmptied] != "" {
-		t.Fatal("the refilled weight snapshot is still marked emptied")
-	}
-	n.viewLinksStore(t, id, filepath.Join(dir, "w"))
 }
 
 // TestPrepareCutBeforeItsFill: a weight layer's Prepare commits its

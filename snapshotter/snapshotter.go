@@ -59,7 +59,9 @@ type Resolver interface {
 // Config configures a Snapshotter.
 type Config struct {
 	// Root is the snapshotter's directory: the overlay snapshotter's root,
-	// mounts/ for host mounts and links/, the views' shared symlinks. It must be on the store's filesystem.
+	// mounts/ for host mounts, links/, the views' shared symlinks, and
+	// views/, the views weight snapshots share. It must be on the store's
+	// filesystem.
 	Root string
 	// Store is the node's store domain, whose payload files views link to.
 	Store *store.Domain
@@ -104,14 +106,16 @@ type Snapshotter struct {
 	leases  *leases
 	repairs *repairs
 	mounts  *HostMounts
-	links   *linkPool // the hub cache views' symlinks
+	links   *linkPool    // the hub cache views' symlinks
+	views   *sharedViews // the views weight snapshots link to
 	metrics *Metrics
 
 	// gate keeps Release (write) from emptying a weight snapshot while
 	// something is made over it (read: over).
 	gate sync.RWMutex
-	// fillMu orders the fills of weight snapshots marked LabelEmptied: a
-	// Prepare's, just after its commit, and the refills of emptied ones.
+	// fillMu orders the fills of weight snapshots marked LabelEmptied (a
+	// Prepare's, just after its commit, and the refills of emptied ones),
+	// Release and the sweep of shared views.
 	fillMu sync.Mutex
 }
 
@@ -151,6 +155,10 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if err := links.sweep(); err != nil {
 		log.G(ctx).WithError(err).Warn("link pool: entries no view links stay until the next Cleanup")
 	}
+	views, err := newSharedViews(filepath.Join(cfg.Root, "views"))
+	if err != nil {
+		return nil, err
+	}
 	ov, err := overlay.NewSnapshotter(cfg.Root)
 	if err != nil {
 		return nil, fmt.Errorf("snapshotter: overlay at %s: %w", cfg.Root, err)
@@ -160,7 +168,7 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 		m = NewMetrics()
 	}
 	s := &Snapshotter{root: cfg.Root, store: cfg.Store, mode: cfg.Mode, overlay: ov, metrics: m,
-		links: links, life: newLife(ctx), holders: newHolderTable(m)}
+		links: links, views: views, life: newLife(ctx), holders: newHolderTable(m)}
 	s.leases = newLeases(s.life, cfg.Resolver, s.holders, m)
 	s.repairs = newRepairs(s.life, s, cfg.Retry)
 	s.mounts = newHostMounts(s, filepath.Join(cfg.Root, "mounts"))
@@ -276,15 +284,36 @@ func (s *Snapshotter) Remove(ctx context.Context, key string) error {
 	return nil
 }
 
-// Cleanup removes the directories of removed snapshots, then the pooled
-// symlinks no view links any more.
+// Cleanup removes the directories of removed snapshots, then the shared
+// views no weight snapshot links to, then the pooled symlinks no view
+// links any more.
 func (s *Snapshotter) Cleanup(ctx context.Context) error {
 	if c, ok := s.overlay.(snapshots.Cleaner); ok {
 		if err := c.Cleanup(ctx); err != nil {
 			return err
 		}
 	}
+	if err := s.sweepViews(ctx); err != nil {
+		return err
+	}
 	return s.links.sweep()
+}
+
+// sweepViews removes the shared views no weight snapshot names.
+func (s *Snapshotter) sweepViews(ctx context.Context) error {
+	s.fillMu.Lock()
+	defer s.fillMu.Unlock()
+	keep := map[string]bool{}
+	err := s.overlay.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if v := info.Labels[LabelView]; v != "" {
+			keep[v] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("shared views: %w", err)
+	}
+	return s.views.sweep(keep)
 }
 
 // Close stops the repairs and the resolutions in flight and waits for
