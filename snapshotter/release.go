@@ -29,8 +29,8 @@ const LabelEmptied = "weightsnap/emptied"
 // Release implements store.Releaser: before the store evicts the artifact
 // id, every committed weight snapshot of it is marked LabelEmptied and
 // emptied, then its shared views removed, so that their hardlinks give the
-// artifact's bytes back; the
-// images stay, and their next container gets the weights again. It
+// artifact's bytes back; the images stay, and their next container gets
+// the weights again. It
 // refuses while anything uses the artifact (an active snapshot over one of
 // them, a host mount, a repair) and leaves a fallback (no weights) alone.
 // Marked first, then emptied: a crash between leaves a marked snapshot the
@@ -77,8 +77,7 @@ func (s *Snapshotter) Release(ctx context.Context, id artifact.ID) error {
 // views were shared, or by a repair).
 func (s *Snapshotter) empty(ctx context.Context, info snapshots.Info) error {
 	info.Labels = maps.Clone(info.Labels)
-	info.Labels[LabelEmptied] = time.Now().UTC().Format(time.RFC3339)
-	delete(info.Labels, LabelView)
+	info.Labels[LabelEmptied] = time.Now().UTC().Format(time.RFC3339) // LabelView stays: Cleanup keeps the view while dir may link to it
 	if _, err := s.overlay.Update(ctx, info, "labels"); err != nil {
 		return err
 	}

@@ -147,6 +147,9 @@ func TestRefillAfterACrashInRelease(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.crash(t, dir)
+			if err := n.sn.Cleanup(ctx); err != nil { // the view stays while the snapshot may link to it
+				t.Fatal(err)
+			}
 			if _, err := n.sn.Prepare(ctx, "container", layer); err != nil {
 				t.Fatal(err)
 			}

@@ -33,9 +33,9 @@ const LabelView = "weightsnap/view"
 // <artifact hex>/<key>/fs, with origin beside fs, the device and inode
 // of the artifact's first file when it was built: a view of an artifact
 // the store removed and fetched again (new inodes) is built again, never
-// served. Views are built in a temporary folder and renamed into place,
-// so one is whole or absent; temporary and replaced ones a crash left
-// are removed at start. Release removes an artifact's views with its
+// served. Views are built in a temporary folder and renamed into place
+// (exchanged with the view they replace), so one is whole or absent;
+// temporary and replaced ones a crash left are removed at start. Release removes an artifact's views with its
 // weight snapshots' links (the store's eviction), Cleanup those no
 // snapshot names (LabelView).
 type sharedViews struct {
@@ -141,10 +141,7 @@ func (v *sharedViews) get(ptr pointer.Pointer, l *store.Lease, pool *linkPool) (
 	if err := os.WriteFile(filepath.Join(tmp, "origin"), []byte(origin), 0o444); err != nil {
 		return "", "", fmt.Errorf("shared view: %w", err)
 	}
-	if err := v.removeDir(dir); err != nil {
-		return "", "", err
-	}
-	if err := os.Rename(tmp, dir); err != nil {
+	if err := replaceDir(tmp, dir); err != nil { // another copy's view, which snapshots may link to: exchanged, never missing
 		return "", "", fmt.Errorf("shared view: %w", err)
 	}
 	done = true
