@@ -333,3 +333,63 @@ func logLine(t *testing.T, path, msg, identity string) int {
 	}
 	return -1
 }
+
+// TestSnapshotterSharedView (issue 34, item 4): two images of one artifact
+// at one target, over different bases (two chains), get weight snapshots
+// that are links to one shared view of the store's inodes; a container
+// reads the weights through the link (overlayfs follows it in lowerdir);
+// once both images are gone, containerd's garbage collection (Cleanup)
+// removes the view.
+func TestSnapshotterSharedView(t *testing.T) {
+	n := startSnapNode(t)
+	a := n.pushArtifact(t, "shared-view", "8MiB", 2)
+	withBase := n.buildImage(t, "sv-base", "/models/x", a)
+	alone := n.buildImageOver(t, "scratch", "sv-alone", "", "/models/x", a)
+	for _, img := range []string{withBase, alone} {
+		if _, err := n.ctd.Nerdctl("--snapshotter", "weightsnap", "pull", img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	links := map[string]int{}
+	dirs, _ := filepath.Glob(filepath.Join(n.ws.SnapshotRoot, "snapshots", "*", "fs"))
+	for _, d := range dirs {
+		if target, err := os.Readlink(d); err == nil {
+			links[target]++
+		}
+	}
+	views := filepath.Join(n.ws.SnapshotRoot, "views", a.hex)
+	if len(links) != 1 {
+		t.Fatalf("weight snapshots' links %v, want two to one view", links)
+	}
+	for view, count := range links {
+		if count != 2 || !strings.HasPrefix(view, views+"/") {
+			t.Fatalf("weight snapshots' links %v, want two to one view under %s", links, views)
+		}
+		for p := range a.files {
+			sameInode(t, filepath.Join(view, "models/x", p), filepath.Join(n.ws.Root, "artifacts", a.hex, p))
+		}
+	}
+	out, err := n.run(withBase, "sh", "-c", "cd /models/x && sha256sum *")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, sum := range a.files {
+		if !strings.Contains(out, sum+"  "+p) {
+			t.Fatalf("the container read %q, want %s of %s", out, sum, p)
+		}
+	}
+
+	for _, img := range []string{withBase, alone} {
+		if _, err := n.ctd.Nerdctl("rmi", img); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := testenv.Wait(time.Minute, func() error {
+		if ents, err := os.ReadDir(views); !os.IsNotExist(err) {
+			return fmt.Errorf("views of the artifact: %d, %v", len(ents), err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("no image needs the artifact, and its view stays: %v", err)
+	}
+}
