@@ -85,14 +85,7 @@ func (s *Snapshotter) empty(ctx context.Context, info snapshots.Info) error {
 	if err != nil {
 		return err
 	}
-	tmp := dir + ".weightsnap-empty"
-	if err := os.RemoveAll(tmp); err != nil {
-		return err
-	}
-	if err := os.Mkdir(tmp, 0o755); err != nil {
-		return err
-	}
-	return replaceDir(tmp, dir)
+	return swapIn(dir, ".weightsnap-empty", func(tmp string) error { return os.Mkdir(tmp, 0o755) })
 }
 
 // over makes the snapshot key over parent with mk and gives it the
@@ -201,14 +194,7 @@ func (s *Snapshotter) fill(ctx context.Context, name, dir string, ptr pointer.Po
 	if err != nil {
 		return err
 	}
-	link := dir + ".weightsnap-link"
-	if err := os.RemoveAll(link); err != nil {
-		return err
-	}
-	if err := os.Symlink(view, link); err != nil {
-		return fmt.Errorf("link the shared view: %w", err)
-	}
-	if err := replaceDir(link, dir); err != nil { // emptied: nothing in dir is anybody's
+	if err := swapIn(dir, ".weightsnap-link", func(tmp string) error { return os.Symlink(view, tmp) }); err != nil { // emptied: nothing in dir is anybody's
 		return fmt.Errorf("link the shared view: %w", err)
 	}
 	info.Labels = maps.Clone(info.Labels)

@@ -35,9 +35,9 @@ const LabelView = "weightsnap/view"
 // the store removed and fetched again (new inodes) is built again, never
 // served. Views are built in a temporary folder and renamed into place
 // (exchanged with the view they replace), so one is whole or absent;
-// temporary and replaced ones a crash left are removed at start. Release removes an artifact's views with its
-// weight snapshots' links (the store's eviction), Cleanup those no
-// snapshot names (LabelView).
+// temporary and replaced ones a crash left are removed at start. Release
+// removes an artifact's views with its weight snapshots' links (the
+// store's eviction), Cleanup those no snapshot names (LabelView).
 type sharedViews struct {
 	dir string
 	seq atomic.Uint64 // names temporary folders
@@ -122,10 +122,7 @@ func (v *sharedViews) get(ptr pointer.Pointer, l *store.Lease, pool *linkPool) (
 	if have, err := os.ReadFile(filepath.Join(dir, "origin")); err == nil && string(have) == origin {
 		return filepath.Join(dir, "fs"), name, nil
 	}
-	tmp := filepath.Join(filepath.Dir(dir), sharedTemp+strconv.FormatUint(v.seq.Add(1), 10)+"-"+strconv.Itoa(os.Getpid()))
-	if err := os.RemoveAll(tmp); err != nil {
-		return "", "", err
-	}
+	tmp := v.shadow(dir, sharedTemp) // unique in this process; a crash's are removed at start
 	done := false
 	defer func() {
 		if !done {
@@ -174,7 +171,7 @@ func (v *sharedViews) remove(id artifact.ID) error {
 // removeDir removes dir (a view, or an artifact's views) by a rename
 // first, so that nothing ever sees it half removed.
 func (v *sharedViews) removeDir(dir string) error {
-	old := filepath.Join(filepath.Dir(dir), sharedOld+strconv.FormatUint(v.seq.Add(1), 10)+"-"+strconv.Itoa(os.Getpid()))
+	old := v.shadow(dir, sharedOld)
 	if err := os.Rename(dir, old); errors.Is(err, os.ErrNotExist) {
 		return nil
 	} else if err != nil {
@@ -184,6 +181,12 @@ func (v *sharedViews) removeDir(dir string) error {
 		return fmt.Errorf("shared view: %w", err)
 	}
 	return nil
+}
+
+// shadow is a new name beside dir for a folder being made (sharedTemp) or
+// removed (sharedOld).
+func (v *sharedViews) shadow(dir, prefix string) string {
+	return filepath.Join(filepath.Dir(dir), prefix+strconv.FormatUint(v.seq.Add(1), 10)+"-"+strconv.Itoa(os.Getpid()))
 }
 
 // sweep removes the views whose names keep does not hold, and then the
@@ -220,13 +223,13 @@ func (v *sharedViews) sweep(keep map[string]bool) error {
 	return errors.Join(errs...)
 }
 
-// replaceDir puts what is at tmp (a link to a view, an empty directory)
-// at dir, the directory of a committed snapshot, and removes what was
-// there: by one exchange (RENAME_EXCHANGE), so that dir is never missing
-// (the overlay snapshotter's mounts of anything over it stat it); on a
-// filesystem without the exchange, by a removal and a rename, which a
-// crash can cut between (the snapshot's views then fail until it is
-// removed).
+// replaceDir puts what is at tmp (a link to a view, an empty directory,
+// a view) at dir, the directory of a committed snapshot or a view, and
+// removes what was there: by one exchange (RENAME_EXCHANGE), so that dir
+// is never missing (the overlay snapshotter's mounts of anything over it
+// stat it); on a filesystem without the exchange, by a removal and a
+// rename, which a crash can cut between (the snapshot's views then fail
+// until it is removed).
 func replaceDir(tmp, dir string) error {
 	err := unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dir, unix.RENAME_EXCHANGE)
 	switch {
@@ -241,4 +244,17 @@ func replaceDir(tmp, dir string) error {
 		return err
 	}
 	return os.RemoveAll(tmp) // what dir was
+}
+
+// swapIn replaces the committed snapshot's directory dir (replaceDir) by
+// what make makes at dir+suffix, first removing what a crash left there.
+func swapIn(dir, suffix string, make func(tmp string) error) error {
+	tmp := dir + suffix
+	if err := os.RemoveAll(tmp); err != nil {
+		return err
+	}
+	if err := make(tmp); err != nil {
+		return err
+	}
+	return replaceDir(tmp, dir)
 }
