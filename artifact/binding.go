@@ -15,15 +15,17 @@ import (
 //
 //   - BindNone: the writer computes everything, sha256 and the tensor tree
 //     (an import, a pull of a foreign artifact). Want gives path and size.
-//   - BindSHA256: a registry pull. The writer computes the sha256 of the
-//     bytes written in order, and parses and hashes the safetensors header;
-//     the header's BLAKE3 and the tensor table must equal Want's, the sha256
-//     must equal Want.SHA256, and Want's tensor BLAKE3 values (from the index
-//     layer, which the manifest's sha256 chain pins to these layers) are
-//     recorded without hashing the tensor bytes. With CheckTensors the
-//     writer hashes them too and checks each tensor as it ends, so a build
-//     can serve the tensors it verified before the whole file's sha256
-//     (chain seeding; FileHasher.Checked).
+//   - BindTreeStream: a registry pull of a weightsnap artifact, whose
+//     manifest (its digest, or a signature over it) is what the pull trusts:
+//     it pins the index layer, and so the index's tensor tree, as firmly as
+//     the layers' sha256 values. The writer hashes the bytes written in order
+//     with BLAKE3 alone (about half sha256's CPU per byte): the header region
+//     (its BLAKE3 and tensor table) and every tensor, each checked against
+//     Want as it ends, so a build can serve the tensors it verified before
+//     the whole file (chain seeding; FileHasher.Checked); the file's tree
+//     must equal Want.BLAKE3, and Want.SHA256 is recorded, bound by that
+//     tree, as a peer fetch's is. A file that is not safetensors is hashed
+//     whole, checked at the end.
 //   - BindTree: a peer fetch. The bytes land in any order (WriteAt, several
 //     connections); the producer hashes each tensor as its bytes land and
 //     reports the BLAKE3 (BoundFileWriter.SetPartBLAKE3). The writer keeps
@@ -32,14 +34,11 @@ import (
 //     and records the sender's sha256, which that tree binds. The file is
 //     never read back.
 type Binding struct {
-	// Want is the record: path and size, and for BindSHA256 and BindTree
+	// Want is the record: path and size, and for the other bindings
 	// every digest and the tensor table, in the current index schema
 	// (Index.Upgrade).
 	Want FileEntry
 	By   BindBy
-	// CheckTensors (BindSHA256 only) checks every tensor's bytes against
-	// Want's tensor BLAKE3 as the tensor ends.
-	CheckTensors bool
 }
 
 // BindBy is the digest a Binding computes from the bytes.
@@ -48,9 +47,16 @@ type BindBy int
 // The bindings.
 const (
 	BindNone BindBy = iota
-	BindSHA256
 	BindTree
+	BindTreeStream
 )
+
+// ChecksTensors says whether the writer checks each tensor of a
+// safetensors file against Want as the tensor ends, so that the verified
+// prefix grows tensor by tensor (FileHasher.Checked).
+func (b Binding) ChecksTensors() bool {
+	return IsSafetensors(b.Want.Path) && b.By == BindTreeStream
+}
 
 // BoundFileWriter writes one bound file. Write appends in order; WriteAt
 // (BindTree only) places bytes anywhere and may be called from several
@@ -86,10 +92,7 @@ func checkBinding(b Binding) error {
 	switch b.By {
 	case BindNone:
 		return nil
-	case BindSHA256, BindTree:
-		if b.CheckTensors && b.By != BindSHA256 {
-			return fmt.Errorf("binding of %s: tensors are checked under BindSHA256 only: %w", b.Want.Path, errdefs.ErrInvalidArgument)
-		}
+	case BindTree, BindTreeStream:
 		if err := checkEntry(IndexSchema, b.Want); err != nil {
 			return fmt.Errorf("binding of %s: %w: %w", b.Want.Path, err, errdefs.ErrInvalidArgument)
 		}

@@ -50,46 +50,43 @@ func TestCompareEntryNamesTheTensor(t *testing.T) {
 	}
 }
 
-// TestBindSHA256RecordsTheRecord: under BindSHA256 the tensor digests are
-// the record's (not computed), the header and sha256 are checked.
-func TestBindSHA256RecordsTheRecord(t *testing.T) {
+// TestBindTreeStreamChecksTheRecord: under BindTreeStream every tensor
+// and the tree are checked against the record, whose sha256 is recorded
+// as the tree binds it (not computed).
+func TestBindTreeStreamChecksTheRecord(t *testing.T) {
 	data, e := goldenEntry(t)
-	lie := withTensorBLAKE3(e, 3, strings.Repeat("a", 64))
+	otherSHA := e
+	otherSHA.SHA256 = strings.Repeat("b", 64)
 	for _, tc := range []struct {
-		name  string
-		want  FileEntry
-		field string // "" when the file binds
+		name   string
+		want   FileEntry
+		field  string // "" when the file binds
+		tensor string
 	}{
-		{"the publisher's record", e, ""},
-		{"a record lying about a tensor, consistently", lie, ""},
-		{"another sha256", func() FileEntry { x := e; x.SHA256 = strings.Repeat("b", 64); return x }(), "sha256"},
+		{"the publisher's record", e, "", ""},
+		{"a record lying about a tensor, consistently", withTensorBLAKE3(e, 3, strings.Repeat("a", 64)), "blake3", e.Tensors[3].Name},
+		{"a record naming another sha256", otherSHA, "", ""},
 		{"another header", func() FileEntry {
 			x := e
 			x.HeaderBLAKE3 = strings.Repeat("c", 64)
 			x.BLAKE3, _ = EntryTree(x)
 			return x
-		}(), "header_blake3"},
-		{"another dtype", func() FileEntry {
-			x := e
-			x.Tensors = append([]TensorEntry(nil), e.Tensors...)
-			x.Tensors[0].DType = "F16"
-			return x
-		}(), "dtype"},
+		}(), "header_blake3", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := HashFile(bytes.NewReader(data), Binding{Want: tc.want, By: BindSHA256})
+			got, err := HashFile(bytes.NewReader(data), Binding{Want: tc.want, By: BindTreeStream})
 			if tc.field == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if CompareEntry(tc.want, got) != nil {
+				if CompareEntry(tc.want, got) != nil || got.SHA256 != tc.want.SHA256 {
 					t.Fatalf("recorded %+v, want the record %+v", got, tc.want)
 				}
 				return
 			}
 			var em *EntryMismatchError
-			if !errors.As(err, &em) || em.Field != tc.field {
-				t.Fatalf("got %v, want a %s mismatch", err, tc.field)
+			if !errors.As(err, &em) || em.Field != tc.field || em.Tensor != tc.tensor || !errdefs.IsDataLoss(err) {
+				t.Fatalf("got %v, want a %s mismatch of tensor %q", err, tc.field, tc.tensor)
 			}
 		})
 	}

@@ -2,14 +2,12 @@ package artifact
 
 import (
 	"crypto/sha256"
-	"encoding"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash"
 	"io"
-	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -25,19 +23,17 @@ import (
 //     (any other file gets the BLAKE3 of its whole bytes). The sha256 runs
 //     on a lane of its own, overlapped with the BLAKE3, so one Write keeps
 //     two cores busy.
-//   - BindSHA256: the sha256 and the header region's BLAKE3; the tensor
-//     BLAKE3 values come from the record, or with CheckTensors are computed
-//     and checked against it as each tensor ends.
 //   - BindTree: the BLAKE3 values (a kept file of a peer fetch, read once);
 //     the sha256 comes from the record.
+//   - BindTreeStream: the BLAKE3 values, each tensor checked against the
+//     record as it ends; the sha256 comes from the record.
 type FileHasher struct {
-	b       Binding
-	entry   FileEntry
-	sha     hash.Hash      // nil under BindTree
-	lane    *lane          // runs sha while part runs, when both are computed
-	part    *blake3.Hasher // the header region, then the current tensor (or the whole file)
-	tensors bool           // the tensor bytes are hashed
-	verify  bool           // ResumeAt's: each tensor is checked against the record
+	b      Binding
+	entry  FileEntry
+	sha    hash.Hash      // BindNone's, nil otherwise
+	lane   *lane          // runs sha while part runs
+	part   *blake3.Hasher // the header region, then the current tensor (or the whole file)
+	verify bool           // each tensor is checked against the record as it ends (BindTreeStream)
 
 	safetensors bool
 	prefix      []byte // buffered header bytes until the header is parsed
@@ -81,13 +77,11 @@ func NewFileHasher(b Binding) (*FileHasher, error) {
 		b:           b,
 		entry:       FileEntry{File: File{Path: b.Want.Path, Size: b.Want.Size}},
 		part:        blake3.New(),
-		tensors:     b.By != BindSHA256 || (b.CheckTensors && IsSafetensors(b.Want.Path)),
+		verify:      b.By == BindTreeStream,
 		safetensors: IsSafetensors(b.Want.Path),
 	}
-	if b.By != BindTree {
+	if b.By == BindNone {
 		h.sha = sha256.New()
-	}
-	if h.sha != nil && h.tensors {
 		h.lane = startLane(h.sha)
 	}
 	return h, nil
@@ -104,11 +98,8 @@ func (h *FileHasher) Write(p []byte) (int, error) {
 		h.err = fmt.Errorf("hash %s: more than the declared %d bytes: %w", h.entry.Path, h.entry.Size, errdefs.ErrOutOfRange)
 		return 0, h.err
 	}
-	switch {
-	case h.lane != nil:
+	if h.lane != nil {
 		h.lane.in <- p
-	case h.sha != nil:
-		h.sha.Write(p)
 	}
 	err := h.hashParts(p)
 	if h.lane != nil {
@@ -138,9 +129,7 @@ func (h *FileHasher) hashParts(p []byte) error {
 			end = h.header.DataStart() + h.header.Tensors[h.next].End
 		}
 		take := min(int64(len(p)), end-h.pos)
-		if h.tensors {
-			h.part.Write(p[:take])
-		}
+		h.part.Write(p[:take])
 		h.pos += take
 		p = p[take:]
 		if h.safetensors {
@@ -199,13 +188,7 @@ func (h *FileHasher) parseHeader() error {
 			return err
 		}
 	}
-	if !h.tensors { // BindSHA256: the record's tensor digests, bound by the sha256
-		for i := range h.entry.Tensors {
-			h.entry.Tensors[i].BLAKE3 = h.b.Want.Tensors[i].BLAKE3
-		}
-		h.next = len(hdr.Tensors)
-	}
-	if h.b.By == BindSHA256 {
+	if h.verify {
 		h.checked.Store(h.entry.DataStart)
 	}
 	h.sums = make([]Sum, 0, len(hdr.Tensors))
@@ -234,7 +217,7 @@ func checkHeader(want, got FileEntry) error {
 }
 
 // closeTensors finishes every tensor that ends at h.pos (empty ones
-// included); under CheckTensors each must equal the record's.
+// included); under verify each must equal the record's.
 func (h *FileHasher) closeTensors() error {
 	for h.next < len(h.header.Tensors) && h.header.DataStart()+h.header.Tensors[h.next].End <= h.pos {
 		var sum Sum
@@ -244,7 +227,7 @@ func (h *FileHasher) closeTensors() error {
 		t := &h.entry.Tensors[h.next]
 		t.BLAKE3 = SumHex(sum)
 		h.next++
-		if h.b.CheckTensors || h.verify {
+		if h.verify {
 			if w := h.b.Want.Tensors[h.next-1]; w.BLAKE3 != t.BLAKE3 {
 				return &EntryMismatchError{Path: h.entry.Path, Tensor: w.Name, Field: "blake3", Want: w.BLAKE3, Got: t.BLAKE3}
 			}
@@ -255,10 +238,10 @@ func (h *FileHasher) closeTensors() error {
 }
 
 // Checked is how far the bytes written are checked against the record, as
-// [0, Checked()): under BindSHA256 the header region once it checks and,
-// with CheckTensors, every tensor as it checks; 0 otherwise (a BindTree
-// file is checked by its producer, part by part). Safe to call from
-// another goroutine while Write runs.
+// [0, Checked()): under BindTreeStream the header region once it checks
+// and every tensor as it checks; 0 otherwise (a BindTree file is checked
+// by its producer, part by part). Safe to call from another goroutine
+// while Write runs.
 func (h *FileHasher) Checked() int64 { return h.checked.Load() }
 
 // Sum returns the finished entry; it fails if fewer bytes than declared were
@@ -279,22 +262,15 @@ func (h *FileHasher) Sum() (FileEntry, error) {
 	if h.sha != nil {
 		e.SHA256 = hex.EncodeToString(h.sha.Sum(nil))
 	}
-	switch {
-	case h.b.By == BindSHA256:
-		if e.SHA256 != h.b.Want.SHA256 {
-			return FileEntry{}, &EntryMismatchError{Path: e.Path, Field: "sha256", Want: h.b.Want.SHA256, Got: e.SHA256}
-		}
-		e.BLAKE3 = h.b.Want.BLAKE3
-		return e, nil
-	case h.safetensors:
+	if h.safetensors {
 		e.BLAKE3 = SumHex(TreeBLAKE3(h.headerSum, h.sums))
-	default:
+	} else {
 		e.BLAKE3 = sumHex(h.part)
 	}
-	if h.b.By == BindTree {
-		return bindTree(h.b.Want, e)
+	if h.b.By == BindNone {
+		return e, nil
 	}
-	return e, nil
+	return bindTree(h.b.Want, e)
 }
 
 // bindTree checks the tree computed from a file's bytes against the record
@@ -352,131 +328,6 @@ func FinishTree(want FileEntry, header []byte, parts []Sum) (FileEntry, error) {
 	}
 	got.BLAKE3 = SumHex(TreeBLAKE3(headerSum, parts))
 	return bindTree(want, got)
-}
-
-// MaxStateLen bounds a marshalled sha256 state (State): Go's is 108 bytes.
-const MaxStateLen = 256
-
-// Resumable says whether a file hashed under b can be continued from a
-// kept prefix (State, ResumeAt): a safetensors file bound by its sha256,
-// whose header and tensors the record names, so that every byte of the
-// prefix is checked again from the disk against the record.
-func Resumable(b Binding) bool {
-	return b.By == BindSHA256 && IsSafetensors(b.Want.Path)
-}
-
-// NextBoundary is where the part the next byte written belongs to ends
-// (the header region or a tensor; the file's end after the last tensor),
-// for a Resumable file whose header is parsed; 0 otherwise. A writer that
-// keeps states splits its writes there (State).
-func (h *FileHasher) NextBoundary() int64 {
-	if !Resumable(h.b) || h.header == nil {
-		return 0
-	}
-	ds := h.header.DataStart()
-	ts := h.header.Tensors
-	i := sort.Search(len(ts), func(i int) bool { return ds+ts[i].End > h.pos })
-	if i == len(ts) {
-		return h.entry.Size
-	}
-	return ds + ts[i].End
-}
-
-// atBoundary says whether the bytes written end where a part does.
-func (h *FileHasher) atBoundary() bool {
-	if h.header == nil {
-		return false
-	}
-	ds := h.header.DataStart()
-	ts := h.header.Tensors
-	i := sort.Search(len(ts), func(i int) bool { return ds+ts[i].End >= h.pos })
-	return h.pos == ds || (i < len(ts) && ds+ts[i].End == h.pos)
-}
-
-// State is how far the hasher is (the bytes [0, off) were written, ending
-// where a part ends: NextBoundary) and its sha256 state there, marshalled:
-// what ResumeAt needs to continue the file from off without hashing the
-// prefix's sha256 again. Call it between two Writes, from the goroutine
-// that writes; ok is false for a file that is not Resumable or bytes that
-// do not end at a boundary.
-func (h *FileHasher) State() (off int64, sha []byte, ok bool) {
-	m, can := h.sha.(encoding.BinaryMarshaler)
-	if h.err != nil || !can || !Resumable(h.b) || !h.atBoundary() {
-		return 0, nil, false
-	}
-	sha, err := m.MarshalBinary()
-	if err != nil || len(sha) > MaxStateLen {
-		return 0, nil, false
-	}
-	return h.pos, sha, true
-}
-
-// ResumeAt continues a new hasher of a Resumable file at off, where a part
-// ends: the sha256 from the state State gave there, everything else from
-// the file's prefix read back from r, which is checked again as it is
-// read: the header region against the record's header BLAKE3 and table,
-// every tensor against the record's BLAKE3, so no byte of the prefix is
-// taken on trust, only the sha256 state (which Sum checks whole against the
-// record). Call it before any Write. A prefix that fails its check, or an
-// off that is no boundary, is an error; the hasher is then unusable.
-func (h *FileHasher) ResumeAt(r io.ReaderAt, off int64, sha []byte) error {
-	if h.pos != 0 || h.err != nil {
-		return fmt.Errorf("hash %s: resumed after a write: %w", h.entry.Path, errdefs.ErrFailedPrecondition)
-	}
-	u, ok := h.sha.(encoding.BinaryUnmarshaler)
-	if !Resumable(h.b) || !ok {
-		return fmt.Errorf("hash %s: not resumable: %w", h.entry.Path, errdefs.ErrNotImplemented)
-	}
-	if off <= 0 || off > h.entry.Size || len(sha) > MaxStateLen {
-		return fmt.Errorf("hash %s: resume at %d of %d bytes (state %d bytes): %w", h.entry.Path, off, h.entry.Size, len(sha), errdefs.ErrOutOfRange)
-	}
-	if err := u.UnmarshalBinary(sha); err != nil {
-		return fmt.Errorf("hash %s: sha256 state: %w: %w", h.entry.Path, err, errdefs.ErrDataLoss)
-	}
-	// The tensors of the prefix are hashed and checked, whether or not
-	// the rest of the file's are.
-	skip := !h.tensors
-	h.tensors, h.verify = true, true
-	buf := make([]byte, min(off, 4<<20))
-	for h.pos < off {
-		n := min(int64(len(buf)), off-h.pos)
-		if h.header == nil {
-			// The length prefix, then the header, never read past: the
-			// parsed header decides whether its tensors are hashed.
-			n = min(n, 8-int64(len(h.prefix)))
-			if len(h.prefix) >= 8 {
-				// Untrusted: compared as unsigned before it is converted;
-				// a length out of bounds fails in bufferHeader.
-				n = 1
-				if hl := binary.LittleEndian.Uint64(h.prefix[:8]); hl <= MaxHeaderLen {
-					n = max(min(int64(len(buf)), off-h.pos, 8+int64(hl)-h.pos), 1)
-				}
-			}
-		}
-		if _, err := r.ReadAt(buf[:n], h.pos); err != nil {
-			h.err = fmt.Errorf("hash %s: read the kept prefix: %w", h.entry.Path, err)
-			return h.err
-		}
-		if err := h.hashParts(buf[:n]); err != nil {
-			h.err = err
-			return err
-		}
-	}
-	if !h.atBoundary() {
-		h.err = fmt.Errorf("hash %s: resume at %d, where no part ends: %w", h.entry.Path, off, errdefs.ErrDataLoss)
-		return h.err
-	}
-	h.verify = false
-	if skip {
-		// As parseHeader leaves a file whose tensors are not hashed.
-		h.tensors = false
-		h.part.Reset()
-		for i := range h.entry.Tensors {
-			h.entry.Tensors[i].BLAKE3 = h.b.Want.Tensors[i].BLAKE3
-		}
-		h.next = len(h.header.Tensors)
-	}
-	return nil
 }
 
 // Abort releases the hasher's goroutine without a result.

@@ -45,8 +45,11 @@ type PlanFile struct {
 	// BLAKE3 the index entry's, empty for a foreign artifact.
 	artifact.File
 	Layer ocispec.Descriptor
-	// Binding is how the store's writer hashes the file: BindSHA256 with the
-	// index entry for a weightsnap artifact, BindNone for a foreign one.
+	// Binding is how the store's writer hashes the file: BindTreeStream with
+	// the index entry for a weightsnap artifact (the manifest pins the index
+	// layer, whose tree the bytes are checked against), BindNone for a
+	// foreign one (every digest computed, the sha256 checked against the
+	// layer's).
 	Binding artifact.Binding
 }
 
@@ -166,7 +169,7 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		if l.Size != f.Size {
 			return nil, indexMismatch(f.Path, "size", fmt.Sprint(f.Size), fmt.Sprint(l.Size))
 		}
-		plan.Files = append(plan.Files, PlanFile{File: f.File, Layer: l, Binding: artifact.Binding{Want: f, By: artifact.BindSHA256}})
+		plan.Files = append(plan.Files, PlanFile{File: f.File, Layer: l, Binding: artifact.Binding{Want: f, By: artifact.BindTreeStream}})
 	}
 	if err := id.CheckPassthrough(x.Files); err != nil {
 		return nil, err

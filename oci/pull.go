@@ -143,14 +143,17 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 
 // Pull materialises a remote artifact in the store and returns a lease on
 // it. Blobs stream from the registry straight into the store's writer,
-// several at once, large ones in parallel ranges. Each byte is hashed once:
-// the writer computes every layer's sha256 and checks it against the layer
-// digest; for a weightsnap artifact it checks each safetensors header (its
-// BLAKE3 and tensor table) against the index layer and records the index's
-// tensor BLAKE3 values, which the manifest's sha256 chain pins to these
-// layers (artifact.BindSHA256); a foreign artifact gets its tensor tree
-// computed. On any mismatch nothing becomes READY. A pull killed part way
-// resumes from the files it completed.
+// several at once, large ones in parallel ranges. Each byte is hashed once.
+// For a weightsnap artifact the writer checks each file against the index
+// layer, which the manifest's sha256 chain pins to these layers: the
+// safetensors header (its BLAKE3 and tensor table), every tensor's BLAKE3
+// as the tensor ends, the file's tree; the index's sha256 of the file, the
+// layer digest, is recorded, bound by that tree (artifact.BindTreeStream:
+// BLAKE3 costs half sha256's CPU, and a pull is bound by its CPU). A
+// foreign artifact's writer computes the sha256, checked against the layer
+// digest, and the tensor tree. On any mismatch nothing becomes READY. A
+// pull killed part way resumes from the files it completed and inside the
+// file it was writing.
 func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOptions) (*store.Lease, *PullReport, error) {
 	start := time.Now()
 	resolved, err := resolveManifest(ctx, r, "")
@@ -398,12 +401,19 @@ func (p *puller) checkEntry(f PlanFile, got artifact.FileEntry) error {
 	return artifact.CompareEntry(f.Binding.Want, got)
 }
 
-// layerError makes the writer's sha256 mismatch a digest mismatch of the
-// layer (errdefs.ErrDataLoss): the registry or the path corrupted the blob.
+// layerError makes the writer's mismatch a digest mismatch of the layer
+// (errdefs.ErrDataLoss): the registry or the path corrupted the blob. A
+// sha256 is the layer digest's; a BLAKE3 is the index layer's, which the
+// manifest pins to the layer as firmly.
 func layerError(f PlanFile, err error) error {
 	var em *artifact.EntryMismatchError
-	if errors.As(err, &em) && em.Field == "sha256" && em.Tensor == "" {
+	switch {
+	case !errors.As(err, &em):
+		return err
+	case em.Field == "sha256" && em.Tensor == "":
 		return registry.DigestMismatch(f.Path, f.Layer.Digest.String(), digest.NewDigestFromEncoded(digest.SHA256, em.Got).String())
+	case em.Field == "blake3":
+		return fmt.Errorf("layer %s: %w", f.Layer.Digest, err)
 	}
 	return err
 }

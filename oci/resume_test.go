@@ -43,8 +43,9 @@ func lastCheckpoint(t *testing.T, d *store.Domain, path string) (off, size int64
 // TestPullContinuesAPartlyWrittenFile: a pull cancelled half way through
 // its one large file keeps the verified prefix; the next pull fetches only
 // the rest, says how much it reused, and the artifact verifies. A record
-// whose sha256 state does not belong to the prefix makes the file be
-// fetched again whole, never published wrong.
+// whose state is another binding's (a sha256 state, as an earlier
+// version wrote) makes the file be fetched again whole, never published
+// wrong.
 func TestPullContinuesAPartlyWrittenFile(t *testing.T) {
 	ctx := context.Background()
 	_, src := storetest.Checkpoint(t, 24<<20, 1)

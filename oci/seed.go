@@ -52,14 +52,10 @@ func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
 	p.seed = w
 	// Peers read the files in plan order, each tensor in turn, as soon as
 	// this node verified it: the files stream one at a time, in that order,
-	// whole (ranges in parallel would verify a file in bursts), and each
-	// tensor is checked against the index layer as it is written, before
-	// the whole file's sha256.
+	// whole (ranges in parallel would verify a file in bursts), and the
+	// store's writer checks each tensor against the index layer as it is
+	// written (artifact.BindTreeStream), before the whole file's tree.
 	p.o.FilesInFlight, p.o.Ranges = 1, RangesOff
-	for i := range p.plan.Files {
-		f := &p.plan.Files[i]
-		f.Binding.CheckTensors = f.Binding.By == artifact.BindSHA256 && artifact.IsSafetensors(f.Path)
-	}
 	return nil
 }
 
@@ -79,7 +75,7 @@ func (p *puller) header(ctx context.Context, f PlanFile) ([]byte, error) {
 }
 
 // verified records a file whose sha256 (and entry) checked, once written:
-// the store's writer recorded its tensors as each checked (CheckTensors);
+// the store's writer recorded its tensors as each checked (artifact.Binding.ChecksTensors);
 // the rest of the file, a file that is not safetensors, counts now.
 func (p *puller) verified(f PlanFile) error {
 	if p.seed == nil {

@@ -26,7 +26,7 @@ const fileCheckpoint = ".checkpoint"
 // A checkpoint record, [kind recCheckpoint][body length u32 LE][body]:
 // [off u64 LE][size u64 LE][state length u16 LE][state][path]. The file's
 // bytes [0, off) were synced before it was written, and state is the
-// sha256 state at off (artifact.FileHasher.State); off == size with no
+// hasher's state at off (artifact.FileHasher.State); off == size with no
 // state says the file was written whole and synced. The latest record of
 // a path wins.
 const recCheckpoint = 'C'

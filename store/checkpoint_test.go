@@ -90,8 +90,8 @@ func FuzzCheckpoints(f *testing.F) {
 }
 
 // keptFile is a safetensors file of about 8 MiB and its binding as a pull
-// writes it: its sha256 checked, and its tensors with check.
-func keptFile(t *testing.T, check bool) ([]byte, artifact.Binding) {
+// writes it: its tensors and tree checked as it is written.
+func keptFile(t *testing.T) ([]byte, artifact.Binding) {
 	t.Helper()
 	dir := t.TempDir()
 	if err := synth.Write(context.Background(), dir, synth.Options{Size: 8 << 20, Shards: 1, DType: "BF16", Seed: 3}); err != nil {
@@ -110,7 +110,7 @@ func keptFile(t *testing.T, check bool) ([]byte, artifact.Binding) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return data, artifact.Binding{Want: entry, By: artifact.BindSHA256, CheckTensors: check}
+	return data, artifact.Binding{Want: entry, By: artifact.BindTreeStream}
 }
 
 // stopPart way writes the first n bytes of data through a build of
@@ -156,19 +156,15 @@ func TestContinueKeptPrefix(t *testing.T) {
 		return m[0]
 	}
 	for _, tc := range []struct {
-		name  string
-		check bool
+		name string
 		// harm changes the kept build; want is where the next build
 		// continues (1: where the stopped build kept; -1: at an earlier
-		// record; 0: from the start), mismatch whether the continued file
-		// fails its sha256.
-		harm     func(t *testing.T, d *Domain, path string)
-		want     int64
-		mismatch bool
+		// record; 0: from the start).
+		harm func(t *testing.T, d *Domain, path string)
+		want int64
 	}{
-		{"clean stop", false, nil, 1, false},
-		{"clean stop, tensors checked", true, nil, 1, false},
-		{"crash between the sync and its record", false, func(t *testing.T, d *Domain, _ string) {
+		{"clean stop", nil, 1},
+		{"crash between the sync and its record", func(t *testing.T, d *Domain, _ string) {
 			// The bytes are synced to the stop, the last record lost.
 			p := ckFile(d)
 			raw, _ := os.ReadFile(p)
@@ -183,42 +179,36 @@ func TestContinueKeptPrefix(t *testing.T) {
 			if err := os.WriteFile(p, raw[:cut], 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}, -1, false},
-		{"a torn last record", false, func(t *testing.T, d *Domain, path string) {
+		}, -1},
+		{"a torn last record", func(t *testing.T, d *Domain, path string) {
 			f, err := os.OpenFile(ckFile(d), os.O_WRONLY|os.O_APPEND, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer f.Close()
 			f.Write(progressRecord(recCheckpoint, checkpointBody(path, 7<<20, 8<<20, make([]byte, 108)))[:40])
-		}, 1, false},
-		{"a state that does not match the bytes", false, func(t *testing.T, d *Domain, path string) {
-			// A well-formed sha256 state, of other bytes than the prefix's.
+		}, 1},
+		{"prefix bytes changed on disk", func(t *testing.T, d *Domain, path string) {
+			corrupt(t, payload(d, path), 3<<20)
+		}, 0},
+		{"a sha256 state (an earlier binding's)", func(t *testing.T, d *Domain, path string) {
 			kept := keptAt(t, ckFile(d), path)
-			h := sha256.New()
-			h.Write(make([]byte, kept.off))
-			st, _ := h.(encoding.BinaryMarshaler).MarshalBinary()
+			st, _ := sha256.New().(encoding.BinaryMarshaler).MarshalBinary()
 			appendCheckpoint(t, ckFile(d), path, kept.off, kept.size, st)
-		}, 1, true},
-		{"prefix bytes changed on disk", false, func(t *testing.T, d *Domain, path string) {
-			corrupt(t, payload(d, path), 3<<20)
-		}, 0, false},
-		{"prefix bytes changed on disk, tensors checked", true, func(t *testing.T, d *Domain, path string) {
-			corrupt(t, payload(d, path), 3<<20)
-		}, 0, false},
-		{"a corrupt state", false, func(t *testing.T, d *Domain, path string) {
+		}, 0},
+		{"a corrupt state", func(t *testing.T, d *Domain, path string) {
 			kept := keptAt(t, ckFile(d), path)
 			appendCheckpoint(t, ckFile(d), path, kept.off, kept.size, []byte("not a sha256 state"))
-		}, 0, false},
-		{"an offset where no part ends", false, func(t *testing.T, d *Domain, path string) {
+		}, 0},
+		{"an offset where no part ends", func(t *testing.T, d *Domain, path string) {
 			kept := keptAt(t, ckFile(d), path)
 			appendCheckpoint(t, ckFile(d), path, kept.off-1, kept.size, kept.state)
-		}, 0, false},
+		}, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			d := openTestDomain(t)
-			data, bind := keptFile(t, tc.check)
+			data, bind := keptFile(t)
 			path := bind.Want.Path
 			identity := testIdentity()
 			identity.Model.Revision = "fedcba9876543210fedcba9876543210fedcba98"
@@ -256,22 +246,8 @@ func TestContinueKeptPrefix(t *testing.T) {
 				t.Fatal(err)
 			}
 			err = w.Close()
-			var em *artifact.EntryMismatchError
-			if tc.mismatch != (errors.As(err, &em) && em.Field == "sha256") {
-				t.Fatalf("close: %v, want a sha256 mismatch %v", err, tc.mismatch)
-			}
-			if tc.mismatch {
-				// The producer writes the file again from its start.
-				if err := b.Drop(path); err != nil {
-					t.Fatal(err)
-				}
-				if w, err = b.CreateBound(bind); err != nil {
-					t.Fatal(err)
-				}
-				w.Write(data)
-				if err := w.Close(); err != nil {
-					t.Fatal(err)
-				}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
 			}
 			if err := b.publish(ctx, "test", farFuture()); err != nil {
 				t.Fatal(err)

@@ -71,7 +71,7 @@ type fileWriter struct {
 	err       error
 }
 
-// snapshot is a file's sha256 state at off.
+// snapshot is a file's hasher state at off.
 type snapshot struct {
 	off   int64
 	state []byte

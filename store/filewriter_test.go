@@ -11,7 +11,7 @@ import (
 // as written and checked (a seeding build offers what it records to peers),
 // and the failure reaches the writer.
 func TestFailedWriteRecordsNothing(t *testing.T) {
-	data, b := keptFile(t, false)
+	data, b := keptFile(t)
 	path := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(path, nil, 0o644); err != nil {
 		t.Fatal(err)

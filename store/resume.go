@@ -49,9 +49,9 @@ func modTime(p string) int64 {
 }
 
 // Reuse implements artifact.Writer: it adopts a payload file kept from an
-// interrupted build if it holds exactly the record's size and sha256, hashed
-// once under the binding (BindNone: sha256 and tensor tree; BindSHA256:
-// sha256 and header; BindTree: the tensor tree). It reports whether it did,
+// interrupted build if it holds exactly the record's size and digests,
+// hashed once under the binding (BindNone: sha256 and tensor tree;
+// BindTree, BindTreeStream: the tensor tree). It reports whether it did,
 // with the file's hashes.
 func (b *build) Reuse(bind artifact.Binding) (artifact.FileEntry, bool, error) {
 	path, size := bind.Want.Path, bind.Want.Size
@@ -120,10 +120,10 @@ func isReservedPath(path string) bool {
 
 // Continue implements artifact.PartResumer: it adopts the prefix of a file
 // the interrupted build wrote in part, as its last checkpoint records it,
-// if the kept file has the record's size. The prefix is read back only for
-// what the hasher computes besides the sha256 (the header region, and
-// tensors it checks), so it is checked as when it was written; the sha256
-// continues from the recorded state, and Close checks it whole.
+// if the kept file has the record's size. The prefix is read back and
+// checked as when it was written (the header region and every tensor,
+// artifact.FileHasher.ResumeAt); the rest is checked as it is written,
+// and Close checks the file's tree.
 func (b *build) Continue(bind artifact.Binding) (artifact.FileWriter, int64, bool, error) {
 	path, size := bind.Want.Path, bind.Want.Size
 	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
@@ -192,7 +192,7 @@ func (b *build) Continue(bind artifact.Binding) (artifact.FileWriter, int64, boo
 		return nil, 0, false, err
 	}
 	var onChecked func(off, n int64) error
-	if b.announced() && bind.CheckTensors {
+	if b.announced() && bind.ChecksTensors() {
 		onChecked = func(off, n int64) error { return b.record(recVerified, verifiedBody(path, off, n)) }
 	}
 	fw, err := newFileWriter(bind, f, &b.buffers, writerOptions{onChecked: onChecked, keep: keep, every: b.ckEvery, from: c.off, hasher: h})

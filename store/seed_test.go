@@ -297,7 +297,7 @@ func TestSeedingFollowsTheServeLock(t *testing.T) {
 }
 
 // checkingProducer announces, records a source, and writes one safetensors
-// file bound by its sha256 with CheckTensors: split bytes, then the rest
+// file bound by its tree written in order: split bytes, then the rest
 // once step is closed.
 type checkingProducer struct {
 	data  []byte
@@ -316,7 +316,7 @@ func (p *checkingProducer) Produce(ctx context.Context, w artifact.Writer) error
 	if err := s.Source(3); err != nil {
 		return err
 	}
-	fw, err := w.CreateBound(artifact.Binding{Want: p.want, By: artifact.BindSHA256, CheckTensors: true})
+	fw, err := w.CreateBound(artifact.Binding{Want: p.want, By: artifact.BindTreeStream})
 	if err != nil {
 		return err
 	}

@@ -113,7 +113,7 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 		}
 	}
 	var onChecked func(off, n int64) error
-	if b.announced() && bind.CheckTensors {
+	if b.announced() && bind.ChecksTensors() {
 		onChecked = func(off, n int64) error { return b.record(recVerified, verifiedBody(path, off, n)) }
 	}
 	fw, err := newFileWriter(bind, f, &b.buffers, writerOptions{onChecked: onChecked, keep: b.keeper(bind), every: b.ckEvery})
