@@ -31,14 +31,21 @@ import (
 //     reports the BLAKE3 (BoundFileWriter.SetPartBLAKE3). The writer keeps
 //     the header bytes as they are written, parses and hashes them, derives
 //     the tensor tree, which must equal Want.BLAKE3 (the sender's record),
-//     and records the sender's sha256, which that tree binds. The file is
-//     never read back.
+//     and records the sender's sha256, which that tree binds only as far
+//     as the sender is trusted. The file is never read back, save with
+//     CheckSHA256.
 type Binding struct {
 	// Want is the record: path and size, and for the other bindings
 	// every digest and the tensor table, in the current index schema
 	// (Index.Upgrade).
 	Want FileEntry
 	By   BindBy
+	// CheckSHA256 (BindTree only) also computes the file's sha256 and
+	// checks it against Want's: a peer fetch whose trust rests on sha256
+	// values (a signature record kept with the artifact binds its files by
+	// sha256, not by the sender's tree) reads each file back once it is
+	// whole.
+	CheckSHA256 bool
 }
 
 // BindBy is the digest a Binding computes from the bytes.
@@ -91,8 +98,14 @@ func checkBinding(b Binding) error {
 	}
 	switch b.By {
 	case BindNone:
+		if b.CheckSHA256 {
+			return fmt.Errorf("binding of %s: a sha256 check is for a file bound by its tree: %w", b.Want.Path, errdefs.ErrInvalidArgument)
+		}
 		return nil
 	case BindTree, BindTreeStream:
+		if b.CheckSHA256 && b.By != BindTree {
+			return fmt.Errorf("binding of %s: a sha256 check is for a file bound by its tree: %w", b.Want.Path, errdefs.ErrInvalidArgument)
+		}
 		if err := checkEntry(IndexSchema, b.Want); err != nil {
 			return fmt.Errorf("binding of %s: %w: %w", b.Want.Path, err, errdefs.ErrInvalidArgument)
 		}

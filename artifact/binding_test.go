@@ -92,6 +92,44 @@ func TestBindTreeStreamChecksTheRecord(t *testing.T) {
 	}
 }
 
+// TestCheckSHA256: a BindTree binding with CheckSHA256 computes the sha256
+// too and refuses a record whose sha256 the bytes do not give; no other
+// binding takes the flag.
+func TestCheckSHA256(t *testing.T) {
+	data, e := goldenEntry(t)
+	otherSHA := e
+	otherSHA.SHA256 = strings.Repeat("b", 64)
+	for _, tc := range []struct {
+		name  string
+		b     Binding
+		field string // "" when the file binds
+		inval bool   // the binding itself is refused
+	}{
+		{"the true sha256", Binding{Want: e, By: BindTree, CheckSHA256: true}, "", false},
+		{"another sha256", Binding{Want: otherSHA, By: BindTree, CheckSHA256: true}, "sha256", false},
+		{"another sha256, not checked", Binding{Want: otherSHA, By: BindTree}, "", false},
+		{"BindTreeStream", Binding{Want: e, By: BindTreeStream, CheckSHA256: true}, "", true},
+		{"BindNone", Binding{Want: FileEntry{File: e.File}, CheckSHA256: true}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := HashFile(bytes.NewReader(data), tc.b)
+			var em *EntryMismatchError
+			switch {
+			case tc.inval:
+				if !errdefs.IsInvalidArgument(err) {
+					t.Fatalf("got %v, want the binding refused", err)
+				}
+			case tc.field != "":
+				if !errors.As(err, &em) || em.Field != tc.field || em.Got != e.SHA256 || !errdefs.IsDataLoss(err) {
+					t.Fatalf("got %v, want a %s mismatch", err, tc.field)
+				}
+			case err != nil || got.SHA256 != tc.b.Want.SHA256:
+				t.Fatalf("got %+v %v, want the record's sha256", got, err)
+			}
+		})
+	}
+}
+
 // TestFinishTree: a file written out of order is bound by the tree of the
 // parts the producer reports, and the sender's sha256 recorded.
 func TestFinishTree(t *testing.T) {

@@ -24,7 +24,8 @@ import (
 //     on a lane of its own, overlapped with the BLAKE3, so one Write keeps
 //     two cores busy.
 //   - BindTree: the BLAKE3 values (a kept file of a peer fetch, read once);
-//     the sha256 comes from the record.
+//     the sha256 comes from the record (with CheckSHA256 it is computed
+//     too, and must equal the record's).
 //   - BindTreeStream: the BLAKE3 values, each tensor checked against the
 //     record as it ends; the sha256 comes from the record.
 type FileHasher struct {
@@ -80,7 +81,7 @@ func NewFileHasher(b Binding) (*FileHasher, error) {
 		verify:      b.By == BindTreeStream,
 		safetensors: IsSafetensors(b.Want.Path),
 	}
-	if b.By == BindNone {
+	if b.By == BindNone || b.CheckSHA256 {
 		h.sha = sha256.New()
 		h.lane = startLane(h.sha)
 	}
@@ -274,7 +275,8 @@ func (h *FileHasher) Sum() (FileEntry, error) {
 }
 
 // bindTree checks the tree computed from a file's bytes against the record
-// and binds the record's sha256 to the bytes.
+// and binds the record's sha256 to the bytes: got's, when it was computed
+// too (Binding.CheckSHA256), must equal it.
 func bindTree(want, got FileEntry) (FileEntry, error) {
 	for i, w := range want.Tensors {
 		if g := got.Tensors[i]; w.BLAKE3 != g.BLAKE3 {
@@ -283,6 +285,9 @@ func bindTree(want, got FileEntry) (FileEntry, error) {
 	}
 	if want.BLAKE3 != got.BLAKE3 {
 		return FileEntry{}, &EntryMismatchError{Path: want.Path, Field: "blake3", Want: want.BLAKE3, Got: got.BLAKE3}
+	}
+	if got.SHA256 != "" && got.SHA256 != want.SHA256 {
+		return FileEntry{}, &EntryMismatchError{Path: want.Path, Field: "sha256", Want: want.SHA256, Got: got.SHA256}
 	}
 	got.SHA256 = want.SHA256
 	return got, nil

@@ -12,9 +12,13 @@ import (
 
 // Carrier is a producer that brings signature records with the artifact
 // it fetches (a weight peer: what the sending node's store kept), with
-// the identity and the files whose bytes its fetch verifies.
+// the identity and the files whose bytes its fetch verifies. A record
+// binds the files by their sha256, which the carrier takes from the
+// sender: when one is kept, CheckSHA256 has the fetch compute every
+// file's sha256 from the bytes and refuse those that differ.
 type Carrier interface {
 	CarriedSignatures() (records []byte, identity artifact.Identity, files []artifact.File)
+	CheckSHA256()
 }
 
 // CheckBinding checks that the OCI manifest a record's signatures cover

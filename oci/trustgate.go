@@ -154,7 +154,8 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 // against its own reference's scope: it is checked again against the
 // request's. A weight peer's records (Carrier) are decoded strictly, each
 // must bind to the identity and files received (CheckBinding), and is
-// verified offline. A source that brings no record meeting a policy that
+// verified offline; once one is kept, the peer's fetch checks each file's
+// sha256 (Carrier.CheckSHA256). A source that brings no record meeting a policy that
 // wants one is refused, naming the scope.
 func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref string, prod artifact.Producer) error {
 	m, repo, err := g.match(ref)
@@ -226,6 +227,9 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 			reason = "no signature this source carries meets it: " + strings.Join(why, "; ")
 		}
 		return &trust.Refusal{Scope: m.Scope, Reason: reason}
+	}
+	if c, ok := prod.(Carrier); ok && len(kept) > 0 {
+		c.CheckSHA256()
 	}
 	for _, r := range kept {
 		if err := KeepRecord(ctx, d, id, r); err != nil {

@@ -82,19 +82,19 @@ func TestGateOMSRecord(t *testing.T) {
 		ref     string
 		refusal string // "" admitted, and the record kept
 	}{
-		{"model.sig sent", carrier{sent, l.Identity(), files}, "reg.example/models/x:v1", ""},
-		{"model.sig sent, a request that wants none", carrier{sent, l.Identity(), files}, "reg.example/free/x:v1", ""},
-		{"stripped", carrier{nil, l.Identity(), files}, "reg.example/models/x:v1", "carries no signature"},
-		{"files other than the signed ones", carrier{sent, l.Identity(), tampered}, "reg.example/models/x:v1", "the signature says"},
-		{"another scope", carrier{sent, l.Identity(), files}, "reg.example/other/x:v1", "verified under scope"},
+		{"model.sig sent", carrier{records: sent, identity: l.Identity(), files: files}, "reg.example/models/x:v1", ""},
+		{"model.sig sent, a request that wants none", carrier{records: sent, identity: l.Identity(), files: files}, "reg.example/free/x:v1", ""},
+		{"stripped", carrier{records: nil, identity: l.Identity(), files: files}, "reg.example/models/x:v1", "carries no signature"},
+		{"files other than the signed ones", carrier{records: sent, identity: l.Identity(), files: tampered}, "reg.example/models/x:v1", "the signature says"},
+		{"another scope", carrier{records: sent, identity: l.Identity(), files: files}, "reg.example/other/x:v1", "verified under scope"},
 	} {
 		t.Run("peer "+tc.name, func(t *testing.T) {
 			d2 := storetest.Open(t)
-			err := (&Gate{Policy: good}).Admit(ctx, d2, l.ID, tc.ref, tc.c)
+			err := (&Gate{Policy: good}).Admit(ctx, d2, l.ID, tc.ref, &tc.c)
 			recs, rerr := Records(d2, l.ID)
 			if tc.refusal == "" {
-				if err != nil || rerr != nil || len(recs) != 1 || recs[0].Kind != trust.KindOMS || recs[0].Scope != "reg.example/models" {
-					t.Fatalf("admit: %v; kept %+v %v", err, recs, rerr)
+				if err != nil || rerr != nil || len(recs) != 1 || recs[0].Kind != trust.KindOMS || recs[0].Scope != "reg.example/models" || !tc.c.checked {
+					t.Fatalf("admit: %v; kept %+v %v; sha256 check asked for: %v", err, recs, rerr, tc.c.checked)
 				}
 				return
 			}

@@ -193,22 +193,26 @@ func TestResolutionEnforcesPolicy(t *testing.T) {
 		ref     string
 		refusal string // "" admitted
 	}{
-		{"signatures sent", carrier{sent, signed.Identity(), files(signed)}, signedRef, ""},
-		{"stripped", carrier{nil, signed.Identity(), files(signed)}, signedRef, "carries no signature"},
-		{"swapped for another artifact's", carrier{sent, unsigned.Identity(), files(unsigned)}, unsignedRef, "does not name identity"},
-		{"files other than the signed ones", carrier{sent, signed.Identity(), tampered}, signedRef, "names other files"},
-		{"another repository's record", carrier{freeSent, free.Identity(), files(free)}, signedRef, "the recorded signatures are of"},
-		{"garbage", carrier{[]byte(`{"schema":1,"records":[],"x":1}`), signed.Identity(), files(signed)}, signedRef, "unknown field"},
-		{"other repository, no signature", carrier{nil, free.Identity(), files(free)}, freeRef, ""},
+		{"signatures sent", carrier{records: sent, identity: signed.Identity(), files: files(signed)}, signedRef, ""},
+		{"stripped", carrier{records: nil, identity: signed.Identity(), files: files(signed)}, signedRef, "carries no signature"},
+		{"swapped for another artifact's", carrier{records: sent, identity: unsigned.Identity(), files: files(unsigned)}, unsignedRef, "does not name identity"},
+		{"files other than the signed ones", carrier{records: sent, identity: signed.Identity(), files: tampered}, signedRef, "names other files"},
+		{"another repository's record", carrier{records: freeSent, identity: free.Identity(), files: files(free)}, signedRef, "the recorded signatures are of"},
+		{"garbage", carrier{records: []byte(`{"schema":1,"records":[],"x":1}`), identity: signed.Identity(), files: files(signed)}, signedRef, "unknown field"},
+		{"other repository, no signature", carrier{records: nil, identity: free.Identity(), files: files(free)}, freeRef, ""},
 	} {
 		t.Run("peer "+tc.name, func(t *testing.T) {
 			d2 := storetest.Open(t)
 			l := tc.c.identity
 			id, _ := l.ID()
-			err := gate.Admit(ctx, d2, id, tc.ref, tc.c)
+			err := gate.Admit(ctx, d2, id, tc.ref, &tc.c)
 			if tc.refusal == "" {
 				if err != nil {
 					t.Fatal(err)
+				}
+				// A kept record binds the files by sha256: the fetch checks it.
+				if want := tc.c.records != nil; tc.c.checked != want {
+					t.Fatalf("sha256 check asked for: %v, want %v", tc.c.checked, want)
 				}
 				return
 			}
@@ -264,6 +268,7 @@ type carrier struct {
 	records  []byte
 	identity artifact.Identity
 	files    []artifact.File
+	checked  bool // CheckSHA256 was called
 }
 
 func (c carrier) Name() string                                   { return "peer-fetch" }
@@ -271,6 +276,7 @@ func (c carrier) Produce(context.Context, artifact.Writer) error { return errors
 func (c carrier) CarriedSignatures() ([]byte, artifact.Identity, []artifact.File) {
 	return c.records, c.identity, c.files
 }
+func (c *carrier) CheckSHA256() { c.checked = true }
 
 // mustManifest is the manifest bytes of repoTag in the fake registry.
 func mustManifest(t *testing.T, f *fakeRegistry, repoTag string) []byte {

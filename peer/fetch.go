@@ -92,6 +92,9 @@ type fetcher struct {
 	w        artifact.Writer // Produce's
 	seed     artifact.Seeder // the same writer, when this node serves what it fetches (fetch_seed.go)
 	scratch  string          // directory of a subset's scratch files (the store's filesystem)
+	// checkSHA256: the trust this fetch is admitted under rests on its
+	// files' sha256 (CheckSHA256), which are checked, not the sender's word.
+	checkSHA256 bool
 
 	src     *sources
 	units   unitTable
@@ -166,7 +169,7 @@ func (f *fetcher) prepare(ctx context.Context, w artifact.Writer) error {
 		return f.subset.prepare(f)
 	}
 	for i, s := range f.base.Shards {
-		bind := artifact.Binding{Want: s.FileEntry, By: artifact.BindTree}
+		bind := artifact.Binding{Want: s.FileEntry, By: artifact.BindTree, CheckSHA256: f.checkSHA256}
 		// A kept file, whole or in part, is checked unit by unit: one
 		// read, whatever the interrupted fetch wrote of it.
 		fw, r, ok, err := w.ContinueBound(bind)

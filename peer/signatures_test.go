@@ -3,9 +3,12 @@ package peer
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
@@ -59,5 +62,58 @@ func TestProviderCarriesSignatures(t *testing.T) {
 	}
 	if raw, _ := carried(); !bytes.Equal(raw, rec) {
 		t.Fatalf("records sent %q, want the store's %q", raw, rec)
+	}
+}
+
+// TestFetchChecksSHA256WhenAsked: a sender whose store records a false
+// sha256 for a file, bound by a true tensor tree (what a forger of a
+// signed artifact's files would send: the signature binds sha256), passes
+// a plain fetch, which trusts the sender's sha256; a fetch whose trust
+// gate kept a record (CheckSHA256) reads every file back and refuses it,
+// naming the file, and publishes nothing.
+func TestFetchChecksSHA256WhenAsked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	seeded, sid := storetest.Seeded(t, 1<<20, 2)
+	l, err := seeded.Lookup(ctx, mustID(t, sid), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	victim := l.Index.Files[len(l.Index.Files)-1].Path
+	id := l.Identity()
+	id.Producer.Name = "tree-fetch" // not a passthrough identity, whose fingerprint would catch the lie
+	sender := storetest.Open(t)
+	forged, _, err := sender.GetOrBuild(ctx, id, storetest.TreeFetch(l, "", victim, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged.Close()
+	_, addr := serve(t, sender, ServerConfig{})
+	for _, check := range []bool{false, true} {
+		t.Run(fmt.Sprint("checked=", check), func(t *testing.T) {
+			dst := storetest.Open(t)
+			o := FetchOptions{Admit: func(_ context.Context, _ artifact.ID, prod artifact.Producer) error {
+				if check {
+					prod.(*fetcher).CheckSHA256()
+				}
+				return nil
+			}}
+			got, _, err := Fetch(ctx, dst, []string{addr}, digestOf(t, id), o)
+			if !check {
+				if err != nil {
+					t.Fatalf("plain fetch: %v", err)
+				}
+				got.Close()
+				return
+			}
+			var em *artifact.EntryMismatchError
+			if !errors.As(err, &em) || em.Path != victim || em.Field != "sha256" {
+				t.Fatalf("checked fetch: %v, want a sha256 mismatch naming %s", err, victim)
+			}
+			if list, _ := dst.List(ctx); len(list) != 0 {
+				t.Fatal("an artifact was published")
+			}
+		})
 	}
 }

@@ -7,77 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/zeebo/blake3"
 )
-
-// treeFetch is a producer that writes the files of a leased artifact the
-// way a peer fetch does: every file created with BindTree from the sender's
-// entry, every part written by WriteAt from its own goroutine, last part
-// first, and its BLAKE3 reported; corrupt names a part reported wrongly,
-// lieSHA a file whose sha256 the sender's entry gets wrong.
-func treeFetch(l *store.Lease, corrupt, lieSHA string) artifact.Producer {
-	return artifact.ProducerFunc{ProducerName: "tree-fetch", Fn: func(ctx context.Context, w artifact.Writer) error {
-		for _, lf := range l.Files() {
-			e := lf.Entry
-			data, err := lf.Data()
-			if err != nil {
-				return err
-			}
-			if e.Path == lieSHA {
-				e.SHA256 = strings.Repeat("5", 64)
-			}
-			fw, err := w.CreateBound(artifact.Binding{Want: e, By: artifact.BindTree})
-			if err != nil {
-				return err
-			}
-			type part struct {
-				name     string
-				off, end int64
-			}
-			parts := []part{{"", 0, e.Size}}
-			if artifact.IsSafetensors(e.Path) {
-				parts = []part{{"", 0, e.DataStart}} // the header: written, not reported
-				for _, t := range e.Tensors {
-					parts = append(parts, part{t.Name, t.Offset, t.Offset + t.Length})
-				}
-			}
-			var wg sync.WaitGroup
-			errs := make([]error, len(parts))
-			for i := len(parts) - 1; i >= 0; i-- {
-				wg.Go(func() {
-					p := parts[i]
-					if _, errs[i] = fw.WriteAt(data[p.off:p.end], p.off); errs[i] != nil || (i == 0 && artifact.IsSafetensors(e.Path)) {
-						return
-					}
-					sum := blake3.Sum256(data[p.off:p.end])
-					if p.name == corrupt && corrupt != "" {
-						sum[0] ^= 1
-					}
-					idx := i
-					if artifact.IsSafetensors(e.Path) {
-						idx = i - 1
-					}
-					errs[i] = fw.SetPartBLAKE3(idx, sum)
-				})
-			}
-			wg.Wait()
-			if err := errors.Join(errs...); err != nil {
-				return err
-			}
-			if err := fw.Close(); err != nil {
-				return err
-			}
-		}
-		return nil
-	}}
-}
 
 // TestTreeBoundFilesOutOfOrder: files filled by positioned writes in any
 // order are published with the sender's digests, bound by the tree of the
@@ -90,7 +26,7 @@ func TestTreeBoundFilesOutOfOrder(t *testing.T) {
 	ctx := context.Background()
 
 	d := storetest.Open(t)
-	got, res, err := d.GetOrBuild(ctx, l.Identity(), treeFetch(l, "", ""))
+	got, res, err := d.GetOrBuild(ctx, l.Identity(), storetest.TreeFetch(l, "", "", false))
 	if err != nil || !res.Built {
 		t.Fatalf("tree-bound build: %v", err)
 	}
@@ -113,7 +49,7 @@ func TestTreeBoundFilesOutOfOrder(t *testing.T) {
 		}
 	}
 	d2 := storetest.Open(t)
-	_, _, err = d2.GetOrBuild(ctx, l.Identity(), treeFetch(l, victim, ""))
+	_, _, err = d2.GetOrBuild(ctx, l.Identity(), storetest.TreeFetch(l, victim, "", false))
 	var em *artifact.EntryMismatchError
 	if !errors.As(err, &em) || em.Tensor != victim {
 		t.Fatalf("a wrongly reported tensor: %v, want a mismatch naming %s", err, victim)
@@ -138,7 +74,7 @@ func TestScrubFindsABoundLie(t *testing.T) {
 	id := l.Identity()
 	id.Producer.Name = "tree-fetch"
 	d := storetest.Open(t)
-	got, _, err := d.GetOrBuild(ctx, id, treeFetch(l, "", victim))
+	got, _, err := d.GetOrBuild(ctx, id, storetest.TreeFetch(l, "", victim, false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +95,39 @@ func TestScrubFindsABoundLie(t *testing.T) {
 	}
 	if err := sender.Scrub(ctx, l.ID, store.ScrubOptions{}); err != nil {
 		t.Fatalf("scrub of a true artifact: %v", err)
+	}
+}
+
+// TestTreeBoundSHA256Checked: with CheckSHA256 (a fetch whose trust rests
+// on a signature record, which binds sha256) a sender's sha256 that
+// disagrees with the bytes its tree binds is refused at Close, naming the
+// file, and nothing is published; a true one builds.
+func TestTreeBoundSHA256Checked(t *testing.T) {
+	_, src := storetest.Checkpoint(t, 2<<20, 2)
+	l, _ := importDir(t, storetest.Open(t), src)
+	defer l.Close()
+	ctx := context.Background()
+	id := l.Identity()
+	id.Producer.Name = "tree-fetch" // not a passthrough identity, whose fingerprint would catch the lie
+	for _, victim := range []string{"", l.Index.Files[0].Path, l.Index.Files[len(l.Index.Files)-1].Path} {
+		t.Run("lie "+victim, func(t *testing.T) {
+			d := storetest.Open(t)
+			got, _, err := d.GetOrBuild(ctx, id, storetest.TreeFetch(l, "", victim, true))
+			if victim == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				got.Close()
+				return
+			}
+			var em *artifact.EntryMismatchError
+			if !errors.As(err, &em) || em.Path != victim || em.Field != "sha256" || !errdefs.IsDataLoss(err) {
+				t.Fatalf("a sender's false sha256: %v, want a sha256 mismatch naming %s", err, victim)
+			}
+			if list, _ := d.List(ctx); len(list) != 0 {
+				t.Fatal("an artifact was published")
+			}
+		})
 	}
 }
 
@@ -235,7 +204,7 @@ func TestPassthroughIdentityMustMatchItsFiles(t *testing.T) {
 	forged.Model.Source = append([]artifact.SourceFile(nil), forged.Model.Source...)
 	forged.Model.Source[0].SHA256 = strings.Repeat("7", 64)
 	d := storetest.Open(t)
-	_, _, err := d.GetOrBuild(context.Background(), forged, treeFetch(l, "", ""))
+	_, _, err := d.GetOrBuild(context.Background(), forged, storetest.TreeFetch(l, "", "", false))
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "passthrough identity's source fingerprint and payload disagree") {
 		t.Fatalf("build of a forged passthrough identity: %v", err)
 	}

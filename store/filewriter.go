@@ -92,7 +92,7 @@ type writerOptions struct {
 func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool, o writerOptions) (*fileWriter, error) {
 	w := &fileWriter{path: b.Want.Path, size: b.Want.Size, f: f, onChecked: o.onChecked}
 	if b.By == artifact.BindTree {
-		w.tree = newTreeFile(b.Want)
+		w.tree = newTreeFile(b)
 		return w, nil
 	}
 	h := o.hasher
@@ -523,7 +523,7 @@ func (w *fileWriter) Close() error {
 	w.unmap()
 	switch {
 	case w.tree != nil:
-		w.entry, w.err = w.tree.finish()
+		w.entry, w.err = w.tree.finish(w.f)
 	default:
 		w.err = w.stages.drain()
 		w.stopCheckpoints()

@@ -1,22 +1,28 @@
 package store
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"os"
 	"sync"
 	"sync/atomic"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 )
 
 // treeFile is the state of a file bound by its tensor tree
 // (artifact.BindTree): bytes land by positioned writes in any order, from
 // several goroutines; the writer keeps a copy of the header region as it is
 // written and the producer reports each part's BLAKE3. Close derives the
-// tree from them, never reading the file.
+// tree from them, never reading the file, save to check its sha256
+// (artifact.Binding.CheckSHA256).
 type treeFile struct {
-	want artifact.FileEntry
+	want     artifact.FileEntry
+	checkSHA bool
 
 	mu     sync.Mutex
 	header []byte // [0, want.DataStart) as written
@@ -25,8 +31,8 @@ type treeFile struct {
 	landed int64        // bytes of the parts reported, under mu: what an interrupted build keeps
 }
 
-func newTreeFile(want artifact.FileEntry) *treeFile {
-	return &treeFile{want: want, header: make([]byte, want.DataStart), parts: make([]artifact.Sum, want.Parts())}
+func newTreeFile(b artifact.Binding) *treeFile {
+	return &treeFile{want: b.Want, checkSHA: b.CheckSHA256, header: make([]byte, b.Want.DataStart), parts: make([]artifact.Sum, b.Want.Parts())}
 }
 
 // WriteAt places bytes anywhere in a BindTree file; it may be called from
@@ -87,8 +93,36 @@ func (t *treeFile) landedBytes() int64 {
 	return t.landed
 }
 
-func (t *treeFile) finish() (artifact.FileEntry, error) {
+// finish derives the file's entry, checked against the record; with
+// checkSHA it then reads f back whole for its sha256.
+func (t *treeFile) finish(f *os.File) (artifact.FileEntry, error) {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return artifact.FinishTree(t.want, t.header, t.parts)
+	e, err := artifact.FinishTree(t.want, t.header, t.parts)
+	t.mu.Unlock()
+	if err != nil || !t.checkSHA {
+		return e, err
+	}
+	got, err := readSHA256(f, t.want.Size)
+	if err != nil {
+		return artifact.FileEntry{}, fmt.Errorf("payload %s: reading it back for its sha256: %w", t.want.Path, ioerr.Classify(err, noSpace))
+	}
+	if got != e.SHA256 {
+		return artifact.FileEntry{}, &artifact.EntryMismatchError{Path: t.want.Path, Field: "sha256", Want: e.SHA256, Got: got}
+	}
+	return e, nil
+}
+
+// readSHA256 is the hex sha256 of the first size bytes of the payload f,
+// which is open write-only (a second descriptor reads it, as for Map).
+func readSHA256(f *os.File, size int64) (string, error) {
+	r, err := os.Open(fmt.Sprintf("/proc/self/fd/%d", f.Fd()))
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	h := sha256.New()
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(r, 0, size), make([]byte, 1<<20)); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

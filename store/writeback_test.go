@@ -24,7 +24,7 @@ func TestWrittenFilesLeaveThePageCache(t *testing.T) {
 		p    artifact.Producer
 	}{
 		{"in order", &artifact.Passthrough{Src: src}},
-		{"any order", treeFetch(seed, "", "")},
+		{"any order", storetest.TreeFetch(seed, "", "", false)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := storetest.Open(t)

@@ -1,8 +1,9 @@
 // Package storetest is what tests of the store and of its users share:
 // synthetic checkpoints, a store of the test's own, an artifact seeded in
 // it, the revision and identity tests give a checkpoint, an in-memory
-// artifact.Writer, waiting out the fingerprint cache's racy window, and
-// the store's fault harnesses' helpers (test/crash, test/powercut).
+// artifact.Writer, a producer that writes as a peer fetch does
+// (TreeFetch), waiting out the fingerprint cache's racy window, and the
+// store's fault harnesses' helpers (test/crash, test/powercut).
 //
 // It imports the store, so the store's own in-package tests (package store)
 // cannot use it; its external tests (package store_test) can.
