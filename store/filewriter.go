@@ -24,8 +24,8 @@ const ringBuffers = 4
 // file, so a write throttled by the page cache never stalls the hashing, and
 // the other way round. The file holds a few chunks of the page cache at
 // most (writeback.go). A file bound by its tensor tree (artifact.BindTree)
-// is written by positioned writes in any order instead, and is never read
-// back (treeFile). The fsync runs in the background, overlapped with later
+// is written by positioned writes in any order instead, and is not read
+// back but to check its sha256 where asked (treeFile). The fsync runs in the background, overlapped with later
 // files; publication waits for it.
 type fileWriter struct {
 	path string
@@ -69,12 +69,6 @@ type fileWriter struct {
 	synced    chan error
 	entry     artifact.FileEntry
 	err       error
-}
-
-// snapshot is a file's hasher state at off.
-type snapshot struct {
-	off   int64
-	state []byte
 }
 
 // writerOptions are a new fileWriter's: onChecked records checked ranges
@@ -121,21 +115,6 @@ func newFileWriter(b artifact.Binding, f *os.File, pool *sync.Pool, o writerOpti
 	return w, nil
 }
 
-// checkpointer syncs the file and records each snapshot handed to it.
-// A failed checkpoint only costs what a later build could have reused.
-func (w *fileWriter) checkpointer() {
-	defer close(w.ckDone)
-	failed := false
-	for s := range w.ckQ {
-		if failed {
-			continue
-		}
-		if syncData(w.f) != nil || w.record(s.off, s.state) != nil {
-			failed = true
-		}
-	}
-}
-
 // hashChunk hashes a chunk in the hash stage. A file that keeps
 // checkpoints is hashed part by part (artifact.FileHasher.NextBoundary):
 // a state is kept where each part ends.
@@ -155,89 +134,6 @@ func (w *fileWriter) hashChunk(c *chunk) error {
 		w.snapshotted()
 	}
 	return w.advance(0)
-}
-
-// snapshotted keeps the hasher's state where a part ends, and every
-// checkpointEvery bytes hands one over to be recorded once the write
-// stage has written that far.
-func (w *fileWriter) snapshotted() {
-	if w.keep == nil {
-		return
-	}
-	off, state, ok := w.hasher.State()
-	if !ok {
-		return
-	}
-	w.ckMu.Lock()
-	defer w.ckMu.Unlock()
-	w.latest = snapshot{off, state}
-	if off-w.lastAt < w.every {
-		return
-	}
-	w.lastAt = off
-	w.snap = &w.latest
-	w.handOver()
-}
-
-// handOver gives the pending snapshot to the checkpointer once the write
-// stage has written past it; a checkpointer still busy with the previous
-// one drops it. The caller holds ckMu.
-func (w *fileWriter) handOver() {
-	if w.snap == nil || w.wrote < w.snap.off {
-		return
-	}
-	select {
-	case w.ckQ <- *w.snap:
-	default:
-	}
-	w.snap = nil
-}
-
-// wroteTo is called by the write stage after each write.
-func (w *fileWriter) wroteTo(end int64) {
-	if w.keep == nil {
-		return
-	}
-	w.ckMu.Lock()
-	defer w.ckMu.Unlock()
-	w.wrote = end
-	w.handOver()
-}
-
-// stopCheckpoints waits for the checkpointer; its descriptor's last use.
-func (w *fileWriter) stopCheckpoints() {
-	if w.ckQ != nil {
-		close(w.ckQ)
-		<-w.ckDone
-		w.ckQ = nil
-	}
-}
-
-// keepStopped records a last checkpoint of a file stopped part way, its
-// stages drained (every byte submitted was both hashed and written): at
-// the end of the last part it hashed.
-func (w *fileWriter) keepStopped(drainErr error) {
-	if w.keep == nil || drainErr != nil {
-		return
-	}
-	w.ckMu.Lock()
-	last := w.latest
-	w.ckMu.Unlock()
-	if last.off <= w.keptOff.Load() {
-		return
-	}
-	if syncData(w.f) == nil {
-		w.record(last.off, last.state)
-	}
-}
-
-// record records a checkpoint at off, the file synced that far.
-func (w *fileWriter) record(off int64, state []byte) error {
-	if err := w.keep(off, state); err != nil {
-		return err
-	}
-	w.keptOff.Store(off)
-	return nil
 }
 
 // chunk is one buffer in flight; the last stage done with it frees it:

@@ -9,11 +9,12 @@ package e2e
 // For each size, one node (registry, weightsnapd, containerd) and one weight
 // image, and in each round, each from an empty store and (DROP_CACHES=1) an
 // empty page cache: `weightsnap pull` of the image's artifact into a store of
-// its own (the CLI's seconds and CPU seconds), then `nerdctl run` of the image
+// its own (the CLI's seconds and CPU seconds), and `nerdctl run` of the image
 // with the artifact nowhere on the node, to the first weight byte read in the
 // container: the weight layer's Prepare (weightsnapd pulls the artifact into
 // its store in it; its seconds from the daemon's weight_prepare_seconds and
-// the daemon's CPU seconds meanwhile) and the whole run. What the Prepare adds
+// the daemon's CPU seconds meanwhile) and the whole run, in alternate order
+// from round to round (BENCH_REPS, 4 by default). What the Prepare adds
 // to the plain pull is the difference of the two. The disk column is the
 // floor of both: the same bytes written to the store's filesystem in 4 files
 // and synced (a store writes every byte durably before the artifact is
@@ -35,7 +36,7 @@ import (
 
 func TestColdPrepareBench(t *testing.T) {
 	sizes := strings.Fields(envOr("BENCH_SIZES", "2GiB 4GiB"))
-	reps, _ := strconv.Atoi(envOr("BENCH_REPS", "3"))
+	reps, _ := strconv.Atoi(envOr("BENCH_REPS", "4"))
 	type row struct {
 		size                                     string
 		bytes                                    int64
@@ -48,26 +49,39 @@ func TestColdPrepareBench(t *testing.T) {
 			w := n.pushWeightImage(t, "cold", size, 4, "/models/x")
 			first := firstWeightFile(t, w.files)
 			r := row{size: size, bytes: w.bytes}
-			for i := 0; i < reps; i++ {
-				t.Logf("%s: round %d of %d", size, i+1, reps)
+			pull := func() {
 				root := filepath.Join(t.TempDir(), "store")
-				settle(t)
-				r.disk = append(r.disk, syncedWrite(t, filepath.Dir(root), w.bytes, 4))
 				settle(t)
 				secs, cpu := timedPull(t, root, w.pushedArtifact.ref)
 				r.pull, r.pullCPU = append(r.pull, secs), append(r.pullCPU, cpu)
 				if res := ws(t, root, "rm", w.id); res.code != 0 {
 					t.Fatalf("weightsnap rm: exit %d: %s", res.code, res.errOut)
 				}
+			}
+			prepare := func() {
 				if res := ws(t, n.ws.Root, "rm", w.id); res.code != 0 && res.code != 3 { // 3: not in the store
 					t.Fatalf("weightsnap rm: exit %d: %s", res.code, res.errOut)
 				}
 				prep0, cpu0 := n.metric(t, `weightsnap_snapshotter_weight_prepare_seconds_sum{outcome="fetched"}`), procCPU(t, n.ws.Proc.Cmd.Process.Pid)
-				secs, _ = benchRun(t, n, n.ctd, w.ref, "weightsnap", first, false)
+				secs, _ := benchRun(t, n, n.ctd, w.ref, "weightsnap", first, false)
 				r.cold = append(r.cold, secs)
 				r.prep = append(r.prep, n.metric(t, `weightsnap_snapshotter_weight_prepare_seconds_sum{outcome="fetched"}`)-prep0)
 				r.prepCPU = append(r.prepCPU, procCPU(t, n.ws.Proc.Cmd.Process.Pid)-cpu0)
 				rmImage(t, n, n.ctd, w.ref)
+			}
+			for i := 0; i < reps; i++ {
+				t.Logf("%s: round %d of %d", size, i+1, reps)
+				settle(t)
+				r.disk = append(r.disk, syncedWrite(t, t.TempDir(), w.bytes, 4))
+				// Alternate rounds run the Prepare first: neither step
+				// always follows the other's writeback and deletions.
+				if i%2 == 0 {
+					pull()
+					prepare()
+				} else {
+					prepare()
+					pull()
+				}
 			}
 			rows = append(rows, r)
 		})
