@@ -73,8 +73,9 @@ func TestColdPrepareBench(t *testing.T) {
 				t.Logf("%s: round %d of %d", size, i+1, reps)
 				settle(t)
 				r.disk = append(r.disk, syncedWrite(t, t.TempDir(), w.bytes, 4))
-				// Alternate rounds run the Prepare first: neither step
-				// always follows the other's writeback and deletions.
+				// Alternate rounds run the Prepare first: the step that ran
+				// first in a round measured 0.7 s slower at 2 GiB,
+				// whichever step it was.
 				if i%2 == 0 {
 					pull()
 					prepare()
