@@ -96,16 +96,13 @@ func checkBinding(b Binding) error {
 	if err := ValidateRelPath(b.Want.Path); err != nil {
 		return err
 	}
+	if b.CheckSHA256 && b.By != BindTree {
+		return fmt.Errorf("binding of %s: a sha256 check is for a file bound by its tree out of order: %w", b.Want.Path, errdefs.ErrInvalidArgument)
+	}
 	switch b.By {
 	case BindNone:
-		if b.CheckSHA256 {
-			return fmt.Errorf("binding of %s: a sha256 check is for a file bound by its tree: %w", b.Want.Path, errdefs.ErrInvalidArgument)
-		}
 		return nil
 	case BindTree, BindTreeStream:
-		if b.CheckSHA256 && b.By != BindTree {
-			return fmt.Errorf("binding of %s: a sha256 check is for a file bound by its tree: %w", b.Want.Path, errdefs.ErrInvalidArgument)
-		}
 		if err := checkEntry(IndexSchema, b.Want); err != nil {
 			return fmt.Errorf("binding of %s: %w: %w", b.Want.Path, err, errdefs.ErrInvalidArgument)
 		}

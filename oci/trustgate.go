@@ -155,8 +155,8 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 // request's. A weight peer's records (Carrier) are decoded strictly, each
 // must bind to the identity and files received (CheckBinding), and is
 // verified offline; once one is kept, the peer's fetch checks each file's
-// sha256 (Carrier.CheckSHA256). A source that brings no record meeting a policy that
-// wants one is refused, naming the scope.
+// sha256 (Carrier.CheckSHA256). A source that brings no record meeting a
+// policy that wants one is refused, naming the scope.
 func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref string, prod artifact.Producer) error {
 	m, repo, err := g.match(ref)
 	if err != nil {

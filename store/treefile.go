@@ -63,7 +63,11 @@ func (w *fileWriter) writeAt(p []byte, off int64) (int, error) {
 	n, err := pwrite(w.f, p, off)
 	if w.tree.dirty.Add(int64(n)) >= writebackChunk {
 		w.tree.dirty.Store(0)
-		writeBehind(w.f, w.size, 0, w.size)
+		drop := w.size
+		if w.tree.checkSHA {
+			drop = 0 // kept, clean once written back, for finish to read back from memory
+		}
+		writeBehind(w.f, drop, 0, w.size)
 	}
 	return n, err
 }
