@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
@@ -18,15 +17,9 @@ func BenchmarkFetchSHA256Check(b *testing.B) {
 	digest := digestOf(b, id)
 	for _, check := range []bool{false, true} {
 		b.Run(fmt.Sprint("checked=", check), func(b *testing.B) {
-			o := FetchOptions{Admit: func(_ context.Context, _ artifact.ID, prod artifact.Producer) error {
-				if check {
-					prod.(*fetcher).CheckSHA256()
-				}
-				return nil
-			}}
 			var total int64
 			for b.Loop() {
-				l, rep, err := Fetch(context.Background(), storetest.Open(b), []string{addr}, digest, o)
+				l, rep, err := Fetch(context.Background(), storetest.Open(b), []string{addr}, digest, admitting(check))
 				if err != nil {
 					b.Fatal(err)
 				}

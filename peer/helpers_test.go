@@ -122,3 +122,15 @@ func waitSessionsEnd(t *testing.T, s *Server, id artifact.ID) {
 	testenv.Eventually(t, 10*time.Second, func() bool { return s.sessionsOf(id) == 0 },
 		"the peer still serves a session its client left")
 }
+
+// admitting is FetchOptions whose Admit asks the fetch for the sha256
+// check a kept signature record would (oci.Carrier.CheckSHA256) when check
+// is set.
+func admitting(check bool) FetchOptions {
+	return FetchOptions{Admit: func(_ context.Context, _ artifact.ID, prod artifact.Producer) error {
+		if check {
+			prod.(*fetcher).CheckSHA256()
+		}
+		return nil
+	}}
+}

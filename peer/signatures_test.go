@@ -93,13 +93,7 @@ func TestFetchChecksSHA256WhenAsked(t *testing.T) {
 	for _, check := range []bool{false, true} {
 		t.Run(fmt.Sprint("checked=", check), func(t *testing.T) {
 			dst := storetest.Open(t)
-			o := FetchOptions{Admit: func(_ context.Context, _ artifact.ID, prod artifact.Producer) error {
-				if check {
-					prod.(*fetcher).CheckSHA256()
-				}
-				return nil
-			}}
-			got, _, err := Fetch(ctx, dst, []string{addr}, digestOf(t, id), o)
+			got, _, err := Fetch(ctx, dst, []string{addr}, digestOf(t, id), admitting(check))
 			if !check {
 				if err != nil {
 					t.Fatalf("plain fetch: %v", err)

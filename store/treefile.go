@@ -125,7 +125,7 @@ func readSHA256(f *os.File, size int64) (string, error) {
 	}
 	defer r.Close()
 	h := sha256.New()
-	if _, err := io.CopyBuffer(h, io.NewSectionReader(r, 0, size), make([]byte, 1<<20)); err != nil {
+	if _, err := io.CopyBuffer(h, io.NewSectionReader(r, 0, size), make([]byte, verifyChunk)); err != nil {
 		return "", err
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
