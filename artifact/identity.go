@@ -1,6 +1,7 @@
-// Package artifact defines what a weight artifact is: its exact semantic
-// identity, the safetensors files it holds, the tensor index that describes
-// them, and the contracts of the producers and restorers that make and use it.
+// Package artifact defines what a weight artifact is: the identity and its
+// ID, the safetensors files it holds, the tensor index that describes them,
+// and the contracts of the producers, writers and seeders that make it.
+// The restorers that use it are package loader's.
 package artifact
 
 import (

@@ -67,7 +67,7 @@ func (g *Gate) Unsigned(ref string) error {
 
 // SignedSource implements resolve.SourceSignatures: dir holds a model.sig.
 func (g *Gate) SignedSource(dir string) bool {
-	_, err := os.Lstat(filepath.Join(dir, trust.OMSSignatureFile))
+	_, err := os.Lstat(filepath.Join(dir, trust.OMSBundleFile))
 	return err == nil
 }
 

@@ -1,7 +1,8 @@
-// Package prefetch brings declared artifacts into the store before any pod
-// asks: weightsnapd reads a directory of TOML files ([prefetch] dir), each
-// listing artifacts by registry reference and, optionally, identity, with
-// pin = true|false. It resolves each through the usual order (the store,
+// Package prefetch is the prefetch directory: its files bring the artifacts
+// they declare into the store before any pod asks. Each prefetch file is a
+// TOML file of the directory ([prefetch] dir) listing artifacts by registry
+// reference and, optionally, identity, with pin = true|false. The package
+// resolves each through the usual order (the store,
 // the weight peers, the registry), pins or unpins it as its file says
 // (the pin's holder is "prefetch:<file>"), retries what fails with a
 // backoff, and unpins, never deletes, an artifact whose entry left. The

@@ -45,7 +45,7 @@ func TestResolveSourceSignature(t *testing.T) {
 			for _, f := range mustScan(t, dir).Files {
 				files = append(files, artifact.File{Path: f.Path, SHA256: f.SHA256})
 			}
-			if err := os.WriteFile(filepath.Join(dir, trust.OMSSignatureFile), storetest.OMSBundle(t, signer, files), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(dir, trust.OMSBundleFile), storetest.OMSBundle(t, signer, files), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}

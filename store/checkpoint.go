@@ -158,7 +158,7 @@ func (b *build) closeCheckpoints(remove bool) error {
 // later records name are not continued.
 func (b *build) keptCheckpoints() map[string]checkpoint {
 	b.keptOnce.Do(func() {
-		f, err := os.Open(filepath.Join(b.dir, resumeDir, fileCheckpoint))
+		f, err := os.Open(filepath.Join(b.dir, dirResume, fileCheckpoint))
 		if err != nil {
 			return
 		}

@@ -261,7 +261,7 @@ func TestContinueKeptPrefix(t *testing.T) {
 			if err != nil || !bytes.Equal(got, data) {
 				t.Fatalf("published bytes differ (%v)", err)
 			}
-			for _, name := range []string{fileCheckpoint, resumeDir} {
+			for _, name := range []string{fileCheckpoint, dirResume} {
 				if _, err := os.Lstat(filepath.Join(l.Dir, name)); !errors.Is(err, os.ErrNotExist) {
 					t.Fatalf("%s published: %v", name, err)
 				}

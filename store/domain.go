@@ -93,14 +93,6 @@ type Domain struct {
 	onEvict  func(Evicted)            // told of every eviction
 }
 
-const (
-	dirArtifacts  = "artifacts"
-	dirLocks      = "locks"
-	dirTmp        = "tmp"
-	dirQuarantine = "quarantine"
-	dirDeny       = "deny"
-)
-
 // Open opens the domain at root, creating it with policy if it does not
 // exist yet (a nil policy means DefaultPolicy). An existing domain keeps its
 // own policy. The root's filesystem must be ext4, xfs, btrfs or tmpfs.
@@ -130,21 +122,21 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 		return nil, err
 	}
 	deadline := time.Now().Add(p.CoordinationTimeout())
-	lk, err := lockFile(ctx, filepath.Join(root, dirLocks, "domain.lock"), unix.LOCK_EX, deadline, "the domain-init lock")
+	lk, err := lockFile(ctx, filepath.Join(root, dirLocks, lockDomain), unix.LOCK_EX, deadline, "the domain-init lock")
 	if err != nil {
 		return nil, err
 	}
 	defer lk.Close()
 	info := DomainInfo{Schema: DomainSchema, FSType: fsType, FSMagic: fmt.Sprintf("0x%x", magic),
 		Created: time.Now().UTC().Format(time.RFC3339), Scope: "node"}
-	created, err := loadOrCreateJSON(root, "domain.json", &info)
+	created, err := loadOrCreateJSON(root, fileDomain, &info)
 	if err != nil {
 		return nil, err
 	}
 	if info.Schema != DomainSchema {
 		return nil, fmt.Errorf("domain %s has schema %d, this build reads %d: %w", root, info.Schema, DomainSchema, errdefs.ErrNotImplemented)
 	}
-	if _, err := loadOrCreateJSON(root, "domain-policy.json", &p); err != nil {
+	if _, err := loadOrCreateJSON(root, fileDomainPolicy, &p); err != nil {
 		return nil, err
 	}
 	if err := p.validate(); err != nil {
@@ -162,7 +154,7 @@ func OpenExisting(ctx context.Context, root string, policy *Policy) (*Domain, er
 	if err != nil {
 		return nil, err
 	}
-	if _, err := os.Stat(filepath.Join(abs, "domain.json")); errors.Is(err, fs.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(abs, fileDomain)); errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("no store at %s (`weightsnap store init` creates one; --root or WEIGHTSNAP_ROOT names another): %w", abs, errdefs.ErrNotFound)
 	} else if err != nil {
 		return nil, fmt.Errorf("store root %s: %w", abs, err)
@@ -176,7 +168,7 @@ func (d *Domain) SetPolicy(p Policy) error {
 		return err
 	}
 	raw, _ := json.MarshalIndent(p, "", "  ")
-	if err := artifact.WriteFileAtomic(filepath.Join(d.root, "domain-policy.json"), raw, 0o644, artifact.Durable); err != nil {
+	if err := artifact.WriteFileAtomic(filepath.Join(d.root, fileDomainPolicy), raw, 0o644, artifact.Durable); err != nil {
 		return err
 	}
 	d.policy = p

@@ -15,9 +15,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// resumeDir is where a build keeps the payload files of an interrupted build
+// dirResume is where a build keeps the payload files of an interrupted build
 // of the same identity, until the producer reuses them or publication drops them.
-const resumeDir = ".resume"
+const dirResume = ".resume"
 
 // adoptStale moves the newest stale temp build of the same id (the caller
 // holds its build lock) into the new build's resume area and removes the
@@ -33,7 +33,7 @@ func (b *build) adoptStale() {
 	sort.Slice(stale, func(i, j int) bool { return modTime(stale[i]) > modTime(stale[j]) })
 	for i, s := range stale {
 		endProgress(s)
-		if i == 0 && os.Rename(s, filepath.Join(b.dir, resumeDir)) == nil {
+		if i == 0 && os.Rename(s, filepath.Join(b.dir, dirResume)) == nil {
 			continue
 		}
 		removeTree(s)
@@ -61,7 +61,7 @@ func (b *build) Reuse(bind artifact.Binding) (artifact.FileEntry, bool, error) {
 	if c, ok := b.keptCheckpoints()[path]; ok && c.off < c.size {
 		return artifact.FileEntry{}, false, nil // written in part: Continue's
 	}
-	old := filepath.Join(b.dir, resumeDir, path)
+	old := filepath.Join(b.dir, dirResume, path)
 	f, err := os.Open(old)
 	if errors.Is(err, os.ErrNotExist) {
 		return artifact.FileEntry{}, false, nil
@@ -111,11 +111,11 @@ func (b *build) Reuse(bind artifact.Binding) (artifact.FileEntry, bool, error) {
 
 // dropResume removes what the producer did not reuse.
 func (b *build) dropResume() error {
-	return removeTree(filepath.Join(b.dir, resumeDir))
+	return removeTree(filepath.Join(b.dir, dirResume))
 }
 
 func isReservedPath(path string) bool {
-	return isMetadataName(path) || path == resumeDir || path == fileProgress || path == fileCheckpoint || strings.HasPrefix(path, resumeDir+"/")
+	return isMetadataName(path) || path == dirResume || path == fileProgress || path == fileCheckpoint || strings.HasPrefix(path, dirResume+"/")
 }
 
 // Continue implements artifact.PartResumer: it adopts the prefix of a file
@@ -134,7 +134,7 @@ func (b *build) Continue(bind artifact.Binding) (artifact.FileWriter, int64, boo
 	if !ok || keep == nil || c.size != size || c.off == 0 || c.off >= size {
 		return nil, 0, false, nil
 	}
-	old := filepath.Join(b.dir, resumeDir, path)
+	old := filepath.Join(b.dir, dirResume, path)
 	f, err := os.OpenFile(old, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, 0, false, nil
@@ -238,7 +238,7 @@ func (b *build) ContinueBound(bind artifact.Binding) (artifact.BoundFileWriter, 
 	if err := artifact.ValidateRelPath(path); err != nil || isReservedPath(path) {
 		return nil, nil, false, fmt.Errorf("payload path %q: not a plain relative path or reserved: %w", path, errdefs.ErrInvalidArgument)
 	}
-	old := filepath.Join(b.dir, resumeDir, path)
+	old := filepath.Join(b.dir, dirResume, path)
 	f, err := os.OpenFile(old, os.O_RDWR|unix.O_NOFOLLOW, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil, false, nil

@@ -49,7 +49,7 @@ func (b *build) Seeding() bool { return b.d.served() }
 // release: builds then announce their progress (artifact.Seeder.Seeding).
 // It is a shared flock on locks/serve.lock, so it ends with the process.
 func (d *Domain) Serving(ctx context.Context) (release func(), err error) {
-	lk, err := lockFile(ctx, d.path(dirLocks, "serve.lock"), unix.LOCK_SH, time.Now().Add(d.policy.CoordinationTimeout()), "the serve lock")
+	lk, err := lockFile(ctx, d.path(dirLocks, lockServe), unix.LOCK_SH, time.Now().Add(d.policy.CoordinationTimeout()), "the serve lock")
 	if err != nil {
 		return nil, err
 	}
@@ -59,7 +59,7 @@ func (d *Domain) Serving(ctx context.Context) (release func(), err error) {
 // served says whether a process serves the domain: the serve lock cannot be
 // taken exclusively (for an instant; Serving waits its turn).
 func (d *Domain) served() bool {
-	lk, free, err := tryLock(d.path(dirLocks, "serve.lock"), unix.LOCK_EX)
+	lk, free, err := tryLock(d.path(dirLocks, lockServe), unix.LOCK_EX)
 	if err != nil {
 		return false
 	}

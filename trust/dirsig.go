@@ -27,14 +27,14 @@ type DirSignature struct {
 // requires a signature a directory without one is refused here, before a
 // byte is copied. nil: dir is not a directory (the import says so).
 func ReadDirSignature(m Match, ref, dir string) (*DirSignature, error) {
-	s := &DirSignature{m: m, ref: ref, path: filepath.Join(dir, OMSSignatureFile)}
+	s := &DirSignature{m: m, ref: ref, path: filepath.Join(dir, OMSBundleFile)}
 	raw, err := artifact.ReadFileAtMost(s.path, MaxBundleBytes)
 	switch {
 	case errors.Is(err, syscall.ENOTDIR):
 		return nil, nil
 	case errors.Is(err, fs.ErrNotExist):
 		if s.m.Requires() {
-			return nil, &Refusal{Scope: s.m.Scope, Reason: fmt.Sprintf("no %s beside the files of %s: sigstoreSigned is required", OMSSignatureFile, dir)}
+			return nil, &Refusal{Scope: s.m.Scope, Reason: fmt.Sprintf("no %s beside the files of %s: sigstoreSigned is required", OMSBundleFile, dir)}
 		}
 		return s, nil
 	case err != nil:

@@ -32,7 +32,7 @@ func TestDirSignature(t *testing.T) {
 	}
 	required, free := keyMatch("reg.example/models", pub), Match{Scope: "default", Requirements: []Requirement{{Type: TypeAcceptAnything}}}
 	signed := t.TempDir()
-	os.WriteFile(filepath.Join(signed, OMSSignatureFile), raw, 0o644)
+	os.WriteFile(filepath.Join(signed, OMSBundleFile), raw, 0o644)
 	bare := t.TempDir()
 	notDir := filepath.Join(bare, "file")
 	os.WriteFile(notDir, nil, 0o644)

@@ -18,15 +18,15 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// OMSSignatureFile is the conventional name of an OMS bundle beside a
+// OMSBundleFile is the conventional name of an OMS bundle beside a
 // model's files; it is outside the signed scope.
-const OMSSignatureFile = "model.sig"
+const OMSBundleFile = "model.sig"
 
 // MaxOMSResources bounds the files one OMS statement may list.
 const MaxOMSResources = 1 << 16
 
 // omsDefaultIgnores are excluded at the model root whatever the bundle says.
-var omsDefaultIgnores = []string{".git", ".gitignore", ".gitattributes", ".github", OMSSignatureFile}
+var omsDefaultIgnores = []string{".git", ".gitignore", ".gitattributes", ".github", OMSBundleFile}
 
 // OMSStatement is an OpenSSF model-signing v1.0 in-toto statement.
 type OMSStatement struct {

@@ -108,9 +108,9 @@ func (r Record) Name() string {
 	case r.Kind != KindOMS:
 		return r.Ref
 	case r.Ref == "":
-		return OMSSignatureFile + " (no repository)"
+		return OMSBundleFile + " (no repository)"
 	}
-	return OMSSignatureFile + " (" + r.Ref + ")"
+	return OMSBundleFile + " (" + r.Ref + ")"
 }
 
 // Signed says whether the record holds a signature (and not only the

@@ -1,5 +1,5 @@
-// Package cast converts little-endian tensor data between the floating-point
-// dtypes F32, F16 and BF16 (safetensors names).
+// Package cast is the conversion of little-endian tensor data between the
+// floating-point dtypes F32, F16 and BF16 (safetensors names).
 //
 // Narrowing conversions round to nearest, ties to even, and are correct for
 // every value class: normals, subnormals (F16 subnormals as source and as

@@ -1,7 +1,7 @@
 // Package fingerprint computes the source fingerprint of a canonical
-// checkpoint directory (the artifact.SourceFile list that enters an
-// identity) and keeps a cache of it, so that fingerprinting an unchanged
-// checkpoint reads no source byte.
+// source directory (the artifact.SourceFile list that enters an identity)
+// and keeps a cache of it, so that fingerprinting an unchanged canonical
+// source reads no source byte.
 //
 // The cache holds one record per source file in a folder of its own (the
 // store keeps it at <root>/fingerprints/). A record is keyed by the file's

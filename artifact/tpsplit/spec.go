@@ -1,5 +1,5 @@
-// Package tpsplit splits tensors for tensor parallelism according to a
-// layout spec.
+// Package tpsplit is the layout spec and the tensor-parallel split: each
+// tensor split for a rank according to the spec.
 //
 // # Layout spec
 //

@@ -29,7 +29,7 @@ func omsBundle(t *testing.T, key crypto.Signer, dir string, skip ...string) []by
 	}
 	var files []artifact.File
 	for _, e := range entries {
-		if slices.Contains(skip, e.Name()) || e.Name() == trust.OMSSignatureFile {
+		if slices.Contains(skip, e.Name()) || e.Name() == trust.OMSBundleFile {
 			continue
 		}
 		raw, err := os.ReadFile(filepath.Join(dir, e.Name()))
@@ -62,7 +62,7 @@ func TestImportChecksModelSig(t *testing.T) {
 			t.Fatal(err)
 		}
 		if sig != nil {
-			if err := os.WriteFile(filepath.Join(d, trust.OMSSignatureFile), sig(d), 0o644); err != nil {
+			if err := os.WriteFile(filepath.Join(d, trust.OMSBundleFile), sig(d), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -126,7 +126,7 @@ func TestImportRecordsModelSig(t *testing.T) {
 	if err := synth.Write(ctx, src, synth.Options{Size: 256 << 10, Shards: 1, DType: "F16", Seed: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(src, trust.OMSSignatureFile), omsBundle(t, key, src), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(src, trust.OMSBundleFile), omsBundle(t, key, src), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	rev := strings.Repeat("cd", 20)

@@ -142,7 +142,7 @@ func TestStagePublishChecksModelSig(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.signed {
-				os.WriteFile(filepath.Join(model, trust.OMSSignatureFile), omsBundle(t, key, model), 0o644)
+				os.WriteFile(filepath.Join(model, trust.OMSBundleFile), omsBundle(t, key, model), 0o644)
 			}
 			if tc.extra != "" {
 				os.WriteFile(filepath.Join(model, tc.extra), []byte("added after signing"), 0o644)

@@ -74,7 +74,7 @@ func printVerification(a *app, v verification) {
 			if ref == "" {
 				ref = "no repository"
 			}
-			fmt.Fprintf(a.out, "  %s over the files (%s), bundle %s\n", trust.OMSSignatureFile, ref, r.Bundle)
+			fmt.Fprintf(a.out, "  %s over the files (%s), bundle %s\n", trust.OMSBundleFile, ref, r.Bundle)
 		} else {
 			fmt.Fprintf(a.out, "  %s\n", r.Ref)
 		}

@@ -25,6 +25,7 @@ const tableHeading = "## Packages"
 type rule struct {
 	line     int
 	packages []string // patterns
+	owns     string   // what they own, as the page says it
 	imports  []string // patterns; empty: no module package
 	never    []string // patterns
 }
@@ -99,7 +100,7 @@ func parseTable(doc []byte) ([]rule, error) {
 		if first == "package" || strings.HasPrefix(first, "---") {
 			continue
 		}
-		r := rule{line: n, packages: codes(cells[0]), imports: codes(cells[2]), never: codes(cells[3])}
+		r := rule{line: n, packages: codes(cells[0]), owns: strings.TrimSpace(cells[1]), imports: codes(cells[2]), never: codes(cells[3])}
 		if len(r.packages) == 0 {
 			return nil, fmt.Errorf("line %d: a row names no package: %q", n, line)
 		}
