@@ -7,6 +7,11 @@ import (
 	"os"
 )
 
+// MaxRecordsBytes bounds one artifact's trust records, encoded (package
+// trust's Record), however they come: read from the store, sent by a
+// weight peer.
+const MaxRecordsBytes = 16 << 20
+
 // ErrFileTooLarge is a file over the bound its reader set; nothing past
 // the bound was read.
 var ErrFileTooLarge = errors.New("file is larger than its bound")

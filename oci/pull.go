@@ -218,7 +218,7 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		return nil, rep, err
 	}
 	rep.TransferReport = m.Report(lease)
-	log.G(ctx).WithField("ref", rep.Ref).WithField("identity", rep.ID).WithField("built", rep.Built).
+	log.G(ctx).WithField("ref", rep.Ref).WithField("id", rep.ID).WithField("built", rep.Built).
 		WithField("fetched", rep.Fetched).WithField("reused", rep.Reused).Debug("pull done")
 	return lease, rep, nil
 }

@@ -173,7 +173,7 @@ func (m *Manager) Sync(ctx context.Context) {
 	for k, s := range m.entries {
 		if !seen[k] {
 			delete(m.entries, k)
-			log.G(ctx).WithField("file", s.File).WithField("ref", s.Ref).WithField("identity", s.Identity).Info("prefetch: entry left; its pin goes, the artifact stays")
+			log.G(ctx).WithField("file", s.File).WithField("ref", s.Ref).WithField("id", s.Identity).Info("prefetch: entry left; its pin goes, the artifact stays")
 		}
 	}
 	m.mu.Unlock()
@@ -186,7 +186,7 @@ func (m *Manager) Sync(ctx context.Context) {
 
 // resolve brings one entry in and pins it or drops its pin.
 func (m *Manager) resolve(ctx context.Context, s *Status) {
-	logger := log.G(ctx).WithField("file", s.File).WithField("ref", s.Ref).WithField("identity", s.Identity)
+	logger := log.G(ctx).WithField("file", s.File).WithField("ref", s.Ref).WithField("id", s.Identity)
 	id, err := m.cfg.Resolve(ctx, s.Declared)
 	if err == nil && !s.Declared.ID.IsZero() && id != s.Declared.ID {
 		err = errors.New("the reference resolves to " + id.String() + ", not the declared identity")

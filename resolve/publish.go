@@ -21,7 +21,7 @@ func (r *Runtime) PublishAfterLoad(ctx context.Context, identity artifact.Identi
 	a := r.newAttempt(ctx, ReportPostLoadPublish, Request{Identity: &identity})
 	a.publish(p)
 	a.rep.Duration = time.Since(a.start)
-	l := log.G(ctx).WithField("identity", a.rep.ID).WithField("outcome", a.rep.Outcome)
+	l := log.G(ctx).WithField("id", a.rep.ID).WithField("outcome", a.rep.Outcome)
 	if a.rep.Failure != nil {
 		l.WithError(a.rep.Failure).Warn("post-load publication failed")
 		return a.rep, a.rep.Failure

@@ -187,7 +187,7 @@ func (a *attempt) win(outcome Outcome, source string, l *store.Lease) {
 func (a *attempt) finish() (*Resolution, error) {
 	a.rep.Duration = time.Since(a.start)
 	res := &Resolution{Report: a.rep, Lease: a.lease, Path: a.rep.Path}
-	l := log.G(a.ctx).WithField("identity", a.rep.ID).WithField("mode", a.rep.Mode).
+	l := log.G(a.ctx).WithField("id", a.rep.ID).WithField("mode", a.rep.Mode).
 		WithField("outcome", a.rep.Outcome).WithField("source", a.rep.Source).WithField("seconds", a.rep.Duration.Seconds())
 	if a.rep.Failure != nil {
 		l.WithError(a.rep.Failure).Warn("resolve: failed")

@@ -17,12 +17,12 @@ import (
 )
 
 // Bounds of a verification record, as the store keeps it and a peer
-// sends it: whatever its source, it is read as untrusted bytes.
+// sends it: whatever its source, it is read as untrusted bytes. One
+// artifact's records, encoded, are at most artifact.MaxRecordsBytes.
 const (
-	MaxRecordsBytes     = 16 << 20 // one artifact's records, encoded
-	MaxRecords          = 8        // records of one artifact (one per signed manifest)
-	MaxRecordSignatures = 8        // signatures kept by one record
-	MaxManifestBytes    = 4 << 20  // an OCI manifest (the distribution spec's bound)
+	MaxRecords          = 8       // records of one artifact (one per signed manifest)
+	MaxRecordSignatures = 8       // signatures kept by one record
+	MaxManifestBytes    = 4 << 20 // an OCI manifest (the distribution spec's bound)
 )
 
 // Record is how one artifact was verified: the OCI manifest the
@@ -214,8 +214,8 @@ func EncodeRecords(rs []Record) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(raw) > MaxRecordsBytes {
-		return nil, fmt.Errorf("verification records of %d bytes, more than %d: %w", len(raw), MaxRecordsBytes, errdefs.ErrInvalidArgument)
+	if len(raw) > artifact.MaxRecordsBytes {
+		return nil, fmt.Errorf("verification records of %d bytes, more than %d: %w", len(raw), artifact.MaxRecordsBytes, errdefs.ErrInvalidArgument)
 	}
 	return raw, nil
 }
@@ -224,8 +224,8 @@ func EncodeRecords(rs []Record) ([]byte, error) {
 // unknown members, a trailing value, or a record whose reference does not
 // name its manifest are refused (errdefs.ErrInvalidArgument).
 func DecodeRecords(raw []byte) ([]Record, error) {
-	if len(raw) > MaxRecordsBytes {
-		return nil, fmt.Errorf("verification records of %d bytes, more than %d: %w", len(raw), MaxRecordsBytes, errdefs.ErrInvalidArgument)
+	if len(raw) > artifact.MaxRecordsBytes {
+		return nil, fmt.Errorf("verification records of %d bytes, more than %d: %w", len(raw), artifact.MaxRecordsBytes, errdefs.ErrInvalidArgument)
 	}
 	var rs records
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -48,7 +48,7 @@ type WeightManifest struct {
 }
 
 // MaxSignaturesBytes bounds a manifest's signature records.
-const MaxSignaturesBytes = 16 << 20
+const MaxSignaturesBytes = artifact.MaxRecordsBytes
 
 // WeightShard is one payload file: its index entry and, for a safetensors
 // shard, the bytes of its header region (which a tensor subset takes
