@@ -335,7 +335,7 @@ func FinishTree(want FileEntry, header []byte, parts []Sum) (FileEntry, error) {
 	return bindTree(want, got)
 }
 
-// Abort releases the hasher's goroutine without a result.
+// Abort stops the hasher's goroutine without a result.
 func (h *FileHasher) Abort() { h.stop() }
 
 func (h *FileHasher) stop() {

@@ -10,7 +10,7 @@
 // A load is three parts:
 //
 //   - Restore. A Restorer fills a model (an engine's weights in memory, on
-//     a device, ...) from a leased artifact (LeaseView; a *store.Lease is
+//     a device, ...) from a leased artifact (Leased; a *store.Lease is
 //     one). PlanRestore validates the lease against the model without
 //     touching it; the plan's one Commit is the only mutation. A commit
 //     that fails marks the model HydrationPartial, and such a model is

@@ -27,7 +27,7 @@ type Loader[M Hydratable] struct {
 // partially hydrated: it is marked so and dropped, and in preferred mode the
 // fallback loads the canonical source into another fresh model; required
 // mode fails. A partially hydrated model is never returned. The lease is
-// released before Load returns (the restorer copies what it keeps). The one
+// closed before Load returns (the restorer copies what it keeps). The one
 // report covers resolution and restore.
 func Load[M Hydratable](ctx context.Context, r *resolve.Runtime, req resolve.Request, l Loader[M]) (M, *resolve.Report, error) {
 	var zero M

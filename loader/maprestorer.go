@@ -61,27 +61,27 @@ func (r MapRestorer) fail(phase, tensor string, class error, format string, args
 
 // PlanRestore implements Restorer: it checks the model is empty
 // and every tensor it wants is in the lease with its dtype and shape, and
-// keeps views of them. It changes nothing.
-func (r MapRestorer) PlanRestore(ctx context.Context, lease LeaseView, m *MapModel) (RestorePlan, error) {
+// keeps their mapped bytes. It changes nothing.
+func (r MapRestorer) PlanRestore(ctx context.Context, lease Leased, m *MapModel) (RestorePlan, error) {
 	if h := m.Hydration(); h != HydrationEmpty {
 		return nil, r.fail("plan", "", errdefs.ErrFailedPrecondition, "model is %s, not empty: restore into a fresh model", h)
 	}
 	if s := lease.Identity().Producer.RestorerSchema; s != r.Schema() {
 		return nil, r.fail("plan", "", errdefs.ErrNotImplemented, "artifact restorer schema %d, this restorer reads %d", s, r.Schema())
 	}
-	p := &mapPlan{r: r, m: m, views: make([][]byte, len(m.Want))}
+	p := &mapPlan{r: r, m: m, tensors: make([][]byte, len(m.Want))}
 	for i, want := range m.Want {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		view, e, err := lease.Tensor(want.Name)
+		data, e, err := lease.Tensor(want.Name)
 		if err != nil {
 			return nil, r.fail("plan", want.Name, errdefs.ErrNotFound, "%v", err)
 		}
 		if e.DType != want.DType || !slices.Equal(e.Shape, want.Shape) {
 			return nil, r.fail("plan", want.Name, errdefs.ErrInvalidArgument, "artifact has %s%v, model wants %s%v", e.DType, e.Shape, want.DType, want.Shape)
 		}
-		p.views[i] = view
+		p.tensors[i] = data
 	}
 	return p, nil
 }
@@ -89,7 +89,7 @@ func (r MapRestorer) PlanRestore(ctx context.Context, lease LeaseView, m *MapMod
 type mapPlan struct {
 	r         MapRestorer
 	m         *MapModel
-	views     [][]byte
+	tensors   [][]byte // each wanted tensor's bytes, mapped from the lease
 	committed bool
 }
 
@@ -100,9 +100,9 @@ func (p *mapPlan) Commit(ctx context.Context) error {
 	}
 	p.committed = true
 	if p.m.Tensors == nil {
-		p.m.Tensors = make(map[string][]byte, len(p.views))
+		p.m.Tensors = make(map[string][]byte, len(p.tensors))
 	}
-	for i, v := range p.views {
+	for i, v := range p.tensors {
 		name := p.m.Want[i].Name
 		if err := ctx.Err(); err != nil {
 			return p.partial(name, err)

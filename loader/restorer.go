@@ -9,12 +9,12 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// LeaseView is what a restorer reads from: a validated, leased artifact.
+// Leased is what a restorer reads from: a validated, leased artifact.
 // *store.Lease implements it.
-type LeaseView interface {
+type Leased interface {
 	// Identity is the leased artifact's identity.
 	Identity() artifact.Identity
-	// Tensor returns a read-only view of a tensor's bytes and its index entry.
+	// Tensor returns a tensor's bytes, mapped read-only, and its index entry.
 	Tensor(name string) ([]byte, artifact.TensorEntry, error)
 }
 
@@ -56,7 +56,7 @@ type Restorer[M Hydratable] interface {
 	// Schema is the artifact.ProducerRef.RestorerSchema it reads.
 	Schema() int
 	// PlanRestore validates without mutating and returns the plan.
-	PlanRestore(ctx context.Context, lease LeaseView, model M) (RestorePlan, error)
+	PlanRestore(ctx context.Context, lease Leased, model M) (RestorePlan, error)
 }
 
 // RestorePlan is a validated restore, ready to commit.
@@ -89,4 +89,4 @@ func (e *RestoreError) Error() string {
 func (e *RestoreError) Unwrap() error { return e.Err }
 
 // A store lease is what restorers read.
-var _ LeaseView = (*store.Lease)(nil)
+var _ Leased = (*store.Lease)(nil)

@@ -10,7 +10,7 @@ import (
 // Loading is a resolution held open while a loader (package loader) fills
 // a model from it: the steps the loader takes join the resolution's one
 // report, and a restore that fails part way falls back, or fails, as the
-// mode says. Finish ends it and releases the lease.
+// mode says. Finish ends it and closes the lease.
 type Loading struct{ a *attempt }
 
 // StartLoad resolves req for a load; the resolution has ended (a lease, the
@@ -44,10 +44,10 @@ func (l *Loading) Step(name, source, outcome string, start time.Time, detail str
 	l.a.rep.step(name, source, outcome, start, detail)
 }
 
-// Fail ends the load with f: no model is returned and the lease is released.
+// Fail ends the load with f: no model is returned and the lease is closed.
 func (l *Loading) Fail(f *Failure) { l.a.fail(f) }
 
-// Abandon releases the lease after a restore failed part way, leaving no
+// Abandon closes the lease after a restore failed part way, leaving no
 // source to try, and applies the mode to f: the canonical fallback
 // (CanonicalDir then says where) or the failure.
 func (l *Loading) Abandon(f *Failure) {
@@ -56,7 +56,7 @@ func (l *Loading) Abandon(f *Failure) {
 	l.a.stop(f)
 }
 
-// Finish ends the load: it releases the lease and returns the report,
+// Finish ends the load: it closes the lease and returns the report,
 // with the report's failure as the error.
 func (l *Loading) Finish() (*Report, error) {
 	res, err := l.a.finish()

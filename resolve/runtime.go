@@ -213,7 +213,7 @@ type Resolution struct {
 // Canonical reports whether the resolution fell back to the canonical source.
 func (r *Resolution) Canonical() bool { return r.Report.Outcome == OutcomeCanonical }
 
-// Close releases the lease.
+// Close closes the lease.
 func (r *Resolution) Close() error {
 	if r == nil || r.Lease == nil {
 		return nil

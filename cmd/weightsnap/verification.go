@@ -94,13 +94,13 @@ func printVerification(a *app, v verification) {
 	}
 }
 
-// verifySignatures checks the recorded signatures of each artifact
+// verifyRecords checks the trust records of each artifact
 // again, against the current policy: each record under the scope of the
 // reference it was read from (a model.sig under its repository's or the
 // default scope, its statement against the store's index of the files);
 // the signatures only, never the bytes.
 // An artifact without a record is reported unverified, not a failure.
-func verifySignatures(ctx context.Context, a *app, d *store.Domain, ids []artifact.ID) error {
+func verifyRecords(ctx context.Context, a *app, d *store.Domain, ids []artifact.ID) error {
 	pol, err := a.cfg.Verify.LoadPolicy()
 	if err != nil {
 		return err

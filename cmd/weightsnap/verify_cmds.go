@@ -12,7 +12,7 @@ import (
 )
 
 func newVerifyCmd(a *app) *cobra.Command {
-	var full, all, sigs bool
+	var full, all, records bool
 	var rate string
 	cmd := &cobra.Command{
 		Use:   "verify ID | --all",
@@ -46,21 +46,21 @@ scope is checked again with the registry.`,
 				if err != nil {
 					return err
 				}
-				if sigs {
-					return verifySignatures(cmd.Context(), a, d, ids)
+				if records {
+					return verifyRecords(cmd.Context(), a, d, ids)
 				}
 				n, err := parseSize(rate)
 				if err != nil {
 					return err
 				}
-				return errors.Join(scrubAll(cmd.Context(), a, d, n), verifySignatures(cmd.Context(), a, d, ids))
+				return errors.Join(scrubAll(cmd.Context(), a, d, n), verifyRecords(cmd.Context(), a, d, ids))
 			}
 			id, err := d.ExpandID(args[0])
 			if err != nil {
 				return err
 			}
-			if sigs {
-				return verifySignatures(cmd.Context(), a, d, []artifact.ID{id})
+			if records {
+				return verifyRecords(cmd.Context(), a, d, []artifact.ID{id})
 			}
 			mode := store.ManifestAndMetadata
 			if full {
@@ -81,7 +81,7 @@ scope is checked again with the registry.`,
 	}
 	cmd.Flags().BoolVar(&full, "full", false, "check every payload byte (full_checksum)")
 	cmd.Flags().BoolVar(&all, "all", false, "scrub every ready artifact: every digest recomputed, throttled")
-	cmd.Flags().BoolVar(&sigs, "signatures", false, "check only the recorded signatures against the current trust policy, offline")
+	cmd.Flags().BoolVar(&records, "signatures", false, "check only the recorded signatures against the current trust policy, offline")
 	cmd.Flags().StringVar(&rate, "rate", "256MiB", "with --all, the most bytes per second read (0: unthrottled)")
 	return cmd
 }
