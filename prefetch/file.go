@@ -2,13 +2,12 @@
 // they declare into the store before any pod asks. Each prefetch file is a
 // TOML file of the directory ([prefetch] dir) listing artifacts by registry
 // reference and, optionally, identity, with pin = true|false. The package
-// resolves each through the usual order (the store,
-// the weight peers, the registry), pins or unpins it as its file says
-// (the pin's holder is "prefetch:<file>"), retries what fails with a
-// backoff, and unpins, never deletes, an artifact whose entry left. The
-// directory is polled, so a Kubernetes ConfigMap mounted there, which
-// changes in place through a symlink swap of its ..data directory, is
-// followed.
+// resolves each through the usual order (the store, the weight peers, the
+// registry), pins or unpins it as its file says (the pin's holder is
+// "prefetch:<file>"), retries what fails with a backoff, and unpins, never
+// deletes, an artifact whose entry left. The directory is polled, so a
+// Kubernetes ConfigMap mounted there, which changes in place through a
+// symlink swap of its ..data directory, is followed.
 package prefetch
 
 import (

@@ -63,8 +63,8 @@ func readDoc(t *testing.T, root string) []byte {
 	return doc
 }
 
-// section is the text of doc from the line heading to the next heading of
-// its level or above.
+// section is the text of doc from the line heading to the next
+// second-level heading.
 func section(doc []byte, heading string) (string, error) {
 	var out []string
 	in := false
@@ -267,7 +267,6 @@ func f() { lockFile(d.path(dirLocks, "quota.lock")); g(".lock", "*.lock") }`
 // `pkg.Type.Method`, the code span its meaning starts with) and the
 // identifiers it never goes by (the code spans of its "and never" cell).
 type word struct {
-	line  int
 	word  string
 	pkg   string // module-relative; "" when the row names no Go name
 	name  string // Name or Type.Method
@@ -284,16 +283,16 @@ func parseGlossary(doc []byte) ([]word, error) {
 		return nil, err
 	}
 	var words []word
-	for i, line := range strings.Split(text, "\n") {
+	for _, line := range strings.Split(text, "\n") {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "|") {
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
 		if len(cells) != 3 {
-			return nil, fmt.Errorf("glossary line %d: %d cells, want 3 (word, means, and never): %q", i+1, len(cells), line)
+			return nil, fmt.Errorf("a glossary row of %d cells, want 3 (word, means, and never): %q", len(cells), line)
 		}
-		w := word{line: i + 1, word: strings.Trim(strings.TrimSpace(cells[0]), "*"), never: codes(cells[2])}
+		w := word{word: strings.Trim(strings.TrimSpace(cells[0]), "*"), never: codes(cells[2])}
 		if w.word == "word" || strings.HasPrefix(w.word, "---") {
 			continue
 		}
@@ -321,23 +320,8 @@ func declared(files []*ast.File) map[string]bool {
 					add(d.Name.Name, d.Name.IsExported())
 					continue
 				}
-				recv := d.Recv.List[0].Type
-				for {
-					switch r := recv.(type) {
-					case *ast.StarExpr:
-						recv = r.X
-						continue
-					case *ast.IndexExpr:
-						recv = r.X
-						continue
-					case *ast.IndexListExpr:
-						recv = r.X
-						continue
-					}
-					break
-				}
-				if id, ok := recv.(*ast.Ident); ok {
-					add(id.Name+"."+d.Name.Name, id.IsExported() && d.Name.IsExported())
+				if recv := recvType(d.Recv.List[0].Type); recv != nil {
+					add(recv.Name+"."+d.Name.Name, recv.IsExported() && d.Name.IsExported())
 				}
 			case *ast.GenDecl:
 				for _, s := range d.Specs {
@@ -354,6 +338,21 @@ func declared(files []*ast.File) map[string]bool {
 		}
 	}
 	return out
+}
+
+// recvType is the type a method's receiver expression names.
+func recvType(e ast.Expr) *ast.Ident {
+	switch e := e.(type) {
+	case *ast.StarExpr:
+		return recvType(e.X)
+	case *ast.IndexExpr:
+		return recvType(e.X)
+	case *ast.IndexListExpr:
+		return recvType(e.X)
+	case *ast.Ident:
+		return e
+	}
+	return nil
 }
 
 // camelWords splits an identifier into its words: OMSBundleFile is OMS,
