@@ -43,8 +43,8 @@ type Forest struct {
 // Place places members (duplicates counted once) for id in a forest
 // of at most stripes stripes, and no more than the square root of the
 // members other than the root: a stripe then has at least as many interior
-// nodes as stripes, so the interior nodes of two stripes serve within one
-// child of each other.
+// nodes as stripes, and no interior node serves more than two children
+// over the stripe count.
 func Place(id artifact.ID, members []string, stripes int) (*Forest, error) {
 	if stripes < 1 {
 		return nil, fmt.Errorf("striped forest of %d stripes: %w", stripes, errdefs.ErrInvalidArgument)
@@ -72,9 +72,6 @@ func (f *Forest) Stripes() int { return f.stripes }
 
 // Root is the member that takes the registry.
 func (f *Forest) Root() string { return f.order[0] }
-
-// StripeOf is the stripe of piece i of the artifact's piece order.
-func (f *Forest) StripeOf(piece int) int { return piece % f.stripes }
 
 // Interior is the stripe member is interior in, -1 for the root.
 func (f *Forest) Interior(member string) int {

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// MeasuredOpen is a session's open and close over loopback TCP on the project's 2-core machine
+// MeasuredOpen is a session's open and close over loopback TCP on the project's build machine
 // (peer's BenchmarkJoin/open): the request, the manifest, the answer. The striped forest's
 // predictions take it for every hop of the manifest down a stripe.
 const MeasuredOpen = 26 * time.Millisecond
@@ -27,9 +27,9 @@ type Setting struct {
 	Seeds  int
 }
 
-// StripedSettings are the published settings the striped forest is predicted for: Kraken's (a 3 GB
-// image to 2,600 hosts at 300 MB/s), Dragonfly's (130 GB to 200 nodes, links taken as 25
-// Gbit/s) and 100 GB to 10,000 nodes at 25 Gbit/s.
+// StripedSettings are the settings the striped forest is predicted for: Kraken's published
+// rollout, Dragonfly's published case (its links taken as fast as Kraken's design goal's) and
+// Kraken's design goal.
 var StripedSettings = []Setting{
 	{"Kraken: 3 GB, 2,600 nodes, 300 MB/s", KrakenBytes, 8, KrakenNodes, KrakenRate, 2},
 	{"Dragonfly: 130 GB, 200 nodes, 25 Gbit/s", 130e9, 26, 200, 25e9 / 8, 1},

@@ -194,7 +194,7 @@ func (r *stripedRun) flow() (*Result, error) {
 			segs := r.segs[c][s]
 			g := 0
 			at := segs[0].from
-			for j := s; j < len(pieces); j += r.k {
+			for j := s; j < len(pieces); j += r.k { // piece j is stripe j mod k's
 				var land float64
 				for {
 					src := segs[g].source

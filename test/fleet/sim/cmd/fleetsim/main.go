@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/weightsnap/weightsnap/peer/stripes"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/test/fleet/sim"
 )
@@ -28,7 +29,7 @@ func main() {
 		start, setup, publish, hop, open, lbase, lpeer time.Duration
 	)
 	d := sim.Datacenter()
-	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes: 16 when unset)")
+	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes: stripes.DefaultStripes when unset)")
 	flag.BoolVar(&kraken, "kraken", false, "print the predictions for Kraken's setting (3 GB, 2,600 nodes, 300 MB/s), the protocol's and the alternatives")
 	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON)")
 	flag.IntVar(&nodes, "nodes", 16, "nodes")
@@ -66,7 +67,7 @@ func main() {
 	}
 	if striped {
 		if k == 0 {
-			k = 16
+			k = stripes.DefaultStripes
 		}
 		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, k); err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
