@@ -53,7 +53,12 @@ type Params struct {
 	// Fail is the fraction of nodes that die (their processes killed: sessions drop at once) at a
 	// uniform instant within the middle 80% of one copy's time on a link.
 	Fail float64
-	Seed uint64
+	// Slow is the fraction of nodes whose uplink runs at SlowRate times Rate (striped forest
+	// only); with SlowAfter, their children of their stripe leave them for an adopter that long
+	// after the registry's setup (a slow source routed around), without it they stay.
+	Slow, SlowRate float64
+	SlowAfter      time.Duration
+	Seed           uint64
 }
 
 // Result is a rollout's outcome.

@@ -22,7 +22,9 @@ import (
 // children. A node that dies (or relays a bad piece, which its children catch and treat the same)
 // leaves its children of its stripe to one re-attachment each: RetryFirst and an Open later, to
 // the first live node of stripes.Forest.Adopters, resuming from the pieces they verified; the
-// adopter serves one more child from then. The root does not die in the model.
+// adopter serves one more child from then. The root does not die in the model. A slow node's
+// uplink runs at SlowRate of Rate; with SlowAfter its children of its stripe notice it that long
+// after the registry's setup and leave it for an adopter the same way.
 
 // stripedRun is a striped rollout under way.
 type stripedRun struct {
@@ -33,6 +35,8 @@ type stripedRun struct {
 	index  map[string]int
 	root   int
 	deadAt []float64 // +Inf for a node that lives
+	failAt []float64 // when its children leave it: its death, or a slow node's noticed slowness
+	slow   []bool
 	// per node: its pieces' stripes' sources over time (a source until it failed, then the adopter)
 	segs [][][]segment // [node][stripe]
 	// per node: changes of the children it serves (an adopted orphan +1, a dead child -1)
@@ -79,9 +83,9 @@ func runStriped(p Params) (*Result, error) {
 func (r *stripedRun) place() {
 	n := r.p.Nodes
 	r.segs, r.depth = make([][][]segment, n), make([][]int, n)
-	r.load, r.kids, r.deadAt = make([][]loadChange, n), make([]int, n), make([]float64, n)
+	r.load, r.kids, r.deadAt, r.failAt, r.slow = make([][]loadChange, n), make([]int, n), make([]float64, n), make([]float64, n), make([]bool, n)
 	for i := range n {
-		r.deadAt[i] = math.Inf(1)
+		r.deadAt[i], r.failAt[i] = math.Inf(1), math.Inf(1)
 		r.segs[i], r.depth[i] = make([][]segment, r.k), make([]int, r.k)
 		if i == r.root {
 			continue
@@ -96,27 +100,39 @@ func (r *stripedRun) place() {
 	}
 }
 
-// kill picks the nodes that die (Params.Fail, never the root) and re-attaches their orphans, the
-// deaths in the order they happen.
+// kill picks the nodes that die (Params.Fail) and the slow ones (Params.Slow), never the root,
+// and re-attaches the orphans of each death and of each slow node its children notice, in the
+// order they happen.
 func (r *stripedRun) kill(rng *rand.Rand) {
-	count := int(math.Round(r.p.Fail * float64(r.p.Nodes)))
-	if count == 0 {
-		return
-	}
+	dying := int(math.Round(r.p.Fail * float64(r.p.Nodes)))
+	slow := int(math.Round(r.p.Slow * float64(r.p.Nodes)))
 	copyTime := float64(r.p.Layout.Bytes) / r.p.Rate
-	var dying []int
+	var failing []int
 	for _, i := range rng.Perm(r.p.Nodes) {
-		if len(dying) < count && i != r.root {
-			dying = append(dying, i)
+		switch {
+		case i == r.root:
+		case dying > 0:
+			dying--
 			r.deadAt[i] = r.p.Start.Seconds() + copyTime*(0.1+0.8*rng.Float64())
+			r.failAt[i] = r.deadAt[i]
+			failing = append(failing, i)
+		case slow > 0:
+			slow--
+			r.slow[i] = true
+			if r.p.SlowAfter > 0 {
+				r.failAt[i] = (r.p.Start + r.p.Setup + r.p.SlowAfter).Seconds()
+				failing = append(failing, i)
+			}
 		}
 	}
-	slices.SortFunc(dying, func(a, b int) int { return cmpFloat(r.deadAt[a], r.deadAt[b]) })
-	for _, x := range dying {
-		t := r.deadAt[x]
-		for s := range r.k {
-			if src := r.sourceAt(x, s, t); src >= 0 {
-				r.load[src] = append(r.load[src], loadChange{t, -1})
+	slices.SortStableFunc(failing, func(a, b int) int { return cmpFloat(r.failAt[a], r.failAt[b]) })
+	for _, x := range failing {
+		t := r.failAt[x]
+		if r.deadAt[x] == t {
+			for s := range r.k {
+				if src := r.sourceAt(x, s, t); src >= 0 {
+					r.load[src] = append(r.load[src], loadChange{t, -1})
+				}
 			}
 		}
 		s := r.f.Interior(r.addr[x])
@@ -125,7 +141,7 @@ func (r *stripedRun) kill(rng *rand.Rand) {
 				continue
 			}
 			for _, a := range r.f.Adopters(r.addr[c], r.addr[x], s) {
-				if ai := r.index[a]; r.deadAt[ai] > t {
+				if ai := r.index[a]; r.failAt[ai] > t {
 					r.segs[c][s] = append(r.segs[c][s], segment{from: t + (RetryFirst + r.p.Open).Seconds(), source: ai})
 					r.load[ai] = append(r.load[ai], loadChange{t, +1})
 					r.orphans++
@@ -159,7 +175,11 @@ func (r *stripedRun) linkRate(src int, t float64) float64 {
 			children += c.delta
 		}
 	}
-	return r.p.Rate / float64(max(children, r.k))
+	rate := r.p.Rate
+	if r.slow[src] {
+		rate *= r.p.SlowRate
+	}
+	return rate / float64(max(children, r.k))
 }
 
 // flow moves the pieces: the root's from the registry, then each stripe down its tree, every
@@ -200,7 +220,7 @@ func (r *stripedRun) flow() (*Result, error) {
 					src := segs[g].source
 					start := max(at, avail[src][j])
 					land = start + float64(pieces[j])/r.linkRate(src, start)
-					if land <= r.deadAt[src] || g+1 == len(segs) {
+					if land <= r.failAt[src] || g+1 == len(segs) {
 						break
 					}
 					g++ // the source failed before this piece landed: the next one

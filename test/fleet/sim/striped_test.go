@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 )
 
 // TestStriped: on the striped forest one node takes the registry, every node is READY, no node
@@ -64,5 +65,27 @@ func TestStripedPieceRoot(t *testing.T) {
 	}
 	if a, b := Quantile(pieces.Alive(), 0.5), Quantile(tensors.Alive(), 0.5); a >= b {
 		t.Fatalf("the median node READY at %.3fs with pieces from the root, %.3fs with tensors", a, b)
+	}
+}
+
+// TestStripedSlowRoutedAround: slow sources whose children leave them for adopters hold the last
+// node back less than slow sources whose children stay.
+func TestStripedSlowRoutedAround(t *testing.T) {
+	p := testParams(t, 200)
+	p.Stripes, p.Slow, p.SlowRate = 8, 0.05, 0.1
+	stay, err := Run(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.SlowAfter = 50 * time.Millisecond
+	leave, err := Run(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if leave.Orphans == 0 {
+		t.Fatal("no node left a slow source")
+	}
+	if a, b := Quantile(leave.Alive(), 1), Quantile(stay.Alive(), 1); a >= b {
+		t.Fatalf("the last node READY at %.3fs routed around slow sources, %.3fs staying with them", a, b)
 	}
 }

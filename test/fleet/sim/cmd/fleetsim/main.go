@@ -25,8 +25,9 @@ func main() {
 		kraken, striped, rootPieces                    bool
 		nodes, shards, maxChildren, roots, seeds, k    int
 		size, fanout, calibrate                        string
-		rate, fail                                     float64
+		rate, fail, slow, slowRate                     float64
 		start, setup, publish, hop, open, lbase, lpeer time.Duration
+		slowAfter                                      time.Duration
 	)
 	d := sim.Datacenter()
 	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes: stripes.DefaultStripes when unset)")
@@ -42,6 +43,9 @@ func main() {
 	flag.IntVar(&k, "stripes", 0, "the striped forest of this many stripes ([peer] stripes) instead of the chain")
 	flag.BoolVar(&rootPieces, "root-pieces", false, "the origin's index carries each piece's chaining values: the striped root passes on pieces, not tensors")
 	flag.Float64Var(&fail, "fail", 0, "fraction of nodes that die mid-transfer")
+	flag.Float64Var(&slow, "slow", 0, "fraction of nodes whose uplink is slow (-stripes only)")
+	flag.Float64Var(&slowRate, "slow-rate", 0.1, "a slow node's uplink over -rate")
+	flag.DurationVar(&slowAfter, "slow-after", 0, "how long a slow source's children take to leave it for an adopter (0: they stay)")
 	flag.IntVar(&seeds, "seeds", 1, "runs, seeds 1..N (the percentiles are over every run's nodes)")
 	flag.DurationVar(&start, "start", d.Start, "process start to the first listing")
 	flag.DurationVar(&setup, "setup", d.Setup, "a registry pull's manifest, index and headers")
@@ -92,7 +96,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fleetsim:", err)
 		os.Exit(2)
 	}
-	p := sim.Params{Nodes: nodes, Layout: layout, Rate: rate * 1e6, MaxChildren: maxChildren, Roots: roots, Stripes: k, RootPieces: rootPieces, Fail: fail,
+	p := sim.Params{Nodes: nodes, Layout: layout, Rate: rate * 1e6, MaxChildren: maxChildren, Roots: roots, Stripes: k, RootPieces: rootPieces, Fail: fail, Slow: slow, SlowRate: slowRate, SlowAfter: slowAfter,
 		Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open, ListBase: lbase, ListPerPeer: lpeer}
 	for _, f := range strings.Split(fanout, ",") {
 		if f = strings.TrimSpace(f); f == "" {
