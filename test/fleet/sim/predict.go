@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/weightsnap/weightsnap/peer/stripes"
 )
 
 // MeasuredOpen is a session's open and close over loopback TCP on the project's build machine
@@ -38,12 +40,16 @@ var StripedSettings = []Setting{
 
 // PrintStriped prints the striped forest's predictions for each setting: with the root passing on
 // whole tensors (as the registry's index allows) and pieces (an index with chaining values),
-// without failures and with 1% of the nodes dying, each percentile also over the floor.
-func PrintStriped(w io.Writer, settings []Setting, stripes int) error {
+// without failures and with 1% of the nodes dying, each percentile also over the floor, in k
+// stripes (0: stripes.DefaultStripes).
+func PrintStriped(w io.Writer, settings []Setting, k int) error {
+	if k <= 0 {
+		k = stripes.DefaultStripes
+	}
 	base := Datacenter()
-	base.Open, base.Stripes = MeasuredOpen, stripes
+	base.Open, base.Stripes = MeasuredOpen, k
 	fmt.Fprintf(w, "the striped forest, %d stripes; timings sim.Datacenter but a session's open %v (measured); hop %v, start %v, registry setup %v, publish %v\n\n",
-		stripes, base.Open, base.HopDelay, base.Start, base.Setup, base.Publish)
+		k, base.Open, base.HopDelay, base.Start, base.Setup, base.Publish)
 	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan")
 	for _, st := range settings {
 		layout, err := SynthLayout(st.Bytes, st.Shards)

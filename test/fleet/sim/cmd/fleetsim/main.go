@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weightsnap/weightsnap/peer/stripes"
 	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/test/fleet/sim"
 )
@@ -30,7 +29,7 @@ func main() {
 		slowAfter                                      time.Duration
 	)
 	d := sim.Datacenter()
-	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes: stripes.DefaultStripes when unset)")
+	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default)")
 	flag.BoolVar(&kraken, "kraken", false, "print the predictions for Kraken's setting (3 GB, 2,600 nodes, 300 MB/s), the protocol's and the alternatives")
 	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON)")
 	flag.IntVar(&nodes, "nodes", 16, "nodes")
@@ -70,9 +69,6 @@ func main() {
 		return
 	}
 	if striped {
-		if k == 0 {
-			k = stripes.DefaultStripes
-		}
 		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, k); err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
 			os.Exit(1)
