@@ -23,7 +23,10 @@ import (
 // dealt to the stripes in turn (rank r > 0 to stripe (r-1) mod k). A
 // stripe's own nodes are its interior, a k-ary heap under the root; every
 // other node is a leaf of that stripe, on the shallowest interior node with
-// a free slot. Each node is interior in one stripe and a leaf in the
+// a free slot. A stripe with fewer interior nodes than the others has
+// fewer free slots than leaves; its last leaves take the stripe from a
+// leaf of it whose own stripe has a slot to spare (a relay), one hop
+// deeper. Each node is interior in one stripe and a leaf in the
 // others, so its uplink carries one artifact's worth (k children of one
 // stripe), its downlink k stripes from k parents, and a stripe's depth is
 // about log_k of the fleet. A node opens one session per stripe and asks
@@ -36,15 +39,22 @@ const DefaultStripes = 16
 // Forest is the striped structure of one artifact over a member list.
 type Forest struct {
 	stripes int
-	order   []string       // the rendezvous ranking: the root first
-	rank    map[string]int // a member's place in order
+	order   []string        // the rendezvous ranking: the root first
+	rank    map[string]int  // a member's place in order
+	relay   map[leaf]string // the source of a leaf past its stripe's free slots
+}
+
+// leaf is a member as a leaf of one stripe.
+type leaf struct {
+	stripe int
+	member string
 }
 
 // Place places members (duplicates counted once) for id in a forest
 // of at most stripes stripes, and no more than the square root of the
 // members other than the root: a stripe then has at least as many interior
-// nodes as stripes, and no interior node serves more than two children
-// over the stripe count.
+// nodes as stripes, and, with the relays, no member but the root serves
+// more children than there are stripes.
 func Place(id artifact.ID, members []string, stripes int) (*Forest, error) {
 	if stripes < 1 {
 		return nil, fmt.Errorf("striped forest of %d stripes: %w", stripes, errdefs.ErrInvalidArgument)
@@ -64,7 +74,52 @@ func Place(id artifact.ID, members []string, stripes int) (*Forest, error) {
 	for r, m := range f.order {
 		f.rank[m] = r
 	}
+	f.relay = f.relays()
 	return f, nil
+}
+
+// relays gives each leaf past its stripe's free slots a relay: a leaf of
+// that stripe interior in another, with a slot its own stripe has to spare
+// (its first slots), the stripes and their slots taken in order. A relay of a stripe is never
+// past that stripe's free slots itself, so its source there is interior.
+// A leaf left without one hangs on its stripe's deepest interior nodes.
+func (f *Forest) relays() map[leaf]string {
+	k := f.stripes
+	if k == 1 {
+		return nil
+	}
+	var spare []string // a member per slot to spare
+	var over []leaf
+	for s := range k {
+		m := f.interiorCount(s)
+		full, free, slots := f.slots(s)
+		leaves := len(f.order) - 1 - m
+		for i := range slots - leaves {
+			p := full
+			if i >= free {
+				p = full + 1 + (i-free)/k
+			}
+			spare = append(spare, f.interiorAt(s, p))
+		}
+		for q := slots; q < leaves; q++ {
+			over = append(over, leaf{s, f.leafAt(s, q)})
+		}
+	}
+	isOver := make(map[leaf]bool, len(over))
+	for _, l := range over {
+		isOver[l] = true
+	}
+	relay := make(map[leaf]string, len(over))
+	used := make([]bool, len(spare))
+	for _, l := range over {
+		for j, m := range spare {
+			if !used[j] && m != l.member && !isOver[leaf{l.stripe, m}] {
+				relay[l], used[j] = m, true
+				break
+			}
+		}
+	}
+	return relay
 }
 
 // Stripes is the forest's stripe count.
@@ -97,6 +152,9 @@ func (f *Forest) Parent(member string, s int) string {
 		}
 		return f.interiorAt(s, (p-1)/k)
 	}
+	if src, ok := f.relay[leaf{s, member}]; ok {
+		return src
+	}
 	return f.interiorAt(s, f.leafSlot(s, f.leafIndex(r, s)))
 }
 
@@ -120,11 +178,14 @@ func (f *Forest) Depth(member string, s int) int {
 // own source. When the head failed, its first heap child takes its place
 // under the root, and the head's other orphans spread over that one's
 // children, then that one, then the root. The failed one and the orphan
-// are not among them.
+// are not among them. An orphan of a relay goes to the relay's source.
 func (f *Forest) Adopters(orphan, failed string, s int) []string {
 	r, ok := f.rank[failed]
-	if !ok || r == 0 || (r-1)%f.stripes != s {
+	if !ok || r == 0 {
 		return nil
+	}
+	if (r-1)%f.stripes != s {
+		return []string{f.Parent(failed, s)}
 	}
 	k := f.stripes
 	p := (r - 1) / k
@@ -198,22 +259,43 @@ func (f *Forest) leafIndex(r, s int) int {
 	return before - (before-s+k-1)/k
 }
 
-// leafSlot is the heap position of stripe s's interior that leaf q hangs
-// on: the shallowest with a free slot (k children in all, heap children
-// first), and past the last free slot in turn from the deepest.
-func (f *Forest) leafSlot(s, q int) int {
+// leafAt is the member that is leaf q of stripe s (k > 1).
+func (f *Forest) leafAt(s, q int) string {
+	k := f.stripes
+	i := q % (k - 1)
+	x := q/(k-1)*k + i
+	if i >= s {
+		x++
+	}
+	return f.order[1+x]
+}
+
+// slots are stripe s's interior's slots for leaves (k children in all,
+// heap children first): full is the positions whose slots are all heap
+// children, free position full's slots for leaves, all every slot for
+// leaves.
+func (f *Forest) slots(s int) (full, free, all int) {
 	k, m := f.stripes, f.interiorCount(s)
-	full := (m - 1) / k          // positions whose k slots are all heap children
-	free := k - (m - 1 - k*full) // position full's free slots
+	full = (m - 1) / k
+	free = k - (m - 1 - k*full)
+	return full, free, free + k*(m-1-full)
+}
+
+// leafSlot is the heap position of stripe s's interior that leaf q hangs
+// on: the shallowest with a free slot, but for the first slots a stripe
+// with more slots than leaves has to spare (its relays'), and past the last
+// free slot in turn from the deepest.
+func (f *Forest) leafSlot(s, q int) int {
+	full, free, all := f.slots(s)
+	q += max(0, all-(len(f.order)-1-f.interiorCount(s)))
 	if q < free {
 		return full
 	}
-	q -= free
-	if p := full + 1 + q/k; p < m {
+	m := f.interiorCount(s)
+	if p := full + 1 + (q-free)/f.stripes; p < m {
 		return p
 	}
-	slots := free + k*(m-1-full)
-	return m - 1 - (q+free-slots)%m
+	return m - 1 - (q-all)%m
 }
 
 // isqrt is the integer square root of n >= 0.

@@ -44,9 +44,9 @@ func TestPlace(t *testing.T) {
 			if f.Root() != g.Root() {
 				t.Fatalf("root %s, reversed %s", f.Root(), g.Root())
 			}
-			// The deepest a stripe may be: the interior heap of n/k nodes, the root above, a leaf below.
+			// The deepest a stripe may be: the interior heap of n/k nodes, the root above, a leaf and its relayed leaf below.
 			n := float64(tc.nodes)
-			maxDepth := 2 + int(math.Ceil(math.Log(max(n/float64(k), 1))/math.Log(float64(max(k, 2)))))
+			maxDepth := 3 + int(math.Ceil(math.Log(max(n/float64(k), 1))/math.Log(float64(max(k, 2)))))
 			if k == 1 {
 				maxDepth = tc.nodes
 			}
@@ -66,18 +66,20 @@ func TestPlace(t *testing.T) {
 					if g.Parent(m, s) != p {
 						t.Fatalf("%s stripe %d: source %s, reversed %s", m, s, p, g.Parent(m, s))
 					}
-					if p != f.Root() && f.Interior(p) != s {
-						t.Fatalf("%s's source in stripe %d is %s, interior in stripe %d", m, s, p, f.Interior(p))
+					// A source is the root, interior in the stripe, or a relay: a leaf
+					// whose own source is interior in it.
+					if p != f.Root() && f.Interior(p) != s && f.Interior(f.Parent(p, s)) != s {
+						t.Fatalf("%s's source in stripe %d is %s, interior in stripe %d, its source %s", m, s, p, f.Interior(p), f.Parent(p, s))
 					}
 					if d := f.Depth(m, s); d < 1 || d > maxDepth {
 						t.Fatalf("%s at depth %d in stripe %d, want 1..%d", m, d, s, maxDepth)
 					}
-					children[fmt.Sprint(p, "/", s)]++
+					children[p]++
 				}
 			}
-			for key, c := range children {
-				if c > k+2 {
-					t.Fatalf("%s serves %d children, want at most %d", key, c, k+2)
+			for p, c := range children {
+				if p != f.Root() && c > k {
+					t.Fatalf("%s serves %d children, want at most %d", p, c, k)
 				}
 			}
 		})
@@ -122,6 +124,14 @@ func TestStripeAdopters(t *testing.T) {
 			if last := ads[len(ads)-1]; !head && last != f.Parent(failed, s) || head && last != f.Root() {
 				t.Fatalf("%s's adopters after %s end with %s", orphan, failed, last)
 			}
+		}
+	}
+	if len(f.relay) == 0 {
+		t.Fatal("no relays in a fleet whose stripes have unequal interiors")
+	}
+	for l, relay := range f.relay {
+		if ads := f.Adopters(l.member, relay, l.stripe); !slices.Equal(ads, []string{f.Parent(relay, l.stripe)}) {
+			t.Fatalf("%s's adopters after its relay %s of stripe %d: %v, want the relay's source", l.member, relay, l.stripe, ads)
 		}
 	}
 }

@@ -20,11 +20,11 @@ import (
 // source's uplink is shared by the children it serves (the root's by its stripe heads), a node's
 // downlink by its k stripes: a stripe's link runs at Rate over the larger of k and the source's
 // children. A node that dies (or relays a bad piece, which its children catch and treat the same)
-// leaves its children of its stripe to one re-attachment each: RetryFirst and an Open later, to
-// the first live node of stripes.Forest.Adopters, resuming from the pieces they verified; the
-// adopter serves one more child from then. The root does not die in the model. A slow node's
-// uplink runs at SlowRate of Rate; with SlowAfter its children of its stripe notice it that long
-// after the registry's setup and leave it for an adopter the same way.
+// leaves each of its children (of its stripe, and a relay's of another) to one re-attachment:
+// RetryFirst and an Open later, to the first live node of stripes.Forest.Adopters, resuming from
+// the pieces they verified; the adopter serves one more child from then. The root does not die in
+// the model. A slow node's uplink runs at SlowRate of Rate; with SlowAfter its children of its
+// stripe notice it that long after the registry's setup and leave it for an adopter the same way.
 
 // stripedRun is a striped rollout under way.
 type stripedRun struct {
@@ -135,17 +135,18 @@ func (r *stripedRun) kill(rng *rand.Rand) {
 				}
 			}
 		}
-		s := r.f.Interior(r.addr[x])
-		for c := range r.p.Nodes {
-			if c == r.root || c == x || r.deadAt[c] <= t || r.sourceAt(c, s, t) != x {
-				continue
-			}
-			for _, a := range r.f.Adopters(r.addr[c], r.addr[x], s) {
-				if ai := r.index[a]; r.failAt[ai] > t {
-					r.segs[c][s] = append(r.segs[c][s], segment{from: t + (RetryFirst + r.p.Open).Seconds(), source: ai})
-					r.load[ai] = append(r.load[ai], loadChange{t, +1})
-					r.orphans++
-					break
+		for s := range r.k { // its stripe's children, and a relay's
+			for c := range r.p.Nodes {
+				if c == r.root || c == x || r.deadAt[c] <= t || r.sourceAt(c, s, t) != x {
+					continue
+				}
+				for _, a := range r.f.Adopters(r.addr[c], r.addr[x], s) {
+					if ai := r.index[a]; r.failAt[ai] > t {
+						r.segs[c][s] = append(r.segs[c][s], segment{from: t + (RetryFirst + r.p.Open).Seconds(), source: ai})
+						r.load[ai] = append(r.load[ai], loadChange{t, +1})
+						r.orphans++
+						break
+					}
 				}
 			}
 		}
