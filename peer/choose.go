@@ -2,13 +2,12 @@ package peer
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/stripes"
 )
 
 // Choosing a source without a coordinator: every peer is asked what it
@@ -110,34 +109,10 @@ func boolCmp(a, b bool) int {
 	return -1
 }
 
-// rendezvous ranks addrs for id, highest random weight first: every node
-// that ranks the same addresses for the same artifact gets the same order.
-func rendezvous(id artifact.ID, addrs []string) []string {
-	score := func(addr string) uint64 {
-		h := sha256.New()
-		h.Write([]byte(id.String()))
-		h.Write([]byte{0})
-		h.Write([]byte(addr))
-		return binary.BigEndian.Uint64(h.Sum(nil))
-	}
-	out := slices.Clone(addrs)
-	slices.SortFunc(out, func(a, b string) int {
-		sa, sb := score(a), score(b)
-		switch {
-		case sa > sb:
-			return -1
-		case sa < sb:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
-
 // isRoot says whether self is the node that goes to the registry for id
 // when no peer holds or builds it: the top of the rendezvous ranking of
 // the peers and self.
 func isRoot(id artifact.ID, peers []string, self string) bool {
 	all := append(slices.Clone(peers), self)
-	return rendezvous(id, all)[0] == self
+	return stripes.Rank(id, all)[0] == self
 }

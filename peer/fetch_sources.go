@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
+	"github.com/weightsnap/weightsnap/peer/stripes"
 )
 
 // sources choose the peer each session of a fetch runs with: the one the
@@ -81,7 +82,7 @@ func (s *sources) orphanWait(ctx context.Context) time.Duration {
 				near = append(near, o.addr)
 			}
 		}
-		rank = time.Duration(slices.Index(rendezvous(s.base.ID, near), s.self)) * orphanStep
+		rank = time.Duration(slices.Index(stripes.Rank(s.base.ID, near), s.self)) * orphanStep
 	}
 	s.orphanAfter = orphanSettle + rank
 	return s.orphanAfter

@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/stripes"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -63,7 +64,9 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	}
 	addrs = slices.DeleteFunc(addrs, func(a string) bool { return a == p.Self })
 	if len(addrs) == 0 {
-		return nil, fmt.Errorf("no peer but this node: %w", errdefs.ErrNotFound)
+		err := fmt.Errorf("no peer but this node: %w", errdefs.ErrNotFound)
+		originNext(ctx, id, "no peer but this node", err)
+		return nil, err
 	}
 	o := p.Options
 	o.Tensors, o.self = nil, p.Self
@@ -76,6 +79,13 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	live := slices.DeleteFunc(slices.Clone(addrs), func(a string) bool { return slices.Contains(unreachablePeers(err), a) })
 	root := isRoot(id, live, p.Self) && !isBusy(err) && !errors.Is(err, errNotNearer)
 	if err == nil || p.Self == "" || root || !(errdefs.IsNotFound(err) || errdefs.IsUnavailable(err) || isBusy(err)) {
+		switch {
+		case err == nil:
+		case root:
+			originNext(ctx, id, "this node is the root", err)
+		case p.Self == "":
+			originNext(ctx, id, "no source, and no address of this node to rank it by", err)
+		}
 		return f, err
 	}
 	wait := p.RootWait
@@ -114,7 +124,7 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	// take its place one orphanStep apart, so the next one takes the origin
 	// and the others find it building, instead of all going at once.
 	if err != nil && !isBusy(err) && ctx.Err() == nil {
-		if k := slices.Index(rendezvous(id, append(slices.Clone(live), p.Self)), p.Self); k > 1 {
+		if k := slices.Index(stripes.Rank(id, append(slices.Clone(live), p.Self)), p.Self); k > 1 {
 			log.G(ctx).WithField("identity", id.Short()).WithField("rank", k).Debug("peer: the root built nothing; waiting for the nodes before this one")
 			select {
 			case <-time.After(time.Duration(k-1) * orphanStep):
@@ -125,9 +135,19 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 		}
 	}
 	if err != nil && ctx.Err() == nil {
-		return nil, fmt.Errorf("no peer holds or builds %s after %s: %w: %w", id.Short(), wait, err, errdefs.ErrNotFound)
+		err = fmt.Errorf("no peer holds or builds %s after %s: %w: %w", id.Short(), wait, err, errdefs.ErrNotFound)
+		originNext(ctx, id, "no source after the wait", err)
+		return nil, err
 	}
 	return f, err
+}
+
+// originNext logs a selection that found no source among the peers:
+// resolution asks its next source, the registry unless another comes
+// first. Each such decision is one line with its reason, so a fleet's
+// trips to the origin can be counted from its logs.
+func originNext(ctx context.Context, id artifact.ID, reason string, err error) {
+	log.G(ctx).WithError(err).WithField("id", id.Short()).WithField("reason", reason).Info("peer: no source among the peers; resolution goes on to its next source")
 }
 
 // isBusy says whether a peer answered busy (its sessions, or its

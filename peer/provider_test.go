@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/internal/netfail"
+	"github.com/weightsnap/weightsnap/peer/stripes"
 )
 
 // TestProviderPassesOverDownPeers: a peer that is down or black-holed
@@ -30,13 +31,13 @@ func TestProviderPassesOverDownPeers(t *testing.T) {
 	// The dead peer ranks first, then self, then the peer without it: only
 	// a dead root could make this node wait.
 	dead := testenv.ClosedAddr(t)
-	for rendezvous(digest, []string{dead, empty})[0] != dead {
+	for stripes.Rank(digest, []string{dead, empty})[0] != dead {
 		dead = testenv.ClosedAddr(t)
 	}
 	self := ""
 	for port := 1; self == ""; port++ {
 		s := fmt.Sprintf("127.0.0.2:%d", port)
-		if r := rendezvous(digest, []string{dead, empty, s}); r[0] == dead && r[1] == s {
+		if r := stripes.Rank(digest, []string{dead, empty, s}); r[0] == dead && r[1] == s {
 			self = s
 		}
 	}

@@ -33,6 +33,13 @@ type Params struct {
 	// protocol's); more is a forest of chains, one origin copy each (the origin's uplink must
 	// carry them: OriginRate).
 	Roots int
+	// Stripes, when set, is the striped forest's stripe count (stripes.Place): the rollout runs
+	// on that forest (striped.go) instead of the chain, and MaxChildren, FanOut,
+	// Shallowest, Roots, the listing and Machine are not used.
+	Stripes int
+	// RootPieces says the origin's index carries each piece's chaining values, so the striped
+	// forest's root verifies and passes on a piece as it lands, not a tensor once it landed whole.
+	RootPieces bool
 
 	Start    time.Duration // process start to the first listing
 	Setup    time.Duration // a registry pull's manifest, index and headers, before the first payload byte
@@ -46,7 +53,12 @@ type Params struct {
 	// Fail is the fraction of nodes that die (their processes killed: sessions drop at once) at a
 	// uniform instant within the middle 80% of one copy's time on a link.
 	Fail float64
-	Seed uint64
+	// Slow is the fraction of nodes whose uplink runs at SlowRate times Rate (striped forest
+	// only); with SlowAfter, their children of their stripe leave them for an adopter that long
+	// after the registry's setup (a slow source routed around), without it they stay.
+	Slow, SlowRate float64
+	SlowAfter      time.Duration
+	Seed           uint64
 }
 
 // Result is a rollout's outcome.
@@ -77,6 +89,9 @@ func Run(p Params) (*Result, error) {
 	}
 	if p.OriginRate <= 0 {
 		p.OriginRate = p.Rate
+	}
+	if p.Stripes > 0 {
+		return runStriped(p)
 	}
 	if p.MaxChildren <= 0 {
 		p.MaxChildren = DefaultMaxChildren

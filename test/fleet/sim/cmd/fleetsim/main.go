@@ -2,6 +2,7 @@
 // and prints each node's time to READY as p50, p99, p99.9 and max, and the origin's copies.
 //
 //	go run ./test/fleet/sim/cmd/fleetsim -kraken
+//	go run ./test/fleet/sim/cmd/fleetsim -striped
 //	go run ./test/fleet/sim/cmd/fleetsim -calibrate test/fleet/sim/testdata/measured.json
 //	go run ./test/fleet/sim/cmd/fleetsim -nodes 16 -size 256MiB -rate 11.95 -hop-delay 130ms
 package main
@@ -20,13 +21,15 @@ import (
 
 func main() {
 	var (
-		kraken                                         bool
-		nodes, shards, maxChildren, roots, seeds       int
+		kraken, striped, rootPieces                    bool
+		nodes, shards, maxChildren, roots, seeds, k    int
 		size, fanout, calibrate                        string
-		rate, fail                                     float64
+		rate, fail, slow, slowRate                     float64
 		start, setup, publish, hop, open, lbase, lpeer time.Duration
+		slowAfter                                      time.Duration
 	)
 	d := sim.Datacenter()
+	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default)")
 	flag.BoolVar(&kraken, "kraken", false, "print the predictions for Kraken's setting (3 GB, 2,600 nodes, 300 MB/s), the protocol's and the alternatives")
 	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON)")
 	flag.IntVar(&nodes, "nodes", 16, "nodes")
@@ -36,7 +39,12 @@ func main() {
 	flag.IntVar(&maxChildren, "max-children", sim.DefaultMaxChildren, "[peer] max_children")
 	flag.StringVar(&fanout, "fanout", "", "max children by depth, comma-separated (a tree of chains); past them -max-children")
 	flag.IntVar(&roots, "roots", 1, "nodes of the rendezvous ranking that take the registry at once (a forest of chains)")
+	flag.IntVar(&k, "stripes", 0, "the striped forest of this many stripes ([peer] stripes) instead of the chain")
+	flag.BoolVar(&rootPieces, "root-pieces", false, "the origin's index carries each piece's chaining values: the striped root passes on pieces, not tensors")
 	flag.Float64Var(&fail, "fail", 0, "fraction of nodes that die mid-transfer")
+	flag.Float64Var(&slow, "slow", 0, "fraction of nodes whose uplink is slow (-stripes only)")
+	flag.Float64Var(&slowRate, "slow-rate", 0.1, "a slow node's uplink over -rate")
+	flag.DurationVar(&slowAfter, "slow-after", 0, "how long a slow source's children take to leave it for an adopter (0: they stay)")
 	flag.IntVar(&seeds, "seeds", 1, "runs, seeds 1..N (the percentiles are over every run's nodes)")
 	flag.DurationVar(&start, "start", d.Start, "process start to the first listing")
 	flag.DurationVar(&setup, "setup", d.Setup, "a registry pull's manifest, index and headers")
@@ -60,6 +68,13 @@ func main() {
 		}
 		return
 	}
+	if striped {
+		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, k); err != nil {
+			fmt.Fprintln(os.Stderr, "fleetsim:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if kraken {
 		if err := sim.PrintKraken(os.Stdout); err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
@@ -77,7 +92,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "fleetsim:", err)
 		os.Exit(2)
 	}
-	p := sim.Params{Nodes: nodes, Layout: layout, Rate: rate * 1e6, MaxChildren: maxChildren, Roots: roots, Fail: fail,
+	p := sim.Params{Nodes: nodes, Layout: layout, Rate: rate * 1e6, MaxChildren: maxChildren, Roots: roots, Stripes: k, RootPieces: rootPieces, Fail: fail, Slow: slow, SlowRate: slowRate, SlowAfter: slowAfter,
 		Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open, ListBase: lbase, ListPerPeer: lpeer}
 	for _, f := range strings.Split(fanout, ",") {
 		if f = strings.TrimSpace(f); f == "" {

@@ -1,0 +1,78 @@
+package sim
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/weightsnap/weightsnap/peer/stripes"
+)
+
+// MeasuredOpen is a session's open and close over loopback TCP on the project's build machine
+// (peer's BenchmarkJoin/open): the request, the manifest, the answer. The striped forest's
+// predictions take it for every hop of the manifest down a stripe.
+const MeasuredOpen = 26 * time.Millisecond
+
+// Floor is the time one node alone takes from the origin: its start, the registry's setup, the
+// artifact over one link and its publication.
+func Floor(p Params) float64 {
+	return (p.Start + p.Setup + p.Publish).Seconds() + float64(p.Layout.Bytes)/p.Rate
+}
+
+// Setting is a fleet rollout a prediction is made for.
+type Setting struct {
+	Name   string
+	Bytes  int64
+	Shards int
+	Nodes  int
+	Rate   float64 // bytes per second, every link
+	Seeds  int
+}
+
+// StripedSettings are the settings the striped forest is predicted for: Kraken's published
+// rollout, Dragonfly's published case (its links taken as fast as Kraken's design goal's) and
+// Kraken's design goal.
+var StripedSettings = []Setting{
+	{"Kraken: 3 GB, 2,600 nodes, 300 MB/s", KrakenBytes, 8, KrakenNodes, KrakenRate, 2},
+	{"Dragonfly: 130 GB, 200 nodes, 25 Gbit/s", 130e9, 26, 200, 25e9 / 8, 1},
+	{"100 GB, 10,000 nodes, 25 Gbit/s", 100e9, 20, 10000, 25e9 / 8, 1},
+}
+
+// PrintStriped prints the striped forest's predictions for each setting: with the root passing on
+// whole tensors (as the registry's index allows) and pieces (an index with chaining values),
+// without failures and with 1% of the nodes dying, each percentile also over the floor, in k
+// stripes (0: stripes.DefaultStripes).
+func PrintStriped(w io.Writer, settings []Setting, k int) error {
+	if k <= 0 {
+		k = stripes.DefaultStripes
+	}
+	base := Datacenter()
+	base.Open, base.Stripes = MeasuredOpen, k
+	fmt.Fprintf(w, "the striped forest, %d stripes; timings sim.Datacenter but a session's open %v (measured); hop %v, start %v, registry setup %v, publish %v\n\n",
+		k, base.Open, base.HopDelay, base.Start, base.Setup, base.Publish)
+	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan")
+	for _, st := range settings {
+		layout, err := SynthLayout(st.Bytes, st.Shards)
+		if err != nil {
+			return err
+		}
+		for _, pieces := range []bool{false, true} {
+			for _, fail := range []float64{0, 0.01} {
+				p := base
+				p.Nodes, p.Layout, p.Rate, p.RootPieces, p.Fail = st.Nodes, layout, st.Rate, pieces, fail
+				s, err := Runs(p, st.Seeds)
+				if err != nil {
+					return fmt.Errorf("%s: %w", st.Name, err)
+				}
+				root := "tensors"
+				if pieces {
+					root = "pieces"
+				}
+				floor := Floor(p)
+				fmt.Fprintf(w, "%-42s %-8s %4.0f%% %8.2f %7.2f %7.2f %7.2f %7.3f %7.3f %7.3f %6.2f %6d %6.1f\n", st.Name, root, fail*100, floor,
+					s.P50, s.P99, s.P999, s.P50/floor, s.P99/floor, s.P999/floor, s.Copies, s.MaxDepth, s.Orphan)
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,294 @@
+package sim
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/stripes"
+)
+
+// The striped forest (stripes.Place), modelled piece by piece without a queue: each node places
+// the fleet from the member list and opens one session per stripe, its stripe-s session open once
+// its source there has the manifest (Setup at the root, then Open a level). The root takes the
+// registry alone, at OriginRate, and passes a tensor on once it verified it whole; every other
+// node (and the root too, with RootPieces) passes a piece on a hop's delay after it landed. A
+// source's uplink is shared by the children it serves (the root's by its stripe heads), a node's
+// downlink by its k stripes: a stripe's link runs at Rate over the larger of k and the source's
+// children. A node that dies (or relays a bad piece, which its children catch and treat the same)
+// leaves each of its children (of its stripe, and a relay's of another) to one re-attachment:
+// RetryFirst and an Open later, to the first live node of stripes.Forest.Adopters, resuming from
+// the pieces they verified; the adopter serves one more child from then. The root does not die in
+// the model. A slow node's uplink runs at SlowRate of Rate; with SlowAfter its children of its
+// stripe notice it that long after the registry's setup and leave it for an adopter the same way.
+
+// stripedRun is a striped rollout under way.
+type stripedRun struct {
+	p      Params
+	f      *stripes.Forest
+	k      int
+	addr   []string
+	index  map[string]int
+	root   int
+	deadAt []float64 // +Inf for a node that lives
+	failAt []float64 // when its children leave it: its death, or a slow node's noticed slowness
+	slow   []bool
+	// per node: its pieces' stripes' sources over time (a source until it failed, then the adopter)
+	segs [][][]segment // [node][stripe]
+	// per node: changes of the children it serves (an adopted orphan +1, a dead child -1)
+	load    [][]loadChange
+	kids    []int // children served at the start, every stripe together
+	depth   [][]int
+	orphans int
+}
+
+// segment is a node's source of one stripe from an instant on.
+type segment struct {
+	from   float64 // the first byte may be asked for from then (the session open)
+	source int
+}
+
+// loadChange is a source's children changing by delta at t.
+type loadChange struct {
+	t     float64
+	delta int
+}
+
+// runStriped simulates one rollout on the striped forest.
+func runStriped(p Params) (*Result, error) {
+	r := &stripedRun{p: p, addr: make([]string, p.Nodes), index: make(map[string]int, p.Nodes)}
+	for i := range r.addr {
+		r.addr[i] = fmt.Sprintf("10.%d.%d.%d:7420", i>>16, i>>8&255, i&255)
+		r.index[r.addr[i]] = i
+	}
+	sum := sha256.Sum256(fmt.Appendf(nil, "sim %d", p.Seed))
+	id, err := artifact.ParseIDHex(hex.EncodeToString(sum[:]))
+	if err != nil {
+		return nil, err
+	}
+	if r.f, err = stripes.Place(id, r.addr, p.Stripes); err != nil {
+		return nil, err
+	}
+	r.k, r.root = r.f.Stripes(), r.index[r.f.Root()]
+	r.place()
+	r.kill(rand.New(rand.NewPCG(p.Seed, 0x5eed)))
+	return r.flow()
+}
+
+// place sets every node's first source and depth in each stripe, and the children each serves.
+func (r *stripedRun) place() {
+	n := r.p.Nodes
+	r.segs, r.depth = make([][][]segment, n), make([][]int, n)
+	r.load, r.kids, r.deadAt, r.failAt, r.slow = make([][]loadChange, n), make([]int, n), make([]float64, n), make([]float64, n), make([]bool, n)
+	for i := range n {
+		r.deadAt[i], r.failAt[i] = math.Inf(1), math.Inf(1)
+		r.segs[i], r.depth[i] = make([][]segment, r.k), make([]int, r.k)
+		if i == r.root {
+			continue
+		}
+		for s := range r.k {
+			d := r.f.Depth(r.addr[i], s)
+			src := r.index[r.f.Parent(r.addr[i], s)]
+			r.depth[i][s] = d
+			r.segs[i][s] = []segment{{from: (r.p.Start + r.p.Setup).Seconds() + float64(d)*r.p.Open.Seconds(), source: src}}
+			r.kids[src]++
+		}
+	}
+}
+
+// kill picks the nodes that die (Params.Fail) and the slow ones (Params.Slow), never the root,
+// and re-attaches the orphans of each death and of each slow node its children notice, in the
+// order they happen.
+func (r *stripedRun) kill(rng *rand.Rand) {
+	dying := int(math.Round(r.p.Fail * float64(r.p.Nodes)))
+	slow := int(math.Round(r.p.Slow * float64(r.p.Nodes)))
+	copyTime := float64(r.p.Layout.Bytes) / r.p.Rate
+	var failing []int
+	for _, i := range rng.Perm(r.p.Nodes) {
+		switch {
+		case i == r.root:
+		case dying > 0:
+			dying--
+			r.deadAt[i] = r.p.Start.Seconds() + copyTime*(0.1+0.8*rng.Float64())
+			r.failAt[i] = r.deadAt[i]
+			failing = append(failing, i)
+		case slow > 0:
+			slow--
+			r.slow[i] = true
+			if r.p.SlowAfter > 0 {
+				r.failAt[i] = (r.p.Start + r.p.Setup + r.p.SlowAfter).Seconds()
+				failing = append(failing, i)
+			}
+		}
+	}
+	slices.SortStableFunc(failing, func(a, b int) int { return cmpFloat(r.failAt[a], r.failAt[b]) })
+	for _, x := range failing {
+		t := r.failAt[x]
+		if r.deadAt[x] == t {
+			for s := range r.k {
+				if src := r.sourceAt(x, s, t); src >= 0 {
+					r.load[src] = append(r.load[src], loadChange{t, -1})
+				}
+			}
+		}
+		for s := range r.k { // its stripe's children, and a relay's
+			for c := range r.p.Nodes {
+				if c == r.root || c == x || r.deadAt[c] <= t || r.sourceAt(c, s, t) != x {
+					continue
+				}
+				for _, a := range r.f.Adopters(r.addr[c], r.addr[x], s) {
+					if ai := r.index[a]; r.failAt[ai] > t {
+						r.segs[c][s] = append(r.segs[c][s], segment{from: t + (RetryFirst + r.p.Open).Seconds(), source: ai})
+						r.load[ai] = append(r.load[ai], loadChange{t, +1})
+						r.orphans++
+						break
+					}
+				}
+			}
+		}
+	}
+}
+
+// sourceAt is c's source of stripe s at t, -1 for the root.
+func (r *stripedRun) sourceAt(c, s int, t float64) int {
+	segs := r.segs[c][s]
+	if len(segs) == 0 {
+		return -1
+	}
+	src := segs[0].source
+	for _, g := range segs[1:] {
+		if g.from-(RetryFirst+r.p.Open).Seconds() <= t {
+			src = g.source
+		}
+	}
+	return src
+}
+
+// linkRate is the rate of one child's stripe from src at t.
+func (r *stripedRun) linkRate(src int, t float64) float64 {
+	children := r.kids[src]
+	for _, c := range r.load[src] {
+		if c.t <= t {
+			children += c.delta
+		}
+	}
+	rate := r.p.Rate
+	if r.slow[src] {
+		rate *= r.p.SlowRate
+	}
+	return rate / float64(max(children, r.k))
+}
+
+// flow moves the pieces: the root's from the registry, then each stripe down its tree, every
+// source before the nodes it serves.
+func (r *stripedRun) flow() (*Result, error) {
+	n, pieces := r.p.Nodes, r.p.Layout.Pieces
+	hop := r.p.HopDelay.Seconds()
+	// avail[i][j] is when node i serves piece j (+Inf: never, it died first); nil for a node that
+	// is interior in no stripe (the root's is filled below).
+	avail := make([][]float64, n)
+	last := make([]float64, n) // each node's last piece landed
+	// The root: the registry's payload in order, each tensor served once it landed whole.
+	rootAvail := make([]float64, len(pieces))
+	t, first := (r.p.Start + r.p.Setup).Seconds(), 0
+	for j, b := range pieces {
+		t += float64(b) / r.p.OriginRate
+		if r.p.Layout.TensorEnd[j] || r.p.RootPieces {
+			for q := first; q <= j; q++ {
+				rootAvail[q] = t + hop
+			}
+			first = j + 1
+		}
+	}
+	avail[r.root], last[r.root] = rootAvail, t
+	for s := range r.k {
+		order := r.order(s)
+		for _, c := range order {
+			interior := r.f.Interior(r.addr[c]) == s
+			if interior {
+				avail[c] = make([]float64, len(pieces))
+			}
+			segs := r.segs[c][s]
+			g := 0
+			at := segs[0].from
+			for j := s; j < len(pieces); j += r.k { // piece j is stripe j mod k's
+				var land float64
+				for {
+					src := segs[g].source
+					start := max(at, avail[src][j])
+					land = start + float64(pieces[j])/r.linkRate(src, start)
+					if land <= r.failAt[src] || g+1 == len(segs) {
+						break
+					}
+					g++ // the source failed before this piece landed: the next one
+					at = max(at, segs[g].from)
+				}
+				if land > r.deadAt[c] {
+					land = math.Inf(1)
+				}
+				at = land
+				if interior {
+					avail[c][j] = land + hop
+				}
+			}
+			last[c] = max(last[c], at)
+		}
+	}
+	res := &Result{Ready: make([]float64, n), Depth: make([]int, n), Copies: 1, Registry: 1}
+	for i := range n {
+		res.Depth[i] = slices.Max(r.depth[i])
+		if math.IsInf(r.deadAt[i], 1) {
+			if math.IsInf(last[i], 1) {
+				return nil, fmt.Errorf("sim: node %d never READY: every adopter of a stripe died", i)
+			}
+			res.Ready[i] = last[i] + r.p.Publish.Seconds()
+			continue
+		}
+		res.Ready[i] = math.NaN()
+		res.Dead++
+	}
+	res.Orphans = r.orphans
+	return res, nil
+}
+
+// order is the nodes but the root, each after every source it has in stripe s.
+func (r *stripedRun) order(s int) []int {
+	n := r.p.Nodes
+	waits := make([]int, n)
+	served := make([][]int, n)
+	for c := range n {
+		for _, g := range r.segs[c][s] {
+			waits[c]++
+			served[g.source] = append(served[g.source], c)
+		}
+	}
+	out := make([]int, 0, n)
+	next := []int{r.root}
+	for len(next) > 0 {
+		m := next[0]
+		next = next[1:]
+		if m != r.root {
+			out = append(out, m)
+		}
+		for _, c := range served[m] {
+			if waits[c]--; waits[c] == 0 {
+				next = append(next, c)
+			}
+		}
+	}
+	return out
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
