@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/internal/netfail"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // TestClassify: real failures of the standard library, each in the class
