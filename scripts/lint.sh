@@ -15,11 +15,12 @@ check() {
 	echo "+ $*" >&2
 	"$@" || failed=1
 }
-# listed fails when a lister (gofmt -l, goimports -l) names a file.
+# listed runs a lister (gofmt, goimports) with -l over the tracked Go files, and fails when it
+# names one.
 listed() {
 	local out
-	echo "+ $*" >&2
-	out=$("$@") || failed=1
+	echo "+ $* -l (the tracked Go files)" >&2
+	out=$("$@" -l "${files[@]}") || failed=1
 	if [[ -n $out ]]; then
 		echo "$out"
 		failed=1
@@ -42,7 +43,6 @@ fi
 
 check $GO vet ./...
 for t in $tags; do
-	# shellcheck disable=SC2046 # one argument per package
 	check $GO vet -tags "$t" $(tagged "$t")
 done
 
@@ -52,7 +52,7 @@ matrix=$(echo 'default:'; for t in $tags; do echo "$t: -tags=$t"; done)
 check $STATICCHECK -matrix ./... <<<"$matrix"
 
 mapfile -t files < <(git ls-files '*.go')
-listed gofmt -l "${files[@]}"
-listed $GOIMPORTS -l "${files[@]}"
+listed gofmt
+listed $GOIMPORTS
 
 exit $failed
