@@ -63,7 +63,7 @@ func TestClassify(t *testing.T) {
 			return err
 		}, false, true},
 		{"TLS to a plain HTTP server", func(*testing.T) error {
-			c, err := tls.Dial("tcp", plain.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the handshake is what is tested
+			c, err := tls.Dial("tcp", plain.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) // the handshake is what is tested
 			if err == nil {
 				c.Close()
 			}
