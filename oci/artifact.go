@@ -10,11 +10,10 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// Artifact is the OCI form of one store artifact: the small blobs (index
-// layer, ModelPack config, manifest) with their bytes, and the descriptors
-// of the payload layers, whose bytes are the store's payload files. It is a
-// pure function of the identity and the index: the same artifact gives the
-// same manifest digest from any host or store root.
+// Artifact is the OCI form of one store artifact: its manifest, config, index layer and payload
+// layers. It holds the bytes of the small blobs and the descriptors of the payload layers. A
+// payload layer's bytes are a payload file of the store. It depends only on the identity and the
+// index. So one artifact has one manifest digest on every host and under every store root.
 type Artifact struct {
 	Identity     artifact.Identity
 	ID           artifact.ID

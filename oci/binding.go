@@ -10,30 +10,27 @@ import (
 	"github.com/weightsnap/weightsnap/trust"
 )
 
-// Carrier is a producer that brings signature records with the artifact
-// it fetches (a weight peer: what the sending node's store kept), with
-// the identity and the files whose bytes its fetch verifies. A record
-// binds the files by their sha256, which the carrier takes from the
-// sender: when one is kept, CheckSHA256 has the fetch compute every
-// file's sha256 from the bytes and refuse those that differ.
+// Carrier is a producer that brings signature records with the artifact it fetches. A weight peer
+// is one: it brings the records the sending node's store kept. CarriedSignatures returns them with
+// the identity and the files whose bytes the fetch verifies. A record binds the files by their
+// sha256, which the carrier takes from the sender. Once a record is kept, CheckSHA256 has the fetch
+// compute each file's sha256 from its bytes. The fetch then refuses a file whose sha256 differs.
 type Carrier interface {
 	CarriedSignatures() (records []byte, identity artifact.Identity, files []artifact.File)
 	CheckSHA256()
 }
 
-// CheckBinding checks that the OCI manifest a record's signatures cover
-// is the manifest of identity with exactly files: a weightsnap artifact's
-// manifest names the identity (annotations) and each file as a layer of
-// its path and sha256; a foreign artifact's identity is the one its
-// manifest plans (its revision the manifest digest, or a ModelPack
-// config's immutable revision) with the same files. A tar layer's files
-// are not named by the manifest: such an artifact is not bound (its
-// signatures are checked with the registry). Errors are plain: the caller
+// CheckBinding checks that a record's signatures cover the OCI manifest of identity with exactly
+// files. A weightsnap artifact's manifest names the identity in its annotations. It names each file
+// as a layer of the file's path and sha256. A foreign artifact's identity must be the one its
+// manifest plans, with the same files. Its revision is then the manifest digest or a ModelPack
+// config's immutable revision. A manifest does not name a tar layer's files, so such an artifact is
+// not bound. Its signatures are checked at the registry instead. Errors are plain: the caller
 // refuses with them.
 //
-// An OMS record binds by its statement: it must name exactly the files
-// received (their sha256, save its ignore_paths); a statement over BLAKE3
-// digests cannot be bound before the bytes arrive and is refused.
+// An OMS record binds by its statement. The statement must name exactly the files received, by
+// sha256, save its ignore_paths. A statement over BLAKE3 digests cannot be bound before the bytes
+// arrive, so it is refused.
 func CheckBinding(rec trust.Record, identity artifact.Identity, files []artifact.File) error {
 	if rec.Kind == trust.KindOMS {
 		o, err := trust.ParseOMS(rec.Signatures[0].Raw)

@@ -10,17 +10,16 @@ import (
 	"github.com/weightsnap/weightsnap/pointer"
 )
 
-// MediaTypeModelConfigLegacy is the config of ModelPack artifacts written
-// before the spec moved to CNCF (vnd.cnai).
+// MediaTypeModelConfigLegacy is the vnd.cnai media type of a ModelPack config, which a pull accepts
+// too.
 const MediaTypeModelConfigLegacy = "application/vnd.cnai.model.config.v1+json"
 
 // maxModelConfigBytes bounds the ModelPack config read for its revision.
 const maxModelConfigBytes = 1 << 20
 
-// IsArtifact says whether a manifest is an artifact, not an image: its
-// config is ModelPack's (current or vnd.cnai), or it has an artifactType
-// and the empty config (a plain oras push). containerd's CRI can pull
-// neither as an image.
+// IsArtifact says whether a manifest is an artifact, which containerd's CRI cannot pull as an
+// image. An artifact's config is ModelPack's, under either media type. Or it has an artifactType
+// and the empty config, as a plain oras push writes.
 func IsArtifact(m *ocispec.Manifest) bool {
 	switch m.Config.MediaType {
 	case MediaTypeModelConfig, MediaTypeModelConfigLegacy:
@@ -31,8 +30,8 @@ func IsArtifact(m *ocispec.Manifest) bool {
 	return false
 }
 
-// FetchArtifact resolves r's reference (an index to the host's platform)
-// and reports whether its manifest is an artifact (IsArtifact).
+// FetchArtifact resolves r's reference and says whether its manifest is an artifact (IsArtifact).
+// An image index resolves to the manifest of the host's platform.
 func FetchArtifact(ctx context.Context, r *registry.Remote) (*Resolved, bool, error) {
 	res, err := resolveManifest(ctx, r, "")
 	if err != nil {
@@ -41,10 +40,10 @@ func FetchArtifact(ctx context.Context, r *registry.Remote) (*Resolved, bool, er
 	return res, IsArtifact(res.Manifest), nil
 }
 
-// PlanArtifact plans the pull of a fetched artifact: a weightsnap one by
-// its index layer; any other (ModelPack written by modctl or oras, a plain
-// oras push) as PlanForeign with ArtifactImport's identity fields, so every
-// node that pulls one manifest plans one identity.
+// PlanArtifact plans the pull of a fetched artifact, whichever tool pushed it. A weightsnap
+// artifact is planned by its index layer. Any other is planned by PlanForeign with ArtifactImport's
+// identity fields. Such are ModelPack artifacts that modctl or oras wrote, and plain oras pushes.
+// So every node that pulls one manifest plans one identity.
 func PlanArtifact(ctx context.Context, r *registry.Remote, res *Resolved) (*Plan, error) {
 	if _, ok := IndexLayer(res.Manifest); ok {
 		return planRemote(ctx, r, res.Manifest, ImportOptions{})
@@ -56,11 +55,10 @@ func PlanArtifact(ctx context.Context, r *registry.Remote, res *Resolved) (*Plan
 	return PlanForeign(r.String(), res.Manifest, o)
 }
 
-// ArtifactImport is the identity fields of a foreign artifact pulled by
-// reference: its repository the reference's (PlanForeign's default), its
-// revision the ModelPack config's descriptor.revision when that is
-// immutable (a commit or a digest), else the manifest digest, which is
-// exact and content-addressed.
+// ArtifactImport is the identity fields of a foreign artifact pulled by reference. Its repository
+// is the reference's, PlanForeign's default. Its revision is the ModelPack config's
+// descriptor.revision when that is immutable: a commit or a digest. Otherwise its revision is the
+// manifest digest, which is exact and content-addressed.
 func ArtifactImport(ctx context.Context, r *registry.Remote, res *Resolved) (ImportOptions, error) {
 	o := ImportOptions{Revision: res.Desc.Digest.String()}
 	switch res.Manifest.Config.MediaType {
@@ -81,15 +79,13 @@ func ArtifactImport(ctx context.Context, r *registry.Remote, res *Resolved) (Imp
 	return o, nil
 }
 
-// ArtifactTarget is where a weights-only image made of a pulled artifact
-// (WeightsOnlyImage) puts the artifact's files: a pointer's target is never
-// the root directory, so an image volume of an artifact shows its files
-// under model/ (a volume's subPath "model" mounts them at its root).
+// ArtifactTarget is the directory where WeightsOnlyImage puts a pulled artifact's files. A
+// pointer's target is never the root directory. So an image volume of an artifact shows its files
+// under model/. A volume's subPath "model" mounts them at its root.
 const ArtifactTarget = "/model"
 
-// WeightsOnlyImage is the local image the CRI image service answers a pull
-// of an artifact with: the scratch config of the host's platform and one
-// pointer layer, p at its target.
+// WeightsOnlyImage is the local image the CRI image service answers a pull of an artifact with. It
+// has the scratch config of the host's platform and one pointer layer, p at its target.
 func WeightsOnlyImage(p pointer.Pointer) (*Image, *PointerLayer, error) {
 	base, err := scratchBase("")
 	if err != nil {

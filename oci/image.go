@@ -25,25 +25,25 @@ const Scratch = "scratch"
 type WeightMount struct {
 	Ref    string // the artifact's reference
 	Target string // absolute directory in the container: with ImageOptions.Layout hf, the cache root
-	// Repo is the Hugging Face repo id of ImageOptions.Layout hf; "" takes
-	// the artifact's model repository.
+	// Repo is the Hugging Face repo id under ImageOptions.Layout hf. "" takes the artifact's model
+	// repository.
 	Repo string
 }
 
-// ImageOptions describe a weight image.
+// ImageOptions describe the weight image BuildImage writes.
 type ImageOptions struct {
 	Base     string // base image reference, or Scratch
 	Weights  []WeightMount
 	Platform string // picked from a base image index, and the scratch config's platform; "" means HostPlatform
-	// Mode is every pointer's pointer.LabelMode: pointer.ModeRequired, pointer.ModePreferred, or ""
-	// to leave it to the node.
+	// Mode is every pointer's pointer.LabelMode: pointer.ModeRequired or pointer.ModePreferred. ""
+	// leaves it to the node.
 	Mode string
-	// Layout is every pointer's pointer.LabelLayout: "" for the artifact's
-	// own files at its target, pointer.LayoutHF for a Hugging Face cache
-	// rooted at it (several artifacts may share one root, each its repo).
+	// Layout is every pointer's pointer.LabelLayout. "" puts the artifact's own files at its
+	// target. pointer.LayoutHF puts a Hugging Face cache rooted at the target. Several artifacts
+	// may share one cache root, each under its repo.
 	Layout string
-	// Policy, if set, is checked against each artifact's manifest as a pull
-	// checks it: a refusal ends the build before anything is pushed.
+	// Policy, if set, is checked against each artifact's manifest as a pull checks it. A refusal
+	// ends the build before anything is pushed.
 	Policy *trust.Policy
 }
 
@@ -60,8 +60,8 @@ type ImageReport struct {
 	Pointers     []pointer.Pointer `json:"pointers"`
 	PointerLayer []string          `json:"pointer_layers"`
 	Seconds      float64           `json:"seconds"`
-	// Verified says how each artifact met the trust policy, in --weights
-	// order (absent without ImageOptions.Policy).
+	// Verified says how each artifact met the trust policy, in --weights order. It is absent
+	// without ImageOptions.Policy.
 	Verified [][]trust.Verified `json:"verified,omitempty"`
 }
 
@@ -89,12 +89,11 @@ func fetchWeightsnapPlan(ctx context.Context, r *registry.Remote, p *trust.Polic
 	return plan, res.Desc.Digest.String(), v, err
 }
 
-// BuildImage writes a weight image to target: the base image's layers plus
-// one pointer layer per artifact, with an image config whose rootfs.diff_ids
-// include the pointers. No base or weight blob passes through the client:
-// base layers already in the target repository are reused, those in another
-// repository of the same registry are mounted; only the pointer layers, the
-// config and the manifest are uploaded.
+// BuildImage writes a weight image to target: the base image's layers plus one pointer layer per
+// artifact. Its image config's rootfs.diff_ids include the pointers. No base or weight blob passes
+// through the client. A base layer already in the target repository is reused. A base layer in
+// another repository of the same registry is mounted. Only the pointer layers, the config and the
+// manifest are uploaded.
 func BuildImage(ctx context.Context, target *registry.Remote, o ImageOptions) (*ImageReport, error) {
 	start := time.Now()
 	if len(o.Weights) == 0 {
@@ -275,10 +274,10 @@ type Image struct {
 	ManifestDesc ocispec.Descriptor
 }
 
-// ComposeImage makes a weight image from a base config and layers (none for
-// scratch) and pointer layers: the base config is copied with the pointers'
-// diff ids appended to rootfs.diff_ids and one history entry per pointer
-// (when the base keeps history). The result is deterministic.
+// ComposeImage makes a weight image from a base config, base layers and pointer layers. Scratch has
+// no base layers. The base config is copied, with the pointers' diff ids appended to
+// rootfs.diff_ids. Where the base keeps history, each pointer adds one history entry. The result is
+// deterministic.
 func ComposeImage(baseConfig []byte, baseLayers []ocispec.Descriptor, pls []*PointerLayer, annotations map[string]string) (*Image, error) {
 	var doc map[string]json.RawMessage
 	if err := json.Unmarshal(baseConfig, &doc); err != nil {

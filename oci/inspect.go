@@ -16,8 +16,8 @@ import (
 	"github.com/weightsnap/weightsnap/pointer"
 )
 
-// RemoteInfo describes a remote artifact or weight image, read from its
-// manifest and small blobs only: no weight blob is fetched.
+// RemoteInfo describes a remote artifact or weight image, read from its manifest and small blobs.
+// No weight blob is fetched for it.
 type RemoteInfo struct {
 	Ref          string             `json:"ref"`
 	Manifest     string             `json:"manifest"`
@@ -54,16 +54,14 @@ type RemotePointer struct {
 type InspectOptions struct {
 	// Platform is picked from a multi-platform image; "" means HostPlatform.
 	Platform string
-	// Registries are the hosts, besides the inspected reference's own, that
-	// a weight image's pointers may lead to; a pointer to any other host is
-	// reported, not followed.
+	// Registries are the hosts a weight image's pointers may lead to, besides the reference's own.
+	// A pointer to any other host is reported, not followed.
 	Registries []string
 }
 
-// InspectRemote describes the artifact or weight image at the remote's
-// reference. A weight image's pointers are followed one step, to
-// artifacts only (never into another weight image), and only to the
-// reference's own host or one of o.Registries.
+// InspectRemote describes the artifact or weight image at the remote's reference. It follows a
+// weight image's pointers one step, to artifacts only, never into another weight image. It follows
+// them only to the reference's own host or one of o.Registries.
 func InspectRemote(ctx context.Context, r *registry.Remote, o InspectOptions) (*RemoteInfo, error) {
 	info, m, err := inspectArtifact(ctx, r, o.Platform)
 	if err != nil || info.Kind != "" {

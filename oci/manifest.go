@@ -105,7 +105,8 @@ func ociMediaType(mt string) string {
 	case dockerLayerZstd:
 		return ocispec.MediaTypeImageLayerZstd
 	case dockerForeignGzip:
-		return ocispec.MediaTypeImageLayerNonDistributableGzip //nolint:staticcheck // the OCI equivalent
+		//lint:ignore SA1019 a Docker foreign layer's OCI type is the deprecated non-distributable one
+		return ocispec.MediaTypeImageLayerNonDistributableGzip
 	}
 	return mt
 }

@@ -1,9 +1,8 @@
-// Package oci is the OCI form of a weight artifact and of a weight image:
-// the ModelPack manifest weightsnap pushes and pulls (and the plan of a
-// pull into the store), the import of safetensors artifacts that other
-// tools pushed, and weight images whose pointer layers name artifacts for
-// the snapshotter. The registry client is oci/registry; the pointer's
-// labels and file are package pointer.
+// Package oci is the OCI form of weight artifacts and weight images in a registry. It pushes and
+// pulls the ModelPack manifest weightsnap writes, and plans each pull into the store. It imports
+// safetensors artifacts that other tools pushed. It builds weight images, whose pointer layers name
+// artifacts for the snapshotter. The registry client is package oci/registry; the pointer's labels
+// and file are package pointer.
 package oci
 
 import (
@@ -29,13 +28,13 @@ const (
 	MediaTypePointerLayer = ocispec.MediaTypeImageLayer
 )
 
-// Annotations.
+// Annotations of an artifact's manifest and layers.
 const (
 	// AnnotationTitle is the file name oras and CRI-O read.
 	AnnotationTitle = ocispec.AnnotationTitle
 	// AnnotationFilepath is ModelPack's relative file path of a layer.
 	AnnotationFilepath = "org.cncf.model.filepath"
-	// AnnotationFilepathLegacy is the pre-CNCF name of AnnotationFilepath.
+	// AnnotationFilepathLegacy is AnnotationFilepath's org.cnai name, which a pull reads too.
 	AnnotationFilepathLegacy = "org.cnai.model.filepath"
 	// AnnotationIdentityDigest is the artifact's identity digest, sha256:<hex>.
 	AnnotationIdentityDigest = "org.weightsnap.identity.digest"
@@ -45,8 +44,8 @@ const (
 	annotationOrasUnpack = "io.deis.oras.content.unpack"
 )
 
-// LayerMediaType is the ModelPack layer type of a payload file: weights for
-// safetensors files, weight config for everything else (config, tokenizer).
+// LayerMediaType is the ModelPack layer media type of a payload file. A safetensors file is a
+// weight; any other file, such as a config or tokenizer, is a weight config.
 func LayerMediaType(path string) string {
 	if artifact.IsSafetensors(path) {
 		return MediaTypeWeightRaw
@@ -54,9 +53,8 @@ func LayerMediaType(path string) string {
 	return MediaTypeWeightConfigRaw
 }
 
-// LayerPath is the relative file path a layer names: ModelPack's filepath
-// annotation (current or legacy name), else the title oras writes. It is ""
-// for a layer that names no file.
+// LayerPath is the relative file path a layer names, or "" for a layer that names none. It is
+// ModelPack's filepath annotation under either name, else the title oras writes.
 func LayerPath(desc ocispec.Descriptor) string {
 	for _, k := range []string{AnnotationFilepath, AnnotationFilepathLegacy, AnnotationTitle} {
 		if p := desc.Annotations[k]; p != "" {
@@ -71,20 +69,19 @@ type LayerKind int
 
 // Layer kinds.
 const (
-	// LayerSkip names no file (oras pull skips such layers too).
+	// LayerSkip is a layer that names no file; oras pull skips it too.
 	LayerSkip LayerKind = iota
 	// LayerFile is one raw file whose layer digest is the file's sha256.
 	LayerFile
-	// LayerArchive is a tar layer, compressed or not, or a tarred
-	// directory: its files are extracted (PlanArchive).
+	// LayerArchive is a tar layer, compressed or not, or a tarred directory. Its files are
+	// extracted (PlanArchive).
 	LayerArchive
 )
 
-// ClassifyLayer says whether a layer holds one raw file. oras labels plain
-// files application/vnd.oci.image.layer.v1.tar even though they are not tar,
-// so an uncompressed type with a file name is taken as the raw file; the
-// ModelPack .tar types, compressed types and oras's tarred directories are
-// archives.
+// ClassifyLayer says whether a layer holds one raw file, an archive, or no file. oras labels a
+// plain file application/vnd.oci.image.layer.v1.tar, though it is no tar. So an uncompressed type
+// with a file name is taken as one raw file. ModelPack's .tar types, compressed types and oras's
+// tarred directories are archives.
 func ClassifyLayer(desc ocispec.Descriptor) LayerKind {
 	if LayerPath(desc) == "" {
 		return LayerSkip

@@ -17,44 +17,41 @@ type Kind string
 
 // Kinds of artifact a pull handles.
 const (
-	// KindWeightsnap is an artifact weightsnap pushed: identity in the
-	// manifest annotations, tensor index in the index layer.
+	// KindWeightsnap is an artifact weightsnap pushed. Its identity is in the manifest annotations,
+	// its tensor index in the index layer.
 	KindWeightsnap Kind = "weightsnap"
-	// KindForeign is any artifact of safetensors files that other tools
-	// pushed (oras push, modctl), in raw or tar layers: the identity is the
-	// fingerprint of its layers (PlanForeign).
+	// KindForeign is an artifact of safetensors files that another tool pushed, such as oras or
+	// modctl. Its files are in raw or tar layers; its identity is the fingerprint of its layers
+	// (PlanForeign).
 	KindForeign Kind = "foreign"
 )
 
-// Plan is what a pull fetches and the identity it publishes, known before
-// any payload byte moves.
+// Plan is what a pull fetches and the identity it publishes, known before any payload byte moves.
 type Plan struct {
 	Ref      string
 	Kind     Kind
 	Identity artifact.Identity
 	Index    *artifact.Index // KindWeightsnap: the pulled index layer
 	Files    []PlanFile      // the raw file layers, sorted by path
-	// Archives are a foreign artifact's tar layers, sorted by path: their
-	// files are known only once extracted.
+	// Archives are a foreign artifact's tar layers, sorted by path. Their files are known only once
+	// extracted.
 	Archives []PlanArchive
 }
 
 // PlanFile is one payload file and the layer that holds it.
 type PlanFile struct {
-	// File is the file's record: its SHA256 is the layer digest's hex; its
-	// BLAKE3 the index entry's, empty for a foreign artifact.
+	// File is the file's record. Its SHA256 is the layer digest's hex. Its BLAKE3 is the index
+	// entry's, and empty for a foreign artifact.
 	artifact.File
 	Layer ocispec.Descriptor
-	// Binding is how the store's writer hashes the file: BindTreeStream with
-	// the index entry for a weightsnap artifact (the manifest pins the index
-	// layer, whose tree the bytes are checked against), BindNone for a
-	// foreign one (every digest computed, the sha256 checked against the
-	// layer's).
+	// Binding is how the store's writer hashes the file. A weightsnap artifact's file is
+	// BindTreeStream with its index entry. The manifest pins the index layer, and the bytes are
+	// checked against its tree. A foreign artifact's file is BindNone: every digest is computed,
+	// and the sha256 checked against the layer's.
 	Binding artifact.Binding
 }
 
-// TotalBytes is the sum of the payload sizes, with each tar layer counted
-// at its layer size: the bytes a pull fetches.
+// TotalBytes is the bytes a pull fetches: the payload sizes, each tar layer at its layer size.
 func (p *Plan) TotalBytes() int64 {
 	var n int64
 	for _, f := range p.Files {
@@ -66,7 +63,7 @@ func (p *Plan) TotalBytes() int64 {
 	return n
 }
 
-// ImportOptions give the identity fields of a foreign artifact (as import's flags do).
+// ImportOptions are the identity fields of a foreign artifact, as import's flags give them.
 type ImportOptions struct {
 	Repository string
 	Revision   string
@@ -107,12 +104,11 @@ func IndexLayer(m *ocispec.Manifest) (ocispec.Descriptor, bool) {
 	return ocispec.Descriptor{}, false
 }
 
-// PlanWeightsnap plans the pull of an artifact weightsnap pushed. indexRaw
-// is the index layer's bytes, already checked against its digest; a schema-1
-// index is upgraded (artifact.Index.Upgrade). Identity, index and layers must
-// all agree; a disagreement is errdefs.ErrDataLoss. A passthrough
-// identity whose source fingerprint disagrees with the layers is an
-// identity collision, errdefs.ErrConflict.
+// PlanWeightsnap plans the pull of an artifact weightsnap pushed. indexRaw is the index layer's
+// bytes, already checked against its digest. A schema-1 index is upgraded (artifact.Index.Upgrade).
+// Identity, index and layers must agree; a disagreement is errdefs.ErrDataLoss. A passthrough
+// identity whose source fingerprint disagrees with the layers is an identity collision. That is
+// errdefs.ErrConflict.
 func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, error) {
 	idJSON := m.Annotations[AnnotationIdentity]
 	if idJSON == "" {
@@ -177,18 +173,16 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 	return plan, nil
 }
 
-// PlanForeign plans the import of an artifact weightsnap did not write:
-// every layer that names a file (ModelPack filepath or oras title) is one raw
-// file, or a tar, tar+gzip or tar+zstd layer of files at or below that path
-// (PlanArchive), and at least one raw layer is a safetensors file, unless
-// the safetensors files are in tar layers (the pull checks that then). The
-// identity is made of the manifest alone, so it is known before any payload
-// byte is fetched and every node that pulls the manifest plans the same
-// one: the passthrough identity of the layers' files with the given
-// repository, revision and component (a raw layer's digest is its file's
-// sha256), each tar layer fingerprinted as a source file of its path, layer
-// size and layer digest, under the unpack producer (unpackRef) when there is
-// one. The repository defaults to the reference's (host/repository).
+// PlanForeign plans the import of an artifact weightsnap did not write. Each layer that names a
+// file, by ModelPack filepath or oras title, is one raw file. Or it is a tar, tar+gzip or tar+zstd
+// layer of files at or below that path (PlanArchive). At least one raw layer must be a safetensors
+// file, unless tar layers hold them. The pull checks the tar layers' files then. The identity is
+// made of the manifest alone. So it is known before any payload byte is fetched, and every node
+// that pulls the manifest plans it. It is the passthrough identity of the layers' files with the
+// given repository, revision and component. A raw layer's digest is its file's sha256. A tar layer
+// is fingerprinted as a source file of its path, layer size and layer digest. An identity with tar
+// layers names the unpack producer (unpackRef). The repository defaults to the reference's
+// host/repository.
 func PlanForeign(ref string, m *ocispec.Manifest, o ImportOptions) (*Plan, error) {
 	if o.Revision == "" {
 		return nil, manifestError(ref, "not a weightsnap artifact: --revision is required to import it")

@@ -22,11 +22,11 @@ type PointerLayer struct {
 	DiffID  string             // uncompressed: the same as the digest
 }
 
-// NewPointerLayer builds the deterministic pointer layer of p: an
-// uncompressed tar of the target directory, its parents, .weightsnap/,
-// .weightsnap/pointers/, the pointer file and the notice file
-// (pointer.NoticeName, what a container run without weightsnap finds), in
-// sorted order, owned by 0:0 with mtime 0 (directories 0755, files 0444).
+// NewPointerLayer builds the pointer layer of p, the same bytes for the same pointer. It is an
+// uncompressed tar of the target directory, its parents, .weightsnap/ and .weightsnap/pointers/. It
+// holds the pointer file and the notice file, pointer.NoticeName. The notice is what a container
+// run without weightsnap finds. Entries are in sorted order, owned by 0:0, with mtime 0,
+// directories 0755 and files 0444.
 func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 	target, err := pointer.CleanTarget(p.Target)
 	if err != nil {
@@ -92,8 +92,8 @@ func NewPointerLayer(p pointer.Pointer) (*PointerLayer, error) {
 	return pl, nil
 }
 
-// PointerFromAnnotations reads the pointer a layer descriptor carries with
-// pointer.ParseLabels: ok is false for an ordinary layer.
+// PointerFromAnnotations reads the pointer a layer descriptor's annotations carry
+// (pointer.ParseLabels). ok is false for an ordinary layer.
 func PointerFromAnnotations(desc ocispec.Descriptor) (p pointer.Pointer, ok bool, err error) {
 	return pointer.ParseLabels(desc.Annotations)
 }

@@ -13,13 +13,12 @@ import (
 	"github.com/weightsnap/weightsnap/trust"
 )
 
-// IdentityTag is the tag Push also gives an artifact in its repository, so a
-// registry can be asked for an exact identity: "ws-" and the identity hex.
+// IdentityTag is the tag Push also gives an artifact: "ws-" and the identity's hex. With it a
+// registry can be asked for an exact identity.
 func IdentityTag(id artifact.ID) string { return "ws-" + id.Hex() }
 
-// Provider is the registry source of resolution: a repository whose
-// artifacts are tagged by identity (IdentityTag). It implements
-// resolve.Provider without importing it.
+// Provider is resolution's registry source: a repository whose artifacts are tagged by identity.
+// The tags are IdentityTag's. It implements resolve.Provider without importing it.
 type Provider struct {
 	// Repo is the repository, "host/repo", opened with its client options.
 	Repo *registry.Remote
@@ -30,10 +29,9 @@ type Provider struct {
 // Name implements resolve.Provider.
 func (p *Provider) Name() string { return "registry" }
 
-// Producer implements resolve.Provider: it fetches the manifest tagged with
-// the identity and its small index layer, and returns the producer that
-// pulls the payload. A missing tag is a clean miss; a manifest that names
-// another identity is a collision.
+// Producer implements resolve.Provider. It fetches the manifest tagged with the identity, and its
+// index layer. It returns the producer that pulls the payload. A missing tag is a clean miss; a
+// manifest that names another identity is a collision.
 func (p *Provider) Producer(ctx context.Context, identity artifact.Identity) (artifact.Producer, error) {
 	id, err := identity.ID()
 	if err != nil {
@@ -88,9 +86,9 @@ func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o Pu
 	return got, p, nil
 }
 
-// ArtifactProvider is the registry source of one digest-pinned artifact
-// reference: the artifact a weight image's pointer names. It implements
-// resolve.Provider and resolve.IDProvider without importing resolve.
+// ArtifactProvider is the registry source of one artifact reference pinned by digest. The reference
+// is the artifact a weight image's pointer names. It implements resolve.Provider and
+// resolve.IDProvider without importing resolve.
 type ArtifactProvider struct {
 	// Remote is opened at the pinned reference.
 	Remote *registry.Remote
@@ -116,23 +114,22 @@ func (p *ArtifactProvider) ProducerForID(ctx context.Context, id artifact.ID) (a
 	return producerFor(ctx, p.Remote, id, p.Options)
 }
 
-// Locator opens the providers of digest-pinned artifact references, on the
-// configured registry hosts only: references come from images, so a host
-// outside Registries is refused before any connection.
+// Locator opens the providers of artifact references pinned by digest, on configured hosts only.
+// The references come from images. So a host outside Registries is refused before any connection.
 type Locator struct {
 	Registries []string
-	// Policy, if set, is checked against each located artifact's manifest
-	// before anything of it is fetched (its PullOptions.Policy).
+	// Policy, if set, is checked against each located artifact's manifest before anything of it is
+	// fetched. It becomes the provider's PullOptions.Policy.
 	Policy *trust.Policy
-	// ConfigFile names the file whose [resolve] registries Registries are,
-	// for the error that refuses a host; "" when they come from defaults.
+	// ConfigFile names the file whose [resolve] registries Registries are. The error that refuses a
+	// host names it; "" when Registries are the defaults.
 	ConfigFile string
 	Remote     registry.Options
 	Pull       PullOptions
 }
 
-// Locate returns the provider of ref, which must be pinned by a sha256
-// digest and name an allowed host.
+// Locate returns the provider of ref. ref must be pinned by a sha256 digest and name an allowed
+// host.
 func (l *Locator) Locate(ctx context.Context, ref string) (*ArtifactProvider, error) {
 	if err := pointer.CheckPinnedRef(ref); err != nil {
 		return nil, fmt.Errorf("artifact %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)

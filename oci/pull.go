@@ -23,46 +23,43 @@ import (
 // PullProducerName is the producer name a pulled artifact's READY.json records.
 const PullProducerName = "oci-pull"
 
-// PullOptions tune a pull.
+// PullOptions tune a pull: its transfers, its memory, its identity fields and its trust policy.
 type PullOptions struct {
-	// Concurrency is the number of blob transfers (whole layers or ranges of
-	// large ones) in flight; 0 means DefaultConcurrency.
+	// Concurrency is the number of blob transfers in flight: whole layers, or ranges of large ones.
+	// 0 means DefaultConcurrency.
 	Concurrency int
-	// Ranges says when large blobs are fetched as parallel ranges (written
-	// in order) rather than one stream each: RangesAuto (the default) when
-	// there are fewer large files than FilesInFlight, or when one
-	// connection to the registry is slow (it is 2 ms or more away, or sends
-	// its blobs from another host); RangesOn always; RangesOff never.
-	// Ranges are used only where the registry serves them.
+	// Ranges says when a large blob is fetched as parallel ranges, written in order, not as one
+	// stream. RangesAuto, the default, cuts ranges when there are fewer large files than
+	// FilesInFlight. It also cuts them when one connection to the registry is slow. A connection is
+	// slow when the registry is far away, or sends its blobs from another host. RangesOn always
+	// cuts ranges; RangesOff never does. Ranges are used only where the registry serves them.
 	Ranges RangeMode
-	// ChunkSize is the range size; 0 means DefaultChunkSize, < 0 turns
-	// ranged fetches off.
+	// ChunkSize is the range size. 0 means DefaultChunkSize; a negative size turns ranged fetches
+	// off.
 	ChunkSize int64
-	// FilesInFlight is how many large files are fetched at once (their
-	// ranges interleaved), hence how many a killed pull leaves partly
-	// written; 0 means artifact.FilesInFlight().
+	// FilesInFlight is how many large files are fetched at once, their ranges interleaved. So it is
+	// how many files a killed pull leaves partly written. 0 means artifact.FilesInFlight().
 	FilesInFlight int
-	// Buffers is how many ranges may be held in memory, fetched or waiting
-	// for their turn to be written (ChunkSize bytes each); 0 means Concurrency+2.
+	// Buffers is how many ranges of ChunkSize bytes may be held in memory. A range is held while it
+	// is fetched and while it waits for its turn to be written. 0 means Concurrency+2.
 	Buffers int
 	// Import gives the identity fields of an artifact weightsnap did not write.
 	Import ImportOptions
 	// OnPlan, if set, is called once the plan is known, before any transfer.
 	OnPlan func(*Plan)
-	// Progress, if set, is told of payload bytes fetched or reused; it is
-	// called from several goroutines at once.
+	// Progress, if set, is told of payload bytes fetched or reused. It is called from several
+	// goroutines at once.
 	Progress func(n int64)
-	// Policy, if set, is checked against the resolved manifest before
-	// anything else (a store hit included): a refusal ends the pull with
-	// nothing published, and the rest of the pull reads that same
-	// manifest, so a tag moved meanwhile cannot swap it.
+	// Policy, if set, is checked against the resolved manifest before anything else, a store hit
+	// included. A refusal ends the pull with nothing published. The rest of the pull reads that
+	// same manifest, so a tag moved meanwhile cannot swap it.
 	Policy *trust.Policy
-	// Reused, if set, is told of the payload bytes of Progress that an
-	// interrupted pull had already fetched (so a rate can leave them out).
+	// Reused, if set, is told of the bytes of Progress that an interrupted pull had already
+	// fetched. A rate can leave them out.
 	Reused func(n int64)
 }
 
-// RangeMode is PullOptions.Ranges.
+// RangeMode is PullOptions.Ranges: when a pull fetches large blobs as ranges.
 type RangeMode string
 
 // Range modes.
@@ -78,22 +75,22 @@ const (
 	DefaultChunkSize   = 8 << 20
 )
 
-// PullReport says what a pull did.
+// PullReport says what a pull did: what it fetched, reused and verified, and how long it took.
 type PullReport struct {
 	Ref      string `json:"ref"`
 	Manifest string `json:"manifest"`
 	Kind     Kind   `json:"kind"`
 	store.TransferReport
 	Seconds float64 `json:"seconds"`
-	// Verified says how the trust policy's requirements were met (absent
-	// without PullOptions.Policy); Unverified is true where no policy file
-	// exists and everything is accepted.
+	// Verified says how the trust policy's requirements were met. It is absent without
+	// PullOptions.Policy. Unverified is true where no policy file exists and everything is
+	// accepted.
 	Verified   []trust.Verified `json:"verified,omitempty"`
 	Unverified bool             `json:"unverified,omitempty"`
 }
 
-// MarshalJSON is the report's encoding, `weightsnap pull --json`: the
-// fields, and the identity's hex under "id".
+// MarshalJSON is the report's encoding that `weightsnap pull --json` prints. It holds the fields,
+// and the identity's hex under "id".
 func (r PullReport) MarshalJSON() ([]byte, error) {
 	type fields PullReport
 	return jsonobj.Concat(fields(r), struct {
@@ -141,19 +138,16 @@ func annotatedIdentity(m *ocispec.Manifest) (artifact.Identity, bool) {
 	return id, true
 }
 
-// Pull materialises a remote artifact in the store and returns a lease on
-// it. Blobs stream from the registry straight into the store's writer,
-// several at once, large ones in parallel ranges. Each byte is hashed once.
-// For a weightsnap artifact the writer checks each file against the index
-// layer, which the manifest's sha256 chain pins to these layers: the
-// safetensors header (its BLAKE3 and tensor table), every tensor's BLAKE3
-// as the tensor ends, the file's tree; the index's sha256 of the file, the
-// layer digest, is recorded, bound by that tree (artifact.BindTreeStream:
-// BLAKE3 costs half sha256's CPU, and a pull is bound by its CPU). A
-// foreign artifact's writer computes the sha256, checked against the layer
-// digest, and the tensor tree. On any mismatch nothing becomes READY. A
-// pull killed part way resumes from the files it completed and inside the
-// file it was writing.
+// Pull materialises a remote artifact in the store and returns a lease on it. Blobs stream from the
+// registry straight into the store's writer, several at once. Large blobs come in parallel ranges.
+// Each byte is hashed once. For a weightsnap artifact, the writer checks each file against the
+// index layer. The manifest's sha256 chain pins that index layer to these layers. The writer checks
+// the safetensors header, its BLAKE3 and tensor table. It checks every tensor's BLAKE3 as the
+// tensor ends, then the file's tree. The index's sha256 of the file, the layer digest, is recorded,
+// bound by that tree (artifact.BindTreeStream). So the pull computes BLAKE3 only, which costs less
+// CPU than sha256; a pull is bound by its CPU. A foreign artifact's writer computes the sha256,
+// checked against the layer digest, and the tensor tree. On any mismatch nothing becomes READY. A
+// pull killed part way resumes from the files it completed, and inside the file it was writing.
 func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOptions) (*store.Lease, *PullReport, error) {
 	start := time.Now()
 	resolved, err := resolveManifest(ctx, r, "")
@@ -244,8 +238,8 @@ type puller struct {
 	record       *trust.Record        // how the policy was met, when it was checked
 }
 
-// Verification implements Verified: how the artifact's manifest met the
-// trust policy, nil when no policy was checked.
+// Verification implements Attested: how the artifact's manifest met the trust policy. It is nil
+// when no policy was checked.
 func (p *puller) Verification() *trust.Record { return p.record }
 
 func newPuller(r *registry.Remote, plan *Plan, o PullOptions) *puller {

@@ -21,22 +21,22 @@ import (
 	"golang.org/x/sync/errgroup"
 )
 
-// PushOptions tune a push.
+// PushOptions tune a push: its uploads, the repositories it mounts from, and its signature.
 type PushOptions struct {
 	// Concurrency is the number of blobs uploaded at once; 0 means DefaultConcurrency.
 	Concurrency int
-	// MountFrom lists other repositories of the same registry to mount
-	// missing blobs from before uploading them.
+	// MountFrom lists other repositories of the same registry to mount missing blobs from. A push
+	// tries them before it uploads a blob.
 	MountFrom []string
-	// Progress, if set, is told of payload bytes uploaded, mounted or found
-	// already present; it is called from several goroutines at once.
+	// Progress, if set, is told of payload bytes uploaded, mounted or found already present. It is
+	// called from several goroutines at once.
 	Progress func(n int64)
-	// SignKey, if set, signs the manifest digest: a cosign v3 bundle
-	// attached as a referrer of the manifest (trust.SignManifest).
+	// SignKey, if set, signs the manifest digest (trust.SignManifest). The signature is a cosign v3
+	// bundle attached as a referrer of the manifest.
 	SignKey crypto.Signer
 }
 
-// PushReport says what a push did.
+// PushReport says what a push did: the blobs it uploaded, mounted or found, and its signature.
 type PushReport struct {
 	Ref       string      `json:"ref"`
 	Reference string      `json:"reference"` // registry/repo@sha256:<manifest>
@@ -48,8 +48,7 @@ type PushReport struct {
 	Mounted   int64       `json:"mounted_bytes"`
 	Existing  int64       `json:"existing_bytes"`
 	Seconds   float64     `json:"seconds"`
-	// Signature is the digest of the signature referrer's manifest, when
-	// the push was signed.
+	// Signature is the digest of the signature referrer's manifest, when the push was signed.
 	Signature string `json:"signature,omitempty"`
 }
 
@@ -62,13 +61,11 @@ type blobSource struct {
 	payload bool                     // counted in reports and progress
 }
 
-// Push uploads a leased artifact to the remote's repository in its OCI form,
-// tags it when the reference has a tag, and files it under its identity tag
-// (IdentityTag) for the registry provider of resolution. Payload blobs stream from the
-// lease's files (sendfile where the platform allows); blobs the registry
-// already holds are skipped, and MountFrom repositories are tried before
-// uploading. The manifest goes last, so a reader never sees a manifest whose
-// blobs are missing.
+// Push uploads a leased artifact to the remote's repository in its OCI form. It tags the artifact
+// when the reference has a tag. It also tags it with IdentityTag, for resolution's registry
+// provider. Payload blobs stream from the lease's files, by sendfile where the platform allows.
+// Blobs the registry already holds are skipped; MountFrom repositories are tried before an upload.
+// The manifest goes last, so a reader never sees a manifest whose blobs are missing.
 func Push(ctx context.Context, l *store.Lease, r *registry.Remote, o PushOptions) (*PushReport, error) {
 	start := time.Now()
 	a, err := NewArtifact(l.Identity(), l.Index)

@@ -6,13 +6,13 @@ import (
 	"encoding"
 	"encoding/binary"
 	"errors"
-	"github.com/weightsnap/weightsnap/internal/storetest"
 	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 

@@ -262,8 +262,8 @@ func (p *puller) dispatch(ctx context.Context, w artifact.Writer, files []PlanFi
 	return feeders.Wait()
 }
 
-// The range sizes of a pull: a smaller ChunkSize is raised to MinChunkSize,
-// a larger one lowered to MaxChunkSize (Buffers ranges are held in memory).
+// MinChunkSize and MaxChunkSize bound a pull's range size, of which Buffers are held in memory. A
+// smaller ChunkSize is raised to MinChunkSize, a larger one lowered to MaxChunkSize.
 const (
 	MinChunkSize = 64 << 10
 	MaxChunkSize = 256 << 20

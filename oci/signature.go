@@ -17,24 +17,24 @@ import (
 	"oras.land/oras-go/v2/registry/remote"
 )
 
-// Media types and annotations of a cosign v3 signature referrer (as
-// cosign's WriteAttestationNewBundleFormat writes it).
+// Media types and annotations of a cosign v3 signature referrer. cosign's
+// WriteAttestationNewBundleFormat writes this form.
 const (
 	MediaTypeSigstoreBundle = "application/vnd.dev.sigstore.bundle.v0.3+json"
 	AnnotationBundleContent = "dev.sigstore.bundle.content"
 	AnnotationPredicateType = "dev.sigstore.bundle.predicateType"
-	// MaxReferrers bounds the referrers of one manifest looked at.
+	// MaxReferrers bounds the referrers of one manifest that are looked at.
 	MaxReferrers = 256
 )
 
 // emptyJSON is the OCI empty config blob, "{}".
 var emptyJSON = []byte("{}")
 
-// AttachSignature pushes a sigstore bundle as a referrer of subject: an
-// image manifest of artifact type MediaTypeSigstoreBundle whose one layer
-// is the bundle, the form cosign v3 writes and `cosign verify` reads. A
-// registry without the referrers API gets the referrers tag schema
-// (tag sha256-<hex>, an index of the referrers), which oras-go keeps.
+// AttachSignature pushes a sigstore bundle as a referrer of subject. The referrer is an image
+// manifest of artifact type MediaTypeSigstoreBundle whose one layer is the bundle. That is the form
+// cosign v3 writes and `cosign verify` reads. A registry without the referrers API gets the
+// referrers tag schema, which oras-go keeps. That schema is a tag sha256-<hex> on an index of the
+// referrers.
 func AttachSignature(ctx context.Context, r *registry.Remote, subject ocispec.Descriptor, bundle []byte, predicateType string) (ocispec.Descriptor, error) {
 	cfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeEmptyJSON, Digest: digest.FromBytes(emptyJSON), Size: int64(len(emptyJSON))}
 	layer := ocispec.Descriptor{MediaType: MediaTypeSigstoreBundle, Digest: digest.FromBytes(bundle), Size: int64(len(bundle))}
@@ -85,14 +85,12 @@ func pushSmall(ctx context.Context, r *registry.Remote, desc ocispec.Descriptor,
 	return nil
 }
 
-// FindSignatures lists the sigstore bundles attached to subject as
-// referrers (the referrers API, else the referrers tag schema): cosign v3
-// signatures and OMS bundles alike, then cosign v2's signatures (tag
-// sha256-<hex>.sig), each read bounded and checked: its
-// referrer manifest must name subject as its subject and hold one bundle
-// layer. Referrers of other artifact types are skipped; a malformed
-// bundle referrer is an error, so that a registry cannot hide a signature
-// behind a broken one unnoticed.
+// FindSignatures lists the signatures attached to subject: sigstore bundles, then cosign v2's.
+// Bundles are referrers, found by the referrers API or else the referrers tag schema. They are
+// cosign v3 signatures and OMS bundles alike. cosign v2's signatures are under the tag
+// sha256-<hex>.sig. Each is read bounded and checked. Its referrer manifest must name subject as
+// its subject and hold one bundle layer. Referrers of other artifact types are skipped. A malformed
+// bundle referrer is an error, so a registry cannot hide a signature behind a broken one.
 func FindSignatures(ctx context.Context, r *registry.Remote, subject ocispec.Descriptor) ([]trust.Signature, error) {
 	var refs []ocispec.Descriptor
 	err := r.Repo.Referrers(ctx, subject, "", func(page []ocispec.Descriptor) error {

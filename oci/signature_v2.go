@@ -13,8 +13,8 @@ import (
 	"github.com/weightsnap/weightsnap/trust"
 )
 
-// cosign v2's signature image: tag sha256-<hex>.sig in the signed
-// manifest's repository, one layer per signature.
+// Media type and annotation of cosign v2's signature image, one layer per signature. The image is
+// tagged sha256-<hex>.sig in the signed manifest's repository.
 const (
 	MediaTypeCosignSimpleSigning = "application/vnd.dev.cosign.simplesigning.v1+json"
 	AnnotationCosignSignature    = "dev.cosignproject.cosign/signature"

@@ -16,24 +16,22 @@ import (
 	"github.com/weightsnap/weightsnap/trust"
 )
 
-// Attested is a producer whose artifact's manifest was checked against
-// the trust policy before any payload byte: Verification is how (nil
-// when no policy was checked).
+// Attested is a producer whose artifact's manifest was checked against the trust policy. The check
+// came before any payload byte. Verification says how the manifest met the policy, nil when no
+// policy was checked.
 type Attested interface {
 	Verification() *trust.Record
 }
 
-// Gate is the trust policy as resolution applies it (it implements
-// resolve.Trust without importing resolve). The registry providers check
-// the policy themselves, before a payload byte (PullOptions.Policy); the
-// gate keeps what they verified beside the artifact, re-checks it when
-// the store already holds the artifact, and keeps sources that carry no
-// signature (weight peers, local builds) away from what the policy
-// wants signed.
+// Gate is the trust policy as resolution applies it; it implements resolve.Trust without importing
+// resolve. The registry providers check the policy themselves, before a payload byte
+// (PullOptions.Policy). The gate keeps what they verified beside the artifact. It checks that again
+// when the store already holds the artifact. It keeps sources that carry no signature, weight peers
+// and local builds, away from what the policy wants signed.
 type Gate struct {
 	Policy *trust.Policy
-	// Default is the reference a request that names none is checked as:
-	// the [resolve] registry repository; "" is the policy's default scope.
+	// Default is the reference a request that names none is checked as: the [resolve] registry
+	// repository. "" is the policy's default scope.
 	Default string
 }
 
@@ -51,9 +49,9 @@ func (g *Gate) match(ref string) (trust.Match, string, error) {
 	return m, name, err
 }
 
-// Unsigned implements resolve.Trust: nil when the artifact a request
-// naming ref ("" none) resolves may come without a signature, else the
-// refusal that names the scope.
+// Unsigned implements resolve.Trust. It is nil when the artifact a request naming ref resolves may
+// come without a signature. Otherwise it is the refusal that names the scope. ref is "" for a
+// request that names none.
 func (g *Gate) Unsigned(ref string) error {
 	m, _, err := g.match(ref)
 	if err != nil {
@@ -65,16 +63,15 @@ func (g *Gate) Unsigned(ref string) error {
 	return nil
 }
 
-// SignedSource implements resolve.SourceSignatures: dir holds a model.sig.
+// SignedSource implements resolve.SourceSignatures: it says whether dir holds a model.sig.
 func (g *Gate) SignedSource(dir string) bool {
 	_, err := os.Lstat(filepath.Join(dir, trust.OMSBundleFile))
 	return err == nil
 }
 
-// CheckSource implements resolve.SourceSignatures: the model.sig beside
-// src is checked under the scope of the request's reference (ref, ""
-// the default) against src's digests, and its record, keeping that
-// reference without its digest, is kept before the build.
+// CheckSource implements resolve.SourceSignatures: it checks the model.sig beside src against src's
+// digests. The check is under the scope of the request's reference, ref; "" is the default
+// reference. The record keeps that reference without its digest, and is kept before the build.
 func (g *Gate) CheckSource(ctx context.Context, d *store.Domain, id artifact.ID, ref string, src *artifact.SourceDir) error {
 	m, name, err := g.match(ref)
 	if err != nil {
@@ -102,10 +99,10 @@ func (g *Gate) CheckSource(ctx context.Context, d *store.Domain, id artifact.ID,
 	return trust.Keep(ctx, d, id, rec)
 }
 
-// Hit implements resolve.Trust: nil when the store's artifact id may
-// serve a request naming ref, the scope requiring nothing or a recorded
-// verification meeting the policy now (the signatures checked again,
-// offline, never the bytes); else the refusal.
+// Hit implements resolve.Trust: nil when the store's artifact id may serve a request naming ref. It
+// may when the scope requires nothing, or a recorded verification meets the policy as it stands.
+// The recorded signatures are checked again, offline; the bytes are not. Otherwise Hit returns the
+// refusal.
 func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref string) error {
 	m, repo, err := g.match(ref)
 	if err != nil || !m.Requires() {
@@ -147,16 +144,13 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 	return &trust.Refusal{Scope: m.Scope, Reason: "no recorded signature meets it now: " + strings.Join(why, "; ")}
 }
 
-// Admit implements resolve.Trust: before the artifact id that prod
-// fetches for a request naming ref is published, it checks what prod
-// carries against what the policy requires of ref, and keeps the records
-// that meet it. A registry provider's record (Attested) was verified
-// against its own reference's scope: it is checked again against the
-// request's. A weight peer's records (Carrier) are decoded strictly, each
-// must bind to the identity and files received (CheckBinding), and is
-// verified offline; once one is kept, the peer's fetch checks each file's
-// sha256 (Carrier.CheckSHA256). A source that brings no record meeting a
-// policy that wants one is refused, naming the scope.
+// Admit implements resolve.Trust: it checks prod's records before the artifact id is published. It
+// checks what prod carries against what the policy requires of ref, and keeps the records that meet
+// it. A registry provider's record (Attested) was verified against its own reference's scope. Admit
+// checks it again against the request's scope. A weight peer's records (Carrier) are decoded
+// strictly. Each must bind to the identity and files received (CheckBinding), and is verified
+// offline. Once one is kept, the peer's fetch checks each file's sha256 (Carrier.CheckSHA256). A
+// source that brings no record meeting a policy that wants one is refused, naming the scope.
 func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref string, prod artifact.Producer) error {
 	m, repo, err := g.match(ref)
 	if err != nil {
@@ -239,13 +233,13 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 	return nil
 }
 
-// KeepRecord adds rec to the store's verification records of id
-// (trust.Keep: a record without a signature is not kept).
+// KeepRecord adds rec to the store's verification records of id (trust.Keep). A record without a
+// signature is not kept.
 func KeepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.Record) error {
 	return trust.Keep(ctx, d, id, rec)
 }
 
-// Records are the store's verification records of id (none: nil).
+// Records are the store's verification records of id, nil when there are none.
 func Records(d *store.Domain, id artifact.ID) ([]trust.Record, error) {
 	raw, err := d.Signatures(id)
 	if err != nil || raw == nil {

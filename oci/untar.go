@@ -26,11 +26,10 @@ import (
 	"github.com/weightsnap/weightsnap/oci/registry"
 )
 
-// PlanArchive is one tar layer of a foreign artifact. Its entries are
-// extracted at the artifact's root, as modctl's and oras's pulls extract
-// them: the layer's path (ModelPack filepath or oras title) is the relative
-// path of the file or directory that was tarred, which every entry's name
-// repeats, so each entry must be that path or lie below it.
+// PlanArchive is one tar layer of a foreign artifact, extracted at the artifact's root. modctl's
+// and oras's pulls extract it there too. The layer's path, by ModelPack filepath or oras title, is
+// the file or directory that was tarred. Every entry's name repeats that path, so each entry must
+// be that path or lie below it.
 type PlanArchive struct {
 	Path        string
 	Layer       ocispec.Descriptor

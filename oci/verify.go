@@ -13,8 +13,8 @@ import (
 	"github.com/weightsnap/weightsnap/trust"
 )
 
-// PolicyMatch is the policy's requirements for the remote's reference:
-// the most specific docker scope of its registry, repository and tag.
+// PolicyMatch is the policy's requirements for the remote's reference. They are the most specific
+// docker scope of its registry, repository and tag.
 func PolicyMatch(p *trust.Policy, r *registry.Remote) (trust.Match, error) {
 	named, err := reference.ParseNamed(r.Name())
 	if err != nil {
@@ -28,10 +28,9 @@ func PolicyMatch(p *trust.Policy, r *registry.Remote) (trust.Match, error) {
 	return p.For(named), nil
 }
 
-// VerifyManifest checks the manifest desc of the remote's repository
-// against the policy: it finds the signatures attached to it only where
-// the scope requires them, and says how each requirement was met, or
-// refuses (a *trust.Refusal naming the scope).
+// VerifyManifest checks the manifest desc of the remote's repository against the policy. It finds
+// the signatures attached to the manifest only where the scope requires them. It says how each
+// requirement was met, or refuses with a *trust.Refusal naming the scope.
 func VerifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, desc ocispec.Descriptor, now time.Time) ([]trust.Verified, error) {
 	v, _, err := verifyManifest(ctx, p, r, desc, now)
 	return v, err

@@ -105,6 +105,7 @@ func TestResolveByDigest(t *testing.T) {
 	rt2 := newRuntime(t, resolve.Config{Root: filepath.Join(t.TempDir(), "root2"), Mode: resolve.Required,
 		Providers: []resolve.Provider{failProvider("peer", errors.New("must not be called"), calls)}})
 	res, err = rt2.Resolve(context.Background(), resolve.Request{ID: digest})
+	res.Close()
 	if !errdefs.IsNotFound(err) || calls.Load() != 0 {
 		t.Fatalf("full-identity provider: %v, %d calls", err, calls.Load())
 	}

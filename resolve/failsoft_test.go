@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/storetest"
-	"github.com/weightsnap/weightsnap/internal/testenv"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,6 +14,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/peer"
@@ -167,6 +167,7 @@ func TestSourcesFailSoft(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				res, err := newRuntime(t, cfg).Resolve(ctx, resolve.Request{Source: src, Target: target, Local: producers.Passthrough{}})
+				//lint:ignore SA5001 Resolve returns a Resolution to close with every error
 				defer res.Close()
 				if ctx.Err() != nil {
 					t.Fatalf("resolution took the whole context: %v", err)
@@ -243,6 +244,7 @@ func TestNoCanonicalSourceNamesEverySource(t *testing.T) {
 	cfg := resolve.Config{Root: filepath.Join(t.TempDir(), "root"), Peers: []resolve.Provider{peerAt(testenv.ClosedAddr(t))}}
 	cfg.Providers = deadRegistry(t, nil)
 	res, err := newRuntime(t, cfg).Resolve(context.Background(), resolve.Request{Identity: &id})
+	//lint:ignore SA5001 Resolve returns a Resolution to close with every error
 	defer res.Close()
 	var se *resolve.SourcesError
 	if !errors.As(err, &se) || !errdefs.IsUnavailable(err) || res.Report.Outcome != resolve.OutcomeFailed {

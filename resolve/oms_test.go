@@ -76,6 +76,7 @@ func TestResolveSourceSignature(t *testing.T) {
 			root := filepath.Join(t.TempDir(), "root")
 			rt := newRuntime(t, resolve.Config{Root: root, Mode: resolve.Required, AllowLocalBuild: true, Trust: &oci.Gate{Policy: pol}})
 			res, err := rt.Resolve(ctx, resolve.Request{Source: dir, Target: target, Local: producers.Passthrough{}, Artifact: tc.ref})
+			//lint:ignore SA5001 Resolve returns a Resolution to close with every error
 			defer res.Close()
 			d, derr := store.OpenExisting(ctx, root, nil)
 			if derr != nil {

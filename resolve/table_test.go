@@ -186,6 +186,7 @@ func TestFailureToActionRowByRow(t *testing.T) {
 					cfg.Root = filepath.Join(t.TempDir(), "absent")
 				}
 				res, err := newRuntime(t, cfg).Resolve(context.Background(), req)
+				//lint:ignore SA5001 Resolve returns a Resolution to close with every error
 				defer res.Close()
 				rep := res.Report
 				if _, jerr := json.Marshal(rep); jerr != nil {

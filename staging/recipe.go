@@ -290,10 +290,7 @@ func decodeErrors(file string, pos *positions, err error) error {
 	var de *toml.DecodeError
 	if errors.As(err, &de) {
 		line, col := de.Position()
-		msg := de.Error()
-		if strings.HasPrefix(msg, "toml: ") {
-			msg = strings.TrimPrefix(msg, "toml: ")
-		}
+		msg := strings.TrimPrefix(de.Error(), "toml: ")
 		return recipeErr(file, line, pos.keyName(de.Key(), line, col), msg)
 	}
 	return recipeErr(file, 0, "", err.Error())

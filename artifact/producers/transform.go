@@ -254,11 +254,6 @@ func (t *transform) copyFile(ctx context.Context, w artifact.Writer, sf artifact
 	return artifact.CopyVerbatim(ctx, w, t.src.Root, sf, func(n int64) { t.read.Add(n) })
 }
 
-// onlyWriter hides WriterAt/ReaderFrom so io.Copy writes in order.
-type onlyWriter struct{ w io.Writer }
-
-func (o onlyWriter) Write(p []byte) (int, error) { return o.w.Write(p) }
-
 // writeIndexJSON rewrites a Hugging Face shard index with the new
 // metadata.total_size (the bytes of all tensor data); everything else is
 // kept. A file that is not such an index is copied verbatim.

@@ -2,13 +2,14 @@ package main
 
 import (
 	"errors"
-	"github.com/weightsnap/weightsnap/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 var binaries struct {

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/pointer"

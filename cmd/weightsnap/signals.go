@@ -4,13 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"io"
 	"os"
 	"os/signal"
 	"syscall"
 
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/store"
 )
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"io"
 	"os"
 	"sync"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/staging"
 	"golang.org/x/sys/unix"
 )

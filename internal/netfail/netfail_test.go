@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/testenv"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/internal/netfail"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
 // TestClassify: real failures of the standard library, each in the class
@@ -63,7 +63,7 @@ func TestClassify(t *testing.T) {
 			return err
 		}, false, true},
 		{"TLS to a plain HTTP server", func(*testing.T) error {
-			c, err := tls.Dial("tcp", plain.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the handshake is what is tested
+			c, err := tls.Dial("tcp", plain.Listener.Addr().String(), &tls.Config{InsecureSkipVerify: true}) // the handshake is what is tested
 			if err == nil {
 				c.Close()
 			}

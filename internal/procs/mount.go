@@ -50,7 +50,7 @@ func MountUsers(dir string) ([]Holder, error) {
 		if read[ns] {
 			continue
 		}
-		ms, err := mountinfo.PidMountInfo(pid)
+		ms, err := pidMounts(pid)
 		if err != nil {
 			continue // gone: the namespace's next process is read instead
 		}
@@ -82,6 +82,16 @@ func MountUsers(dir string) ([]Holder, error) {
 		}
 	}
 	return out, nil
+}
+
+// pidMounts is the mount table of process pid's mount namespace.
+func pidMounts(pid int) ([]*mountinfo.Info, error) {
+	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(pid), "mountinfo"))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return mountinfo.GetMountsFromReader(f, nil)
 }
 
 // sameView says whether m shows the directory (or one below it) that view

@@ -123,7 +123,7 @@ func (r *Remote) String() string { return r.Ref.String() }
 // newHTTPClient is the client of a registry the host directory does not
 // name.
 func newHTTPClient(o Options) *http.Client {
-	tr := newTransport(o, &tls.Config{InsecureSkipVerify: o.Insecure}) //nolint:gosec // the user asked for --insecure
+	tr := newTransport(o, &tls.Config{InsecureSkipVerify: o.Insecure}) // the user asked for --insecure
 	// The one layer that retries requests (see Resume).
 	return &http.Client{Transport: retry.NewTransport(tr)}
 }

@@ -3,13 +3,13 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
