@@ -257,7 +257,9 @@ func VerifyManifest(m Match, manifest digest.Digest, ref string, sigs []Signatur
 	if err != nil {
 		return nil, err
 	}
-	simple := func(s Signature, v verifier, id SignedIdentity) error { return checkSimple(s, v, manifest, id, intended) }
+	simple := func(s Signature, v verifier, id SignedIdentity) error {
+		return checkSimple(s, v, manifest, id, intended)
+	}
 	bundleMeets := func(id SignedIdentity) (bool, string) { return id.BundleMeets(intended) }
 	return verifyAll(m, sigs, now, nil, simple, bundleMeets, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
 		if err := manifest.Validate(); err != nil || manifest.Algorithm() != digest.SHA256 {
