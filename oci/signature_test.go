@@ -197,22 +197,34 @@ func TestPullEnforcesPolicy(t *testing.T) {
 // simple-signing layer with payload, signed by key.
 func pushV2Signature(t *testing.T, r *registry.Remote, subject ocispec.Descriptor, key crypto.Signer, payload []byte) {
 	t.Helper()
+	pushV2Signatures(t, r, subject, []crypto.Signer{key}, [][]byte{payload})
+}
+
+// pushV2Signatures files a cosign v2 signature image for subject, as
+// cosign writes it: one simple-signing layer per payload, signed by the
+// key of the same index.
+func pushV2Signatures(t *testing.T, r *registry.Remote, subject ocispec.Descriptor, keys []crypto.Signer, payloads [][]byte) {
+	t.Helper()
 	ctx := context.Background()
-	sum := sha256.Sum256(payload)
-	sig, err := key.Sign(rand.Reader, sum[:], crypto.SHA256)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(emptyJSON), Size: 2}
-	layer := ocispec.Descriptor{MediaType: MediaTypeCosignSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)),
-		Annotations: map[string]string{AnnotationCosignSignature: base64.StdEncoding.EncodeToString(sig)}}
 	if err := pushSmall(ctx, r, cfg, emptyJSON); err != nil {
 		t.Fatal(err)
 	}
-	if err := pushSmall(ctx, r, layer, payload); err != nil {
-		t.Fatal(err)
+	var layers []ocispec.Descriptor
+	for i, payload := range payloads {
+		sum := sha256.Sum256(payload)
+		sig, err := keys[i].Sign(rand.Reader, sum[:], crypto.SHA256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer := ocispec.Descriptor{MediaType: MediaTypeCosignSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)),
+			Annotations: map[string]string{AnnotationCosignSignature: base64.StdEncoding.EncodeToString(sig)}}
+		if err := pushSmall(ctx, r, layer, payload); err != nil {
+			t.Fatal(err)
+		}
+		layers = append(layers, layer)
 	}
-	raw, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: cfg, Layers: []ocispec.Descriptor{layer}})
+	raw, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: cfg, Layers: layers})
 	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
 	if err := r.Repo.PushReference(ctx, desc, bytes.NewReader(raw), cosignV2Tag(subject)); err != nil {
 		t.Fatal(err)
