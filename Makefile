@@ -42,8 +42,8 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "peers: install failed" >&2; exit 1; \
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
-# REFERENCE_TAGS builds containers/image, whose trust decision the unit tests run beside
-# weightsnap's, without cgo's gpgme.
+# REFERENCE_TAGS builds containers/image, whose trust decision the unit and end-to-end tests
+# run beside weightsnap's, without cgo's gpgme.
 REFERENCE_TAGS = containers_image_openpgp
 
 # Unit tests (with the race detector) and fuzz seed corpora, crash and power-cut harnesses and
@@ -54,7 +54,7 @@ REFERENCE_TAGS = containers_image_openpgp
 test: build
 	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -race -timeout 30m -tags $(REFERENCE_TAGS) $$($(GO) list ./... | grep -v '/test/') && \
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./test/... | grep -vE '/test/(crash|powercut)') && \
+	$(GO) test -count=1 -timeout 30m -tags $(REFERENCE_TAGS) $$($(GO) list ./test/... | grep -vE '/test/(crash|powercut)') && \
 	$(LIBFABRIC_TEST) && \
 	$(GO) test -count=1 -timeout 20m -v ./test/crash/... ./test/powercut/... 2>&1 | awk -f scripts/test-filter.awk; \
 	exit $${PIPESTATUS[0]}
@@ -69,7 +69,7 @@ unit:
 
 e2e: build
 	@$(PEERS_DEPS); \
-	$(GO) test -count=1 -timeout 30m ./test/...
+	$(GO) test -count=1 -timeout 30m -tags $(REFERENCE_TAGS) ./test/...
 
 # The hashing floor of this machine first, then the side-by-side comparisons with the real
 # tools (tables with ratios to the floor and to the tools), then the Go benchmarks.
