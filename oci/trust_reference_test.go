@@ -148,6 +148,7 @@ func TestPolicyDecidesAsContainersImage(t *testing.T) {
 			sigstore(keyA1, `{"type": "matchRepository"}`),
 			sigstore(keysBA, `{"type": "matchRepository"}`),
 			sigstore(keyB1, ""),
+			sigstore(keyA1+`, "rekorPublicKeyPath": "`+pubBPath+`"`, `{"type": "matchRepository"}`),
 			sigstore(keyA1, `{"type": "exactReference", "dockerReference": "`+base+`/img:v1"}`),
 			sigstore(keyA1, `{"type": "exactReference", "dockerReference": "`+base+`/img@`+manifest.String()+`"}`),
 			sigstore(keyA1, `{"type": "exactRepository", "dockerRepository": "`+base+`/img"}`),

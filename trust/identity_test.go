@@ -54,6 +54,7 @@ func TestPolicyWarnings(t *testing.T) {
 		{"fulcio, default identity", "reg.example/a", ca, ""},
 		{"fulcio, matchRepository", "reg.example/a", ca + `, "signedIdentity": {"type": "matchRepository"}`, "never met"},
 		{"fulcio, tag scope", "reg.example/a:v1", ca, "never met"},
+		{"key and rekor, matchRepository", "reg.example/a", key + `, "rekorPublicKeyData": "` + b64(testPEM) + `", "signedIdentity": {"type": "matchRepository"}`, "never met"},
 	} {
 		doc := `{"default": [{"type": "reject"}], "transports": {"docker": {"` + tc.scope + `": [{"type": "sigstoreSigned", ` + tc.req + `}]}}}`
 		p, err := ParsePolicy("p.json", []byte(doc), t.TempDir())

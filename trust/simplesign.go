@@ -39,6 +39,9 @@ func checkSimple(s Signature, v verifier, manifest digest.Digest, id SignedIdent
 	if v.sv == nil {
 		return fmt.Errorf("cosign v2 signatures are checked with keys only, not certificates")
 	}
+	if v.logged {
+		return fmt.Errorf("the requirement wants a transparency-log entry (rekorPublicKey), which weightsnap does not read for cosign v2 signatures")
+	}
 	if len(s.Payload) > MaxSimplePayloadBytes {
 		return fmt.Errorf("payload larger than %d bytes", MaxSimplePayloadBytes)
 	}

@@ -98,6 +98,7 @@ type verifier struct {
 	policy verify.PolicyOption
 	key    string             // fingerprint, for keys
 	sv     signature.Verifier // the key, for cosign v2 signatures
+	logged bool               // the requirement wants a transparency-log entry
 }
 
 // verifiers builds the sigstore-go verifiers of a sigstoreSigned
@@ -149,7 +150,7 @@ func (r *Requirement) verifiers() ([]verifier, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, verifier{v: v, policy: verify.WithKey(), key: fp, sv: sv})
+		out = append(out, verifier{v: v, policy: verify.WithKey(), key: fp, sv: sv, logged: len(rekor) > 0})
 	}
 	return out, nil
 }

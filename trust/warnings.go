@@ -50,15 +50,17 @@ func (p *Policy) Warnings() []Warning {
 
 // requirementWarning says why a sigstoreSigned requirement is met less
 // often than it reads ("" for no reason): cosign's legacy signatures are
-// checked with keys only, and a bundle or model.sig names no image
-// (SignedIdentity.BundleMeets); a tag scope applies to pulls by tag only.
+// checked with keys only, without a transparency log, and a bundle or
+// model.sig names no image (SignedIdentity.BundleMeets); a tag scope
+// applies to pulls by tag only.
 func requirementWarning(r Requirement, tagScope bool) string {
 	byDigest := r.Identity.Type == IdentityMatchRepoDigestOrExact || r.Identity.Type == IdentityMatchExact
+	legacy := r.Fulcio == nil && len(r.RekorKeys) == 0
 	switch {
-	case r.Fulcio != nil && !byDigest:
-		return fmt.Sprintf("never met: signedIdentity %s needs a signature naming an image, which only cosign's legacy signatures do, and weightsnap checks those with keys only, not fulcio", r.Identity.Type)
-	case r.Fulcio != nil && tagScope:
-		return fmt.Sprintf("never met: this scope applies to pulls by tag, which signedIdentity %s lets only a signature naming the tag accept; a bundle names only the manifest digest, and weightsnap checks cosign's legacy signatures with keys only, not fulcio", r.Identity.Type)
+	case !legacy && !byDigest:
+		return fmt.Sprintf("never met: signedIdentity %s needs a signature naming an image, which only cosign's legacy signatures do, and weightsnap checks those with keys only, without fulcio or a transparency log", r.Identity.Type)
+	case !legacy && tagScope:
+		return fmt.Sprintf("never met: this scope applies to pulls by tag, which signedIdentity %s lets only a signature naming the tag accept; a bundle names only the manifest digest, and weightsnap checks cosign's legacy signatures with keys only, without fulcio or a transparency log", r.Identity.Type)
 	case !byDigest:
 		return fmt.Sprintf("met only by cosign's legacy signatures (the sha256-<hex>.sig tag) naming the image, never by a cosign v3 bundle or a model.sig: signedIdentity %s needs a signature naming an image", r.Identity.Type)
 	case tagScope:
