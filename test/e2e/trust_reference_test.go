@@ -103,7 +103,7 @@ func TestCosignPolicyDecidesAsContainersImage(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d pairs agree, %d accepted by both", pairs, accepted)
+	t.Logf("%d pairs, %d accepted by containers/image", pairs, accepted)
 	if accepted == 0 || accepted == pairs {
 		t.Fatalf("a degenerate matrix: %d of %d accepted", accepted, pairs)
 	}
