@@ -42,6 +42,10 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 	elif [ "$${WEIGHTSNAP_REQUIRE_ALL:-}" = 1 ]; then echo "peers: install failed" >&2; exit 1; \
 	else echo "peers: install failed; end-to-end tests will skip" >&2; fi
 
+# REFERENCE_TAGS builds containers/image, whose trust decision the unit and end-to-end tests
+# run beside weightsnap's, without cgo's gpgme.
+REFERENCE_TAGS = containers_image_openpgp
+
 # Unit tests (with the race detector) and fuzz seed corpora, crash and power-cut harnesses and
 # end-to-end tests against the real peers. The harnesses run verbose, filtered
 # (scripts/test-filter.awk), so their counts of kills and power cuts show, and so does everything a
@@ -49,8 +53,8 @@ PEERS_DEPS = if bin=$$(WEIGHTSNAP_PEERS="$${WEIGHTSNAP_PEERS:-$(PEERS)}" test/e2
 # and libfabric-dev, which test/e2e/deps installs).
 test: build
 	@$(PEERS_DEPS); \
-	$(GO) test -count=1 -race -timeout 30m $$($(GO) list ./... | grep -v '/test/') && \
-	$(GO) test -count=1 -timeout 30m $$($(GO) list ./test/... | grep -vE '/test/(crash|powercut)') && \
+	$(GO) test -count=1 -race -timeout 30m -tags $(REFERENCE_TAGS) $$($(GO) list ./... | grep -v '/test/') && \
+	$(GO) test -count=1 -timeout 30m -tags $(REFERENCE_TAGS) $$($(GO) list ./test/... | grep -vE '/test/(crash|powercut)') && \
 	$(LIBFABRIC_TEST) && \
 	$(GO) test -count=1 -timeout 20m -v ./test/crash/... ./test/powercut/... 2>&1 | awk -f scripts/test-filter.awk; \
 	exit $${PIPESTATUS[0]}
@@ -61,11 +65,11 @@ LIBFABRIC_TEST = if pkg-config --exists libfabric 2>/dev/null; then \
 	else echo "libfabric-dev missing: the rma plane (go test -tags libfabric ./peer/...) is not tested" >&2; fi
 
 unit:
-	$(GO) test -count=1 -short ./...
+	$(GO) test -count=1 -short -tags $(REFERENCE_TAGS) ./...
 
 e2e: build
 	@$(PEERS_DEPS); \
-	$(GO) test -count=1 -timeout 30m ./test/...
+	$(GO) test -count=1 -timeout 30m -tags $(REFERENCE_TAGS) ./test/...
 
 # The hashing floor of this machine first, then the side-by-side comparisons with the real
 # tools (tables with ratios to the floor and to the tools), then the Go benchmarks.

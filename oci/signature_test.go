@@ -105,7 +105,9 @@ func TestSignedPush(t *testing.T) {
 }
 
 // TestPullEnforcesPolicy: with a policy that requires the key for one
-// repository, its signed artifact pulls and says how it was verified;
+// repository, its artifact signed with a cosign v3 bundle pulls by
+// digest and says how it was verified, and is refused by tag (a bundle
+// names no tag);
 // the same artifact unsigned in that scope is refused naming the scope
 // and the store holds nothing; another repository pulls unsigned. image
 // build checks its weights the same way.
@@ -115,9 +117,15 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 1)
 	_, l := imported(t, src)
 	f := newFakeRegistry(t)
-	if _, err := Push(ctx, l, remoteFor(t, f, "secure/signed:v1"), PushOptions{SignKey: key}); err != nil {
+	signedTag := remoteFor(t, f, "secure/signed:v1")
+	if _, err := Push(ctx, l, signedTag, PushOptions{SignKey: key}); err != nil {
 		t.Fatal(err)
 	}
+	signedDesc, _, err := signedTag.FetchManifest(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	signed := "secure/signed@" + signedDesc.Digest.String()
 	for _, ref := range []string{"secure/unsigned:v1", "open/x:v1"} {
 		if _, err := Push(ctx, l, remoteFor(t, f, ref), PushOptions{}); err != nil {
 			t.Fatal(err)
@@ -138,7 +146,10 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	if infos, err := d.List(ctx); err != nil || len(infos) != 0 {
 		t.Fatalf("the store holds %d artifacts after a refusal (%v)", len(infos), err)
 	}
-	sl, rep, err := Pull(ctx, d, remoteFor(t, f, "secure/signed:v1"), PullOptions{Policy: p})
+	if _, _, err := Pull(ctx, d, remoteFor(t, f, "secure/signed:v1"), PullOptions{Policy: p}); !errors.As(err, &refusal) || !strings.Contains(err.Error(), "pull by digest") {
+		t.Fatalf("a bundle-signed artifact pulled by tag: %v", err)
+	}
+	sl, rep, err := Pull(ctx, d, remoteFor(t, f, signed), PullOptions{Policy: p})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +180,7 @@ func TestPullEnforcesPolicy(t *testing.T) {
 	if pushed != 0 {
 		t.Fatal("a refused image build pushed a manifest")
 	}
-	if ir, err := build("secure/signed:v1"); err != nil || len(ir.Verified) != 1 || ir.Verified[0][0].Type != trust.TypeSigstoreSigned {
+	if ir, err := build(signed); err != nil || len(ir.Verified) != 1 || ir.Verified[0][0].Type != trust.TypeSigstoreSigned {
 		t.Fatalf("image build over the signed artifact: %+v %v", ir, err)
 	}
 	ol, rep, err := Pull(ctx, d, remoteFor(t, f, "open/x:v1"), PullOptions{Policy: p})
@@ -186,22 +197,34 @@ func TestPullEnforcesPolicy(t *testing.T) {
 // simple-signing layer with payload, signed by key.
 func pushV2Signature(t *testing.T, r *registry.Remote, subject ocispec.Descriptor, key crypto.Signer, payload []byte) {
 	t.Helper()
+	pushV2Signatures(t, r, subject, []crypto.Signer{key}, [][]byte{payload})
+}
+
+// pushV2Signatures files a cosign v2 signature image for subject, as
+// cosign writes it: one simple-signing layer per payload, signed by the
+// key of the same index.
+func pushV2Signatures(t *testing.T, r *registry.Remote, subject ocispec.Descriptor, keys []crypto.Signer, payloads [][]byte) {
+	t.Helper()
 	ctx := context.Background()
-	sum := sha256.Sum256(payload)
-	sig, err := key.Sign(rand.Reader, sum[:], crypto.SHA256)
-	if err != nil {
-		t.Fatal(err)
-	}
 	cfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(emptyJSON), Size: 2}
-	layer := ocispec.Descriptor{MediaType: MediaTypeCosignSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)),
-		Annotations: map[string]string{AnnotationCosignSignature: base64.StdEncoding.EncodeToString(sig)}}
 	if err := pushSmall(ctx, r, cfg, emptyJSON); err != nil {
 		t.Fatal(err)
 	}
-	if err := pushSmall(ctx, r, layer, payload); err != nil {
-		t.Fatal(err)
+	var layers []ocispec.Descriptor
+	for i, payload := range payloads {
+		sum := sha256.Sum256(payload)
+		sig, err := keys[i].Sign(rand.Reader, sum[:], crypto.SHA256)
+		if err != nil {
+			t.Fatal(err)
+		}
+		layer := ocispec.Descriptor{MediaType: MediaTypeCosignSimpleSigning, Digest: digest.FromBytes(payload), Size: int64(len(payload)),
+			Annotations: map[string]string{AnnotationCosignSignature: base64.StdEncoding.EncodeToString(sig)}}
+		if err := pushSmall(ctx, r, layer, payload); err != nil {
+			t.Fatal(err)
+		}
+		layers = append(layers, layer)
 	}
-	raw, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: cfg, Layers: []ocispec.Descriptor{layer}})
+	raw, _ := json.Marshal(ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest, Config: cfg, Layers: layers})
 	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageManifest, Digest: digest.FromBytes(raw), Size: int64(len(raw))}
 	if err := r.Repo.PushReference(ctx, desc, bytes.NewReader(raw), cosignV2Tag(subject)); err != nil {
 		t.Fatal(err)
@@ -209,8 +232,9 @@ func pushV2Signature(t *testing.T, r *registry.Remote, subject ocispec.Descripto
 }
 
 // TestCosignV2Signature: cosign v2's sha256-<hex>.sig tag is found and
-// verified with the key; a payload over another manifest, or naming
-// another repository, is refused.
+// verified with the key under the default signedIdentity; a payload over
+// another manifest, naming another repository, or naming only the
+// repository is refused.
 func TestCosignV2Signature(t *testing.T) {
 	ctx := context.Background()
 	privPEM, pubPEM, _ := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
@@ -230,9 +254,10 @@ func TestCosignV2Signature(t *testing.T) {
 		repo, names, digest string // digest "" is the manifest's
 		want                string // "" for verified
 	}{
-		{"v2/good", "v2/good", "", ""},
-		{"v2/other-digest", "v2/other-digest", digest.FromString("x").String(), "signs manifest"},
-		{"v2/other-repo", "v2/elsewhere", "", "names"},
+		{"v2/good", "v2/good:v1", "", ""},
+		{"v2/other-digest", "v2/other-digest:v1", digest.FromString("x").String(), "signs manifest"},
+		{"v2/other-repo", "v2/elsewhere:v1", "", "names"},
+		{"v2/repo-only", "v2/repo-only", "", "names"},
 	} {
 		r := remoteFor(t, f, tc.repo+":v1")
 		if _, err := Push(ctx, l, r, PushOptions{}); err != nil {
@@ -251,7 +276,7 @@ func TestCosignV2Signature(t *testing.T) {
 		if err != nil || len(sigs) != 1 || sigs[0].Payload == nil {
 			t.Fatalf("%s: %d signatures, %v", tc.repo, len(sigs), err)
 		}
-		_, err = trust.VerifyManifest(match, desc.Digest, r.Name(), sigs, time.Now())
+		_, err = trust.VerifyManifest(match, desc.Digest, r.Name()+":v1", sigs, time.Now())
 		if tc.want == "" {
 			if err != nil {
 				t.Fatalf("%s: %v", tc.repo, err)

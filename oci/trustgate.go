@@ -36,7 +36,8 @@ type Gate struct {
 }
 
 // match is what the policy requires of the artifact a request naming ref
-// resolves, and the repository signatures must be of ("" any).
+// resolves, and the reference its signatures are checked for ("" the
+// record's own).
 func (g *Gate) match(ref string) (trust.Match, string, error) {
 	if ref == "" {
 		ref = g.Default
@@ -45,8 +46,7 @@ func (g *Gate) match(ref string) (trust.Match, string, error) {
 		return trust.Match{Scope: "default", Requirements: g.Policy.Default}, "", nil
 	}
 	m, err := g.Policy.MatchRef(ref)
-	name, _, _ := strings.Cut(ref, "@")
-	return m, name, err
+	return m, ref, err
 }
 
 // Unsigned implements resolve.Trust. It is nil when the artifact a request naming ref resolves may
@@ -82,7 +82,10 @@ func (g *Gate) CheckSource(ctx context.Context, d *store.Domain, id artifact.ID,
 		if err != nil {
 			return fmt.Errorf("reference %q: %v: %w", name, err, errdefs.ErrInvalidArgument)
 		}
-		name = named.String()
+		name = reference.TrimNamed(named).String()
+		if t, ok := named.(reference.Tagged); ok {
+			name += ":" + t.Tag()
+		}
 	}
 	sig, err := trust.ReadDirSignature(m, name, src.Root)
 	if err != nil || sig == nil {

@@ -14,18 +14,34 @@ import (
 )
 
 // PolicyMatch is the policy's requirements for the remote's reference. They are the most specific
-// docker scope of its registry, repository and tag.
+// docker scope of its registry, repository and tag or digest.
 func PolicyMatch(p *trust.Policy, r *registry.Remote) (trust.Match, error) {
-	named, err := reference.ParseNamed(r.Name())
+	named, err := pulledRef(r, "")
 	if err != nil {
-		return trust.Match{}, fmt.Errorf("reference %s: %v: %w", r, err, errdefs.ErrInvalidArgument)
-	}
-	if tag := r.Ref.Reference; tag != "" && r.Ref.ValidateReferenceAsDigest() != nil {
-		if named, err = reference.WithTag(named, tag); err != nil {
-			return trust.Match{}, fmt.Errorf("reference %s: %v: %w", r, err, errdefs.ErrInvalidArgument)
-		}
+		return trust.Match{}, err
 	}
 	return p.For(named), nil
+}
+
+// pulledRef is the reference the remote's artifact is pulled by: its tag
+// or digest, else the digest of the manifest resolved (dg, "" none).
+func pulledRef(r *registry.Remote, dg digest.Digest) (reference.Named, error) {
+	named, err := reference.ParseNamed(r.Name())
+	if err != nil {
+		return nil, fmt.Errorf("reference %s: %v: %w", r, err, errdefs.ErrInvalidArgument)
+	}
+	switch ref := r.Ref.Reference; {
+	case ref != "" && r.Ref.ValidateReferenceAsDigest() == nil:
+		named, err = reference.WithDigest(named, digest.Digest(ref))
+	case ref != "":
+		named, err = reference.WithTag(named, ref)
+	case dg != "":
+		named, err = reference.WithDigest(named, dg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reference %s: %v: %w", r, err, errdefs.ErrInvalidArgument)
+	}
+	return named, nil
 }
 
 // VerifyManifest checks the manifest desc of the remote's repository against the policy. It finds
@@ -38,10 +54,11 @@ func VerifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, de
 
 // verifyManifest is VerifyManifest, with the signatures it found.
 func verifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, desc ocispec.Descriptor, now time.Time) ([]trust.Verified, []trust.Signature, error) {
-	m, err := PolicyMatch(p, r)
+	named, err := pulledRef(r, desc.Digest)
 	if err != nil {
 		return nil, nil, err
 	}
+	m := p.For(named)
 	var sigs []trust.Signature
 	for _, req := range m.Requirements {
 		if req.Type == trust.TypeSigstoreSigned {
@@ -51,7 +68,7 @@ func verifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, de
 			break
 		}
 	}
-	v, err := trust.VerifyManifest(m, desc.Digest, r.Name(), sigs, now)
+	v, err := trust.VerifyManifest(m, desc.Digest, named.String(), sigs, now)
 	return v, sigs, err
 }
 

@@ -273,9 +273,19 @@ func VerifyOMS(m Match, sig Signature, idx *artifact.Index, now time.Time) ([]Ve
 	if err := o.CheckFiles(idx); err != nil {
 		return nil, &Refusal{Scope: m.Scope, Reason: fmt.Sprintf("%s: %v", sig.Source, err)}
 	}
-	return verifyAll(m, []Signature{sig}, now, []bundle.Option{bundle.AllowCertificateChain()}, nil, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
+	return verifyAll(m, []Signature{sig}, now, []bundle.Option{bundle.AllowCertificateChain()}, nil, omsMeets, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
 		return v.v.Verify(b, verify.NewPolicy(verify.WithArtifactDigest("sha256", o.Root), v.policy))
 	})
+}
+
+// omsMeets says whether a model.sig can meet a signedIdentity: it names
+// the files' digests and no image, so only the rules that accept an
+// image by its content, matchRepoDigestOrExact and matchExact.
+func omsMeets(id SignedIdentity) (bool, string) {
+	if id.Type == IdentityMatchRepoDigestOrExact || id.Type == IdentityMatchExact {
+		return true, ""
+	}
+	return false, fmt.Sprintf("signedIdentity %s needs a signature naming an image; a model.sig names only the files' digests", id.Type)
 }
 
 // MatchOMS is what the policy requires of a model.sig of the model

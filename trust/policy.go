@@ -466,6 +466,9 @@ func (r *policyReader) signedIdentity(start int64) (SignedIdentity, error) {
 	if len(members) != len(need) || !containsAll(members, need) {
 		return id, w.errAt(start, "signedIdentity %s takes exactly %s", id.Type, strings.Join(need, ", "))
 	}
+	if err := id.validate(); err != nil {
+		return id, w.errAt(start, "signedIdentity %s: %v", id.Type, err)
+	}
 	return id, nil
 }
 

@@ -182,18 +182,32 @@ func (r Record) validateOMS() error {
 
 // Check verifies the record's signatures again, against m (what the
 // policy now requires of the reference the artifact is used by), at
-// now: the signatures only, never the artifact's bytes. A record of
-// another repository than repo ("" for any) does not apply. An OMS
-// record applies only under the scope it was verified under, and its
-// statement is checked against idx, the artifact's index (nil: refused).
-func (r Record) Check(m Match, repo string, idx *artifact.Index, now time.Time) ([]Verified, error) {
+// now: the signatures only, never the artifact's bytes. ref is that
+// reference: host/repo:tag or host/repo@digest is matched against each
+// signature's identity as a pull of it would be; a bare host/repo, or ""
+// for the record's own, is the record's manifest by digest. A record of
+// another repository, or of another manifest than ref's digest, does not
+// apply. An OMS record applies only under the scope it was verified
+// under, and its statement is checked against idx, the artifact's index
+// (nil: refused).
+func (r Record) Check(m Match, ref string, idx *artifact.Index, now time.Time) ([]Verified, error) {
 	if r.Kind == KindOMS {
 		return r.checkOMS(m, idx, now)
 	}
-	if repo != "" && r.Repository() != repo {
-		return nil, &Refusal{Scope: m.Scope, Reason: fmt.Sprintf("the recorded signatures are of %s, not %s", r.Repository(), repo)}
+	if ref == "" {
+		return VerifyManifest(m, r.Digest(), r.Ref, r.Signatures, now)
 	}
-	return VerifyManifest(m, r.Digest(), r.Repository(), r.Signatures, now)
+	named, err := reference.ParseNamed(ref)
+	if err != nil {
+		return nil, fmt.Errorf("reference %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	if named.Name() != r.Repository() {
+		return nil, &Refusal{Scope: m.Scope, Reason: fmt.Sprintf("the recorded signatures are of %s, not %s", r.Repository(), named.Name())}
+	}
+	if d, ok := named.(reference.Digested); ok && d.Digest() != r.Digest() {
+		return nil, &Refusal{Scope: m.Scope, Reason: fmt.Sprintf("the recorded signatures are of manifest %s, not %s", r.Digest(), d.Digest())}
+	}
+	return VerifyManifest(m, r.Digest(), ref, r.Signatures, now)
 }
 
 func (r Record) checkOMS(m Match, idx *artifact.Index, now time.Time) ([]Verified, error) {

@@ -14,8 +14,9 @@ var hostRE = regexp.MustCompile(`^([a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)(\.[a-
 
 // validScope checks a docker transport scope: "" (the transport's
 // default), host[:port], *.domain, or a fully qualified
-// host/namespace, host/repo or host/repo:tag (never normalised: the
-// scope "busybox" is refused, "docker.io/library/busybox" is one).
+// host/namespace, host/repo, host/repo:tag or host/repo@digest (never
+// normalised: the scope "busybox" is refused,
+// "docker.io/library/busybox" is one).
 func validScope(scope string) error {
 	switch {
 	case scope == "":
@@ -25,8 +26,6 @@ func validScope(scope string) error {
 			return errors.New("a wildcard scope is *.domain, without a port or path")
 		}
 		return nil
-	case strings.Contains(scope, "@"):
-		return errors.New("a scope names no digest: name the repository or a tag")
 	case !strings.Contains(scope, "/"):
 		if !hostRE.MatchString(scope) {
 			return errors.New("not a registry host[:port]")
@@ -40,6 +39,10 @@ func validScope(scope string) error {
 	if named.String() != scope {
 		return fmt.Errorf("not fully qualified (it reads as %s)", named.String())
 	}
+	_, tagged := named.(reference.Tagged)
+	if _, digested := named.(reference.Digested); tagged && digested {
+		return errors.New("a scope names a tag or a digest, not both")
+	}
 	return nil
 }
 
@@ -52,13 +55,16 @@ type Match struct {
 
 // For is what applies to ref (a registry reference, host/repo[:tag]
 // [@digest]): the most specific docker scope, in containers-policy.json's
-// order: host/repo:tag, host/repo, each parent namespace, host[:port],
-// *.domain from the longest, the transport's "" scope, then default.
+// order: host/repo:tag or host/repo@digest, host/repo, each parent
+// namespace, host[:port], *.domain from the longest, the transport's ""
+// scope, then default.
 func (p *Policy) For(ref reference.Named) Match {
 	repo := ref.Name()
 	var tries []string
 	if t, ok := ref.(reference.Tagged); ok {
 		tries = append(tries, repo+":"+t.Tag())
+	} else if d, ok := ref.(reference.Digested); ok {
+		tries = append(tries, repo+"@"+d.Digest().String())
 	}
 	for n := repo; ; {
 		tries = append(tries, n)

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 )
 
@@ -32,11 +33,14 @@ type simplePayload struct {
 
 // checkSimple verifies a cosign v2 signature (Signature.Payload and its
 // base64 Signature.Sig) with a key verifier: the signature over the
-// payload, the payload's manifest digest, and that it names repo (the
-// repository the artifact was read from; matchRepoDigestOrExact).
-func checkSimple(s Signature, v verifier, manifest digest.Digest, repo string) error {
+// payload, the payload's manifest digest, and that the image it names
+// meets id for an image used by intended.
+func checkSimple(s Signature, v verifier, manifest digest.Digest, id SignedIdentity, intended reference.Named) error {
 	if v.sv == nil {
 		return fmt.Errorf("cosign v2 signatures are checked with keys only, not certificates")
+	}
+	if v.logged {
+		return fmt.Errorf("the requirement wants a transparency-log entry (rekorPublicKey), which weightsnap does not read for cosign v2 signatures")
 	}
 	if len(s.Payload) > MaxSimplePayloadBytes {
 		return fmt.Errorf("payload larger than %d bytes", MaxSimplePayloadBytes)
@@ -54,13 +58,44 @@ func checkSimple(s Signature, v verifier, manifest digest.Digest, repo string) e
 	if err := dec.Decode(&p); err != nil {
 		return fmt.Errorf("payload: %v", err)
 	}
-	switch {
+	switch signed := p.Critical.Identity.DockerReference; {
+	case !validOptional(p.Optional):
+		return fmt.Errorf("payload: optional is not null or an object with a string creator and an integer timestamp")
 	case p.Critical.Type != CosignV2SignatureType:
 		return fmt.Errorf("payload type %q", p.Critical.Type)
 	case p.Critical.Image.DockerManifestDigest != manifest.String():
 		return fmt.Errorf("signs manifest %s, not %s", p.Critical.Image.DockerManifestDigest, manifest)
-	case repo != "" && p.Critical.Identity.DockerReference != repo:
-		return fmt.Errorf("names %q, not %s (signedIdentity matchRepoDigestOrExact)", p.Critical.Identity.DockerReference, repo)
+	case !id.Matches(intended, signed):
+		return fmt.Errorf("names %q, which signedIdentity %s does not accept for %s", signed, id.Type, intended)
 	}
 	return nil
+}
+
+// validOptional says whether a payload's optional member is what
+// containers/image accepts: null, or an object whose creator, if any, is
+// a string and whose timestamp, if any, is an integer.
+func validOptional(raw json.RawMessage) bool {
+	if raw == nil {
+		return false
+	}
+	if bytes.Equal(raw, []byte("null")) {
+		return true
+	}
+	var o map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &o); err != nil || o == nil {
+		return false
+	}
+	if c, ok := o["creator"]; ok {
+		var s string
+		if json.Unmarshal(c, &s) != nil {
+			return false
+		}
+	}
+	if t, ok := o["timestamp"]; ok {
+		var f float64
+		if json.Unmarshal(t, &f) != nil || f != float64(int64(f)) {
+			return false
+		}
+	}
+	return true
 }

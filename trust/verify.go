@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 	"github.com/sigstore/sigstore-go/pkg/bundle"
 	"github.com/sigstore/sigstore-go/pkg/root"
@@ -97,6 +98,7 @@ type verifier struct {
 	policy verify.PolicyOption
 	key    string             // fingerprint, for keys
 	sv     signature.Verifier // the key, for cosign v2 signatures
+	logged bool               // the requirement wants a transparency-log entry
 }
 
 // verifiers builds the sigstore-go verifiers of a sigstoreSigned
@@ -148,7 +150,7 @@ func (r *Requirement) verifiers() ([]verifier, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, verifier{v: v, policy: verify.WithKey(), key: fp, sv: sv})
+		out = append(out, verifier{v: v, policy: verify.WithKey(), key: fp, sv: sv, logged: len(rekor) > 0})
 	}
 	return out, nil
 }
@@ -244,14 +246,23 @@ type Signature struct {
 }
 
 // VerifyManifest checks that the signatures satisfy every requirement of
-// m for the manifest with digest manifest, read from repository repo
-// (host/repo): each sigstoreSigned requirement needs one cosign v3
-// bundle, by one of its keys or its certificate identity, whose
-// statement's subject is that digest, or one cosign v2 signature by one
-// of its keys whose payload names that digest and repository.
-func VerifyManifest(m Match, manifest digest.Digest, repo string, sigs []Signature, now time.Time) ([]Verified, error) {
-	simple := func(s Signature, v verifier) error { return checkSimple(s, v, manifest, repo) }
-	return verifyAll(m, sigs, now, nil, simple, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
+// m for the manifest with digest manifest, used by ref (host/repo:tag or
+// host/repo@digest; a bare host/repo is read as host/repo@manifest): each
+// sigstoreSigned requirement needs, by one of its keys or its
+// certificate identity, either a cosign v2 signature whose payload names
+// that digest and an image its signedIdentity accepts for ref, or a
+// cosign v3 bundle whose statement's subject is that digest where the
+// signedIdentity lets a bundle meet it (SignedIdentity.BundleMeets).
+func VerifyManifest(m Match, manifest digest.Digest, ref string, sigs []Signature, now time.Time) ([]Verified, error) {
+	intended, err := intendedRef(ref, manifest)
+	if err != nil {
+		return nil, err
+	}
+	simple := func(s Signature, v verifier, id SignedIdentity) error {
+		return checkSimple(s, v, manifest, id, intended)
+	}
+	bundleMeets := func(id SignedIdentity) (bool, string) { return id.BundleMeets(intended) }
+	return verifyAll(m, sigs, now, nil, simple, bundleMeets, func(b *bundle.Bundle, v verifier) (*verify.VerificationResult, error) {
 		if err := manifest.Validate(); err != nil || manifest.Algorithm() != digest.SHA256 {
 			return nil, fmt.Errorf("manifest digest %q: want sha256", manifest)
 		}
@@ -267,6 +278,24 @@ func VerifyManifest(m Match, manifest digest.Digest, repo string, sigs []Signatu
 	})
 }
 
+// intendedRef is the reference an image is used by, as the identity
+// rules see it: ref as it is, or for a bare repository its digest
+// reference to manifest.
+func intendedRef(ref string, manifest digest.Digest) (reference.Named, error) {
+	named, err := reference.ParseNamed(ref)
+	if err != nil {
+		return nil, fmt.Errorf("reference %q: %v: %w", ref, err, errdefs.ErrInvalidArgument)
+	}
+	if !reference.IsNameOnly(named) {
+		return named, nil
+	}
+	out, err := reference.WithDigest(named, manifest)
+	if err != nil {
+		return nil, fmt.Errorf("reference %s@%s: %v: %w", ref, manifest, err, errdefs.ErrInvalidArgument)
+	}
+	return out, nil
+}
+
 func predicateOf(res *verify.VerificationResult) string {
 	if res.Statement == nil {
 		return "none: a message signature"
@@ -274,10 +303,12 @@ func predicateOf(res *verify.VerificationResult) string {
 	return res.Statement.PredicateType
 }
 
-// verifyAll applies the requirements of m in order; check verifies one
-// bundle (parsed with the options parse) with one way of meeting a
-// requirement.
-func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, simple func(Signature, verifier) error, check func(*bundle.Bundle, verifier) (*verify.VerificationResult, error)) ([]Verified, error) {
+// verifyAll applies the requirements of m in order. simple verifies a
+// cosign v2 signature with one way of meeting a requirement and its
+// signedIdentity (nil: none apply); bundleMeets says whether a bundle
+// can meet a signedIdentity, and why not; check verifies one bundle
+// (parsed with the options parse) with one way of meeting a requirement.
+func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, simple func(Signature, verifier, SignedIdentity) error, bundleMeets func(SignedIdentity) (bool, string), check func(*bundle.Bundle, verifier) (*verify.VerificationResult, error)) ([]Verified, error) {
 	var done []Verified
 	for _, req := range m.Requirements {
 		switch req.Type {
@@ -286,9 +317,6 @@ func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, 
 			continue
 		case TypeReject:
 			return nil, &Refusal{Scope: m.Scope, Reason: "the policy rejects every artifact here"}
-		}
-		if t := req.Identity.Type; t != "matchRepoDigestOrExact" && t != "matchExact" {
-			return nil, &Refusal{Scope: m.Scope, Reason: fmt.Sprintf("signedIdentity %s needs a signature naming the image; bundles name only the manifest digest", t)}
 		}
 		if len(sigs) == 0 {
 			return nil, &Refusal{Scope: m.Scope, Reason: "no signature found: sigstoreSigned is required"}
@@ -304,7 +332,7 @@ func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, 
 				for _, v := range vs {
 					err := fmt.Errorf("cosign v2 signatures do not apply here")
 					if simple != nil {
-						err = simple(s, v)
+						err = simple(s, v, req.Identity)
 					}
 					if err != nil {
 						why = append(why, fmt.Sprintf("%s: %v", s.Source, err))
@@ -316,6 +344,10 @@ func verifyAll(m Match, sigs []Signature, now time.Time, parse []bundle.Option, 
 				if got != nil {
 					break
 				}
+				continue
+			}
+			if ok, reason := bundleMeets(req.Identity); !ok {
+				why = append(why, fmt.Sprintf("%s: %s", s.Source, reason))
 				continue
 			}
 			b, err := ParseBundle(s.Raw, parse...)

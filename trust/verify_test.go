@@ -81,7 +81,7 @@ func TestVerifyManifest(t *testing.T) {
 			for i, s := range tc.sigs {
 				sigs = append(sigs, Signature{Source: "sig" + string(rune('0'+i)), Raw: s})
 			}
-			got, err := VerifyManifest(tc.m, manifest, "", sigs, now)
+			got, err := VerifyManifest(tc.m, manifest, "reg.example/a@"+manifest.String(), sigs, now)
 			if tc.refuse == "" {
 				if err != nil || len(got) != 1 || got[0].Scope != tc.m.Scope {
 					t.Fatalf("%+v %v", got, err)

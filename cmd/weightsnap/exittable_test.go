@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"io"
+	"log"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 )
 
@@ -56,7 +62,7 @@ func runBinary(t *testing.T, name string, args ...string) (int, string) {
 
 // TestExitCodeTable walks the README's exit-code table with the built
 // programs: 2 bad input, 3 not found, 4 invalid data, 5 busy, out of space
-// or timed out.
+// or timed out, 6 refused by the trust policy.
 func TestExitCodeTable(t *testing.T) {
 	base := t.TempDir()
 	empty := filepath.Join(base, "empty") // a root that holds no store
@@ -69,6 +75,7 @@ func TestExitCodeTable(t *testing.T) {
 	os.WriteFile(filepath.Join(corrupt, "model.safetensors"), []byte("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\":1}"), 0o644)
 	rev := strings.Repeat("ab", 20)
 	down := testenv.ClosedAddr(t)
+	refused, rejectAll := pushedArtifact(t, base, root, rev)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -91,6 +98,7 @@ func TestExitCodeTable(t *testing.T) {
 		{"corrupt safetensors", "weightsnap", []string{"--config", "", "--root", root, "import", corrupt, "--revision", rev}, 4, "header past EOF"},
 		{"a single safetensors file", "weightsnap", []string{"--config", "", "--root", root, "import", filepath.Join(corrupt, "model.safetensors"), "--revision", rev}, 2, "import takes a checkpoint directory"},
 		{"registry down", "weightsnap", []string{"--config", "", "--root", root, "pull", "--plain-http", down + "/x:y"}, 5, "connection refused"},
+		{"refused by the trust policy", "weightsnap", []string{"--config", "", "--root", filepath.Join(base, "other"), "pull", "--plain-http", "--policy", rejectAll, refused}, 6, "refuses it"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runBinary(t, tc.prog, tc.args...)
@@ -122,4 +130,31 @@ func TestPlainHTTPFlagHosts(t *testing.T) {
 			t.Errorf("%s: %v, want a request to %s%s", tc.flag, err, tc.scheme, down)
 		}
 	}
+}
+
+// pushedArtifact imports a small checkpoint into root, pushes it to an
+// in-process registry, and returns its reference and a trust policy
+// that rejects everything.
+func pushedArtifact(t *testing.T, base, root, rev string) (ref, rejectAll string) {
+	t.Helper()
+	reg := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(reg.Close)
+	src := filepath.Join(base, "model")
+	if err := synth.Write(context.Background(), src, synth.Options{Size: 64 << 10, Shards: 1, DType: "F16", Seed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runBinary(t, "weightsnap", "--config", "", "--root", root, "import", src, "--revision", rev)
+	if code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	id := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+	ref = strings.TrimPrefix(reg.URL, "http://") + "/models/x:v1"
+	if code, out := runBinary(t, "weightsnap", "--config", "", "--root", root, "push", "--plain-http", id, ref); code != 0 {
+		t.Fatalf("push: exit %d\n%s", code, out)
+	}
+	rejectAll = filepath.Join(base, "reject.json")
+	if err := os.WriteFile(rejectAll, []byte(`{"default": [{"type": "reject"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return ref, rejectAll
 }

@@ -12,15 +12,16 @@ import (
 
 // policySummary is what `weightsnap verify-policy --json` prints.
 type policySummary struct {
-	File    string              `json:"file"`
-	Default string              `json:"default"`
-	Scopes  map[string][]string `json:"scopes"`
+	File     string              `json:"file"`
+	Default  string              `json:"default"`
+	Scopes   map[string][]string `json:"scopes"`
+	Warnings []trust.Warning     `json:"warnings,omitempty"`
 }
 
 func newVerifyPolicyCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "verify-policy [FILE]",
-		Short: "Read a trust policy (containers-policy.json format; default [verify] policy) and say what is wrong with it, by line (exit 2)",
+		Short: "Read a trust policy (containers-policy.json format; default [verify] policy) and say what is wrong with it, by line (exit 2), and which requirements the signatures weightsnap reads meet never, or never by a bundle",
 		Args:  cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := a.cfg.Verify.Policy
@@ -42,12 +43,16 @@ func newVerifyPolicyCmd(a *app) *cobra.Command {
 				sum.Scopes[s] = []string{types(reqs)}
 			}
 			sort.Strings(scopes)
+			sum.Warnings = p.Warnings()
 			if a.jsonOut {
 				return a.printJSON(sum)
 			}
 			fmt.Fprintf(a.out, "%s: ok: default %s\n", path, sum.Default)
 			for _, s := range scopes {
 				fmt.Fprintf(a.out, "  docker %q: %s\n", s, sum.Scopes[s][0])
+			}
+			for _, w := range sum.Warnings {
+				fmt.Fprintf(a.out, "warning: %s\n", w)
 			}
 			return nil
 		},

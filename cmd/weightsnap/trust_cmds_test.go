@@ -34,6 +34,13 @@ func TestVerifyPolicyCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "ok: default reject") || !strings.Contains(out, `"example.com/team": insecureAcceptAnything`) {
 		t.Fatalf("%v\n%s", err, out)
 	}
+	warn := filepath.Join(dir, "warn.json")
+	os.WriteFile(warn, []byte(`{"default": [{"type": "reject"}], "transports": {"docker": {"example.com/team": [
+		{"type": "sigstoreSigned", "keyData": "`+base64.StdEncoding.EncodeToString(func() []byte { _, pub := testKey(t); return pub }())+`", "signedIdentity": {"type": "matchRepository"}}]}}}`), 0o644)
+	out, err = runCLI(t, "--config", "", "verify-policy", warn)
+	if err != nil || !strings.Contains(out, `warning: scope "example.com/team" (line 2): met only by cosign's legacy signatures`) {
+		t.Fatalf("a scope bundles cannot meet: %v\n%s", err, out)
+	}
 	_, err = runCLI(t, "--config", "", "verify-policy", bad)
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "line 3") {
 		t.Fatalf("want bad input at line 3, got %v", err)

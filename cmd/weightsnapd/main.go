@@ -104,6 +104,9 @@ func newRoot() *cobra.Command {
 			} else {
 				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", cfg.Verify.Policy)
 			}
+			for _, w := range p.Warnings() {
+				fmt.Fprintf(cmd.OutOrStdout(), "%s: warning: %s\n", cfg.Verify.Policy, w)
+			}
 			return nil
 		},
 	})

@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"crypto/elliptic"
+	"encoding/base64"
 	"io"
 	"os"
 	"path/filepath"
@@ -10,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 )
@@ -53,14 +56,17 @@ func TestConfigCheck(t *testing.T) {
 	}
 }
 
-// TestConfigCheckPolicy: `weightsnapd config check` reads [verify] policy
-// and names the line of what is wrong with it.
+// TestConfigCheckPolicy: `weightsnapd config check` reads [verify] policy,
+// names the line of what is wrong with it, and warns of a requirement a
+// bundle can never meet.
 func TestConfigCheckPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		policy string
 		want   string // "" for ok
 	}{
 		{`{"default": [{"type": "insecureAcceptAnything"}]}`, ""},
+		{`{"default": [{"type": "reject"}], "transports": {"docker": {"example.com/a:v1": [{"type": "sigstoreSigned", "keyData": "` + base64.StdEncoding.EncodeToString(testPub(t)) + `"}]}}}`,
+			"warning: scope \"example.com/a:v1\" (line 1): met only by cosign's legacy signatures naming the tag"},
 		{"{\"default\": [{\"type\": \"reject\"}],\n\"transports\": {\"docker\": {\"example.com/a\": [\n  {\"type\": \"sigstoreSigned\", \"keyPath\": \"missing.pub\"}]}}}", "line 3"},
 	} {
 		dir := t.TempDir()
@@ -73,8 +79,8 @@ func TestConfigCheckPolicy(t *testing.T) {
 		cmd.SetOut(&out)
 		cmd.SetArgs([]string{"--config", p, "config", "check"})
 		err := cmd.Execute()
-		if tc.want == "" {
-			if err != nil || !strings.Contains(out.String(), pol+": ok") {
+		if tc.want == "" || strings.HasPrefix(tc.want, "warning") {
+			if err != nil || !strings.Contains(out.String(), pol+": ok") || !strings.Contains(out.String(), tc.want) {
 				t.Fatalf("%v: %s", err, out.String())
 			}
 			continue
@@ -83,4 +89,13 @@ func TestConfigCheckPolicy(t *testing.T) {
 			t.Fatalf("want invalid input at %s, got %v", tc.want, err)
 		}
 	}
+}
+
+// testPub is a new ECDSA public key, PEM.
+func testPub(t *testing.T) []byte {
+	_, pub, err := cryptoutils.GeneratePEMEncodedECDSAKeyPair(elliptic.P256(), cryptoutils.StaticPasswordFunc(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pub
 }

@@ -22,8 +22,9 @@ func cosignRun(t *testing.T, dir, password string, args ...string) (string, erro
 // has no referrers API: both use the referrers tag schema).
 // `cosign verify --key` accepts an artifact pushed with
 // `weightsnap push --sign-key`; an artifact signed with `cosign sign --key`
-// passes `weightsnap verify-signature` under a policy requiring that
-// key, and fails under one requiring another key, naming the scope.
+// passes `weightsnap verify-signature` by digest under a policy requiring
+// that key, is refused by tag (a bundle names no tag), and fails under
+// one requiring another key, naming the scope.
 func TestCosignInterop(t *testing.T) {
 	harness.Peers(t).Cosign(t)
 	reg := harness.StartRegistry(t)
@@ -70,12 +71,18 @@ func TestCosignInterop(t *testing.T) {
 		os.WriteFile(p, raw, 0o644)
 		return p
 	}
-	got := wsOK(t, root, "verify-signature", "--plain-http", "--policy", policy("k1.pub"), "--json", ref2)
+	// cosign v3 writes a bundle, which names the manifest digest only:
+	// under the default signedIdentity it meets a pull by digest, never
+	// one by tag.
+	if r := ws(t, root, "verify-signature", "--plain-http", "--policy", policy("k1.pub"), ref2); r.code == 0 || !strings.Contains(r.errOut, "pull by digest") {
+		t.Fatalf("verify-signature by tag of a bundle-signed artifact: exit %d\n%s", r.code, r.errOut)
+	}
+	got := wsOK(t, root, "verify-signature", "--plain-http", "--policy", policy("k1.pub"), "--json", pushed2)
 	var verified []struct{ Scope, Type, Key, Signature string }
 	if err := json.Unmarshal([]byte(got), &verified); err != nil || len(verified) != 1 || verified[0].Type != "sigstoreSigned" || verified[0].Scope != reg.Ref("models") {
 		t.Fatalf("verify-signature of a cosign-signed artifact: %v\n%s", err, got)
 	}
-	bad := ws(t, root, "verify-signature", "--plain-http", "--policy", policy("k2.pub"), ref2)
+	bad := ws(t, root, "verify-signature", "--plain-http", "--policy", policy("k2.pub"), pushed2)
 	if bad.code == 0 || !strings.Contains(bad.errOut, `scope "`+reg.Ref("models")+`"`) {
 		t.Fatalf("another key: exit %d\n%s", bad.code, bad.errOut)
 	}
@@ -83,14 +90,14 @@ func TestCosignInterop(t *testing.T) {
 	// other key is refused naming the scope and nothing is published; the
 	// right key pulls.
 	fresh := filepath.Join(t.TempDir(), "store")
-	if r := ws(t, fresh, "pull", "--plain-http", "--policy", policy("k2.pub"), ref2); r.code == 0 || !strings.Contains(r.errOut, `scope "`+reg.Ref("models")+`"`) {
+	if r := ws(t, fresh, "pull", "--plain-http", "--policy", policy("k2.pub"), pushed2); r.code == 0 || !strings.Contains(r.errOut, `scope "`+reg.Ref("models")+`"`) {
 		t.Fatalf("pull with another key's policy: exit %d\n%s", r.code, r.errOut)
 	}
 	hex := strings.TrimPrefix(id, "sha256:")
 	if ls := ws(t, fresh, "ls", "--json"); strings.Contains(ls.out, hex) {
 		t.Fatalf("a refused pull published the artifact:\n%s", ls.out)
 	}
-	if got := strings.TrimSpace(wsOK(t, fresh, "pull", "--plain-http", "--policy", policy("k1.pub"), ref2)); got != id {
+	if got := strings.TrimSpace(wsOK(t, fresh, "pull", "--plain-http", "--policy", policy("k1.pub"), pushed2)); got != id {
 		t.Fatalf("pull of the cosign-signed artifact printed %q, want %s", got, id)
 	}
 	if ls := wsOK(t, fresh, "ls", "--json"); !strings.Contains(ls, hex) {

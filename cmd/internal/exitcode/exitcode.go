@@ -4,6 +4,7 @@ package exitcode
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -18,12 +19,21 @@ const (
 	NotFound    = 3 // errdefs.ErrNotFound
 	InvalidData = 4 // errdefs.ErrDataLoss
 	Busy        = 5 // busy (failed precondition), out of space, unavailable or timed out
+	Refused     = 6 // refused by the trust policy (a trust.Refusal)
 )
 
-// Of is the exit status for err, which must not be nil: 2 bad input, 3 not
-// found, 4 invalid data, 5 busy, out of space or timed out, 1 other.
+// policyRefusal is a refusal by the trust policy (trust.Refusal), known
+// by its method so that this package imports no trust package.
+type policyRefusal interface{ TrustScope() string }
+
+// Of is the exit status for err, which must not be nil: 6 refused by the
+// trust policy, 2 bad input, 3 not found, 4 invalid data, 5 busy, out of
+// space or timed out, 1 other.
 func Of(err error) int {
+	var refusal policyRefusal
 	switch {
+	case errors.As(err, &refusal):
+		return Refused
 	case errdefs.IsInvalidArgument(err):
 		return BadInput
 	case errdefs.IsNotFound(err):

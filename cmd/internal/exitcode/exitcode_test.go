@@ -28,6 +28,7 @@ func TestOf(t *testing.T) {
 		{fmt.Errorf("store is out of space: %w", errdefs.ErrResourceExhausted), Busy},
 		{fmt.Errorf("timed out waiting for a lock: %w", errdefs.ErrUnavailable), Busy},
 		{fmt.Errorf("scrub: %w", context.DeadlineExceeded), Busy},
+		{fmt.Errorf("pull: %w", refusal{}), Refused},
 		// The first class in the table wins when an error carries two.
 		{errors.Join(errdefs.ErrNotFound, errdefs.ErrInvalidArgument), BadInput},
 		{errors.Join(errdefs.ErrUnavailable, errdefs.ErrDataLoss), InvalidData},
@@ -79,3 +80,10 @@ func TestSignalled(t *testing.T) {
 		}
 	}
 }
+
+// refusal is a refusal by the trust policy, as trust.Refusal is one.
+type refusal struct{}
+
+func (refusal) Error() string      { return "trust policy scope \"s\" refuses it" }
+func (refusal) TrustScope() string { return "s" }
+func (refusal) Unwrap() error      { return errdefs.ErrPermissionDenied }
