@@ -141,12 +141,12 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 	switch {
 	case rerr == nil:
 		outcome, source = resolvedOutcome(rep)
-		err = s.commitView(ctx, h, ptr, source, mounts, name, key, opts...)
+		err = s.commitAndFill(ctx, h, ptr, source, mounts, name, key, opts...)
 		s.leases.release(h)
 	case s.modeOf(ptr) == resolve.Preferred:
 		outcome = OutcomeFallback
 		s.metrics.fallbacks.Inc()
-		if err = s.overlay.Commit(ctx, name, key, append(opts, fallbackLabel())...); err == nil {
+		if err = s.overlay.Commit(ctx, name, key, append(opts, markFallback())...); err == nil {
 			s.repairs.add(ptr, name)
 		}
 	default:

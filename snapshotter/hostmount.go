@@ -17,9 +17,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/pointer"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"golang.org/x/sys/unix"
 )
 
@@ -48,7 +48,7 @@ type HostMounts struct {
 	making map[string]bool // mount points being mounted
 }
 
-var _ control.Backend = (*HostMounts)(nil)
+var _ control.HostMounts = (*HostMounts)(nil)
 
 func newHostMounts(s *Snapshotter, dir string) *HostMounts {
 	return &HostMounts{s: s, dir: dir, making: map[string]bool{}}

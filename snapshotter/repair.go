@@ -3,8 +3,6 @@ package snapshotter
 import (
 	"context"
 	"fmt"
-	"maps"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -181,8 +179,8 @@ func (r *repairs) repair(holder string, h *held) error {
 		info, err := r.s.overlay.Stat(ctx, holder)
 		if err == nil {
 			leased = info.Kind != snapshots.KindCommitted
-			if info.Labels[LabelFallback] != "" {
-				filled, err = true, r.fill(ctx, info, h)
+			if stateOf(info) == stateFallback {
+				filled, err = true, r.s.fillFallback(ctx, info, h)
 			}
 		}
 		if errdefs.IsNotFound(err) { // gone meanwhile
@@ -207,24 +205,4 @@ func (r *repairs) repair(holder string, h *held) error {
 		logger.Info("repair: lease taken again")
 	}
 	return nil
-}
-
-// fill puts the artifact into the fallback snapshot info's own directory
-// and removes its LabelFallback.
-func (r *repairs) fill(ctx context.Context, info snapshots.Info, h *held) error {
-	ptr, _, err := pointer.ParseLabels(info.Labels) // its own target: images may mount one artifact at different places
-	if err != nil {
-		return err
-	}
-	dir, err := committedDir(ctx, r.s.overlay, info.Name)
-	if err != nil {
-		return err
-	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, r.s.links); err != nil {
-		return err
-	}
-	info.Labels = maps.Clone(info.Labels)
-	delete(info.Labels, LabelFallback)
-	_, err = r.s.overlay.Update(ctx, info, "labels")
-	return err
 }

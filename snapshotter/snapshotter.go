@@ -110,12 +110,16 @@ type Snapshotter struct {
 	views   *sharedViews // the views weight snapshots link to
 	metrics *Metrics
 
+	// The locks are taken in this order, and none while a later one is
+	// held: gate, fillMu, HostMounts.mu, repairs.mu, leases.mu,
+	// holderTable.mu (states.go).
+
 	// gate keeps Release (write) from emptying a weight snapshot while
 	// something is made over it (read: over).
 	gate sync.RWMutex
-	// fillMu orders the fills of weight snapshots marked LabelEmptied (a
-	// Prepare's, just after its commit, and the refills of emptied ones),
-	// Release and the sweep of shared views.
+	// fillMu orders the fills of emptied weight snapshots (a Prepare's
+	// commitAndFill and a refill), Release's empty and the sweep of
+	// shared views.
 	fillMu sync.Mutex
 }
 
@@ -239,7 +243,7 @@ func (s *Snapshotter) commit(ctx context.Context, name, key string, opts []snaps
 	active, err := s.overlay.Stat(ctx, key)
 	switch {
 	case err != nil || active.Kind != snapshots.KindActive: // the overlay snapshotter says what is wrong
-	case active.Labels[LabelFallback] != "":
+	case stateOf(active) == stateFallback:
 		opts = append(opts, snapshots.WithLabels(map[string]string{LabelFallback: active.Labels[LabelFallback]}))
 		if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
 			return err
@@ -297,23 +301,6 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 		return err
 	}
 	return s.links.sweep()
-}
-
-// sweepViews removes the shared views no weight snapshot names.
-func (s *Snapshotter) sweepViews(ctx context.Context) error {
-	s.fillMu.Lock()
-	defer s.fillMu.Unlock()
-	keep := map[string]bool{}
-	err := s.overlay.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if v := info.Labels[LabelView]; v != "" {
-			keep[v] = true
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("shared views: %w", err)
-	}
-	return s.views.sweep(keep)
 }
 
 // Close stops the repairs and the resolutions in flight and waits for
