@@ -29,7 +29,7 @@ type repairs struct {
 	backoff Backoff
 
 	mu    sync.Mutex
-	loops map[artifact.ID]*repairLoop // by identity; its holders are those the holder table says repairing
+	loops map[artifact.ID]*repairLoop // by ID; its holders are those the holder table says repairing
 }
 
 // repairLoop is the repair of one artifact's holders.
@@ -92,7 +92,7 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 	if err != nil {
 		return fmt.Errorf("the layer's snapshot is a fallback without the weights, and: %w", err)
 	}
-	defer r.s.leases.release(h)
+	defer r.s.leases.finish(h)
 	if !r.s.holders.has(name, ptr.ID, useRepairing) { // not queued (the daemon restarted since): queue it, so repair fills it
 		r.add(ptr, name)
 	}
@@ -103,7 +103,7 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 	defer r.life.wg.Done()
 	ctx := r.life.ctx
-	logger := log.G(ctx).WithField("identity", lp.ptr.ID).WithField("artifact", lp.ptr.Artifact)
+	logger := log.G(ctx).WithField("id", lp.ptr.ID).WithField("artifact", lp.ptr.Artifact)
 	// wait is the pause before the next try: Initial, doubled after each
 	// failed try up to Max, Initial again after a kick or a try that
 	// repaired every holder it found (holders added meanwhile).
@@ -144,7 +144,7 @@ func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 				logger.WithError(err).WithField("holder", holder).Error("repair failed")
 			}
 		}
-		r.s.leases.release(h)
+		r.s.leases.finish(h)
 		if r.done(id, lp) {
 			return
 		}
@@ -191,11 +191,11 @@ func (r *repairs) repair(holder string, h *held) error {
 			return err
 		}
 	}
-	// h is pinned: its lease stays while the holder takes it.
+	// h is in flight: its lease stays while the holder takes it.
 	if !r.s.holders.promote(holder, h.id, leased) {
 		return nil
 	}
-	logger := log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder)
+	logger := log.G(ctx).WithField("id", h.id.String()).WithField("holder", holder)
 	switch {
 	case filled:
 		r.s.metrics.repairs.WithLabelValues("filled").Inc()

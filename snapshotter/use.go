@@ -50,7 +50,7 @@ func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[s
 	var held []*held
 	defer func() {
 		for _, h := range held {
-			s.leases.release(h)
+			s.leases.finish(h)
 		}
 	}()
 	stat := func(name string) (snapshots.Info, error) { return s.overlay.Stat(ctx, name) }
@@ -98,7 +98,7 @@ func chainOf(parent string, stat func(name string) (snapshots.Info, error)) ([]s
 }
 
 // weightsIn lists the pointers of the weight snapshots in chain, once per
-// identity. A fallback is skipped: what runs over it started without the
+// ID. A fallback is skipped: what runs over it started without the
 // weights (its repair fills them in for the next one). A weight snapshot
 // with bad labels is logged and skipped.
 func weightsIn(ctx context.Context, chain []snapshots.Info) []pointer.Pointer {
@@ -135,7 +135,7 @@ func (s *Snapshotter) lease(ctx context.Context, ptr pointer.Pointer, holders ..
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	lease, err := s.store.Lookup(lctx, ptr.ID, store.ManifestAndMetadata)
 	cancel()
-	logger := log.G(ctx).WithField("identity", ptr.ID).WithField("holders", holders)
+	logger := log.G(ctx).WithField("id", ptr.ID).WithField("holders", holders)
 	if err != nil {
 		logger.WithError(err).Warn("lease not taken: the store cannot serve the artifact now; the holders keep their files, and a repair resolves it in the background")
 		s.repairs.add(ptr, holders...)

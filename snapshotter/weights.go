@@ -27,14 +27,14 @@ const (
 )
 
 // weightErr is a weight layer whose Prepare failed: it names the artifact,
-// the identity and the target (when the pointer was read), and wraps the
+// the ID and the target (when the pointer was read), and wraps the
 // cause (a *resolve.Failure, a pointer label error, or a filesystem error)
 // with its errdefs class.
 func weightErr(ptr pointer.Pointer, err error) error {
 	if ptr.Artifact == "" {
 		return fmt.Errorf("weightsnap: %w", err)
 	}
-	return fmt.Errorf("weightsnap: weights %s (identity %s) for %s: %w", ptr.Artifact, ptr.ID, ptr.Target, err)
+	return fmt.Errorf("weightsnap: weights %s (ID %s) for %s: %w", ptr.Artifact, ptr.ID, ptr.Target, err)
 }
 
 // prepareWeights builds and commits a weight layer's snapshot and answers
@@ -49,7 +49,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	outcome, source := OutcomeError, ""
 	defer func() {
 		s.metrics.weight(outcome, time.Since(start))
-		l := log.G(ctx).WithField("identity", ptr.ID).WithField("artifact", ptr.Artifact).
+		l := log.G(ctx).WithField("id", ptr.ID).WithField("artifact", ptr.Artifact).
 			WithField("target", ptr.Target).WithField("source", source).WithField("outcome", outcome).
 			WithField("seconds", time.Since(start).Seconds()).WithField("key", key)
 		if fallbackCause != nil {
@@ -106,7 +106,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 		return nil, weightErr(ptr, err)
 	}
 	outcome, source = resolvedOutcome(rep)
-	defer s.leases.release(h)
+	defer s.leases.finish(h)
 
 	tmp := fmt.Sprintf("%s %d %s", tmpView, time.Now().UnixNano(), key)
 	mounts, err := s.overlay.Prepare(ctx, tmp, parent)
