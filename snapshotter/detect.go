@@ -31,7 +31,7 @@ import (
 const maxPointerLayerEntries = 64
 
 // isPointerFile says whether rel is a pointer file's path in a layer:
-// <target>/<pointer.Dir>/<identity hex>.json.
+// <target>/<pointer.Dir>/<ID hex>.json.
 func isPointerFile(rel string) bool {
 	parent, name := filepath.Split(rel)
 	target, inDir := strings.CutSuffix(parent, "/"+pointer.Dir+"/")
@@ -141,12 +141,12 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 	switch {
 	case rerr == nil:
 		outcome, source = resolvedOutcome(rep)
-		err = s.commitView(ctx, h, ptr, source, mounts, name, key, opts...)
-		s.leases.release(h)
+		err = s.commitAndFill(ctx, h, ptr, source, mounts, name, key, opts...)
+		s.leases.finish(h)
 	case s.modeOf(ptr) == resolve.Preferred:
 		outcome = OutcomeFallback
 		s.metrics.fallbacks.Inc()
-		if err = s.overlay.Commit(ctx, name, key, append(opts, fallbackLabel())...); err == nil {
+		if err = s.overlay.Commit(ctx, name, key, append(opts, markFallback())...); err == nil {
 			s.repairs.add(ptr, name)
 		}
 	default:
@@ -156,7 +156,7 @@ func (s *Snapshotter) commitFound(ctx context.Context, name, key string, opts []
 		outcome = OutcomeError
 	}
 	s.metrics.weight(outcome, time.Since(start))
-	l := log.G(ctx).WithField("identity", ptr.ID).WithField("artifact", ptr.Artifact).WithField("target", ptr.Target).
+	l := log.G(ctx).WithField("id", ptr.ID).WithField("artifact", ptr.Artifact).WithField("target", ptr.Target).
 		WithField("source", source).WithField("outcome", outcome).WithField("seconds", time.Since(start).Seconds()).WithField("key", key)
 	if err != nil {
 		l = l.WithError(err)

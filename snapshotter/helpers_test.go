@@ -15,11 +15,11 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )
@@ -205,7 +205,7 @@ func isStoreInode(t testing.TB, path string, f *os.File) bool {
 func (n *node) serveHostMounts(t testing.TB) *control.Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "control.sock")
-	srv, err := control.Listen(context.Background(), sock, n.sn.HostMounts())
+	srv, err := control.Listen(context.Background(), sock, control.Services{Mounts: n.sn.HostMounts()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
+	"github.com/weightsnap/weightsnap/control"
 )
 
 // useState is how a holder uses an artifact.

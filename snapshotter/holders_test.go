@@ -7,7 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
+	"github.com/weightsnap/weightsnap/control"
 )
 
 // TestHolderTable: one holder may wait for several artifacts, each

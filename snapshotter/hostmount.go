@@ -17,9 +17,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/pointer"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"golang.org/x/sys/unix"
 )
 
@@ -38,9 +38,11 @@ import (
 // mount point. Snapshot names never start with it.
 const mountHolderPrefix = "mount:"
 
-// HostMounts are the snapshotter's host mounts, kept in dir
-// (<root>/mounts), and what it serves the CLI through the control API
-// (control.Backend). Their records live, in memory, in the holder table.
+// HostMounts are the snapshotter's host mounts, which the control API
+// serves to the CLI.
+//
+// Their records are kept in dir (<root>/mounts) and, in memory, in the
+// holder table.
 type HostMounts struct {
 	s      *Snapshotter
 	dir    string
@@ -48,7 +50,7 @@ type HostMounts struct {
 	making map[string]bool // mount points being mounted
 }
 
-var _ control.Backend = (*HostMounts)(nil)
+var _ control.HostMounts = (*HostMounts)(nil)
 
 func newHostMounts(s *Snapshotter, dir string) *HostMounts {
 	return &HostMounts{s: s, dir: dir, making: map[string]bool{}}
@@ -155,15 +157,17 @@ func emptyDir(dir string) error {
 	return nil
 }
 
-// HostMount resolves the artifact (the store, then the reference given or the
-// configured sources), takes its lease, and bind-mounts a read-only view of
-// it on req.Dir (created if missing); with layout "hf", req.Dir is a
-// Hugging Face cache root and the view, a repository folder, is mounted on
-// req.Dir/models--ORG--NAME. A mount point that holds a host mount
-// already is refused.
+// Mount bind-mounts a read-only view of an artifact on req.Dir and keeps
+// its lease until the unmount.
+//
+// It resolves the artifact from the store, then the reference given or
+// the configured sources, and makes req.Dir when it is missing. With
+// layout "hf", req.Dir is a Hugging Face cache root and the view, a
+// repository folder, is mounted on req.Dir/models--ORG--NAME. A mount
+// point that holds a host mount already is refused.
 func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*control.HostMountInfo, error) {
 	if req.ID.IsZero() {
-		return nil, fmt.Errorf("a host mount needs the artifact's identity: %w", errdefs.ErrInvalidArgument)
+		return nil, fmt.Errorf("a host mount needs the artifact's ID: %w", errdefs.ErrInvalidArgument)
 	}
 	if err := pointer.CheckLayout(req.Layout, req.Repo); err != nil {
 		return nil, err
@@ -211,7 +215,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	if err != nil {
 		return nil, weightErr(ptr, err)
 	}
-	defer s.leases.release(h)
+	defer s.leases.finish(h)
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
 	mi := control.HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true,
@@ -230,7 +234,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	if rep != nil {
 		source = rep.Source
 	}
-	log.G(ctx).WithField("dir", dir).WithField("identity", req.ID).WithField("source", source).
+	log.G(ctx).WithField("dir", dir).WithField("id", req.ID).WithField("source", source).
 		WithField("seconds", time.Since(start).Seconds()).Info("host mount")
 	return &mi, nil
 }
@@ -267,12 +271,13 @@ func (m *HostMounts) make(home, view string, ptr pointer.Pointer, mi control.Hos
 	return nil
 }
 
-// HostUnmount undoes the host mount on dir and lets its lease go. A mount in
-// use is refused, and stays, naming the processes using it: a process with
-// a file open or mapped, or its working directory, there, in this mount
-// namespace or through a container's bind mount of dir, and a container
-// that has dir bind-mounted under another path (the unmount would empty
-// it there).
+// Unmount undoes the host mount on dir and lets its lease go.
+//
+// A mount in use is refused, and stays, naming the processes using it: a
+// process with a file open or mapped, or its working directory, there, in
+// this mount namespace or through a container's bind mount of dir. A
+// container that has dir bind-mounted under another path uses it too,
+// since the unmount would empty it there.
 func (m *HostMounts) Unmount(ctx context.Context, dir string) error {
 	dir, err := m.mountPoint(dir, false)
 	if err != nil {

@@ -10,10 +10,10 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"github.com/weightsnap/weightsnap/pointer"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"golang.org/x/sys/unix"
 )
 

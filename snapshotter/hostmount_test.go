@@ -13,7 +13,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
+	"github.com/weightsnap/weightsnap/control"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,7 +31,7 @@ func TestHostMount(t *testing.T) {
 	var srv *control.Server
 	serve := func() *control.Client {
 		var err error
-		if srv, err = control.Listen(ctx, sock, n.sn.HostMounts()); err != nil {
+		if srv, err = control.Listen(ctx, sock, control.Services{Mounts: n.sn.HostMounts()}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { srv.Close() })

@@ -8,7 +8,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/sys/mountinfo"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
+	"github.com/weightsnap/weightsnap/control"
 	"golang.org/x/sys/unix"
 )
 

@@ -11,10 +11,10 @@ import (
 
 	"github.com/moby/sys/mountinfo"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"github.com/weightsnap/weightsnap/pointer"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )
@@ -28,7 +28,7 @@ func TestWritableHostMount(t *testing.T) {
 	aid := artifact.MustParseID(id)
 	sock := filepath.Join(t.TempDir(), "control.sock")
 	serve := func() (*control.Client, *control.Server) {
-		srv, err := control.Listen(ctx, sock, n.sn.HostMounts())
+		srv, err := control.Listen(ctx, sock, control.Services{Mounts: n.sn.HostMounts()})
 		if err != nil {
 			t.Fatal(err)
 		}

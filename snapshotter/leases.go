@@ -15,8 +15,8 @@ import (
 )
 
 // leases holds one store lease per artifact that a holder has leased (the
-// holder table says which) or a Prepare is using (a pin), and runs at most
-// one resolution per identity at a time. A committed weight snapshot alone
+// holder table says which) or a Prepare has in flight, and runs at most
+// one resolution per ID at a time. A committed weight snapshot alone
 // holds no lease: its artifact stays in the store, unleased, until
 // something uses it again.
 type leases struct {
@@ -26,24 +26,24 @@ type leases struct {
 	metrics  *Metrics
 
 	mu      sync.Mutex
-	held    map[artifact.ID]*held   // by identity
-	flights map[artifact.ID]*flight // resolutions in progress, by identity
+	held    map[artifact.ID]*held   // by ID
+	flights map[artifact.ID]*flight // resolutions in progress, by ID
 	closed  bool
 }
 
 // held is one leased artifact: kept while a holder has it leased or a
-// Prepare is using it (pinned).
+// Prepare has it in flight.
 type held struct {
-	id    artifact.ID
-	lease *store.Lease
-	pins  int
+	id       artifact.ID
+	lease    *store.Lease
+	inflight int // the uses in flight: Prepares, host mounts being made, repairs
 }
 
-// flight is one resolution of an identity, shared by every Prepare that
+// flight is one resolution of an ID, shared by every Prepare that
 // asks for it meanwhile.
 type flight struct {
 	done     chan struct{}
-	waiters  int  // Prepares waiting; each gets a pin when it lands
+	waiters  int  // Prepares waiting; each has it in flight when it lands
 	finished bool // under leases.mu
 	held     *held
 	report   *resolve.Report
@@ -55,15 +55,15 @@ func newLeases(lf *life, r Resolver, t *holderTable, m *Metrics) *leases {
 		held: map[artifact.ID]*held{}, flights: map[artifact.ID]*flight{}}
 }
 
-// acquire returns the artifact of ptr, pinned (release unpins it), and the
+// acquire returns the artifact of ptr, in flight (finish ends that), and the
 // report of the resolution that produced it (nil when it was already held).
-// Concurrent calls for one identity share one resolution, which runs on in
+// Concurrent calls for one ID share one resolution, which runs on in
 // the background if every caller gives up.
 func (l *leases) acquire(ctx context.Context, ptr pointer.Pointer) (*held, *resolve.Report, error) {
 	id := ptr.ID
 	l.mu.Lock()
 	if h := l.held[id]; h != nil {
-		h.pins++
+		h.inflight++
 		l.mu.Unlock()
 		return h, nil, nil
 	}
@@ -84,14 +84,14 @@ func (l *leases) acquire(ctx context.Context, ptr pointer.Pointer) (*held, *reso
 		}
 		l.mu.Unlock()
 		if landed && f.err == nil {
-			l.release(f.held)
+			l.finish(f.held)
 		}
 		return nil, nil, ctx.Err()
 	}
 }
 
-// prefetch starts resolving each pointer that is neither held nor in
-// flight, and does not wait: containerd prepares an image's layers one
+// prefetch starts resolving each pointer that is neither held nor being
+// resolved, and does not wait: containerd prepares an image's layers one
 // after the other, so an image's later weight layers (Pointer.Next) resolve
 // while the earlier ones are prepared. A resolution nobody waits for
 // leaves its artifact in the store and lets the lease go.
@@ -104,7 +104,7 @@ func (l *leases) prefetch(ctx context.Context, ptrs []pointer.Pointer) {
 			continue
 		}
 		l.start(id, p)
-		log.G(ctx).WithField("identity", p.ID).WithField("artifact", p.Artifact).Debug("resolving a later weight layer ahead")
+		log.G(ctx).WithField("id", p.ID).WithField("artifact", p.Artifact).Debug("resolving a later weight layer ahead")
 	}
 }
 
@@ -117,7 +117,7 @@ func (l *leases) start(id artifact.ID, ptr pointer.Pointer) *flight {
 	return f
 }
 
-// fly runs one resolution and hands its lease, pinned once per waiter, to
+// fly runs one resolution and hands its lease, in flight once per waiter, to
 // the table.
 func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 	defer l.life.wg.Done()
@@ -143,7 +143,7 @@ func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 			res.Close()
 		default:
 			f.held = l.hold(id, res.Lease)
-			f.held.pins = f.waiters
+			f.held.inflight = f.waiters
 		}
 	}
 	close(f.done)
@@ -168,7 +168,7 @@ func (l *leases) follow(id artifact.ID, source string, p artifact.Producer) (sto
 		gt.Set(float64(total))
 		if time.Since(logged) >= progressLogEvery {
 			logged = time.Now()
-			log.G(l.life.ctx).WithField("identity", id.String()).WithField("source", source).WithField("bytes", done).
+			log.G(l.life.ctx).WithField("id", id.String()).WithField("source", source).WithField("bytes", done).
 				WithField("total_bytes", total).WithField("mib_per_second", float64(done)/(1<<20)/time.Since(start).Seconds()).
 				Info("resolving: weights in flight")
 		}
@@ -180,7 +180,7 @@ func (l *leases) follow(id artifact.ID, source string, p artifact.Producer) (sto
 	}
 }
 
-// hold enters a lease into the table, unpinned; l.mu is held and id is
+// hold enters a lease into the table, not in flight; l.mu is held and id is
 // not held yet.
 func (l *leases) hold(id artifact.ID, lease *store.Lease) *held {
 	h := &held{id: id, lease: lease}
@@ -224,17 +224,18 @@ func (l *leases) adopt(lease *store.Lease, holders ...string) {
 	}
 }
 
-// attach records that holder has h leased; h is pinned, so its lease
+// attach records that holder has h leased; h is in flight, so its lease
 // cannot go meanwhile.
 func (l *leases) attach(h *held, holder string) {
 	l.holders.set(holder, h.id, useLeased)
 }
 
-// release unpins h; an artifact nothing needs any more is let go.
-func (l *leases) release(h *held) {
+// finish ends one use in flight of h; an artifact nothing needs any more
+// is let go.
+func (l *leases) finish(h *held) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	h.pins--
+	h.inflight--
 	l.dropIfUnused(h)
 }
 
@@ -247,15 +248,15 @@ func (l *leases) forget(ctx context.Context, holder string) {
 	defer l.mu.Unlock()
 	for _, id := range ids {
 		if h := l.held[id]; h != nil && l.dropIfUnused(h) {
-			log.G(ctx).WithField("identity", id.String()).WithField("holder", holder).Info("lease released: nothing uses the artifact")
+			log.G(ctx).WithField("id", id.String()).WithField("holder", holder).Info("lease released: nothing uses the artifact")
 		}
 	}
 }
 
 // dropIfUnused closes the lease of an artifact no holder has leased and no
-// Prepare uses; l.mu is held.
+// Prepare has in flight; l.mu is held.
 func (l *leases) dropIfUnused(h *held) bool {
-	if h.pins > 0 || l.held[h.id] != h || l.holders.anyOf(h.id, useLeased) {
+	if h.inflight > 0 || l.held[h.id] != h || l.holders.anyOf(h.id, useLeased) {
 		return false
 	}
 	delete(l.held, h.id)

@@ -3,8 +3,6 @@ package snapshotter
 import (
 	"context"
 	"fmt"
-	"maps"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -31,7 +29,7 @@ type repairs struct {
 	backoff Backoff
 
 	mu    sync.Mutex
-	loops map[artifact.ID]*repairLoop // by identity; its holders are those the holder table says repairing
+	loops map[artifact.ID]*repairLoop // by ID; its holders are those the holder table says repairing
 }
 
 // repairLoop is the repair of one artifact's holders.
@@ -94,7 +92,7 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 	if err != nil {
 		return fmt.Errorf("the layer's snapshot is a fallback without the weights, and: %w", err)
 	}
-	defer r.s.leases.release(h)
+	defer r.s.leases.finish(h)
 	if !r.s.holders.has(name, ptr.ID, useRepairing) { // not queued (the daemon restarted since): queue it, so repair fills it
 		r.add(ptr, name)
 	}
@@ -105,7 +103,7 @@ func (r *repairs) now(ctx context.Context, ptr pointer.Pointer, name string, wai
 func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 	defer r.life.wg.Done()
 	ctx := r.life.ctx
-	logger := log.G(ctx).WithField("identity", lp.ptr.ID).WithField("artifact", lp.ptr.Artifact)
+	logger := log.G(ctx).WithField("id", lp.ptr.ID).WithField("artifact", lp.ptr.Artifact)
 	// wait is the pause before the next try: Initial, doubled after each
 	// failed try up to Max, Initial again after a kick or a try that
 	// repaired every holder it found (holders added meanwhile).
@@ -146,7 +144,7 @@ func (r *repairs) run(id artifact.ID, lp *repairLoop) {
 				logger.WithError(err).WithField("holder", holder).Error("repair failed")
 			}
 		}
-		r.s.leases.release(h)
+		r.s.leases.finish(h)
 		if r.done(id, lp) {
 			return
 		}
@@ -181,8 +179,8 @@ func (r *repairs) repair(holder string, h *held) error {
 		info, err := r.s.overlay.Stat(ctx, holder)
 		if err == nil {
 			leased = info.Kind != snapshots.KindCommitted
-			if info.Labels[LabelFallback] != "" {
-				filled, err = true, r.fill(ctx, info, h)
+			if stateOf(info) == stateFallback {
+				filled, err = true, r.s.fillFallback(ctx, info, h)
 			}
 		}
 		if errdefs.IsNotFound(err) { // gone meanwhile
@@ -193,11 +191,11 @@ func (r *repairs) repair(holder string, h *held) error {
 			return err
 		}
 	}
-	// h is pinned: its lease stays while the holder takes it.
+	// h is in flight: its lease stays while the holder takes it.
 	if !r.s.holders.promote(holder, h.id, leased) {
 		return nil
 	}
-	logger := log.G(ctx).WithField("identity", h.id.String()).WithField("holder", holder)
+	logger := log.G(ctx).WithField("id", h.id.String()).WithField("holder", holder)
 	switch {
 	case filled:
 		r.s.metrics.repairs.WithLabelValues("filled").Inc()
@@ -207,24 +205,4 @@ func (r *repairs) repair(holder string, h *held) error {
 		logger.Info("repair: lease taken again")
 	}
 	return nil
-}
-
-// fill puts the artifact into the fallback snapshot info's own directory
-// and removes its LabelFallback.
-func (r *repairs) fill(ctx context.Context, info snapshots.Info, h *held) error {
-	ptr, _, err := pointer.ParseLabels(info.Labels) // its own target: images may mount one artifact at different places
-	if err != nil {
-		return err
-	}
-	dir, err := committedDir(ctx, r.s.overlay, info.Name)
-	if err != nil {
-		return err
-	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, r.s.links); err != nil {
-		return err
-	}
-	info.Labels = maps.Clone(info.Labels)
-	delete(info.Labels, LabelFallback)
-	_, err = r.s.overlay.Update(ctx, info, "labels")
-	return err
 }

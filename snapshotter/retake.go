@@ -66,7 +66,7 @@ func (s *Snapshotter) retake(ctx context.Context) error {
 	for _, name := range slices.Sorted(maps.Keys(all)) {
 		info := all[name]
 		switch {
-		case info.Kind == snapshots.KindCommitted && info.Labels[LabelFallback] != "":
+		case info.Kind == snapshots.KindCommitted && stateOf(info) == stateFallback:
 			if ptr, _, err := pointer.ParseLabels(info.Labels); err == nil {
 				s.repairs.add(ptr, name)
 			}

@@ -17,12 +17,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// LabelView names the shared view a filled weight snapshot is (its
-// directory a symbolic link to it): <artifact hex>/<view key>. Cleanup
-// keeps the views some snapshot names. Like LabelEmptied its key is
-// outside containerd.io/snapshot/, so no image can set it.
-const LabelView = "weightsnap/view"
-
 // sharedViews is the folder of the views weight snapshots share
 // (Root/views): one for each artifact and pointer, built once by
 // buildView, so that the weight snapshot of another chain (another image

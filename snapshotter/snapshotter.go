@@ -1,36 +1,33 @@
-// Package snapshotter is weightsnap's containerd snapshotter: containerd's
-// own overlayfs snapshotter for ordinary layers, and read-only views of the
-// node's validated store for weight layers, so a container gets its weights
-// with no unpack and no copy, page for page shared with every other
-// container of the node.
+// Package snapshotter is weightsnap's containerd snapshotter: overlayfs for
+// ordinary layers, views of the node's store for weight layers.
 //
-// A weight layer is one whose labels (the pointer layer's annotations,
-// which containerd passes to Prepare) name an artifact:
-// containerd.io/snapshot/weightsnap.{artifact,identity,target}. Its
-// Prepare, in order: validate the labels (pointer.ParseLabels); resolve
-// the identity through the resolution runtime (the store, then the peers
-// and the registry the label names, if it is a configured one), one
-// resolution per identity at a time; Prepare a temporary snapshot on the
-// wrapped overlay snapshotter; hardlink the artifact's payload files into
-// that snapshot's own directory under the target; Commit it under the
-// containerd.io/snapshot.ref chain ID with the labels; and answer
+// A container gets its weights with no unpack and no copy, page for page
+// shared with every other container of the node. A weight layer is one
+// whose labels, the pointer layer's annotations that containerd passes to
+// Prepare, name an artifact: containerd.io/snapshot/weightsnap.{artifact,
+// identity,target}. Its Prepare validates the labels (pointer.ParseLabels)
+// and resolves the ID through the resolution runtime: the store, then the
+// peers and the registry the label names, one resolution per ID at a time.
+// It commits a weight snapshot under the containerd.io/snapshot.ref chain
+// ID, fills it with the artifact's shared view, and answers
 // errdefs.ErrAlreadyExists, so containerd fetches and applies nothing. A
 // pointer layer unpacked without its labels is recognised at Commit
 // (detect.go). When the artifact cannot be had, required mode fails the
 // Prepare; preferred mode lets the pointer layer unpack, marks the snapshot
-// (LabelFallback) and repairs it in the background (repair.go).
+// a fallback and repairs it in the background (repair.go). A weight
+// snapshot's states and the transitions between them are in states.go.
 //
 // While something uses an artifact the snapshotter holds a store lease on
-// it (weightsnap rm refuses): an active snapshot over its weight snapshot
-// (a container's rootfs, an image volume, a view), a host mount
-// (hostmount.go), a Prepare in flight. A committed weight snapshot alone
-// holds none (use.go). The record of that is the snapshots' own labels and
-// parents, kept by the overlay snapshotter's metastore, and the host
-// mount's record file: New takes every lease again from the store alone
-// (retake.go); Remove drops a lease with the last user. One holder table
-// (holders.go) says what uses which artifact, leased or waiting for a
-// repair. HostMounts serves host mounts and holders to the CLI through the
-// control API (package control).
+// it, so weightsnap rm refuses. Its users are an active snapshot over its
+// weight snapshot (a container's rootfs, an image volume, containerd's
+// View), a host mount (hostmount.go) and a Prepare in flight. A committed
+// weight snapshot alone holds none (use.go). The record of that is the
+// snapshots' own labels and parents, kept by the overlay snapshotter's
+// metastore, and each host mount's record file. New takes every lease
+// again from the store alone (retake.go); Remove drops a lease with the
+// last user. One holder table (holders.go) says what uses which artifact,
+// leased or waiting for a repair. HostMounts are the host mounts the
+// control API (package control) serves.
 package snapshotter
 
 import (
@@ -50,7 +47,7 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// Resolver turns a weight layer's identity into a leased local artifact;
+// Resolver turns a weight layer's ID into a leased local artifact;
 // *resolve.Runtime is one.
 type Resolver interface {
 	Resolve(ctx context.Context, req resolve.Request) (*resolve.Resolution, error)
@@ -110,24 +107,30 @@ type Snapshotter struct {
 	views   *sharedViews // the views weight snapshots link to
 	metrics *Metrics
 
+	// The locks are taken in this order, and none while a later one is
+	// held: gate, fillMu, HostMounts.mu, repairs.mu, leases.mu,
+	// holderTable.mu (states.go).
+
 	// gate keeps Release (write) from emptying a weight snapshot while
 	// something is made over it (read: over).
 	gate sync.RWMutex
-	// fillMu orders the fills of weight snapshots marked LabelEmptied (a
-	// Prepare's, just after its commit, and the refills of emptied ones),
-	// Release and the sweep of shared views.
+	// fillMu orders the fills of emptied weight snapshots (a Prepare's
+	// commitAndFill and a refill), Release's empty and the sweep of
+	// shared views.
 	fillMu sync.Mutex
 }
 
 var _ snapshots.Snapshotter = (*Snapshotter)(nil)
 
-// New checks that Root and the store share a filesystem (views are
-// hardlinks), opens the overlay snapshotter at Root, and takes again, from
-// the store alone, the leases of every active snapshot over weight
-// snapshots and every host mount; whatever the store cannot serve now is
-// repaired in the background (see retake). The resolutions and repairs it
-// starts run until Close, with ctx's values (its logger) but not its
-// cancellation.
+// New opens the snapshotter at cfg.Root and takes again the leases of what
+// uses weight snapshots.
+//
+// Root and the store must share a filesystem, since views are hardlinks.
+// New opens the overlay snapshotter at Root. It takes the leases of every
+// active snapshot over weight snapshots and every host mount from the
+// store alone; what the store cannot serve now is repaired in the
+// background (retake). The resolutions and repairs it starts run until
+// Close, with ctx's values (its logger) but not its cancellation.
 func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if cfg.Store == nil || cfg.Resolver == nil || cfg.Root == "" {
 		return nil, fmt.Errorf("snapshotter: a root, a store and a resolver are needed: %w", errdefs.ErrInvalidArgument)
@@ -179,12 +182,14 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	return s, nil
 }
 
-// Prepare creates an active snapshot; a weight layer's is committed at once
-// with its weights in place, answered with errdefs.ErrAlreadyExists (or, in
-// preferred mode when the artifact cannot be had, prepared as an ordinary
-// layer and marked a fallback). Any other over weight snapshots leases
-// their artifacts while it exists (use), those Release emptied filled in
-// again first (over).
+// Prepare creates an active snapshot, or commits a weight layer's snapshot
+// with its weights in place.
+//
+// A weight layer's Prepare answers errdefs.ErrAlreadyExists. In preferred
+// mode, when the artifact cannot be had, it prepares an ordinary layer
+// marked a fallback instead. Any other snapshot over weight snapshots
+// leases their artifacts while it exists (use). Those that Release emptied
+// are refilled first (over).
 func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
 	labels, err := optLabels(opts)
 	if err != nil {
@@ -198,8 +203,8 @@ func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...s
 	return s.prepareWeights(ctx, key, parent, labels)
 }
 
-// View creates a read-only snapshot of parent, which leases the artifacts
-// of the weight snapshots under it while it exists (use, over).
+// View creates containerd's read-only View of parent, which leases the
+// artifacts of the weight snapshots under it while it exists (use, over).
 func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
 	labels, err := optLabels(opts)
 	if err != nil {
@@ -224,8 +229,9 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 	return s.overlay.Mounts(ctx, key)
 }
 
-// Commit commits an active snapshot, which lets its leases go. A fallback
-// weight layer stays marked as one, and its repair starts; a pointer layer
+// Commit commits an active snapshot, which lets its leases go.
+//
+// A fallback stays marked as one, and its repair starts. A pointer layer
 // unpacked without its labels becomes a weight snapshot (commitFound).
 func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snapshots.Opt) error {
 	err := s.commit(ctx, name, key, opts)
@@ -239,7 +245,7 @@ func (s *Snapshotter) commit(ctx context.Context, name, key string, opts []snaps
 	active, err := s.overlay.Stat(ctx, key)
 	switch {
 	case err != nil || active.Kind != snapshots.KindActive: // the overlay snapshotter says what is wrong
-	case active.Labels[LabelFallback] != "":
+	case stateOf(active) == stateFallback:
 		opts = append(opts, snapshots.WithLabels(map[string]string{LabelFallback: active.Labels[LabelFallback]}))
 		if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
 			return err
@@ -299,26 +305,9 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 	return s.links.sweep()
 }
 
-// sweepViews removes the shared views no weight snapshot names.
-func (s *Snapshotter) sweepViews(ctx context.Context) error {
-	s.fillMu.Lock()
-	defer s.fillMu.Unlock()
-	keep := map[string]bool{}
-	err := s.overlay.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
-		if v := info.Labels[LabelView]; v != "" {
-			keep[v] = true
-		}
-		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("shared views: %w", err)
-	}
-	return s.views.sweep(keep)
-}
-
-// Close stops the repairs and the resolutions in flight and waits for
-// them, releases every lease and closes the overlay snapshotter. Host
-// mounts stay mounted (and are taken again by the next New).
+// Close stops the repairs and the resolutions and waits for them, closes
+// every lease and closes the overlay snapshotter. Host mounts stay mounted,
+// and the next New takes them again.
 func (s *Snapshotter) Close() error {
 	s.life.end()
 	s.leases.close()

@@ -2,8 +2,10 @@ package snapshotter
 
 import (
 	"context"
+	"fmt"
 	"time"
 
+	"github.com/containerd/containerd/v2/core/mount"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -33,6 +35,54 @@ func (s *Snapshotter) use(ctx context.Context, key string, chain []snapshots.Inf
 	}
 }
 
+// over makes the snapshot key over parent with mk and gives it the
+// leases of the weight snapshots under it (use), those first filled in
+// again where Release emptied them (refill), while no Release runs: what
+// is made never sees an emptied weight snapshot. The chain is read once
+// a pass, for both. An image unpack's
+// Prepares (containerd.io/snapshot.ref) read no weights.
+func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[string]string, mk func() ([]mount.Mount, error)) ([]mount.Mount, error) {
+	if parent == "" || labels[snapshots.LabelSnapshotRef] != "" {
+		return mk()
+	}
+	// The refilled artifacts stay leased (so neither evicted nor emptied)
+	// until a pass has made the snapshot and taken its own leases.
+	var held []*held
+	defer func() {
+		for _, h := range held {
+			s.leases.finish(h)
+		}
+	}()
+	stat := func(name string) (snapshots.Info, error) { return s.overlay.Stat(ctx, name) }
+	for {
+		s.gate.RLock()
+		chain, err := chainOf(parent, stat)
+		var emptied []snapshots.Info
+		for _, info := range chain {
+			if info.Kind == snapshots.KindCommitted && stateOf(info) == stateEmptied {
+				emptied = append(emptied, info)
+			}
+		}
+		if err == nil && len(emptied) == 0 {
+			m, err := mk()
+			if err == nil {
+				s.use(ctx, key, chain)
+			}
+			s.gate.RUnlock()
+			return m, err
+		}
+		s.gate.RUnlock()
+		if err != nil {
+			return nil, fmt.Errorf("the parents of %s: %w", key, err)
+		}
+		hs, err := s.refill(ctx, emptied)
+		held = append(held, hs...)
+		if err != nil {
+			return nil, err
+		}
+	}
+}
+
 // chainOf reads the snapshots of parent's chain with stat, parent first.
 func chainOf(parent string, stat func(name string) (snapshots.Info, error)) ([]snapshots.Info, error) {
 	var chain []snapshots.Info
@@ -48,14 +98,14 @@ func chainOf(parent string, stat func(name string) (snapshots.Info, error)) ([]s
 }
 
 // weightsIn lists the pointers of the weight snapshots in chain, once per
-// identity. A fallback is skipped: what runs over it started without the
+// ID. A fallback is skipped: what runs over it started without the
 // weights (its repair fills them in for the next one). A weight snapshot
 // with bad labels is logged and skipped.
 func weightsIn(ctx context.Context, chain []snapshots.Info) []pointer.Pointer {
 	var out []pointer.Pointer
 	seen := map[artifact.ID]bool{}
 	for _, info := range chain {
-		if info.Kind == snapshots.KindCommitted && info.Labels[pointer.LabelIdentity] != "" && info.Labels[LabelFallback] == "" {
+		if st := stateOf(info); info.Kind == snapshots.KindCommitted && st != stateOrdinary && st != stateFallback {
 			ptr, _, err := pointer.ParseLabels(info.Labels)
 			switch {
 			case err != nil:
@@ -85,7 +135,7 @@ func (s *Snapshotter) lease(ctx context.Context, ptr pointer.Pointer, holders ..
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
 	lease, err := s.store.Lookup(lctx, ptr.ID, store.ManifestAndMetadata)
 	cancel()
-	logger := log.G(ctx).WithField("identity", ptr.ID).WithField("holders", holders)
+	logger := log.G(ctx).WithField("id", ptr.ID).WithField("holders", holders)
 	if err != nil {
 		logger.WithError(err).Warn("lease not taken: the store cannot serve the artifact now; the holders keep their files, and a repair resolves it in the background")
 		s.repairs.add(ptr, holders...)

@@ -148,8 +148,8 @@ func newViewLinks() *viewLinks { return &viewLinks{dirs: map[string]bool{}} }
 // linkAll links files under root (each at its store path, a validated
 // relative path), its directories made first, then the links by a few
 // goroutines (internal/fanout) over consecutive runs of files, so that each
-// mostly links into folders of its own: a link is a few syscalls in the
-// kernel, and a model of a thousand small files is a thousand of them.
+// mostly links into folders of its own. Each file is its own link, so a
+// model of many small files costs as many links.
 func (v *viewLinks) linkAll(root string, files []*store.LeaseFile) error {
 	for _, f := range files {
 		if err := v.mkdir(filepath.Dir(filepath.Join(root, f.Path))); err != nil {

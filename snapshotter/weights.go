@@ -26,33 +26,22 @@ const (
 	OutcomeError    = "error"    // the snapshot could not be built
 )
 
-// LabelFallback marks a weight snapshot whose pointer layer was unpacked as
-// it is because its artifact could not be had (preferred mode); its value is
-// when (RFC 3339). The repairs fill the weights in and remove it. Its key is
-// outside containerd.io/snapshot/, so no image can set it.
-const LabelFallback = "weightsnap/fallback"
-
-// fallbackLabel marks a snapshot as a fallback, from now.
-func fallbackLabel() snapshots.Opt {
-	return snapshots.WithLabels(map[string]string{LabelFallback: time.Now().UTC().Format(time.RFC3339)})
-}
-
 // weightErr is a weight layer whose Prepare failed: it names the artifact,
-// the identity and the target (when the pointer was read), and wraps the
+// the ID and the target (when the pointer was read), and wraps the
 // cause (a *resolve.Failure, a pointer label error, or a filesystem error)
 // with its errdefs class.
 func weightErr(ptr pointer.Pointer, err error) error {
 	if ptr.Artifact == "" {
 		return fmt.Errorf("weightsnap: %w", err)
 	}
-	return fmt.Errorf("weightsnap: weights %s (identity %s) for %s: %w", ptr.Artifact, ptr.ID, ptr.Target, err)
+	return fmt.Errorf("weightsnap: weights %s (ID %s) for %s: %w", ptr.Artifact, ptr.ID, ptr.Target, err)
 }
 
 // prepareWeights builds and commits a weight layer's snapshot and answers
 // errdefs.ErrAlreadyExists; any failure leaves nothing behind. When the
 // artifact cannot be had and the layer's mode is preferred, it prepares the
 // layer as an ordinary one instead (containerd unpacks the pointer layer
-// into it), marked with LabelFallback for the repairs.
+// into it), marked a fallback for the repairs.
 func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, labels map[string]string) (_ []mount.Mount, err error) {
 	start := time.Now()
 	var ptr pointer.Pointer
@@ -60,7 +49,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	outcome, source := OutcomeError, ""
 	defer func() {
 		s.metrics.weight(outcome, time.Since(start))
-		l := log.G(ctx).WithField("identity", ptr.ID).WithField("artifact", ptr.Artifact).
+		l := log.G(ctx).WithField("id", ptr.ID).WithField("artifact", ptr.Artifact).
 			WithField("target", ptr.Target).WithField("source", source).WithField("outcome", outcome).
 			WithField("seconds", time.Since(start).Seconds()).WithField("key", key)
 		if fallbackCause != nil {
@@ -89,7 +78,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	}
 	if existing != nil {
 		outcome = OutcomeExists
-		if existing.Labels[LabelFallback] != "" {
+		if stateOf(*existing) == stateFallback {
 			// A fallback made while the node was in preferred mode: a
 			// required layer must not run on it.
 			if err := s.repairs.now(ctx, ptr, name, s.modeOf(ptr) == resolve.Required); err != nil {
@@ -106,7 +95,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	case err != nil && s.modeOf(ptr) == resolve.Preferred && ctx.Err() == nil:
 		outcome, fallbackCause = OutcomeFallback, err
 		s.metrics.fallbacks.Inc()
-		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(labels), fallbackLabel())
+		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(labels), markFallback())
 		if perr != nil {
 			outcome = OutcomeError
 			return nil, weightErr(ptr, fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err))
@@ -117,7 +106,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 		return nil, weightErr(ptr, err)
 	}
 	outcome, source = resolvedOutcome(rep)
-	defer s.leases.release(h)
+	defer s.leases.finish(h)
 
 	tmp := fmt.Sprintf("%s %d %s", tmpView, time.Now().UnixNano(), key)
 	mounts, err := s.overlay.Prepare(ctx, tmp, parent)
@@ -133,7 +122,7 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 			}
 		}
 	}()
-	err = s.commitView(ctx, h, ptr, source, mounts, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
+	err = s.commitAndFill(ctx, h, ptr, source, mounts, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
 	if errdefs.IsAlreadyExists(err) { // a concurrent Prepare of the same layer committed first
 		outcome = OutcomeExists
 		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
@@ -156,38 +145,6 @@ func resolvedOutcome(rep *resolve.Report) (outcome, source string) {
 		return OutcomeHit, rep.Source
 	}
 	return OutcomeFetched, rep.Source
-}
-
-// commitView commits the active snapshot key (whose mounts are given) as
-// name with opts, marked LabelEmptied, then puts the leased artifact h at
-// ptr's target in it and removes the mark (fill): containerd's commit
-// walks the snapshot's files for its usage, and a view of a model of a
-// thousand files is a thousand of them (the store's bytes, not the
-// snapshot's). A crash between leaves it marked: the next use fills it in
-// (refill). When the fill fails the snapshot is removed, or, when
-// something was made over it meanwhile, left marked. The snapshot holds
-// no lease (what uses it does). A commit error is returned as it is.
-func (s *Snapshotter) commitView(ctx context.Context, h *held, ptr pointer.Pointer, source string, mounts []mount.Mount,
-	name, key string, opts ...snapshots.Opt) error {
-	dir, err := snapshotDir(mounts)
-	if err != nil {
-		return err
-	}
-	opts = append(opts, snapshots.WithLabels(map[string]string{LabelEmptied: time.Now().UTC().Format(time.RFC3339)}))
-	if err := s.overlay.Commit(ctx, name, key, opts...); err != nil {
-		if !errdefs.IsAlreadyExists(err) {
-			err = fmt.Errorf("commit %s: %w", name, err)
-		}
-		return err
-	}
-	if err := s.fill(ctx, name, dir, ptr, h); err != nil {
-		if rerr := s.overlay.Remove(context.WithoutCancel(ctx), name); rerr != nil {
-			log.G(ctx).WithError(rerr).WithField("snapshot", name).Warn("remove a weight snapshot whose fill failed: it stays marked emptied, and its next use fills it in")
-		}
-		return fmt.Errorf("fill %s: %w", name, err)
-	}
-	s.metrics.viewBytes.WithLabelValues(source).Add(float64(h.lease.Index.TotalBytes()))
-	return nil
 }
 
 // committedName is the name the weight snapshot of chainID over parent has

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,8 +11,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/storetest"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 )
 
 // recordingDaemon is a control backend that keeps the requests it gets.
@@ -46,16 +45,13 @@ func TestDaemonRequests(t *testing.T) {
 	sock := filepath.Join(dir, "control.sock")
 	rec := &recordingDaemon{}
 	answer, _ := artifact.ParseIDHex(strings.Repeat("c", 64))
-	srv, err := control.Listen(context.Background(), sock, rec, control.Route{Pattern: "POST /v1/publish", Fn: func(_ context.Context, r *http.Request) (any, error) {
-		var req control.PublishRequest
-		if err := control.DecodeRequest(r, &req); err != nil {
-			return nil, err
-		}
-		rec.mu.Lock()
-		rec.publish = append(rec.publish, req)
-		rec.mu.Unlock()
-		return control.PublishResult{ID: answer, Present: true}, nil
-	}})
+	srv, err := control.Listen(context.Background(), sock, control.Services{Mounts: rec,
+		Publish: func(_ context.Context, req control.PublishRequest) (*control.PublishResult, error) {
+			rec.mu.Lock()
+			rec.publish = append(rec.publish, req)
+			rec.mu.Unlock()
+			return &control.PublishResult{ID: answer, Present: true}, nil
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}

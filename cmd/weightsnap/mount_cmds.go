@@ -11,9 +11,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/pointer"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 )
 
 // control is a client of weightsnapd's control API.

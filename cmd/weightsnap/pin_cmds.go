@@ -184,7 +184,7 @@ func newPrefetchCmd(a *app) *cobra.Command {
 				return err
 			}
 			var list []prefetch.Status
-			if err := c.Get(cmd.Context(), "/v1/prefetch", &list); err != nil {
+			if err := c.Prefetch(cmd.Context(), &list); err != nil {
 				return err
 			}
 			if a.jsonOut {

@@ -9,8 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/resolve"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 )
 
 // publishFlags are weightsnap publish's flags.

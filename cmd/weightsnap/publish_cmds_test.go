@@ -11,7 +11,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
+	"github.com/weightsnap/weightsnap/control"
 )
 
 // TestPublishCompileCache: weightsnap publish --kind compile-cache

@@ -16,9 +16,9 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/internal/procs"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 )
 

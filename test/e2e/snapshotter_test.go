@@ -318,16 +318,20 @@ func lastLine(s string) string {
 	return lines[len(lines)-1]
 }
 
-// logLine is the number of the first JSON log line with msg about identity, or -1.
-func logLine(t *testing.T, path, msg, identity string) int {
+// logLine is the number of the first JSON log line with msg about the
+// artifact id (its log key "id"), or -1.
+func logLine(t *testing.T, path, msg, id string) int {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for i, line := range strings.Split(string(raw), "\n") {
-		var e struct{ Msg, Identity string }
-		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg && e.Identity == identity {
+		var e struct {
+			Msg string
+			ID  string `json:"id"`
+		}
+		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == msg && e.ID == id {
 			return i
 		}
 	}

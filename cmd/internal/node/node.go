@@ -1,12 +1,13 @@
-// Package node assembles weightsnap's node side from the configuration
-// file: the resolution runtime (cmd/internal/noderuntime, which the CLI
-// shares), the snapshotter (with its repairs and host mounts) and its
-// control API (snapshotter/control, with the daemon's routes: prefetch and
-// post-load publication), and prefetch. The
-// runtime's registry client fetches with the node's Docker config, or with
-// the credentials a CRI pull put in its context (registry.WithCredential).
-// weightsnapd serves it to containerd as a proxy snapshotter;
-// cmd/weightsnapd/plugin compiles it into containerd.
+// Package node is weightsnapd's wiring of a node from the configuration
+// file.
+//
+// It opens the store through the resolution runtime (noderuntime, which
+// the CLI shares) and starts the snapshotter, the prefetch manager and the
+// control API. The runtime's registry client fetches with the node's
+// Docker config, or with the credentials a CRI pull put in its context
+// (registry.WithCredential). weightsnapd serves the snapshotter to
+// containerd as a proxy snapshotter; cmd/weightsnapd/plugin compiles it
+// into containerd.
 package node
 
 import (
@@ -19,11 +20,11 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/prefetch"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -86,7 +87,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		}
 	}
 	if a := cfg.Snapshotter.ControlAddress; a != "" {
-		if n.control, err = control.Listen(ctx, a, n.Snapshotter.HostMounts(), prefetchRoute(n.Prefetch), publishRoute(rt)); err != nil {
+		if n.control, err = control.Listen(ctx, a, controlServices(n.Snapshotter.HostMounts(), n.Prefetch, rt)); err != nil {
 			n.Snapshotter.Close()
 			return nil, fmt.Errorf("control API: %w", err)
 		}
@@ -98,6 +99,16 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	log.G(ctx).WithField("store", d.Root()).WithField("snapshots", n.SnapshotRoot).WithField("mode", cfg.Snapshotter.Mode).
 		WithField("control", cfg.Snapshotter.ControlAddress).Info("snapshotter started")
 	return n, nil
+}
+
+// newPrefetch makes the prefetch manager of [prefetch] (nil when its dir
+// is "").
+func newPrefetch(cfg config.Config, n *Node) *prefetch.Manager {
+	if cfg.Prefetch.Dir == "" {
+		return nil
+	}
+	return prefetch.New(prefetch.Config{Dir: cfg.Prefetch.Dir, Store: n.Store, Resolve: noderuntime.PrefetchResolver(cfg, n.Runtime, n.Remote),
+		RetryMax: time.Duration(cfg.Prefetch.RetryMaxSeconds) * time.Second})
 }
 
 // Close stops the control API and the snapshotter; host mounts stay.

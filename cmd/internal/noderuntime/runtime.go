@@ -1,5 +1,10 @@
-// Package noderuntime is the one constructor of the resolution runtime from
-// the configuration, which the daemon (cmd/internal/node) and the CLI share.
+// Package noderuntime is the resolution runtime the configuration describes,
+// shared by the weightsnap CLI and weightsnapd.
+//
+// NewRuntime is its one constructor. PrefetchResolver and PublishCache are
+// the work both programs run through it: resolving a prefetch entry, and
+// publishing a compile cache after a load. The daemon's wiring is
+// cmd/internal/node's.
 package noderuntime
 
 import (

@@ -1,14 +1,17 @@
-// Package control is weightsnapd's control API, for the weightsnap CLI:
-// host mounts and what holds an artifact, HTTP/JSON on a unix socket (mode
-// 0660). The daemon serves a Backend (the snapshotter's host mounts) with
-// Listen; the CLI calls it through a Client, without the snapshotter.
+// Package control is weightsnapd's control API for the weightsnap CLI,
+// HTTP/JSON on a unix socket.
+//
+// The daemon serves its Services with Listen: host mounts and what holds
+// an artifact (the snapshotter's), prefetch entries' states and the
+// post-load publication of a compile cache. The CLI calls them through a
+// Client. The socket's mode is 0660.
 //
 //	POST   /v1/mounts              HostMountRequest -> HostMountInfo
 //	DELETE /v1/mounts?dir=DIR      -> 204
 //	GET    /v1/mounts              -> []HostMountInfo
 //	GET    /v1/holders?identity=ID -> Holders
-//	GET    /v1/prefetch            -> []prefetch.Status (the daemon's route)
-//	POST   /v1/publish             PublishRequest -> PublishResult (the daemon's route)
+//	GET    /v1/prefetch            -> []prefetch.Status
+//	POST   /v1/publish             PublishRequest -> PublishResult
 //
 // An error answers its errdefs class as the HTTP status (errhttp) and
 // {"error": message}.
@@ -59,8 +62,9 @@ type Holders struct {
 	Pending   []string    `json:"pending,omitempty"`   // snapshots (fallbacks, users) and mount points waiting for a repair
 }
 
-// Backend is what the control API serves.
-type Backend interface {
+// HostMounts are the host mounts the control API serves; the snapshotter's
+// HostMounts is one.
+type HostMounts interface {
 	// Mount makes a host mount.
 	Mount(ctx context.Context, req HostMountRequest) (*HostMountInfo, error)
 	// Unmount undoes the host mount on dir.
@@ -69,4 +73,16 @@ type Backend interface {
 	List() []HostMountInfo
 	// HoldersOf says what holds the artifact identity.
 	HoldersOf(identity artifact.ID) (*Holders, error)
+}
+
+// Services are what a daemon serves on its control API.
+type Services struct {
+	// Mounts serves the host mount and holder routes.
+	Mounts HostMounts
+	// Prefetch answers GET /v1/prefetch: the prefetch entries' states, a
+	// []prefetch.Status. Nil answers an empty list.
+	Prefetch func() any
+	// Publish answers POST /v1/publish: the post-load publication of what
+	// a started engine made. Nil refuses it (errdefs.ErrNotImplemented).
+	Publish func(ctx context.Context, req PublishRequest) (*PublishResult, error)
 }

@@ -9,8 +9,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/resolve"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 	"github.com/weightsnap/weightsnap/store"
 )
 

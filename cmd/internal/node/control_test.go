@@ -9,12 +9,12 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
-	"github.com/weightsnap/weightsnap/snapshotter/control"
 )
 
-// noMounts is a control backend without host mounts.
+// noMounts are control host mounts that refuse every call.
 type noMounts struct{}
 
 func (noMounts) Mount(context.Context, control.HostMountRequest) (*control.HostMountInfo, error) {
@@ -26,11 +26,11 @@ func (noMounts) HoldersOf(artifact.ID) (*control.Holders, error) {
 	return nil, errdefs.ErrNotImplemented
 }
 
-// TestPublishRoute: POST /v1/publish publishes a compile cache through
+// TestControlPublish: POST /v1/publish publishes a compile cache through
 // the daemon's runtime only when allow_post_load_publish is on; off, it is
 // refused as a permission and the store does not get it; a request the
 // route cannot read, or whose --for the store lacks, says its class.
-func TestPublishRoute(t *testing.T) {
+func TestControlPublish(t *testing.T) {
 	d, weights := storetest.Seeded(t, 64<<10, 1)
 	forID, _ := weights.ID()
 	cache := t.TempDir()
@@ -44,7 +44,7 @@ func TestPublishRoute(t *testing.T) {
 			t.Fatal(err)
 		}
 		sock := filepath.Join(t.TempDir(), "c.sock")
-		s, err := control.Listen(context.Background(), sock, noMounts{}, publishRoute(rt))
+		s, err := control.Listen(context.Background(), sock, controlServices(noMounts{}, nil, rt))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -49,10 +49,10 @@ func (c *Client) Mounts(ctx context.Context) ([]HostMountInfo, error) {
 	return out, c.call(ctx, http.MethodGet, "/v1/mounts", nil, &out)
 }
 
-// Get calls GET path and decodes the answer into out (the daemon's own
-// routes: GET /v1/prefetch).
-func (c *Client) Get(ctx context.Context, path string, out any) error {
-	return c.call(ctx, http.MethodGet, path, nil, out)
+// Prefetch decodes the daemon's prefetch entries' states into out, a
+// *[]prefetch.Status.
+func (c *Client) Prefetch(ctx context.Context, out any) error {
+	return c.call(ctx, http.MethodGet, "/v1/prefetch", nil, out)
 }
 
 // Holders says what holds an artifact in the daemon.

@@ -13,8 +13,8 @@ import (
 const KindCompileCache = "compile-cache"
 
 // PublishRequest asks for the post-load publication of what a started
-// engine made (POST /v1/publish, the daemon's route; weightsnap publish
-// makes the same request in its own process).
+// engine made. weightsnap publish makes the same request in its own
+// process.
 type PublishRequest struct {
 	Kind string `json:"kind"` // KindCompileCache
 	// Dir is the absolute directory the engine wrote; read by whoever

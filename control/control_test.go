@@ -15,15 +15,15 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// fakeBackend records the calls the server makes and answers err when set.
-type fakeBackend struct {
+// fakeMounts records the calls the server makes and answers err when set.
+type fakeMounts struct {
 	mu       sync.Mutex
 	err      error
 	mounted  []HostMountRequest
 	unmounts []string
 }
 
-func (b *fakeBackend) Mount(_ context.Context, req HostMountRequest) (*HostMountInfo, error) {
+func (b *fakeMounts) Mount(_ context.Context, req HostMountRequest) (*HostMountInfo, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.err != nil {
@@ -33,14 +33,14 @@ func (b *fakeBackend) Mount(_ context.Context, req HostMountRequest) (*HostMount
 	return &HostMountInfo{Dir: req.Dir, ID: req.ID, Artifact: req.Artifact, Created: time.Unix(1, 0).UTC(), Leased: true}, nil
 }
 
-func (b *fakeBackend) Unmount(_ context.Context, dir string) error {
+func (b *fakeMounts) Unmount(_ context.Context, dir string) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.unmounts = append(b.unmounts, dir)
 	return b.err
 }
 
-func (b *fakeBackend) List() []HostMountInfo {
+func (b *fakeMounts) List() []HostMountInfo {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var out []HostMountInfo
@@ -50,23 +50,23 @@ func (b *fakeBackend) List() []HostMountInfo {
 	return out
 }
 
-func (b *fakeBackend) HoldersOf(id artifact.ID) (*Holders, error) {
+func (b *fakeMounts) HoldersOf(id artifact.ID) (*Holders, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return &Holders{ID: id, Leased: true, Mounts: []string{"/models/m"}, Pending: []string{"container"}}, b.err
 }
 
-func (b *fakeBackend) fail(err error) {
+func (b *fakeMounts) fail(err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.err = err
 }
 
-// serve starts the control API over b on a socket of its own.
-func serve(t *testing.T, b Backend) *Client {
+// serve starts the control API over svc on a socket of its own.
+func serve(t *testing.T, svc Services) *Client {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "control.sock")
-	srv, err := Listen(context.Background(), sock, b)
+	srv, err := Listen(context.Background(), sock, svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +88,8 @@ func repeatsClass(err error) bool {
 // and comes back as the backend answered.
 func TestRoundTrip(t *testing.T) {
 	ctx := context.Background()
-	b := &fakeBackend{}
-	c := serve(t, b)
+	b := &fakeMounts{}
+	c := serve(t, Services{Mounts: b})
 	id := artifact.MustParseID("sha256:" + strings.Repeat("ab", 32))
 	req := HostMountRequest{ID: id, Artifact: "reg.example/m@sha256:" + strings.Repeat("cd", 32), Dir: "/models/a b&c"}
 	mi, err := c.HostMount(ctx, req)
@@ -112,8 +112,8 @@ func TestRoundTrip(t *testing.T) {
 // reach the client with their errdefs class, named once.
 func TestErrorsKeepTheirClass(t *testing.T) {
 	ctx := context.Background()
-	b := &fakeBackend{}
-	c := serve(t, b)
+	b := &fakeMounts{}
+	c := serve(t, Services{Mounts: b})
 	for _, tc := range []struct {
 		name string
 		call func() error
@@ -148,6 +148,44 @@ func TestErrorsKeepTheirClass(t *testing.T) {
 	defer b.mu.Unlock()
 	if len(b.mounted) != 0 {
 		t.Fatalf("refused requests reached the backend: %+v", b.mounted)
+	}
+}
+
+// TestDaemonRoutes: the prefetch and publish routes answer what the
+// daemon's services answer, and a daemon without them answers an empty
+// list and refuses a publication as not implemented.
+func TestDaemonRoutes(t *testing.T) {
+	ctx := context.Background()
+	id := artifact.MustParseID("sha256:" + strings.Repeat("ab", 32))
+	req := PublishRequest{Kind: KindCompileCache, Dir: "/cache", For: id, Engine: "e"}
+	var got PublishRequest
+	full := serve(t, Services{Mounts: &fakeMounts{},
+		Prefetch: func() any { return []map[string]string{{"file": "a.json"}} },
+		Publish: func(_ context.Context, r PublishRequest) (*PublishResult, error) {
+			got = r
+			return &PublishResult{ID: id, Present: true}, nil
+		}})
+	bare := serve(t, Services{Mounts: &fakeMounts{}})
+	for _, tc := range []struct {
+		name    string
+		c       *Client
+		entries int
+		publish func(*PublishResult, error) bool
+	}{
+		{"daemon's services", full, 1, func(res *PublishResult, err error) bool {
+			return err == nil && res.ID == id && res.Present && got.Dir == req.Dir && got.For == id
+		}},
+		{"none", bare, 0, func(_ *PublishResult, err error) bool { return errdefs.IsNotImplemented(err) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var list []map[string]string
+			if err := tc.c.Prefetch(ctx, &list); err != nil || len(list) != tc.entries {
+				t.Fatalf("prefetch: %v %v, want %d entries", list, err, tc.entries)
+			}
+			if res, err := tc.c.Publish(ctx, req); !tc.publish(res, err) {
+				t.Fatalf("publish: %+v %v", res, err)
+			}
+		})
 	}
 }
 

@@ -23,16 +23,9 @@ type Server struct {
 	lis net.Listener
 }
 
-// Route is one more route of the control API, served by the daemon beside
-// the backend's.
-type Route struct {
-	Pattern string // net/http's: "GET /v1/prefetch"
-	Fn      func(ctx context.Context, r *http.Request) (any, error)
-}
-
 // Listen creates the control socket at path (mode 0660; a stale socket is
-// replaced) and starts serving b, and the extra routes, on it.
-func Listen(ctx context.Context, path string, b Backend, extra ...Route) (*Server, error) {
+// replaced) and starts serving svc on it.
+func Listen(ctx context.Context, path string, svc Services) (*Server, error) {
 	lis, err := unixserve.Listen(path)
 	if err != nil {
 		return nil, err
@@ -57,27 +50,40 @@ func Listen(ctx context.Context, path string, b Backend, extra ...Route) (*Serve
 	}
 	handle("POST /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
 		var req HostMountRequest
-		if err := DecodeRequest(r, &req); err != nil {
+		if err := decodeRequest(r, &req); err != nil {
 			return nil, fmt.Errorf("mount request: %w", err)
 		}
-		return b.Mount(ctx, req)
+		return svc.Mounts.Mount(ctx, req)
 	})
 	handle("DELETE /v1/mounts", func(ctx context.Context, r *http.Request) (any, error) {
-		return nil, b.Unmount(ctx, r.URL.Query().Get("dir"))
+		return nil, svc.Mounts.Unmount(ctx, r.URL.Query().Get("dir"))
 	})
 	handle("GET /v1/mounts", func(context.Context, *http.Request) (any, error) {
-		return b.List(), nil
+		return svc.Mounts.List(), nil
 	})
 	handle("GET /v1/holders", func(_ context.Context, r *http.Request) (any, error) {
 		id, err := artifact.ParseID(r.URL.Query().Get("identity"))
 		if err != nil {
 			return nil, err
 		}
-		return b.HoldersOf(id)
+		return svc.Mounts.HoldersOf(id)
 	})
-	for _, r := range extra {
-		handle(r.Pattern, r.Fn)
-	}
+	handle("GET /v1/prefetch", func(context.Context, *http.Request) (any, error) {
+		if svc.Prefetch == nil {
+			return []struct{}{}, nil
+		}
+		return svc.Prefetch(), nil
+	})
+	handle("POST /v1/publish", func(ctx context.Context, r *http.Request) (any, error) {
+		if svc.Publish == nil {
+			return nil, fmt.Errorf("publication: %w", errdefs.ErrNotImplemented)
+		}
+		var req PublishRequest
+		if err := decodeRequest(r, &req); err != nil {
+			return nil, fmt.Errorf("publish request: %w", err)
+		}
+		return svc.Publish(ctx, req)
+	})
 	c := &Server{hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, lis: lis}
 	go func() {
 		if err := c.hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {
@@ -87,9 +93,9 @@ func Listen(ctx context.Context, path string, b Backend, extra ...Route) (*Serve
 	return c, nil
 }
 
-// DecodeRequest decodes a request's JSON body (at most 64 KiB, no unknown
+// decodeRequest decodes a request's JSON body (at most 64 KiB, no unknown
 // fields) into v; what does not decode is an invalid argument.
-func DecodeRequest(r *http.Request, v any) error {
+func decodeRequest(r *http.Request, v any) error {
 	dec := json.NewDecoder(io.LimitReader(r.Body, 64<<10))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
