@@ -51,9 +51,8 @@ func TestPolicyDecidesAsContainersImage(t *testing.T) {
 	// v2) and base/mirror/img (tag v1), holding the same manifest and
 	// the same cosign signature image.
 	type sigCase struct {
-		name  string
-		sigs  []func(base string, d digest.Digest) (crypto.Signer, string, digest.Digest) // key, docker-reference, signed digest
-		refOf func(base string) string
+		name string
+		sigs []func(base string, d digest.Digest) (crypto.Signer, string, digest.Digest) // key, docker-reference, signed digest
 	}
 	by := func(k crypto.Signer, ref func(base string, d digest.Digest) string) func(string, digest.Digest) (crypto.Signer, string, digest.Digest) {
 		return func(base string, d digest.Digest) (crypto.Signer, string, digest.Digest) { return k, ref(base, d), d }

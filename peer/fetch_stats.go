@@ -34,12 +34,6 @@ func (s *fetchStats) verified(n int64) {
 	s.progress(n)
 }
 
-// reusedFile counts a file of n bytes adopted from an interrupted build.
-func (s *fetchStats) reusedFile(n int64) {
-	s.reused.Add(n)
-	s.reusedFiles++
-}
-
 // reusedUnit counts n bytes of a kept file whose unit matched; it may be
 // called from several goroutines at once.
 func (s *fetchStats) reusedUnit(n int64) {

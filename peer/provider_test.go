@@ -3,10 +3,11 @@ package peer
 import (
 	"context"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/storetest"
-	"github.com/weightsnap/weightsnap/internal/testenv"
 	"testing"
 	"time"
+
+	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/internal/netfail"

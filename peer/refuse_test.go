@@ -20,9 +20,9 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// rawSession sends a hello and a raw body to addr and returns the answer's
-// status as an error (nil for OK) and the reader, for more.
-func rawSession(t *testing.T, addr string, op byte, token string, body []byte) (error, *bufio.Reader, net.Conn) {
+// rawSession sends a hello and a raw body to addr. It returns the reader and
+// the connection, for more, and the answer's status as an error (nil for OK).
+func rawSession(t *testing.T, addr string, op byte, token string, body []byte) (*bufio.Reader, net.Conn, error) {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
@@ -34,7 +34,7 @@ func rawSession(t *testing.T, addr string, op byte, token string, body []byte) (
 		t.Fatal(err)
 	}
 	r := bufio.NewReader(c)
-	return wire.ReadStatus(r, "answer"), r, c
+	return r, c, wire.ReadStatus(r, "answer")
 }
 
 // allocated runs fn and returns the bytes this process allocated meanwhile.
@@ -90,7 +90,7 @@ func TestServerRefuses(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			n := allocated(func() { err, _, _ = rawSession(t, addr, wire.OpFetch, tc.token, tc.body) })
+			n := allocated(func() { _, _, err = rawSession(t, addr, wire.OpFetch, tc.token, tc.body) })
 			if !tc.want(err) || (err != nil && !strings.Contains(err.Error(), tc.says)) {
 				t.Fatalf("answer %v, want one saying %q", err, tc.says)
 			}
@@ -113,7 +113,7 @@ func TestServerRefusesBadSession(t *testing.T) {
 	d, id := storetest.Seeded(t, 2<<20, 1)
 	s, addr := serve(t, d, ServerConfig{})
 	open := func() (*bufio.Reader, net.Conn) {
-		err, r, c := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id))))
+		r, c, err := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id))))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,17 +129,17 @@ func TestServerRefusesBadSession(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
-	attach := func(a wire.RailAttach) (error, *bufio.Reader, net.Conn) {
+	attach := func(a wire.RailAttach) (*bufio.Reader, net.Conn, error) {
 		return rawSession(t, addr, wire.OpRail, "", a.Encode())
 	}
 	t.Run("rail of no session", func(t *testing.T) {
 		a := wire.RailAttach{Generation: s.genRaw}
-		if err, _, _ := attach(a); !errdefs.IsNotFound(err) {
+		if _, _, err := attach(a); !errdefs.IsNotFound(err) {
 			t.Fatalf("got %v", err)
 		}
 	})
 	t.Run("rail of another generation", func(t *testing.T) {
-		if err, _, _ := attach(wire.RailAttach{}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "restarted") {
+		if _, _, err := attach(wire.RailAttach{}); !errdefs.IsFailedPrecondition(err) || !strings.Contains(err.Error(), "restarted") {
 			t.Fatalf("got %v", err)
 		}
 	})
@@ -155,7 +155,7 @@ func TestServerRefusesBadSession(t *testing.T) {
 			t.Fatalf("%d rails granted, want the cap %d", cs.rails, DefaultMaxRails)
 		}
 		for _, q := range []wire.RangeRequest{{Shard: 7}, {Shard: 0, Off: 1 << 40}, {Shard: 0, Off: 1, N: ^uint64(0)}} {
-			err, rr, rc := attach(wire.RailAttach{Secret: cs.secret, Generation: s.genRaw, Rail: 3})
+			rr, rc, err := attach(wire.RailAttach{Secret: cs.secret, Generation: s.genRaw, Rail: 3})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +164,7 @@ func TestServerRefusesBadSession(t *testing.T) {
 				t.Fatalf("range %+v: got %v", q, err)
 			}
 		}
-		if err, _, _ := attach(wire.RailAttach{Secret: cs.secret, Generation: s.genRaw, Rail: DefaultMaxRails}); !errdefs.IsNotFound(err) {
+		if _, _, err := attach(wire.RailAttach{Secret: cs.secret, Generation: s.genRaw, Rail: DefaultMaxRails}); !errdefs.IsNotFound(err) {
 			t.Fatalf("rail past the count: got %v", err)
 		}
 	})
@@ -175,10 +175,10 @@ func TestServerRefusesBadSession(t *testing.T) {
 func TestSessionLimit(t *testing.T) {
 	d, id := storetest.Seeded(t, 2<<20, 1)
 	_, addr := serve(t, d, ServerConfig{MaxSessions: 1})
-	if err, _, _ := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id)))); err != nil {
+	if _, _, err := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id)))); err != nil {
 		t.Fatal(err)
 	}
-	err, _, _ := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id))))
+	_, _, err := rawSession(t, addr, wire.OpFetch, "", wire.Enc{}.Blob32([]byte(digestOf(t, id))))
 	if !errdefs.IsUnavailable(err) || !strings.Contains(err.Error(), "busy") {
 		t.Fatalf("second session: %v", err)
 	}

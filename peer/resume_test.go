@@ -3,10 +3,11 @@ package peer
 import (
 	"context"
 	"errors"
-	"github.com/weightsnap/weightsnap/internal/storetest"
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/weightsnap/weightsnap/internal/storetest"
 
 	"github.com/weightsnap/weightsnap/store"
 )

@@ -245,7 +245,6 @@ func TestContinueKeptPrefix(t *testing.T) {
 			if _, err := w.Write(data[off:]); err != nil {
 				t.Fatal(err)
 			}
-			err = w.Close()
 			if err := w.Close(); err != nil {
 				t.Fatal(err)
 			}
