@@ -60,7 +60,7 @@ func runBinary(t *testing.T, name string, args ...string) (int, string) {
 	return 0, ""
 }
 
-// TestExitCodeTable walks the README's exit-code table with the built
+// TestExitCodeTable walks docs/cli.md's exit-code table with the built
 // programs: 2 bad input, 3 not found, 4 invalid data, 5 busy, out of space
 // or timed out, 6 refused by the trust policy.
 func TestExitCodeTable(t *testing.T) {

@@ -45,7 +45,7 @@ func TestImportCommandBuildsOnceThenHits(t *testing.T) {
 	}
 }
 
-// TestExitCodes: the README's exit-code table for bad input and a missing source.
+// TestExitCodes: docs/cli.md's exit-code table for bad input and a missing source.
 func TestExitCodes(t *testing.T) {
 	base := t.TempDir()
 	cfg := filepath.Join(base, "config.toml")

@@ -56,27 +56,32 @@ func TestLsRows(t *testing.T) {
 	}
 }
 
-// TestLsColumnsInReadme: the README's `weightsnap ls` line names ls's
-// columns, in order.
+// TestLsColumnsInReadme: the `weightsnap ls` line of the README and of
+// docs/cli.md names ls's columns, in order.
 func TestLsColumnsInReadme(t *testing.T) {
-	raw, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var buf bytes.Buffer
 	if err := printLs(&buf, nil); err != nil {
 		t.Fatal(err)
 	}
 	want := strings.ToLower(strings.Join(strings.Fields(buf.String()), ", "))
-	for _, line := range strings.Split(string(raw), "\n") {
-		if cmd, comment, ok := strings.Cut(line, "#"); ok && strings.TrimSpace(cmd) == "weightsnap ls" {
-			if got := strings.TrimSpace(comment); strings.ToLower(got) != want {
-				t.Fatalf("the README says `weightsnap ls  # %s`, ls prints %s", got, want)
+	for _, page := range []string{"README.md", "docs/cli.md"} {
+		raw, err := os.ReadFile("../../" + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		found := false
+		for _, line := range strings.Split(string(raw), "\n") {
+			if cmd, comment, ok := strings.Cut(line, "#"); ok && strings.TrimSpace(cmd) == "weightsnap ls" {
+				found = true
+				if got := strings.TrimSpace(comment); strings.ToLower(got) != want {
+					t.Errorf("%s says `weightsnap ls  # %s`, ls prints %s", page, got, want)
+				}
 			}
-			return
+		}
+		if !found {
+			t.Errorf("%s has no `weightsnap ls  # columns` line", page)
 		}
 	}
-	t.Fatal("the README has no `weightsnap ls  # columns` line")
 }
 
 // TestDomainText: store init and inspect --domain print text, and JSON

@@ -310,7 +310,7 @@ func TestPlainHTTPHosts(t *testing.T) {
 	}
 }
 
-// TestPlainHTTPServerLine: the README's hosts.toml form, a plain-HTTP
+// TestPlainHTTPServerLine: docs/registries.md's hosts.toml form, a plain-HTTP
 // server line alone, reaches a plain-HTTP registry without PlainHTTP.
 func TestPlainHTTPServerLine(t *testing.T) {
 	blob := []byte("server line")

@@ -20,9 +20,9 @@ func TestMain(m *testing.M) { os.Exit(harness.Main(m)) }
 // sandboxTimeout bounds the whole walkthrough (make build, containerd, a pull and a run).
 const sandboxTimeout = 8 * time.Minute
 
-// TestContainersWalkthrough runs the Containers section's proxy setup as the README writes it (the
-// container prints every weight file with its source sha256), then its host mount block on the same
-// node (the container given the mount with -v prints them too).
+// TestContainersWalkthrough runs the README's Containers section's proxy setup as written (the
+// container prints every weight file with its source sha256), then docs/containers.md's host mount
+// block on the same node (the container given the mount with -v prints them too).
 func TestContainersWalkthrough(t *testing.T) {
 	testenv.RequireRoot(t, "the README walkthrough")
 	tools := harness.Peers(t)
@@ -31,9 +31,8 @@ func TestContainersWalkthrough(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme := filepath.Join(repo, "README.md")
-	setup := shBlock(t, readme, "## Containers")
-	hostMount := shBlock(t, readme, "**Host mounts**")
+	setup := shBlock(t, filepath.Join(repo, "README.md"), "## Containers")
+	hostMount := shBlock(t, filepath.Join(repo, "docs", "containers.md"), "## Host mounts")
 
 	work := harness.TempDir(t)
 	cli := buildCLI(t, repo, work)
@@ -85,14 +84,14 @@ TOML
 	}
 }
 
-// substitute replaces the README's placeholders in cmds (each one must be there, so a README edit
-// that drops one is noticed).
+// substitute replaces a block's placeholders in cmds (each one must be there, so an edit of the
+// block that drops one is noticed).
 func substitute(t *testing.T, cmds []string, placeholders map[string]string) []string {
 	t.Helper()
 	joined := strings.Join(cmds, "\n")
 	for word := range placeholders {
 		if !strings.Contains(joined, word) {
-			t.Fatalf("the README's block no longer has the placeholder %q:\n%s", word, joined)
+			t.Fatalf("the block no longer has the placeholder %q:\n%s", word, joined)
 		}
 	}
 	out := make([]string, len(cmds))
@@ -105,8 +104,8 @@ func substitute(t *testing.T, cmds []string, placeholders map[string]string) []s
 	return out
 }
 
-// shBlock returns the commands of the first ```sh block after the line starting with heading in the README at
-// path: one per line, continuation lines (ending in \) joined, blank and comment lines dropped.
+// shBlock returns the commands of the first ```sh block after the line starting with heading in the
+// Markdown file at path: one per line, continuation lines (ending in \) joined, blank and comment lines dropped.
 func shBlock(t *testing.T, path, heading string) []string {
 	t.Helper()
 	f, err := os.Open(path)
@@ -259,7 +258,7 @@ func runSandbox(t *testing.T, ns *harness.NS, tools *harness.Tools, repo, work, 
 		if _, err := os.Stat(filepath.Join(work, "containerd.log")); err == nil {
 			fmt.Fprintf(&before, "--- containerd's log\n%s\n", harness.Tail(filepath.Join(work, "containerd.log"), 20))
 		}
-		t.Fatalf("README command %d failed (exit %d):\n  %s\noutput:\n%s\nthe commands before it:\n%s",
+		t.Fatalf("walkthrough command %d failed (exit %d):\n  %s\noutput:\n%s\nthe commands before it:\n%s",
 			n+1, rc, cmds[n], read(fmt.Sprintf("out/%d.log", n)), before.String())
 	}
 	if runErr != nil {
