@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Fleet benchmark (issue 26): N nodes (network namespaces on one bridge, stores on tmpfs, every link
+# Fleet benchmark: N nodes (network namespaces on one bridge, stores on tmpfs, every link
 # shaped with tc to one rate) resolve the same artifact from an origin registry at the same instant,
 # each with the other nodes as its weight peers; beside it, in the same run, the same nodes pulling
 # from the registry only, and one node alone on the same links (and unshaped, the machine's own

@@ -23,10 +23,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// warmPrepareGoal is issue 34's goal for a warm Prepare's p99.
+// warmPrepareGoal is the goal for a warm Prepare's p99.
 const warmPrepareGoal = 30 * time.Millisecond
 
-// TestWarmPrepareBench (make bench; issue 34): a weight layer's Prepare on
+// TestWarmPrepareBench (make bench): a weight layer's Prepare on
 // a warm store (the artifact already in it), through the snapshots API as
 // containerd calls it (containerd's proxy client on the unix socket
 // Listen serves), for a model of 8 files and one of 1,000 small files

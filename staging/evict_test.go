@@ -13,7 +13,7 @@ import (
 	"github.com/weightsnap/weightsnap/staging"
 )
 
-// Done-when 5: min_free larger than the free space aborts before any byte
+// Min_free larger than the free space aborts before any byte
 // is written, naming the numbers.
 func TestMinFreeAborts(t *testing.T) {
 	dstFS := testenv.Tmpfs(t, "16m")
@@ -52,7 +52,7 @@ func mirrorLane(t *testing.T, cache, name, dst string, size int) *staging.Recipe
 	return recipe(t, hubRecipe(name, cache, dst, fmt.Sprintf("repos = [\"org/%s\"]\nverify = \"size\"\n", name)))
 }
 
-// Done-when 6: staging a lane past the watermark evicts the least recently
+// Staging a lane past the watermark evicts the least recently
 // used mirror and nothing in use; staging ls shows sizes and last use.
 func TestEvictionLRU(t *testing.T) {
 	dstFS := testenv.Tmpfs(t, "64m") // max_used 75%: 48 MiB

@@ -40,7 +40,7 @@ func hubRecipe(id, src, dst, extra string) string {
 	return "[[staging]]\nid = \"" + id + "\"\nkind = \"hub-mirror\"\nsrc = \"" + src + "\"\ndst = \"" + dst + "\"\n" + extra
 }
 
-// Done-when 1: a synthetic hub cache mirrors to a separate filesystem;
+// A synthetic hub cache mirrors to a separate filesystem;
 // every snapshot path resolves to identical bytes; shared blobs are
 // hardlinked once; pruned paths and downloads in flight stay behind.
 func TestHubMirror(t *testing.T) {
@@ -113,7 +113,7 @@ func nlink(t *testing.T, p string) uint64 {
 	return uint64(st.Nlink)
 }
 
-// Done-when 2: a corrupted source blob is refused in full mode, naming the
+// A corrupted source blob is refused in full mode, naming the
 // blob and the repository, and the lane is not marked staged.
 func TestCorruptBlobRefused(t *testing.T) {
 	dstFS := testenv.Tmpfs(t, "64m")

@@ -31,7 +31,7 @@ func manyFiles(t *testing.T, cache string, n int) string {
 	return commit
 }
 
-// Done-when 3: re-running auto on 1,000 staged files copies nothing;
+// Re-running auto on 1,000 staged files copies nothing;
 // touching source mtimes changes nothing; changing one source blob
 // re-stages only it.
 func TestAutoRerun(t *testing.T) {

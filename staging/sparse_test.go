@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Done-when 4: sparse-rows for 4 ranks: each output parses with our
+// Sparse-rows for 4 ranks: each output parses with our
 // reader, holds exactly its rows (compared with the source), and allocates
 // only its share of disk.
 func TestSparseRowsFourRanks(t *testing.T) {

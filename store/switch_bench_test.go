@@ -16,7 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// TestModelSwitchingBench (make bench; issue 32): twelve models cycled
+// TestModelSwitchingBench (make bench): twelve models cycled
 // through a store that holds four, two of them pinned, in a deterministic
 // Zipf order (the popular ones often, the others now and then), each start
 // a GetOrBuild (a miss builds from the local source, as a pull would from

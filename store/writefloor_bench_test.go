@@ -15,7 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestWriteFloorBench (make bench; issue 34, item 3): what writing a pull's
+// TestWriteFloorBench (make bench): what writing a pull's
 // bytes costs, apart from receiving and hashing them: 2 GiB in 4 files,
 // synced, by the store's own way (buffered writes of 1 MiB, writeBehind
 // every writebackChunk, fsync, dropCached) and by direct I/O (O_DIRECT,

@@ -14,7 +14,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestBuiltinContainerd (issue 10, done-when 5): a containerd built with
+// TestBuiltinContainerd: a containerd built with
 // weightsnap's snapshotter compiled in (test/e2e/containerd-weightsnap:
 // containerd's builtins plus cmd/weightsnapd/plugin) pulls and runs a weight
 // image through it, with no weightsnapd running: the container reads every

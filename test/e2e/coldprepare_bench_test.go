@@ -2,7 +2,7 @@
 
 package e2e
 
-// The cold Prepare benchmark (issue 34, item 3), in `make bench`, never in make test:
+// The cold Prepare benchmark, in `make bench`, never in make test:
 //
 //	go test -tags bench -count=1 -timeout 60m -run '^TestColdPrepareBench$' -v ./test/e2e/
 //

@@ -120,7 +120,7 @@ func (n cacheNode) with(t *testing.T, args ...string) wsResult {
 	return runWSIn(t, n.ns, nil, append([]string{"--config", n.d.Config}, args...))
 }
 
-// TestCompileCacheRoundTrip (issue 35 items 3 and 4): a stand-in engine
+// TestCompileCacheRoundTrip: a stand-in engine
 // loads its model by repo id from a hub cache view and compiles for about
 // 2 s at its first start, on node A; the cache it wrote is published
 // there (a publication that fails, disallowed through the daemon or for

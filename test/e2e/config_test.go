@@ -9,7 +9,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestConfigPlainHTTP (issue 24, item 9): with plain_http = true in the
+// TestConfigPlainHTTP: with plain_http = true in the
 // configuration file's [resolve] table and no --plain-http flag, weightsnap
 // push, inspect, pull and mount (through weightsnapd) all reach a plain-HTTP
 // registry; without the file the same push speaks HTTPS and fails.

@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// TestKubernetesManifests (issue 10, done-when 6; issue 25, build 3): every
+// TestKubernetesManifests: every
 // document of contrib/kubernetes decodes strictly (no unknown field) as its
 // Kubernetes API type, and says what the node needs: the DaemonSet shares the
 // host's store, snapshot, socket and containerd paths, exposes the metrics
@@ -68,7 +68,7 @@ func TestKubernetesManifests(t *testing.T) {
 	}
 
 	text := m.cm.Data["config.toml"]
-	// The prefetch ConfigMap is mounted where [prefetch] dir says (issue 32).
+	// The prefetch ConfigMap is mounted where [prefetch] dir says.
 	if pm := mounted["configmap:weightsnapd-prefetch"]; pm.MountPath == "" || !strings.Contains(text, fmt.Sprintf("dir = %q", pm.MountPath)) || m.prefetch == nil || m.prefetch.Data["models.toml"] == "" {
 		t.Errorf("the prefetch ConfigMap is not mounted at the configuration's [prefetch] dir: %+v\n%s", pm, text)
 	}
@@ -217,7 +217,7 @@ func kubernetesManifests(t *testing.T) manifests {
 	return m
 }
 
-// TestSystemdUnit (issue 10, done-when 6): contrib/systemd/weightsnapd.service
+// TestSystemdUnit: contrib/systemd/weightsnapd.service
 // is a Type=notify, KillMode=process unit that systemd-analyze verify
 // accepts without a word (with ExecStart pointing at the built daemon).
 func TestSystemdUnit(t *testing.T) {

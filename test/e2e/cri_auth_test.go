@@ -116,7 +116,7 @@ func (c *criNode) noPassword(t *testing.T) {
 	}
 }
 
-// TestCRIPullSecrets (issue 25, done-when 1, crictl): the node has no
+// TestCRIPullSecrets: the node has no
 // Docker config; a weight image whose artifact sits in a registry that
 // requires a password, pulled through weightsnapd's CRI socket with
 // crictl pull --creds, runs as a pod's container, and a weights-only image
@@ -159,7 +159,7 @@ func TestCRIPullSecrets(t *testing.T) {
 	c.noPassword(t)
 }
 
-// TestCRIModelPackVolume (issue 25, done-when 2, raw layers and a plain
+// TestCRIModelPackVolume (raw layers and a plain
 // oras push): a ModelPack artifact pushed by the oras CLI (raw layers,
 // filepath annotations) and a plain oras push of files with an
 // --artifact-type (the empty config, each file named by its title), both
@@ -390,7 +390,7 @@ func inspectFiles(t *testing.T, root, id string) map[string]string {
 	return files
 }
 
-// TestUnseenWeightUnpack (issue 27, item 2): a weight image run without
+// TestUnseenWeightUnpack: a weight image run without
 // weightsnap's snapshotter (nerdctl's default is overlayfs) starts with only
 // the pointer files; weightsnapd, which never sees such a layer, finds the
 // unpack among containerd's images, logs it naming the image and the

@@ -14,7 +14,7 @@ import (
 	runtime "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
-// TestCRIProxyLatency (issue 25, done-when 4; make bench): what weightsnapd's
+// TestCRIProxyLatency (make bench): what weightsnapd's
 // CRI image service adds to the calls it forwards. ImageStatus and
 // ListImages, 1,000 calls each, straight to containerd's CRI and through
 // weightsnapd's socket, interleaved; it prints the 50th and 99th

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// TestCRICredentialsEveryTime (issue 33, done-when 4): through weightsnapd's
+// TestCRICredentialsEveryTime: through weightsnapd's
 // CRI socket, after a pull with the right credentials of a weight image
 // and of a ModelPack artifact (a weights-only image) of the secured
 // registry, a pull of each with wrong credentials, with none, and after

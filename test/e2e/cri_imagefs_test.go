@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestCRIImageFsInfoNamesTheStore (issue 32, done-when 2, the CRI part):
+// TestCRIImageFsInfoNamesTheStore:
 // through weightsnapd's CRI socket, crictl imagefsinfo names the store's
 // filesystem with a used size at least the store's bytes; a weight image's
 // size includes its artifact's bytes, and it is pinned while its artifact
@@ -105,7 +105,7 @@ func mountpointOf(t *testing.T, path string) string {
 	}
 }
 
-// TestCRIEvictionGivesTheBytesBack (issue 32, item 2, containerd's k8s.io
+// TestCRIEvictionGivesTheBytesBack (containerd's k8s.io
 // namespace): on a 64 MiB store, an artifact that served a pod's image
 // volume and is used no more is evicted when a CRI pull of another needs
 // the room: weightsnapd first removes the unused image that needs it, so

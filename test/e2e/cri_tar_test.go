@@ -11,7 +11,7 @@ import (
 	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
-// TestCRIModelPackTarVolume (issue 25, done-when 2, tar layers): ModelPack
+// TestCRIModelPackTarVolume: ModelPack
 // artifacts whose layers are tar and tar+zstd (one file each, as modctl
 // tars them), pushed by the oras CLI, pulled through weightsnapd's CRI
 // socket, are a pod's image volume with every file under model/ with its

@@ -83,7 +83,7 @@ func writeJSON(t *testing.T, path, body string) {
 	}
 }
 
-// TestCRIImageVolume (issue 10, done-when 3): containerd's CRI runs a pod
+// TestCRIImageVolume: containerd's CRI runs a pod
 // whose container mounts a weights-only image (weightsnap image build
 // --base scratch) as an image volume through the pod's snapshotter,
 // weightsnap; the container reads every weight file at the mount path with

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestStoreEvictsForNewModels (issue 32, done-when 1): on a 1 GiB store
+// TestStoreEvictsForNewModels: on a 1 GiB store
 // (a tmpfs) holding three 300 MiB models, one pinned and one host-mounted
 // through weightsnapd, importing a fourth and a fifth succeeds, each
 // evicting the least recently used unpinned, unleased artifact; the pinned

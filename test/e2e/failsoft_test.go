@@ -13,7 +13,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// Sources fail soft (issue 36): a weight peer that is down (a closed
+// Sources fail soft: a weight peer that is down (a closed
 // 127.0.0.1 port) or black-holed (a listener that accepts and never
 // answers), and a registry that is down, are passed over: resolution goes
 // on to the next peer, the registry, the local producers, then the
@@ -59,7 +59,7 @@ func (r resolveReport) passed() []string {
 	return out
 }
 
-// TestResolveSourcesDown (issue 36, done-when 1 for weightsnap resolve):
+// TestResolveSourcesDown:
 // the command of the issue, with one peer down, with every peer down or
 // black-holed, with the registry down too, in preferred and required mode.
 func TestResolveSourcesDown(t *testing.T) {
@@ -142,7 +142,7 @@ func TestResolveSourcesDown(t *testing.T) {
 	}
 }
 
-// TestWeightsnapdPeersDown (issue 36, done-when 1 for weightsnapd): a
+// TestWeightsnapdPeersDown: a
 // daemon whose [peer] peers are a closed port and a listener that never
 // answers starts a cold container of a weight image (nerdctl run: its
 // Prepare resolves) and pulls an artifact through its CRI socket (crictl

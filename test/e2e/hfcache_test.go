@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestHFCacheView (issue 35 item 1, done-when 1): two artifacts laid out
+// TestHFCacheView: two artifacts laid out
 // with --layout hf in one cache root, from a host mount (weightsnap mount)
 // and from an image volume (a weights-only image built with image build
 // --layout hf, mounted by containerd's CRI through weightsnap), look to the

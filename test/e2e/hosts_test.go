@@ -22,7 +22,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// The registry host directory end-to-end tests (issue 26, done-when 4): a
+// The registry host directory end-to-end tests: a
 // hosts.toml in containerd's layout decides which hosts weightsnap reaches a
 // registry at, with which certificates.
 

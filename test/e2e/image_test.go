@@ -17,7 +17,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// TestImageRunsAsDaemonSet (issue 27, item 15): `make image` builds
+// TestImageRunsAsDaemonSet: `make image` builds
 // weightsnapd's image (ko, over a busybox base in the local registry) twice
 // to one digest, an image whose entrypoint is the DaemonSet's command and
 // whose user is root. The node's containerd runs it as the DaemonSet

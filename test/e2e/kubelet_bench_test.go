@@ -20,7 +20,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestKubeletImageVolumeBench (issue 25, done-when 4; make bench): a
+// TestKubeletImageVolumeBench (make bench): a
 // static pod under the pinned kubelet whose image volume is a ModelPack
 // artifact (raw layers, pushed by the oras CLI), from the manifest's write
 // to the first weight byte its container reads, beside the same files as an

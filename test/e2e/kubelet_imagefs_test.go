@@ -26,7 +26,7 @@ evictionPressureTransitionPeriod: 0s
 imageMinimumGCAge: 1ms
 `
 
-// TestKubeletImageFsReclaim (issue 32, item 6): static pods cycle through
+// TestKubeletImageFsReclaim: static pods cycle through
 // more ModelPack image volumes than the node's image filesystem (the
 // store's, a 256 MiB tmpfs) holds, under an imagefs.available eviction
 // threshold, while one pod keeps running. Every pod starts and reads exact

@@ -13,7 +13,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestKubeletStaticPods (issue 25, done-when 3): under the pinned kubelet,
+// TestKubeletStaticPods: under the pinned kubelet,
 // standalone, with containerd as its runtime and weightsnapd's CRI socket
 // as its image service, two static pods whose images all come from the
 // secured registry, whose password only the kubelet holds (config.json in
@@ -141,7 +141,7 @@ func waitPodLog(t *testing.T, ctd *harness.Containerd, pod, want string) string 
 	return logs
 }
 
-// TestKubeletWeightsnapdKilled (issue 25, done-when 5): weightsnapd is
+// TestKubeletWeightsnapdKilled: weightsnapd is
 // killed (kill -9) while the kubelet runs a pod of a weight image. The
 // running container keeps reading its weights; a pull through the image
 // service fails, naming weightsnapd's socket, while weightsnapd is down; a

@@ -15,11 +15,11 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// The OCI end-to-end tests (issue 5) run the weightsnap CLI against a real
+// The OCI end-to-end tests run the weightsnap CLI against a real
 // distribution registry on loopback and the real oras CLI, nerdctl and
 // containerd, all from test/e2e/deps.
 
-// TestOCIPushOrasPull (done-when 1): weightsnap push, then oras pull of the
+// TestOCIPushOrasPull: weightsnap push, then oras pull of the
 // same reference gives the source checkpoint byte for byte, and the manifest
 // is a ModelPack artifact carrying the identity annotations.
 func TestOCIPushOrasPull(t *testing.T) {
@@ -84,7 +84,7 @@ func TestOCIPushOrasPull(t *testing.T) {
 	}
 }
 
-// TestOCIOrasPushWeightsnapPull (done-when 2): a directory pushed with oras
+// TestOCIOrasPushWeightsnapPull: a directory pushed with oras
 // (default media types) pulls into the store as the same artifact `import`
 // makes of it, READY and fully valid.
 func TestOCIOrasPushWeightsnapPull(t *testing.T) {
@@ -119,7 +119,7 @@ func TestOCIOrasPushWeightsnapPull(t *testing.T) {
 	}
 }
 
-// TestOCIPushDeterministic (done-when 3): the same artifact pushed from two
+// TestOCIPushDeterministic: the same artifact pushed from two
 // store roots gives the same manifest digest.
 func TestOCIPushDeterministic(t *testing.T) {
 	harness.Peers(t)
@@ -146,7 +146,7 @@ func TestOCIPushDeterministic(t *testing.T) {
 	}
 }
 
-// TestOCIPullResume (done-when 4): a pull killed halfway, run again,
+// TestOCIPullResume: a pull killed halfway, run again,
 // transfers only what was missing and ends READY and valid.
 func TestOCIPullResume(t *testing.T) {
 	harness.Peers(t)
@@ -210,7 +210,7 @@ func TestOCIPullResume(t *testing.T) {
 	}
 }
 
-// TestOCIPullCorrupt (done-when 5): a registry path that flips a byte makes
+// TestOCIPullCorrupt: a registry path that flips a byte makes
 // the pull fail with a typed digest error, and nothing becomes READY.
 func TestOCIPullCorrupt(t *testing.T) {
 	harness.Peers(t)
@@ -248,7 +248,7 @@ func TestOCIPullCorrupt(t *testing.T) {
 	wsOK(t, root, "pull", "--plain-http", reg.Ref("models/corrupt:v1"))
 }
 
-// TestOCIWeightImage (done-when 6): a weight image over a busybox base runs
+// TestOCIWeightImage: a weight image over a busybox base runs
 // with stock containerd and overlayfs, showing the pointer at the target and,
 // beside it, WEIGHTS_NOT_MOUNTED saying what to run instead.
 func TestOCIWeightImage(t *testing.T) {

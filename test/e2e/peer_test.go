@@ -17,7 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// The weight peer's end-to-end tests (issue 11): nodes are network
+// The weight peer's end-to-end tests: nodes are network
 // namespaces joined by veth pairs; each runs the weightsnap CLI with its
 // own store, `weightsnap peer serve` on the nodes that serve.
 
@@ -158,7 +158,7 @@ func (n *node) txBytes(t *testing.T, ifname string) int64 {
 	return v
 }
 
-// TestPeerTwoNodes (done-when 1): node B fetches a 2 GiB artifact from node
+// TestPeerTwoNodes: node B fetches a 2 GiB artifact from node
 // A over tcp with 1, 2 and 4 rails; each is READY and verify --full passes.
 // Then resolution on B asks the peer before anything else, and its report
 // names the peer, the data plane, the rails and the bytes.
@@ -225,7 +225,7 @@ func chmodRemove(root string) {
 	os.RemoveAll(root)
 }
 
-// TestPeerFanOut (done-when 3): one seed A, children B and C fetching from
+// TestPeerFanOut: one seed A, children B and C fetching from
 // it at once, then D, which reaches only B, fetching from a peer list that
 // names all three: every node ends READY and valid, D took it from B, and
 // the seed sent about one copy per direct child (interface counters).
@@ -291,7 +291,7 @@ func throttle(t *testing.T, n *node, ifname string) {
 	}
 }
 
-// TestPeerKilledMidTransfer (done-when 4): a peer killed part way: the
+// TestPeerKilledMidTransfer: a peer killed part way: the
 // fetch moves to the other peer, resumes with what it has not verified,
 // and ends READY and valid; a peer restarted part way is detected by its
 // generation id and the fetch resumes from it.

@@ -11,9 +11,9 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// Issue 10: the snapshotter in production.
+// The snapshotter in production.
 
-// TestSnapshotterSurvivesRestarts (done-when 1): weightsnapd is killed
+// TestSnapshotterSurvivesRestarts: weightsnapd is killed
 // (SIGKILL) while a container reads its weights, and started again; then
 // containerd restarts. The container keeps reading its weights, new
 // containers start, and the daemon holds the artifact's lease again for the
@@ -78,7 +78,7 @@ func TestSnapshotterSurvivesRestarts(t *testing.T) {
 	t.Logf("weightsnap rm: %s", strings.TrimSpace(wsWith(t, n.ws.Config, "rm", w.id).errOut))
 }
 
-// TestSnapshotterModes (done-when 2): an artifact that cannot be had fails
+// TestSnapshotterModes: an artifact that cannot be had fails
 // nerdctl run in required mode, naming the artifact and the reason. An image
 // built with --mode preferred starts with the empty pointer, the fallback
 // shows in the metrics, and once the artifact is pushed the repair fills the
@@ -166,7 +166,7 @@ func checkSums(t *testing.T, out string, a *pushedArtifact) {
 	}
 }
 
-// TestHostMount (done-when 4): weightsnap mount asks weightsnapd to resolve
+// TestHostMount: weightsnap mount asks weightsnapd to resolve
 // an artifact (from the registry: the daemon's store lacks it) and mount it
 // read-only on a host directory; a container given that directory with
 // nerdctl run -v reads every file with its source digest. weightsnap rm of

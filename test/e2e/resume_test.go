@@ -14,7 +14,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestOCIPullResumeInsideAFile (issue 36, done-when 2): a 512 MiB
+// TestOCIPullResumeInsideAFile: a 512 MiB
 // single-file pull over a shaped link (64 MiB/s), stopped with SIGINT
 // once half of it was served, exits 130 saying what it kept (SIGTERM: 143);
 // gc right after keeps the build; the rerun continues the file, reusing at

@@ -15,7 +15,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestPeerChainSeeding (issue 26, chain seeding): A fetches from a seed S
+// TestPeerChainSeeding: A fetches from a seed S
 // over a slow link while B fetches from A and C from B, each from a node
 // that is still building the artifact: every node ends with a verified
 // artifact, S sends about one copy, and each child names its parent.
@@ -78,7 +78,7 @@ func (n *node) waitListed(t *testing.T, addr, id string) {
 	}, "%s never listed %s", addr, id)
 }
 
-// TestPeerFleetOneRoot (issue 26, choosing a source): three nodes, each a
+// TestPeerFleetOneRoot: three nodes, each a
 // store served by `weightsnap peer serve` and listing the others as peers,
 // resolve the same artifact at the same instant: the rendezvous root pulls
 // it from the registry, the others take it from a peer, and the registry
@@ -162,7 +162,7 @@ func TestPeerFleetOneRoot(t *testing.T) {
 	}
 }
 
-// TestPeerChainSeedingRMA (issue 26, done-when 5): a chain of three nodes
+// TestPeerChainSeedingRMA: a chain of three nodes
 // over the rma plane (sockets provider): A pulls the artifact from the
 // origin registry over a slow link, B fetches it over rma from A while A
 // builds it, and C over rma from B while B builds it; every node ends READY

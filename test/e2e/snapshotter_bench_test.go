@@ -2,7 +2,7 @@
 
 package e2e
 
-// The snapshotter benchmark (issue 9, done-when 5; issue 34, item 1), run by
+// The snapshotter benchmark, run by
 // scripts/bench-snapshotter.sh (make bench), never by make test:
 //
 //	go test -tags bench -count=1 -timeout 120m -run '^TestSnapshotterBench$' ./test/e2e/

@@ -14,7 +14,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestSnapshotterRunsWeightImage (issue 9, done-when 2): nerdctl runs a
+// TestSnapshotterRunsWeightImage: nerdctl runs a
 // weight image of two artifacts through weightsnap; the container sees
 // every weight file with its source digest, containerd's content store
 // holds none of the weight bytes, and each file of the committed weight
@@ -136,7 +136,7 @@ func must(s string, err error) string {
 	return s
 }
 
-// TestSnapshotterSharedPageCache (issue 9, done-when 3): two containers of
+// TestSnapshotterSharedPageCache: two containers of
 // one weight image read all the weights at once; the page cache grows by
 // the weights once, not twice: the pages are the store's, and the cgroups
 // of the two containers are charged for them once between them.
@@ -194,7 +194,7 @@ func TestSnapshotterSharedPageCache(t *testing.T) {
 	}
 }
 
-// TestSnapshotterBadLabels (issue 9, done-when 4): weight images whose
+// TestSnapshotterBadLabels: weight images whose
 // pointer labels are malformed fail Prepare with a clear error naming the
 // label, and one whose artifact cannot resolve fails naming the artifact
 // and the cause (required mode); nothing is mounted or left; the daemon
@@ -338,7 +338,7 @@ func logLine(t *testing.T, path, msg, id string) int {
 	return -1
 }
 
-// TestSnapshotterSharedView (issue 34, item 4): two images of one artifact
+// TestSnapshotterSharedView: two images of one artifact
 // at one target, over different bases (two chains), get weight snapshots
 // that are links to one shared view of the store's inodes; a container
 // reads the weights through the link (overlayfs follows it in lowerdir);

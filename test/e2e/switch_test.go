@@ -8,7 +8,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestNerdctlModelSwitching (issue 32, item 6, containerd's default
+// TestNerdctlModelSwitching (containerd's default
 // namespace): on a store on a small tmpfs, more weight images than fit run
 // in turn with nerdctl while a container of the first keeps running. Every
 // run reads exact weights; the running container's artifact is never

@@ -67,7 +67,7 @@ func attachBundleOf(t *testing.T, from, to string) {
 		to, "bundle.json:application/vnd.dev.sigstore.bundle.v0.3+json")
 }
 
-// TestTrustPolicyEnforced (issue 33, done-when 1): with a policy that
+// TestTrustPolicyEnforced: with a policy that
 // requires a signature by one key for one repository namespace, an
 // artifact signed with that key by the real cosign CLI pulls
 // (weightsnap pull) and runs, through weightsnapd's snapshotter

@@ -52,7 +52,7 @@ func cosignKeys(t *testing.T, prefixes ...string) string {
 	return keys
 }
 
-// TestPeerFetchVerifiesOffline (issue 33, done-when 3): node A pulls two
+// TestPeerFetchVerifiesOffline: node A pulls two
 // artifacts signed by the real cosign CLI under a policy requiring that
 // key, and serves its store; the registry is then stopped. Node B, with
 // the same policy, resolves one of them from A: A's manifest carries the

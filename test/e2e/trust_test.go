@@ -17,7 +17,7 @@ func cosignRun(t *testing.T, dir, password string, args ...string) (string, erro
 	return harness.RunEnv([]string{"COSIGN_PASSWORD=" + password, "HOME=" + dir}, dir, append([]string{bin}, args...)...)
 }
 
-// TestCosignInterop (issue 33, done-when 2): the real cosign CLI and
+// TestCosignInterop: the real cosign CLI and
 // weightsnap agree both ways, offline against the local registry (which
 // has no referrers API: both use the referrers tag schema).
 // `cosign verify --key` accepts an artifact pushed with

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-// TestFleetNodeNeverStarted (issue 36): every node's peer list names a fifth node that never
+// TestFleetNodeNeverStarted: every node's peer list names a fifth node that never
 // started, an address of the fleet's subnet that no namespace holds (its dial fails once ARP gives
 // up, or at the connect timeout), and that address is the artifact's rendezvous root, the node the
 // others would wait for to pull from the registry. The four nodes pass it over: each is READY and

@@ -2,7 +2,7 @@
 
 package fleet
 
-// The fleet benchmark (issue 26), run by scripts/bench-fleet.sh (make bench), never by make test:
+// The fleet benchmark, run by scripts/bench-fleet.sh (make bench), never by make test:
 //
 //	go test -tags bench -count=1 -timeout 120m -v -run '^TestFleetBench$' ./test/fleet/
 //

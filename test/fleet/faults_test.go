@@ -17,7 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// Faults of chain seeding (issue 26, Done-when 2), each on a small fleet (64 MiB, the 400 Mbit/s
+// Faults of chain seeding, each on a small fleet (64 MiB, the 400 Mbit/s
 // links of TestFleet): the root killed mid-pull, a node in the middle of the chain killed, a builder
 // serving one unit with wrong bytes, and the root's disk full mid-build. Every node but the one the
 // fault takes ends READY and verifies in full, and that one publishes nothing unverified (Wait).
@@ -81,7 +81,7 @@ func (f *Fleet) rootOf(nodes []*node) int {
 	return best
 }
 
-// TestFleetMiddleKilled (Done-when 2): five nodes start together with max_children 1, so the copy
+// TestFleetMiddleKilled: five nodes start together with max_children 1, so the copy
 // runs down a chain (root, then one child each); a node that is not the root, builds, and serves a
 // child is killed once it has verified a quarter of the artifact. Its child, and every other node,
 // finishes from others and verifies in full.
@@ -114,7 +114,7 @@ func TestFleetMiddleKilled(t *testing.T) {
 	}
 }
 
-// TestFleetRootKilled (Done-when 2): five nodes start together; the root (the rendezvous top) is
+// TestFleetRootKilled: five nodes start together; the root (the rendezvous top) is
 // killed, its resolve and its peer serve, once the origin has sent a third of a copy. The four
 // others finish, every one verifies in full, the killed node published nothing that does not, and
 // the origin sends at most faultMaxCopies copies.
@@ -151,7 +151,7 @@ func TestFleetRootKilled(t *testing.T) {
 // the small files and headers the first ranges often are, most likely a tensor).
 const corruptUnit = "corrupt-unit@8"
 
-// TestFleetCorruptUnit (Done-when 2): three nodes start together with max_children 1, so the copy
+// TestFleetCorruptUnit: three nodes start together with max_children 1, so the copy
 // runs down a chain: the root, a middle node, a leaf. The two that are not the root serve with a
 // weightsnap built with the faults tag and WEIGHTSNAP_PEER_FAULT=corruptUnit, so the one of them
 // that has a child (the middle) sends that unit with one byte flipped. The child refuses the unit
@@ -195,7 +195,7 @@ func TestFleetCorruptUnit(t *testing.T) {
 	}
 }
 
-// TestFleetDiskFull (Done-when 2): four nodes start together on an artifact of four files; the
+// TestFleetDiskFull: four nodes start together on an artifact of four files; the
 // root's store is a tmpfs of five eighths of the artifact, so its pull is refused before any
 // payload byte (the store reserves the manifest's size first, and nothing it could evict frees
 // enough). Its resolve fails saying so (a capacity failure, exit status 5, "no space" and the size

@@ -55,7 +55,7 @@ func TestFleet(t *testing.T) {
 	}
 }
 
-// TestFleetPrefetch (issue 32, done-when 3): four nodes given the same
+// TestFleetPrefetch: four nodes given the same
 // prefetch file at the same instant each bring the artifact in and pin it,
 // and the origin sends at most 1.1 copies: the prefetch resolves through
 // the store, the peers, then the registry, as a pod's pull does.

@@ -16,7 +16,7 @@ const holderBound = 15 * time.Second
 // is the margin.
 const holderMaxCopies = 0.1
 
-// TestFleetHolderMaxChildren (Done-when 3): one node holds the artifact READY, and sixteen others
+// TestFleetHolderMaxChildren: one node holds the artifact READY, and sixteen others
 // ask it at the same instant, with max_children 2. The holder never serves more than 2 sessions of
 // it at once (asked every 50 ms during the round), the others take builders, each node is READY and
 // verifies in full, no resolve takes longer than holderBound, and the origin sends at most

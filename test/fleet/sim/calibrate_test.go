@@ -6,7 +6,7 @@ import (
 )
 
 // calibrationBound is the largest relative error of the predicted p50 and p99 the calibration
-// accepts at any N (issue 34).
+// accepts at any N.
 const calibrationBound = 0.10
 
 // TestCalibration sets the model from testdata/measured.json (scripts/bench-fleet.sh, the command
