@@ -104,7 +104,7 @@ func (s *Service) ImageStatus(ctx context.Context, req *runtime.ImageStatusReque
 // RemoveImage implements runtime.ImageServiceServer: forwarded; once the
 // last image that needs an artifact is gone, the artifact is the store's
 // first eviction candidate, and evicted at once when the store's
-// filesystem is past the low watermark (store.Domain.EvictUnneeded).
+// filesystem is past the low watermark (evict.Policy.Unneeded).
 func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageRequest) (*runtime.RemoveImageResponse, error) {
 	var needed []artifact.ID
 	if st, err := s.upstream.ImageStatus(ctx, &runtime.ImageStatusRequest{Image: req.GetImage()}); err == nil && st.GetImage() != nil {
@@ -114,9 +114,9 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 	if err != nil || len(needed) == 0 {
 		return resp, err
 	}
-	d, derr := s.cfg.Runtime.Domain(ctx)
+	ev, everr := s.cfg.Runtime.Eviction(ctx)
 	list, lerr := s.upstream.ListImages(ctx, &runtime.ListImagesRequest{})
-	if derr != nil || lerr != nil {
+	if everr != nil || lerr != nil {
 		return resp, nil
 	}
 	still := map[artifact.ID]bool{}
@@ -130,7 +130,7 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 		if still[id] {
 			continue
 		}
-		if err := d.Demote(id); err != nil {
+		if err := ev.Demote(id); err != nil {
 			log.G(ctx).WithError(err).WithField("identity", id).Debug("cri: artifact not demoted")
 			continue
 		}
@@ -141,7 +141,7 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 	// image's size includes its artifacts': past the low watermark, the
 	// store gives it back now.
 	if demoted {
-		if rep, err := d.EvictUnneeded(ctx); err != nil {
+		if rep, err := ev.Unneeded(ctx); err != nil {
 			log.G(ctx).WithError(err).Warn("cri: eviction after an image removal failed")
 		} else if rep != nil {
 			log.G(ctx).WithField("evicted", len(rep.Evicted)).WithField("freed_bytes", rep.Freed).Info("cri: store past the low watermark after an image removal: evicted")

@@ -41,13 +41,19 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 		al.Close()
 	}()
 	start := time.Now()
-	b, err := d.newBuild(ctx, artifact.Identity{}, artifact.ID{}, anon)
+	var b *build
+	_, err = d.buildWithRoom(ctx, artifact.ID{}, func() (*Lease, error) {
+		if b, err = d.newBuild(ctx, artifact.Identity{}, artifact.ID{}, anon); err != nil {
+			return nil, err
+		}
+		if err := p.Produce(ctx, b); err != nil {
+			b.abort()
+			return nil, fmt.Errorf("producer %s: %w", p.Name(), err)
+		}
+		return nil, nil
+	})
 	if err != nil {
 		return nil, res, err
-	}
-	if err := p.Produce(ctx, b); err != nil {
-		b.abort()
-		return nil, res, fmt.Errorf("producer %s: %w", p.Name(), err)
 	}
 	identity, err := identityFor(b.entries())
 	if err == nil {

@@ -214,9 +214,3 @@ func dirUsage(dir string) Usage {
 	})
 	return u
 }
-
-// usedBytes is what the published artifacts and temp builds take, each
-// inode once (usage.go).
-func (d *Domain) usedBytes() (int64, error) {
-	return d.storeBytes(), nil
-}
