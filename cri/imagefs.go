@@ -131,11 +131,11 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 			continue
 		}
 		if err := ev.Demote(id); err != nil {
-			log.G(ctx).WithError(err).WithField("identity", id).Debug("cri: artifact not demoted")
+			log.G(ctx).WithError(err).WithField("id", id).Debug("cri: artifact not demoted")
 			continue
 		}
 		demoted = true
-		log.G(ctx).WithField("identity", id).Info("cri: the last image that needs the artifact was removed: it is the first eviction candidate")
+		log.G(ctx).WithField("id", id).Info("cri: the last image that needs the artifact was removed: it is the first eviction candidate")
 	}
 	// The kubelet removes images to get their space back, and was told an
 	// image's size includes its artifacts': past the low watermark, the

@@ -61,7 +61,7 @@ func (s *Service) Release(ctx context.Context, id artifact.ID) error {
 			errs = append(errs, fmt.Errorf("remove image %s: %w", name, err))
 			continue
 		}
-		log.G(ctx).WithField("image", name).WithField("identity", id).Info("cri: removed an unused image so that evicting its artifact frees the bytes")
+		log.G(ctx).WithField("image", name).WithField("id", id).Info("cri: removed an unused image so that evicting its artifact frees the bytes")
 	}
 	return errors.Join(errs...)
 }
