@@ -20,18 +20,18 @@ var epoch = time.Unix(1, 0)
 // Its next use records a time again.
 func (p *Policy) Demote(id artifact.ID) error { return p.d.SetLastUse(id, epoch) }
 
-// ToWatermark evicts, when the store's filesystem is fuller than the high
-// watermark, down to the low watermark, as the kubelet's image garbage
-// collection does. It reports nil when nothing was needed.
+// ToWatermark evicts down to the low watermark once the filesystem is past the high one.
+// It does as the kubelet's image garbage collection does.
+// It reports nil when nothing was needed.
 func (p *Policy) ToWatermark(ctx context.Context) (*Report, error) {
 	return p.evictPast(ctx, p.d.Policy().HighWatermarkPercent, Watermark)
 }
 
-// Unneeded evicts, when the store's filesystem is fuller than the low
-// watermark, down to it. It is called once the kubelet removed the last
-// image that needs an artifact (Demote made it the first candidate): the
-// kubelet does so to get that space back. It reports nil when nothing was
-// needed.
+// Unneeded evicts down to the low watermark once the filesystem is past it.
+// The CRI calls it once the kubelet removed the last image that needs an artifact.
+// Demote made that artifact the first candidate.
+// The kubelet removes images to get their space back.
+// It reports nil when nothing was needed.
 func (p *Policy) Unneeded(ctx context.Context) (*Report, error) {
 	return p.evictPast(ctx, p.d.Policy().LowWatermarkPercent, Unneeded)
 }
@@ -60,9 +60,9 @@ func (p *Policy) To(ctx context.Context, target int64, dryRun bool) (*Report, er
 	return p.Evict(ctx, Request{Need: p.d.UsedBytes() - target, Reason: Manual, DryRun: dryRun, Partial: true})
 }
 
-// ToLimits evicts until the store is within max_store_bytes and
-// min_free_bytes and its filesystem under the high watermark (down to the
-// low one), for `weightsnap gc --evict`.
+// ToLimits evicts until the store is within its limits, for `weightsnap gc --evict`.
+// The limits are max_store_bytes and min_free_bytes.
+// Past the high watermark, it evicts down to the low one.
 func (p *Policy) ToLimits(ctx context.Context, dryRun bool) (*Report, error) {
 	sp := p.d.Policy()
 	total, free, err := p.d.FilesystemSpace()
@@ -80,8 +80,7 @@ func (p *Policy) ToLimits(ctx context.Context, dryRun bool) (*Report, error) {
 	return p.Evict(ctx, Request{Need: need, Reason: Manual, DryRun: dryRun, Partial: true})
 }
 
-// Watch evicts down to the low watermark whenever the store's filesystem
-// is past the high one, every WatchInterval, until ctx ends.
+// Watch runs ToWatermark every WatchInterval until ctx ends.
 func (p *Policy) Watch(ctx context.Context) {
 	t := time.NewTicker(WatchInterval)
 	defer t.Stop()

@@ -101,9 +101,10 @@ const (
 	dirDeny       = "deny"
 )
 
-// Open opens the domain at root, creating it with policy if it does not
-// exist yet (a nil policy means DefaultPolicy). An existing domain keeps its
-// own policy. The root's filesystem must be ext4, xfs, btrfs or tmpfs.
+// Open opens the domain at root, creating it with policy if there is none.
+// A nil policy means DefaultPolicy.
+// An existing domain keeps its own policy.
+// The root's filesystem must be ext4, xfs, btrfs or tmpfs.
 func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	root, err := filepath.Abs(root)
 	if err != nil {
@@ -186,7 +187,7 @@ func (d *Domain) SetPolicy(p Policy) error {
 // Root is the domain's directory.
 func (d *Domain) Root() string { return d.root }
 
-// Created says whether Open created the domain (there was none at root).
+// Created says whether Open created the domain, finding none at root.
 func (d *Domain) Created() bool { return d.created }
 
 // Policy is the domain's policy.

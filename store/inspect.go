@@ -125,8 +125,8 @@ func (d *Domain) ids() ([]artifact.ID, error) {
 	return ids, nil
 }
 
-// ExpandID turns a full identity digest ("sha256:<hex>"), a hex id or a
-// unique hex prefix of a published artifact into its ID.
+// ExpandID turns a reference to a published artifact into its ID.
+// The reference is a full ID ("sha256:<hex>"), its hex, or a unique prefix of the hex.
 func (d *Domain) ExpandID(ref string) (artifact.ID, error) {
 	if id, err := artifact.ParseID(ref); err == nil {
 		ref = id.Hex()

@@ -42,10 +42,10 @@ type pinRecord struct {
 	Pins   []Pin `json:"pins"`
 }
 
-// Pin pins the READY artifact id for p.By (replacing that holder's earlier
-// pin). The artifact must be in the store: the pin is written while a lease
-// holds it, so an eviction either ran before (the pin then fails with
-// ErrMiss, and the caller fetches the artifact again) or waits for it.
+// Pin pins the READY artifact id for the holder p.By.
+// It replaces that holder's earlier pin.
+// The artifact must be in the store: the pin is written while a lease holds it.
+// An eviction either ran before, and the pin fails with ErrMiss, or waits for it.
 func (d *Domain) Pin(ctx context.Context, id artifact.ID, p Pin) error {
 	if p.By == "" {
 		return fmt.Errorf("pin of %s names no holder: %w", id.Short(), errdefs.ErrInvalidArgument)
@@ -64,8 +64,9 @@ func (d *Domain) Pin(ctx context.Context, id artifact.ID, p Pin) error {
 	})
 }
 
-// Unpin drops the pins of id held by by ("" drops every holder's) and says
-// how many it dropped. The artifact stays.
+// Unpin drops the pins of id that the holder by holds and says how many it dropped.
+// An empty by drops every holder's.
+// The artifact stays.
 func (d *Domain) Unpin(ctx context.Context, id artifact.ID, by string) (int, error) {
 	n := 0
 	err := d.editPins(ctx, id, func(pins []Pin) []Pin {
