@@ -23,7 +23,8 @@ type BuildResult struct {
 // producer if no valid artifact exists. Across processes exactly one build
 // of an identity runs at a time; the others wait, within the coordination
 // timeout, and then get the same artifact. A waiter never breaks another
-// process's build lock.
+// process's build lock. A build that lacks room lets go of the build lock,
+// asks the domain's RoomMaker and runs the producer again.
 func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p artifact.Producer) (*Lease, BuildResult, error) {
 	var res BuildResult
 	if err := d.failedErr(); err != nil {

@@ -24,6 +24,8 @@ type IdentityFunc func(files []artifact.FileEntry) (artifact.Identity, error)
 // fingerprints the source while it copies it instead of reading it twice.
 // If that identity is already published and valid, the copy is discarded
 // and the existing artifact is leased (BuildResult.Built is false).
+// A copy that lacks room is discarded, and p runs again once the domain's
+// RoomMaker made the room.
 func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor IdentityFunc) (*Lease, BuildResult, error) {
 	var res BuildResult
 	if err := d.failedErr(); err != nil {
