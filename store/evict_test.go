@@ -112,3 +112,57 @@ func TestCapacityErrorCrossesGRPC(t *testing.T) {
 		t.Fatalf("gRPC code %v", status.Code(st))
 	}
 }
+
+// TestEvictRefusesWhatIsHeld: Domain.Evict removes an artifact nothing
+// holds and refuses, with a *HeldError, one that a pin, a lease or a link
+// outside the store holds, leaving it in place.
+func TestEvictRefusesWhatIsHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hold func(t *testing.T, d *store.Domain, id artifact.ID)
+		why  string // "" when it is evicted
+	}{
+		{name: "free", hold: func(*testing.T, *store.Domain, artifact.ID) {}},
+		{name: "pinned", why: "pinned by cli", hold: func(t *testing.T, d *store.Domain, id artifact.ID) {
+			if err := d.Pin(context.Background(), id, store.Pin{By: store.PinByCLI}); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "leased", why: "leased", hold: func(t *testing.T, d *store.Domain, id artifact.ID) {
+			l, err := d.Lookup(context.Background(), id, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { l.Close() })
+		}},
+		{name: "linked outside", why: "linked outside the store", hold: func(t *testing.T, d *store.Domain, id artifact.ID) {
+			l, err := d.Lookup(context.Background(), id, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if err := os.Link(l.Files()[0].Abs, filepath.Join(t.TempDir(), "link")); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, ids := storeOf(t, 1)
+			tc.hold(t, d, ids[0])
+			ev, err := d.Evict(context.Background(), ids[0], "manual")
+			if tc.why == "" {
+				if err != nil || ev.ID != ids[0] || ev.Bytes < mib || ev.Reason != "manual" || present(d, ids[0]) {
+					t.Fatalf("evict: %+v, %v; present %v", ev, err, present(d, ids[0]))
+				}
+				return
+			}
+			var he *store.HeldError
+			if !errors.As(err, &he) || !errdefs.IsFailedPrecondition(err) || !strings.Contains(he.Why, tc.why) {
+				t.Fatalf("evict of a held artifact: %v, want a HeldError saying %q", err, tc.why)
+			}
+			if !present(d, ids[0]) {
+				t.Fatal("a refused eviction removed the artifact")
+			}
+		})
+	}
+}
