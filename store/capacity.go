@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"strings"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 )
 
 // Capacity before download and room made by eviction. A producer that

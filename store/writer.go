@@ -134,20 +134,16 @@ func (b *build) keeper(bind artifact.Binding) func(off int64, state []byte) erro
 	return func(off int64, state []byte) error { return b.keep(path, off, size, state) }
 }
 
-// preflight checks the capacity limits and free space for size more bytes;
-// past max_store_bytes or min_free_bytes, with eviction on, it evicts
-// unleased, unpinned artifacts, least recently used first, and checks again
-// (capacity.go).
+// preflight checks the capacity limits and free space for size more bytes.
+// Past max_store_bytes or min_free_bytes it stops the build for the room it
+// lacks (capacity.go).
 func (b *build) preflight(size int64) error {
 	err := b.checkSpace(size)
 	var ce *CapacityError
 	if !errors.As(err, &ce) || ce.Limit == "max_artifact_bytes" {
 		return err
 	}
-	if err := b.roomFor(ce, size); err != nil {
-		return err
-	}
-	return b.checkSpace(size)
+	return b.roomFor(ce, size)
 }
 
 // checkSpace is preflight without eviction.
