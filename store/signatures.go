@@ -23,12 +23,9 @@ import (
 // never published, by gc.
 const dirSignatures = "signatures"
 
-// MaxSignaturesBytes bounds a signature record read from disk.
-const MaxSignaturesBytes = 16 << 20
-
 // Signatures is the signature record of id: nil when there is none.
 func (d *Domain) Signatures(id artifact.ID) ([]byte, error) {
-	raw, err := artifact.ReadFileAtMost(d.path(dirSignatures, id.Hex()+".json"), MaxSignaturesBytes)
+	raw, err := artifact.ReadFileAtMost(d.path(dirSignatures, id.Hex()+".json"), artifact.MaxRecordsBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
@@ -51,8 +48,8 @@ func (d *Domain) EditSignatures(ctx context.Context, id artifact.ID, edit func([
 		if err != nil || raw == nil {
 			return nil, err
 		}
-		if len(raw) > MaxSignaturesBytes {
-			return nil, fmt.Errorf("signature record of %s: %d bytes, more than %d: %w", id.Short(), len(raw), MaxSignaturesBytes, errdefs.ErrInvalidArgument)
+		if len(raw) > artifact.MaxRecordsBytes {
+			return nil, fmt.Errorf("signature record of %s: %d bytes, more than %d: %w", id.Short(), len(raw), artifact.MaxRecordsBytes, errdefs.ErrInvalidArgument)
 		}
 		return raw, nil
 	})

@@ -37,7 +37,7 @@ func TestSignatureRecords(t *testing.T) {
 	if raw, err := d.Signatures(l.ID); err != nil || string(raw) != `{"schema":1}` {
 		t.Fatalf("record: %q %v", raw, err)
 	}
-	if err := d.EditSignatures(ctx, l.ID, func([]byte) ([]byte, error) { return make([]byte, store.MaxSignaturesBytes+1), nil }); !errdefs.IsInvalidArgument(err) {
+	if err := d.EditSignatures(ctx, l.ID, func([]byte) ([]byte, error) { return make([]byte, artifact.MaxRecordsBytes+1), nil }); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("an oversized record: %v", err)
 	}
 	if err := d.Remove(ctx, l.ID); err != nil {
