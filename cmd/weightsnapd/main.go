@@ -27,6 +27,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/node"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/cri"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
@@ -235,7 +236,7 @@ func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, reg promethe
 	// An eviction first removes the unused CRI images that need the
 	// artifact (the kubelet pulls them again with a pod's credentials),
 	// then empties the weight snapshots nothing uses.
-	n.Store.SetReleaser(store.Releasers{svc, n.Snapshotter})
+	n.Eviction.SetReleaser(evict.Releasers{svc, n.Snapshotter})
 	srv, err := cri.Listen(ctx, cfg.CRI.Address, svc)
 	if err != nil {
 		svc.Close()

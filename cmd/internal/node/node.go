@@ -21,6 +21,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/control"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/prefetch"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -30,8 +31,11 @@ import (
 
 // Node is a started node side.
 type Node struct {
-	Snapshotter  *snapshotter.Snapshotter
-	Store        *store.Domain
+	Snapshotter *snapshotter.Snapshotter
+	Store       *store.Domain
+	// Eviction is the store's eviction policy: the room of builds, the
+	// watermark, the releasers.
+	Eviction     *evict.Policy
 	SnapshotRoot string
 	// Runtime is the resolution runtime the snapshotter resolves with.
 	Runtime *resolve.Runtime
@@ -61,6 +65,10 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	if err != nil {
 		return nil, err
 	}
+	ev, err := rt.Eviction(ctx)
+	if err != nil {
+		return nil, err
+	}
 	m := snapshotter.NewMetrics()
 	if reg != nil {
 		if err := m.Register(reg); err != nil {
@@ -72,11 +80,14 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		if err := reg.Register(newStoreMetrics(d)); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
+		if err := reg.Register(ev.Collector()); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 		if err := pw.register(reg); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
 	}
-	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote, policy: pw}
+	n := &Node{Store: d, Eviction: ev, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote, policy: pw}
 	n.Snapshotter, err = snapshotter.New(ctx, snapshotter.Config{
 		Root: n.SnapshotRoot, Store: d, Resolver: rt, Mode: resolve.Mode(cfg.Snapshotter.Mode), Metrics: m,
 		Retry: snapshotter.Backoff{Initial: snapshotter.DefaultRetry.Initial, Max: time.Duration(cfg.Snapshotter.RetryMaxSeconds) * time.Second},
@@ -86,7 +97,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	}
 	// An eviction first empties the artifact's unused weight snapshots, so
 	// that their links give back its bytes.
-	d.SetReleaser(n.Snapshotter)
+	ev.SetReleaser(n.Snapshotter)
 	n.Prefetch = newPrefetch(cfg, n)
 	if n.Prefetch != nil && reg != nil {
 		if err := n.Prefetch.Register(reg); err != nil {
@@ -100,7 +111,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 			return nil, fmt.Errorf("control API: %w", err)
 		}
 	}
-	go watchWatermark(ctx, d)
+	go ev.Watch(ctx)
 	if cfg.Verify.Policy != "" {
 		go pw.run(ctx)
 	}
