@@ -206,9 +206,9 @@ func criFetches(t *testing.T, log, id string) int {
 	}
 	n := 0
 	for _, line := range strings.Split(string(raw), "\n") {
-		var e struct{ Msg, Identity, Outcome string }
+		var e struct{ Msg, ID, Outcome string }
 		if json.Unmarshal([]byte(line), &e) == nil && e.Msg == "cri: weights of an image resolved with the pull's credentials" &&
-			e.Identity == id && e.Outcome == "fetched" {
+			e.ID == id && e.Outcome == "fetched" {
 			n++
 		}
 	}
