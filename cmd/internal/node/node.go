@@ -48,7 +48,7 @@ type Node struct {
 // snapshotter's resolutions and repairs run until Close.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
 	remote := cfg.Resolve.RegistryOptions("weightsnapd")
-	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote})
+	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote, Metrics: reg})
 	if err != nil {
 		return nil, err
 	}
