@@ -103,7 +103,6 @@ func TestDownPeersRemembers(t *testing.T) {
 	}
 }
 
-
 // silent is a 127.0.0.1 address that accepts connections and never
 // answers, counting the connections it accepted.
 func silent(t *testing.T) (string, *atomic.Int64) {
