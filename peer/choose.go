@@ -22,7 +22,7 @@ import (
 // by rendezvous hashing.
 
 // listTimeout bounds the listing round of a source choice: a peer that does
-// not answer within it is tried after the ones that did.
+// not answer within it is remembered as down.
 const listTimeout = 2 * time.Second
 
 // listGrace is how long a listing that found what it looks for waits for
@@ -168,7 +168,8 @@ func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artif
 // then builders, each not full and with the fewest children first, then
 // full ones, then the peers that did not list it in their configured
 // order, those remembered as down last. found says whether any peer holds
-// or builds it. The listing ends at the first holder that is not full.
+// or builds it. The listing ends at the first holder that is not full
+// (listSources).
 func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, found bool) {
 	offers := listSources(ctx, cfg, addrs, id, true)
 	var got []source

@@ -88,8 +88,9 @@ func (r FetchReport) MarshalJSON() ([]byte, error) {
 // newFetcher picks the first peer that serves request, in the order of
 // orderSources (holders, then builders, with the fewest children first),
 // and reads its manifest. It passes over the peers remembered as down:
-// they are asked again once their time runs out. With keep the session stays open for the fetch; otherwise the
-// fetch opens a new one on the same peer first.
+// they are asked again once their time runs out. With keep the session
+// stays open for the fetch; otherwise the fetch opens a new one on the
+// same peer first.
 func newFetcher(ctx context.Context, peers []string, request wire.Request, o FetchOptions, keep bool) (*fetcher, error) {
 	o.Client = o.Client.withDefaults()
 	if o.Rails <= 0 {
