@@ -13,8 +13,8 @@ import (
 )
 
 // DownPeers remembers the peers that failed to answer, each for a bounded
-// time, so a dead peer costs its connect timeout once rather than on every
-// fetch. A source choice passes over a remembered peer; once its time runs
+// time, so a dead peer costs one fetch its wait rather than every fetch.
+// A source choice passes over a remembered peer; once its time runs
 // out the next choice asks it again, and another failure remembers it for
 // twice as long (downFirst, at most downMax). An answer forgets it. A nil
 // *DownPeers remembers nothing.
