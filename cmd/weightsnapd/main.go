@@ -132,6 +132,10 @@ func run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	defer n.Close()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnHUP(ctx, n, hup)
 	srv, err := snapshotter.Listen(ctx, cfg.Snapshotter.Address, n.Snapshotter)
 	if err != nil {
 		return err
@@ -175,6 +179,20 @@ func run(ctx context.Context, cfg config.Config) error {
 	daemon.SdNotify(false, daemon.SdNotifyStopping)
 	srv.Stop(ctx, stopGrace)
 	return err
+}
+
+// reloadOnHUP reloads the trust policy on each signal from hup until ctx
+// ends.
+func reloadOnHUP(ctx context.Context, n *node.Node, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			// A failure is logged by the reload and the last good policy holds.
+			_ = n.ReloadPolicy(ctx)
+		}
+	}
 }
 
 // servePeer serves the store to other nodes ([peer] serve) until the

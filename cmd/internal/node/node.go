@@ -44,6 +44,7 @@ type Node struct {
 	Prefetch *prefetch.Manager
 
 	control *control.Server
+	policy  *policyWatch
 }
 
 // Start opens the store, starts the snapshotter at the configured snapshot
@@ -52,7 +53,11 @@ type Node struct {
 // snapshotter's resolutions and repairs run until Close.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
 	remote := cfg.Resolve.RegistryOptions("weightsnapd")
-	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote})
+	pw, err := newPolicyWatch(cfg.Verify.Policy)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote, Policy: pw.holder})
 	if err != nil {
 		return nil, err
 	}
@@ -78,8 +83,11 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		if err := reg.Register(ev.Collector()); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
+		if err := pw.register(reg); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
-	n := &Node{Store: d, Eviction: ev, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote}
+	n := &Node{Store: d, Eviction: ev, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote, policy: pw}
 	n.Snapshotter, err = snapshotter.New(ctx, snapshotter.Config{
 		Root: n.SnapshotRoot, Store: d, Resolver: rt, Mode: resolve.Mode(cfg.Snapshotter.Mode), Metrics: m,
 		Retry: snapshotter.Backoff{Initial: snapshotter.DefaultRetry.Initial, Max: time.Duration(cfg.Snapshotter.RetryMaxSeconds) * time.Second},
@@ -104,6 +112,9 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		}
 	}
 	go ev.Watch(ctx)
+	if cfg.Verify.Policy != "" {
+		go pw.run(ctx)
+	}
 	if n.Prefetch != nil {
 		go n.Prefetch.Run(ctx)
 	}
@@ -120,6 +131,13 @@ func newPrefetch(cfg config.Config, n *Node) *prefetch.Manager {
 	}
 	return prefetch.New(prefetch.Config{Dir: cfg.Prefetch.Dir, Store: n.Store, Resolve: noderuntime.PrefetchResolver(cfg, n.Runtime, n.Remote),
 		RetryMax: time.Duration(cfg.Prefetch.RetryMaxSeconds) * time.Second})
+}
+
+// ReloadPolicy reads the [verify] policy file again (SIGHUP) and applies
+// it to every later decision. A file that fails keeps the last good policy
+// and its error is returned.
+func (n *Node) ReloadPolicy(ctx context.Context) error {
+	return n.policy.reload(ctx, true)
 }
 
 // Close stops the control API and the snapshotter; host mounts stay.

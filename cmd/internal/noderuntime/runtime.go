@@ -17,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // RuntimeOptions are what a program adds to the runtime the configuration
@@ -33,6 +34,9 @@ type RuntimeOptions struct {
 	Producers []producers.Local
 	// NoFingerprintCache hashes every source file instead of using the cache.
 	NoFingerprintCache bool
+	// Policy is where every decision reads the trust policy: weightsnapd's
+	// reloads it. nil reads [verify] policy once.
+	Policy trust.Source
 }
 
 // NewRuntime is the resolution runtime of the configuration, the one
@@ -64,9 +68,13 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 	// policy: the registry providers check it before any payload byte, the
 	// gate (rc.Trust) keeps what they verified, re-checks it on a store
 	// hit, and keeps unsigned sources away from what it wants signed.
-	pol, err := cfg.Verify.LoadPolicy()
-	if err != nil {
-		return nil, err
+	pol := o.Policy
+	if pol == nil {
+		p, err := cfg.Verify.LoadPolicy()
+		if err != nil {
+			return nil, err
+		}
+		pol = p
 	}
 	rc.Trust = &oci.Gate{Policy: pol, Default: cfg.Resolve.Registry}
 	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), ConfigFile: cfg.Path, Remote: o.Remote, Policy: pol}
