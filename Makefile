@@ -94,7 +94,7 @@ bench: build
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestCRIProxyLatency$$' ./test/e2e/ | grep -E "^(weightsnapd's CRI|call|ImageStatus|ListImages|--- )"
 	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 40m -v -run '^TestKubeletImageVolumeBench$$' ./test/e2e/ | grep -E "^(kubelet static pod|[0-9]+ cores, one run|weights |[0-9.]+[KMGT]iB |goal: ratio|--- | +kubelet_bench_test\.go:)"
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000
-	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestModelSwitchingBench$$' ./store/ | grep -E "^(model switching| +[a-z0-9]|--- )"
+	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestModelSwitchingBench$$' ./evict/ | grep -E "^(model switching| +[a-z0-9]|--- )"
 	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
 
 FUZZTIME ?= 30s

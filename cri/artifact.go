@@ -43,13 +43,13 @@ func (s *Service) pullArtifact(ctx context.Context, r *registry.Remote, res *oci
 	if err != nil {
 		return "", err
 	}
-	pinned := r.Name() + "@" + res.Desc.Digest.String()
-	resn, err := s.cfg.Runtime.Resolve(ctx, resolve.Request{Identity: &plan.Identity, Artifact: pinned})
+	digestRef := r.Name() + "@" + res.Desc.Digest.String()
+	resn, err := s.cfg.Runtime.Resolve(ctx, resolve.Request{Identity: &plan.Identity, Artifact: digestRef})
 	if err != nil {
 		return "", err
 	}
 	defer resn.Close() // the snapshot of the image takes its own lease
-	ptr := pointer.Pointer{Artifact: pinned, ID: id, Target: oci.ArtifactTarget, Files: len(plan.Files), Bytes: plan.TotalBytes()}
+	ptr := pointer.Pointer{Artifact: digestRef, ID: id, Target: oci.ArtifactTarget, Files: len(plan.Files), Bytes: plan.TotalBytes()}
 	if resn.Lease != nil { // a tar layer's files are known once extracted
 		ptr.Files, ptr.Bytes = len(resn.Lease.Index.Files), resn.Lease.Index.TotalBytes()
 	}
@@ -60,7 +60,7 @@ func (s *Service) pullArtifact(ctx context.Context, r *registry.Remote, res *oci
 	if err := s.createImage(namespaces.WithNamespace(ctx, Namespace), r.String(), img, pl); err != nil {
 		return "", err
 	}
-	log.G(ctx).WithField("image", r.String()).WithField("artifact", pinned).WithField("identity", id.String()).
+	log.G(ctx).WithField("image", r.String()).WithField("artifact", digestRef).WithField("id", id.String()).
 		WithField("outcome", resn.Report.Outcome).Info("cri: artifact pulled as a weights-only image")
 	return img.ConfigDesc.Digest.String(), nil
 }
@@ -159,7 +159,7 @@ func (s *Service) resolveWeights(ctx context.Context, r *registry.Remote, res *o
 				return nil
 			}
 			resn.Close() // the artifact stays in the store; the snapshot takes its own lease
-			log.G(ctx).WithField("image", r.String()).WithField("artifact", p.Artifact).WithField("identity", p.ID.String()).
+			log.G(ctx).WithField("image", r.String()).WithField("artifact", p.Artifact).WithField("id", p.ID.String()).
 				WithField("outcome", resn.Report.Outcome).Info("cri: weights of an image resolved with the pull's credentials")
 			return nil
 		})

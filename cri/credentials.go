@@ -18,13 +18,14 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 )
 
-// Access checks that the registry accepts a pull's own credentials for a
-// repository before the pull is answered from what the node holds: a
-// manifest HEAD with those credentials (registry.WithCredential's, else
-// the node's Docker config's), no payload. A positive answer is kept for
-// its lifetime per credential and repository, under an HMAC of both with a
-// key of this process's alone, so the secret is never a key, nor kept
-// here; a refusal is never kept. Nothing is written or logged.
+// Access checks that the registry accepts a pull's own credentials for a repository.
+//
+// It asks before the pull is answered from what the node holds, with a
+// manifest HEAD and no payload. The credentials are registry.WithCredential's,
+// else the node's Docker config's. A positive answer is kept for its
+// lifetime per credential and repository. Its key is an HMAC of both with a
+// key of this process's alone, so the secret is neither a key nor kept. A
+// refusal is never kept. Nothing is written or logged.
 type Access struct {
 	ttl time.Duration
 	now func() time.Time
@@ -34,8 +35,8 @@ type Access struct {
 	ok map[[sha256.Size]byte]time.Time // accepted until
 }
 
-// NewAccess returns a check keeping each positive answer for ttl (0: none
-// is kept, every pull asks the registry).
+// NewAccess returns a check that keeps each positive answer for ttl.
+// With ttl 0 none is kept, and every pull asks the registry.
 func NewAccess(ttl time.Duration) (*Access, error) {
 	if ttl < 0 {
 		return nil, fmt.Errorf("credential check lifetime %s: %w", ttl, errdefs.ErrInvalidArgument)
@@ -47,9 +48,9 @@ func NewAccess(ttl time.Duration) (*Access, error) {
 	return &Access{ttl: ttl, now: time.Now, key: key, ok: map[[sha256.Size]byte]time.Time{}}, nil
 }
 
-// Check asks the registry whether the credentials of ctx for r's host may
-// read r's reference: nil when it answers the manifest, else the registry's
-// answer (errdefs unauthorized, permission denied, not found, ...).
+// Check asks the registry whether the credentials of ctx may read r's reference.
+// It is nil when the registry answers the manifest.
+// Otherwise it is the registry's answer, classified with errdefs.
 func (a *Access) Check(ctx context.Context, r *registry.Remote) error {
 	k := a.keyOf(ctx, r)
 	now := a.now()
@@ -75,8 +76,8 @@ func (a *Access) Check(ctx context.Context, r *registry.Remote) error {
 	return nil
 }
 
-// Len is the number of positive answers kept (expired ones included until
-// the next Check drops them).
+// Len is the number of positive answers kept.
+// Expired ones count until the next Check drops them.
 func (a *Access) Len() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -73,9 +73,9 @@ func (s *Service) annotate(ctx context.Context, d *store.Domain, img *runtime.Im
 	}
 }
 
-// ListImages implements runtime.ImageServiceServer: containerd's images,
-// each weight image's size with its artifacts' bytes and pinned when they
-// are.
+// ListImages implements runtime.ImageServiceServer: containerd's images, as the store sees them.
+// A weight image's size includes its artifacts' bytes.
+// It is pinned when one of its artifacts is.
 func (s *Service) ListImages(ctx context.Context, req *runtime.ListImagesRequest) (*runtime.ListImagesResponse, error) {
 	resp, err := s.upstream.ListImages(ctx, req)
 	if err != nil {
@@ -101,10 +101,11 @@ func (s *Service) ImageStatus(ctx context.Context, req *runtime.ImageStatusReque
 	return resp, nil
 }
 
-// RemoveImage implements runtime.ImageServiceServer: forwarded; once the
-// last image that needs an artifact is gone, the artifact is the store's
-// first eviction candidate, and evicted at once when the store's
-// filesystem is past the low watermark (store.Domain.EvictUnneeded).
+// RemoveImage implements runtime.ImageServiceServer: forwarded, then the eviction policy told.
+//
+// Once the last image that needs an artifact is gone, the artifact is the
+// first eviction candidate (evict.Policy.Demote). It is evicted at once when
+// the store's filesystem is past the low watermark (evict.Policy.Unneeded).
 func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageRequest) (*runtime.RemoveImageResponse, error) {
 	var needed []artifact.ID
 	if st, err := s.upstream.ImageStatus(ctx, &runtime.ImageStatusRequest{Image: req.GetImage()}); err == nil && st.GetImage() != nil {
@@ -114,9 +115,9 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 	if err != nil || len(needed) == 0 {
 		return resp, err
 	}
-	d, derr := s.cfg.Runtime.Domain(ctx)
+	ev, everr := s.cfg.Runtime.Eviction(ctx)
 	list, lerr := s.upstream.ListImages(ctx, &runtime.ListImagesRequest{})
-	if derr != nil || lerr != nil {
+	if everr != nil || lerr != nil {
 		return resp, nil
 	}
 	still := map[artifact.ID]bool{}
@@ -130,18 +131,18 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 		if still[id] {
 			continue
 		}
-		if err := d.Demote(id); err != nil {
-			log.G(ctx).WithError(err).WithField("identity", id).Debug("cri: artifact not demoted")
+		if err := ev.Demote(id); err != nil {
+			log.G(ctx).WithError(err).WithField("id", id).Debug("cri: artifact not demoted")
 			continue
 		}
 		demoted = true
-		log.G(ctx).WithField("identity", id).Info("cri: the last image that needs the artifact was removed: it is the first eviction candidate")
+		log.G(ctx).WithField("id", id).Info("cri: the last image that needs the artifact was removed: it is the first eviction candidate")
 	}
 	// The kubelet removes images to get their space back, and was told an
 	// image's size includes its artifacts': past the low watermark, the
 	// store gives it back now.
 	if demoted {
-		if rep, err := d.EvictUnneeded(ctx); err != nil {
+		if rep, err := ev.Unneeded(ctx); err != nil {
 			log.G(ctx).WithError(err).Warn("cri: eviction after an image removal failed")
 		} else if rep != nil {
 			log.G(ctx).WithField("evicted", len(rep.Evicted)).WithField("freed_bytes", rep.Freed).Info("cri: store past the low watermark after an image removal: evicted")
@@ -150,9 +151,9 @@ func (s *Service) RemoveImage(ctx context.Context, req *runtime.RemoveImageReque
 	return resp, nil
 }
 
-// ImageFsInfo implements runtime.ImageServiceServer: the filesystem that
-// holds the store and the weight snapshots first (its mountpoint, the
-// bytes and inodes they use, each inode once), then containerd's own.
+// ImageFsInfo implements runtime.ImageServiceServer: the store's filesystem first, then containerd's.
+// The store's filesystem also holds the weight snapshots.
+// Its entry has its mountpoint and the bytes and inodes they use, each inode once.
 func (s *Service) ImageFsInfo(ctx context.Context, req *runtime.ImageFsInfoRequest) (*runtime.ImageFsInfoResponse, error) {
 	resp, err := s.upstream.ImageFsInfo(ctx, req)
 	if err != nil {

@@ -19,16 +19,17 @@ import (
 // releaseTimeout bounds what a release asks containerd.
 const releaseTimeout = 30 * time.Second
 
-// Release implements store.Releaser: before the store evicts the artifact
-// id, the images of containerd's CRI namespace that need it are removed
-// (the kubelet pulls again, with the pod's own credentials, when a pod
-// needs one); containerd's garbage collection removes their weight
-// snapshots later, and the snapshotter's Release, called after this one,
-// empties them at once, so the eviction frees its bytes. Release does not
-// wait for the garbage collection: an eviction may run inside a Prepare
-// containerd is serving, which the collection waits for. The store calls
-// it only for an artifact nothing leases: no container uses those images.
-// When containerd is not up it removes nothing and says so.
+// Release implements evict.Releaser: it removes the CRI images that need the artifact id.
+//
+// The images are those of containerd's CRI namespace. The kubelet pulls one
+// again, with the pod's own credentials, when a pod needs it. containerd's
+// garbage collection removes their weight snapshots later. The snapshotter's
+// Release, called after this one, empties them at once, so the eviction
+// frees its bytes. Release does not wait for the garbage collection: an
+// eviction may run inside a Prepare containerd is serving, which the
+// collection waits for. The eviction policy calls it only for an artifact
+// nothing leases, so no container uses those images. When containerd is not
+// up it removes nothing and says so.
 func (s *Service) Release(ctx context.Context, id artifact.ID) error {
 	// Calls to containerd wait for it to be up: an eviction does not.
 	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
@@ -61,7 +62,7 @@ func (s *Service) Release(ctx context.Context, id artifact.ID) error {
 			errs = append(errs, fmt.Errorf("remove image %s: %w", name, err))
 			continue
 		}
-		log.G(ctx).WithField("image", name).WithField("identity", id).Info("cri: removed an unused image so that evicting its artifact frees the bytes")
+		log.G(ctx).WithField("image", name).WithField("id", id).Info("cri: removed an unused image so that evicting its artifact frees the bytes")
 	}
 	return errors.Join(errs...)
 }

@@ -1,11 +1,12 @@
-// Package cri is weightsnapd's CRI image service: runtime.v1.ImageService
-// on its own socket, forwarded to containerd's CRI. A PullImage's own
-// credentials serve that pull alone (registry.WithCredential): the
-// registry is asked to accept them for every artifact the pull would get
-// from the node's store (Access), and the weight layers of the image are
-// resolved with them before containerd pulls it. A pull of an artifact
-// (ModelPack, plain oras) is answered with a local weights-only image, so
-// that any artifact is a Kubernetes image volume.
+// Package cri is weightsnapd's CRI image service, forwarded to containerd's CRI.
+//
+// It serves runtime.v1.ImageService on its own socket. A PullImage's own
+// credentials serve that pull alone (registry.WithCredential). The registry
+// is asked to accept them for every artifact the pull would get from the
+// node's store (Access). The weight layers of an image are resolved with
+// them before containerd pulls it. A pull of an artifact (ModelPack, plain
+// oras) is answered with a local weights-only image, so that any artifact
+// is a Kubernetes image volume.
 package cri
 
 import (
@@ -119,14 +120,14 @@ func (s *Service) StreamImages(req *runtime.StreamImagesRequest, out grpc.Server
 	}
 }
 
-// PullImage implements runtime.ImageServiceServer. Its credentials (else
-// the node's Docker config's) are this pull's alone: they go with its
+// PullImage implements runtime.ImageServiceServer with the pull's own credentials.
+//
+// The credentials, else the node's Docker config's, go with this pull's
 // registry requests in ctx, and no other pull sees them. An artifact of a
-// configured registry is pulled into the store (its manifest read with
-// them: the registry's answer) and answered with a weights-only image; an
-// image of a configured registry has the artifacts of its weight layers
-// checked with them and resolved into the store before it is forwarded
-// (resolveWeights); anything else is forwarded.
+// configured registry is pulled into the store and answered with a
+// weights-only image. An image of a configured registry has the artifacts of
+// its weight layers checked and resolved into the store before it is
+// forwarded (resolveWeights). Anything else is forwarded.
 func (s *Service) PullImage(ctx context.Context, req *runtime.PullImageRequest) (*runtime.PullImageResponse, error) {
 	name := req.GetImage().GetImage()
 	ref, err := registry.ParseReference(name)

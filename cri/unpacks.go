@@ -21,20 +21,21 @@ const gcSnapshotLabel = "containerd.io/gc.ref.snapshot."
 // Snapshotter is the name containerd knows weightsnap's snapshotter by.
 const Snapshotter = "weightsnap"
 
-// UnpackWatch looks at containerd's images, in every namespace, for weight
-// images a snapshotter other than weightsnap unpacked (nerdctl run without
-// --snapshotter weightsnap, a CRI whose snapshotter is overlayfs): their
-// containers start with only the pointer files where the weights belong,
-// and weightsnapd never sees those layers. Each such unpack is logged and
-// counted once.
+// UnpackWatch finds weight images that a snapshotter other than weightsnap unpacked.
+//
+// It looks at containerd's images in every namespace. Such an unpack comes
+// from nerdctl run without --snapshotter weightsnap, or a CRI whose
+// snapshotter is overlayfs. Its containers start with only the pointer files
+// where the weights belong, and weightsnapd never sees those layers. Each
+// such unpack is logged and counted once.
 type UnpackWatch struct {
 	s      *Service
 	seen   map[string]bool // namespace, image and snapshotter already told
 	unseen prometheus.Counter
 }
 
-// NewUnpackWatch is the watch of s's containerd, counting in a metric it
-// registers with reg.
+// NewUnpackWatch is the watch of s's containerd.
+// It counts in a metric it registers with reg.
 func NewUnpackWatch(s *Service, reg prometheus.Registerer) (*UnpackWatch, error) {
 	w := &UnpackWatch{s: s, seen: map[string]bool{}, unseen: prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: "weightsnap", Name: "unseen_weight_unpacks_total",
@@ -42,8 +43,8 @@ func NewUnpackWatch(s *Service, reg prometheus.Registerer) (*UnpackWatch, error)
 	return w, reg.Register(w.unseen)
 }
 
-// Run looks every interval until ctx ends; containerd unreachable is
-// logged at debug level and looked at again next time.
+// Run looks at containerd's images every interval until ctx ends.
+// A containerd it cannot reach is logged at debug level and looked at again next time.
 func (w *UnpackWatch) Run(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()

@@ -57,7 +57,7 @@ func producerFor(ctx context.Context, r *registry.Remote, want artifact.ID, o Pu
 	}
 	// The policy first: a refused artifact costs no index layer, no
 	// payload byte, and leaves nothing in the store.
-	rec, err := verifyResolved(ctx, o.Policy, r, res)
+	rec, err := verifyResolved(ctx, current(o.Policy), r, res)
 	if err != nil {
 		return artifact.Identity{}, nil, err
 	}
@@ -120,7 +120,7 @@ type Locator struct {
 	Registries []string
 	// Policy, if set, is checked against each located artifact's manifest before anything of it is
 	// fetched. It becomes the provider's PullOptions.Policy.
-	Policy *trust.Policy
+	Policy trust.Source
 	// ConfigFile names the file whose [resolve] registries Registries are. The error that refuses a
 	// host names it; "" when Registries are the defaults.
 	ConfigFile string

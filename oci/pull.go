@@ -52,8 +52,8 @@ type PullOptions struct {
 	Progress func(n int64)
 	// Policy, if set, is checked against the resolved manifest before anything else, a store hit
 	// included. A refusal ends the pull with nothing published. The rest of the pull reads that
-	// same manifest, so a tag moved meanwhile cannot swap it.
-	Policy *trust.Policy
+	// same manifest, so a tag moved meanwhile cannot swap it. It is read at each check.
+	Policy trust.Source
 	// Reused, if set, is told of the bytes of Progress that an interrupted pull had already
 	// fetched. A rate can leave them out.
 	Reused func(n int64)
@@ -158,12 +158,13 @@ func Pull(ctx context.Context, d *store.Domain, r *registry.Remote, o PullOption
 		return nil, nil, err
 	}
 	rep := &PullReport{Ref: r.String(), Manifest: resolved.Desc.Digest.String(), Kind: KindWeightsnap}
-	rec, err := verifyResolved(ctx, o.Policy, r, resolved)
+	pol := current(o.Policy)
+	rec, err := verifyResolved(ctx, pol, r, resolved)
 	if err != nil {
 		return nil, nil, fmt.Errorf("pull %s: %w", r, err)
 	}
 	if rec != nil {
-		rep.Verified, rep.Unverified = rec.Verified, o.Policy.Unverified
+		rep.Verified, rep.Unverified = rec.Verified, pol.Unverified
 	}
 	// The record of the verification is kept before the artifact is
 	// published (or, for a store hit, before it is leased).

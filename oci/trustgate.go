@@ -29,23 +29,24 @@ type Attested interface {
 // when the store already holds the artifact. It keeps sources that carry no signature, weight peers
 // and local builds, away from what the policy wants signed.
 type Gate struct {
-	Policy *trust.Policy
+	// Policy is read at each decision: a reload applies to every later one.
+	Policy trust.Source
 	// Default is the reference a request that names none is checked as: the [resolve] registry
 	// repository. "" is the policy's default scope.
 	Default string
 }
 
-// match is what the policy requires of the artifact a request naming ref
+// match is what policy p requires of the artifact a request naming ref
 // resolves, and the reference its signatures are checked for ("" the
 // record's own).
-func (g *Gate) match(ref string) (trust.Match, string, error) {
+func (g *Gate) match(p *trust.Policy, ref string) (trust.Match, string, error) {
 	if ref == "" {
 		ref = g.Default
 	}
 	if ref == "" {
-		return trust.Match{Scope: "default", Requirements: g.Policy.Default}, "", nil
+		return trust.Match{Scope: "default", Requirements: p.Default}, "", nil
 	}
-	m, err := g.Policy.MatchRef(ref)
+	m, err := p.MatchRef(ref)
 	return m, ref, err
 }
 
@@ -53,7 +54,7 @@ func (g *Gate) match(ref string) (trust.Match, string, error) {
 // come without a signature. Otherwise it is the refusal that names the scope. ref is "" for a
 // request that names none.
 func (g *Gate) Unsigned(ref string) error {
-	m, _, err := g.match(ref)
+	m, _, err := g.match(g.Policy.Current(), ref)
 	if err != nil {
 		return err
 	}
@@ -73,7 +74,7 @@ func (g *Gate) SignedSource(dir string) bool {
 // digests. The check is under the scope of the request's reference, ref; "" is the default
 // reference. The record keeps that reference without its digest, and is kept before the build.
 func (g *Gate) CheckSource(ctx context.Context, d *store.Domain, id artifact.ID, ref string, src *artifact.SourceDir) error {
-	m, name, err := g.match(ref)
+	m, name, err := g.match(g.Policy.Current(), ref)
 	if err != nil {
 		return err
 	}
@@ -107,7 +108,7 @@ func (g *Gate) CheckSource(ctx context.Context, d *store.Domain, id artifact.ID,
 // The recorded signatures are checked again, offline; the bytes are not. Otherwise Hit returns the
 // refusal.
 func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref string) error {
-	m, repo, err := g.match(ref)
+	m, repo, err := g.match(g.Policy.Current(), ref)
 	if err != nil || !m.Requires() {
 		return err
 	}
@@ -155,7 +156,8 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 // offline. Once one is kept, the peer's fetch checks each file's sha256 (Carrier.CheckSHA256). A
 // source that brings no record meeting a policy that wants one is refused, naming the scope.
 func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref string, prod artifact.Producer) error {
-	m, repo, err := g.match(ref)
+	p := g.Policy.Current()
+	m, repo, err := g.match(p, ref)
 	if err != nil {
 		return err
 	}
@@ -197,8 +199,8 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 			// The request wants nothing: a peer's record is kept only as
 			// this node verifies it, under its own reference's scope.
 			if r.Kind == trust.KindOMS {
-				cm, _ = g.Policy.MatchOMS(r.Ref)
-			} else if cm, err = g.Policy.MatchRef(r.Ref); err != nil {
+				cm, _ = p.MatchOMS(r.Ref)
+			} else if cm, err = p.MatchRef(r.Ref); err != nil {
 				continue
 			}
 			if !cm.Requires() {

@@ -72,6 +72,14 @@ func verifyManifest(ctx context.Context, p *trust.Policy, r *registry.Remote, de
 	return v, sigs, err
 }
 
+// current is the policy s holds (nil: none, no check).
+func current(s trust.Source) *trust.Policy {
+	if s == nil {
+		return nil
+	}
+	return s.Current()
+}
+
 // verifyResolved checks a resolved manifest against the policy (nil: no
 // check, no record) and returns the record of how it was met, to keep
 // beside the artifact (Attested).

@@ -70,7 +70,7 @@ func (s *Server) open(ctx context.Context, request wire.Request) (*servable, err
 // then verifies with the registry, or refuses).
 func (s *Server) signatures(ctx context.Context, id artifact.ID) []byte {
 	raw, err := s.d.Signatures(id)
-	if err != nil || uint64(len(raw)) > wire.MaxSignaturesBytes {
+	if err != nil || uint64(len(raw)) > artifact.MaxRecordsBytes {
 		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("peer: the artifact's signature records are not sent")
 		return nil
 	}

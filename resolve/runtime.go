@@ -31,6 +31,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
 	"github.com/weightsnap/weightsnap/artifact/producers"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -114,8 +115,9 @@ type Config struct {
 type Runtime struct {
 	cfg Config
 
-	mu  sync.Mutex
-	dom *store.Domain
+	mu    sync.Mutex
+	dom   *store.Domain
+	evict *evict.Policy // the domain's eviction policy, its RoomMaker
 }
 
 // New checks a configuration and returns its runtime; it does no I/O.
@@ -138,10 +140,27 @@ func New(cfg Config) (*Runtime, error) {
 func (r *Runtime) Mode() Mode { return r.cfg.Mode }
 
 // Domain opens the runtime's store domain (once, within the wait budget)
-// and returns it; never call it in disabled mode.
+// and returns it; never call it in disabled mode. Its builds make room
+// with the domain's eviction policy (Eviction).
 func (r *Runtime) Domain(ctx context.Context) (*store.Domain, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.domain(ctx)
+}
+
+// Eviction is the eviction policy of the runtime's store domain, which
+// Domain opens.
+func (r *Runtime) Eviction(ctx context.Context) (*evict.Policy, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, err := r.domain(ctx); err != nil {
+		return nil, err
+	}
+	return r.evict, nil
+}
+
+// domain is Domain with r.mu held.
+func (r *Runtime) domain(ctx context.Context) (*store.Domain, error) {
 	if r.dom != nil {
 		return r.dom, nil
 	}
@@ -153,6 +172,9 @@ func (r *Runtime) Domain(ctx context.Context) (*store.Domain, error) {
 	p.CoordinationTimeoutSeconds = int(min(math.Ceil(budget.Seconds()), math.MaxInt32))
 	bctx, cancel := context.WithTimeoutCause(ctx, budget, errWaitBudget)
 	defer cancel()
+	if err := evict.CheckPolicy(p); err != nil {
+		return nil, err
+	}
 	d, err := store.Open(bctx, r.cfg.Root, &p)
 	if err != nil {
 		if ctx.Err() == nil && errors.Is(context.Cause(bctx), errWaitBudget) {
@@ -160,7 +182,12 @@ func (r *Runtime) Domain(ctx context.Context) (*store.Domain, error) {
 		}
 		return nil, err
 	}
-	r.dom = d
+	ev, err := evict.New(d)
+	if err != nil {
+		return nil, err
+	}
+	d.SetRoomMaker(ev)
+	r.dom, r.evict = d, ev
 	return d, nil
 }
 

@@ -23,7 +23,7 @@ import (
 // can set it.
 const LabelEmptied = "weightsnap/emptied"
 
-// Release implements store.Releaser: before the store evicts the artifact
+// Release implements evict.Releaser: before the store evicts the artifact
 // id, every committed weight snapshot of it is marked LabelEmptied and
 // emptied, then its shared views removed, so that their hardlinks give the
 // artifact's bytes back; the images stay, and their next container gets

@@ -10,6 +10,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 )
 
@@ -22,7 +23,11 @@ import (
 func TestReleaseEmptiesAndRefills(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
-	n.dom.SetReleaser(n.sn)
+	ev, err := evict.New(n.dom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.SetReleaser(n.sn)
 	src := storetest.Synth(t, synth.Options{Size: 256 << 10, Shards: 2, DType: "BF16", Seed: 32})
 	id := importInto(t, n.dom, src)
 	aid := artifact.MustParseID(id)
@@ -37,7 +42,7 @@ func TestReleaseEmptiesAndRefills(t *testing.T) {
 		return ents
 	}
 	evictAll := func() int {
-		rep, err := n.dom.EvictTo(ctx, 0, false)
+		rep, err := ev.To(ctx, 0, false)
 		if err != nil {
 			t.Fatal(err)
 		}

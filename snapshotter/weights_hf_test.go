@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"github.com/weightsnap/weightsnap/pointer"
@@ -136,13 +137,17 @@ func TestPointerFoundAtCommitHF(t *testing.T) {
 func TestRefillHF(t *testing.T) {
 	ctx := context.Background()
 	n := newNode(t, t.TempDir())
-	n.dom.SetReleaser(n.sn)
+	ev, err := evict.New(n.dom)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev.SetReleaser(n.sn)
 	src := storetest.Synth(t, synth.Options{Size: 128 << 10, Shards: 2, DType: "BF16", Seed: 64})
 	id := importInto(t, n.dom, src)
 	labels := weightLabels(id, "/hub", chainID(80))
 	labels[pointer.LabelLayout], labels[pointer.LabelRepo] = pointer.LayoutHF, "org/m"
 	n.prepareWeights(t, "extract", "", labels)
-	if rep, err := n.dom.EvictTo(ctx, 0, false); err != nil || len(rep.Evicted) != 1 {
+	if rep, err := ev.To(ctx, 0, false); err != nil || len(rep.Evicted) != 1 {
 		t.Fatalf("eviction of the unused artifact: %+v %v", rep, err)
 	}
 	importInto(t, n.dom, src)

@@ -23,7 +23,8 @@ type BuildResult struct {
 // producer if no valid artifact exists. Across processes exactly one build
 // of an identity runs at a time; the others wait, within the coordination
 // timeout, and then get the same artifact. A waiter never breaks another
-// process's build lock.
+// process's build lock. A build that lacks room lets go of the build lock,
+// asks the domain's RoomMaker and runs the producer again.
 func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p artifact.Producer) (*Lease, BuildResult, error) {
 	var res BuildResult
 	if err := d.failedErr(); err != nil {
@@ -39,14 +40,16 @@ func (d *Domain) GetOrBuild(ctx context.Context, identity artifact.Identity, p a
 	if l, err := d.Lookup(ctx, id, ""); err == nil || !isRebuildable(err) {
 		return l, res, err
 	}
-	deadline := time.Now().Add(d.policy.CoordinationTimeout())
-	l, err := d.publishLocked(ctx, id, deadline, true, &res, func() error {
-		start := time.Now()
-		if err := d.produce(ctx, identity, id, p, deadline); err != nil {
-			return err
-		}
-		res.Produce = time.Since(start)
-		return nil
+	l, err := d.buildWithRoom(ctx, id, func() (*Lease, error) {
+		deadline := time.Now().Add(d.policy.CoordinationTimeout())
+		return d.publishLocked(ctx, id, deadline, true, &res, func() error {
+			start := time.Now()
+			if err := d.produce(ctx, identity, id, p, deadline); err != nil {
+				return err
+			}
+			res.Produce = time.Since(start)
+			return nil
+		})
 	})
 	return l, res, err
 }
@@ -101,6 +104,10 @@ func (d *Domain) produce(ctx context.Context, identity artifact.Identity, id art
 	b.adoptStale()
 	if err := p.Produce(ctx, b); err != nil {
 		err = fmt.Errorf("producer %s: %w", p.Name(), err)
+		if re := (*roomError)(nil); errors.As(err, &re) {
+			b.release() // kept for the build that runs once the room is made
+			return err
+		}
 		if !interrupted(err) {
 			b.abort()
 			return err

@@ -20,9 +20,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// BuildEndedError says a build a reader followed ended without publishing
-// (it failed, was cancelled, or its process died): its ranges not yet
-// verified never will be.
+// BuildEndedError says a build that a reader followed ended without publishing.
+// It failed, was cancelled, or its process died.
+// Its ranges not yet verified never will be.
 type BuildEndedError struct {
 	ID artifact.ID
 }
@@ -147,9 +147,9 @@ func (b *Building) VerifiedBytes() int64 {
 	return b.total
 }
 
-// Depth is the build's depth (artifact.Seeder.Source): how many building
-// nodes stand between it and a complete source, -1 while it records none
-// (it has no source yet).
+// Depth is how many building nodes stand between the build and a complete source.
+// It is artifact.Seeder.Source's depth.
+// It is -1 while the build records none, having no source yet.
 func (b *Building) Depth() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -276,18 +276,18 @@ const (
 
 var errNotYet = errors.New("range not verified yet")
 
-// Wait returns once [off, off+n) of the payload file at path is verified,
-// or once the build is published (every range then is); a
-// *BuildEndedError when the build ended without publishing; ctx's error
-// when ctx ends first.
+// Wait waits for [off, off+n) of the payload file at path to be verified.
+// It returns nil once the range is verified or the build is published.
+// It returns a *BuildEndedError when the build ended without publishing.
+// It returns ctx's error when ctx ends first.
 func (b *Building) Wait(ctx context.Context, path string, off, n int64) error {
 	return b.wait(ctx, path, func() bool { return b.covered(path, off, n) })
 }
 
-// WaitPieces returns the chaining values of the pieces of [off, off+n) of
-// the payload file at path once the builder recorded them
-// (artifact.Seeder.Pieces), or none once the range is verified without
-// them; it fails as Wait does.
+// WaitPieces waits for the chaining values of the pieces of [off, off+n) of a payload file.
+// It returns them once the builder recorded them (artifact.Seeder.Pieces).
+// It returns none once the range is verified without them.
+// It fails as Wait does.
 func (b *Building) WaitPieces(ctx context.Context, path string, off, n int64) ([][32]byte, error) {
 	var cvs [][32]byte
 	err := b.wait(ctx, path, func() bool {

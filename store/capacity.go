@@ -4,19 +4,43 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"strings"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 )
 
 // Capacity before download and room made by eviction. A producer that
 // knows the artifact's size from its manifest (a pull, a peer fetch, an
 // import of a fingerprinted source) reserves it before its first payload
-// byte (artifact.Reserver): the build fails at once, evicting nothing,
-// when even every allowed eviction could not make the room, and otherwise
-// evicts what it needs first. A producer that does not reserve meets the
-// same eviction in each file's preflight.
+// byte (artifact.Reserver). A producer that does not reserve meets the
+// same check in each file's preflight. A build that lacks room stops with
+// a *roomError; the build's caller lets go of the build lock, asks the
+// domain's RoomMaker for the room and builds again, continuing what the
+// stopped build kept.
+
+// RoomMaker makes room in the store for a build: the eviction policy.
+type RoomMaker interface {
+	// MakeRoom frees need bytes without taking except, the artifact being built.
+	// It is called with none of the store's locks held.
+	// It refuses with a *CapacityError saying what could be freed and what holds the rest.
+	MakeRoom(ctx context.Context, need int64, except artifact.ID) error
+}
+
+// SetRoomMaker makes the domain's builds ask r for the room they lack.
+func (d *Domain) SetRoomMaker(r RoomMaker) { d.room.Store(&r) }
+
+// roomError is a build stopped for lack of room that a RoomMaker may make.
+type roomError struct {
+	ce   *CapacityError
+	need int64 // bytes to free
+}
+
+func (e *roomError) Error() string { return e.ce.Error() }
+func (e *roomError) Unwrap() error { return e.ce }
+
+// maxRoomTries bounds how often a build asks for room and starts again.
+const maxRoomTries = 3
 
 // Reserve implements artifact.Writer: room for total payload bytes.
 func (b *build) Reserve(total int64) error {
@@ -34,7 +58,7 @@ func (b *build) Reserve(total int64) error {
 		return err
 	}
 	ce.Artifact, ce.Size = b.id, total
-	return b.makeRoom(ce, need)
+	return b.lacks(ce, need)
 }
 
 // shortfall is how many bytes the store lacks for more bytes, by the limit
@@ -42,12 +66,12 @@ func (b *build) Reserve(total int64) error {
 func (b *build) shortfall(more int64) (ce *CapacityError, need int64, err error) {
 	p := b.d.policy
 	if p.MaxStoreBytes > 0 {
-		used := b.d.storeBytes()
+		used := b.d.UsedBytes()
 		if n := used + more - p.MaxStoreBytes; n > need {
 			ce, need = &CapacityError{Limit: "max_store_bytes", Need: used + more, Have: p.MaxStoreBytes}, n
 		}
 	}
-	_, free, err := b.d.fsSpace()
+	_, free, err := b.d.FilesystemSpace()
 	if err != nil {
 		return nil, 0, err
 	}
@@ -57,8 +81,8 @@ func (b *build) shortfall(more int64) (ce *CapacityError, need int64, err error)
 	return ce, need, nil
 }
 
-// roomFor runs after a file's preflight refused it (ce): with eviction on,
-// it evicts what the file lacks and says whether to check again.
+// roomFor runs after a file's preflight refused it (ce): it says how many
+// bytes the file lacks.
 func (b *build) roomFor(ce *CapacityError, size int64) error {
 	var need int64
 	switch ce.Limit {
@@ -70,42 +94,49 @@ func (b *build) roomFor(ce *CapacityError, size int64) error {
 		return ce
 	}
 	ce.Artifact = b.id
-	return b.makeRoom(ce, need)
+	return b.lacks(ce, need)
 }
 
-// makeRoom evicts need bytes for the build, or returns ce with what the
-// store found: eviction off, or what could be freed and what holds the
-// rest (Evict takes nothing unless its candidates can free all of need).
-// The caller holds b.mu.
-func (b *build) makeRoom(ce *CapacityError, need int64) error {
-	ce.Checked = true
-	if !b.d.policy.evicts() {
-		ce.Eviction = EvictionOff
+// lacks stops the build for need bytes: a *roomError when the domain has a
+// RoomMaker, else ce.
+func (b *build) lacks(ce *CapacityError, need int64) error {
+	if b.d.room.Load() == nil {
 		return ce
 	}
-	ctx := b.ctx
-	if ctx == nil {
-		ctx = context.Background()
-	}
-	rep, err := b.d.Evict(ctx, EvictRequest{Need: need, Reason: EvictCapacity, Except: b.id})
+	return &roomError{ce: ce, need: need}
+}
+
+// makeRoom asks the domain's RoomMaker for the room a stopped build lacks.
+// The caller holds no lock of the build. A refusal is the build's
+// *CapacityError with what the RoomMaker found.
+func (d *Domain) makeRoom(ctx context.Context, re *roomError, except artifact.ID) error {
+	ce := re.ce
+	ce.Checked = true
+	err := (*d.room.Load()).MakeRoom(ctx, re.need, except)
 	var ee *CapacityError
 	if errors.As(err, &ee) {
-		ce.Reclaimable, ce.Held = ee.Reclaimable, ee.Held
+		ce.Reclaimable, ce.Held, ce.Eviction = ee.Reclaimable, ee.Held, ee.Eviction
 		return ce
 	}
-	if err != nil {
-		return err
-	}
-	if p := b.d.policy; p.MaxStoreBytes > 0 && b.budget >= 0 {
-		// This build's files are among the store's bytes: what it may take
-		// in all is the limit less everything else.
-		left := p.MaxStoreBytes - b.d.storeBytes() + b.total
-		if p.MaxArtifactBytes > 0 {
-			left = min(left, p.MaxArtifactBytes)
+	return err
+}
+
+// buildWithRoom runs build, and again after the room it lacked is made,
+// up to maxRoomTries times.
+func (d *Domain) buildWithRoom(ctx context.Context, except artifact.ID, build func() (*Lease, error)) (*Lease, error) {
+	for try := 1; ; try++ {
+		l, err := build()
+		var re *roomError
+		if !errors.As(err, &re) {
+			return l, err
 		}
-		b.budget = max(left, b.budget+rep.Freed)
+		if try == maxRoomTries {
+			return nil, re.ce
+		}
+		if err := d.makeRoom(ctx, re, except); err != nil {
+			return nil, err
+		}
 	}
-	return nil
 }
 
 // detail is the part of a capacity error that says what eviction could do
@@ -118,7 +149,7 @@ func (e *CapacityError) detail() string {
 	case e.Size > 0:
 		fmt.Fprintf(&s, "; the artifact needs %s", bytefmt.IEC(e.Size))
 	}
-	if e.Eviction == EvictionOff {
+	if e.Eviction == "off" {
 		s.WriteString("; eviction is off ([store] eviction = \"off\"): remove artifacts (weightsnap rm), raise the limit or free space on the store's filesystem")
 		return s.String()
 	}

@@ -42,7 +42,8 @@ type Policy struct {
 	// StaleBuildSeconds is how long an interrupted build is kept for the
 	// next build of its artifact to continue (gc --all removes it sooner).
 	StaleBuildSeconds int `json:"stale_build_seconds" toml:"stale_build_seconds" comment:"seconds gc and other builds keep an interrupted build, for the next pull or fetch of its artifact to continue (gc --all removes it sooner)"`
-	// Eviction, HighWatermarkPercent and LowWatermarkPercent: evict.go.
+	// Eviction, HighWatermarkPercent and LowWatermarkPercent are the
+	// eviction policy's (package evict); the store keeps them and reads none.
 	Eviction             string `json:"eviction,omitempty" toml:"eviction" comment:"lru: a build that would cross max_store_bytes or min_free_bytes evicts unleased, unpinned\nartifacts, least recently used first; off: it is refused"`
 	HighWatermarkPercent int    `json:"high_watermark_percent,omitempty" toml:"high_watermark_percent" comment:"weightsnapd evicts when the store's filesystem is fuller than this (percent; 0: never)"`
 	LowWatermarkPercent  int    `json:"low_watermark_percent,omitempty" toml:"low_watermark_percent" comment:"... down to this (percent)"`
@@ -51,7 +52,7 @@ type Policy struct {
 // DefaultPolicy is the policy of a domain created without one.
 func DefaultPolicy() Policy {
 	return Policy{Validation: ManifestAndMetadata, CoordinationTimeoutSeconds: 600, QuarantineMaxAgeSeconds: 7 * 24 * 3600, StaleBuildSeconds: 24 * 3600,
-		Eviction: EvictionLRU, HighWatermarkPercent: 85, LowWatermarkPercent: 75}
+		Eviction: "lru", HighWatermarkPercent: 85, LowWatermarkPercent: 75}
 }
 
 func (p Policy) validate() error {
@@ -63,7 +64,7 @@ func (p Policy) validate() error {
 	case p.CoordinationTimeoutSeconds <= 0:
 		return fmt.Errorf("policy: coordination_timeout_seconds must be positive: %w", errdefs.ErrInvalidArgument)
 	}
-	return p.validateEviction()
+	return nil
 }
 
 // CoordinationTimeout is the bound of every lock wait.
@@ -88,14 +89,14 @@ type Domain struct {
 	created bool                  // this Open created the domain
 	failed  atomic.Pointer[error] // set once the domain cannot mark invalid entries
 
-	meta     *metaCache               // decoded metadata of recent lookups (metacache.go)
-	releaser atomic.Pointer[Releaser] // gives back links outside the store before an eviction (evict.go)
-	onEvict  func(Evicted)            // told of every eviction
+	meta *metaCache                // decoded metadata of recent lookups (metacache.go)
+	room atomic.Pointer[RoomMaker] // makes the room a build lacks (capacity.go)
 }
 
-// Open opens the domain at root, creating it with policy if it does not
-// exist yet (a nil policy means DefaultPolicy). An existing domain keeps its
-// own policy. The root's filesystem must be ext4, xfs, btrfs or tmpfs.
+// Open opens the domain at root, creating it with policy if there is none.
+// A nil policy means DefaultPolicy.
+// An existing domain keeps its own policy.
+// The root's filesystem must be ext4, xfs, btrfs or tmpfs.
 func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	root, err := filepath.Abs(root)
 	if err != nil {
@@ -178,7 +179,7 @@ func (d *Domain) SetPolicy(p Policy) error {
 // Root is the domain's directory.
 func (d *Domain) Root() string { return d.root }
 
-// Created says whether Open created the domain (there was none at root).
+// Created says whether Open created the domain, finding none at root.
 func (d *Domain) Created() bool { return d.created }
 
 // Policy is the domain's policy.

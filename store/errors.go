@@ -1,6 +1,9 @@
-// Package store is one storage domain on a local filesystem: locks,
-// publication, lookup, leases with mmap views, validation, deny and
-// quarantine, capacity, cleanup and inspection.
+// Package store is one domain of immutable artifacts on a local filesystem.
+//
+// It keeps the locks, builds and their publication, lookup, leases with mmap
+// views, validation, deny and quarantine, capacity, removal, cleanup and
+// inspection. It removes an artifact when asked (Remove, Evict); which
+// artifacts to evict is the eviction policy's (package evict).
 package store
 
 import (
@@ -167,10 +170,11 @@ func domainFailed(root string, err error) error {
 	return fmt.Errorf("store domain %s failed: cannot mark an invalid artifact: %w: %w", root, err, errdefs.ErrInternal)
 }
 
-// InterruptedError says a build stopped before it published (it was
-// cancelled, or its source may answer later): its temp build stays, Kept
-// of its Total payload bytes written, verified and synced, for the next
-// build of the same identity to reuse or continue. Its message is Err's.
+// InterruptedError says a build stopped before it published.
+// It was cancelled, or its source may answer later.
+// Its temp build stays for the next build of the same identity to reuse or continue.
+// Kept is the payload bytes it wrote, verified and synced.
+// Its message is Err's.
 type InterruptedError struct {
 	ID    artifact.ID
 	Kept  int64

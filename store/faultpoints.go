@@ -1,9 +1,9 @@
 package store
 
-// FaultPoints names every step of publication, deny, quarantine, move,
-// eviction and cleanup at which the crash harness (test/crash) kills or pauses a process.
-// The points act only in binaries built with the "faults" build tag; in
-// every other build faultPoint is an empty function.
+// FaultPoints names the steps at which the crash harness kills or pauses a process.
+// They are steps of publication, deny, quarantine, move, eviction and cleanup.
+// The points act only in binaries built with the "faults" build tag.
+// In every other build faultPoint is an empty function.
 var FaultPoints = []string{
 	"write.mid-payload",
 	"write.after-close",

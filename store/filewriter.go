@@ -403,12 +403,14 @@ func (w *fileWriter) submit(buf []byte, done func()) {
 	w.pos += int64(len(buf))
 }
 
-// Close finishes the hashes and prepares the fsync, which the build starts
-// once the next file is created (or at publication): on ext4 an fsync's
-// journal commit would otherwise stall the next file's fallocate. A file
-// bound by its tree starts its fsync at once: a fetch creates (and
-// preallocates) all its files before any byte lands, so the disk writes of
-// the files it finished overlap the transfer of the others.
+// Close finishes the file's hashes and prepares its fsync.
+//
+// The build starts the fsync once the next file is created, or at
+// publication: on ext4 an fsync's journal commit would otherwise stall the
+// next file's fallocate. A file bound by its tree starts its fsync at once.
+// A fetch creates and preallocates all its files before any byte lands, so
+// the disk writes of the files it finished overlap the transfer of the
+// others.
 func (w *fileWriter) Close() error {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -43,12 +43,14 @@ type GCOptions struct {
 	All bool
 }
 
-// GC removes stale temp builds, finishes interrupted removals, drops
-// quarantined entries older than the policy's quarantine_max_age_seconds,
-// deny markers and signature records of absent entries. An interrupted build of an artifact is
-// kept, for the next build of the artifact to continue, until it is older
-// than stale_build_seconds, or o.All. It never waits for a lock: an entry
-// whose owner is alive is left alone.
+// GC removes what the store no longer needs.
+//
+// It removes stale temp builds and finishes interrupted removals. It drops
+// quarantined entries older than quarantine_max_age_seconds, and the deny
+// markers and signature records of absent entries. An interrupted build is
+// kept for the next build of its artifact to continue, until it is older
+// than stale_build_seconds or o.All is set. GC never waits for a lock: an
+// entry whose owner is alive is left alone.
 func (d *Domain) GC(ctx context.Context, o GCOptions) (*GCReport, error) {
 	r := &GCReport{Removed: []TempBuild{}, Kept: []TempBuild{}}
 	tb := tempBuilds{all: o.All}

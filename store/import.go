@@ -24,6 +24,8 @@ type IdentityFunc func(files []artifact.FileEntry) (artifact.Identity, error)
 // fingerprints the source while it copies it instead of reading it twice.
 // If that identity is already published and valid, the copy is discarded
 // and the existing artifact is leased (BuildResult.Built is false).
+// A copy that lacks room is discarded, and p runs again once the domain's
+// RoomMaker made the room.
 func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor IdentityFunc) (*Lease, BuildResult, error) {
 	var res BuildResult
 	if err := d.failedErr(); err != nil {
@@ -41,13 +43,19 @@ func (d *Domain) Import(ctx context.Context, p artifact.Producer, identityFor Id
 		al.Close()
 	}()
 	start := time.Now()
-	b, err := d.newBuild(ctx, artifact.Identity{}, artifact.ID{}, anon)
+	var b *build
+	_, err = d.buildWithRoom(ctx, artifact.ID{}, func() (*Lease, error) {
+		if b, err = d.newBuild(ctx, artifact.Identity{}, artifact.ID{}, anon); err != nil {
+			return nil, err
+		}
+		if err := p.Produce(ctx, b); err != nil {
+			b.abort()
+			return nil, fmt.Errorf("producer %s: %w", p.Name(), err)
+		}
+		return nil, nil
+	})
 	if err != nil {
 		return nil, res, err
-	}
-	if err := p.Produce(ctx, b); err != nil {
-		b.abort()
-		return nil, res, fmt.Errorf("producer %s: %w", p.Name(), err)
 	}
 	identity, err := identityFor(b.entries())
 	if err == nil {

@@ -125,8 +125,8 @@ func (d *Domain) ids() ([]artifact.ID, error) {
 	return ids, nil
 }
 
-// ExpandID turns a full identity digest ("sha256:<hex>"), a hex id or a
-// unique hex prefix of a published artifact into its ID.
+// ExpandID turns a reference to a published artifact into its ID.
+// The reference is a full ID ("sha256:<hex>"), its hex, or a unique prefix of the hex.
 func (d *Domain) ExpandID(ref string) (artifact.ID, error) {
 	if id, err := artifact.ParseID(ref); err == nil {
 		ref = id.Hex()
@@ -213,10 +213,4 @@ func dirUsage(dir string) Usage {
 		return nil
 	})
 	return u
-}
-
-// usedBytes is what the published artifacts and temp builds take, each
-// inode once (usage.go).
-func (d *Domain) usedBytes() (int64, error) {
-	return d.storeBytes(), nil
 }

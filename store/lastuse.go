@@ -20,15 +20,24 @@ const dirUses = "uses"
 // touch records a use of id now. It never fails the caller: a lost time
 // only makes the artifact look older to eviction.
 func (d *Domain) touch(id artifact.ID) {
+	d.SetLastUse(id, time.Now())
+}
+
+// SetLastUse records t as id's last use in its uses/ record.
+// The eviction policy demotes an artifact nothing needs with the epoch.
+func (d *Domain) SetLastUse(id artifact.ID, t time.Time) error {
 	p := d.path(dirUses, id.Hex())
-	now := time.Now()
-	err := os.Chtimes(p, now, now)
-	if errors.Is(err, fs.ErrNotExist) {
-		os.Mkdir(d.path(dirUses), 0o755) // absent in a domain made before uses/
-		if f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o644); err == nil {
-			f.Close()
-		}
+	err := os.Chtimes(p, t, t)
+	if !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
+	os.Mkdir(d.path(dirUses), 0o755) // absent in a domain made before uses/
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	return os.Chtimes(p, t, t)
 }
 
 // LastUse is when id was last used: its uses/ record, else its publication.

@@ -67,10 +67,10 @@ func (d *Domain) Materialise(ctx context.Context, plan Plan, o MaterialiseOption
 		return done(nil, err)
 	}
 	m.Planned = true
-	g := newWaitGuard(ctx, o.WaitBudget)
+	gctx, g := newWaitGuard(ctx, o.WaitBudget)
 	defer g.stop()
 	tp := &timedProducer{Producer: p, g: g}
-	l, res, err := d.GetOrBuild(g.ctx, identity, tp)
+	l, res, err := d.GetOrBuild(gctx, identity, tp)
 	m.Built, m.WaitSpent = res.Built, g.spent()
 	m.Ran, m.ProduceErr = tp.ran, tp.err
 	if r, ok := p.(TransferReporter); ok && tp.ran {
@@ -117,7 +117,6 @@ var errWaitSpent = errors.New("coordination wait budget spent")
 // after. flock waits are polled, so stopping only drops this process's
 // wait; another process's build is not touched. A zero budget never fires.
 type waitGuard struct {
-	ctx    context.Context
 	cancel context.CancelCauseFunc
 	timer  *time.Timer
 
@@ -126,9 +125,10 @@ type waitGuard struct {
 	fired   bool
 }
 
-func newWaitGuard(parent context.Context, budget time.Duration) *waitGuard {
-	g := &waitGuard{}
-	g.ctx, g.cancel = context.WithCancelCause(parent)
+// newWaitGuard is the guard of a build run with the returned context.
+func newWaitGuard(parent context.Context, budget time.Duration) (context.Context, *waitGuard) {
+	ctx, cancel := context.WithCancelCause(parent)
+	g := &waitGuard{cancel: cancel}
 	if budget > 0 {
 		g.timer = time.AfterFunc(budget, func() {
 			g.mu.Lock()
@@ -139,7 +139,7 @@ func newWaitGuard(parent context.Context, budget time.Duration) *waitGuard {
 			}
 		})
 	}
-	return g
+	return ctx, g
 }
 
 // start disarms the guard when the producer starts; false if it had fired.

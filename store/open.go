@@ -69,9 +69,9 @@ func (f *LeaseFile) Data() ([]byte, error) {
 	return f.data, f.mapErr
 }
 
-// FD is the file's descriptor (File's), read without File.Fd, which sets
-// it blocking: a syscall or two for each file of a view. It stays the
-// lease's: valid until Close.
+// FD is the descriptor of File, read without File.Fd.
+// File.Fd would set it blocking, a system call or two for each file of a view.
+// It stays the lease's, valid until Close.
 func (f *LeaseFile) FD() (int, error) {
 	rc, err := f.File.SyscallConn()
 	if err != nil {

@@ -13,7 +13,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
-	"golang.org/x/sys/unix"
 )
 
 // dirPins holds pins/<id>.json: who pinned an artifact and why. A pinned
@@ -43,10 +42,10 @@ type pinRecord struct {
 	Pins   []Pin `json:"pins"`
 }
 
-// Pin pins the READY artifact id for p.By (replacing that holder's earlier
-// pin). The artifact must be in the store: the pin is written while a lease
-// holds it, so an eviction either ran before (the pin then fails with
-// ErrMiss, and the caller fetches the artifact again) or waits for it.
+// Pin pins the READY artifact id for the holder p.By.
+// It replaces that holder's earlier pin.
+// The artifact must be in the store: the pin is written while a lease holds it.
+// An eviction either ran before, and the pin fails with ErrMiss, or waits for it.
 func (d *Domain) Pin(ctx context.Context, id artifact.ID, p Pin) error {
 	if p.By == "" {
 		return fmt.Errorf("pin of %s names no holder: %w", id.Short(), errdefs.ErrInvalidArgument)
@@ -65,8 +64,9 @@ func (d *Domain) Pin(ctx context.Context, id artifact.ID, p Pin) error {
 	})
 }
 
-// Unpin drops the pins of id held by by ("" drops every holder's) and says
-// how many it dropped. The artifact stays.
+// Unpin drops the pins of id that the holder by holds and says how many it dropped.
+// An empty by drops every holder's.
+// The artifact stays.
 func (d *Domain) Unpin(ctx context.Context, id artifact.ID, by string) (int, error) {
 	n := 0
 	err := d.editPins(ctx, id, func(pins []Pin) []Pin {
@@ -120,28 +120,16 @@ func (d *Domain) PinnedBy() (map[artifact.ID][]Pin, error) {
 // editPins rewrites id's pin record under locks/pins.lock, durably; an
 // empty record is removed.
 func (d *Domain) editPins(ctx context.Context, id artifact.ID, edit func([]Pin) []Pin) error {
-	if err := os.MkdirAll(d.path(dirPins), 0o755); err != nil {
-		return fmt.Errorf("create pins: %w", err)
-	}
-	lk, err := lockFile(ctx, d.path(dirLocks, "pins.lock"), unix.LOCK_EX, time.Now().Add(d.policy.CoordinationTimeout()), "the pins lock")
-	if err != nil {
-		return err
-	}
-	defer lk.Close()
-	pins, err := d.Pins(id)
-	if err != nil {
-		return err
-	}
-	pins = edit(pins)
-	p := d.path(dirPins, id.Hex()+".json")
-	if len(pins) == 0 {
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+	return d.editArtifactFile(ctx, "pins", d.path(dirPins, id.Hex()+".json"), func() ([]byte, error) {
+		pins, err := d.Pins(id)
+		if err != nil {
+			return nil, err
 		}
-		return syncDir(d.path(dirPins))
-	}
-	raw, _ := json.MarshalIndent(pinRecord{Schema: 1, Pins: pins}, "", "  ")
-	return artifact.WriteFileAtomic(p, raw, 0o644, artifact.Durable)
+		if pins = edit(pins); len(pins) == 0 {
+			return nil, nil
+		}
+		return json.MarshalIndent(pinRecord{Schema: 1, Pins: pins}, "", "  ")
+	})
 }
 
 func readPinFile(p string) ([]byte, error) {

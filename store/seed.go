@@ -45,8 +45,8 @@ const maxPieces = 1 << 20
 // Seeding implements artifact.Seeder, a part of artifact.Writer.
 func (b *build) Seeding() bool { return b.d.served() }
 
-// Serving marks the domain served to other nodes (a weight peer) until
-// release: builds then announce their progress (artifact.Seeder.Seeding).
+// Serving marks the domain served to other nodes by a weight peer until release.
+// Builds then announce their progress (artifact.Seeder.Seeding).
 // It is a shared flock on locks/serve.lock, so it ends with the process.
 func (d *Domain) Serving(ctx context.Context) (release func(), err error) {
 	lk, err := lockFile(ctx, d.path(dirLocks, lockServe), unix.LOCK_SH, time.Now().Add(d.policy.CoordinationTimeout()), "the serve lock")

@@ -23,12 +23,9 @@ import (
 // never published, by gc.
 const dirSignatures = "signatures"
 
-// MaxSignaturesBytes bounds a signature record read from disk.
-const MaxSignaturesBytes = 16 << 20
-
 // Signatures is the signature record of id: nil when there is none.
 func (d *Domain) Signatures(id artifact.ID) ([]byte, error) {
-	raw, err := artifact.ReadFileAtMost(d.path(dirSignatures, id.Hex()+".json"), MaxSignaturesBytes)
+	raw, err := artifact.ReadFileAtMost(d.path(dirSignatures, id.Hex()+".json"), artifact.MaxRecordsBytes)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil
@@ -38,33 +35,24 @@ func (d *Domain) Signatures(id artifact.ID) ([]byte, error) {
 	return raw, err
 }
 
-// EditSignatures rewrites id's signature record, durably and atomically,
-// under locks/signatures.lock: edit gets the record (nil for none) and
-// returns the new one (nil removes it).
+// EditSignatures rewrites id's signature record under locks/signatures.lock.
+// edit gets the record (nil for none, or for a corrupt one) and returns the new one; nil removes it.
+// The record is replaced atomically and durably.
 func (d *Domain) EditSignatures(ctx context.Context, id artifact.ID, edit func([]byte) ([]byte, error)) error {
-	if err := os.MkdirAll(d.path(dirSignatures), 0o755); err != nil {
-		return fmt.Errorf("create signatures: %w", err)
-	}
-	lk, err := lockFile(ctx, d.path(dirLocks, "signatures.lock"), unix.LOCK_EX, time.Now().Add(d.policy.CoordinationTimeout()), "the signatures lock")
-	if err != nil {
-		return err
-	}
-	defer lk.Close()
-	old, err := d.Signatures(id)
-	if err != nil && !errdefs.IsDataLoss(err) { // a corrupt record is replaced
-		return err
-	}
-	raw, err := edit(old)
-	if err != nil {
-		return err
-	}
-	if raw == nil {
-		return d.dropSignatures(id)
-	}
-	if len(raw) > MaxSignaturesBytes {
-		return fmt.Errorf("signature record of %s: %d bytes, more than %d: %w", id.Short(), len(raw), MaxSignaturesBytes, errdefs.ErrInvalidArgument)
-	}
-	return artifact.WriteFileAtomic(d.path(dirSignatures, id.Hex()+".json"), raw, 0o644, artifact.Durable)
+	return d.editArtifactFile(ctx, "signatures", d.path(dirSignatures, id.Hex()+".json"), func() ([]byte, error) {
+		old, err := d.Signatures(id)
+		if err != nil && !errdefs.IsDataLoss(err) { // a corrupt record is replaced
+			return nil, err
+		}
+		raw, err := edit(old)
+		if err != nil || raw == nil {
+			return nil, err
+		}
+		if len(raw) > artifact.MaxRecordsBytes {
+			return nil, fmt.Errorf("signature record of %s: %d bytes, more than %d: %w", id.Short(), len(raw), artifact.MaxRecordsBytes, errdefs.ErrInvalidArgument)
+		}
+		return raw, nil
+	})
 }
 
 // dropSignatures removes id's signature record, durably.

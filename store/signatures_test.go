@@ -37,7 +37,7 @@ func TestSignatureRecords(t *testing.T) {
 	if raw, err := d.Signatures(l.ID); err != nil || string(raw) != `{"schema":1}` {
 		t.Fatalf("record: %q %v", raw, err)
 	}
-	if err := d.EditSignatures(ctx, l.ID, func([]byte) ([]byte, error) { return make([]byte, store.MaxSignaturesBytes+1), nil }); !errdefs.IsInvalidArgument(err) {
+	if err := d.EditSignatures(ctx, l.ID, func([]byte) ([]byte, error) { return make([]byte, artifact.MaxRecordsBytes+1), nil }); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("an oversized record: %v", err)
 	}
 	if err := d.Remove(ctx, l.ID); err != nil {
@@ -50,8 +50,8 @@ func TestSignatureRecords(t *testing.T) {
 	l, _ = importDir(t, d, src)
 	l.Close()
 	put(l.ID, []byte(`{"schema":1}`))
-	if rep, err := d.EvictTo(ctx, 0, false); err != nil || len(rep.Evicted) != 1 {
-		t.Fatalf("evict: %+v %v", rep, err)
+	if ev, err := d.Evict(ctx, l.ID, "manual"); err != nil || ev.ID != l.ID {
+		t.Fatalf("evict: %+v %v", ev, err)
 	}
 	if raw, err := d.Signatures(l.ID); err != nil || raw != nil {
 		t.Fatalf("record after eviction: %q %v", raw, err)

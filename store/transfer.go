@@ -36,9 +36,9 @@ type TransferReporter interface {
 	Transfer() Transfer
 }
 
-// TransferReport is what a transfer into the store (a pull, a peer fetch)
-// reports of the artifact: which one, where it is, whether this call built
-// it, its size, and the Transfer that moved it.
+// TransferReport is what a pull or a peer fetch into the store reports of the artifact.
+// It says which one, where it is, whether this call built it, its size,
+// and the Transfer that moved it.
 type TransferReport struct {
 	ID    artifact.ID `json:"identity"`
 	Path  string      `json:"path"`

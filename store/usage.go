@@ -57,16 +57,16 @@ func treeUsage(dir string, seen map[inodeKey]bool) spaceUsage {
 	return u
 }
 
-// storeBytes is what the published artifacts and temp builds take, each
-// inode once (a weight snapshot's links to the store's files add nothing).
-func (d *Domain) storeBytes() int64 {
+// UsedBytes is what the published artifacts and temp builds take, each inode once.
+// A weight snapshot's links to the store's files add nothing.
+func (d *Domain) UsedBytes() int64 {
 	seen := map[inodeKey]bool{}
 	return treeUsage(d.path(dirArtifacts), seen).Bytes + treeUsage(d.path(dirTmp), seen).Bytes
 }
 
-// fsSpace is the store filesystem's size, and the bytes free to an
-// unprivileged writer (what a build may take).
-func (d *Domain) fsSpace() (total, free int64, err error) {
+// FilesystemSpace is the size of the store's filesystem and the bytes free to a build.
+// Free is what an unprivileged writer may take.
+func (d *Domain) FilesystemSpace() (total, free int64, err error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(d.root, &st); err != nil {
 		return 0, 0, fmt.Errorf("statfs %s: %w", d.root, err)
@@ -111,7 +111,7 @@ func (d *Domain) Bytes(ctx context.Context) (*StoreBytes, error) {
 	}
 	s.Temp = treeUsage(d.path(dirTmp), seen).Bytes
 	s.Quarantined = treeUsage(d.path(dirQuarantine), seen).Bytes
-	_, s.Free, err = d.fsSpace()
+	_, s.Free, err = d.FilesystemSpace()
 	return s, err
 }
 

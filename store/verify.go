@@ -155,9 +155,9 @@ type ScrubOptions struct {
 	Rate int64
 }
 
-// Scrub recomputes every digest an artifact records from its bytes (the
-// BLAKE3 of every region, the tree, and every file's sha256) at a bounded
-// rate, and denies the artifact if any disagrees, as a full lookup would.
+// Scrub checks every digest an artifact records against its bytes, at a bounded rate.
+// It recomputes the BLAKE3 of every region, the tree, and every file's sha256.
+// It denies the artifact if any disagrees, as a full lookup would.
 // It holds the shared artifact lock meanwhile and leases nothing.
 func (d *Domain) Scrub(ctx context.Context, id artifact.ID, o ScrubOptions) error {
 	if id.IsZero() {

@@ -20,7 +20,6 @@ import (
 // build is an invisible temp build of one artifact, written through the
 // store-scoped writer. Only publish makes it visible.
 type build struct {
-	ctx      context.Context // the logger of evictions made for it
 	d        *Domain
 	identity artifact.Identity
 	id       artifact.ID
@@ -52,17 +51,13 @@ type build struct {
 func (d *Domain) newBuild(ctx context.Context, identity artifact.Identity, id artifact.ID, owner string) (*build, error) {
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	b := &build{ctx: ctx, d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1, ckEvery: checkpointEvery,
+	b := &build{d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1, ckEvery: checkpointEvery,
 		dir: d.path(dirTmp, owner+"."+hex.EncodeToString(rnd[:]))}
 	if p := d.policy; p.MaxArtifactBytes > 0 {
 		b.budget = p.MaxArtifactBytes
 	}
 	if p := d.policy; p.MaxStoreBytes > 0 {
-		used, err := d.usedBytes()
-		if err != nil {
-			return nil, err
-		}
-		if left := max(p.MaxStoreBytes-used, 0); b.budget < 0 || left < b.budget {
+		if left := max(p.MaxStoreBytes-d.UsedBytes(), 0); b.budget < 0 || left < b.budget {
 			b.budget = left
 		}
 	}
@@ -139,20 +134,16 @@ func (b *build) keeper(bind artifact.Binding) func(off int64, state []byte) erro
 	return func(off int64, state []byte) error { return b.keep(path, off, size, state) }
 }
 
-// preflight checks the capacity limits and free space for size more bytes;
-// past max_store_bytes or min_free_bytes, with eviction on, it evicts
-// unleased, unpinned artifacts, least recently used first, and checks again
-// (capacity.go).
+// preflight checks the capacity limits and free space for size more bytes.
+// Past max_store_bytes or min_free_bytes it stops the build for the room it
+// lacks (capacity.go).
 func (b *build) preflight(size int64) error {
 	err := b.checkSpace(size)
 	var ce *CapacityError
 	if !errors.As(err, &ce) || ce.Limit == "max_artifact_bytes" {
 		return err
 	}
-	if err := b.roomFor(ce, size); err != nil {
-		return err
-	}
-	return b.checkSpace(size)
+	return b.roomFor(ce, size)
 }
 
 // checkSpace is preflight without eviction.

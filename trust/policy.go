@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 )
 
 // DefaultPolicyPath is the policy file read when [verify] policy is not set.
@@ -104,17 +105,27 @@ type SignedIdentity struct {
 // DefaultPolicyPath, or an empty path, is AcceptAll; any other missing
 // file is an error.
 func LoadPolicy(path string) (*Policy, error) {
+	p, _, err := ReadPolicy(path)
+	return p, err
+}
+
+// ReadPolicy is LoadPolicy that also returns the sha256 digest of the
+// file's bytes: "" where there are none (AcceptAll), set even where they
+// fail to parse.
+func ReadPolicy(path string) (*Policy, digest.Digest, error) {
 	if path == "" {
-		return AcceptAll(), nil
+		return AcceptAll(), "", nil
 	}
 	raw, err := readBounded(path, MaxPolicyBytes)
 	if errors.Is(err, os.ErrNotExist) && path == DefaultPolicyPath {
-		return AcceptAll(), nil
+		return AcceptAll(), "", nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("policy: %w", err)
+		return nil, "", fmt.Errorf("policy: %w", err)
 	}
-	return ParsePolicy(path, raw, filepath.Dir(path))
+	dgst := digest.FromBytes(raw)
+	p, err := ParsePolicy(path, raw, filepath.Dir(path))
+	return p, dgst, err
 }
 
 // readBounded reads a file of at most limit bytes.

@@ -13,6 +13,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -46,21 +47,35 @@ func (a *app) effectiveRoot() string {
 }
 
 // domain opens the store at the effective root, and says so when that
-// created it.
+// created it. Its builds make room with its eviction policy.
 func (a *app) domain(ctx context.Context) (*store.Domain, error) {
+	if err := evict.CheckPolicy(a.cfg.Store); err != nil {
+		return nil, err
+	}
 	d, err := store.Open(ctx, a.effectiveRoot(), &a.cfg.Store)
-	if err == nil && d.Created() {
+	if err != nil {
+		return nil, err
+	}
+	ev, err := evict.New(d)
+	if err != nil {
+		return nil, err
+	}
+	d.SetRoomMaker(ev)
+	if d.Created() {
 		p := d.Policy()
 		fmt.Fprintf(a.errOut, "weightsnap: created a store domain at %s (validation %s, coordination timeout %ds; `weightsnap store init` changes its policy, [store] in the configuration file sets it for new ones)\n",
 			d.Root(), p.Validation, p.CoordinationTimeoutSeconds)
 	}
-	return d, err
+	return d, nil
 }
 
 // existingDomain opens the store at the effective root for a command that
 // only reads it: a root that holds no store is not found (exit 3), and
 // nothing is created there.
 func (a *app) existingDomain(ctx context.Context) (*store.Domain, error) {
+	if err := evict.CheckPolicy(a.cfg.Store); err != nil {
+		return nil, err
+	}
 	return store.OpenExisting(ctx, a.effectiveRoot(), &a.cfg.Store)
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/prefetch"
@@ -156,7 +157,7 @@ func printUse(a *app, list []*store.ArtifactInfo) error {
 }
 
 // printEvictions is gc --evict's report.
-func printEvictions(a *app, r *store.EvictReport) {
+func printEvictions(a *app, r *evict.Report) {
 	verb := "evicted"
 	if r.DryRun {
 		verb = "would evict"

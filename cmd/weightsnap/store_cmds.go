@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/control"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/jsonobj"
 	"github.com/weightsnap/weightsnap/internal/procs"
 	"github.com/weightsnap/weightsnap/store"
@@ -34,12 +35,19 @@ func newStoreCmd(a *app) *cobra.Command {
 			p.Validation = store.ValidationMode(validation)
 			// It prints the domain it made or found, policy included: no word
 			// on its creation (a.domain's) before the policy is set.
+			if err := evict.CheckPolicy(a.cfg.Store); err != nil {
+				return err
+			}
 			d, err := store.Open(cmd.Context(), a.effectiveRoot(), &a.cfg.Store)
 			if err != nil {
 				return err
 			}
 			if cmd.Flags().NFlag() > 0 {
-				if err := d.SetPolicy(mergePolicy(cmd, d.Policy(), p)); err != nil {
+				merged := mergePolicy(cmd, d.Policy(), p)
+				if err := evict.CheckPolicy(merged); err != nil {
+					return err
+				}
+				if err := d.SetPolicy(merged); err != nil {
 					return err
 				}
 			}
@@ -353,7 +361,7 @@ func newRmCmd(a *app) *cobra.Command {
 
 func newGCCmd(a *app) *cobra.Command {
 	var o store.GCOptions
-	var evict, dryRun bool
+	var evicting, dryRun bool
 	var to string
 	cmd := &cobra.Command{
 		Use:   "gc",
@@ -372,16 +380,20 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 			if err != nil {
 				return err
 			}
-			if evict {
-				var rep *store.EvictReport
+			if evicting {
+				ev, err := evict.New(d)
+				if err != nil {
+					return err
+				}
+				var rep *evict.Report
 				if cmd.Flags().Changed("to") {
 					n, perr := parseSize(to)
 					if perr != nil {
 						return perr
 					}
-					rep, err = d.EvictTo(cmd.Context(), n, dryRun)
+					rep, err = ev.To(cmd.Context(), n, dryRun)
 				} else {
-					rep, err = d.EvictToPolicy(cmd.Context(), dryRun)
+					rep, err = ev.ToLimits(cmd.Context(), dryRun)
 				}
 				if err != nil {
 					return err
@@ -415,7 +427,7 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
 	cmd.Flags().BoolVar(&o.All, "all", false, "remove interrupted builds however young, losing what a rerun would continue from")
-	cmd.Flags().BoolVar(&evict, "evict", false, "also evict least recently used artifacts (see above)")
+	cmd.Flags().BoolVar(&evicting, "evict", false, "also evict least recently used artifacts (see above)")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --evict: say what would be evicted, evict nothing")
 	cmd.Flags().StringVar(&to, "to", "", "with --evict: evict until the store holds at most this (e.g. 600MiB)")
 	return cmd

@@ -27,6 +27,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/node"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/cri"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/snapshotter"
@@ -131,6 +132,10 @@ func run(ctx context.Context, cfg config.Config) error {
 		return err
 	}
 	defer n.Close()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnHUP(ctx, n, hup)
 	srv, err := snapshotter.Listen(ctx, cfg.Snapshotter.Address, n.Snapshotter)
 	if err != nil {
 		return err
@@ -176,6 +181,20 @@ func run(ctx context.Context, cfg config.Config) error {
 	return err
 }
 
+// reloadOnHUP reloads the trust policy on each signal from hup until ctx
+// ends.
+func reloadOnHUP(ctx context.Context, n *node.Node, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			// A failure is logged by the reload and the last good policy holds.
+			_ = n.ReloadPolicy(ctx)
+		}
+	}
+}
+
 // servePeer serves the store to other nodes ([peer] serve) until the
 // returned stop is called, which waits for the sessions to end.
 func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- error) (func(), error) {
@@ -217,7 +236,7 @@ func serveCRI(ctx context.Context, cfg config.Config, n *node.Node, reg promethe
 	// An eviction first removes the unused CRI images that need the
 	// artifact (the kubelet pulls them again with a pod's credentials),
 	// then empties the weight snapshots nothing uses.
-	n.Store.SetReleaser(store.Releasers{svc, n.Snapshotter})
+	n.Eviction.SetReleaser(evict.Releasers{svc, n.Snapshotter})
 	srv, err := cri.Listen(ctx, cfg.CRI.Address, svc)
 	if err != nil {
 		svc.Close()

@@ -21,6 +21,7 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
 	"github.com/weightsnap/weightsnap/control"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/prefetch"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -30,8 +31,11 @@ import (
 
 // Node is a started node side.
 type Node struct {
-	Snapshotter  *snapshotter.Snapshotter
-	Store        *store.Domain
+	Snapshotter *snapshotter.Snapshotter
+	Store       *store.Domain
+	// Eviction is the store's eviction policy: the room of builds, the
+	// watermark, the releasers.
+	Eviction     *evict.Policy
 	SnapshotRoot string
 	// Runtime is the resolution runtime the snapshotter resolves with.
 	Runtime *resolve.Runtime
@@ -40,6 +44,7 @@ type Node struct {
 	Prefetch *prefetch.Manager
 
 	control *control.Server
+	policy  *policyWatch
 }
 
 // Start opens the store, starts the snapshotter at the configured snapshot
@@ -48,11 +53,19 @@ type Node struct {
 // snapshotter's resolutions and repairs run until Close.
 func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*Node, error) {
 	remote := cfg.Resolve.RegistryOptions("weightsnapd")
-	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote, Metrics: reg})
+	pw, err := newPolicyWatch(cfg.Verify.Policy)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote, Policy: pw.holder, Metrics: reg})
 	if err != nil {
 		return nil, err
 	}
 	d, err := rt.Domain(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ev, err := rt.Eviction(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -67,8 +80,14 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		if err := reg.Register(newStoreMetrics(d)); err != nil {
 			return nil, fmt.Errorf("metrics: %w", err)
 		}
+		if err := reg.Register(ev.Collector()); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
+		if err := pw.register(reg); err != nil {
+			return nil, fmt.Errorf("metrics: %w", err)
+		}
 	}
-	n := &Node{Store: d, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote}
+	n := &Node{Store: d, Eviction: ev, SnapshotRoot: cfg.SnapshotRoot(d.Root()), Runtime: rt, Remote: remote, policy: pw}
 	n.Snapshotter, err = snapshotter.New(ctx, snapshotter.Config{
 		Root: n.SnapshotRoot, Store: d, Resolver: rt, Mode: resolve.Mode(cfg.Snapshotter.Mode), Metrics: m,
 		Retry: snapshotter.Backoff{Initial: snapshotter.DefaultRetry.Initial, Max: time.Duration(cfg.Snapshotter.RetryMaxSeconds) * time.Second},
@@ -78,7 +97,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	}
 	// An eviction first empties the artifact's unused weight snapshots, so
 	// that their links give back its bytes.
-	d.SetReleaser(n.Snapshotter)
+	ev.SetReleaser(n.Snapshotter)
 	n.Prefetch = newPrefetch(cfg, n)
 	if n.Prefetch != nil && reg != nil {
 		if err := n.Prefetch.Register(reg); err != nil {
@@ -92,7 +111,10 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 			return nil, fmt.Errorf("control API: %w", err)
 		}
 	}
-	go watchWatermark(ctx, d)
+	go ev.Watch(ctx)
+	if cfg.Verify.Policy != "" {
+		go pw.run(ctx)
+	}
 	if n.Prefetch != nil {
 		go n.Prefetch.Run(ctx)
 	}
@@ -109,6 +131,13 @@ func newPrefetch(cfg config.Config, n *Node) *prefetch.Manager {
 	}
 	return prefetch.New(prefetch.Config{Dir: cfg.Prefetch.Dir, Store: n.Store, Resolve: noderuntime.PrefetchResolver(cfg, n.Runtime, n.Remote),
 		RetryMax: time.Duration(cfg.Prefetch.RetryMaxSeconds) * time.Second})
+}
+
+// ReloadPolicy reads the [verify] policy file again (SIGHUP) and applies
+// it to every later decision. A file that fails keeps the last good policy
+// and its error is returned.
+func (n *Node) ReloadPolicy(ctx context.Context) error {
+	return n.policy.reload(ctx, true)
 }
 
 // Close stops the control API and the snapshotter; host mounts stay.

@@ -19,6 +19,7 @@ import (
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
+	"github.com/weightsnap/weightsnap/trust"
 )
 
 // RuntimeOptions are what a program adds to the runtime the configuration
@@ -35,6 +36,9 @@ type RuntimeOptions struct {
 	Producers []producers.Local
 	// NoFingerprintCache hashes every source file instead of using the cache.
 	NoFingerprintCache bool
+	// Policy is where every decision reads the trust policy: weightsnapd's
+	// reloads it. nil reads [verify] policy once.
+	Policy trust.Source
 	// Metrics, when set, registers the runtime's metrics: the weight
 	// peers' count of peers that failed to answer.
 	Metrics prometheus.Registerer
@@ -69,9 +73,13 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 	// policy: the registry providers check it before any payload byte, the
 	// gate (rc.Trust) keeps what they verified, re-checks it on a store
 	// hit, and keeps unsigned sources away from what it wants signed.
-	pol, err := cfg.Verify.LoadPolicy()
-	if err != nil {
-		return nil, err
+	pol := o.Policy
+	if pol == nil {
+		p, err := cfg.Verify.LoadPolicy()
+		if err != nil {
+			return nil, err
+		}
+		pol = p
 	}
 	rc.Trust = &oci.Gate{Policy: pol, Default: cfg.Resolve.Registry}
 	loc := &oci.Locator{Registries: cfg.Resolve.AllowedRegistries(), ConfigFile: cfg.Path, Remote: o.Remote, Policy: pol}

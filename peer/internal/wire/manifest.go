@@ -47,9 +47,6 @@ type WeightManifest struct {
 	Signatures []byte `json:"signatures,omitempty"`
 }
 
-// MaxSignaturesBytes bounds a manifest's signature records.
-const MaxSignaturesBytes = artifact.MaxRecordsBytes
-
 // WeightShard is one payload file: its index entry and, for a safetensors
 // shard, the bytes of its header region (which a tensor subset takes
 // __metadata__ from). Its wire encoding is shardJSON's.
@@ -154,8 +151,8 @@ func (m *WeightManifest) validate() error {
 	if len(m.Shards) == 0 {
 		return fmt.Errorf("no shards")
 	}
-	if uint64(len(m.Signatures)) > MaxSignaturesBytes || (m.Signatures != nil && len(m.Signatures) == 0) {
-		return fmt.Errorf("signature records of %d bytes (1 to %d)", len(m.Signatures), MaxSignaturesBytes)
+	if uint64(len(m.Signatures)) > artifact.MaxRecordsBytes || (m.Signatures != nil && len(m.Signatures) == 0) {
+		return fmt.Errorf("signature records of %d bytes (1 to %d)", len(m.Signatures), artifact.MaxRecordsBytes)
 	}
 	if m.Depth < -1 || m.Depth > artifact.MaxDepth || (!m.Building && m.Depth != 0) {
 		return fmt.Errorf("depth %d (building %t) out of bounds", m.Depth, m.Building)

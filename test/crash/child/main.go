@@ -17,6 +17,7 @@ import (
 
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/fingerprint"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -77,7 +78,11 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	case "remove":
 		return id.Hex(), d.Remove(ctx, id)
 	case "evict":
-		r, err := d.EvictTo(ctx, 0, false)
+		ev, err := evict.New(d)
+		if err != nil {
+			return "", err
+		}
+		r, err := ev.To(ctx, 0, false)
 		if err != nil {
 			return "", err
 		}

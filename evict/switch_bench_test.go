@@ -1,6 +1,6 @@
 //go:build bench
 
-package store_test
+package evict_test
 
 import (
 	"context"
@@ -39,12 +39,9 @@ func TestModelSwitchingBench(t *testing.T) {
 	}
 	policy := store.DefaultPolicy()
 	policy.MaxStoreBytes = 4*size + 4<<20
-	d, err := store.Open(ctx, t.TempDir(), &policy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ev := open(t, t.TempDir(), policy)
 	var evictions []store.Evicted
-	d.OnEvict(func(e store.Evicted) { evictions = append(evictions, e) })
+	ev.OnEvict(func(e store.Evicted) { evictions = append(evictions, e) })
 	for i := range pinned {
 		id, err := build(ctx, d, srcs[i], ids[i])
 		if err != nil {
