@@ -137,7 +137,7 @@ func silent(t *testing.T) (string, *atomic.Int64) {
 // peer; the next fetch and prefix lookup never reach it.
 func TestFetchPassesOverDeadPeer(t *testing.T) {
 	d, id := storetest.Seeded(t, 256<<10, 1)
-	_, holder := serve(t, d, ServerConfig{})
+	srv, holder := serve(t, d, ServerConfig{})
 	digest, err := id.ID()
 	if err != nil {
 		t.Fatal(err)
@@ -155,6 +155,7 @@ func TestFetchPassesOverDeadPeer(t *testing.T) {
 			p := &Provider{Peers: []string{tc.dead, holder},
 				Options: FetchOptions{Client: ClientConfig{Timeout: time.Hour, ConnectTimeout: 300 * time.Millisecond}}}
 			ctx := context.Background()
+			waitSessionsEnd(t, srv, digest) // the last subtest's
 			if _, err := p.Producer(ctx, id); err != nil {
 				t.Fatalf("first fetch: %v", err)
 			}
@@ -164,6 +165,7 @@ func TestFetchPassesOverDeadPeer(t *testing.T) {
 			if tc.reached != nil {
 				reached = tc.reached()
 			}
+			waitSessionsEnd(t, srv, digest) // the first fetch's
 			prod, err := p.Producer(ctx, id)
 			if err != nil {
 				t.Fatalf("second fetch: %v", err)
