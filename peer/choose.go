@@ -2,11 +2,14 @@ package peer
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/peer/stripes"
 )
 
@@ -19,8 +22,14 @@ import (
 // by rendezvous hashing.
 
 // listTimeout bounds the listing round of a source choice: a peer that does
-// not answer within it is tried after the ones that did.
+// not answer within it is remembered as down.
 const listTimeout = 2 * time.Second
+
+// listGrace is how long a listing that found what it looks for waits for
+// the peers still out: a peer on the node's network answers well within
+// it, so the configured order holds among live peers, and a dead one costs
+// no more.
+const listGrace = 250 * time.Millisecond
 
 // source is one peer's offer of an artifact.
 type source struct {
@@ -32,33 +41,125 @@ type source struct {
 	verified int64
 }
 
-// listSources lists every peer at once and returns each one's offer of
-// id, nil for a peer that did not list it (within listTimeout).
-func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) []*source {
-	lctx, cancel := context.WithTimeout(ctx, min(listTimeout, cfg.withDefaults().Timeout))
-	defer cancel()
-	offers := make([]*source, len(addrs))
+// listing is one peer's answer to a listing: what it holds, or why not.
+type listing struct {
+	ls  *wire.Listing
+	err error
+}
+
+// listPeers lists the peers not remembered as down at once and returns
+// each one's listing, or its failure: a peer passed over, or one that did
+// not answer within listTimeout. With enough it returns early: once enough
+// says the listings so far are done, or listGrace after it first says they
+// decide (the peers still out get that long to answer). A peer that did
+// not answer in the time it was given is remembered as down; the listings
+// go on to their own end, and one that answers after all is forgotten.
+func listPeers(ctx context.Context, cfg ClientConfig, addrs []string, enough func([]listing) (decided, done bool)) []listing {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(listTimeout, cfg.withDefaults().Timeout))
+	stop := context.AfterFunc(ctx, cancel)
+	type answer struct {
+		i int
+		listing
+	}
+	answers := make(chan answer, len(addrs))
+	listings := make([]listing, len(addrs))
 	var wg sync.WaitGroup
 	for i, addr := range addrs {
+		if err := cfg.Down.passedOver(addr); err != nil {
+			listings[i].err = err
+			continue
+		}
 		wg.Go(func() {
 			ls, err := cfg.List(lctx, addr)
-			if err != nil {
-				return
-			}
-			for _, a := range ls.Artifacts {
-				if a.ID == id || a.ManifestDigest == id.String() {
-					offers[i] = &source{addr: addr, building: a.Building, children: a.Children, depth: a.Depth, verified: a.VerifiedBytes,
-						full: ls.MaxChildren > 0 && a.Children >= ls.MaxChildren}
-					return
-				}
-			}
+			answers <- answer{i, listing{ls, err}}
 		})
 	}
-	done := make(chan struct{})
-	go func() { wg.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-lctx.Done(): // the stragglers end at their own timeout
+	listed := make(chan struct{})
+	go func() { wg.Wait(); stop(); cancel(); close(listed) }()
+	// unanswered fills in the peers still out; waited says they had their
+	// time to answer and are remembered as down (an answer that comes
+	// later forgets them).
+	unanswered := func(waited bool) []listing {
+		for i, l := range listings {
+			if l.ls == nil && l.err == nil {
+				listings[i].err = &Error{Addr: addrs[i], Err: fmt.Errorf("no listing in time: %w", os.ErrDeadlineExceeded)}
+				if waited {
+					cfg.Down.note(ctx, addrs[i], listings[i].err)
+				}
+			}
+		}
+		return listings
+	}
+	var grace <-chan time.Time
+	for {
+		select {
+		case a := <-answers:
+			listings[a.i] = a.listing
+			if enough == nil {
+				continue
+			}
+			decided, done := enough(listings)
+			if done {
+				return unanswered(false)
+			}
+			if decided && grace == nil {
+				t := time.NewTimer(listGrace)
+				defer t.Stop()
+				grace = t.C
+			}
+			continue
+		case <-grace:
+		case <-listed:
+		case <-lctx.Done():
+		}
+		for {
+			select {
+			case a := <-answers:
+				listings[a.i] = a.listing
+			default:
+				return unanswered(true)
+			}
+		}
+	}
+}
+
+// listSources lists the peers and returns each one's offer of id, nil for
+// a peer that did not list it. With firstHolder it returns once a peer
+// that holds id and serves fewer than max_children sessions of it
+// answered, and the peers listed before it did or had listGrace to: the
+// source to take.
+func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID, firstHolder bool) []*source {
+	offer := func(addr string, ls *wire.Listing) *source {
+		if ls == nil {
+			return nil
+		}
+		for _, a := range ls.Artifacts {
+			if a.ID == id || a.ManifestDigest == id.String() {
+				return &source{addr: addr, building: a.Building, children: a.Children, depth: a.Depth, verified: a.VerifiedBytes,
+					full: ls.MaxChildren > 0 && a.Children >= ls.MaxChildren}
+			}
+		}
+		return nil
+	}
+	var enough func([]listing) (bool, bool)
+	if firstHolder {
+		// A holder decides the listing; the peers listed before it, once
+		// they answered, settle it.
+		enough = func(ls []listing) (decided, done bool) {
+			out := false
+			for _, l := range ls {
+				if o := offer("", l.ls); o != nil && !o.building && !o.full {
+					return true, !out
+				}
+				out = out || l.ls == nil && l.err == nil
+			}
+			return false, false
+		}
+	}
+	listings := listPeers(ctx, cfg, addrs, enough)
+	offers := make([]*source, len(addrs))
+	for i, addr := range addrs {
+		offers[i] = offer(addr, listings[i].ls)
 	}
 	return offers
 }
@@ -66,9 +167,11 @@ func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artif
 // orderSources returns the peers in the order to ask for id: holders,
 // then builders, each not full and with the fewest children first, then
 // full ones, then the peers that did not list it in their configured
-// order. found says whether any peer holds or builds it.
+// order, those remembered as down last. found says whether any peer holds
+// or builds it. The listing ends at the first holder that is not full
+// (listSources).
 func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, found bool) {
-	offers := listSources(ctx, cfg, addrs, id)
+	offers := listSources(ctx, cfg, addrs, id, true)
 	var got []source
 	var rest []string
 	for i, addr := range addrs {
@@ -78,6 +181,7 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 			rest = append(rest, addr)
 		}
 	}
+	rest = cfg.Down.last(rest)
 	slices.SortStableFunc(got, func(a, b source) int {
 		switch {
 		case a.full != b.full:

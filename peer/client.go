@@ -31,6 +31,9 @@ type ClientConfig struct {
 	ConnectTimeout time.Duration
 	// ManifestMax bounds the manifest (and list) documents accepted.
 	ManifestMax uint32
+	// Down remembers the peers that failed to answer, so a source choice
+	// passes over them for a while; nil remembers nothing beyond one fetch.
+	Down *DownPeers
 }
 
 func (c ClientConfig) withDefaults() ClientConfig {
@@ -136,6 +139,12 @@ func (c *answerConn) Write(p []byte) (int, error) {
 
 // List asks a peer what it holds.
 func (c ClientConfig) List(ctx context.Context, addr string) (*wire.Listing, error) {
+	ls, err := c.list(ctx, addr)
+	c.Down.note(ctx, addr, err)
+	return ls, err
+}
+
+func (c ClientConfig) list(ctx context.Context, addr string) (*wire.Listing, error) {
 	c = c.withDefaults()
 	conn, r, err := c.dial(ctx, addr, wire.OpList, true)
 	if err != nil {
@@ -171,6 +180,12 @@ type clientSession struct {
 
 // openSession asks addr for request and reads the manifest.
 func openSession(ctx context.Context, cfg ClientConfig, addr string, request wire.Request) (*clientSession, error) {
+	cs, err := askManifest(ctx, cfg, addr, request)
+	cfg.Down.note(ctx, addr, err)
+	return cs, err
+}
+
+func askManifest(ctx context.Context, cfg ClientConfig, addr string, request wire.Request) (*clientSession, error) {
 	req, err := wire.EncodeRequest(request)
 	if err != nil {
 		return nil, err

@@ -77,7 +77,7 @@ func (s *sources) orphanWait(ctx context.Context) time.Duration {
 	rank := rand.N(orphanStep)
 	if s.self != "" {
 		near := []string{s.self}
-		for _, o := range listSources(ctx, s.client, s.peers, s.base.ID) {
+		for _, o := range listSources(ctx, s.client, s.peers, s.base.ID, false) {
 			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != s.self {
 				near = append(near, o.addr)
 			}
@@ -98,22 +98,26 @@ const (
 
 // next opens a session on the next peer after the one used last that
 // serves the same bytes, passing over peers that served wrong bytes while
-// another is left.
+// another is left, and asking the peers remembered as down last.
 func (s *sources) next(ctx context.Context) (*clientSession, error) {
-	var last error
+	order := make([]string, len(s.peers))
 	for i := range s.peers {
-		k := (s.last + 1 + i) % len(s.peers)
-		if s.refused[s.peers[k]] && len(s.refused) < len(s.peers) {
+		order[i] = s.peers[(s.last+1+i)%len(s.peers)]
+	}
+	var last error
+	for _, addr := range s.client.Down.last(order) {
+		k := slices.Index(s.peers, addr)
+		if s.refused[addr] && len(s.refused) < len(s.peers) {
 			continue
 		}
-		cs, err := openSession(ctx, s.client, s.peers[k], s.request)
+		cs, err := openSession(ctx, s.client, addr, s.request)
 		if err != nil {
 			last = err
 			continue
 		}
 		if err := sameContent(s.base, cs.manifest); err != nil {
 			cs.close()
-			last = &Error{Addr: s.peers[k], Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+			last = &Error{Addr: addr, Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 			continue
 		}
 		if err := s.eligible(cs.addr, cs.manifest); err != nil {

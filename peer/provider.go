@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -36,6 +37,19 @@ type Provider struct {
 	// RootWait bounds how long a node that is not the root asks again; 0
 	// means DefaultRootWait.
 	RootWait time.Duration
+
+	downOnce sync.Once
+}
+
+// Down is the provider's memory of the peers that failed to answer, kept
+// across its fetches: Options.Client.Down, made on first use when unset.
+func (p *Provider) Down() *DownPeers {
+	p.downOnce.Do(func() {
+		if p.Options.Client.Down == nil {
+			p.Options.Client.Down = NewDownPeers()
+		}
+	})
+	return p.Options.Client.Down
 }
 
 // DefaultRootWait is how long a node that is not an artifact's root asks
@@ -58,6 +72,7 @@ const (
 // for at most RootWait, while no peer has it or every one is busy. A clean
 // miss (errdefs.ErrNotFound) sends resolution on to the registry.
 func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, error) {
+	p.Down()
 	addrs, err := ExpandPeers(ctx, p.Peers)
 	if err != nil {
 		return nil, err

@@ -87,8 +87,10 @@ func (r FetchReport) MarshalJSON() ([]byte, error) {
 
 // newFetcher picks the first peer that serves request, in the order of
 // orderSources (holders, then builders, with the fewest children first),
-// and reads its manifest. With keep the session stays open for the fetch; otherwise the
-// fetch opens a new one on the same peer first.
+// and reads its manifest. It passes over the peers remembered as down:
+// they are asked again once their time runs out. With keep the session
+// stays open for the fetch; otherwise the fetch opens a new one on the
+// same peer first.
 func newFetcher(ctx context.Context, peers []string, request wire.Request, o FetchOptions, keep bool) (*fetcher, error) {
 	o.Client = o.Client.withDefaults()
 	if o.Rails <= 0 {
@@ -106,6 +108,9 @@ func newFetcher(ctx context.Context, peers []string, request wire.Request, o Fet
 	if err := checkPatterns(o.Tensors); err != nil {
 		return nil, err
 	}
+	if o.Client.Down == nil {
+		o.Client.Down = NewDownPeers()
+	}
 	if request.Export == "" && len(peers) > 1 {
 		peers, _ = orderSources(ctx, o.Client, peers, request.ID)
 	}
@@ -113,6 +118,10 @@ func newFetcher(ctx context.Context, peers []string, request wire.Request, o Fet
 	var errs []error
 	var away []string
 	for i, addr := range peers {
+		if err := o.Client.Down.passedOver(addr); err != nil {
+			errs, away = append(errs, err), append(away, addr)
+			continue
+		}
 		cs, err := openSession(ctx, o.Client, addr, request)
 		if err == nil {
 			if err = f.src.eligible(addr, cs.manifest); err != nil {

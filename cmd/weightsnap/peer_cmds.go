@@ -2,18 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"net"
-	"slices"
 	"strings"
 	"text/tabwriter"
 
 	"github.com/weightsnap/weightsnap/internal/bytefmt"
 
 	"github.com/containerd/errdefs"
-	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -222,7 +218,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 
 // peerRequest turns a command-line id into a model request: staged:NAME,
 // or an identity or manifest digest, sha256:<64 hex> or the hex alone. A
-// shorter hex prefix is looked up in the peers' listings (peerPrefix).
+// shorter hex prefix is looked up in the peers' listings (LookupPrefix).
 func peerRequest(ctx context.Context, c peer.ClientConfig, addrs []string, id string) (string, error) {
 	if strings.HasPrefix(id, "staged:") {
 		return id, nil
@@ -235,7 +231,7 @@ func peerRequest(ctx context.Context, c peer.ClientConfig, addrs []string, id st
 		return d.String(), nil
 	}
 	if isHexPrefix(id) {
-		return peerPrefix(ctx, c, addrs, id)
+		return c.LookupPrefix(ctx, addrs, id)
 	}
 	return "", fmt.Errorf("%q: want an identity or manifest digest (64 hex digits, or a unique prefix of one) or staged:NAME: %w", id, errdefs.ErrInvalidArgument)
 }
@@ -243,39 +239,6 @@ func peerRequest(ctx context.Context, c peer.ClientConfig, addrs []string, id st
 // isHexPrefix says whether s could begin a sha256 in lower-case hex.
 func isHexPrefix(s string) bool {
 	return s != "" && len(s) < 64 && artifact.IsSHA256Hex(s+strings.Repeat("0", 64-len(s)))
-}
-
-// peerPrefix finds the one artifact the peers list whose identity or
-// manifest digest starts with prefix, as local commands take a unique
-// prefix of a store id.
-func peerPrefix(ctx context.Context, c peer.ClientConfig, addrs []string, prefix string) (string, error) {
-	found := map[string]bool{}
-	var errs []error
-	for _, addr := range addrs {
-		ls, err := c.List(ctx, addr)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		for _, x := range ls.Artifacts {
-			md, _ := digest.Parse(x.ManifestDigest)
-			if strings.HasPrefix(x.ID.Hex(), prefix) || md.Validate() == nil && strings.HasPrefix(md.Encoded(), prefix) {
-				found[x.ID.String()] = true
-			}
-		}
-	}
-	switch {
-	case len(found) == 1:
-		for id := range found {
-			return id, nil
-		}
-	case len(found) > 1:
-		return "", fmt.Errorf("%s is a prefix of %d artifacts the peers hold (%s): give more digits: %w",
-			prefix, len(found), strings.Join(slices.Sorted(maps.Keys(found)), ", "), errdefs.ErrInvalidArgument)
-	case len(errs) == len(addrs):
-		return "", fmt.Errorf("look up %s in the peers' listings: %w", prefix, errors.Join(errs...))
-	}
-	return "", fmt.Errorf("no peer lists an artifact whose digest starts with %s: %w", prefix, errdefs.ErrNotFound)
 }
 
 func newPeerFetchCmd(a *app) *cobra.Command {
@@ -327,6 +290,9 @@ artifact of their own (producer tensor-subset).`,
 			if err != nil {
 				return err
 			}
+			// The prefix lookup and the fetch share what they learn of
+			// peers that do not answer.
+			o.Client.Down = peer.NewDownPeers()
 			req, err := peerRequest(ctx, o.Client, addrs, args[1])
 			if err != nil {
 				return err

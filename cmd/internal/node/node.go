@@ -57,7 +57,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 	if err != nil {
 		return nil, err
 	}
-	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote, Policy: pw.holder})
+	rt, err := noderuntime.NewRuntime(ctx, cfg, noderuntime.RuntimeOptions{Mode: resolve.Required, Remote: remote, Policy: pw.holder, Metrics: reg})
 	if err != nil {
 		return nil, err
 	}

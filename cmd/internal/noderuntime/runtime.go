@@ -9,7 +9,9 @@ package noderuntime
 
 import (
 	"context"
+	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
@@ -37,6 +39,9 @@ type RuntimeOptions struct {
 	// Policy is where every decision reads the trust policy: weightsnapd's
 	// reloads it. nil reads [verify] policy once.
 	Policy trust.Source
+	// Metrics, when set, registers the runtime's metrics: the weight
+	// peers' count of peers that failed to answer.
+	Metrics prometheus.Registerer
 }
 
 // NewRuntime is the resolution runtime of the configuration, the one
@@ -86,7 +91,13 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 		if err != nil {
 			return nil, err
 		}
-		rc.Peers = []resolve.Provider{&peer.Provider{Peers: cfg.Peer.Peers, Options: fo, Self: cfg.Peer.Self()}}
+		p := &peer.Provider{Peers: cfg.Peer.Peers, Options: fo, Self: cfg.Peer.Self()}
+		if o.Metrics != nil {
+			if err := p.Down().Register(o.Metrics); err != nil {
+				return nil, fmt.Errorf("metrics: %w", err)
+			}
+		}
+		rc.Peers = []resolve.Provider{p}
 	}
 	if cfg.Resolve.Registry != "" {
 		repo, err := registry.New(ctx, cfg.Resolve.Registry, o.Remote)
