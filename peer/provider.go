@@ -107,7 +107,7 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	if wait <= 0 {
 		wait = DefaultRootWait
 	}
-	log.G(ctx).WithField("identity", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
+	log.G(ctx).WithField("id", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
 	// The asks again go to the peers that answered: one down now costs the
 	// connect timeout once, not on every ask.
 	ask := func() (*fetcher, error) {
@@ -128,7 +128,7 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	askPastBusy := func() (*fetcher, error) {
 		f, err := ask()
 		if err != nil && isBusy(err) && ctx.Err() == nil {
-			log.G(ctx).WithField("identity", id.Short()).Debug("peer: the source answered busy; asking once more for a builder behind it")
+			log.G(ctx).WithField("id", id.Short()).Debug("peer: the source answered busy; asking once more for a builder behind it")
 			f, err = ask()
 		}
 		return f, err
@@ -140,7 +140,7 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	// and the others find it building, instead of all going at once.
 	if err != nil && !isBusy(err) && ctx.Err() == nil {
 		if k := slices.Index(stripes.Rank(id, append(slices.Clone(live), p.Self)), p.Self); k > 1 {
-			log.G(ctx).WithField("identity", id.Short()).WithField("rank", k).Debug("peer: the root built nothing; waiting for the nodes before this one")
+			log.G(ctx).WithField("id", id.Short()).WithField("rank", k).Debug("peer: the root built nothing; waiting for the nodes before this one")
 			select {
 			case <-time.After(time.Duration(k-1) * orphanStep):
 			case <-ctx.Done():

@@ -168,7 +168,7 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 			return err
 		}
 	}
-	log.G(ctx).WithField("identity", m.ID).WithField("mode", mode).WithField("rails", ss.rails).
+	log.G(ctx).WithField("id", m.ID).WithField("mode", mode).WithField("rails", ss.rails).
 		WithField("remote", conn.RemoteAddr().String()).Info("peer: session started")
 	for {
 		b, err := wire.ReadU8(r, "control")
