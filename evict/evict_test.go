@@ -11,7 +11,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
@@ -20,28 +19,6 @@ import (
 )
 
 const mib = 1 << 20
-
-// model synthesises a distinct model (by seed) and its identity.
-func model(t testing.TB, size int64, seed uint64) (*artifact.SourceDir, artifact.Identity) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: 1, DType: "BF16", Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	src, _, err := artifact.ScanSource(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src, artifact.PassthroughIdentity(src, "test/model", storetest.Revision, "", 0, 0)
-}
-
-func build(ctx context.Context, d *store.Domain, src *artifact.SourceDir, id artifact.Identity) (artifact.ID, error) {
-	l, _, err := d.GetOrBuild(ctx, id, &artifact.Passthrough{Src: src})
-	if err != nil {
-		return artifact.ID{}, err
-	}
-	return l.ID, l.Close()
-}
 
 // evictionStore opens a store of max bytes holding n distinct 1 MiB
 // models, built in order and then used in the order given (the first of use
@@ -54,9 +31,9 @@ func evictionStore(t *testing.T, policy store.Policy, n int, use []int) (*store.
 	ev.OnEvict(func(e store.Evicted) { evicted = append(evicted, e) })
 	ids := make([]artifact.ID, n)
 	for i := range n {
-		src, id := model(t, mib, uint64(100+i))
+		src, id := storetest.Model(t, mib, uint64(100+i))
 		var err error
-		if ids[i], err = build(ctx, d, src, id); err != nil {
+		if ids[i], err = storetest.Build(ctx, d, src, id); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,8 +119,8 @@ func TestEvictionTakesTheLeastRecentlyUsedFree(t *testing.T) {
 				}
 				l.Close()
 			}
-			src, id := model(t, mib, 200)
-			fourth, err := build(ctx, d, src, id)
+			src, id := storetest.Model(t, mib, 200)
+			fourth, err := storetest.Build(ctx, d, src, id)
 			if err != nil {
 				t.Fatalf("fourth build: %v", err)
 			}
@@ -178,8 +155,8 @@ func TestBuildThatCannotFitEvictsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	src, id := model(t, 2*mib, 300) // fits only if the pinned or leased one went
-	_, err = build(ctx, d, src, id)
+	src, id := storetest.Model(t, 2*mib, 300) // fits only if the pinned or leased one went
+	_, err = storetest.Build(ctx, d, src, id)
 	var ce *store.CapacityError
 	if !errors.As(err, &ce) || !errdefs.IsResourceExhausted(err) || ce.Limit != "max_store_bytes" {
 		t.Fatalf("build of 2 MiB beside a pin and a lease: %v, want a max_store_bytes CapacityError", err)
@@ -202,8 +179,8 @@ func TestEvictionOffRefuses(t *testing.T) {
 	policy := store.DefaultPolicy()
 	policy.MaxStoreBytes, policy.Eviction = 3*mib+mib/2, evict.Off
 	d, _, ids, evicted := evictionStore(t, policy, 3, nil)
-	src, id := model(t, mib, 200)
-	_, err := build(context.Background(), d, src, id)
+	src, id := storetest.Model(t, mib, 200)
+	_, err := storetest.Build(context.Background(), d, src, id)
 	if !errdefs.IsResourceExhausted(err) || !strings.Contains(err.Error(), `eviction = "off"`) {
 		t.Fatalf("build past the limit with eviction off: %v", err)
 	}
@@ -277,8 +254,8 @@ func TestWatermarkEvictsDownToTheLowMark(t *testing.T) {
 	d, ev := open(t, root, policy)
 	var ids []artifact.ID
 	for i := range 3 {
-		src, id := model(t, 3*mib, uint64(500+i))
-		got, err := build(ctx, d, src, id)
+		src, id := storetest.Model(t, 3*mib, uint64(500+i))
+		got, err := storetest.Build(ctx, d, src, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 	"golang.org/x/sys/unix"
 )
@@ -71,8 +72,8 @@ func TestRoomIsMadeWithoutTheBuildLock(t *testing.T) {
 			policy := store.DefaultPolicy()
 			policy.MaxStoreBytes = 2*mib + mib/2
 			d, ev := open(t, t.TempDir(), policy)
-			src, identity := model(t, mib, 700)
-			old, err := build(ctx, d, src, identity)
+			src, identity := storetest.Model(t, mib, 700)
+			old, err := storetest.Build(ctx, d, src, identity)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -85,14 +86,14 @@ func TestRoomIsMadeWithoutTheBuildLock(t *testing.T) {
 				t.Fatal(err)
 			}
 			l.Close()
-			src, identity = model(t, 2*mib, 701) // fits once the old one is gone
+			src, identity = storetest.Model(t, 2*mib, 701) // fits once the old one is gone
 			id, err := identity.ID()
 			if err != nil {
 				t.Fatal(err)
 			}
 			r := &buildLockReleaser{lock: filepath.Join(d.Root(), "locks", id.Hex()+".build.lock"), link: link, wait: tc.wait}
 			ev.SetReleaser(r)
-			got, err := build(ctx, d, src, identity)
+			got, err := storetest.Build(ctx, d, src, identity)
 			if r.underIt != nil {
 				t.Fatal(r.underIt)
 			}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -35,7 +36,7 @@ func TestModelSwitchingBench(t *testing.T) {
 	srcs := make([]*artifact.SourceDir, models)
 	ids := make([]artifact.Identity, models)
 	for i := range models {
-		srcs[i], ids[i] = model(t, size, uint64(900+i))
+		srcs[i], ids[i] = storetest.Model(t, size, uint64(900+i))
 	}
 	policy := store.DefaultPolicy()
 	policy.MaxStoreBytes = 4*size + 4<<20
@@ -43,7 +44,7 @@ func TestModelSwitchingBench(t *testing.T) {
 	var evictions []store.Evicted
 	ev.OnEvict(func(e store.Evicted) { evictions = append(evictions, e) })
 	for i := range pinned {
-		id, err := build(ctx, d, srcs[i], ids[i])
+		id, err := storetest.Build(ctx, d, srcs[i], ids[i])
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -103,35 +101,6 @@ func TestDownPeersRemembers(t *testing.T) {
 	}
 }
 
-// silent is a 127.0.0.1 address that accepts connections and never
-// answers, counting the connections it accepted.
-func silent(t *testing.T) (string, *atomic.Int64) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int64
-	done := make(chan struct{})
-	t.Cleanup(func() { l.Close(); <-done })
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				for _, c := range conns {
-					c.Close()
-				}
-				return
-			}
-			n.Add(1)
-			conns = append(conns, c)
-		}
-	}()
-	return l.Addr().String(), &n
-}
-
 // TestFetchPassesOverDeadPeer: with a dead peer listed first and a holder
 // second, the first fetch is served by the holder and remembers the dead
 // peer; the next fetch and prefix lookup never reach it.
@@ -142,7 +111,7 @@ func TestFetchPassesOverDeadPeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hole, accepted := silent(t)
+	hole, accepted := testenv.CountingBlackHole(t)
 	for _, tc := range []struct {
 		name    string
 		dead    string

@@ -12,7 +12,6 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 	"google.golang.org/grpc/codes"
@@ -20,28 +19,6 @@ import (
 )
 
 const mib = 1 << 20
-
-// model synthesises a distinct model (by seed) and its identity.
-func model(t testing.TB, size int64, seed uint64) (*artifact.SourceDir, artifact.Identity) {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "model")
-	if err := synth.Write(context.Background(), dir, synth.Options{Size: size, Shards: 1, DType: "BF16", Seed: seed}); err != nil {
-		t.Fatal(err)
-	}
-	src, _, err := artifact.ScanSource(context.Background(), dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return src, artifact.PassthroughIdentity(src, "test/model", storetest.Revision, "", 0, 0)
-}
-
-func build(ctx context.Context, d *store.Domain, src *artifact.SourceDir, id artifact.Identity) (artifact.ID, error) {
-	l, _, err := d.GetOrBuild(ctx, id, &artifact.Passthrough{Src: src})
-	if err != nil {
-		return artifact.ID{}, err
-	}
-	return l.ID, l.Close()
-}
 
 // storeOf opens a store holding n distinct 1 MiB models.
 func storeOf(t *testing.T, n int) (*store.Domain, []artifact.ID) {
@@ -53,8 +30,8 @@ func storeOf(t *testing.T, n int) (*store.Domain, []artifact.ID) {
 	}
 	ids := make([]artifact.ID, n)
 	for i := range n {
-		src, id := model(t, mib, uint64(100+i))
-		if ids[i], err = build(ctx, d, src, id); err != nil {
+		src, id := storetest.Model(t, mib, uint64(100+i))
+		if ids[i], err = storetest.Build(ctx, d, src, id); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -91,6 +91,23 @@ func Seed(tb testing.TB, d *store.Domain, src *artifact.SourceDir) artifact.Iden
 	return id
 }
 
+// Model is a synthetic one-shard BF16 checkpoint of about size bytes, distinct
+// for each seed, and its passthrough identity (see Identity).
+func Model(tb testing.TB, size int64, seed uint64) (*artifact.SourceDir, artifact.Identity) {
+	tb.Helper()
+	_, src := CheckpointOf(tb, synth.Options{Size: size, Shards: 1, DType: "BF16", Seed: seed})
+	return src, Identity(src)
+}
+
+// Build publishes src in d under id and returns its ID, leaving no lease held.
+func Build(ctx context.Context, d *store.Domain, src *artifact.SourceDir, id artifact.Identity) (artifact.ID, error) {
+	l, _, err := d.GetOrBuild(ctx, id, &artifact.Passthrough{Src: src})
+	if err != nil {
+		return artifact.ID{}, err
+	}
+	return l.ID, l.Close()
+}
+
 // Seeded is a new store holding the artifact of a synthetic checkpoint of
 // about size bytes in shards (see Checkpoint), and its identity.
 func Seeded(tb testing.TB, size int64, shards int) (*store.Domain, artifact.Identity) {

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"net"
+	"sync/atomic"
 	"testing"
 )
 
@@ -23,10 +24,18 @@ func ClosedAddr(t testing.TB) string {
 // out.
 func BlackHole(t testing.TB) string {
 	t.Helper()
+	addr, _ := CountingBlackHole(t)
+	return addr
+}
+
+// CountingBlackHole is a BlackHole that counts the connections it accepted.
+func CountingBlackHole(t testing.TB) (string, *atomic.Int64) {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
+	var n atomic.Int64
 	done := make(chan struct{})
 	t.Cleanup(func() { l.Close(); <-done })
 	go func() {
@@ -40,8 +49,9 @@ func BlackHole(t testing.TB) string {
 				}
 				return
 			}
+			n.Add(1)
 			conns = append(conns, c)
 		}
 	}()
-	return l.Addr().String()
+	return l.Addr().String(), &n
 }
