@@ -14,12 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containers/image/v5/docker"
-	"github.com/containers/image/v5/image"
 	"github.com/containers/image/v5/signature"
 	"github.com/containers/image/v5/types"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+	"github.com/weightsnap/weightsnap/internal/cireference"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/trust"
 )
@@ -83,7 +82,7 @@ func TestPolicyDecidesAsContainersImage(t *testing.T) {
 	}
 	var manifest digest.Digest
 	images := map[string][]pulled{} // by case name
-	sys := containersImageSystem(t)
+	sys := cireference.System(t)
 	for i, c := range cases {
 		base := fmt.Sprintf("%s/c%d", host, i)
 		for _, repoTag := range []string{"img:v1", "img:v2", "mirror/img:v1"} {
@@ -120,7 +119,7 @@ func TestPolicyDecidesAsContainersImage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			images[c.name] = append(images[c.name], pulled{ref: ref, sigs: sigs, img: openContainersImage(t, sys, ref)})
+			images[c.name] = append(images[c.name], pulled{ref: ref, sigs: sigs, img: cireference.Open(t, sys, ref)})
 		}
 	}
 
@@ -219,39 +218,4 @@ func cosignPayload(ref string, d digest.Digest) []byte {
 		"optional": nil,
 	})
 	return raw
-}
-
-// containersImageSystem is a containers/image system context that reads
-// cosign's signature attachments from the test's plain-HTTP registry and
-// nothing of this host's configuration.
-func containersImageSystem(t *testing.T) *types.SystemContext {
-	dir := t.TempDir()
-	regd := filepath.Join(dir, "registries.d")
-	os.MkdirAll(regd, 0o755)
-	os.WriteFile(filepath.Join(regd, "default.yaml"), []byte("default-docker:\n  use-sigstore-attachments: true\n"), 0o644)
-	conf := filepath.Join(dir, "registries.conf")
-	os.WriteFile(conf, nil, 0o644)
-	auth := filepath.Join(dir, "auth.json")
-	os.WriteFile(auth, []byte("{}"), 0o644)
-	return &types.SystemContext{
-		RegistriesDirPath:           regd,
-		SystemRegistriesConfPath:    conf,
-		AuthFilePath:                auth,
-		DockerInsecureSkipTLSVerify: types.OptionalBoolTrue,
-	}
-}
-
-// openContainersImage opens ref with containers/image's docker
-// transport: an image whose manifest and signatures are read once.
-func openContainersImage(t *testing.T, sys *types.SystemContext, ref string) types.UnparsedImage {
-	r, err := docker.ParseReference("//" + ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := r.NewImageSource(context.Background(), sys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return image.UnparsedInstance(src, nil)
 }

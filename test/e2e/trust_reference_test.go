@@ -10,10 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/containers/image/v5/docker"
-	"github.com/containers/image/v5/image"
 	"github.com/containers/image/v5/signature"
-	"github.com/containers/image/v5/types"
+	"github.com/weightsnap/weightsnap/internal/cireference"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -29,7 +27,7 @@ func TestCosignPolicyDecidesAsContainersImage(t *testing.T) {
 	keys := cosignKeys(t, "k1", "k2")
 	reg := harness.StartRegistry(t)
 	_, root, id := ociCheckpoint(t, "1MiB", 1)
-	sys := containersImageSystem(t)
+	sys := cireference.System(t)
 	ctx := context.Background()
 
 	cases := []struct{ name, key, names string }{ // names: "" cosign's default, "tag", "digest", "other"
@@ -71,7 +69,7 @@ func TestCosignPolicyDecidesAsContainersImage(t *testing.T) {
 			`{"type": "remapIdentity", "prefix": "` + scope + `", "signedPrefix": "` + scope + `"}`,
 		}
 		for _, ref := range []string{repo + ":v1", pushed} {
-			img := openContainersImage(t, sys, ref)
+			img := cireference.Open(t, sys, ref)
 			for _, key := range []string{"k1.pub", "k2.pub"} {
 				for _, identity := range identities {
 					req := `{"type": "sigstoreSigned", "keyPath": "` + filepath.Join(keys, key) + `"`
@@ -107,39 +105,4 @@ func TestCosignPolicyDecidesAsContainersImage(t *testing.T) {
 	if accepted == 0 || accepted == pairs {
 		t.Fatalf("a degenerate matrix: %d of %d accepted", accepted, pairs)
 	}
-}
-
-// containersImageSystem is a containers/image system context that reads
-// cosign's signature attachments from the test's plain-HTTP registry and
-// nothing of this host's configuration.
-func containersImageSystem(t *testing.T) *types.SystemContext {
-	dir := t.TempDir()
-	regd := filepath.Join(dir, "registries.d")
-	os.MkdirAll(regd, 0o755)
-	os.WriteFile(filepath.Join(regd, "default.yaml"), []byte("default-docker:\n  use-sigstore-attachments: true\n"), 0o644)
-	conf := filepath.Join(dir, "registries.conf")
-	os.WriteFile(conf, nil, 0o644)
-	auth := filepath.Join(dir, "auth.json")
-	os.WriteFile(auth, []byte("{}"), 0o644)
-	return &types.SystemContext{
-		RegistriesDirPath:           regd,
-		SystemRegistriesConfPath:    conf,
-		AuthFilePath:                auth,
-		DockerInsecureSkipTLSVerify: types.OptionalBoolTrue,
-	}
-}
-
-// openContainersImage opens ref with containers/image's docker
-// transport: an image whose manifest and signatures are read once.
-func openContainersImage(t *testing.T, sys *types.SystemContext, ref string) types.UnparsedImage {
-	r, err := docker.ParseReference("//" + ref)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := r.NewImageSource(context.Background(), sys)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
-	return image.UnparsedInstance(src, nil)
 }
