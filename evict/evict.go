@@ -84,14 +84,11 @@ func (p *Policy) plan(ctx context.Context, except artifact.ID) (cands, held []st
 	if err != nil {
 		return nil, nil, err
 	}
-	releases := p.releaser.Load() != nil
 	for _, c := range all {
 		if c.ID == except {
 			continue
 		}
-		if releases {
-			c.Use.Frees = c.Use.Bytes // the releaser lets go of the outside links
-		}
+		c.Use.Frees = p.Frees(c.Use)
 		if c.Held == "" && c.Use.Frees < c.Use.Bytes {
 			c.Held = "linked by weight snapshots or views, evicting it frees " + bytefmt.IEC(c.Use.Frees)
 		}
@@ -103,6 +100,16 @@ func (p *Policy) plan(ctx context.Context, except artifact.ID) (cands, held []st
 	}
 	slices.SortStableFunc(cands, func(a, b store.Candidate) int { return a.Use.LastUse.Compare(b.Use.LastUse) })
 	return cands, held, nil
+}
+
+// Frees is what evicting an artifact of use u gives back. With a releaser,
+// which lets go of the links outside the store first, it is the artifact's
+// whole size.
+func (p *Policy) Frees(u store.Use) int64 {
+	if p.releaser.Load() != nil {
+		return u.Bytes
+	}
+	return u.Frees
 }
 
 // evictOne has the releaser let go of c's outside links, when it has any,
