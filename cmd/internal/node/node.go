@@ -106,7 +106,7 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		}
 	}
 	if a := cfg.Snapshotter.ControlAddress; a != "" {
-		if n.control, err = control.Listen(ctx, a, controlServices(n.Snapshotter.HostMounts(), n.Prefetch, rt)); err != nil {
+		if n.control, err = control.Listen(ctx, a, controlServices(n.Snapshotter.HostMounts(), n.Prefetch, rt, d, ev)); err != nil {
 			n.Snapshotter.Close()
 			return nil, fmt.Errorf("control API: %w", err)
 		}
