@@ -22,13 +22,14 @@ type Request struct {
 	Partial bool
 }
 
-// Report is what an eviction took, or would take.
+// Report is what an eviction took, or would take. Its lists are empty,
+// never nil, when they hold nothing.
 type Report struct {
 	Need    int64           `json:"need_bytes"`
 	Freed   int64           `json:"freed_bytes"`
 	Evicted []store.Evicted `json:"evicted"`
 	DryRun  bool            `json:"dry_run,omitempty"`
-	Held    []store.Held    `json:"held,omitempty"` // what eviction may not take
+	Held    []store.Held    `json:"held"` // what eviction may not take
 }
 
 // Evict evicts unleased, unpinned READY artifacts, least recently used
@@ -37,7 +38,7 @@ type Report struct {
 // what holds the rest, unless req.Partial. Each artifact goes through the
 // releaser, then the store's Evict.
 func (p *Policy) Evict(ctx context.Context, req Request) (*Report, error) {
-	rep := &Report{Need: req.Need, DryRun: req.DryRun}
+	rep := &Report{Need: req.Need, DryRun: req.DryRun, Evicted: []store.Evicted{}, Held: []store.Held{}}
 	if req.Need <= 0 {
 		return rep, nil
 	}
