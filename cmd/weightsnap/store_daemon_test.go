@@ -17,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/prefetch"
 	"github.com/weightsnap/weightsnap/store"
 )
 
@@ -194,4 +195,33 @@ func pinnedStore(t *testing.T, base string) string {
 		t.Fatal(err)
 	}
 	return d.Root()
+}
+
+// TestPrefetchLsShowsInvalidFiles: prefetch ls lists a file the daemon
+// cannot parse as invalid, with its error and its pins kept.
+func TestPrefetchLsShowsInvalidFiles(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	broken := prefetch.Status{Declared: prefetch.Declared{File: "broken.toml"}, State: prefetch.StateInvalid,
+		Error: "prefetch file broken.toml: toml: expected value"}
+	srv, err := control.Listen(context.Background(), sock, control.Services{Mounts: &holdsNothing{},
+		Prefetch: func() any { return []prefetch.Status{broken} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	for _, tc := range []struct {
+		name string
+		args []string
+		says []string
+	}{
+		{name: "table", args: nil, says: []string{"broken.toml", "invalid", broken.Error, "its pins are kept"}},
+		{name: "json", args: []string{"--json"}, says: []string{`"file": "broken.toml"`, `"state": "invalid"`, broken.Error}},
+	} {
+		out, err := runCLI(t, append([]string{"--config", "", "--control-address", sock, "prefetch", "ls"}, tc.args...)...)
+		for _, want := range tc.says {
+			if err != nil || !strings.Contains(out, want) {
+				t.Errorf("%s: %v, want it to say %q\n%s", tc.name, err, want, out)
+			}
+		}
+	}
 }
