@@ -293,8 +293,11 @@ func printArtifact(a *app, info *store.ArtifactInfo, leases string) error {
 		if u.Pinned() {
 			pinned = "pinned by " + pinHolders(u.Pins)
 		}
-		leased := "leased " + map[string]string{leasesHeld: "yes", leasesNone: "no"}[leases]
-		if leases == leasesUnknown {
+		leased := "leased no"
+		switch leases {
+		case leasesHeld:
+			leased = "leased yes"
+		case leasesUnknown:
 			leased = "leases unknown"
 		}
 		fmt.Fprintf(a.out, "Use:       last %s, %s, %s, evicting it frees %s\n", u.LastUse.UTC().Format(time.DateTime), leased, pinned, bytefmt.IEC(u.Frees))
@@ -483,28 +486,22 @@ met exits 5, naming what holds the rest.`,
 // evict has weightsnapd evict as req says where it serves d, else d's own
 // eviction policy (said once on stderr).
 func (a *app) evict(ctx context.Context, d *store.Domain, req control.EvictRequest) (*evict.Report, storeDaemon, error) {
-	rep := &evict.Report{}
 	sd := a.storeDaemon(ctx, d)
-	var err error
-	switch {
-	case sd.c != nil:
-		err = sd.c.Evict(ctx, req, rep)
-	default:
-		sd.note(a, "gc --evict")
-		var ev *evict.Policy
-		if ev, err = evict.New(d); err != nil {
-			return nil, sd, err
-		}
-		if req.To != nil {
-			rep, err = ev.To(ctx, *req.To, req.DryRun)
-		} else {
-			rep, err = ev.ToLimits(ctx, req.DryRun)
-		}
+	if sd.c != nil {
+		rep := &evict.Report{}
+		return rep, sd, sd.c.Evict(ctx, req, rep)
 	}
+	sd.note(a, "gc --evict")
+	ev, err := evict.New(d)
 	if err != nil {
 		return nil, sd, err
 	}
-	return rep, sd, nil
+	if req.To != nil {
+		rep, err := ev.To(ctx, *req.To, req.DryRun)
+		return rep, sd, err
+	}
+	rep, err := ev.ToLimits(ctx, req.DryRun)
+	return rep, sd, err
 }
 
 // shortOf is the failure of an eviction that fell short of its target,
