@@ -227,8 +227,11 @@ func (m *Manager) resolve(ctx context.Context, s *Status) {
 		if backoff > m.cfg.RetryMax || backoff <= 0 {
 			backoff = m.cfg.RetryMax
 		}
+		// A failure logs when it begins or changes, not at every retry.
+		if s.Error != err.Error() {
+			logger.WithError(err).WithField("retry_seconds", backoff.Seconds()).Warn("prefetch: entry not resolved; retrying, logged again when it resolves or fails otherwise")
+		}
 		s.State, s.Error, s.NextTry = StateFailed, err.Error(), m.cfg.Now().Add(backoff)
-		logger.WithError(err).WithField("retry_seconds", backoff.Seconds()).Warn("prefetch: entry not resolved; retrying")
 		return
 	}
 	s.State, s.Error, s.ID, s.NextTry, s.Resolved = StateReady, "", id, time.Time{}, m.cfg.Now()

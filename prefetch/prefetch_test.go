@@ -295,3 +295,43 @@ func TestPrefetchListsInvalidFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestPrefetchFailureLogsOnce: an entry that fails the same way at every
+// retry logs when it begins and when it resolves, not at each try.
+func TestPrefetchFailureLogsOnce(t *testing.T) {
+	ctx := context.Background()
+	d, err := store.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "a")
+	if err := synth.Write(ctx, src, synth.Options{Size: 64 << 10, Shards: 1, DType: "BF16", Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	scanned, _, err := artifact.ScanSource(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeRegistry{d: d, srcs: map[string]*artifact.SourceDir{"reg/a:v1": scanned}, fails: map[string]int{"reg/a:v1": 3}, tries: map[string]int{}}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "models.toml"), []byte("[[artifact]]\nref = \"reg/a:v1\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	logger := logrus.New()
+	logger.SetOutput(&logs)
+	now := time.Unix(1_000_000, 0)
+	m := New(Config{Dir: dir, Store: d, Resolve: reg.resolve, Now: func() time.Time { return now }, RetryMax: time.Second})
+	for range 4 {
+		m.Sync(log.WithLogger(ctx, logrus.NewEntry(logger)))
+		now = now.Add(2 * time.Second)
+	}
+	if reg.tries["reg/a:v1"] != 4 {
+		t.Fatalf("%d tries, want 4", reg.tries["reg/a:v1"])
+	}
+	for what, want := range map[string]int{"entry not resolved": 1, "entry ready": 1} {
+		if n := strings.Count(logs.String(), what); n != want {
+			t.Errorf("logged %q %d times, want %d:\n%s", what, n, want, logs.String())
+		}
+	}
+}
