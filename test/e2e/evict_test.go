@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -84,6 +85,35 @@ func TestStoreEvictsForNewModels(t *testing.T) {
 	t.Logf("refused: %s", strings.TrimSpace(msg))
 }
 
+// startLogged fails unless the daemon's start log names the configuration
+// in force with the fields want, and the sha256 of its configuration and
+// domain policy files.
+func startLogged(t *testing.T, ws *harness.Weightsnapd, want map[string]any) {
+	t.Helper()
+	raw, err := os.ReadFile(ws.Proc.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		var e map[string]any
+		if json.Unmarshal([]byte(line), &e) != nil || !strings.HasPrefix(fmt.Sprint(e["msg"]), "configuration in force") {
+			continue
+		}
+		for k, v := range want {
+			if e[k] != v {
+				t.Errorf("start log: %s = %v, want %v", k, e[k], v)
+			}
+		}
+		for _, k := range []string{"config_digest", "domain_policy_digest"} {
+			if !strings.HasPrefix(fmt.Sprint(e[k]), "sha256:") {
+				t.Errorf("start log: %s = %v, want a sha256 digest", k, e[k])
+			}
+		}
+		return
+	}
+	t.Fatalf("no start log of the configuration in force:\n%s", harness.Tail(ws.Proc.Log, 30))
+}
+
 // storedIDs is the identity hexes the daemon's store holds, with their bytes.
 func storedIDs(t *testing.T, ws *harness.Weightsnapd) map[string]int64 {
 	t.Helper()
@@ -113,6 +143,7 @@ func storedIDs(t *testing.T, ws *harness.Weightsnapd) map[string]int64 {
 func TestDaemonAnswersForEviction(t *testing.T) {
 	n := startSnapNodeOpts(t, "weightsnap.toml", harness.WeightsnapdOptions{StoreTmpfs: "256m",
 		ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"}) // only gc evicts here
+	startLogged(t, n.ws, map[string]any{"config": n.ws.Config, "high_watermark_percent": 0.0, "eviction": "lru"})
 	var imgs []*weightImage
 	for i := range 3 {
 		img := n.pushWeightImage(t, fmt.Sprint("authority", i), "32MiB", 2, "/models/m", "--seed", fmt.Sprint(4900+i))
