@@ -125,7 +125,9 @@ func pinHolders(pins []store.Pin) string {
 }
 
 // printUse is ls --use: what eviction sees, least recently used first.
-func printUse(a *app, list []*store.ArtifactInfo) error {
+// Without an answer from weightsnapd an artifact the store sees no lease
+// of is leased "unknown".
+func printUse(a *app, list []*store.ArtifactInfo, answered bool) error {
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tSIZE\tFREES\tLAST USE\tLEASED\tPINNED")
 	for _, info := range list {
@@ -134,6 +136,9 @@ func printUse(a *app, list []*store.ArtifactInfo) error {
 			u = &store.Use{}
 		}
 		repo, pinned, leased := "-", "-", "no"
+		if !answered {
+			leased = "unknown"
+		}
 		if info.Identity != nil && info.Identity.Model.Repository != "" {
 			repo = cut(info.Identity.Model.Repository, 24)
 		}

@@ -110,7 +110,8 @@ func newLsCmd(a *app) *cobra.Command {
 			if use {
 				list = a.daemonUse(cmd.Context(), d, "ls --use")
 			}
-			if list == nil {
+			answered := list != nil
+			if !answered {
 				if list, err = d.List(cmd.Context()); err != nil {
 					return err
 				}
@@ -126,7 +127,7 @@ func newLsCmd(a *app) *cobra.Command {
 			}
 			if use {
 				slices.SortStableFunc(list, func(x, y *store.ArtifactInfo) int { return lastUse(x).Compare(lastUse(y)) })
-				return printUse(a, list)
+				return printUse(a, list, answered)
 			}
 			return printLs(a.out, list)
 		},
