@@ -42,15 +42,21 @@ import (
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// Resolver turns a weight layer's ID into a leased local artifact;
+// Resolver turns a weight layer's ID into a leased local artifact, and
+// says whether the trust policy lets the store's artifact serve a mount;
 // *resolve.Runtime is one.
 type Resolver interface {
 	Resolve(ctx context.Context, req resolve.Request) (*resolve.Resolution, error)
+	// Trusted is nil when the trust policy, as it stands, accepts the
+	// store's artifact id for a request naming ref, from its recorded
+	// verification; else the refusal.
+	Trusted(ctx context.Context, id artifact.ID, ref string) error
 }
 
 // Config configures a Snapshotter.
@@ -94,18 +100,19 @@ const (
 
 // Snapshotter is containerd's overlay snapshotter with weight layers.
 type Snapshotter struct {
-	root    string
-	store   *store.Domain
-	mode    resolve.Mode
-	overlay snapshots.Snapshotter
-	life    *life
-	holders *holderTable
-	leases  *leases
-	repairs *repairs
-	mounts  *HostMounts
-	links   *linkPool    // the hub cache views' symlinks
-	views   *sharedViews // the views weight snapshots link to
-	metrics *Metrics
+	root     string
+	store    *store.Domain
+	resolver Resolver
+	mode     resolve.Mode
+	overlay  snapshots.Snapshotter
+	life     *life
+	holders  *holderTable
+	leases   *leases
+	repairs  *repairs
+	mounts   *HostMounts
+	links    *linkPool    // the hub cache views' symlinks
+	views    *sharedViews // the views weight snapshots link to
+	metrics  *Metrics
 
 	// The locks are taken in this order, and none while a later one is
 	// held: gate, fillMu, HostMounts.mu, repairs.mu, leases.mu,
@@ -170,7 +177,7 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
-	s := &Snapshotter{root: cfg.Root, store: cfg.Store, mode: cfg.Mode, overlay: ov, metrics: m,
+	s := &Snapshotter{root: cfg.Root, store: cfg.Store, resolver: cfg.Resolver, mode: cfg.Mode, overlay: ov, metrics: m,
 		links: links, views: views, life: newLife(ctx), holders: newHolderTable(m)}
 	s.leases = newLeases(s.life, cfg.Resolver, s.holders, m)
 	s.repairs = newRepairs(s.life, s, cfg.Retry)
@@ -188,8 +195,9 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 // A weight layer's Prepare answers errdefs.ErrAlreadyExists. In preferred
 // mode, when the artifact cannot be had, it prepares an ordinary layer
 // marked a fallback instead. Any other snapshot over weight snapshots
-// leases their artifacts while it exists (use). Those that Release emptied
-// are refilled first (over).
+// leases their artifacts while it exists (use), once the trust policy as it
+// stands accepts each (trusted). Those that Release emptied are refilled
+// first (over).
 func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
 	labels, err := optLabels(opts)
 	if err != nil {
