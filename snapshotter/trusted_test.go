@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
@@ -114,5 +116,74 @@ func TestMountAppliesTrustPolicy(t *testing.T) {
 	}
 	if _, err := n.sn.Stat(ctx, chainID(2)); err != nil {
 		t.Fatalf("the weight snapshot after the refusals: %v", err)
+	}
+}
+
+// TestHostMountAppliesTrustPolicy: weightsnap mount of a store artifact is
+// refused while the trust policy refuses the store's copy, whether a
+// resolution asks it (nothing holds the artifact) or the artifact is held
+// already by a container; the CLI gets the refusal with its scope.
+func TestHostMountAppliesTrustPolicy(t *testing.T) {
+	ctx := context.Background()
+	n := newNode(t, t.TempDir())
+	tr := &switchedTrust{}
+	rt, err := resolve.New(resolve.Config{Mode: resolve.Required, Root: n.dom.Root(), Trust: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.resolver.inner = rt
+	id := n.importModel(t, 256<<10, 2)
+	sock := filepath.Join(t.TempDir(), "control.sock")
+	srv, err := control.Listen(ctx, sock, control.Services{Mounts: n.sn.HostMounts()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	c := control.NewClient(sock)
+	if _, err := n.sn.Prepare(ctx, "base-extract", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.sn.Commit(ctx, chainID(1), "base-extract"); err != nil {
+		t.Fatal(err)
+	}
+	n.prepareWeights(t, "extract "+chainID(2), chainID(1), weightLabels(id, "/models/m", chainID(2)))
+
+	for _, tc := range []struct {
+		name   string
+		held   bool
+		refuse bool
+	}{
+		{"tightened, not held", false, true},
+		{"tightened, held by a container", true, true},
+		{"relaxed, held by a container", true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tr.refuse = false
+			if tc.held {
+				if _, err := n.sn.Prepare(ctx, "container", chainID(2)); err != nil {
+					t.Fatal(err)
+				}
+				defer n.sn.Remove(ctx, "container")
+			}
+			tr.refuse = tc.refuse
+			dir := filepath.Join(t.TempDir(), "m")
+			_, err := c.HostMount(ctx, control.HostMountRequest{ID: artifact.MustParseID(id), Dir: dir})
+			if !tc.refuse {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.HostUnmount(ctx, dir); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			var r *control.Refusal
+			if !errors.As(err, &r) || r.TrustScope() != "registry.test/models" {
+				t.Fatalf("mount: %v, want the daemon's refusal by registry.test/models", err)
+			}
+			if ms, _ := c.Mounts(ctx); len(ms) != 0 {
+				t.Fatalf("a refused mount is listed: %+v", ms)
+			}
+		})
 	}
 }
