@@ -37,9 +37,10 @@ func createVolumePod(t *testing.T, ctd *harness.Containerd, name, image, volume 
 // TestTrustPolicyAtEveryMount: a container (nerdctl run) and a pod's image
 // volume (the CRI) over weight snapshots that exist already, of an image
 // unpacked and an artifact pulled while the policy accepted them, are
-// refused naming the scope once the policy file is tightened in place, and
-// start again once it is relaxed, without a restart: each mount applies
-// the policy as it stands to the store's recorded verification.
+// refused naming the scope once the policy file is tightened in place, as
+// is a CRI pull of the artifact the store holds, and start again once it is
+// relaxed, without a restart: each mount applies the policy as it stands to
+// the store's recorded verification.
 func TestTrustPolicyAtEveryMount(t *testing.T) {
 	var policy, scope string
 	accept := `{"default": [{"type": "insecureAcceptAnything"}]}`
@@ -73,7 +74,10 @@ func TestTrustPolicyAtEveryMount(t *testing.T) {
 	waitPolicyLog(t, n.ws, "trust policy reloaded", reject, 1)
 	out, runErr := n.run(img, "true")
 	volErr := createVolumePod(t, n.ctd, "refused", n.base, a.ref)
-	for what, err := range map[string]error{"nerdctl run of the unpacked image": runErr, "a pod's image volume of the pulled artifact": volErr} {
+	criOut, criErr := n.ctd.Crictl("--image-endpoint", "unix://"+n.ws.CRI, "pull", a.ref)
+	out += criOut
+	for what, err := range map[string]error{"nerdctl run of the unpacked image": runErr, "a pod's image volume of the pulled artifact": volErr,
+		"the CRI pull of the artifact the store holds": criErr} {
 		if err == nil || !strings.Contains(err.Error(), scope) || !strings.Contains(err.Error(), "refuses it") {
 			t.Fatalf("tightened: %s: %v, want a refusal naming scope %s\n%s%s", what, err, scope, out, harness.Tail(n.ws.Proc.Log, 20))
 		}
