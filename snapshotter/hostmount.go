@@ -217,7 +217,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	}
 	defer s.leases.finish(h)
 	if rep == nil { // held already: no resolution asked the trust policy
-		if err := s.resolver.Trusted(ctx, ptr.ID, ptr.Artifact); err != nil {
+		if err := s.leases.resolver.Trusted(ctx, ptr.ID, ptr.Artifact); err != nil {
 			return nil, weightErr(ptr, err)
 		}
 	}

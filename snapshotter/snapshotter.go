@@ -100,19 +100,18 @@ const (
 
 // Snapshotter is containerd's overlay snapshotter with weight layers.
 type Snapshotter struct {
-	root     string
-	store    *store.Domain
-	resolver Resolver
-	mode     resolve.Mode
-	overlay  snapshots.Snapshotter
-	life     *life
-	holders  *holderTable
-	leases   *leases
-	repairs  *repairs
-	mounts   *HostMounts
-	links    *linkPool    // the hub cache views' symlinks
-	views    *sharedViews // the views weight snapshots link to
-	metrics  *Metrics
+	root    string
+	store   *store.Domain
+	mode    resolve.Mode
+	overlay snapshots.Snapshotter
+	life    *life
+	holders *holderTable
+	leases  *leases
+	repairs *repairs
+	mounts  *HostMounts
+	links   *linkPool    // the hub cache views' symlinks
+	views   *sharedViews // the views weight snapshots link to
+	metrics *Metrics
 
 	// The locks are taken in this order, and none while a later one is
 	// held: gate, fillMu, HostMounts.mu, repairs.mu, leases.mu,
@@ -177,7 +176,7 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 	if m == nil {
 		m = NewMetrics()
 	}
-	s := &Snapshotter{root: cfg.Root, store: cfg.Store, resolver: cfg.Resolver, mode: cfg.Mode, overlay: ov, metrics: m,
+	s := &Snapshotter{root: cfg.Root, store: cfg.Store, mode: cfg.Mode, overlay: ov, metrics: m,
 		links: links, views: views, life: newLife(ctx), holders: newHolderTable(m)}
 	s.leases = newLeases(s.life, cfg.Resolver, s.holders, m)
 	s.repairs = newRepairs(s.life, s, cfg.Retry)

@@ -96,7 +96,7 @@ func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[s
 // refuses what is made over it; one relaxed again lets it be made.
 func (s *Snapshotter) trusted(ctx context.Context, chain []snapshots.Info) error {
 	for _, ptr := range weightsIn(ctx, chain) {
-		if err := s.resolver.Trusted(ctx, ptr.ID, ptr.Artifact); err != nil {
+		if err := s.leases.resolver.Trusted(ctx, ptr.ID, ptr.Artifact); err != nil {
 			log.G(ctx).WithError(err).WithField("id", ptr.ID).WithField("artifact", ptr.Artifact).
 				Warn("trust policy refuses the weights of an existing weight snapshot")
 			return weightErr(ptr, err)
