@@ -39,9 +39,9 @@ func (s *Snapshotter) use(ctx context.Context, key string, chain []snapshots.Inf
 // leases of the weight snapshots under it (use), those first filled in
 // again where Release emptied them (refill), while no Release runs: what
 // is made never sees an emptied weight snapshot. Nothing is made over a
-// weight snapshot whose artifact the trust policy refuses now (trusted).
-// The chain is read once a pass, for all three. An image unpack's
-// Prepares (containerd.io/snapshot.ref) read no weights.
+// weight snapshot whose artifact the trust policy, as it stands, refuses
+// (trusted). The chain is read once a pass, for all three. An image
+// unpack's Prepares (containerd.io/snapshot.ref) read no weights.
 func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[string]string, mk func() ([]mount.Mount, error)) ([]mount.Mount, error) {
 	if parent == "" || labels[snapshots.LabelSnapshotRef] != "" {
 		return mk()
