@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/containerd/errdefs"
@@ -26,16 +28,28 @@ func (r refusal) Unwrap() error      { return errdefs.ErrPermissionDenied }
 // switchedTrust is a trust policy a test tightens and relaxes: it refuses
 // every store hit while refuse is set, and records the references asked.
 type switchedTrust struct {
-	refuse bool
+	refuse atomic.Bool
+	mu     sync.Mutex
 	asked  []string
 }
 
 func (s *switchedTrust) Hit(_ context.Context, _ *store.Domain, _ artifact.ID, ref string) error {
+	s.mu.Lock()
 	s.asked = append(s.asked, ref)
-	if s.refuse {
+	s.mu.Unlock()
+	if s.refuse.Load() {
 		return refusal{"registry.test/models"}
 	}
 	return nil
+}
+
+// askedSince forgets the references asked so far, and returns them.
+func (s *switchedTrust) askedSince() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	asked := s.asked
+	s.asked = nil
+	return asked
 }
 
 func (s *switchedTrust) Admit(context.Context, *store.Domain, artifact.ID, string, artifact.Producer) error {
@@ -81,15 +95,16 @@ func TestMountAppliesTrustPolicy(t *testing.T) {
 		{"relaxed: an image volume is made", false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr.refuse, tr.asked = tc.refuse, nil
+			tr.refuse.Store(tc.refuse)
+			tr.askedSince()
 			key := fmt.Sprintf("container-%d", i)
 			mk := n.sn.Prepare
 			if tc.view {
 				mk = n.sn.View
 			}
 			_, err := mk(ctx, key, chainID(2))
-			if len(tr.asked) != 1 || tr.asked[0] != ref {
-				t.Fatalf("the policy was asked for %q, want once for %q", tr.asked, ref)
+			if asked := tr.askedSince(); len(asked) != 1 || asked[0] != ref {
+				t.Fatalf("the policy was asked for %q, want once for %q", asked, ref)
 			}
 			_, serr := n.sn.Stat(ctx, key)
 			if !tc.refuse {
@@ -158,14 +173,14 @@ func TestHostMountAppliesTrustPolicy(t *testing.T) {
 		{"relaxed, held by a container", true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tr.refuse = false
+			tr.refuse.Store(false)
 			if tc.held {
 				if _, err := n.sn.Prepare(ctx, "container", chainID(2)); err != nil {
 					t.Fatal(err)
 				}
 				defer n.sn.Remove(ctx, "container")
 			}
-			tr.refuse = tc.refuse
+			tr.refuse.Store(tc.refuse)
 			dir := filepath.Join(t.TempDir(), "m")
 			_, err := c.HostMount(ctx, control.HostMountRequest{ID: artifact.MustParseID(id), Dir: dir})
 			if !tc.refuse {
