@@ -105,9 +105,12 @@ func (c *Client) call(ctx context.Context, method, path string, in, out any) err
 		return err
 	}
 	if resp.StatusCode >= 300 {
-		var e struct{ Error string }
+		var e failure
 		if json.Unmarshal(raw, &e) != nil || e.Error == "" {
 			e.Error = resp.Status
+		}
+		if e.RefusedBy != "" {
+			return &Refusal{Scope: e.RefusedBy, Message: e.Error}
 		}
 		// The daemon's message names its class already when it wraps one.
 		cls := errhttp.ToNative(resp.StatusCode)

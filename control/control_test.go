@@ -2,6 +2,7 @@ package control
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path/filepath"
@@ -74,6 +75,13 @@ func serve(t *testing.T, svc Services) *Client {
 	return NewClient(sock)
 }
 
+// refusal stands in for package trust's Refusal.
+type refusal struct{}
+
+func (refusal) Error() string      { return `trust policy scope "reg.example" refuses it` }
+func (refusal) TrustScope() string { return "reg.example" }
+func (refusal) Unwrap() error      { return errdefs.ErrPermissionDenied }
+
 // repeatsClass says whether an error message names its class twice.
 func repeatsClass(err error) bool {
 	for _, cls := range []error{errdefs.ErrInvalidArgument, errdefs.ErrNotFound, errdefs.ErrFailedPrecondition, errdefs.ErrUnavailable} {
@@ -131,6 +139,16 @@ func TestErrorsKeepTheirClass(t *testing.T) {
 		{"holders of a malformed identity", func() error {
 			return c.call(ctx, http.MethodGet, "/v1/holders?identity=nope", nil, &Holders{})
 		}, errdefs.IsInvalidArgument, "nope"},
+		{"trust policy refuses", func() error {
+			b.fail(fmt.Errorf("weights %s: %w", "reg.example/m", refusal{}))
+			defer b.fail(nil)
+			_, err := c.HostMount(ctx, HostMountRequest{ID: artifact.MustParseID("sha256:" + strings.Repeat("ab", 32)), Dir: "/models/m"})
+			var r *Refusal
+			if !errors.As(err, &r) || r.TrustScope() != "reg.example" {
+				return fmt.Errorf("got %v, want a Refusal by reg.example", err)
+			}
+			return err
+		}, errdefs.IsPermissionDenied, `trust policy scope "reg.example" refuses it`},
 		{"backend refuses", func() error {
 			b.fail(fmt.Errorf("/models/m is not a weightsnap host mount: %w", errdefs.ErrNotFound))
 			defer b.fail(nil)

@@ -38,7 +38,7 @@ func Listen(ctx context.Context, path string, svc Services) (*Server, error) {
 			w.Header().Set("Content-Type", "application/json")
 			if err != nil {
 				w.WriteHeader(errhttp.ToHTTP(err))
-				json.NewEncoder(w).Encode(map[string]string{"error": err.Error()})
+				json.NewEncoder(w).Encode(failed(err))
 				return
 			}
 			if v == nil {

@@ -45,6 +45,13 @@ type FetchOptions struct {
 	// (prod, whose CarriedSignatures are what the peer sent) may be
 	// published: the caller's trust policy. An error ends the fetch.
 	Admit func(ctx context.Context, id artifact.ID, prod artifact.Producer) error
+	// Hit, if set, is asked by Fetch, when the store holds the identity
+	// asked for already, whether that artifact may serve the fetch: the
+	// caller's trust policy over the store's recorded verification. When
+	// it refuses, the fetch reads a peer's manifest and asks Admit, as for
+	// an artifact the store lacks; what Admit accepts is kept beside the
+	// store's artifact, whose bytes are not fetched again.
+	Hit func(ctx context.Context, id artifact.ID) error
 
 	self string // Provider.Self, for orphanWait
 }

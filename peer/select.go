@@ -197,7 +197,8 @@ func allNotFound(errs []error) bool {
 // file's digests once written, before publication: on any mismatch nothing
 // becomes READY. On a failure of a peer or the wire the fetch resumes, with
 // what it has not verified yet, from the next peer (or the same one, once
-// it answers again).
+// it answers again). An identity the store holds already is that artifact,
+// once o.Hit accepts it.
 func Fetch(ctx context.Context, d *store.Domain, peers []string, request string, o FetchOptions) (*store.Lease, *FetchReport, error) {
 	q, err := wire.ParseRequest(request)
 	if err != nil {
@@ -227,6 +228,15 @@ func Fetch(ctx context.Context, d *store.Domain, peers []string, request string,
 		return f.identity, f, nil
 	}
 	lease, m, err := d.Materialise(ctx, plan, mo)
+	if err == nil && !m.Planned && o.Hit != nil {
+		if herr := o.Hit(ctx, lease.ID); herr != nil {
+			lease.Close()
+			lease, m, err = d.Materialise(ctx, plan, store.MaterialiseOptions{})
+			if err != nil {
+				err = fmt.Errorf("%w; the store's copy: %w", err, herr)
+			}
+		}
+	}
 	if f != nil {
 		f.src.closeSession()
 		ss := f.stats.sessions

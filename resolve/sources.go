@@ -1,6 +1,7 @@
 package resolve
 
 import (
+	"slices"
 	"strings"
 
 	"github.com/weightsnap/weightsnap/artifact"
@@ -10,10 +11,14 @@ import (
 // served: each source in the order tried and why it was passed over. It
 // is the Err of the terminal Failure, whose kind (and errdefs class) is
 // that of the failure that decided the end: one that served bad bytes,
-// else a retryable one, else the last.
+// else a retryable one, else the last. A trust policy's refusal of any
+// source is in its chain (Unwrap), whichever failure decided the end.
 type SourcesError struct {
 	ID     artifact.ID // the identity asked for
 	Passed []Passed
+	// refused is the first policy refusal among the sources', nil when
+	// none was refused.
+	refused error
 }
 
 // Passed is one source a resolution passed over.
@@ -44,6 +49,10 @@ func (e *SourcesError) Error() string {
 	return b.String()
 }
 
+// Unwrap is the trust policy's refusal of a source, nil when no source was
+// refused.
+func (e *SourcesError) Unwrap() error { return e.refused }
+
 // sourceSteps are the steps that try a source.
 var sourceSteps = map[string]bool{StepLookup: true, StepRemote: true, StepProduce: true, StepCanonical: true}
 
@@ -63,6 +72,12 @@ func (a *attempt) exhausted(last *Failure) *Failure {
 			}
 		}
 		e.Passed = append(e.Passed, Passed{Source: src, Outcome: s.Outcome, Why: s.Detail})
+	}
+	for _, f := range append(slices.Clone(a.rep.Recovered), last) {
+		if isPolicyRefusal(f.Err) {
+			e.refused = f.Err
+			break
+		}
 	}
 	decide := last
 	for _, f := range a.rep.Recovered {

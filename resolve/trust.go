@@ -34,6 +34,22 @@ type Trust interface {
 	Unsigned(ref string) error
 }
 
+// Trusted is nil when the trust policy, as it stands, lets the store's
+// artifact id serve a request naming ref: Trust's Hit, from the recorded
+// verification, no payload byte read. Otherwise it is the refusal, which
+// names the scope. A runtime without a trust policy trusts every artifact.
+// The snapshotter asks it at each mount of an existing weight snapshot.
+func (r *Runtime) Trusted(ctx context.Context, id artifact.ID, ref string) error {
+	if r.cfg.Trust == nil {
+		return nil
+	}
+	d, err := r.Domain(ctx)
+	if err != nil {
+		return err
+	}
+	return r.cfg.Trust.Hit(ctx, d, id, ref)
+}
+
 // SourceSignatures is a Trust that also checks a signature of a local
 // passthrough build's source files, such as a staged hub snapshot's
 // model.sig (oci.Gate). A source that carries one is built by the

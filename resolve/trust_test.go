@@ -24,6 +24,13 @@ func (r refusal) Error() string      { return "trust policy scope " + r.scope + 
 func (r refusal) TrustScope() string { return r.scope }
 func (r refusal) Unwrap() error      { return errdefs.ErrPermissionDenied }
 
+// refused says whether err carries a trust policy's refusal, as the exit
+// status of a command reads it.
+func refused(err error) bool {
+	var r interface{ TrustScope() string }
+	return errors.As(err, &r)
+}
+
 // fakeTrust wants references under "signed/" signed, and accepts a store
 // hit only of what it kept.
 type fakeTrust struct {
@@ -139,8 +146,16 @@ func TestResolveTrust(t *testing.T) {
 	delete(tr.ok, digest)
 	locErr = refusal{"signed"}
 	res, err = rt.Resolve(ctx, resolve.Request{ID: digest, Artifact: ref, Source: dir})
-	if !errors.As(err, &f) || f.Kind != resolve.KindPolicy {
+	if !errors.As(err, &f) || f.Kind != resolve.KindPolicy || !refused(err) {
 		t.Fatalf("refused hit, refused by the registry: %v", err)
+	}
+	res.Close()
+	// ... and when the registry does not have it, the hit's refusal stays
+	// in the failure, which ends on the registry's miss.
+	locErr = fmt.Errorf("artifact %s: %w", ref, errdefs.ErrNotFound)
+	res, err = rt.Resolve(ctx, resolve.Request{ID: digest, Artifact: ref})
+	if !refused(err) {
+		t.Fatalf("refused hit, missing in the registry: %v, want the hit's refusal in it", err)
 	}
 	res.Close()
 	// Another reference: a hit.
@@ -154,7 +169,7 @@ func TestResolveTrust(t *testing.T) {
 	// the canonical source; another reference is fetched from the peer.
 	peers := runtime("peers", false)
 	res, err = peers.Resolve(ctx, resolve.Request{ID: digest, Artifact: ref, Source: dir})
-	if !errors.As(err, &f) || !errdefs.IsPermissionDenied(err) || res.Report.Outcome != resolve.OutcomeFailed || !peerRefused(res.Report) {
+	if !errors.As(err, &f) || !errdefs.IsPermissionDenied(err) || !refused(err) || res.Report.Outcome != resolve.OutcomeFailed || !peerRefused(res.Report) {
 		t.Fatalf("peer only, signed: %v %+v", err, res.Report)
 	}
 	res.Close()

@@ -167,6 +167,10 @@ func (c *countingResolver) Resolve(ctx context.Context, req resolve.Request) (*r
 	return c.inner.Resolve(ctx, req)
 }
 
+func (c *countingResolver) Trusted(ctx context.Context, id artifact.ID, ref string) error {
+	return c.inner.Trusted(ctx, id, ref)
+}
+
 // runningNow is how many resolutions run now.
 func (c *countingResolver) runningNow() int {
 	c.mu.Lock()

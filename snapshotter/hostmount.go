@@ -216,6 +216,11 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 		return nil, weightErr(ptr, err)
 	}
 	defer s.leases.finish(h)
+	if rep == nil { // held already: no resolution asked the trust policy
+		if err := s.leases.resolver.Trusted(ctx, ptr.ID, ptr.Artifact); err != nil {
+			return nil, weightErr(ptr, err)
+		}
+	}
 	home := m.home(dir)
 	view := filepath.Join(home, "view")
 	mi := control.HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true,

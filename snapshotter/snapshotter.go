@@ -42,15 +42,21 @@ import (
 	"github.com/containerd/containerd/v2/plugins/snapshots/overlay"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/store"
 )
 
-// Resolver turns a weight layer's ID into a leased local artifact;
+// Resolver turns a weight layer's ID into a leased local artifact, and
+// says whether the trust policy lets the store's artifact serve a mount;
 // *resolve.Runtime is one.
 type Resolver interface {
 	Resolve(ctx context.Context, req resolve.Request) (*resolve.Resolution, error)
+	// Trusted is nil when the trust policy, as it stands, accepts the
+	// store's artifact id for a request naming ref, from its recorded
+	// verification; else the refusal.
+	Trusted(ctx context.Context, id artifact.ID, ref string) error
 }
 
 // Config configures a Snapshotter.
@@ -188,8 +194,9 @@ func New(ctx context.Context, cfg Config) (*Snapshotter, error) {
 // A weight layer's Prepare answers errdefs.ErrAlreadyExists. In preferred
 // mode, when the artifact cannot be had, it prepares an ordinary layer
 // marked a fallback instead. Any other snapshot over weight snapshots
-// leases their artifacts while it exists (use). Those that Release emptied
-// are refilled first (over).
+// leases their artifacts while it exists (use), once the trust policy as it
+// stands accepts each (trusted). Those that Release emptied are refilled
+// first (over).
 func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
 	labels, err := optLabels(opts)
 	if err != nil {

@@ -38,9 +38,10 @@ func (s *Snapshotter) use(ctx context.Context, key string, chain []snapshots.Inf
 // over makes the snapshot key over parent with mk and gives it the
 // leases of the weight snapshots under it (use), those first filled in
 // again where Release emptied them (refill), while no Release runs: what
-// is made never sees an emptied weight snapshot. The chain is read once
-// a pass, for both. An image unpack's
-// Prepares (containerd.io/snapshot.ref) read no weights.
+// is made never sees an emptied weight snapshot. Nothing is made over a
+// weight snapshot whose artifact the trust policy, as it stands, refuses
+// (trusted). The chain is read once a pass, for all three. An image
+// unpack's Prepares (containerd.io/snapshot.ref) read no weights.
 func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[string]string, mk func() ([]mount.Mount, error)) ([]mount.Mount, error) {
 	if parent == "" || labels[snapshots.LabelSnapshotRef] != "" {
 		return mk()
@@ -64,6 +65,10 @@ func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[s
 			}
 		}
 		if err == nil && len(emptied) == 0 {
+			if err := s.trusted(ctx, chain); err != nil {
+				s.gate.RUnlock()
+				return nil, err
+			}
 			m, err := mk()
 			if err == nil {
 				s.use(ctx, key, chain)
@@ -81,6 +86,23 @@ func (s *Snapshotter) over(ctx context.Context, key, parent string, labels map[s
 			return nil, err
 		}
 	}
+}
+
+// trusted is nil when the trust policy, as it stands, accepts the artifact
+// of every weight snapshot in chain (weightsIn) under the scope of its
+// pointer's artifact reference, from the store's recorded verification:
+// no payload byte is read. Otherwise it is the first refusal, naming the
+// weights and the scope. A policy tightened since the image was unpacked
+// refuses what is made over it; one relaxed again lets it be made.
+func (s *Snapshotter) trusted(ctx context.Context, chain []snapshots.Info) error {
+	for _, ptr := range weightsIn(ctx, chain) {
+		if err := s.leases.resolver.Trusted(ctx, ptr.ID, ptr.Artifact); err != nil {
+			log.G(ctx).WithError(err).WithField("id", ptr.ID).WithField("artifact", ptr.Artifact).
+				Warn("trust policy refuses the weights of an existing weight snapshot")
+			return weightErr(ptr, err)
+		}
+	}
+	return nil
 }
 
 // chainOf reads the snapshots of parent's chain with stat, parent first.

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"net/http/httptest"
@@ -77,6 +79,7 @@ func TestExitCodeTable(t *testing.T) {
 	down := testenv.ClosedAddr(t)
 	refused, rejectAll := pushedArtifact(t, base, root, rev)
 	pinned := pinnedStore(t, base)
+	rejecting, identity, id := refusingConfig(t, base, root, rejectAll)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -101,6 +104,11 @@ func TestExitCodeTable(t *testing.T) {
 		{"eviction target held by a pin", "weightsnap", []string{"--config", "", "--root", pinned, "gc", "--evict", "--to", "0"}, 5, "pinned by cli"},
 		{"registry down", "weightsnap", []string{"--config", "", "--root", root, "pull", "--plain-http", down + "/x:y"}, 5, "connection refused"},
 		{"refused by the trust policy", "weightsnap", []string{"--config", "", "--root", filepath.Join(base, "other"), "pull", "--plain-http", "--policy", rejectAll, refused}, 6, "refuses it"},
+		{"resolve of a store hit the trust policy refuses", "weightsnap", []string{"--config", rejecting, "resolve", "--identity", identity}, 6, "the store holds it unverified"},
+		{"peer fetch of a store hit the trust policy refuses", "weightsnap", []string{"--config", rejecting, "peer", "fetch", down, id}, 6, "the store holds it unverified"},
+		{"pin of a reference the trust policy refuses", "weightsnap", []string{"--config", rejecting, "pin", "--plain-http", refused}, 6, "refuses it"},
+		{"image build over weights the trust policy refuses", "weightsnap", []string{"--config", rejecting, "image", "build", "--plain-http", "--weights", refused, "--at", "/models/x", "-t", refused + "-image"}, 6, "refuses it"},
+		{"import the trust policy refuses", "weightsnap", []string{"--config", rejecting, "import", filepath.Join(base, "model"), "--revision", strings.Repeat("cd", 20)}, 6, "no model.sig"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, out := runBinary(t, tc.prog, tc.args...)
@@ -159,4 +167,37 @@ func pushedArtifact(t *testing.T, base, root, rev string) (ref, rejectAll string
 		t.Fatal(err)
 	}
 	return ref, rejectAll
+}
+
+// refusingConfig writes a configuration file of the store at root whose
+// trust policy is policy, and the identity document of root's one
+// artifact; it returns the file, the document and the artifact's ID.
+func refusingConfig(t *testing.T, base, root, policy string) (config, identity, id string) {
+	t.Helper()
+	code, out := runBinary(t, "weightsnap", "--config", "", "--root", root, "ls", "--json")
+	if code != 0 {
+		t.Fatalf("ls: exit %d\n%s", code, out)
+	}
+	var ls []struct {
+		ID string `json:"id"`
+	}
+	if err := json.Unmarshal([]byte(out), &ls); err != nil || len(ls) != 1 {
+		t.Fatalf("ls: %v, want one artifact:\n%s", err, out)
+	}
+	code, out = runBinary(t, "weightsnap", "--config", "", "--root", root, "inspect", "--json", ls[0].ID)
+	var info struct {
+		Identity json.RawMessage `json:"identity"`
+	}
+	if err := json.Unmarshal([]byte(out), &info); code != 0 || err != nil || len(info.Identity) == 0 {
+		t.Fatalf("inspect: exit %d, %v:\n%s", code, err, out)
+	}
+	config, identity = filepath.Join(base, "rejecting.toml"), filepath.Join(base, "identity.json")
+	toml := fmt.Sprintf("root = %q\n\n[verify]\npolicy = %q\n", root, policy)
+	if err := os.WriteFile(config, []byte(toml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(identity, info.Identity, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return config, identity, ls[0].ID
 }

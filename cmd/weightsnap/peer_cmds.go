@@ -278,8 +278,9 @@ artifact of their own (producer tensor-subset).`,
 			}
 			// The fetch names no reference: the policy's default (or the
 			// scope of [resolve] registry) applies to what the peer sends
-			// with the artifact, checked offline before any payload byte.
-			// A tensor subset is an artifact no signature names.
+			// with the artifact, checked offline before any payload byte,
+			// and to the store's records of one it holds already. A tensor
+			// subset is an artifact no signature names.
 			gate := &oci.Gate{Policy: pol, Default: a.cfg.Resolve.Registry}
 			if len(tensors) > 0 {
 				if err := gate.Unsigned(""); err != nil {
@@ -304,6 +305,9 @@ artifact of their own (producer tensor-subset).`,
 			if len(tensors) == 0 {
 				o.Admit = func(ctx context.Context, id artifact.ID, prod artifact.Producer) error {
 					return gate.Admit(ctx, d, id, "", prod)
+				}
+				o.Hit = func(ctx context.Context, id artifact.ID) error {
+					return gate.Hit(ctx, d, id, "")
 				}
 			}
 			var pr syncProgress

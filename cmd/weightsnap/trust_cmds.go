@@ -84,7 +84,7 @@ func newVerifySignatureCmd(a *app) *cobra.Command {
 	var policy string
 	cmd := &cobra.Command{
 		Use:   "verify-signature REF",
-		Short: "Check a registry artifact's signatures (cosign v3 bundles among its referrers) against the trust policy; prints how each requirement was met, or why it is refused (exit 1)",
+		Short: "Check a registry artifact's signatures (cosign v3 bundles among its referrers) against the trust policy; prints how each requirement was met, or why it is refused (exit 6)",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()

@@ -28,7 +28,7 @@ with its bytes; then it checks the recorded signatures of each.
 artifact was verified (weightsnap inspect shows them) against the current
 trust policy ([verify] policy), offline, reading no payload byte: of one
 artifact, or with --all of every one. A record the policy no longer
-accepts fails (exit 1); the artifact's next use by a reference of that
+accepts fails (exit 6); the artifact's next use by a reference of that
 scope is checked again with the registry.`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if all {

@@ -81,6 +81,13 @@ type weightImage struct {
 func (n *snapNode) pushArtifact(t *testing.T, name, size string, shards int, synth ...string) *pushedArtifact {
 	t.Helper()
 	src, root, id := ociCheckpoint(t, size, shards, synth...)
+	return n.pushImported(t, name, src, root, id)
+}
+
+// pushImported pushes the artifact id, imported from src into the store
+// root, as models/NAME:v1.
+func (n *snapNode) pushImported(t *testing.T, name, src, root, id string) *pushedArtifact {
+	t.Helper()
 	a := &pushedArtifact{src: src, root: root, ref: n.reg.Ref("models/" + name + ":v1"), id: id, hex: strings.TrimPrefix(id, "sha256:"),
 		files: map[string]string{}}
 	wsOK(t, root, "push", "--plain-http", id, a.ref)

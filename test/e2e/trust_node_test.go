@@ -16,11 +16,19 @@ import (
 // policyOf returns for its registry.
 func startTrustNode(t *testing.T, policyOf func(reg *harness.Registry) string) *snapNode {
 	t.Helper()
+	return startTrustNodeOpts(t, harness.WeightsnapdOptions{}, policyOf)
+}
+
+// startTrustNodeOpts is startTrustNode with the daemon's options (its
+// registry, CRI upstream and [verify] table are added).
+func startTrustNodeOpts(t *testing.T, opts harness.WeightsnapdOptions, policyOf func(reg *harness.Registry) string) *snapNode {
+	t.Helper()
 	harness.Peers(t)
 	n := &snapNode{reg: harness.StartRegistry(t)}
 	upstream := filepath.Join(harness.TempDir(t), "containerd.sock")
-	n.ws = harness.StartWeightsnapd(t, harness.WeightsnapdOptions{Registries: []string{n.reg.Host}, CRIUpstream: upstream,
-		ExtraConfig: fmt.Sprintf("\n[verify]\npolicy = %q\n", policyOf(n.reg))})
+	opts.Registries, opts.CRIUpstream = append(opts.Registries, n.reg.Host), upstream
+	opts.ExtraConfig += fmt.Sprintf("\n[verify]\npolicy = %q\n", policyOf(n.reg))
+	n.ws = harness.StartWeightsnapd(t, opts)
 	n.ctd = harness.StartContainerd(t, harness.ContainerdOptions{Registry: n.reg, Imports: []string{n.ws.ContainerdSnippet(t)}})
 	if err := os.Symlink(n.ctd.Socket, upstream); err != nil {
 		t.Fatal(err)
