@@ -58,7 +58,7 @@ type RuntimeOptions struct {
 // The caller sets the file's values its flags override in cfg first.
 func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*resolve.Runtime, error) {
 	rc := resolve.Config{
-		Mode: o.Mode, Root: cfg.Root, Store: &cfg.Store, Validation: store.ValidationMode(cfg.Resolve.Validation),
+		Mode: o.Mode, Root: cfg.Root, Store: &cfg.Store, Opened: cfg.ApplyStore, Validation: store.ValidationMode(cfg.Resolve.Validation),
 		Wait:            resolve.WaitPolicy{CoordinationTimeoutSeconds: cfg.Resolve.CoordinationTimeoutSeconds},
 		AllowLocalBuild: cfg.Resolve.AllowLocalBuild, NoFingerprintCache: o.NoFingerprintCache, Producers: o.Producers,
 		AllowPostLoadPublish: cfg.Resolve.AllowPostLoadPublish,
