@@ -97,7 +97,7 @@ type Domain struct {
 
 // Open opens the domain at root, creating it with policy if there is none.
 // A nil policy means DefaultPolicy.
-// An existing domain keeps its own policy.
+// An existing domain keeps its recorded policy, which SetPolicy changes.
 // The root's filesystem must be ext4, xfs, btrfs or tmpfs.
 func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	root, err := filepath.Abs(root)
