@@ -45,9 +45,9 @@ type Policy struct {
 	StaleBuildSeconds int `json:"stale_build_seconds" toml:"stale_build_seconds" comment:"seconds gc and other builds keep an interrupted build, for the next pull or fetch of its artifact to continue (gc --all removes it sooner)"`
 	// Eviction, HighWatermarkPercent and LowWatermarkPercent are the
 	// eviction policy's (package evict); the store keeps them and reads none.
-	Eviction             string `json:"eviction,omitempty" toml:"eviction" comment:"lru: a build that would cross max_store_bytes or min_free_bytes evicts unleased, unpinned\nartifacts, least recently used first; off: it is refused"`
-	HighWatermarkPercent int    `json:"high_watermark_percent,omitempty" toml:"high_watermark_percent" comment:"weightsnapd evicts when the store's filesystem is fuller than this (percent; 0: never)"`
-	LowWatermarkPercent  int    `json:"low_watermark_percent,omitempty" toml:"low_watermark_percent" comment:"... down to this (percent)"`
+	Eviction             string `json:"eviction" toml:"eviction" comment:"lru: a build that would cross max_store_bytes or min_free_bytes evicts unleased, unpinned\nartifacts, least recently used first; off: it is refused"`
+	HighWatermarkPercent int    `json:"high_watermark_percent" toml:"high_watermark_percent" comment:"weightsnapd evicts when the store's filesystem is fuller than this (percent; 0: never)"`
+	LowWatermarkPercent  int    `json:"low_watermark_percent" toml:"low_watermark_percent" comment:"... down to this (percent)"`
 }
 
 // DefaultPolicy is the policy of a domain created without one.

@@ -75,13 +75,17 @@ func TestReadPolicy(t *testing.T) {
 		t.Fatalf("ReadPolicy of an empty root = %v, want not found", err)
 	}
 	want := DefaultPolicy()
-	want.MaxStoreBytes = 300 << 20
+	want.MaxStoreBytes, want.HighWatermarkPercent, want.LowWatermarkPercent = 300<<20, 0, 0 // zeros are recorded too
 	d, err := Open(context.Background(), root, &want)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got, err := ReadPolicy(d.Root()); err != nil || got != want {
 		t.Fatalf("ReadPolicy = %+v, %v; want %+v", got, err, want)
+	}
+	def := DefaultPolicy()
+	if d, err := Open(context.Background(), root, &def); err != nil || d.Policy() != want {
+		t.Fatalf("Open of the existing store with another policy = %+v, %v; want its recorded %+v", d.Policy(), err, want)
 	}
 	if err := os.WriteFile(filepath.Join(root, fileDomainPolicy), []byte(`{"validation": "full_checksum", "coordination_timeout_seconds": 5, "max_store_bytes": "1GiB"}`), 0o644); err != nil {
 		t.Fatal(err)

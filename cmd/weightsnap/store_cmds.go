@@ -314,6 +314,8 @@ func printDomain(a *app, r *store.DomainReport) error {
 	fmt.Fprintf(a.out, "Root:        %s (%s, %s free)\n", r.Root, r.FSType, free)
 	fmt.Fprintf(a.out, "Policy:      validation %s, max artifact %s, max store %s, min free %s, coordination timeout %ds, quarantine kept %ds\n",
 		p.Validation, limit(p.MaxArtifactBytes), limit(p.MaxStoreBytes), limit(p.MinFreeBytes), p.CoordinationTimeoutSeconds, p.QuarantineMaxAgeSeconds)
+	fmt.Fprintf(a.out, "Eviction:    %s, high watermark %d%%, low watermark %d%%, interrupted builds kept %ds\n",
+		p.Eviction, p.HighWatermarkPercent, p.LowWatermarkPercent, p.StaleBuildSeconds)
 	for _, u := range []struct {
 		name string
 		u    store.Usage
