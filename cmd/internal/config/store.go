@@ -2,7 +2,9 @@ package config
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/evict"
@@ -31,13 +33,19 @@ func (c *Config) StorePolicy(cur store.Policy) (store.Policy, []store.PolicyChan
 // ApplyStore records the file's [store] in the domain's policy
 // (domain-policy.json) and logs each field that changes, old and new.
 // weightsnapd and the CLI call it each time they open the store, before
-// anything reads its policy.
+// anything reads its policy. A process without permission to write the
+// store warns and keeps the recorded policy.
 func (c *Config) ApplyStore(ctx context.Context, d *store.Domain) error {
 	p, changes, err := c.StorePolicy(d.Policy())
 	if err != nil || len(changes) == 0 {
 		return err
 	}
-	if err := d.SetPolicy(p); err != nil {
+	if err := d.SetPolicy(p); errors.Is(err, fs.ErrPermission) {
+		// A user who may read the store but not write it (weightsnap ls
+		// beside a root daemon) goes on under the recorded policy.
+		log.G(ctx).WithError(err).WithField("config", c.name()).Warn("the store's policy differs from [store] and this process may not record it: the next start of weightsnapd does")
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("%s: [store]: %w", c.name(), err)
 	}
 	for _, ch := range changes {

@@ -46,7 +46,8 @@ type RuntimeOptions struct {
 
 // NewRuntime is the resolution runtime of the configuration, the one
 // weightsnap resolve, weightsnapd and the containerd plugin use: the store
-// at cfg.Root (its policy [store], lookups as [resolve] validation, waits
+// at cfg.Root (its policy [store], recorded there each time the runtime
+// opens it; lookups as [resolve] validation; waits
 // bounded by [resolve] or else [store] coordination_timeout_seconds), then
 // the weight peers ([peer] peers, fetched from as the [peer] table says),
 // then the registry a request's artifact reference (a weight image's
