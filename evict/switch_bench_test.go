@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -39,7 +40,7 @@ func TestModelSwitchingBench(t *testing.T) {
 		srcs[i], ids[i] = storetest.Model(t, size, uint64(900+i))
 	}
 	policy := store.DefaultPolicy()
-	policy.MaxStoreBytes = 4*size + 4<<20
+	policy.MaxStoreBytes = bytefmt.Size(4*size + 4<<20)
 	d, ev := open(t, t.TempDir(), policy)
 	var evictions []store.Evicted
 	ev.OnEvict(func(e store.Evicted) { evictions = append(evictions, e) })

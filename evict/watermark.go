@@ -75,9 +75,9 @@ func (p *Policy) ToLimits(ctx context.Context, dryRun bool) (*Report, error) {
 	}
 	var need int64
 	if sp.MaxStoreBytes > 0 {
-		need = max(need, p.d.UsedBytes()-sp.MaxStoreBytes)
+		need = max(need, p.d.UsedBytes()-int64(sp.MaxStoreBytes))
 	}
-	need = max(need, sp.MinFreeBytes-free)
+	need = max(need, int64(sp.MinFreeBytes)-free)
 	if sp.HighWatermarkPercent > 0 && (total-free)*100 > total*int64(sp.HighWatermarkPercent) {
 		need = max(need, total-free-total*int64(sp.LowWatermarkPercent)/100)
 	}

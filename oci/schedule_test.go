@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/store"
 )
@@ -26,7 +27,7 @@ func TestPullStopsCleanlyOnAFailedCreate(t *testing.T) {
 	}
 	limit := l.Index.TotalBytes() * 5 / 8 // two of the four shards
 	for i := range 20 {
-		d, err := store.Open(ctx, filepath.Join(t.TempDir(), "store"), &store.Policy{MaxArtifactBytes: limit, Validation: store.ManifestAndMetadata, CoordinationTimeoutSeconds: 10})
+		d, err := store.Open(ctx, filepath.Join(t.TempDir(), "store"), &store.Policy{MaxArtifactBytes: bytefmt.Size(limit), Validation: store.ManifestAndMetadata, CoordinationTimeoutSeconds: 10})
 		if err != nil {
 			t.Fatal(err)
 		}

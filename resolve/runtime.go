@@ -81,6 +81,10 @@ type Config struct {
 	// Store is the policy of a domain created by the runtime (nil: the
 	// store's default); its coordination timeout is replaced by Wait's.
 	Store *store.Policy
+	// Opened, when not nil, is called once with the domain the runtime
+	// opened, before anything uses it: the CLI and the daemon record their
+	// configuration file's [store] there.
+	Opened func(context.Context, *store.Domain) error
 	// Validation is the lookup validation mode; "" uses the domain's policy.
 	Validation store.ValidationMode
 	Wait       WaitPolicy
@@ -181,6 +185,11 @@ func (r *Runtime) domain(ctx context.Context) (*store.Domain, error) {
 			err = fmt.Errorf("%w: %w", err, errWaitBudget)
 		}
 		return nil, err
+	}
+	if r.cfg.Opened != nil {
+		if err := r.cfg.Opened(ctx, d); err != nil {
+			return nil, err
+		}
 	}
 	ev, err := evict.New(d)
 	if err != nil {

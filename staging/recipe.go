@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"math"
 	"os"
 	"os/user"
 	"path"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 )
 
 // Kinds of lanes.
@@ -40,45 +40,6 @@ const (
 	VerifySize Verify = "size"
 )
 
-// Size is a byte count written as an integer or a string such as "20GiB".
-type Size int64
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (s *Size) UnmarshalText(b []byte) error {
-	n, err := ParseSize(string(b))
-	if err != nil {
-		return err
-	}
-	*s = Size(n)
-	return nil
-}
-
-// ParseSize reads sizes such as 1GiB, 512MiB, 100M, 1.5G, 4096.
-func ParseSize(s string) (int64, error) {
-	t := strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		m      int64
-	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-		{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
-		{"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"T", 1 << 40}, {"B", 1}} {
-		if strings.HasSuffix(t, u.suffix) {
-			t, mult = strings.TrimSuffix(t, u.suffix), u.m
-			break
-		}
-	}
-	n, err := strconv.ParseFloat(strings.TrimSpace(t), 64)
-	if err != nil || math.IsNaN(n) || math.IsInf(n, 0) || n < 0 {
-		return 0, fmt.Errorf("bad size %q: %w", s, errdefs.ErrInvalidArgument)
-	}
-	v := n * float64(mult)
-	if v >= math.MaxInt64 { // float64(MaxInt64) is 2^63: anything from there overflows
-		return 0, fmt.Errorf("size %q is more than %d bytes: %w", s, int64(math.MaxInt64), errdefs.ErrInvalidArgument)
-	}
-	return int64(v), nil
-}
-
 // Watermark is the most a destination filesystem may hold: a percentage of
 // its size ("75%") or a byte count.
 type Watermark struct {
@@ -100,7 +61,7 @@ func (w *Watermark) UnmarshalText(b []byte) error {
 		*w = Watermark{Percent: f}
 		return nil
 	}
-	n, err := ParseSize(s)
+	n, err := bytefmt.Parse(s)
 	if err != nil || n == 0 {
 		return fmt.Errorf("max_used %q: want a percentage such as \"75%%\" or a size such as \"2TiB\"", s)
 	}
@@ -168,22 +129,22 @@ const (
 
 // Block is one [[staging]] block: a lane.
 type Block struct {
-	ID           string    `toml:"id"`
-	Kind         string    `toml:"kind"`
-	Src          string    `toml:"src"`
-	Dst          string    `toml:"dst"`
-	Repos        []string  `toml:"repos"`
-	Skip         []string  `toml:"skip"`
-	Verify       Verify    `toml:"verify"`
-	MinFree      Size      `toml:"min_free"`
-	MaxUsed      Watermark `toml:"max_used"`
-	KeepInMemory Size      `toml:"keep_in_memory"`
-	Tables       []Table   `toml:"tables"`
-	Partition    string    `toml:"partition"`
-	Rank         *int64    `toml:"rank"`
-	Ranks        *int64    `toml:"ranks"`
-	EmitEnv      string    `toml:"emit_env"`
-	Mount        string    `toml:"mount"`
+	ID           string       `toml:"id"`
+	Kind         string       `toml:"kind"`
+	Src          string       `toml:"src"`
+	Dst          string       `toml:"dst"`
+	Repos        []string     `toml:"repos"`
+	Skip         []string     `toml:"skip"`
+	Verify       Verify       `toml:"verify"`
+	MinFree      bytefmt.Size `toml:"min_free"`
+	MaxUsed      Watermark    `toml:"max_used"`
+	KeepInMemory bytefmt.Size `toml:"keep_in_memory"`
+	Tables       []Table      `toml:"tables"`
+	Partition    string       `toml:"partition"`
+	Rank         *int64       `toml:"rank"`
+	Ranks        *int64       `toml:"ranks"`
+	EmitEnv      string       `toml:"emit_env"`
+	Mount        string       `toml:"mount"`
 }
 
 // Recipe is a parsed, validated recipe. Dst paths are expanded (~) for the

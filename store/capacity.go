@@ -50,8 +50,8 @@ func (b *build) Reserve(total int64) error {
 	if more <= 0 {
 		return nil
 	}
-	if p := b.d.policy; p.MaxArtifactBytes > 0 && total > p.MaxArtifactBytes {
-		return &CapacityError{Limit: "max_artifact_bytes", Need: total, Have: p.MaxArtifactBytes, Artifact: b.id, Size: total}
+	if p := b.d.policy; p.MaxArtifactBytes > 0 && total > int64(p.MaxArtifactBytes) {
+		return &CapacityError{Limit: "max_artifact_bytes", Need: total, Have: int64(p.MaxArtifactBytes), Artifact: b.id, Size: total}
 	}
 	ce, need, err := b.shortfall(more)
 	if err != nil || need <= 0 {
@@ -67,16 +67,16 @@ func (b *build) shortfall(more int64) (ce *CapacityError, need int64, err error)
 	p := b.d.policy
 	if p.MaxStoreBytes > 0 {
 		used := b.d.UsedBytes()
-		if n := used + more - p.MaxStoreBytes; n > need {
-			ce, need = &CapacityError{Limit: "max_store_bytes", Need: used + more, Have: p.MaxStoreBytes}, n
+		if n := used + more - int64(p.MaxStoreBytes); n > need {
+			ce, need = &CapacityError{Limit: "max_store_bytes", Need: used + more, Have: int64(p.MaxStoreBytes)}, n
 		}
 	}
 	_, free, err := b.d.FilesystemSpace()
 	if err != nil {
 		return nil, 0, err
 	}
-	if n := more + p.MinFreeBytes - free; n > need {
-		ce, need = &CapacityError{Limit: "min_free_bytes", Need: more + p.MinFreeBytes, Have: free}, n
+	if n := more + int64(p.MinFreeBytes) - free; n > need {
+		ce, need = &CapacityError{Limit: "min_free_bytes", Need: more + int64(p.MinFreeBytes), Have: free}, n
 	}
 	return ce, need, nil
 }

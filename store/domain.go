@@ -13,6 +13,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,9 +34,9 @@ const (
 // Policy is a domain's validation, capacity and coordination policy (domain-policy.json).
 type Policy struct {
 	Validation                 ValidationMode `json:"validation" toml:"validation" comment:"lookup validation: manifest_and_metadata or full_checksum"`
-	MaxArtifactBytes           int64          `json:"max_artifact_bytes" toml:"max_artifact_bytes" comment:"largest artifact accepted (0: no limit)"`
-	MaxStoreBytes              int64          `json:"max_store_bytes" toml:"max_store_bytes" comment:"largest store (0: no limit)"`
-	MinFreeBytes               int64          `json:"min_free_bytes" toml:"min_free_bytes" comment:"free bytes a build must leave on the filesystem"`
+	MaxArtifactBytes           bytefmt.Size   `json:"max_artifact_bytes" toml:"max_artifact_bytes" comment:"largest artifact accepted (0: no limit)"`
+	MaxStoreBytes              bytefmt.Size   `json:"max_store_bytes" toml:"max_store_bytes" comment:"largest store (0: no limit)"`
+	MinFreeBytes               bytefmt.Size   `json:"min_free_bytes" toml:"min_free_bytes" comment:"free bytes a build must leave on the filesystem"`
 	CoordinationTimeoutSeconds int            `json:"coordination_timeout_seconds" toml:"coordination_timeout_seconds" comment:"seconds to wait for another process's lock"`
 	// QuarantineMaxAgeSeconds is how long gc keeps quarantined entries for inspection.
 	QuarantineMaxAgeSeconds int `json:"quarantine_max_age_seconds" toml:"quarantine_max_age_seconds" comment:"seconds gc keeps quarantined entries"`
@@ -44,9 +45,9 @@ type Policy struct {
 	StaleBuildSeconds int `json:"stale_build_seconds" toml:"stale_build_seconds" comment:"seconds gc and other builds keep an interrupted build, for the next pull or fetch of its artifact to continue (gc --all removes it sooner)"`
 	// Eviction, HighWatermarkPercent and LowWatermarkPercent are the
 	// eviction policy's (package evict); the store keeps them and reads none.
-	Eviction             string `json:"eviction,omitempty" toml:"eviction" comment:"lru: a build that would cross max_store_bytes or min_free_bytes evicts unleased, unpinned\nartifacts, least recently used first; off: it is refused"`
-	HighWatermarkPercent int    `json:"high_watermark_percent,omitempty" toml:"high_watermark_percent" comment:"weightsnapd evicts when the store's filesystem is fuller than this (percent; 0: never)"`
-	LowWatermarkPercent  int    `json:"low_watermark_percent,omitempty" toml:"low_watermark_percent" comment:"... down to this (percent)"`
+	Eviction             string `json:"eviction" toml:"eviction" comment:"lru: a build that would cross max_store_bytes or min_free_bytes evicts unleased, unpinned\nartifacts, least recently used first; off: it is refused"`
+	HighWatermarkPercent int    `json:"high_watermark_percent" toml:"high_watermark_percent" comment:"weightsnapd evicts when the store's filesystem is fuller than this (percent; 0: never)"`
+	LowWatermarkPercent  int    `json:"low_watermark_percent" toml:"low_watermark_percent" comment:"... down to this (percent)"`
 }
 
 // DefaultPolicy is the policy of a domain created without one.
@@ -55,7 +56,8 @@ func DefaultPolicy() Policy {
 		Eviction: "lru", HighWatermarkPercent: 85, LowWatermarkPercent: 75}
 }
 
-func (p Policy) validate() error {
+// Validate checks the values the type system does not.
+func (p Policy) Validate() error {
 	switch {
 	case p.Validation != ManifestAndMetadata && p.Validation != FullChecksum:
 		return fmt.Errorf("policy: unknown validation mode %q: %w", p.Validation, errdefs.ErrInvalidArgument)
@@ -95,7 +97,7 @@ type Domain struct {
 
 // Open opens the domain at root, creating it with policy if there is none.
 // A nil policy means DefaultPolicy.
-// An existing domain keeps its own policy.
+// An existing domain keeps its recorded policy, which SetPolicy changes.
 // The root's filesystem must be ext4, xfs, btrfs or tmpfs.
 func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	root, err := filepath.Abs(root)
@@ -103,7 +105,7 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 		return nil, err
 	}
 	if err := os.MkdirAll(root, 0o755); err != nil {
-		return nil, fmt.Errorf("create store root: %w", err)
+		return nil, rootError(root, err)
 	}
 	fsType, magic, err := checkFilesystem(root)
 	if err != nil {
@@ -119,7 +121,7 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	if policy != nil {
 		p = *policy
 	}
-	if err := p.validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, err
 	}
 	deadline := time.Now().Add(p.CoordinationTimeout())
@@ -140,11 +142,23 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	if _, err := loadOrCreateJSON(root, fileDomainPolicy, &p); err != nil {
 		return nil, err
 	}
-	if err := p.validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		return nil, fmt.Errorf("domain-policy.json: %w", err)
 	}
 	d.info, d.policy, d.created = info, p, created
 	return d, nil
+}
+
+// rootError is the failure to create the store root: a path that cannot
+// hold a directory (under a missing or read-only parent, through a file,
+// without permission) is errdefs.ErrInvalidArgument.
+func rootError(root string, err error) error {
+	for _, bad := range []error{fs.ErrNotExist, fs.ErrPermission, unix.ENOTDIR, unix.EROFS} {
+		if errors.Is(err, bad) {
+			return fmt.Errorf("store root %s cannot be created (--root or $WEIGHTSNAP_ROOT names another): %w: %w", root, err, errdefs.ErrInvalidArgument)
+		}
+	}
+	return fmt.Errorf("create store root: %w", err)
 }
 
 // OpenExisting opens the domain at root as Open does, but only if there is
@@ -165,7 +179,7 @@ func OpenExisting(ctx context.Context, root string, policy *Policy) (*Domain, er
 
 // SetPolicy replaces the domain's stored policy.
 func (d *Domain) SetPolicy(p Policy) error {
-	if err := p.validate(); err != nil {
+	if err := p.Validate(); err != nil {
 		return err
 	}
 	raw, _ := json.MarshalIndent(p, "", "  ")

@@ -54,10 +54,10 @@ func (d *Domain) newBuild(ctx context.Context, identity artifact.Identity, id ar
 	b := &build{d: d, identity: identity, id: id, files: map[string]*fileWriter{}, budget: -1, ckEvery: checkpointEvery,
 		dir: d.path(dirTmp, owner+"."+hex.EncodeToString(rnd[:]))}
 	if p := d.policy; p.MaxArtifactBytes > 0 {
-		b.budget = p.MaxArtifactBytes
+		b.budget = int64(p.MaxArtifactBytes)
 	}
 	if p := d.policy; p.MaxStoreBytes > 0 {
-		if left := max(p.MaxStoreBytes-d.UsedBytes(), 0); b.budget < 0 || left < b.budget {
+		if left := max(int64(p.MaxStoreBytes)-d.UsedBytes(), 0); b.budget < 0 || left < b.budget {
 			b.budget = left
 		}
 	}
@@ -150,7 +150,7 @@ func (b *build) preflight(size int64) error {
 func (b *build) checkSpace(size int64) error {
 	if b.budget >= 0 && b.total+size > b.budget {
 		limit := "max_artifact_bytes"
-		if p := b.d.policy; p.MaxArtifactBytes == 0 || b.budget < p.MaxArtifactBytes {
+		if p := b.d.policy; p.MaxArtifactBytes == 0 || b.budget < int64(p.MaxArtifactBytes) {
 			limit = "max_store_bytes"
 		}
 		return &CapacityError{Limit: limit, Need: b.total + size, Have: b.budget}
@@ -160,8 +160,8 @@ func (b *build) checkSpace(size int64) error {
 		return fmt.Errorf("statfs: %w", err)
 	}
 	free := int64(st.Bavail) * st.Bsize
-	if free-size < b.d.policy.MinFreeBytes {
-		return &CapacityError{Limit: "min_free_bytes", Need: size + b.d.policy.MinFreeBytes, Have: free}
+	if free-size < int64(b.d.policy.MinFreeBytes) {
+		return &CapacityError{Limit: "min_free_bytes", Need: size + int64(b.d.policy.MinFreeBytes), Have: free}
 	}
 	return nil
 }

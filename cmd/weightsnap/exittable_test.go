@@ -80,6 +80,8 @@ func TestExitCodeTable(t *testing.T) {
 	refused, rejectAll := pushedArtifact(t, base, root, rev)
 	pinned := pinnedStore(t, base)
 	rejecting, identity, id := refusingConfig(t, base, root, rejectAll)
+	missingPolicy := filepath.Join(base, "missing-policy.toml")
+	os.WriteFile(missingPolicy, []byte("root = \""+root+"\"\n[verify]\npolicy = \""+filepath.Join(base, "absent-policy.json")+"\"\n"), 0o644)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -88,10 +90,12 @@ func TestExitCodeTable(t *testing.T) {
 		says string
 	}{
 		{"unsupported filesystem", "weightsnap", []string{"--config", "", "--root", "/proc/self", "store", "init"}, 2, "only ext4, xfs, btrfs and tmpfs"},
+		{"store root that cannot be created", "weightsnap", []string{"--config", "", "--root", "/proc/x", "store", "init"}, 2, "store root /proc/x cannot be created"},
 		{"inspect with no argument", "weightsnap", []string{"--config", "", "--root", root, "inspect"}, 2, "inspect needs"},
 		{"missing config file", "weightsnap", []string{"--config", filepath.Join(base, "absent.toml"), "ls"}, 2, "absent.toml"},
 		{"weightsnapd: missing config file", "weightsnapd", []string{"--config", filepath.Join(base, "absent.toml")}, 2, "absent.toml"},
 		{"weightsnapd config check: missing config file", "weightsnapd", []string{"--config", filepath.Join(base, "absent.toml"), "config", "check"}, 2, "absent.toml"},
+		{"weightsnapd config check: missing policy file", "weightsnapd", []string{"--config", missingPolicy, "config", "check"}, 2, "[verify] policy: open " + filepath.Join(base, "absent-policy.json")},
 		{"missing recipe", "weightsnap", []string{"--config", "", "--root", root, "stage", filepath.Join(base, "absent-recipe.toml")}, 2, "absent-recipe.toml"},
 		{"unknown flag", "weightsnap", []string{"--config", "", "--root", root, "ls", "--bogus"}, 2, "bogus"},
 		{"registry flag before the subcommand", "weightsnap", []string{"--config", "", "--root", root, "--plain-http", "pull", down + "/x:y"}, 2, "flag --plain-http belongs to the subcommand: weightsnap pull --plain-http"},

@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/resolve"
 	"github.com/weightsnap/weightsnap/trust"
 )
@@ -88,7 +89,7 @@ func newDevCmd(a *app) *cobra.Command {
 		Short: "Write a deterministic synthetic checkpoint laid out like a Hugging Face model",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			n, err := parseSize(size)
+			n, err := bytefmt.Parse(size)
 			if err != nil {
 				return err
 			}

@@ -73,28 +73,6 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-func TestParseSize(t *testing.T) {
-	for _, tc := range []struct {
-		in   string
-		want int64 // -1: refused
-	}{
-		{"4096", 4096}, {"1KiB", 1 << 10}, {"1.5GiB", 3 << 29}, {"100M", 100 << 20}, {"2GB", 2e9},
-		{"NaN", -1}, {"Inf", -1}, {"-Inf", -1}, {"InfGiB", -1}, {"-1", -1}, {"1e30GiB", -1},
-		{"8TiB", 8 << 40}, {"9223372036854775807", -1}, {"8388608TiB", -1}, {"", -1}, {"GiB", -1},
-	} {
-		got, err := parseSize(tc.in)
-		if tc.want < 0 {
-			if err == nil || exitcode.Of(err) != 2 {
-				t.Errorf("parseSize(%q) = %d, %v; want a bad-input error", tc.in, got, err)
-			}
-			continue
-		}
-		if err != nil || got != tc.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
-		}
-	}
-}
-
 func TestDaemonNotRunning(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "control.sock")

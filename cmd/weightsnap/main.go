@@ -38,7 +38,9 @@ func (a *app) load() (err error) {
 	return err
 }
 
-// effectiveRoot is the store root: --root, else the configuration's.
+// effectiveRoot is the store root: --root, else $WEIGHTSNAP_ROOT, else the
+// file's root, else the default (config.Load puts the last three in
+// a.cfg.Root).
 func (a *app) effectiveRoot() string {
 	if a.root != "" {
 		return a.root
@@ -49,10 +51,7 @@ func (a *app) effectiveRoot() string {
 // domain opens the store at the effective root, and says so when that
 // created it. Its builds make room with its eviction policy.
 func (a *app) domain(ctx context.Context) (*store.Domain, error) {
-	if err := evict.CheckPolicy(a.cfg.Store); err != nil {
-		return nil, err
-	}
-	d, err := store.Open(ctx, a.effectiveRoot(), &a.cfg.Store)
+	d, err := a.openDomain(ctx, store.Open)
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +62,7 @@ func (a *app) domain(ctx context.Context) (*store.Domain, error) {
 	d.SetRoomMaker(ev)
 	if d.Created() {
 		p := d.Policy()
-		fmt.Fprintf(a.errOut, "weightsnap: created a store domain at %s (validation %s, coordination timeout %ds; `weightsnap store init` changes its policy, [store] in the configuration file sets it for new ones)\n",
+		fmt.Fprintf(a.errOut, "weightsnap: created a store domain at %s (validation %s, coordination timeout %ds; [store] in the configuration file and `weightsnap store init` change its policy)\n",
 			d.Root(), p.Validation, p.CoordinationTimeoutSeconds)
 	}
 	return d, nil
@@ -73,10 +72,21 @@ func (a *app) domain(ctx context.Context) (*store.Domain, error) {
 // only reads it: a root that holds no store is not found (exit 3), and
 // nothing is created there.
 func (a *app) existingDomain(ctx context.Context) (*store.Domain, error) {
-	if err := evict.CheckPolicy(a.cfg.Store); err != nil {
+	return a.openDomain(ctx, store.OpenExisting)
+}
+
+// openDomain opens the store at the effective root with open (store.Open
+// or store.OpenExisting), creating it with the configuration's [store], and
+// applies the file's [store] to it.
+func (a *app) openDomain(ctx context.Context, open func(context.Context, string, *store.Policy) (*store.Domain, error)) (*store.Domain, error) {
+	d, err := open(ctx, a.effectiveRoot(), &a.cfg.Store)
+	if err != nil {
 		return nil, err
 	}
-	return store.OpenExisting(ctx, a.effectiveRoot(), &a.cfg.Store)
+	if err := a.cfg.ApplyStore(ctx, d); err != nil {
+		return nil, err
+	}
+	return d, nil
 }
 
 // printJSON writes v as indented JSON to stdout.
@@ -107,7 +117,7 @@ func newRoot(a *app) *cobra.Command {
 			return a.load()
 		},
 	}
-	root.PersistentFlags().StringVar(&a.root, "root", "", "store root (env WEIGHTSNAP_ROOT; default /var/lib/weightsnap for root, $XDG_DATA_HOME/weightsnap otherwise)")
+	root.PersistentFlags().StringVar(&a.root, "root", "", "store root (over $WEIGHTSNAP_ROOT, over root in the configuration file; default /var/lib/weightsnap for root, $XDG_DATA_HOME/weightsnap otherwise)")
 	config.PathFlag(root.PersistentFlags(), &a.configPath, "weightsnapd")
 	root.PersistentFlags().StringVar(&a.controlAddress, "control-address", "", "weightsnapd's control socket (default [snapshotter] control_address of the configuration file)")
 	root.AddCommand(newStoreCmd(a), newImportCmd(a), newLsCmd(a), newInspectCmd(a), newVerifyCmd(a), newRmCmd(a), newGCCmd(a), newDevCmd(a))

@@ -182,7 +182,7 @@ imported as "import" would import its files: --revision is then required.`,
 			default:
 				return fmt.Errorf("--ranges %q: want auto, on or off: %w", ranges, errdefs.ErrInvalidArgument)
 			}
-			n, err := parseSize(chunk)
+			n, err := bytefmt.Parse(chunk)
 			if err != nil {
 				return err
 			}

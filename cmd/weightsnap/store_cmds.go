@@ -16,6 +16,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/evict"
@@ -26,30 +27,36 @@ import (
 
 func newStoreCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "store", Short: "Manage the store domain"}
-	p := store.DefaultPolicy()
-	var validation string
+	var set store.Policy
 	initCmd := &cobra.Command{
 		Use:   "init",
 		Short: "Create the store domain (or update its policy) and print it",
-		Args:  cobra.NoArgs,
+		Long: "Create the store domain, or update its policy, and print it. Each flag records its field in the store's\n" +
+			"domain-policy.json over [store] of the configuration file, which every start of weightsnap and weightsnapd applies.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			p.Validation = store.ValidationMode(validation)
 			// It prints the domain it made or found, policy included: no word
 			// on its creation (a.domain's) before the policy is set.
-			if err := evict.CheckPolicy(a.cfg.Store); err != nil {
-				return err
-			}
-			d, err := store.Open(cmd.Context(), a.effectiveRoot(), &a.cfg.Store)
+			d, err := a.openDomain(cmd.Context(), store.Open)
 			if err != nil {
 				return err
 			}
-			if cmd.Flags().NFlag() > 0 {
-				merged := mergePolicy(cmd, d.Policy(), p)
-				if err := evict.CheckPolicy(merged); err != nil {
-					return err
-				}
-				if err := d.SetPolicy(merged); err != nil {
-					return err
+			keys := policyFlagKeys(cmd.Flags())
+			p, changes, err := d.Policy().Overlay(set, keys)
+			if err == nil {
+				err = evict.CheckPolicy(p)
+			}
+			if err == nil && len(changes) > 0 {
+				err = d.SetPolicy(p)
+			}
+			if err != nil {
+				return err
+			}
+			// The file beats the store's record at the next start: say so
+			// where it undoes a flag.
+			if _, undo, err := a.cfg.StorePolicy(p); err == nil {
+				for _, ch := range undo {
+					fmt.Fprintf(a.errOut, "weightsnap: %s sets [store] %s: the next start of weightsnap or weightsnapd records it again (%s)\n", a.cfg.Path, ch.Field, ch)
 				}
 			}
 			rep, err := d.InspectDomain(cmd.Context())
@@ -59,40 +66,41 @@ func newStoreCmd(a *app) *cobra.Command {
 			return printDomain(a, rep)
 		},
 	}
+	def := store.DefaultPolicy()
 	f := initCmd.Flags()
 	f.BoolVar(&a.jsonOut, "json", false, "print JSON")
-	f.StringVar(&validation, "validation", string(p.Validation), "lookup validation: manifest_and_metadata or full_checksum")
-	f.Int64Var(&p.MaxArtifactBytes, "max-artifact-bytes", 0, "largest artifact accepted (0: no limit)")
-	f.Int64Var(&p.MaxStoreBytes, "max-store-bytes", 0, "largest store (0: no limit)")
-	f.Int64Var(&p.MinFreeBytes, "min-free-bytes", 0, "free bytes a build must leave on the filesystem")
-	f.IntVar(&p.CoordinationTimeoutSeconds, "coordination-timeout", p.CoordinationTimeoutSeconds, "seconds to wait for another process's lock")
-	f.IntVar(&p.QuarantineMaxAgeSeconds, "quarantine-max-age", p.QuarantineMaxAgeSeconds, "seconds gc keeps quarantined entries")
+	f.StringVar((*string)(&set.Validation), "validation", string(def.Validation), "lookup validation: manifest_and_metadata or full_checksum")
+	f.Var(&set.MaxArtifactBytes, "max-artifact-bytes", "largest artifact accepted, e.g. 20GiB (0: no limit)")
+	f.Var(&set.MaxStoreBytes, "max-store-bytes", "largest store, e.g. 500GiB (0: no limit)")
+	f.Var(&set.MinFreeBytes, "min-free-bytes", "free bytes a build must leave on the filesystem, e.g. 10GiB")
+	f.IntVar(&set.CoordinationTimeoutSeconds, "coordination-timeout", def.CoordinationTimeoutSeconds, "seconds to wait for another process's lock")
+	f.IntVar(&set.QuarantineMaxAgeSeconds, "quarantine-max-age", def.QuarantineMaxAgeSeconds, "seconds gc keeps quarantined entries")
+	f.IntVar(&set.StaleBuildSeconds, "stale-build-seconds", def.StaleBuildSeconds, "seconds gc and other builds keep an interrupted build for the next one to continue")
+	f.StringVar(&set.Eviction, "eviction", def.Eviction, "lru: a build that would cross the limits evicts the least recently used unleased, unpinned artifacts; off: it is refused")
+	f.IntVar(&set.HighWatermarkPercent, "high-watermark-percent", def.HighWatermarkPercent, "weightsnapd evicts when the store's filesystem is fuller than this (percent; 0: never)")
+	f.IntVar(&set.LowWatermarkPercent, "low-watermark-percent", def.LowWatermarkPercent, "... down to this (percent)")
 	cmd.AddCommand(initCmd)
 	return cmd
 }
 
-// mergePolicy applies only the flags the user set on top of the stored policy.
-func mergePolicy(cmd *cobra.Command, cur, set store.Policy) store.Policy {
-	f := cmd.Flags()
-	if f.Changed("validation") {
-		cur.Validation = set.Validation
+// policyFlags are store init's flags, each with the key of the policy
+// field it sets.
+var policyFlags = []struct{ flag, key string }{
+	{"validation", "validation"}, {"max-artifact-bytes", "max_artifact_bytes"}, {"max-store-bytes", "max_store_bytes"},
+	{"min-free-bytes", "min_free_bytes"}, {"coordination-timeout", "coordination_timeout_seconds"},
+	{"quarantine-max-age", "quarantine_max_age_seconds"}, {"stale-build-seconds", "stale_build_seconds"},
+	{"eviction", "eviction"}, {"high-watermark-percent", "high_watermark_percent"}, {"low-watermark-percent", "low_watermark_percent"},
+}
+
+// policyFlagKeys are the policy keys of the flags set on the command line.
+func policyFlagKeys(f *pflag.FlagSet) []string {
+	var keys []string
+	for _, pf := range policyFlags {
+		if f.Changed(pf.flag) {
+			keys = append(keys, pf.key)
+		}
 	}
-	if f.Changed("max-artifact-bytes") {
-		cur.MaxArtifactBytes = set.MaxArtifactBytes
-	}
-	if f.Changed("max-store-bytes") {
-		cur.MaxStoreBytes = set.MaxStoreBytes
-	}
-	if f.Changed("min-free-bytes") {
-		cur.MinFreeBytes = set.MinFreeBytes
-	}
-	if f.Changed("coordination-timeout") {
-		cur.CoordinationTimeoutSeconds = set.CoordinationTimeoutSeconds
-	}
-	if f.Changed("quarantine-max-age") {
-		cur.QuarantineMaxAgeSeconds = set.QuarantineMaxAgeSeconds
-	}
-	return cur
+	return keys
 }
 
 func newLsCmd(a *app) *cobra.Command {
@@ -329,16 +337,18 @@ func printDomain(a *app, r *store.DomainReport) error {
 	if r.HostMemory {
 		free += " (tmpfs: host memory)"
 	}
-	limit := func(n int64) string {
+	limit := func(n bytefmt.Size) string {
 		if n == 0 {
 			return "none"
 		}
-		return bytefmt.IEC(n)
+		return bytefmt.IEC(int64(n))
 	}
 	p := r.Policy
 	fmt.Fprintf(a.out, "Root:        %s (%s, %s free)\n", r.Root, r.FSType, free)
 	fmt.Fprintf(a.out, "Policy:      validation %s, max artifact %s, max store %s, min free %s, coordination timeout %ds, quarantine kept %ds\n",
 		p.Validation, limit(p.MaxArtifactBytes), limit(p.MaxStoreBytes), limit(p.MinFreeBytes), p.CoordinationTimeoutSeconds, p.QuarantineMaxAgeSeconds)
+	fmt.Fprintf(a.out, "Eviction:    %s, high watermark %d%%, low watermark %d%%, interrupted builds kept %ds\n",
+		p.Eviction, p.HighWatermarkPercent, p.LowWatermarkPercent, p.StaleBuildSeconds)
 	for _, u := range []struct {
 		name string
 		u    store.Usage
@@ -428,7 +438,7 @@ met exits 5, naming what holds the rest.`,
 			if evicting {
 				req := control.EvictRequest{DryRun: dryRun}
 				if cmd.Flags().Changed("to") {
-					n, err := parseSize(to)
+					n, err := bytefmt.Parse(to)
 					if err != nil {
 						return err
 					}

@@ -10,12 +10,8 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 	"github.com/weightsnap/weightsnap/internal/bytefmt"
-	"github.com/weightsnap/weightsnap/staging"
 	"golang.org/x/sys/unix"
 )
-
-// parseSize reads sizes such as 1GiB, 512MiB, 100M, 4096 (as recipes do).
-func parseSize(s string) (int64, error) { return staging.ParseSize(s) }
 
 func isTerminal(f *os.File) bool {
 	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)

@@ -49,7 +49,7 @@ scope is checked again with the registry.`,
 				if records {
 					return verifyRecords(cmd.Context(), a, d, ids)
 				}
-				n, err := parseSize(rate)
+				n, err := bytefmt.Parse(rate)
 				if err != nil {
 					return err
 				}

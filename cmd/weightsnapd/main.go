@@ -88,27 +88,10 @@ func newRoot() *cobra.Command {
 	})
 	cfgCmd.AddCommand(&cobra.Command{
 		Use:   "check",
-		Short: "Read the configuration file (--config) and say what is wrong with it (exit 2)",
+		Short: "Read the configuration file (--config) and say what is wrong with it (exit 2), and what its [store] would change in the store",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := config.Load(configPath)
-			if err != nil {
-				return err
-			}
-			p, err := cfg.Verify.LoadPolicy()
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", configPath)
-			if p.Unverified {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: no policy file: artifacts are accepted unverified\n", cfg.Verify.Policy)
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: ok\n", cfg.Verify.Policy)
-			}
-			for _, w := range p.Warnings() {
-				fmt.Fprintf(cmd.OutOrStdout(), "%s: warning: %s\n", cfg.Verify.Policy, w)
-			}
-			return nil
+			return checkConfig(cmd.OutOrStdout(), configPath)
 		},
 	})
 	root.AddCommand(cfgCmd, &cobra.Command{

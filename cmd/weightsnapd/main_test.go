@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/elliptic"
 	"encoding/base64"
 	"io"
@@ -15,6 +16,7 @@ import (
 	"github.com/sigstore/sigstore/pkg/cryptoutils"
 
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // TestConfigDefault: `weightsnapd config default` prints the whole file,
@@ -28,7 +30,9 @@ func TestConfigDefault(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := config.Parse("printed", out.Bytes())
-	if err != nil || !reflect.DeepEqual(got, config.Default()) {
+	want := config.Default()
+	want.StoreKeys = store.PolicyKeys() // the printed file sets every key of [store]
+	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 }
@@ -98,4 +102,54 @@ func testPub(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return pub
+}
+
+// TestConfigCheckStore: `weightsnapd config check` says what [store] would
+// change in the store at the root and changes nothing; a change that would
+// not hold is invalid input.
+func TestConfigCheckStore(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "root")
+	created := store.DefaultPolicy()
+	created.MaxStoreBytes, created.HighWatermarkPercent, created.LowWatermarkPercent = 512<<20, 60, 40
+	for _, tc := range []struct {
+		name, file string
+		want       []string
+		bad        bool
+	}{
+		{"no store yet", "", []string{"no store at " + root}, false},
+		{"changes", "[store]\nmax_store_bytes = \"1GiB\"\nhigh_watermark_percent = 90\n",
+			[]string{"would change: max_store_bytes 512.0 MiB -> 1.0 GiB\n", "would change: high_watermark_percent 60 -> 90\n"}, false},
+		{"as it is", "[store]\nmax_store_bytes = \"512MiB\"\n", []string{"holds [store] as it is"}, false},
+		{"would not hold", "[store]\nlow_watermark_percent = 70\n", nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name != "no store yet" {
+				if _, err := store.Open(context.Background(), root, &created); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p := filepath.Join(t.TempDir(), "config.toml")
+			os.WriteFile(p, []byte("root = \""+root+"\"\n[verify]\npolicy = \"\"\n"+tc.file), 0o644)
+			cmd := newRoot()
+			var out strings.Builder
+			cmd.SetOut(&out)
+			cmd.SetArgs([]string{"--config", p, "config", "check"})
+			err := cmd.Execute()
+			if tc.bad {
+				if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "low_watermark_percent") {
+					t.Fatalf("%v, want invalid input naming low_watermark_percent", err)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+			if got, err := store.ReadPolicy(root); tc.name != "no store yet" && (err != nil || got != created) {
+				t.Errorf("check changed the store's policy to %+v (%v)", got, err)
+			}
+		})
+	}
 }

@@ -1,5 +1,6 @@
-// Package bytefmt writes byte counts for people: one decimal and a binary
-// unit (1.5 GiB), as every message and table of weightsnap shows them.
+// Package bytefmt writes and reads byte counts for people: one decimal and
+// a binary unit (1.5 GiB) as every message and table of weightsnap shows
+// them, and sizes with units (512MiB) as every flag and file takes them.
 package bytefmt
 
 import "fmt"

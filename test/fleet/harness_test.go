@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
-	"github.com/weightsnap/weightsnap/staging"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -175,7 +175,7 @@ func (f *Fleet) StoreSize(i int, size int64) {
 func (f *Fleet) seed() {
 	t := f.t
 	t.Helper()
-	size, err := staging.ParseSize(f.opts.Size)
+	size, err := bytefmt.Parse(f.opts.Size)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/pelletier/go-toml/v2"
 	"github.com/spf13/pflag"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/peer"
 	"github.com/weightsnap/weightsnap/resolve"
@@ -50,17 +51,20 @@ func PathFlag(fs *pflag.FlagSet, p *string, shared string) {
 type Config struct {
 	// Path is the file the configuration was read from; "" for the
 	// defaults alone.
-	Path        string       `toml:"-"`
-	Root        string       `toml:"root" comment:"Store root: the domain's directory (weightsnap --root overrides it). The default is\n$WEIGHTSNAP_ROOT, else /var/lib/weightsnap for root, else $XDG_DATA_HOME/weightsnap."`
-	Store       store.Policy `toml:"store" comment:"Policy of a store domain created by weightsnap (an existing domain keeps its own)."`
-	Resolve     Resolve      `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
-	Snapshotter Snapshotter  `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
-	CRI         CRI          `toml:"cri" comment:"weightsnapd's CRI image service: the kubelet's image service endpoint, forwarded to containerd's CRI,\nchecking each pull's own credentials with the registry, and pulling artifacts as weights-only images."`
-	Metrics     Metrics      `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
-	Peer        Peer         `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
-	Staging     Staging      `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
-	Verify      Verify       `toml:"verify" comment:"Signatures: the trust policy artifacts from registries are checked against."`
-	Prefetch    Prefetch     `toml:"prefetch" comment:"weightsnapd's declared artifacts: TOML files of [[artifact]] ref, identity, pin, resolved into the\nstore (store, peers, registry) before any pod asks, pinned as they say; an entry that leaves is unpinned."`
+	Path  string       `toml:"-"`
+	Root  string       `toml:"root" comment:"Store root: the domain's directory. weightsnap --root, then $WEIGHTSNAP_ROOT, override it. The default is\n/var/lib/weightsnap for root, else $XDG_DATA_HOME/weightsnap."`
+	Store store.Policy `toml:"store" comment:"The store's policy, applied at every start of weightsnap and weightsnapd: each key set here is recorded in the\nstore's domain-policy.json, a key left out keeps the store's value. Sizes take units: 300MiB, 1GiB, or bytes."`
+	// StoreKeys are the keys of [store] the file sets, in the order of
+	// store.Policy's fields: those that apply to an existing store.
+	StoreKeys   []string    `toml:"-"`
+	Resolve     Resolve     `toml:"resolve" comment:"Resolution: defaults of weightsnap resolve (its flags override them) and of the daemon."`
+	Snapshotter Snapshotter `toml:"snapshotter" comment:"weightsnapd's containerd snapshotter."`
+	CRI         CRI         `toml:"cri" comment:"weightsnapd's CRI image service: the kubelet's image service endpoint, forwarded to containerd's CRI,\nchecking each pull's own credentials with the registry, and pulling artifacts as weights-only images."`
+	Metrics     Metrics     `toml:"metrics" comment:"weightsnapd's Prometheus metrics."`
+	Peer        Peer        `toml:"peer" comment:"The weight peer: this node serving its artifacts to others (weightsnapd, weightsnap peer serve),\nand the peers it fetches from (weightsnap peer fetch, resolution before any registry)."`
+	Staging     Staging     `toml:"staging" comment:"weightsnap stage: where ledgers live and how staging runs (recipes say what is staged)."`
+	Verify      Verify      `toml:"verify" comment:"Signatures: the trust policy artifacts from registries are checked against."`
+	Prefetch    Prefetch    `toml:"prefetch" comment:"weightsnapd's declared artifacts: TOML files of [[artifact]] ref, identity, pin, resolved into the\nstore (store, peers, registry) before any pod asks, pinned as they say; an entry that leaves is unpinned."`
 }
 
 // Prefetch is the [prefetch] table.
@@ -182,11 +186,14 @@ func Default() Config {
 	}
 }
 
-// DefaultRoot is the store root when neither a flag nor the file names one.
+// EnvRoot is the environment variable naming the store root: it beats the
+// file's root, and the CLI's --root beats it.
+const EnvRoot = "WEIGHTSNAP_ROOT"
+
+// DefaultRoot is the store root when neither a flag, the environment nor
+// the file names one: /var/lib/weightsnap for root, else
+// $XDG_DATA_HOME/weightsnap.
 func DefaultRoot() string {
-	if env := os.Getenv("WEIGHTSNAP_ROOT"); env != "" {
-		return env
-	}
 	if os.Geteuid() == 0 {
 		return "/var/lib/weightsnap"
 	}
@@ -197,10 +204,20 @@ func DefaultRoot() string {
 	return filepath.Join(home, ".local", "share", "weightsnap")
 }
 
-// Load reads the file at path over the defaults. An empty path, or a
-// missing file at DefaultPath, gives the defaults; any other missing file
-// is an error.
+// Load reads the file at path over the defaults, then the environment
+// ($WEIGHTSNAP_ROOT) over the file. An empty path, or a missing file at
+// DefaultPath, gives the defaults; any other missing file is
+// errdefs.ErrInvalidArgument.
 func Load(path string) (Config, error) {
+	cfg, err := loadFile(path)
+	if env := os.Getenv(EnvRoot); env != "" {
+		cfg.Root = env
+	}
+	return cfg, err
+}
+
+// loadFile is Load without the environment.
+func loadFile(path string) (Config, error) {
 	cfg := Default()
 	if path == "" {
 		return cfg, nil
@@ -233,10 +250,33 @@ func Parse(name string, raw []byte) (Config, error) {
 	if err := cfg.Peer.foldAliases(raw); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", name, err)
 	}
+	keys, err := storeKeys(raw)
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", name, err)
+	}
+	cfg.StoreKeys = keys
 	if err := cfg.Validate(); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", name, err)
 	}
 	return cfg, nil
+}
+
+// storeKeys are the keys of the [store] table in raw, a file the decoder
+// took, in the order of store.Policy's fields.
+func storeKeys(raw []byte) ([]string, error) {
+	var file struct {
+		Store map[string]any `toml:"store"`
+	}
+	if err := toml.Unmarshal(raw, &file); err != nil {
+		return nil, fmt.Errorf("[store]: %w", decodeError(err))
+	}
+	var keys []string
+	for _, k := range store.PolicyKeys() {
+		if _, ok := file.Store[k]; ok {
+			keys = append(keys, k)
+		}
+	}
+	return keys, nil
 }
 
 // decodeError says what is wrong with a file the decoder refused: every
@@ -256,6 +296,8 @@ func decodeError(err error) error {
 	case errors.As(err, &de):
 		row, _ := de.Position()
 		return fmt.Errorf("line %d: %s: %w", row, de.Error(), errdefs.ErrInvalidArgument)
+	case errdefs.IsInvalidArgument(err):
+		return err
 	}
 	return fmt.Errorf("%v: %w", err, errdefs.ErrInvalidArgument)
 }
@@ -267,6 +309,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Root == "" {
 		return bad("root is empty")
+	}
+	if err := c.Store.Validate(); err != nil {
+		return fmt.Errorf("[store] %w", err)
+	}
+	if err := evict.CheckPolicy(c.Store); err != nil {
+		return fmt.Errorf("[store] %w", err)
 	}
 	if _, err := resolve.ParseMode(c.Resolve.Mode); err != nil {
 		return fmt.Errorf("[resolve] %w", err)

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 
+	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/trust"
 )
 
@@ -13,10 +16,16 @@ type Verify struct {
 
 // LoadPolicy reads the [verify] policy file: `weightsnapd config check`
 // and every command that verifies call it once.
+// A policy file the configuration names and that does not exist is
+// errdefs.ErrInvalidArgument, as a missing configuration file is.
 func (v *Verify) LoadPolicy() (*trust.Policy, error) {
 	p, err := trust.LoadPolicy(v.Policy)
+	if errors.Is(err, fs.ErrNotExist) {
+		err = fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("[verify] policy: %w", err)
+		// trust's errors begin with "policy".
+		return nil, fmt.Errorf("[verify] %w", err)
 	}
 	return p, nil
 }

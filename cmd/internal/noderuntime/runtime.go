@@ -46,7 +46,8 @@ type RuntimeOptions struct {
 
 // NewRuntime is the resolution runtime of the configuration, the one
 // weightsnap resolve, weightsnapd and the containerd plugin use: the store
-// at cfg.Root (its policy [store], lookups as [resolve] validation, waits
+// at cfg.Root (its policy [store], recorded there each time the runtime
+// opens it; lookups as [resolve] validation; waits
 // bounded by [resolve] or else [store] coordination_timeout_seconds), then
 // the weight peers ([peer] peers, fetched from as the [peer] table says),
 // then the registry a request's artifact reference (a weight image's
@@ -58,7 +59,7 @@ type RuntimeOptions struct {
 // The caller sets the file's values its flags override in cfg first.
 func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*resolve.Runtime, error) {
 	rc := resolve.Config{
-		Mode: o.Mode, Root: cfg.Root, Store: &cfg.Store, Validation: store.ValidationMode(cfg.Resolve.Validation),
+		Mode: o.Mode, Root: cfg.Root, Store: &cfg.Store, Opened: cfg.ApplyStore, Validation: store.ValidationMode(cfg.Resolve.Validation),
 		Wait:            resolve.WaitPolicy{CoordinationTimeoutSeconds: cfg.Resolve.CoordinationTimeoutSeconds},
 		AllowLocalBuild: cfg.Resolve.AllowLocalBuild, NoFingerprintCache: o.NoFingerprintCache, Producers: o.Producers,
 		AllowPostLoadPublish: cfg.Resolve.AllowPostLoadPublish,

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/weightsnap/weightsnap/staging"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/test/fleet/sim"
 )
 
@@ -82,7 +82,7 @@ func main() {
 		}
 		return
 	}
-	n, err := staging.ParseSize(size)
+	n, err := bytefmt.Parse(size)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "fleetsim:", err)
 		os.Exit(2)
