@@ -1,4 +1,5 @@
-# Shared by the bench scripts, which source it: timing, the page cache between contenders, medians.
+# Shared by the bench scripts, which source it: timing, the page cache between contenders, a row's
+# figures (median [min-max] of its runs, ratios with their range), the floors.
 
 now() { date +%s.%N; }
 # since T: the seconds from T (a now) until now
@@ -17,7 +18,11 @@ BENCH_REPS=${BENCH_REPS:-5}
 # stats VALUES...: "median min max" of VALUES
 stats() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m, v[1], v[NR] }'; }
 # median: the median of the numbers on stdin
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() {
+	local v
+	mapfile -t v
+	stats "${v[@]}" | cut -d' ' -f1
+}
 # mmm VALUES...: a row's figure, "median [min-max]" of VALUES, with $PREC decimals (default 2)
 mmm() { stats "$@" | awk -v p="${PREC:-2}" '{ f = "%." p "f"; printf f " [" f "-" f "]", $1, $2, $3 }'; }
 # ratio "NUMS" "DENS": NUMS over DENS (space-separated runs) as "median [low-high]x", the ratio of the
@@ -50,8 +55,6 @@ disk_floor() {
 }
 # gbs SECONDS: the GB/s of moving $bytes in SECONDS
 gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
-# speedup A B: A / B as "1.23x"
-speedup() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 # registry_config FILE ROOT ADDR: writes the configuration of a registry (distribution) that stores
 # under ROOT and listens on ADDR, quiet, deletes allowed
 registry_config() {

@@ -77,7 +77,7 @@ func TestWarmPrepareBench(t *testing.T) {
 
 	reps := benchrow.Reps()
 	fmt.Printf("warm Prepare through the snapshots API (containerd's proxy client, unix socket), %d rounds of %d runs each, goal: p99 under %v\n", reps, runs, warmPrepareGoal)
-	fmt.Printf("each column: the median of the rounds' figures [min-max]\n")
+	fmt.Printf("p50 and p99: the median of the rounds' [min-max]; max and CPU: the median of the rounds'\n")
 	fmt.Printf("%6s  %-20s %22s %22s %9s %9s  %s\n", "files", "prepare", "p50 (ms)", "p99 (ms)", "max (ms)", "CPU (ms)", "goal")
 	next := 1
 	ids := map[int]string{}

@@ -141,7 +141,8 @@ func overFloor(cpu benchrow.Runs, f float64) benchrow.Runs {
 	return o
 }
 
-// floors is this machine's hashing floor, CPU seconds per GiB of one core.
+// floors is this machine's hashing floor, CPU seconds per GiB of one
+// core: each hash's min, median and max over scripts/hash-floor.sh's runs.
 type floors struct{ sha, b3 benchrow.Runs }
 
 // hashFloor measures the hashing floor with scripts/hash-floor.sh, whose
