@@ -81,16 +81,15 @@ DROP_CACHES := $(if $(filter 0,$(shell id -u)),1,0)
 endif
 export DROP_CACHES
 bench: build
-	@read -r s b c < <(scripts/hash-floor.sh) && \
-	printf 'hashing floor: sha256 %s CPU-s/GiB, BLAKE3 %s CPU-s/GiB, per core with all %s cores hashing\n' "$$s" "$$b" "$$c"
+	@bash -c '. scripts/bench-lib.sh && hash_floor && echo "$$floor_line"'
 	scripts/bench-store.sh $(BENCH_SIZE) 8
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 5
 	scripts/bench-peer.sh $(BENCH_SIZE) 8
 	scripts/bench-fleet.sh
 	scripts/bench-snapshotter.sh 2GiB 4GiB
-	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestColdPrepareBench$$' ./test/e2e/ | grep -E "^(cold start|[0-9]+ cores, median|weights |[0-9.]+[KMGT]iB |goals:|runs |--- )"
+	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestColdPrepareBench$$' ./test/e2e/ | grep -E "^(cold start|[0-9]+ cores, median|hashing floor|weights |[0-9.]+[KMGT]iB |goals:|runs |--- )"
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWriteFloorBench$$' ./store/ | grep -E "^(write|buffered|O_DIRECT|--- )"
-	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWarmPrepareBench$$' ./snapshotter/ 2>/dev/null | grep -E "^(warm Prepare| *files| +[0-9]+ |weight:|container:|CPU:|--- | +warm_bench_test\.go:)"
+	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWarmPrepareBench$$' ./snapshotter/ 2>/dev/null | grep -E "^(warm Prepare|p50 and p99| *files| +[0-9]+ |weight:|container:|CPU:|--- | +warm_bench_test\.go:)"
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestCRIProxyLatency$$' ./test/e2e/ | grep -E "^(weightsnapd's CRI|call|ImageStatus|ListImages|--- )"
 	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 40m -v -run '^TestKubeletImageVolumeBench$$' ./test/e2e/ | grep -E "^(kubelet static pod|[0-9]+ cores, one run|weights |[0-9.]+[KMGT]iB |goal: ratio|--- | +kubelet_bench_test\.go:)"
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000

@@ -1,4 +1,5 @@
-# Shared by the bench scripts, which source it: timing, the page cache between contenders, medians.
+# Shared by the bench scripts, which source it: timing, the page cache between contenders, a row's
+# figures (median [min-max] of its runs, ratios with their range), the floors.
 
 now() { date +%s.%N; }
 # since T: the seconds from T (a now) until now
@@ -12,12 +13,48 @@ settle() {
 	sync
 	if [ "${DROP_CACHES:-}" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
 }
+# BENCH_REPS: the runs every row is the median of, unless a script's argument says otherwise.
+BENCH_REPS=${BENCH_REPS:-5}
+# stats VALUES...: "median min max" of VALUES
+stats() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { m = NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2; print m, v[1], v[NR] }'; }
 # median: the median of the numbers on stdin
-median() { sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+median() {
+	local v
+	mapfile -t v
+	stats "${v[@]}" | cut -d' ' -f1
+}
+# mmm VALUES...: a row's figure, "median [min-max]" of VALUES, with $PREC decimals (default 2)
+mmm() { stats "$@" | awk -v p="${PREC:-2}" '{ f = "%." p "f"; printf f " [" f "-" f "]", $1, $2, $3 }'; }
+# ratio "NUMS" "DENS": NUMS over DENS (space-separated runs) as "median [low-high]x", the ratio of the
+# medians and the range the runs allow, NUMS' min over DENS' max to NUMS' max over DENS' min; a
+# contender's seconds over weightsnap's (NUMS the contender) read as weightsnap's speedup, worst to
+# best. NUMS spread more than 1.3x (max over min) adds "; spread" and that.
+ratio() {
+	local nm nl nh dm dl dh
+	# shellcheck disable=SC2086 # one argument per run
+	read -r nm nl nh < <(stats $1)
+	# shellcheck disable=SC2086
+	read -r dm dl dh < <(stats $2)
+	awk -v nm="$nm" -v nl="$nl" -v nh="$nh" -v dm="$dm" -v dl="$dl" -v dh="$dh" 'BEGIN {
+		printf "%.2f [%.2f-%.2f]x", nm / dm, nl / dh, nh / dl
+		if (nl > 0 && nh / nl > 1.3) printf "; spread %.2fx", nh / nl
+	}'
+}
+# disk_floor DIR FILE...: the seconds of writing FILE...'s bytes (read from the page cache) into one
+# new file in DIR and syncing it: the disk's floor for a command that must write those bytes durably
+disk_floor() {
+	local dir=$1 t
+	shift
+	cat "$@" >/dev/null
+	settle
+	cat "$@" >/dev/null
+	t=$(now)
+	cat "$@" | dd of="$dir/disk-floor" bs=1M conv=fsync status=none
+	since "$t"
+	rm -f "$dir/disk-floor"
+}
 # gbs SECONDS: the GB/s of moving $bytes in SECONDS
 gbs() { awk -v b="$bytes" -v s="$1" 'BEGIN { printf "%.2f", b / s / 1e9 }'; }
-# speedup A B: A / B as "1.23x"
-speedup() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2fx", a / b }'; }
 # registry_config FILE ROOT ADDR: writes the configuration of a registry (distribution) that stores
 # under ROOT and listens on ADDR, quiet, deletes allowed
 registry_config() {
@@ -35,4 +72,12 @@ storage:
 http:
   addr: $3
 EOF
+}
+# hash_floor: measures this machine's hashing floor (scripts/hash-floor.sh) into floor_sha and
+# floor_b3 (CPU-s per GiB per core, medians) and cores, and the line that states it into floor_line
+hash_floor() {
+	local sl sh bl bh
+	read -r floor_sha floor_b3 cores sl sh bl bh < <(scripts/hash-floor.sh)
+	floor_line=$(printf 'hashing floor: sha256 %s [%s-%s], BLAKE3 %s [%s-%s] CPU-s/GiB per core (median [min-max] of %s), all %s cores hashing' \
+		"$floor_sha" "$sl" "$sh" "$floor_b3" "$bl" "$bh" "$BENCH_REPS" "$cores")
 }

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # OCI benchmark, side by side in one run on the same artifact and the same local registry:
-#   the hashing floor of this machine (scripts/hash-floor.sh) and the pull's floor (sha256 of every byte)
+#   the hashing floor of this machine (scripts/hash-floor.sh) and the pull's floor (sha256 of every byte),
+#   the disk's floor (the same bytes written to one file and synced), each round
 #   weightsnap pull (every blob sha256-checked, headers checked against the index, files fsynced, published),
 #     each pull from empty page caches on this side and a registry serving its blobs from memory,
 #     vs oras pull + sync and oras pull alone
@@ -10,7 +11,8 @@
 #     cores, so where a transfer keeps them busy, client + registry CPU-s is about seconds x cores
 # The registry (distribution) and oras come from the harness's install (test/e2e/deps).
 #
-# Usage: scripts/bench-oci.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 5)
+# Every row is the median of REPS runs with its min and max (scripts/bench-lib.sh: mmm, ratio).
+# Usage: scripts/bench-oci.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, BENCH_REPS or 5)
 # Env:   WEIGHTSNAP_PEERS_BIN  the peers' bin directory (default: test/e2e/deps -q)
 #        WEIGHTSNAP            a weightsnap binary to use (default: built from this tree)
 #        BENCH_DIR             where the registry, stores and pulled files live (default /var/tmp)
@@ -20,7 +22,7 @@ cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 size=${1:-2GiB}
 shards=${2:-8}
-reps=${3:-5}
+reps=${3:-$BENCH_REPS}
 rev=0123456789abcdef0123456789abcdef01234567
 
 bin=${WEIGHTSNAP_PEERS_BIN:-}
@@ -63,7 +65,7 @@ for _ in $(seq 100); do
 done
 curl -fsS -o /dev/null "http://$host/v2/" || { echo "bench-oci: registry did not start" >&2; cat "$work/registry.log" >&2; exit 1; }
 
-read -r floor_sha floor_b3 cores < <(scripts/hash-floor.sh)
+hash_floor
 echo "bench-oci: synthesising $size in $shards shards under $work" >&2
 "$ws" dev synth --out "$work/src" --size "$size" --shards "$shards" --dtype BF16 --seed 5 >/dev/null 2>&1
 export WEIGHTSNAP_ROOT=$work/store
@@ -94,7 +96,7 @@ measured() {
 max() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 rss_pull=0
 rss_push=0
-declare -a ws_pull oras_pull oras_pull_sync ws_push oras_push
+declare -a ws_pull oras_pull oras_pull_sync ws_push oras_push disk
 # the CPU seconds of each run: the client's (cpu_*) and the registry's (reg_*)
 declare -a cpu_ws_pull reg_ws_pull cpu_oras_pull reg_oras_pull cpu_ws_push reg_ws_push cpu_oras_push reg_oras_push
 cpu_of() { # cpu_of NAME: appends this run's client and registry CPU seconds to cpu_NAME and reg_NAME
@@ -104,6 +106,7 @@ cpu_of() { # cpu_of NAME: appends this run's client and registry CPU seconds to 
 }
 for i in $(seq "$reps"); do
 	echo "bench-oci: round $i of $reps" >&2
+	disk+=("$(disk_floor "$work" "$work/src"/*)")
 	# Alternate who goes first, so neither always meets a warmer cache.
 	for who in $([ $((i % 2)) = 1 ] && echo "ws oras" || echo "oras ws"); do
 		if [ "$who" = ws ]; then
@@ -126,28 +129,33 @@ for i in $(seq "$reps"); do
 	done
 done
 
-m() { printf '%s\n' "$@" | median; } # m VALUES...: their median
-m_ws_pull=$(m "${ws_pull[@]}")
-m_oras_pull=$(m "${oras_pull[@]}")
-m_oras_pull_sync=$(m "${oras_pull_sync[@]}")
-m_ws_push=$(m "${ws_push[@]}")
-m_oras_push=$(m "${oras_push[@]}")
-
 met() { awk -v a="$1" -v b="$2" -v g="$3" 'BEGIN { print (a / b >= g) ? "yes" : "NO" }'; }
+m() { printf '%s\n' "$@" | median; } # m VALUES...: their median
 f_pull=$(awk -v b="$bytes" -v c="$floor_sha" -v n="$cores" 'BEGIN { printf "%.2f", b / 2^30 * c / n }')
-printf '\nweightsnap OCI benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, registry %s on %s\n' \
-	"$size" "$bytes" "$shards" "$cores" "$reps" "$host" "$(stat -f -c %T "$work")"
-printf 'hashing floor: sha256 %.3f CPU-s/GiB, BLAKE3 %.3f CPU-s/GiB (per core, all %s cores hashing); pull floor (sha256 of every byte over all cores) %.2f s\n' \
-	"$floor_sha" "$floor_b3" "$cores" "$f_pull"
-row() { printf '%-44s %9.2f %7s %11s  %-8s %4s %8s %8s %8s\n' "$@"; }
-printf '%-44s %9s %7s %11s  %-8s %4s %8s %8s %8s\n' "measure" "seconds" "GB/s" "ws speedup" "goal" "met" "RSS MiB" "CPU-s" "registry"
-row "weightsnap pull (verify + fsync + publish)" "$m_ws_pull" "$(gbs "$m_ws_pull")" "" "" "" "$((rss_pull / 1024))" "$(m "${cpu_ws_pull[@]}")" "$(m "${reg_ws_pull[@]}")"
-row "oras pull + sync" "$m_oras_pull_sync" "$(gbs "$m_oras_pull_sync")" "$(speedup "$m_oras_pull_sync" "$m_ws_pull")" ">= 2x" "$(met "$m_oras_pull_sync" "$m_ws_pull" 2)" "" "" ""
-row "oras pull (no sync)" "$m_oras_pull" "$(gbs "$m_oras_pull")" "$(speedup "$m_oras_pull" "$m_ws_pull")" ">= 1.3x" "$(met "$m_oras_pull" "$m_ws_pull" 1.3)" "" "$(m "${cpu_oras_pull[@]}")" "$(m "${reg_oras_pull[@]}")"
-row "weightsnap push" "$m_ws_push" "$(gbs "$m_ws_push")" "" "" "" "$((rss_push / 1024))" "$(m "${cpu_ws_push[@]}")" "$(m "${reg_ws_push[@]}")"
-row "oras push" "$m_oras_push" "$(gbs "$m_oras_push")" "$(speedup "$m_oras_push" "$m_ws_push")" ">= 1.5x" "$(met "$m_oras_push" "$m_ws_push" 1.5)" "" "$(m "${cpu_oras_push[@]}")" "$(m "${reg_oras_push[@]}")"
-printf 'CPU-s: medians of the client'"'"'s CPU seconds and of the registry'"'"'s meanwhile, on the same %s cores (%s CPU-s per second)\n' "$cores" "$cores"
-printf 'peak RSS goal: each < 128 MiB: pull %s, push %s\n' \
-	"$(awk -v k="$rss_pull" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')" "$(awk -v k="$rss_push" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')"
-printf 'runs (s): ws pull %s | oras pull %s | ws push %s | oras push %s\n' \
-	"${ws_pull[*]}" "${oras_pull[*]}" "${ws_push[*]}" "${oras_push[*]}"
+gib=$(awk -v b="$bytes" 'BEGIN { print b / 2^30 }')
+# perGiB VALUES...: CPU-s per GiB of each of VALUES (CPU seconds)
+perGiB() { for v in "$@"; do awk -v v="$v" -v g="$gib" 'BEGIN { printf "%.3f\n", v / g }'; done; }
+# overFloor VALUES...: each of VALUES (CPU-s per GiB) over the BLAKE3 floor
+overFloor() { for v in "$@"; do awk -v v="$v" -v f="$floor_b3" 'BEGIN { printf "%.3f\n", v / f }'; done; }
+printf '\nweightsnap OCI benchmark: %s (%d bytes) in %s shards, %s cores, registry %s on %s\n' \
+	"$size" "$bytes" "$shards" "$cores" "$host" "$(stat -f -c %T "$work")"
+printf 'every figure: median [min-max] of %s runs; ratio: the contender'"'"'s seconds over weightsnap'"'"'s, median [worst-best the runs allow]\n' "$reps"
+printf '%s; pull floor (sha256 of every byte over all cores) %.2f s\n' "$floor_line" "$f_pull"
+printf 'disk floor (the same bytes written to one file and synced): %s s\n' "$(mmm "${disk[@]}")"
+row() { printf '%-40s %20s %6s %26s %-8s %4s %20s %20s\n' "$@"; }
+row "measure" "seconds" "GB/s" "ratio" "goal" "met" "CPU-s" "registry CPU-s"
+row "weightsnap pull (verify+fsync+publish)" "$(mmm "${ws_pull[@]}")" "$(gbs "$(m "${ws_pull[@]}")")" "" "" "" "$(mmm "${cpu_ws_pull[@]}")" "$(mmm "${reg_ws_pull[@]}")"
+row "oras pull + sync" "$(mmm "${oras_pull_sync[@]}")" "$(gbs "$(m "${oras_pull_sync[@]}")")" "$(ratio "${oras_pull_sync[*]}" "${ws_pull[*]}")" ">= 2x" "$(met "$(m "${oras_pull_sync[@]}")" "$(m "${ws_pull[@]}")" 2)" "" ""
+row "oras pull (no sync)" "$(mmm "${oras_pull[@]}")" "$(gbs "$(m "${oras_pull[@]}")")" "$(ratio "${oras_pull[*]}" "${ws_pull[*]}")" ">= 1.3x" "$(met "$(m "${oras_pull[@]}")" "$(m "${ws_pull[@]}")" 1.3)" "$(mmm "${cpu_oras_pull[@]}")" "$(mmm "${reg_oras_pull[@]}")"
+row "weightsnap push" "$(mmm "${ws_push[@]}")" "$(gbs "$(m "${ws_push[@]}")")" "" "" "" "$(mmm "${cpu_ws_push[@]}")" "$(mmm "${reg_ws_push[@]}")"
+row "oras push" "$(mmm "${oras_push[@]}")" "$(gbs "$(m "${oras_push[@]}")")" "$(ratio "${oras_push[*]}" "${ws_push[*]}")" ">= 1.5x" "$(met "$(m "${oras_push[@]}")" "$(m "${ws_push[@]}")" 1.5)" "$(mmm "${cpu_oras_push[@]}")" "$(mmm "${reg_oras_push[@]}")"
+row "weightsnap pull over the disk floor" "" "" "$(ratio "${ws_pull[*]}" "${disk[*]}")" "" "" "" ""
+mapfile -t pull_gib < <(perGiB "${cpu_ws_pull[@]}")
+mapfile -t pull_floor < <(overFloor "${pull_gib[@]}")
+printf 'weightsnap pull CPU-s/GiB: %s, %s x the BLAKE3 floor (goal <= 1.5x: %s)\n' "$(PREC=3 mmm "${pull_gib[@]}")" "$(mmm "${pull_floor[@]}")" \
+	"$(awk -v r="$(m "${pull_floor[@]}")" 'BEGIN { print (r <= 1.5) ? "yes" : "NO" }')"
+printf 'CPU-s: the client'"'"'s CPU seconds and the registry'"'"'s meanwhile, on the same %s cores (%s CPU-s per second)\n' "$cores" "$cores"
+printf 'peak RSS goal: each < 128 MiB: pull %s MiB %s, push %s MiB %s\n' \
+	"$((rss_pull / 1024))" "$(awk -v k="$rss_pull" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')" "$((rss_push / 1024))" "$(awk -v k="$rss_push" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')"
+printf 'runs (s): ws pull %s | oras pull %s | ws push %s | oras push %s | disk %s\n' \
+	"${ws_pull[*]}" "${oras_pull[*]}" "${ws_push[*]}" "${oras_push[*]}" "${disk[*]}"

@@ -9,7 +9,10 @@
 #   a raw copy of the same bytes: socat from A into one file on B, then sync
 # The registry and oras come from the harness's install (test/e2e/deps); socat from Debian.
 #
-# Usage: scripts/bench-peer.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 3)
+# Every row is the median of REPS runs with its min and max, and its ratio to the peer's tcp fetch
+# with the range the runs allow (scripts/bench-lib.sh: mmm, ratio); the raw copy is the floor of the
+# link and the disk together, measured in every round.
+# Usage: scripts/bench-peer.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, BENCH_REPS or 5)
 # Env:   WEIGHTSNAP_PEERS_BIN  the peers' bin directory (default: test/e2e/deps -q)
 #        BENCH_DIR             where the stores and pulled files live (default /var/tmp)
 #        DROP_CACHES=1         drop the page cache before every transfer (node A then reads back what it serves, but for the cold rows)
@@ -18,7 +21,7 @@ cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 size=${1:-2GiB}
 shards=${2:-8}
-reps=${3:-3}
+reps=${3:-$BENCH_REPS}
 rev=0123456789abcdef0123456789abcdef01234567
 [ "$(id -u)" = 0 ] || { echo "bench-peer: needs root (network namespaces)" >&2; exit 1; }
 
@@ -125,23 +128,19 @@ done
 rails() { grep -o '"rails": *[0-9]*' "$1" | grep -o '[0-9]*$'; }
 tcp_rails=$(rails "$work/tcp.json")
 rma_rails=$(rails "$work/rma.json")
-m_tcp=$(printf '%s\n' "${r_tcp[@]}" | median)
-m_rma=$(printf '%s\n' "${r_rma[@]}" | median)
-m_wspull=$(printf '%s\n' "${r_pull[@]}" | median)
-m_oras=$(printf '%s\n' "${r_oras[@]}" | median)
-m_raw=$(printf '%s\n' "${r_raw[@]}" | median)
-m_tcp_cold=$(printf '%s\n' "${r_tcp_cold[@]}" | median)
-m_oras_cold=$(printf '%s\n' "${r_oras_cold[@]}" | median)
-
-printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, median of %s, node B fetching from node A over one veth, node A serving from memory\n' \
-	"$size" "$bytes" "$shards" "$(nproc)" "$reps"
-printf '%-52s %9s %7s %13s  %s\n' "measure" "seconds" "GB/s" "peer tcp is" "goal"
-printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch tcp, $tcp_rails rails (verify + fsync + publish)" "$m_tcp" "$(gbs "$m_tcp")" "" ""
-printf '%-52s %9.2f %7s %13s  %s\n' "peer fetch rma/sockets, $rma_rails rails (same)" "$m_rma" "$(gbs "$m_rma")" "$(speedup "$m_rma" "$m_tcp")" "(software fabric)"
-printf '%-52s %9.2f %7s %13s  %s\n' "weightsnap pull from a registry on A" "$m_wspull" "$(gbs "$m_wspull")" "$(speedup "$m_wspull" "$m_tcp")" ""
-printf '%-52s %9.2f %7s %13s  %s\n' "oras pull + sync from the same registry" "$m_oras" "$(gbs "$m_oras")" "$(speedup "$m_oras" "$m_tcp")" ">= 2x"
-printf '%-52s %9.2f %7s %13s  %s\n' "raw copy: socat into one file + sync" "$m_raw" "$(gbs "$m_raw")" "$(speedup "$m_raw" "$m_tcp")" ">= 0.8x"
-printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: peer fetch tcp, $tcp_rails rails" "$m_tcp_cold" "$(gbs "$m_tcp_cold")" "" "(A reads the disk B writes)"
-printf '%-52s %9.2f %7s %13s  %s\n' "cold sender: oras pull + sync" "$m_oras_cold" "$(gbs "$m_oras_cold")" "$(speedup "$m_oras_cold" "$m_tcp_cold")" ""
+m() { printf '%s\n' "$@" | median; } # m VALUES...: their median
+printf '\nweightsnap peer benchmark: %s (%d bytes) in %s shards, %s cores, node B fetching from node A over one veth, node A serving from memory\n' \
+	"$size" "$bytes" "$shards" "$(nproc)"
+printf 'every figure: median [min-max] of %s runs; ratio: the row'"'"'s seconds over the peer'"'"'s tcp fetch, median [worst-best the runs allow]\n' "$reps"
+printf 'floor: the raw copy (the link'"'"'s rate and the disk'"'"'s synced write of the same bytes together), %s GB/s\n' "$(gbs "$(m "${r_raw[@]}")")"
+row() { printf '%-52s %20s %7s %26s  %s\n' "$@"; }
+row "measure" "seconds" "GB/s" "ratio" "goal"
+row "peer fetch tcp, $tcp_rails rails (verify + fsync + publish)" "$(mmm "${r_tcp[@]}")" "$(gbs "$(m "${r_tcp[@]}")")" "" ""
+row "peer fetch rma/sockets, $rma_rails rails (same)" "$(mmm "${r_rma[@]}")" "$(gbs "$(m "${r_rma[@]}")")" "$(ratio "${r_rma[*]}" "${r_tcp[*]}")" "(software fabric)"
+row "weightsnap pull from a registry on A" "$(mmm "${r_pull[@]}")" "$(gbs "$(m "${r_pull[@]}")")" "$(ratio "${r_pull[*]}" "${r_tcp[*]}")" ""
+row "oras pull + sync from the same registry" "$(mmm "${r_oras[@]}")" "$(gbs "$(m "${r_oras[@]}")")" "$(ratio "${r_oras[*]}" "${r_tcp[*]}")" ">= 2x"
+row "raw copy: socat into one file + sync (floor)" "$(mmm "${r_raw[@]}")" "$(gbs "$(m "${r_raw[@]}")")" "$(ratio "${r_raw[*]}" "${r_tcp[*]}")" ">= 0.8x"
+row "cold sender: peer fetch tcp, $tcp_rails rails" "$(mmm "${r_tcp_cold[@]}")" "$(gbs "$(m "${r_tcp_cold[@]}")")" "" "(A reads the disk B writes)"
+row "cold sender: oras pull + sync" "$(mmm "${r_oras_cold[@]}")" "$(gbs "$(m "${r_oras_cold[@]}")")" "$(ratio "${r_oras_cold[*]}" "${r_tcp_cold[*]}")" ""
 printf 'runs (s): tcp %s | rma %s | ws pull %s | oras+sync %s | raw %s | cold: tcp %s, oras+sync %s\n' \
 	"${r_tcp[*]}" "${r_rma[*]}" "${r_pull[*]}" "${r_oras[*]}" "${r_raw[*]}" "${r_tcp_cold[*]}" "${r_oras_cold[*]}"

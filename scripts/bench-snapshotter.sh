@@ -10,7 +10,7 @@
 # The driver is TestSnapshotterBench in test/e2e/snapshotter_bench_test.go (build tag bench).
 #
 # Usage: scripts/bench-snapshotter.sh [SIZE...]   (default 2GiB 4GiB)
-# Env:   BENCH_REPS  runs per case, the table shows medians (default 3)
+# Env:   BENCH_REPS  runs per case, the table shows medians with min and max (default 5)
 #        BENCH_OUT   also write the table to this file
 #        DROP_CACHES=1  empty the page cache before every run
 set -euo pipefail
@@ -23,7 +23,7 @@ export BENCH_SIZES="${*:-2GiB 4GiB}"
 export WEIGHTSNAP_PEERS_BIN=${WEIGHTSNAP_PEERS_BIN:-$(test/e2e/deps -q | tail -n 1)}
 go build -o bin/ ./cmd/...
 log=$(mktemp /tmp/bench-snapshotter.XXXXXX.log)
-echo "bench-snapshotter: sizes $BENCH_SIZES, ${BENCH_REPS:-3} runs each; log in $log" >&2
+echo "bench-snapshotter: sizes $BENCH_SIZES, ${BENCH_REPS:-5} runs each; log in $log" >&2
 if ! go test -tags bench -count=1 -timeout 120m -v -run '^TestSnapshotterBench$' ./test/e2e/ >"$log" 2>&1; then
 	tail -n 60 "$log" >&2
 	exit 1

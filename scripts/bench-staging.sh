@@ -3,9 +3,11 @@
 #   hub-mirror first copy (verify full, and sample-hash) vs cp -a and rsync -a (each + sync),
 #   the no-op re-run vs rsync -a's no-op,
 #   a 1,000-file repository: first run vs re-run (time and syscalls, strace -c), and rsync's no-op.
-# Every row is a median over runs that alternate the contenders, so a burst of other work on the
-# machine lands on all of them: a copy row of COPY_RUNS rounds (the copies' seconds of each round
-# are printed too), a no-op row of NOOP_RUNS runs.
+# Every row is the median over runs that alternate the contenders, so a burst of other work on the
+# machine lands on all of them, with its min and max and its ratio to the row's reference with the
+# range the runs allow (scripts/bench-lib.sh: mmm, ratio): a copy row of COPY_RUNS rounds (the
+# copies' seconds of each round are printed too), a no-op row of NOOP_RUNS runs. The disk's floor
+# (the same bytes written into one file on the destination and synced) is measured every round.
 # The destination is an ext4 filesystem on a loop-mounted image, which the loop device writes with
 # direct I/O (as root; else a folder beside the source, noted in the title). The source is warmed into
 # the page cache before every contender (weightsnap drops the source's pages after copying, as it
@@ -13,16 +15,16 @@
 # Env:   DROP_CACHES=1  empty the page cache before warming the source for each contender (root only):
 #                       on a virtual machine the pages an earlier contender freed cost the next one a
 #                       fault to the host each
-#        COPY_RUNS=N    rounds of copies (default 3)
-#        NOOP_RUNS=N    runs per no-op row (default 5)
+#        COPY_RUNS=N    rounds of copies (default BENCH_REPS or 5)
+#        NOOP_RUNS=N    runs per no-op row (default BENCH_REPS or 5)
 # Usage: scripts/bench-staging.sh [SIZE] [FILES]   (default 2GiB, 1000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 size=${1:-2GiB}
 files=${2:-1000}
-noop_runs=${NOOP_RUNS:-5}
-copy_runs=${COPY_RUNS:-3}
+noop_runs=${NOOP_RUNS:-$BENCH_REPS}
+copy_runs=${COPY_RUNS:-$BENCH_REPS}
 ws=$PWD/bin/weightsnap
 for tool in rsync strace bc; do
 	if ! command -v "$tool" >/dev/null; then
@@ -87,14 +89,15 @@ recipe() { # recipe ID SRC DST VERIFY
 }
 stage() { "$ws" --root "$work/store" --config /dev/null stage "$@"; }
 # noops A B: runs commands A and B (strings for eval) noop_runs times each, alternating, and
-# prints the median seconds of each
+# prints the seconds of A's runs on one line and of B's on the next
 noops() {
 	local i a=() b=()
 	for ((i = 0; i < noop_runs; i++)); do
 		a+=("$(secs eval "$1")")
 		b+=("$(secs eval "$2")")
 	done
-	echo "$(printf '%s\n' "${a[@]}" | median) $(printf '%s\n' "${b[@]}" | median)"
+	echo "${a[*]}"
+	echo "${b[*]}"
 }
 
 big=$work/big/hub
@@ -102,10 +105,11 @@ big=$work/big/hub
 # the median of its rounds. Every weightsnap round but the last stages with a state directory of its
 # own, removed with its copy (no ledger of an earlier round, no blob to hardlink); the last one's
 # sample-hash lane and rsync copy stay for the no-op rows.
-c_cp=() c_rsync=() c_full=() c_sample=()
+c_cp=() c_rsync=() c_full=() c_sample=() c_disk=()
 for ((r = 1; r <= copy_runs; r++)); do
 	root=$work/store-$r
 	[ "$r" = "$copy_runs" ] && root=$work/store
+	c_disk+=("$(disk_floor "$dst" "$big"/models--org--big/blobs/*)")
 	warm "$big"
 	c_cp+=("$(secs bash -c "cp -a '$big' '$dst/cp' && sync")")
 	rm -rf "$dst/cp"
@@ -120,35 +124,49 @@ for ((r = 1; r <= copy_runs; r++)); do
 	c_sample+=("$(secs "$ws" --root "$root" --config /dev/null stage "$(recipe sample "$big" "$dst/sample" sample-hash)")")
 	[ "$r" != "$copy_runs" ] && rm -rf "$dst/sample" "$root"
 done
-t_cp=$(printf '%s\n' "${c_cp[@]}" | median)
-t_rsync=$(printf '%s\n' "${c_rsync[@]}" | median)
-t_full=$(printf '%s\n' "${c_full[@]}" | median)
-t_sample=$(printf '%s\n' "${c_sample[@]}" | median)
 warm "$big"
-read -r t_rsync_noop t_noop < <(noops "rsync -a '$big/' '$dst/rsync/'" "'$ws' --root '$work/store' --config /dev/null stage '$work/sample.toml'")
+{
+	read -r t_rsync_noop
+	read -r t_noop
+} < <(noops "rsync -a '$big/' '$dst/rsync/'" "'$ws' --root '$work/store' --config /dev/null stage '$work/sample.toml'")
 rm -rf "$dst/rsync" "$dst/sample"; sync
 
 many=$work/many/hub
-warm "$many"
-t_many_first=$(secs stage "$(recipe many "$many" "$dst/many" full)")
-n_many_first=$(syscalls "$ws" --root "$work/store" --config /dev/null stage "$(recipe many2 "$many" "$dst/many2" full)")
-n_many_again=$(syscalls "$ws" --root "$work/store" --config /dev/null stage "$work/many2.toml")
+t_many_first=()
+for ((r = 1; r <= copy_runs; r++)); do
+	warm "$many"
+	t_many_first+=("$(secs stage "$(recipe "many$r" "$many" "$dst/many$r" full)")")
+	[ "$r" = 1 ] || rm -rf "$dst/many$r"
+done
+n_many_first=$(syscalls "$ws" --root "$work/store" --config /dev/null stage "$(recipe many0 "$many" "$dst/many0" full)")
+n_many_again=$(syscalls "$ws" --root "$work/store" --config /dev/null stage "$work/many0.toml")
 rsync -a "$many/" "$dst/many-rsync/"
 sync
-read -r t_many_rsync t_many_again < <(noops "rsync -a '$many/' '$dst/many-rsync/'" "'$ws' --root '$work/store' --config /dev/null stage '$work/many.toml'")
+{
+	read -r t_many_rsync
+	read -r t_many_again
+} < <(noops "rsync -a '$many/' '$dst/many-rsync/'" "'$ws' --root '$work/store' --config /dev/null stage '$work/many1.toml'")
 n_many_rsync=$(syscalls rsync -a "$many/" "$dst/many-rsync/")
 
-ratio() { echo "scale=2; $1 / $2" | bc -l; }
 printf '\nweightsnap staging benchmark: %s repository (4 shards) and a %d-file repository, %s cores\n' "$size" "$files" "$(nproc)"
 printf 'source: %s (page cache warm); destination: %s\n' "$(stat -f -c %T "$work")" "$fstype"
-printf 'copies, seconds per round: cp %s; rsync %s; full %s; sample-hash %s\n' "${c_cp[*]}" "${c_rsync[*]}" "${c_full[*]}" "${c_sample[*]}"
-printf '%-44s %9s %9s %11s  %s\n' "measure" "seconds" "ratio" "syscalls" "goal"
-printf '%-44s %9.2f %9s %11s  %s\n' "cp -a + sync" "$t_cp" "1.00" "" ""
-printf '%-44s %9.2f %9s %11s  %s\n' "rsync -a + sync" "$t_rsync" "$(ratio "$t_rsync" "$t_cp")" "" ""
-printf '%-44s %9.2f %9s %11s  %s\n' "weightsnap stage, verify full (hashes all)" "$t_full" "$(ratio "$t_full" "$t_cp")" "" "<= 1.1 x cp -a"
-printf '%-44s %9.2f %9s %11s  %s\n' "weightsnap stage, verify sample-hash" "$t_sample" "$(ratio "$t_sample" "$t_cp")" "" "<= 1.0 x cp -a"
-printf '%-44s %9.3f %9s %11s  %s\n' "rsync -a again (no-op)" "$t_rsync_noop" "1.00" "" ""
-printf '%-44s %9.3f %9s %11s  %s\n' "weightsnap stage again (auto, no-op)" "$t_noop" "$(ratio "$t_noop" "$t_rsync_noop")" "" "<= 1.0 x rsync no-op"
-printf '%-44s %9.3f %9s %11s  %s\n' "$files files: weightsnap first run (full)" "$t_many_first" "1.00" "$n_many_first" ""
-printf '%-44s %9.3f %9s %11s  %s\n' "$files files: rsync -a no-op" "$t_many_rsync" "1.00" "$n_many_rsync" ""
-printf '%-44s %9.3f %9s %11s  %s\n' "$files files: weightsnap re-run (auto, no-op)" "$t_many_again" "$(ratio "$t_many_again" "$t_many_rsync")" "$n_many_again" "<= 1.0 x rsync no-op"
+printf 'every figure: median [min-max] of %s copy rounds or %s no-op runs; ratio: the row'"'"'s seconds over its reference'"'"'s, median [worst-best the runs allow]\n' "$copy_runs" "$noop_runs"
+printf 'disk floor (the big repository'"'"'s bytes written to one file on the destination and synced): %s s\n' "$(mmm "${c_disk[@]}")"
+printf 'copies, seconds per round: cp %s; rsync %s; full %s; sample-hash %s; disk %s\n' "${c_cp[*]}" "${c_rsync[*]}" "${c_full[*]}" "${c_sample[*]}" "${c_disk[*]}"
+row() { printf '%-44s %22s %26s %11s  %s\n' "$@"; }
+row "measure" "seconds" "ratio" "syscalls" "goal"
+row "cp -a + sync" "$(mmm "${c_cp[@]}")" "$(ratio "${c_cp[*]}" "${c_disk[*]}")" "" "(over the disk floor)"
+row "rsync -a + sync" "$(mmm "${c_rsync[@]}")" "$(ratio "${c_rsync[*]}" "${c_cp[*]}")" "" "(over cp -a)"
+row "weightsnap stage, verify full (hashes all)" "$(mmm "${c_full[@]}")" "$(ratio "${c_full[*]}" "${c_cp[*]}")" "" "<= 1.1 x cp -a"
+row "weightsnap stage, verify sample-hash" "$(mmm "${c_sample[@]}")" "$(ratio "${c_sample[*]}" "${c_cp[*]}")" "" "<= 1.0 x cp -a"
+row "weightsnap stage, sample-hash, over disk floor" "" "$(ratio "${c_sample[*]}" "${c_disk[*]}")" "" ""
+PREC=3
+# shellcheck disable=SC2086 # one argument per run
+row "rsync -a again (no-op)" "$(mmm $t_rsync_noop)" "" "" ""
+# shellcheck disable=SC2086
+row "weightsnap stage again (auto, no-op)" "$(mmm $t_noop)" "$(ratio "$t_noop" "$t_rsync_noop")" "" "<= 1.0 x rsync no-op"
+row "$files files: weightsnap first run (full)" "$(mmm "${t_many_first[@]}")" "" "$n_many_first" ""
+# shellcheck disable=SC2086
+row "$files files: rsync -a no-op" "$(mmm $t_many_rsync)" "" "$n_many_rsync" ""
+# shellcheck disable=SC2086
+row "$files files: weightsnap re-run (auto, no-op)" "$(mmm $t_many_again)" "$(ratio "$t_many_again" "$t_many_rsync")" "$n_many_again" "<= 1.0 x rsync no-op"

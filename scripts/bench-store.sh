@@ -4,17 +4,17 @@
 #   import (cold fingerprint, fsynced) vs cp -r + sync and vs its floor (sha256 + BLAKE3 of every byte),
 #   verify --full vs its floor (BLAKE3 of every byte), beside b3sum and sha256sum,
 #   peak RSS of import and verify;
-#   each the median of REPS runs, import and cp -r + sync taking turns.
-# Usage: scripts/bench-store.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, 5; REPS odd, at most 9)
+#   the disk's floor: the same bytes written to one file and synced;
+#   each the median of REPS runs with its min and max (scripts/bench-lib.sh: mmm, ratio), import and
+#   cp -r + sync taking turns.
+# Usage: scripts/bench-store.sh [SIZE] [SHARDS] [REPS]   (default 2GiB, 8, BENCH_REPS or 5)
 # Env:   DROP_CACHES=1  empty the page cache before each contender, then warm its source (root only)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/bench-lib.sh
 size=${1:-2GiB}
 shards=${2:-8}
-reps=${3:-5}
-case $reps in 1 | 3 | 5 | 7 | 9) ;; *) echo "bench-store: REPS must be odd, 1 to 9 (got $reps)" >&2; exit 2 ;; esac
-mid=$(((reps + 1) / 2)) # the median's line among reps sorted runs
+reps=${3:-$BENCH_REPS}
 ws=$PWD/bin/weightsnap
 for tool in b3sum /usr/bin/time bc; do
 	if ! command -v "$tool" >/dev/null; then
@@ -26,7 +26,7 @@ for tool in b3sum /usr/bin/time bc; do
 		fi
 	fi
 done
-read -r floor_sha floor_b3 cores < <(scripts/hash-floor.sh)
+hash_floor
 work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-bench.XXXXXX")
 trap 'chmod -R u+w "$work" 2>/dev/null; rm -rf "$work"' EXIT
 rev=0123456789abcdef0123456789abcdef01234567
@@ -38,19 +38,18 @@ warm() {
 	settle
 	cat "$@" >/dev/null
 }
-# timed OUT CMD...: runs CMD, leaving "seconds CPU-seconds peak-RSS-KiB" in OUT
+# timed CMD...: runs CMD, printing "seconds CPU-seconds peak-RSS-KiB"
 timed() {
-	local out=$1; shift
-	/usr/bin/time -f "%e %U %S %M" -o "$out.raw" "$@" >/dev/null 2>&1
-	awk '{ printf "%s %.2f %s\n", $1, $2 + $3, $4 }' "$out.raw" >"$out"
+	/usr/bin/time -f "%e %U %S %M" -o "$work/time" "$@" >/dev/null 2>&1
+	awk '{ printf "%s %.2f %s\n", $1, $2 + $3, $4 }' "$work/time"
 }
 
-# import into an empty store and cp -r + sync, taking turns, the median of the runs of each (as for
-# verify below): the seconds, the CPU-s of the median import, and the peak RSS of all of them. The
-# host's disk is shared: cp -r + sync took 1.34, 4.40 and 3.63 s in the three turns of one run.
+# import into an empty store and cp -r + sync, taking turns, and the disk's floor: the seconds,
+# CPU-s and peak RSS of each run.
 export WEIGHTSNAP_ROOT="$work/store"
-runs_cp=()
+runs_cp=() runs_disk=() runs_import=() cpu_import=() rss_import=0
 for i in $(seq "$reps"); do
+	runs_disk+=("$(disk_floor "$work" "$work/src"/*)")
 	warm "$work/src"/*
 	runs_cp+=("$(secs bash -c "cp -r '$work/src' '$work/cp' && sync")")
 	rm -rf "$work/cp"
@@ -58,26 +57,23 @@ for i in $(seq "$reps"); do
 	rm -rf "$work/store"
 	"$ws" store init >/dev/null
 	warm "$work/src"/*
-	timed "$work/import$i.time" "$ws" import "$work/src" --revision "$rev"
+	read -r t c r < <(timed "$ws" import "$work/src" --revision "$rev")
+	runs_import+=("$t") cpu_import+=("$c") rss_import=$((r > rss_import ? r : rss_import))
 done
-t_cp=$(printf '%s\n' "${runs_cp[@]}" | median)
-read -r t_import c_import _ < <(sort -g "$work"/import?.time | sed -n "${mid}p")
-rss_import=$(cut -d' ' -f3 "$work"/import?.time | sort -n | tail -n 1)
-runs_import=$(cut -d' ' -f1 "$work"/import?.time | tr '\n' ' ')
 id=$("$ws" import "$work/src" --revision "$rev")
-t_warm=$(secs "$ws" import "$work/src" --revision "$rev")
+runs_warm=()
+for i in $(seq "$reps"); do runs_warm+=("$(secs "$ws" import "$work/src" --revision "$rev")"); done
 files=("$work/store/artifacts/${id#sha256:}"/*)
 warm "${files[@]}"
-# verify, the median of the runs (as the other benches take medians; this machine's host noise
-# moves a single 0.4 s run by 30%): its seconds, the CPU-s of that run, and the peak RSS of all.
+# verify, b3sum and sha256sum, warm, taking turns
+runs_verify=() cpu_verify=() rss_verify=0 runs_b3=() runs_sha=()
 for i in $(seq "$reps"); do
-	timed "$work/verify$i.time" "$ws" verify --full "$id"
+	read -r t c r < <(timed "$ws" verify --full "$id")
+	runs_verify+=("$t") cpu_verify+=("$c") rss_verify=$((r > rss_verify ? r : rss_verify))
+	runs_b3+=("$(secs b3sum "${files[@]}")")
+	runs_sha+=("$(secs sha256sum "${files[@]}")")
 done
-read -r t_verify c_verify _ < <(sort -g "$work"/verify?.time | sed -n "${mid}p")
-rss_verify=$(cut -d' ' -f3 "$work"/verify?.time | sort -n | tail -n 1)
-runs_verify=$(cut -d' ' -f1 "$work"/verify?.time | tr '\n' ' ')
-t_b3=$(for i in $(seq "$reps"); do secs b3sum "${files[@]}"; echo; done | median)
-t_sha=$(secs sha256sum "${files[@]}")
+m() { printf '%s\n' "$@" | median; } # m VALUES...: their median
 
 # floor CPU-S-PER-GIB: the wall-clock floor of hashing every byte over all cores
 floor() { awk -v b="$bytes" -v c="$1" -v n="$cores" 'BEGIN { printf "%.2f", b / 2^30 * c / n }'; }
@@ -85,23 +81,32 @@ floor() { awk -v b="$bytes" -v c="$1" -v n="$cores" 'BEGIN { printf "%.2f", b / 
 cpufloor() { awk -v b="$bytes" -v c="$1" 'BEGIN { printf "%.2f", b / 2^30 * c }'; }
 f_import=$(floor "$(echo "$floor_sha + $floor_b3" | bc -l)")
 f_verify=$(floor "$floor_b3")
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", a / b }'; }
 maxof() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
 met() { awk -v r="$1" -v g="$2" 'BEGIN { print (r <= g) ? "yes" : "NO" }'; }
-r_import=$(ratio "$t_import" "$(maxof "$t_cp" "$f_import")")
-r_verify=$(ratio "$t_verify" "$f_verify")
+maxof() { awk -v a="$1" -v b="$2" 'BEGIN { print (a > b) ? a : b }'; }
+met() { awk -v r="$1" -v g="$2" 'BEGIN { print (r <= g) ? "yes" : "NO" }'; }
+# over VALUES... FLOOR: each of VALUES over FLOOR
+over() { local f=${*: -1}; for v in "${@:1:$#-1}"; do awk -v v="$v" -v f="$f" 'BEGIN { printf "%.3f\n", v / f }'; done; }
+ref_import=$(maxof "$(m "${runs_cp[@]}")" "$f_import")
+mapfile -t r_import < <(over "${runs_import[@]}" "$ref_import")
+mapfile -t r_verify < <(over "${runs_verify[@]}" "$f_verify")
 mib() { echo $(($1 / 1024)); }
 
 printf '\nweightsnap store benchmark: %s (%d bytes) in %s shards, %s cores, %s\n' "$size" "$bytes" "$shards" "$cores" "$(stat -f -c %T "$work")"
-printf 'hashing floor: sha256 %.3f CPU-s/GiB, BLAKE3 %.3f CPU-s/GiB (per core, all %s cores hashing; floors below are over all cores)\n' "$floor_sha" "$floor_b3" "$cores"
-printf '%-36s %8s %8s %7s %-30s %4s %8s %8s\n' "measure" "seconds" "floor" "ratio" "goal" "met" "CPU-s" "RSS MiB"
-printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8s\n' "cp -r + sync" "$t_cp" "" "" "" "" "" ""
-printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8d\n' "weightsnap import (cold, fsynced)" "$t_import" "$f_import" "$r_import" "<= 1.2 x max(cp+sync, floor)" "$(met "$r_import" 1.2)" "$c_import/$(cpufloor "$(echo "$floor_sha + $floor_b3" | bc -l)")" "$(mib "$rss_import")"
-printf '%-36s %8.3f %8s %7s %-30s %4s %8s %8s\n' "weightsnap import again (warm hit)" "$t_warm" "" "" "no source byte read" "" "" ""
-printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8d\n' "weightsnap verify --full (warm)" "$t_verify" "$f_verify" "$r_verify" "<= 1.1 x floor" "$(met "$r_verify" 1.1)" "$c_verify/$(cpufloor "$floor_b3")" "$(mib "$rss_verify")"
-printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8s\n' "b3sum (warm, all threads)" "$t_b3" "" "$(ratio "$t_verify" "$t_b3")" "verify / b3sum" "" "" ""
-printf '%-36s %8.2f %8s %7s %-30s %4s %8s %8s\n' "sha256sum (warm, one thread)" "$t_sha" "" "$(ratio "$t_verify" "$t_sha")" "verify / sha256sum" "" "" ""
-printf 'CPU-s: CPU seconds used / CPU seconds of its hashes at the floor (noise from other load shows in seconds more than in CPU-s)\n'
-printf 'import, cp -r + sync, verify and b3sum: medians of %s; runs (s): import %s| cp -r + sync %s | verify %s\n' "$reps" "$runs_import" "${runs_cp[*]}" "$runs_verify"
+printf 'every figure: median [min-max] of %s runs; floors below are over all cores; ratio: over the row'"'"'s reference, median [worst-best]\n' "$reps"
+printf '%s\n' "$floor_line"
+printf 'disk floor (the same bytes written to one file and synced): %s s\n' "$(mmm "${runs_disk[@]}")"
+row() { printf '%-36s %20s %6s %22s %-28s %4s %20s %8s\n' "$@"; }
+row "measure" "seconds" "floor" "ratio" "goal" "met" "CPU-s" "RSS MiB"
+row "cp -r + sync" "$(mmm "${runs_cp[@]}")" "" "$(ratio "${runs_cp[*]}" "${runs_disk[*]}")" "(over the disk floor)" "" "" ""
+row "weightsnap import (cold, fsynced)" "$(mmm "${runs_import[@]}")" "$f_import" "$(mmm "${r_import[@]}")x" "<= 1.2 x max(cp+sync, floor)" "$(met "$(m "${r_import[@]}")" 1.2)" "$(mmm "${cpu_import[@]}")" "$(mib "$rss_import")"
+row "weightsnap import over the disk floor" "" "" "$(ratio "${runs_import[*]}" "${runs_disk[*]}")" "" "" "" ""
+row "weightsnap import again (warm hit)" "$(PREC=3 mmm "${runs_warm[@]}")" "" "" "no source byte read" "" "" ""
+row "weightsnap verify --full (warm)" "$(mmm "${runs_verify[@]}")" "$f_verify" "$(mmm "${r_verify[@]}")x" "<= 1.1 x floor" "$(met "$(m "${r_verify[@]}")" 1.1)" "$(mmm "${cpu_verify[@]}")" "$(mib "$rss_verify")"
+row "b3sum (warm, all threads)" "$(mmm "${runs_b3[@]}")" "" "$(ratio "${runs_b3[*]}" "${runs_verify[*]}")" "b3sum / verify" "" "" ""
+row "sha256sum (warm, one thread)" "$(mmm "${runs_sha[@]}")" "" "$(ratio "${runs_sha[*]}" "${runs_verify[*]}")" "sha256sum / verify" "" "" ""
+printf 'import CPU-s / its hashes at the floor: %s / %s; verify: %s / %s (noise from other load shows in seconds more than in CPU-s)\n' \
+	"$(m "${cpu_import[@]}")" "$(cpufloor "$(echo "$floor_sha + $floor_b3" | bc -l)")" "$(m "${cpu_verify[@]}")" "$(cpufloor "$floor_b3")"
+printf 'runs (s): import %s | cp -r + sync %s | verify %s | disk %s\n' "${runs_import[*]}" "${runs_cp[*]}" "${runs_verify[*]}" "${runs_disk[*]}"
 printf 'peak RSS goal: each < 128 MiB: import %s, verify %s\n' \
 	"$(awk -v k="$rss_import" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')" "$(awk -v k="$rss_verify" 'BEGIN { print (k < 131072) ? "yes" : "NO" }')"

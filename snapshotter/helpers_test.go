@@ -264,7 +264,7 @@ const filesPerFolder = 50
 // config.json and the shard index) and extra small files beside it: the
 // tokenizers, configs and vocabularies of many languages, filesPerFolder
 // in a folder.
-func manyFilesModel(t *testing.T, extra int) string {
+func manyFilesModel(t testing.TB, extra int) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "model")
 	if err := synth.Write(context.Background(), dir, synth.Options{Size: 8 << 20, Shards: 6, DType: "BF16", Seed: uint64(extra) + 34}); err != nil {

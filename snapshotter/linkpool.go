@@ -23,8 +23,10 @@ import (
 // a symlink's target cannot change in place, and the pool's entries are
 // replaced only whole (a new link renamed over the old; views keep the old
 // inode). The pool is in the snapshotter's root, on the store's
-// filesystem, 0700. An entry no view links any more (one link left: the
-// pool's) is removed by sweep, at start and at Cleanup.
+// filesystem, 0700, and only its snapshotter writes it. An entry no view
+// links any more (one link left: the pool's), or one that is not a
+// symlink to the target its name says, is removed by sweep, at start and
+// at Cleanup, so that a view's link trusts an entry by its name.
 type linkPool struct {
 	dir string
 	seq atomic.Uint64 // names temporary links
@@ -43,17 +45,13 @@ func newLinkPool(dir string) (*linkPool, error) {
 // symlink puts at dst a symbolic link to target, as os.Symlink does (an
 // error satisfying os.ErrExist when something is there already): a hard
 // link to the pool's entry for target, that entry made, or made again
-// when it is missing, has another target, or has as many links as the
-// filesystem allows. Where the pool cannot be linked from dst (another
-// filesystem) it makes a symlink of dst's own.
+// when it is missing or has as many links as the filesystem allows. The
+// entry's target is not read: sweep keeps only entries true to their
+// names. Where the pool cannot be linked from dst (another filesystem) it
+// makes a symlink of dst's own.
 func (p *linkPool) symlink(target, dst string) error {
 	entry := p.entry(target)
 	for range 3 {
-		if have, err := os.Readlink(entry); err != nil || have != target {
-			if err := p.put(entry, target); err != nil {
-				return err
-			}
-		}
 		// flags 0: the link is to the symlink itself, not what it names.
 		err := unix.Linkat(unix.AT_FDCWD, entry, unix.AT_FDCWD, dst, 0)
 		switch {
@@ -63,13 +61,12 @@ func (p *linkPool) symlink(target, dst string) error {
 			return &os.LinkError{Op: "symlink", Old: target, New: dst, Err: err}
 		case errors.Is(err, unix.EXDEV):
 			return os.Symlink(target, dst)
-		case errors.Is(err, unix.EMLINK):
+		case errors.Is(err, unix.EMLINK), errors.Is(err, unix.ENOENT):
+			// ENOENT: the entry is missing (new, or a sweep took it), or
+			// dst's folder is: the next pass tells, the entry made.
 			if err := p.put(entry, target); err != nil {
 				return err
 			}
-		case errors.Is(err, unix.ENOENT):
-			// The entry went (a sweep) since it was read, or dst's folder is
-			// missing: the next pass tells, by the entry.
 		default:
 			return &os.LinkError{Op: "link", Old: entry, New: dst, Err: err}
 		}
@@ -97,9 +94,10 @@ func (p *linkPool) put(entry, target string) error {
 	return nil
 }
 
-// sweep removes the entries no view links and the temporary links a crash
-// left behind. A view being built meanwhile either linked an entry first
-// (its link keeps the inode) or finds it gone and makes it again.
+// sweep removes the entries no view links, those that are not a symlink
+// to the target their name says, and the temporary links a crash left
+// behind. A view being built meanwhile either linked an entry first (its
+// link keeps the inode) or finds it gone and makes it again.
 func (p *linkPool) sweep() error {
 	ents, err := os.ReadDir(p.dir)
 	if err != nil {
@@ -114,7 +112,7 @@ func (p *linkPool) sweep() error {
 		}
 		// A temporary link a live put is about to rename is one of this
 		// process's: only those of other processes (crashed) go.
-		if strings.HasPrefix(e.Name(), linkPoolTemp+strconv.Itoa(os.Getpid())+"-") || st.Nlink > 1 {
+		if strings.HasPrefix(e.Name(), linkPoolTemp+strconv.Itoa(os.Getpid())+"-") || st.Nlink > 1 && p.trueToName(name) {
 			continue
 		}
 		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -125,4 +123,11 @@ func (p *linkPool) sweep() error {
 		return fmt.Errorf("link pool: %w", err)
 	}
 	return nil
+}
+
+// trueToName reports whether the entry name is a symlink to the target
+// whose pool name it has.
+func (p *linkPool) trueToName(name string) bool {
+	target, err := os.Readlink(name)
+	return err == nil && p.entry(target) == name
 }

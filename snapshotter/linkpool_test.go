@@ -10,7 +10,8 @@ import (
 )
 
 // TestLinkPool: views' symlinks of one target are one inode, the pool's;
-// an entry with another target is made again; something at the
+// an entry with another target, which a view links, goes at the sweep
+// before any link (as at start) and is made again; something at the
 // destination is os.ErrExist; a sweep removes what no view links (and a
 // crashed process's temporary links) and keeps what one does.
 func TestLinkPool(t *testing.T) {
@@ -32,6 +33,13 @@ func TestLinkPool(t *testing.T) {
 				if err := p.put(p.entry(target), "../../blobs/elsewhere"); err != nil {
 					t.Fatal(err)
 				}
+				if err := os.Link(p.entry(target), filepath.Join(root, "old-view")); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.sweep(); err != nil {
+					t.Fatal(err)
+				}
+				os.Remove(filepath.Join(root, "old-view"))
 			}
 			crashed := filepath.Join(p.dir, linkPoolTemp+"1-1")
 			if err := os.Symlink(target, crashed); err != nil {
