@@ -20,8 +20,8 @@ func startFields(cfg config.Config, d *store.Domain, trustDigest string) log.Fie
 	f := log.Fields{
 		"config": "none (defaults)", "trust_policy": "none (artifacts accepted unverified)",
 		"domain_policy": filepath.Join(d.Root(), "domain-policy.json"),
-		"validation":    p.Validation, "max_artifact_bytes": p.MaxArtifactBytes, "max_store_bytes": p.MaxStoreBytes,
-		"min_free_bytes": p.MinFreeBytes, "eviction": p.Eviction,
+		"validation":    p.Validation, "max_artifact_bytes": int64(p.MaxArtifactBytes), "max_store_bytes": int64(p.MaxStoreBytes),
+		"min_free_bytes": int64(p.MinFreeBytes), "eviction": p.Eviction,
 		"high_watermark_percent": p.HighWatermarkPercent, "low_watermark_percent": p.LowWatermarkPercent,
 	}
 	f["domain_policy_digest"] = fileDigest(f["domain_policy"].(string))
