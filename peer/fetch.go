@@ -45,6 +45,9 @@ type FetchOptions struct {
 	// (prod, whose CarriedSignatures are what the peer sent) may be
 	// published: the caller's trust policy. An error ends the fetch.
 	Admit func(ctx context.Context, id artifact.ID, prod artifact.Producer) error
+	// Structure is how the Provider's fetches find their sources; "" is
+	// the chain. The forest needs Provider.Self.
+	Structure Structure
 
 	self string // Provider.Self, for orphanWait
 }
@@ -97,6 +100,7 @@ type fetcher struct {
 	checkSHA256 bool
 
 	src     *sources
+	forest  *forestPlan // set: the fetch takes each stripe from its source in the striped forest (fetch_forest.go)
 	units   unitTable
 	closing targetCloser
 	stats   fetchStats
@@ -254,6 +258,9 @@ const (
 // first, then, after a failure of a peer or the wire, the next peer's,
 // with the units still missing.
 func (f *fetcher) fetchAll(ctx context.Context) error {
+	if f.forest != nil {
+		return f.fetchForest(ctx)
+	}
 	b := &backoff.ExponentialBackOff{InitialInterval: retryFirst, Multiplier: 2, MaxInterval: retryMax}
 	failures := 0
 	var since time.Time // of the first failure since the last progress
