@@ -11,6 +11,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/internal/netfail"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/peer/stripes"
 	"golang.org/x/sync/errgroup"
@@ -140,10 +141,10 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 }
 
 // fetchStripe fetches stripe s's pieces from this node's source in it. A
-// source that has served nothing yet is asked again, within the plan's
-// wait; a source that fails once it served, or that served a bad piece,
-// is left for the next of its adopters in the forest, with the pieces
-// verified so far kept.
+// source that answers but has served nothing yet is asked again, within
+// the plan's wait; a source that cannot be reached, fails once it served,
+// or served a bad piece is left for the next of its adopters in the
+// forest, with the pieces verified so far kept.
 func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 	fp := f.forest
 	stripe := fp.stripe(s)
@@ -170,7 +171,7 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 			return err
 		}
 		liar := errdefs.IsDataLoss(err)
-		if !liar && !served && time.Since(start) < fp.wait {
+		if !liar && !served && !netfail.Unreachable(err) && time.Since(start) < fp.wait {
 			// The source may not have announced its build yet.
 			select {
 			case <-time.After(b.NextBackOff()):
@@ -181,6 +182,9 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 		}
 		if liar {
 			f.o.Client.Down.drop(src, err)
+			f.stats.mu.Lock()
+			f.stats.sessions.Refused = append(f.stats.sessions.Refused, src)
+			f.stats.mu.Unlock()
 			log.G(ctx).WithError(err).WithField("peer", src).WithField("stripe", stripe.String()).
 				Warn("peer: the source served a piece that failed its check; it is passed over")
 		}

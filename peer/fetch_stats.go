@@ -27,6 +27,7 @@ type sessionStats struct {
 	Rails     int
 	Failovers int
 	Restarts  int
+	Refused   []string // peers that served bytes that failed their check, of a striped fetch
 }
 
 // verified counts n payload bytes fetched and verified; it may be called
