@@ -58,7 +58,7 @@ func TestFleetForestCorruptPiece(t *testing.T) {
 	}
 	named := ""
 	for _, p := range ro.Procs {
-		if l := logLine(t, p.Log, "failed its check", "peer="+liar.addr); l != "" {
+		if l := logLine(t, p.Log, "failed its check", `peer="`+liar.addr+`"`); l != "" {
 			named = l
 		}
 	}
@@ -72,13 +72,14 @@ func TestFleetForestCorruptPiece(t *testing.T) {
 	}
 }
 
-// TestFleetForestKilled: eight nodes start together in the forest; the head of the first stripe
-// is killed, its resolve and its peer serve, once it has verified a quarter of the artifact. Its
+// TestFleetForestKilled: eight nodes start together in the forest, on links a quarter of
+// TestFleet's (the transfer outlasts a listing of the head); the head of the first stripe is
+// killed, its resolve and its peer serve, once it has verified a quarter of the artifact. Its
 // children re-attach to adopters, every other node is READY and verifies in full, and the origin
 // sends at most forestMaxCopies copies.
 func TestFleetForestKilled(t *testing.T) {
 	const nodes = 8
-	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit})
+	f := Start(t, Options{Nodes: nodes, Size: "64MiB", Shards: 2, RateMbit: testRateMbit / 4})
 	ro := f.Launch(Round{Nodes: nodes, Peers: true, Structure: "forest"})
 	head := f.forestHead(t, ro.Nodes)
 	if err := poll(time.Minute, func() error {
@@ -93,7 +94,7 @@ func TestFleetForestKilled(t *testing.T) {
 	r := ro.Wait()
 	reattached := 0
 	for i, p := range ro.Procs {
-		if i != head && logLine(t, p.Log, "re-attaching", "peer="+ro.Nodes[head].addr) != "" {
+		if i != head && logLine(t, p.Log, "re-attaching", `peer="`+ro.Nodes[head].addr+`"`) != "" {
 			reattached++
 		}
 	}
