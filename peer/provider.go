@@ -108,7 +108,14 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	o := p.Options
 	o.Tensors, o.self = nil, p.Self
 	if o.Structure == StructureForest && p.Self != "" {
-		return p.forestFetcher(ctx, id, addrs, o)
+		f, placed, err := p.forestFetcher(ctx, id, addrs, o)
+		if err == nil || !placed || ctx.Err() != nil {
+			return f, err
+		}
+		// No source of the forest answered: its root, or the members
+		// above this one, never started or failed before they announced.
+		// The chain's choice lists the peers and agrees on a live root.
+		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("peer: no source in the striped forest; choosing one as the chain does")
 	}
 	f, err := newFetcher(ctx, addrs, wire.Request{ID: id}, o, false)
 	// The root goes to the registry at once when no peer holds or builds
@@ -183,30 +190,30 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 }
 
 // forestFetcher places this node in the striped forest of id over the
-// peers and itself: the forest's root goes to the registry at once; any
-// other node reads the manifest from its sources in the forest, which it
-// asks for up to RootWait while none has announced its build.
-func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []string, o FetchOptions) (*fetcher, error) {
+// peers and itself: the forest's root goes to the registry at once (placed
+// false); any other node reads the manifest from its sources in the
+// forest, which it asks for up to RootWait while none has announced its
+// build.
+func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []string, o FetchOptions) (f *fetcher, placed bool, err error) {
 	forest, err := stripes.Place(id, append(slices.Clone(addrs), p.Self), stripes.DefaultStripes)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	if forest.Root() == p.Self {
 		err := fmt.Errorf("this node is the root of the striped forest of %s: %w", id.Short(), errdefs.ErrNotFound)
 		p.originNext(ctx, id, "this node is the root of the striped forest", err)
-		return nil, err
+		return nil, false, err
 	}
 	wait := p.RootWait
 	if wait <= 0 {
 		wait = DefaultRootWait
 	}
 	leave := func(ctx context.Context, reason string, err error) { p.originNext(ctx, id, reason, err) }
-	f, err := newForestFetcher(ctx, addrs, wire.Request{ID: id}, o, &forestPlan{forest: forest, self: p.Self, wait: wait, leave: leave})
-	if err != nil && ctx.Err() == nil {
-		err = fmt.Errorf("no source of %s in the striped forest after %s: %w: %w", id.Short(), wait, err, errdefs.ErrNotFound)
-		p.originNext(ctx, id, "no source in the striped forest after the wait", err)
+	f, err = newForestFetcher(ctx, addrs, wire.Request{ID: id}, o, &forestPlan{forest: forest, self: p.Self, wait: wait, leave: leave})
+	if err != nil {
+		return nil, true, fmt.Errorf("no source of %s in the striped forest after %s: %w", id.Short(), wait, err)
 	}
-	return f, err
+	return f, true, nil
 }
 
 // originNext logs and counts a selection that found no source among the
