@@ -22,9 +22,9 @@ import (
 
 // piecesFrom says whether a tcp session takes long units in pieces: from
 // a peer that answers for pieces of this size, when this node serves what
-// it fetches or the peer builds (its pieces then come as it verifies
-// them). Otherwise a unit is one hash and no round trip more.
-// A striped session always does: its stripe is a set of pieces.
+// it fetches, the peer builds (its pieces then come as it verifies them),
+// or the session is of one stripe (a set of pieces). Otherwise a unit is
+// one hash and no round trip more.
 func (f *fetcher) piecesFrom(cs *clientSession) bool {
 	return cs.manifest.PieceSize == blake3.PieceSize && (f.seed != nil || cs.manifest.Building || cs.stripe.Count > 0)
 }

@@ -130,9 +130,9 @@ func (ut *unitTable) split(u *unit, ps []*unit, record func() error) error {
 	return nil
 }
 
-// piece is the piece of u's parent that u stands for: a session of a
-// striped fetch that asked for the chaining values of a unit another
-// session split first asked for pieces of its own.
+// piece is the piece of u's parent that the table keeps for u's place. Two
+// sessions of a striped fetch may each split a unit; the first one's
+// pieces are the unit's, and the other's stand for them.
 func (ut *unitTable) piece(u *unit) *unit {
 	ut.mu.Lock()
 	defer ut.mu.Unlock()

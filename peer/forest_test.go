@@ -203,7 +203,7 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestStripedSession: a session of one stripe serves the chaining values
 // of any unit and the bytes of its own stripe's pieces only, one piece a
-// range, and a stripe of k is served to at most k sessions at once.
+// range, and a stripe of k is served to at most 2k sessions at once.
 func TestStripedSession(t *testing.T) {
 	s, id := seededInPieces(t, 1)
 	srv, addr := serve(t, s, ServerConfig{})
@@ -270,14 +270,16 @@ func TestStripedSession(t *testing.T) {
 			}
 		})
 	}
-	t.Run("busy past the stripe count", func(t *testing.T) {
-		second, err := openSession(ctx, ClientConfig{}.withDefaults(), addr, wire.Request{ID: digest, Stripe: stripe})
-		if err != nil {
-			t.Fatalf("a second session of a stripe of 2: %v", err)
+	t.Run("busy past twice the stripe count", func(t *testing.T) {
+		for i := 2; i <= 2*stripe.Count; i++ {
+			more, err := openSession(ctx, ClientConfig{}.withDefaults(), addr, wire.Request{ID: digest, Stripe: stripe})
+			if err != nil {
+				t.Fatalf("session %d of a stripe of %d: %v", i, stripe.Count, err)
+			}
+			defer more.close()
 		}
-		defer second.close()
 		if _, err := openSession(ctx, ClientConfig{}.withDefaults(), addr, wire.Request{ID: digest, Stripe: stripe}); !isBusy(err) {
-			t.Fatalf("a third session of a stripe of 2: %v, want busy", err)
+			t.Fatalf("session %d of a stripe of %d: %v, want busy", 2*stripe.Count+1, stripe.Count, err)
 		}
 	})
 }

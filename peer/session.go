@@ -217,11 +217,11 @@ type childKey struct {
 
 // childLimit is how many sessions of an artifact, or of one stripe of it,
 // the server serves at once: MaxChildren of the whole artifact; of a
-// stripe, its stripe count, the most the striped forest places on one
-// member of one stripe.
+// stripe, twice its stripe count: the most the striped forest places on
+// one member of one stripe, and as many orphans it may adopt.
 func (s *Server) childLimit(stripe wire.Stripe) int {
 	if stripe.Count > 0 {
-		return stripe.Count
+		return 2 * stripe.Count
 	}
 	return s.cfg.MaxChildren
 }
