@@ -283,3 +283,25 @@ func TestStripedSession(t *testing.T) {
 		}
 	})
 }
+
+// TestStripeTouches: a unit's pieces first..first+n-1 touch a stripe of k
+// when one of them is that stripe's (piece i is stripe i mod k's).
+func TestStripeTouches(t *testing.T) {
+	for _, tc := range []struct {
+		stripe   wire.Stripe
+		first, n int64
+		want     bool
+	}{
+		{wire.Stripe{}, 5, 1, true},
+		{wire.Stripe{Index: 2, Count: 4}, 2, 1, true},
+		{wire.Stripe{Index: 2, Count: 4}, 3, 1, false},
+		{wire.Stripe{Index: 2, Count: 4}, 3, 3, false}, // 3, 4, 5
+		{wire.Stripe{Index: 2, Count: 4}, 3, 4, true},  // 3..6
+		{wire.Stripe{Index: 0, Count: 4}, 5, 3, false}, // 5, 6, 7
+		{wire.Stripe{Index: 0, Count: 4}, 5, 4, true},  // 5..8
+	} {
+		if got := stripeTouches(tc.stripe, tc.first, tc.n); got != tc.want {
+			t.Errorf("stripe %s, pieces %d+%d: %v, want %v", tc.stripe, tc.first, tc.n, got, tc.want)
+		}
+	}
+}
