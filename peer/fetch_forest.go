@@ -142,9 +142,9 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 
 // fetchStripe fetches stripe s's pieces from this node's source in it. A
 // source that answers but has served nothing yet is asked again, within
-// the plan's wait; a source that cannot be reached, fails once it served,
-// or served a bad piece is left for the next of its adopters in the
-// forest, with the pieces verified so far kept.
+// the plan's wait; a source that cannot be reached, is busy, fails once it
+// served, or served a bad piece is left for the next of its adopters in
+// the forest, with the pieces verified so far kept.
 func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 	fp := f.forest
 	stripe := fp.stripe(s)
@@ -171,7 +171,7 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 			return err
 		}
 		liar := errdefs.IsDataLoss(err)
-		if !liar && !served && !netfail.Unreachable(err) && time.Since(start) < fp.wait {
+		if !liar && !served && !netfail.Unreachable(err) && !isBusy(err) && time.Since(start) < fp.wait {
 			// The source may not have announced its build yet.
 			select {
 			case <-time.After(b.NextBackOff()):
