@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"github.com/weightsnap/weightsnap/artifact/synth"
@@ -302,6 +303,38 @@ func TestStripeTouches(t *testing.T) {
 	} {
 		if got := stripeTouches(tc.stripe, tc.first, tc.n); got != tc.want {
 			t.Errorf("stripe %s, pieces %d+%d: %v, want %v", tc.stripe, tc.first, tc.n, got, tc.want)
+		}
+	}
+}
+
+// TestForestOriginCounted: in the forest, the root's decision to go to the
+// origin is a clean miss, counted under its reason; a member whose sources
+// answer but never build the artifact within the wait chooses as the chain
+// does, and its decision is counted under the chain's reason.
+func TestForestOriginCounted(t *testing.T) {
+	_, identity := seededInPieces(t, 1)
+	id, err := identity.ID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forest, ms := forestOf(t, id, 3)
+	for _, m := range ms {
+		serveOn(t, storetest.Open(t), ServerConfig{}, m.l) // nobody holds or builds it
+	}
+	for _, tc := range []struct {
+		member *forestMember
+		reason string
+	}{
+		{ms[0], "this node is the root of the striped forest"},
+		{ms[1], "no source after the wait"},
+	} {
+		tc.member.p.RootWait = 300 * time.Millisecond
+		_, _, err := tc.member.p.ProducerForID(context.Background(), id)
+		if !errdefs.IsNotFound(err) {
+			t.Fatalf("member %s (root %s): %v, want a clean miss", tc.member.addr, forest.Root(), err)
+		}
+		if got := testutil.ToFloat64(tc.member.p.originCounter().WithLabelValues(tc.reason)); got != 1 {
+			t.Errorf("member %s: origin_total{reason=%q} = %v, want 1", tc.member.addr, tc.reason, got)
 		}
 	}
 }
