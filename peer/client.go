@@ -166,6 +166,7 @@ type clientSession struct {
 	r        *bufio.Reader
 	manifest *wire.WeightManifest
 	gen      [16]byte
+	stripe   wire.Stripe // the request's: a striped session's rails ask for its pieces only
 
 	// Set by startPlane.
 	mode      Mode
@@ -194,7 +195,7 @@ func askManifest(ctx context.Context, cfg ClientConfig, addr string, request wir
 	if err != nil {
 		return nil, err
 	}
-	cs := &clientSession{addr: addr, cfg: cfg, conn: conn, r: r}
+	cs := &clientSession{addr: addr, cfg: cfg, conn: conn, r: r, stripe: request.Stripe}
 	fail := func(err error) (*clientSession, error) {
 		conn.Close()
 		return nil, &Error{Addr: addr, Err: err}

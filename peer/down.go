@@ -64,6 +64,23 @@ func (d *DownPeers) note(ctx context.Context, addr string, err error) {
 		delete(d.peers, addr)
 		return
 	}
+	d.remember(addr, err)
+}
+
+// drop remembers addr as down for its failure err, whatever err is: a peer
+// that served bytes that failed their check is passed over like one that
+// failed to answer.
+func (d *DownPeers) drop(addr string, err error) {
+	if d == nil {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.remember(addr, err)
+}
+
+// remember records a failure of addr; called with mu held.
+func (d *DownPeers) remember(addr string, err error) {
 	p, ok := d.peers[addr]
 	switch {
 	case !ok:

@@ -52,6 +52,9 @@ type FetchOptions struct {
 	// an artifact the store lacks; what Admit accepts is kept beside the
 	// store's artifact, whose bytes are not fetched again.
 	Hit func(ctx context.Context, id artifact.ID) error
+	// Structure is how the Provider's fetches find their sources; "" is
+	// the chain. The forest needs Provider.Self.
+	Structure Structure
 
 	self string // Provider.Self, for orphanWait
 }
@@ -104,6 +107,7 @@ type fetcher struct {
 	checkSHA256 bool
 
 	src     *sources
+	forest  *forestPlan // set: the fetch takes each stripe from its source in the striped forest (fetch_forest.go)
 	units   unitTable
 	closing targetCloser
 	stats   fetchStats
@@ -261,6 +265,9 @@ const (
 // first, then, after a failure of a peer or the wire, the next peer's,
 // with the units still missing.
 func (f *fetcher) fetchAll(ctx context.Context) error {
+	if f.forest != nil {
+		return f.fetchForest(ctx)
+	}
 	b := &backoff.ExponentialBackOff{InitialInterval: retryFirst, Multiplier: 2, MaxInterval: retryMax}
 	failures := 0
 	var since time.Time // of the first failure since the last progress

@@ -6,6 +6,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
 )
 
 // Pieces: over tcp, a fetch that serves what it fetches, or fetches from a
@@ -21,10 +22,11 @@ import (
 
 // piecesFrom says whether a tcp session takes long units in pieces: from
 // a peer that answers for pieces of this size, when this node serves what
-// it fetches or the peer builds (its pieces then come as it verifies
-// them). Otherwise a unit is one hash and no round trip more.
+// it fetches, the peer builds (its pieces then come as it verifies them),
+// or the session is of one stripe (a set of pieces). Otherwise a unit is
+// one hash and no round trip more.
 func (f *fetcher) piecesFrom(cs *clientSession) bool {
-	return cs.manifest.PieceSize == blake3.PieceSize && (f.seed != nil || cs.manifest.Building)
+	return cs.manifest.PieceSize == blake3.PieceSize && (f.seed != nil || cs.manifest.Building || cs.stripe.Count > 0)
 }
 
 // ask is one request of a tcp rail: a unit's bytes or, with pieces, the
@@ -36,8 +38,8 @@ type ask struct {
 
 // asks are a rail's requests for units: with pieces, a unit longer than a
 // piece and not in pieces yet is asked for its pieces' chaining values,
-// then for each piece.
-func asks(units []*unit, pieces bool) []ask {
+// then for each piece of stripe (every piece, for the zero Stripe).
+func asks(units []*unit, pieces bool, stripe wire.Stripe) []ask {
 	out := make([]ask, 0, len(units))
 	for _, u := range units {
 		if !pieces || u.parent != nil || u.n <= blake3.PieceSize {
@@ -52,7 +54,9 @@ func asks(units []*unit, pieces bool) []ask {
 		}
 		out = append(out, ask{u: u, pieces: ps})
 		for _, p := range ps {
-			out = append(out, ask{u: p})
+			if stripe.Has(u.first + p.piece) {
+				out = append(out, ask{u: p})
+			}
 		}
 	}
 	return out
@@ -61,20 +65,20 @@ func asks(units []*unit, pieces bool) []ask {
 // split takes the chaining values of u's pieces from the peer at addr: a
 // list that does not merge into u's BLAKE3 is the peer's fault; one that
 // does is recorded, when this node serves what it fetches, and ps, with
-// their chaining values, become u's pieces.
+// their chaining values, become u's pieces, unless another session of a
+// striped fetch split u first (its pieces stay u's).
 func (f *fetcher) split(addr string, u *unit, ps []*unit, cvs [][32]byte) error {
 	if len(cvs) != len(ps) || blake3.RootFromCVs(cvs) != u.blake3 {
 		return &Error{Addr: addr, Err: fmt.Errorf("fetched the pieces of %s: %d chaining values for %d pieces, not merging into its BLAKE3 %s: %w",
 			u.what(), len(cvs), len(ps), artifact.ShortHex(artifact.SumHex(u.blake3)), errdefs.ErrDataLoss)}
 	}
-	if f.seed != nil && u.dst.fw != nil {
-		if err := f.seed.Pieces(u.dst.path, u.dstOff, u.n, cvs); err != nil {
-			return err
-		}
-	}
 	for i, p := range ps {
 		p.blake3 = cvs[i]
 	}
-	f.units.split(u, ps)
-	return nil
+	return f.units.split(u, ps, func() error {
+		if f.seed != nil && u.dst.fw != nil {
+			return f.seed.Pieces(u.dst.path, u.dstOff, u.n, cvs)
+		}
+		return nil
+	})
 }

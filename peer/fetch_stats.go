@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/weightsnap/weightsnap/store"
@@ -12,8 +13,9 @@ type fetchStats struct {
 	onProgress func(n int64) // FetchOptions.Progress
 
 	fetched, reused atomic.Int64
-	reusedFiles     int // kept whole; counted before any session
-	resumedFiles    int // kept in part, continued
+	reusedFiles     int        // kept whole; counted before any session
+	resumedFiles    int        // kept in part, continued
+	mu              sync.Mutex // sessions, which a striped fetch's stripes count at once
 	sessions        sessionStats
 }
 
@@ -25,6 +27,7 @@ type sessionStats struct {
 	Rails     int
 	Failovers int
 	Restarts  int
+	Refused   []string // peers that served bytes that failed their check, of a striped fetch
 }
 
 // verified counts n payload bytes fetched and verified; it may be called
@@ -54,6 +57,8 @@ func (s *fetchStats) done() int64 { return s.fetched.Load() + s.reused.Load() }
 // session counts a session with the peer at addr, restarted since the
 // fetch's last session with it.
 func (s *fetchStats) session(addr string, restarted bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if restarted {
 		s.sessions.Restarts++
 	}

@@ -61,7 +61,7 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 	// At most railWindow requests are outstanding, so a request never
 	// waits on a peer busy sending a large range.
 	window := make(chan struct{}, railWindow)
-	as := asks(units, f.piecesFrom(cs))
+	as := asks(units, f.piecesFrom(cs), cs.stripe)
 	go func() {
 		for _, a := range as {
 			select {

@@ -28,7 +28,8 @@ type unit struct {
 	part   int    // the part of a bound file it is (SetPartBLAKE3); -1 for a header or a piece
 	name   string // tensor name; "" for a header or a whole file
 	blake3 artifact.Sum
-	done   bool // verified; guarded by unitTable.mu
+	done   bool  // verified; guarded by unitTable.mu
+	first  int64 // of a striped fetch, its first piece's index in the artifact's piece order (stripe_order.go)
 
 	// A piece has a parent, its index among the parent's pieces, and its
 	// chaining value as blake3. A unit taken in pieces has them once their
@@ -112,12 +113,33 @@ func (ut *unitTable) markDone(u *unit) bool {
 	return true
 }
 
-// split gives u its pieces, whose chaining values matched its BLAKE3.
-func (ut *unitTable) split(u *unit, ps []*unit) {
-	u.left.Store(int64(len(ps)))
+// split gives u its pieces, whose chaining values matched its BLAKE3,
+// once record (the pieces' record for the store) succeeded; u keeps the
+// pieces it has, from another session of a striped fetch.
+func (ut *unitTable) split(u *unit, ps []*unit, record func() error) error {
 	ut.mu.Lock()
+	defer ut.mu.Unlock()
+	if u.pieces != nil {
+		return nil
+	}
+	if err := record(); err != nil {
+		return err
+	}
+	u.left.Store(int64(len(ps)))
 	u.pieces = ps
-	ut.mu.Unlock()
+	return nil
+}
+
+// piece is the piece of u's parent that the table keeps for u's place. Two
+// sessions of a striped fetch may each split a unit; the first one's
+// pieces are the unit's, and the other's stand for them.
+func (ut *unitTable) piece(u *unit) *unit {
+	ut.mu.Lock()
+	defer ut.mu.Unlock()
+	if ps := u.parent.pieces; ps != nil {
+		return ps[u.piece]
+	}
+	return u
 }
 
 // addUnits records a target's units; empty ones are done at once.
@@ -154,6 +176,9 @@ func (u *unit) what() string {
 // unit is done, and a piece's parent once its pieces all are. A target
 // whose units are all done is closed in the background.
 func (f *fetcher) landed(addr string, u *unit, sum artifact.Sum) error {
+	if u.parent != nil {
+		u = f.units.piece(u)
+	}
 	if sum != u.blake3 {
 		got, want := "BLAKE3", "manifest says"
 		if u.parent != nil {

@@ -110,7 +110,7 @@ func buildWaiters() int {
 func (s *Server) sessionsOf(id artifact.ID) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.children[id]
+	return s.children[childKey{id: id}]
 }
 
 // waitSessionsEnd waits until s serves no session of id. A peer ends a

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/containerd/log"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 
 	"github.com/containerd/errdefs"
@@ -38,7 +39,9 @@ type Provider struct {
 	// means DefaultRootWait.
 	RootWait time.Duration
 
-	downOnce sync.Once
+	downOnce   sync.Once
+	originOnce sync.Once
+	origins    *prometheus.CounterVec
 }
 
 // Down is the provider's memory of the peers that failed to answer, kept
@@ -50,6 +53,25 @@ func (p *Provider) Down() *DownPeers {
 		}
 	})
 	return p.Options.Client.Down
+}
+
+// Register adds the provider's metrics to r: the dead-peer memory's and
+// the decisions to go to the origin, by reason.
+func (p *Provider) Register(r prometheus.Registerer) error {
+	if err := p.Down().Register(r); err != nil {
+		return err
+	}
+	return r.Register(p.originCounter())
+}
+
+// originCounter counts the selections that found no source among the
+// peers, by reason: each sends resolution on to the origin.
+func (p *Provider) originCounter() *prometheus.CounterVec {
+	p.originOnce.Do(func() {
+		p.origins = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weightsnap", Subsystem: "peer",
+			Name: "origin_total", Help: "Times a fetch found no source among the peers and resolution went on to the origin, by reason."}, []string{"reason"})
+	})
+	return p.origins
 }
 
 // DefaultRootWait is how long a node that is not an artifact's root asks
@@ -80,11 +102,21 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	addrs = slices.DeleteFunc(addrs, func(a string) bool { return a == p.Self })
 	if len(addrs) == 0 {
 		err := fmt.Errorf("no peer but this node: %w", errdefs.ErrNotFound)
-		originNext(ctx, id, "no peer but this node", err)
+		p.originNext(ctx, id, "no peer but this node", err)
 		return nil, err
 	}
 	o := p.Options
 	o.Tensors, o.self = nil, p.Self
+	if o.Structure == StructureForest && p.Self != "" {
+		f, placed, err := p.forestFetcher(ctx, id, addrs, o)
+		if err == nil || !placed || ctx.Err() != nil {
+			return f, err
+		}
+		// No source of the forest answered: its root, or the members
+		// above this one, never started or failed before they announced.
+		// The chain's choice lists the peers and agrees on a live root.
+		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("peer: no source in the striped forest; choosing one as the chain does")
+	}
 	f, err := newFetcher(ctx, addrs, wire.Request{ID: id}, o, false)
 	// The root goes to the registry at once when no peer holds or builds
 	// the artifact; when one does but cannot serve it now (busy, or a
@@ -97,9 +129,9 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 		switch {
 		case err == nil:
 		case root:
-			originNext(ctx, id, "this node is the root", err)
+			p.originNext(ctx, id, "this node is the root", err)
 		case p.Self == "":
-			originNext(ctx, id, "no source, and no address of this node to rank it by", err)
+			p.originNext(ctx, id, "no source, and no address of this node to rank it by", err)
 		}
 		return f, err
 	}
@@ -151,17 +183,45 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 	}
 	if err != nil && ctx.Err() == nil {
 		err = fmt.Errorf("no peer holds or builds %s after %s: %w: %w", id.Short(), wait, err, errdefs.ErrNotFound)
-		originNext(ctx, id, "no source after the wait", err)
+		p.originNext(ctx, id, "no source after the wait", err)
 		return nil, err
 	}
 	return f, err
 }
 
-// originNext logs a selection that found no source among the peers:
-// resolution asks its next source, the registry unless another comes
-// first. Each such decision is one line with its reason, so a fleet's
-// trips to the origin can be counted from its logs.
-func originNext(ctx context.Context, id artifact.ID, reason string, err error) {
+// forestFetcher places this node in the striped forest of id over the
+// peers and itself: the forest's root goes to the registry at once (placed
+// false); any other node reads the manifest from its sources in the
+// forest, which it asks for up to RootWait while none has announced its
+// build.
+func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []string, o FetchOptions) (f *fetcher, placed bool, err error) {
+	forest, err := stripes.Place(id, append(slices.Clone(addrs), p.Self), stripes.DefaultStripes)
+	if err != nil {
+		return nil, false, err
+	}
+	if forest.Root() == p.Self {
+		err := fmt.Errorf("this node is the root of the striped forest of %s: %w", id.Short(), errdefs.ErrNotFound)
+		p.originNext(ctx, id, "this node is the root of the striped forest", err)
+		return nil, false, err
+	}
+	wait := p.RootWait
+	if wait <= 0 {
+		wait = DefaultRootWait
+	}
+	leave := func(ctx context.Context, reason string, err error) { p.originNext(ctx, id, reason, err) }
+	f, err = newForestFetcher(ctx, addrs, wire.Request{ID: id}, o, &forestPlan{forest: forest, self: p.Self, wait: wait, leave: leave})
+	if err != nil {
+		return nil, true, fmt.Errorf("no source of %s in the striped forest after %s: %w", id.Short(), wait, err)
+	}
+	return f, true, nil
+}
+
+// originNext logs and counts a selection that found no source among the
+// peers: resolution asks its next source, the registry unless another
+// comes first. Each such decision is one line with its reason, so a
+// fleet's trips to the origin can be counted from its logs and metrics.
+func (p *Provider) originNext(ctx context.Context, id artifact.ID, reason string, err error) {
+	p.originCounter().WithLabelValues(reason).Inc()
 	log.G(ctx).WithError(err).WithField("id", id.Short()).WithField("reason", reason).Info("peer: no source among the peers; resolution goes on to its next source")
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
@@ -31,6 +32,8 @@ type delayedProducer struct {
 	fail    bool
 	lie     bool
 	hold    bool
+
+	everyPiece bool
 }
 
 func (p *delayedProducer) Name() string { return artifact.PassthroughName }
@@ -59,6 +62,11 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 		if n := len(f.Entry.Tensors); p.lie && n > 0 {
 			data = bytes.Clone(data)
 			data[f.Entry.Tensors[n-1].Offset] ^= 0xff
+			for _, x := range f.Entry.Tensors {
+				for at := int64(0); p.everyPiece && at < x.Length; at += blake3.PieceSize {
+					data[x.Offset+at] ^= 0xff
+				}
+			}
 		}
 		if _, err := fw.Write(data); err != nil {
 			return err
@@ -107,14 +115,21 @@ func building(t *testing.T, fail bool) (*delayedProducer, artifact.Identity, str
 // artifact identity that a holds.
 func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer, cfg ServerConfig) (*delayedProducer, string, chan error) {
 	t.Helper()
+	b := storetest.Open(t)
+	_, addr := serve(t, b, cfg)
+	return p, addr, startBuild(t, a, identity, p, b)
+}
+
+// startBuild starts p's build in b of the artifact identity that a holds,
+// and returns once p wrote every byte.
+func startBuild(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer, b *store.Domain) chan error {
+	t.Helper()
 	id, _ := identity.ID()
 	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
-	b := storetest.Open(t)
-	_, addr := serve(t, b, cfg)
 	p.src, p.written, p.release = src, make(chan struct{}), make(chan struct{})
 	built := make(chan error, 1)
 	go func() {
@@ -125,7 +140,7 @@ func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *
 		built <- err
 	}()
 	<-p.written
-	return p, addr, built
+	return built
 }
 
 // TestBuildingArtifactServesOnlyVerifiedRanges: a child fetches from a

@@ -137,14 +137,14 @@ func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 		ready[a.ID] = true
 		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{ID: a.ID, ManifestDigest: a.ManifestDigest,
 			Repository: a.Identity.Model.Repository, Revision: a.Identity.Model.Revision, Component: a.Identity.Component,
-			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[a.ID]})
+			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[childKey{id: a.ID}]})
 	}
 	for _, id := range s.d.Builds(ctx) {
 		if ready[id] {
 			continue
 		}
 		if la, ok := listBuilding(ctx, s.d, id); ok {
-			la.Children = children[id]
+			la.Children = children[childKey{id: id}]
 			ls.Artifacts = append(ls.Artifacts, la)
 		}
 	}

@@ -18,7 +18,6 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
-	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/fabric"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
 	"github.com/weightsnap/weightsnap/store"
@@ -108,7 +107,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[[16]byte]*session
-	children map[artifact.ID]int // sessions per artifact
+	children map[childKey]int // sessions per artifact, and per stripe of one
 	conns    map[net.Conn]struct{}
 	wg       sync.WaitGroup
 }
@@ -126,7 +125,7 @@ func NewServer(d *store.Domain, cfg ServerConfig) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{d: d, cfg: cfg, exports: exports, slots: make(chan struct{}, cfg.MaxSessions),
-		sessions: map[[16]byte]*session{}, children: map[artifact.ID]int{}, conns: map[net.Conn]struct{}{}}
+		sessions: map[[16]byte]*session{}, children: map[childKey]int{}, conns: map[net.Conn]struct{}{}}
 	s.faults = newFaults()
 	rand.Read(s.genRaw[:])
 	s.gen = hex.EncodeToString(s.genRaw[:])

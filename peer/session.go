@@ -26,6 +26,10 @@ type session struct {
 	sv     *servable
 	mode   Mode
 	rails  int
+	// stripe is the stripe a striped session serves (the zero Stripe: the
+	// whole artifact), and order the artifact's piece order it is dealt from.
+	stripe wire.Stripe
+	order  *pieceOrder
 
 	mu        sync.Mutex
 	closed    bool
@@ -116,10 +120,10 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		return fail(err)
 	}
 	defer sv.release()
-	if !s.addChild(sv.manifest.ID) {
-		return fail(&wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of %s, the most this peer serves of one artifact", s.cfg.MaxChildren, sv.manifest.ID.Short())})
+	if !s.addChild(sv.manifest.ID, req.Stripe) {
+		return fail(s.busyChildren(sv.manifest.ID, req.Stripe))
 	}
-	defer s.dropChild(sv.manifest.ID)
+	defer s.dropChild(sv.manifest.ID, req.Stripe)
 	m := sv.manifest
 	m.Generation = s.gen
 	m.PieceSize = blake3.PieceSize
@@ -134,7 +138,13 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		return fail(err)
 	}
 	mode := tr.Mode
-	ss := &session{sv: sv, mode: mode, rails: tr.Rails, railConns: map[net.Conn]struct{}{}}
+	ss := &session{sv: sv, mode: mode, rails: tr.Rails, railConns: map[net.Conn]struct{}{}, stripe: req.Stripe}
+	if req.Stripe.Count > 0 {
+		if mode != ModeTCP {
+			return fail(badInput("stripe %s of %s on the %s plane: a stripe is served on the tcp plane only", req.Stripe, m.ID.Short(), mode))
+		}
+		ss.order = newPieceOrder(&m)
+	}
 	rand.Read(ss.secret[:])
 	hosts := s.railHosts(local, ss.rails)
 	var plane servePlane = tcpServePlane{hosts: hosts, port: local.(*net.TCPAddr).Port}
@@ -198,23 +208,52 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	}
 }
 
-// addChild counts a session of id; false when id has MaxChildren already.
-func (s *Server) addChild(id artifact.ID) bool {
+// childKey is what a server counts sessions by: an artifact, or one
+// stripe of it.
+type childKey struct {
+	id     artifact.ID
+	stripe wire.Stripe
+}
+
+// childLimit is how many sessions of an artifact, or of one stripe of it,
+// the server serves at once: MaxChildren of the whole artifact; of a
+// stripe, twice its stripe count: the most the striped forest places on
+// one member of one stripe, and as many orphans it may adopt.
+func (s *Server) childLimit(stripe wire.Stripe) int {
+	if stripe.Count > 0 {
+		return 2 * stripe.Count
+	}
+	return s.cfg.MaxChildren
+}
+
+// addChild counts a session of id (or of one stripe of it); false when it
+// has childLimit sessions already.
+func (s *Server) addChild(id artifact.ID, stripe wire.Stripe) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.children[id] >= s.cfg.MaxChildren {
+	k := childKey{id, stripe}
+	if s.children[k] >= s.childLimit(stripe) {
 		return false
 	}
-	s.children[id]++
+	s.children[k]++
 	return true
 }
 
-func (s *Server) dropChild(id artifact.ID) {
+func (s *Server) dropChild(id artifact.ID, stripe wire.Stripe) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.children[id]--; s.children[id] <= 0 {
-		delete(s.children, id)
+	k := childKey{id, stripe}
+	if s.children[k]--; s.children[k] <= 0 {
+		delete(s.children, k)
 	}
+}
+
+// busyChildren is the answer to a session past childLimit.
+func (s *Server) busyChildren(id artifact.ID, stripe wire.Stripe) error {
+	if stripe.Count > 0 {
+		return &wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of stripe %s of %s, the most this peer serves of one stripe", s.childLimit(stripe), stripe, id.Short())}
+	}
+	return &wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of %s, the most this peer serves of one artifact", s.cfg.MaxChildren, id.Short())}
 }
 
 // tcpServePlane serves rails on the server's own listener.
@@ -246,6 +285,20 @@ func (sv *servable) checkRange(q wire.RangeRequest) error {
 	sh := sv.shards[q.Shard]
 	if size := uint64(sh.entry.Size); q.Off > size || q.N > size-q.Off {
 		return badInput("range %d+%d past the end of %s", q.Off, q.N, sh.entry.Path)
+	}
+	return nil
+}
+
+// checkRange refuses a range the servable refuses and, of a striped
+// session, a range of bytes that is not within one piece of its stripe (a
+// range for pieces' chaining values may be any unit).
+func (ss *session) checkRange(q wire.RangeRequest) error {
+	if err := ss.sv.checkRange(q); err != nil || ss.order == nil || q.Pieces {
+		return err
+	}
+	p, ok := ss.order.piece(int(q.Shard), int64(q.Off), int64(q.N))
+	if !ok || !ss.stripe.Has(p) {
+		return badInput("range %d+%d of shard %d is not one piece of stripe %s", q.Off, q.N, q.Shard, ss.stripe)
 	}
 	return nil
 }
@@ -282,7 +335,7 @@ func (s *Server) serveRail(ctx context.Context, raw net.Conn, r *bufio.Reader) e
 		if err != nil {
 			return err
 		}
-		if err := ss.sv.checkRange(q); err != nil {
+		if err := ss.checkRange(q); err != nil {
 			conn.Write(wire.StatusFrame(wire.StatusBadRequest, err.Error()))
 			return err
 		}

@@ -10,7 +10,12 @@
 # The driver is TestFleetBench in test/fleet/bench_test.go (build tag bench).
 #
 # Usage: scripts/bench-fleet.sh [N...]   (default 2 4 8 16)
+#        BENCH_FLEET_STRUCTURE=forest BENCH_FLEET_SIZE=64MiB BENCH_FLEET_REGISTRY=0 BENCH_FLEET_KILL=1 \
+#            scripts/bench-fleet.sh 2 4 8 16 32 64      (the striped forest up to 64 nodes, docs/fleet.md)
 # Env:   BENCH_FLEET_SIZE       the artifact's size (default 256MiB)
+#        BENCH_FLEET_STRUCTURE  the fleet rounds' [peer] structure: chain (default) or forest
+#        BENCH_FLEET_REGISTRY   0 leaves out the registry-only rounds (N copies over the origin's link each)
+#        BENCH_FLEET_KILL       1 adds, at the largest N, a fleet round with one node killed mid-transfer
 #        BENCH_FLEET_RATE_MBIT  every link's rate (default: benchRateMbit, 100)
 #        BENCH_OUT              also write the table to this file
 #        BENCH_FLEET_JSON       also write each fleet round's nodes (times to READY, sources) as JSON
@@ -29,7 +34,7 @@ export BENCH_FLEET_NODES="${*:-2 4 8 16}"
 export WEIGHTSNAP_PEERS_BIN=${WEIGHTSNAP_PEERS_BIN:-$(test/e2e/deps -q | tail -n 1)}
 go build -o bin/ ./cmd/...
 log=$(mktemp /tmp/bench-fleet.XXXXXX.log)
-echo "bench-fleet: nodes $BENCH_FLEET_NODES, ${BENCH_FLEET_SIZE:-256MiB}; log in $log" >&2
+echo "bench-fleet: nodes $BENCH_FLEET_NODES, ${BENCH_FLEET_SIZE:-256MiB}, structure ${BENCH_FLEET_STRUCTURE:-chain}; log in $log" >&2
 if ! go test -tags bench -count=1 -timeout 120m -v -run '^TestFleetBench$' ./test/fleet/ >"$log" 2>&1; then
 	tail -n 60 "$log" >&2
 	exit 1

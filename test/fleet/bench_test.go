@@ -8,7 +8,10 @@ package fleet
 //
 // Env: BENCH_FLEET_NODES (default "2 4 8 16"), BENCH_FLEET_SIZE (default 256MiB),
 // BENCH_FLEET_RATE_MBIT (default benchRateMbit), BENCH_FLEET_JSON (also write each fleet round's
-// nodes, sim.Measured, to this file: test/fleet/sim's calibration reads it).
+// nodes, sim.Measured, to this file: test/fleet/sim's calibration reads it),
+// BENCH_FLEET_STRUCTURE (the fleet rounds' [peer] structure, default the chain),
+// BENCH_FLEET_REGISTRY (0 leaves out the registry-only rounds), BENCH_FLEET_KILL (1 adds, at the
+// largest count, a fleet round with one node killed mid-transfer).
 
 import (
 	"encoding/json"
@@ -19,6 +22,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weightsnap/weightsnap/test/fleet/sim"
 )
@@ -61,6 +65,8 @@ func TestFleetBench(t *testing.T) {
 	for _, n := range counts {
 		most = max(most, n)
 	}
+	structure := os.Getenv("BENCH_FLEET_STRUCTURE")
+	registryOnly := os.Getenv("BENCH_FLEET_REGISTRY") != "0"
 	f := Start(t, Options{Nodes: most, Size: size, Shards: 4})
 	unshaped := f.Run(Round{Nodes: 1})
 	f.Shape(rate)
@@ -68,13 +74,25 @@ func TestFleetBench(t *testing.T) {
 	type row struct{ fleet, registry Result }
 	var rows []row
 	for _, n := range counts {
-		rows = append(rows, row{f.Run(Round{Nodes: n, Peers: true}), f.Run(Round{Nodes: n})})
+		r := row{fleet: f.Run(Round{Nodes: n, Peers: true, Structure: structure})}
+		if registryOnly {
+			r.registry = f.Run(Round{Nodes: n})
+		}
+		rows = append(rows, r)
 		t.Logf("%d nodes done", n)
+	}
+	var killed *Result
+	if os.Getenv("BENCH_FLEET_KILL") == "1" {
+		k := f.killedRound(t, Round{Nodes: most, Peers: true, Structure: structure})
+		killed = &k
 	}
 
 	load, _ := os.ReadFile("/proc/loadavg") // the machine may be shared: say how busy it was
-	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, every link %d Mbit/s both ways (tbf), %d cores, load average at the end %s\n",
-		size, f.Bytes, rate, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
+	if structure == "" {
+		structure = "chain"
+	}
+	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, every link %d Mbit/s both ways (tbf), %d cores, load average at the end %s\n",
+		size, f.Bytes, structure, rate, runtime.NumCPU(), strings.Join(strings.Fields(string(load))[:3], " "))
 	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s); on the %d Mbit/s links: %.2fs (%.0f Mbit/s)\n",
 		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped), rate, alone.Last.Seconds(), mbits(f.Bytes, alone))
 	if need := float64(most * rate); need > mbits(f.Bytes, unshaped)/1.5 {
@@ -85,7 +103,14 @@ func TestFleetBench(t *testing.T) {
 	fmt.Printf("%5s | %7s %7s %7s %8s %8s %8s %9s | %7s %7s %7s %8s %8s %8s %9s\n", "nodes",
 		"copies", "p50 s", "p99 s", "first s", "last s", "/alone", "origin MB", "copies", "p50 s", "p99 s", "first s", "last s", "/alone", "origin MB")
 	for _, r := range rows {
-		fmt.Printf("%5d | %s | %s\n", r.fleet.Nodes, cells(r.fleet, alone), cells(r.registry, alone))
+		reg := "(left out)"
+		if registryOnly {
+			reg = cells(r.registry, alone)
+		}
+		fmt.Printf("%5d | %s | %s\n", r.fleet.Nodes, cells(r.fleet, alone), reg)
+	}
+	if killed != nil {
+		fmt.Printf("%5d | %s | one node killed mid-transfer; the others' times\n", killed.Nodes, cells(*killed, alone))
 	}
 	fmt.Println("copies: the origin interface's tx bytes over the artifact's; p50/p99: of the nodes' times from the common start to READY (nearest rank: of 16, the 8th and the 16th);")
 	fmt.Println("first/last: the first and the last READY (last is the max); /alone: last over one node alone on the same links")
@@ -111,12 +136,31 @@ func TestFleetBench(t *testing.T) {
 // cells are a round's columns of the table: copies, the p50 and p99 of the nodes' times to
 // READY, the first and the last, the last over one node alone, the origin's egress.
 func cells(r Result, alone Result) string {
-	ends := make([]float64, len(r.Ends))
-	for i, d := range r.Ends {
-		ends[i] = d.Seconds()
+	var ends []float64
+	for _, d := range r.Ends {
+		if d > 0 { // a lost node has none
+			ends = append(ends, d.Seconds())
+		}
 	}
 	return fmt.Sprintf("%7.2f %7.2f %7.2f %8.2f %8.2f %7.2fx %9.0f", r.Copies, sim.Quantile(ends, 0.5), sim.Quantile(ends, 0.99),
 		r.First.Seconds(), r.Last.Seconds(), r.Last.Seconds()/alone.Last.Seconds(), float64(r.OriginBytes)/1e6)
+}
+
+// killedRound runs r with one node killed mid-transfer: the second of the rendezvous ranking (in
+// the forest, the head of the first stripe), once it has verified a quarter of the artifact.
+func (f *Fleet) killedRound(t *testing.T, r Round) Result {
+	ro := f.Launch(r)
+	victim := f.forestHead(t, ro.Nodes)
+	if err := poll(10*time.Minute, func() error {
+		if l, err := f.list(ro.Nodes[victim]); err == nil && l.Building && l.Verified >= f.Bytes/4 {
+			return nil
+		}
+		return fmt.Errorf("node %d has not verified a quarter", victim)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	ro.Kill(victim)
+	return ro.Wait()
 }
 
 // measured is a fleet round as sim.Measured keeps it: each node's time to READY and the node

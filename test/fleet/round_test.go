@@ -23,6 +23,8 @@ type Round struct {
 	Peers bool // each node runs peer serve and resolves with the round's other nodes as its peers; else the registry only
 	// MaxChildren is peer serve's --max-children; 0 leaves its default.
 	MaxChildren int
+	// Structure is each resolving node's [peer] structure; "" leaves its default (the chain).
+	Structure string
 	// Holders are the first nodes of the round that keep their stores (what an earlier round left
 	// there) and only serve (with Peers): they do not resolve.
 	Holders int
@@ -139,7 +141,11 @@ func (f *Fleet) Launch(r Round) *Rollout {
 			// The node's own address, as the others list it: the nodes that
 			// start together rank the same addresses and agree on one root.
 			cfg = filepath.Join(f.dir, fmt.Sprintf("config-%d-%d.toml", f.rounds, i))
-			if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[peer]\nadvertise = %q\n", n.addr)), 0o644); err != nil {
+			conf := fmt.Sprintf("[peer]\nadvertise = %q\n", n.addr)
+			if r.Structure != "" {
+				conf += fmt.Sprintf("structure = %q\n", r.Structure)
+			}
+			if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -91,6 +91,7 @@ type Peer struct {
 	TLSCA          string   `toml:"tls_ca" comment:"CA of other peers' certificates: talk TLS to them; \"\" for plain TCP"`
 	MaxSessions    int      `toml:"max_sessions" comment:"fetch sessions served at once; more are answered busy"`
 	MaxChildren    int      `toml:"max_children" comment:"sessions served of one artifact at once (children); more are answered busy, and a node\nfetching picks a holder, else a builder, with fewer"`
+	Structure      string   `toml:"structure" comment:"how nodes missing an artifact together carry it from the one that pulls it: chain (from a holder\nor a builder with a free child slot), or forest (each node places itself in a striped forest of the\npeers and itself and takes each stripe's pieces from its source there; needs advertise)"`
 	Advertise      string   `toml:"advertise" comment:"host:port other nodes reach this node's peer at, as in their peers list; \"\" is listen unless\nit is a wildcard. With it, nodes missing an artifact together agree on one of them to pull it from the registry"`
 	MaxRails       int      `toml:"max_rails" comment:"rails one session may have"`
 	RailAddrs      []string `toml:"rail_addrs" comment:"local addresses rails are served on, rail r on entry r modulo their count (one per NIC); empty: the control connection's"`
@@ -181,7 +182,7 @@ func Default() Config {
 		Prefetch: Prefetch{Dir: "/etc/weightsnap/prefetch.d", RetryMaxSeconds: 300},
 		Verify:   Verify{Policy: trust.DefaultPolicyPath},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
-			MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
+			Structure: string(peer.StructureChain), MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
 			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), ConnectTimeoutSeconds: int(peer.DefaultConnectTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
 	}
 }
@@ -343,6 +344,9 @@ func (c *Config) Validate() error {
 		return err
 	}
 	if _, err := peer.ParseMode(c.Peer.Mode); err != nil {
+		return fmt.Errorf("[peer] %w", err)
+	}
+	if _, err := peer.ParseStructure(c.Peer.Structure); err != nil {
 		return fmt.Errorf("[peer] %w", err)
 	}
 	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ConnectTimeoutSeconds < 0 || p.ExportCeilingBytes < 0 {

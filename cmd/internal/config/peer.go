@@ -97,8 +97,12 @@ func (p Peer) FetchOptions() (peer.FetchOptions, error) {
 	if err != nil {
 		return peer.FetchOptions{}, err
 	}
+	structure, err := peer.ParseStructure(p.Structure)
+	if err != nil {
+		return peer.FetchOptions{}, err
+	}
 	c, err := p.ClientConfig()
-	return peer.FetchOptions{Client: c, Mode: mode, Rails: p.Rails}, err
+	return peer.FetchOptions{Client: c, Mode: mode, Rails: p.Rails, Structure: structure}, err
 }
 
 func (p Peer) token() (string, error) {

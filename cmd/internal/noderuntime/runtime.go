@@ -94,7 +94,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 		}
 		p := &peer.Provider{Peers: cfg.Peer.Peers, Options: fo, Self: cfg.Peer.Self()}
 		if o.Metrics != nil {
-			if err := p.Down().Register(o.Metrics); err != nil {
+			if err := p.Register(o.Metrics); err != nil {
 				return nil, fmt.Errorf("metrics: %w", err)
 			}
 		}

@@ -25,6 +25,7 @@ func TestRequest(t *testing.T) {
 		{in: id.String(), want: Request{ID: id}, answers: m, not: exp},
 		{in: md.String(), want: Request{ID: artifact.MustParseID(md.String())}, answers: m, not: exp},
 		{in: "staged:models/snapshots/0123", want: Request{Export: "models/snapshots/0123"}, answers: exp, not: m},
+		{in: id.String() + " stripe=3/16", want: Request{ID: id, Stripe: Stripe{Index: 3, Count: 16}}, answers: m, not: exp},
 	} {
 		q, err := ParseRequest(tc.in)
 		if err != nil || q != tc.want || q.String() != tc.in {
@@ -34,7 +35,8 @@ func TestRequest(t *testing.T) {
 			t.Errorf("%q: answered by the wrong manifest", tc.in)
 		}
 	}
-	for _, bad := range []string{"", "staged:", "sha256:12", "model", "sha512:" + strings.Repeat("ab", 64)} {
+	for _, bad := range []string{"", "staged:", "sha256:12", "model", "sha512:" + strings.Repeat("ab", 64),
+		id.String() + " stripe=16/16", id.String() + " stripe=-1/4", id.String() + " stripe=0/0", id.String() + " stripe=3", id.String() + " stripe=0/2000"} {
 		if _, err := ParseRequest(bad); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("ParseRequest(%q): %v, want invalid argument", bad, err)
 		}

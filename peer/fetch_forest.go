@@ -1,0 +1,275 @@
+package peer
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/artifact/blake3"
+	"github.com/weightsnap/weightsnap/internal/netfail"
+	"github.com/weightsnap/weightsnap/peer/internal/wire"
+	"github.com/weightsnap/weightsnap/peer/stripes"
+	"golang.org/x/sync/errgroup"
+)
+
+// The striped fetch: a node that misses places the fleet itself, from the
+// member list alone (peer/stripes), and opens one session per stripe to its
+// source in that stripe, each asking for that stripe's pieces only; every
+// piece is checked against its chaining value before it is written or
+// served on. A stripe whose source fails (it died, or served a piece that
+// failed its check) re-attaches to the first live member of the forest's
+// adopters, with the pieces it verified; a source that served a bad piece
+// is named in the log and passed over (DownPeers).
+
+// forestPlan is a striped fetch's place in the striped forest.
+type forestPlan struct {
+	forest *stripes.Forest
+	self   string
+	// wait is how long a stripe asks its source again while the source
+	// has not announced its build yet (it starts at the same instant).
+	wait time.Duration
+	// leave, if set, is told of a fetch that found no source left in a
+	// stripe: resolution goes on to its next source (Provider.originNext).
+	leave func(ctx context.Context, reason string, err error)
+}
+
+// stripe is stripe s of the forest, as a request names it.
+func (fp *forestPlan) stripe(s int) wire.Stripe {
+	return wire.Stripe{Index: s, Count: fp.forest.Stripes()}
+}
+
+// depth is this node's hops from the root in its deepest stripe.
+func (fp *forestPlan) depth() int {
+	d := 0
+	for s := range fp.forest.Stripes() {
+		d = max(d, fp.forest.Depth(fp.self, s))
+	}
+	return min(d, artifact.MaxDepth)
+}
+
+// sources are this node's sources in the forest, its own stripe's first,
+// each once, with the stripe to ask it for.
+func (fp *forestPlan) sources() (addrs []string, stripe []int) {
+	k := fp.forest.Stripes()
+	own := max(fp.forest.Interior(fp.self), 0)
+	for i := range k {
+		s := (own + i) % k
+		if p := fp.forest.Parent(fp.self, s); p != "" && !slices.Contains(addrs, p) {
+			addrs, stripe = append(addrs, p), append(stripe, s)
+		}
+	}
+	return addrs, stripe
+}
+
+// newForestFetcher reads the manifest of request's artifact from the
+// first of this node's sources in the forest that serves it, asking them
+// again while none has announced its build, for at most fp.wait.
+func newForestFetcher(ctx context.Context, peers []string, request wire.Request, o FetchOptions, fp *forestPlan) (*fetcher, error) {
+	o.Client = o.Client.withDefaults()
+	if o.Mode == ModeRMA {
+		return nil, fmt.Errorf("a striped fetch runs on the tcp plane, not %s: %w", o.Mode, errdefs.ErrNotImplemented)
+	}
+	o.Mode, o.Rails = ModeTCP, 1
+	if o.Patience <= 0 {
+		o.Patience = DefaultPatience
+	}
+	if o.Client.Down == nil {
+		o.Client.Down = NewDownPeers()
+	}
+	addrs, ss := fp.sources()
+	ask := func() (*clientSession, error) {
+		var errs []error
+		for i, addr := range addrs {
+			if err := o.Client.Down.passedOver(addr); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+			q := request
+			q.Stripe = fp.stripe(ss[i])
+			cs, err := openSession(ctx, o.Client, addr, q)
+			if err == nil {
+				return cs, nil
+			}
+			if ctx.Err() != nil {
+				return nil, backoff.Permanent(ctx.Err())
+			}
+			errs = append(errs, err)
+		}
+		return nil, &noPeerError{request: request, errs: errs}
+	}
+	b := &backoff.ExponentialBackOff{InitialInterval: reaskFirst, RandomizationFactor: 0.5, Multiplier: 1.5, MaxInterval: reaskMax}
+	cs, err := backoff.Retry(ctx, ask, backoff.WithBackOff(b), backoff.WithMaxElapsedTime(fp.wait))
+	if err != nil {
+		return nil, err
+	}
+	cs.close()
+	if cs.manifest.PieceSize != blake3.PieceSize {
+		return nil, &Error{Addr: cs.addr, Err: fmt.Errorf("it serves pieces of %d bytes, a striped fetch takes pieces of %d: %w",
+			cs.manifest.PieceSize, blake3.PieceSize, errdefs.ErrNotImplemented)}
+	}
+	f := &fetcher{o: o, src: newSources(peers, request, o), forest: fp, stats: fetchStats{onProgress: o.Progress}}
+	f.base, f.identity, f.src.base = cs.manifest, cs.manifest.Identity, cs.manifest
+	log.G(ctx).WithField("id", f.base.ID.Short()).WithField("peer", cs.addr).WithField("stripes", fp.forest.Stripes()).
+		WithField("depth", fp.depth()).Debug("peer: placed in the striped forest")
+	return f, nil
+}
+
+// fetchForest fetches every stripe at once, each from its source in the
+// forest.
+func (f *fetcher) fetchForest(ctx context.Context) error {
+	fp := f.forest
+	order := newPieceOrder(f.base)
+	for _, u := range f.units.units {
+		u.first = order.first(u.shard, u.off)
+	}
+	if f.seed != nil {
+		if err := f.seed.Source(fp.depth()); err != nil {
+			return err
+		}
+	}
+	f.stats.sessions.Mode, f.stats.sessions.Rails = ModeTCP, 1
+	g, gctx := errgroup.WithContext(ctx)
+	for s := range fp.forest.Stripes() {
+		g.Go(func() error { return f.fetchStripe(gctx, s) })
+	}
+	return g.Wait()
+}
+
+// fetchStripe fetches stripe s's pieces from this node's source in it. A
+// source that answers but has served nothing yet is asked again, within
+// the plan's wait; a source that cannot be reached, is busy, fails once it
+// served, or served a bad piece is left for the next of its adopters in
+// the forest, with the pieces verified so far kept.
+func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
+	fp := f.forest
+	stripe := fp.stripe(s)
+	src := fp.forest.Parent(fp.self, s)
+	tried := map[string]bool{src: true}
+	served := false // src served this stripe a piece
+	start := time.Now()
+	b := &backoff.ExponentialBackOff{InitialInterval: retryFirst, Multiplier: 2, MaxInterval: retryMax}
+	b.Reset()
+	for {
+		todo := f.stripeTodo(stripe)
+		if len(todo) == 0 {
+			return nil
+		}
+		err := f.stripeSession(ctx, src, stripe, todo)
+		served = served || len(f.stripeTodo(stripe)) < len(todo)
+		if err == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
+		}
+		if !peerFault(err) {
+			return err
+		}
+		liar := errdefs.IsDataLoss(err)
+		if !liar && !served && !netfail.Unreachable(err) && !isBusy(err) && time.Since(start) < fp.wait {
+			// The source may not have announced its build yet.
+			select {
+			case <-time.After(b.NextBackOff()):
+			case <-ctx.Done():
+				return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
+			}
+			continue
+		}
+		if liar {
+			f.o.Client.Down.drop(src, err)
+			f.stats.mu.Lock()
+			f.stats.sessions.Refused = append(f.stats.sessions.Refused, src)
+			f.stats.mu.Unlock()
+			log.G(ctx).WithError(err).WithField("peer", src).WithField("stripe", stripe.String()).
+				Warn("peer: the source served a piece that failed its check; it is passed over")
+		}
+		next := f.adopter(src, s, tried)
+		if next == "" {
+			err = fmt.Errorf("stripe %s: no source left in the striped forest after %s: %w: %w", stripe, src, err, errdefs.ErrUnavailable)
+			if fp.leave != nil {
+				fp.leave(ctx, "no source left in a stripe", err)
+			}
+			return err
+		}
+		log.G(ctx).WithError(err).WithField("peer", src).WithField("adopter", next).WithField("stripe", stripe.String()).
+			WithField("left", len(f.stripeTodo(stripe))).Warn("peer: the stripe's source failed; re-attaching to an adopter")
+		f.stats.mu.Lock()
+		f.stats.sessions.Failovers++
+		f.stats.mu.Unlock()
+		src, served, start = next, false, time.Now()
+		tried[src] = true
+		b.Reset()
+	}
+}
+
+// adopter is the source stripe s takes after failed: the first of the
+// forest's adopters of this node not tried yet and not remembered as down,
+// else the root; "" once every one was tried.
+func (f *fetcher) adopter(failed string, s int, tried map[string]bool) string {
+	fp := f.forest
+	for _, a := range append(fp.forest.Adopters(fp.self, failed, s), fp.forest.Root()) {
+		if a != fp.self && !tried[a] && !f.o.Client.Down.down(a) {
+			return a
+		}
+	}
+	return ""
+}
+
+// stripeSession fetches todo, pieces of stripe, over one session with addr.
+func (f *fetcher) stripeSession(ctx context.Context, addr string, stripe wire.Stripe, todo []*unit) error {
+	q := f.src.request
+	q.Stripe = stripe
+	cs, err := openSession(ctx, f.o.Client, addr, q)
+	if err != nil {
+		return err
+	}
+	if err := sameContent(f.base, cs.manifest); err != nil {
+		cs.close()
+		return &Error{Addr: addr, Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+	}
+	f.stats.session(addr, false)
+	if err := cs.startPlane(ctx, ModeTCP, 1); err != nil {
+		cs.close()
+		return err
+	}
+	if err := f.runTCP(ctx, cs, [][]*unit{todo}); err != nil {
+		cs.close()
+		return err
+	}
+	return cs.finish()
+}
+
+// stripeTodo are the units and pieces of stripe not verified yet: a unit
+// not in pieces yet when one of its pieces is the stripe's.
+func (f *fetcher) stripeTodo(stripe wire.Stripe) []*unit {
+	var out []*unit
+	for _, u := range f.units.remaining() {
+		var has bool
+		switch {
+		case u.parent != nil:
+			has = stripe.Has(u.parent.first + u.piece)
+		case u.n <= blake3.PieceSize:
+			has = stripe.Has(u.first)
+		default:
+			has = stripeTouches(stripe, u.first, blake3.Pieces(u.n))
+		}
+		if has {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// stripeTouches says whether one of the n pieces from first is stripe's.
+func stripeTouches(stripe wire.Stripe, first, n int64) bool {
+	k := int64(stripe.Count)
+	if k == 0 || n >= k {
+		return true
+	}
+	return (int64(stripe.Index)-first%k+k)%k < n
+}
