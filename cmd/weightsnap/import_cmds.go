@@ -55,7 +55,7 @@ signature is recorded beside the artifact: inspect shows it and verify
 				OnTotal:  func(total int64) { pr = newProgress("import", total) },
 				Progress: func(n int64) { pr.Add(n) }})
 			if pr != nil {
-				pr.Done()
+				pr.End(err)
 			}
 			if err != nil {
 				return err
@@ -94,7 +94,7 @@ func newDevCmd(a *app) *cobra.Command {
 			}
 			pr := newProgress("synth", n)
 			err = synth.Write(cmd.Context(), out, synth.Options{Size: n, Shards: shards, DType: dtype, Seed: seed, Progress: pr.Add})
-			pr.Done()
+			pr.End(err)
 			if err != nil {
 				return err
 			}

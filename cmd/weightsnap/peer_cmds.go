@@ -310,7 +310,7 @@ artifact of their own (producer tensor-subset).`,
 			o.OnTotal = func(n int64) { pr.start("fetch", n) }
 			o.Progress = pr.Add
 			l, rep, err := peer.Fetch(ctx, d, []string{args[0]}, req, o)
-			pr.Done()
+			pr.End(err)
 			if err != nil {
 				return err
 			}
