@@ -45,6 +45,9 @@ signature is recorded beside the artifact: inspect shows it and verify
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			start := time.Now()
+			if err := artifact.CheckSourceRoot(args[0]); err != nil {
+				return err
+			}
 			d, err := a.domain(ctx)
 			if err != nil {
 				return err
