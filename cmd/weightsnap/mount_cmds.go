@@ -184,7 +184,7 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 }
 
 func newUmountCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "umount DIR",
 		Short: "Undo a weightsnap mount; weightsnapd lets the artifact's lease go",
 		Args:  cobra.ExactArgs(1),
@@ -200,10 +200,13 @@ func newUmountCmd(a *app) *cobra.Command {
 			if err := c.HostUnmount(cmd.Context(), dir); err != nil {
 				return err
 			}
-			fmt.Fprintln(a.out, dir)
-			return nil
+			return a.printResult(struct {
+				Dir string `json:"dir"`
+			}{dir}, dir)
 		},
 	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON: the directory unmounted")
+	return cmd
 }
 
 // daemonHolders asks weightsnapd, briefly, what holds an artifact; nil when

@@ -333,7 +333,7 @@ func printHolders(a *app, h *control.Holders) {
 }
 
 func newRmCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "rm ID...",
 		Short: "Remove artifacts; a leased or building one is reported and left alone",
 		Args:  cobra.MinimumNArgs(1),
@@ -343,6 +343,7 @@ func newRmCmd(a *app) *cobra.Command {
 				return err
 			}
 			var errs []error
+			removed := []artifactRef{}
 			for _, ref := range args {
 				id, err := d.ExpandID(ref)
 				if err == nil {
@@ -352,11 +353,21 @@ func newRmCmd(a *app) *cobra.Command {
 					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
 					continue
 				}
-				fmt.Fprintln(a.out, id.Hex())
+				removed = append(removed, refOf(id))
+				if !a.jsonOut {
+					fmt.Fprintln(a.out, id.Hex())
+				}
+			}
+			if a.jsonOut {
+				if err := a.printJSON(removed); err != nil {
+					return err
+				}
 			}
 			return errors.Join(errs...)
 		},
 	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON: the list of the artifacts removed")
+	return cmd
 }
 
 func newGCCmd(a *app) *cobra.Command {
