@@ -29,6 +29,32 @@ type verifyResult struct {
 	Signatures *signaturesResult `json:"signatures,omitempty"`
 }
 
+// verifyFailures is verify's failure. Each artifact that failed is said
+// once, in its own line of the report (or its JSON); the error counts them
+// and carries their causes, whose classes give the exit status.
+type verifyFailures struct {
+	checked int
+	first   artifact.ID
+	errs    []error
+}
+
+func (e *verifyFailures) add(id artifact.ID, err error) {
+	if len(e.errs) == 0 {
+		e.first = id
+	}
+	e.errs = append(e.errs, err)
+}
+
+func (e *verifyFailures) Error() string {
+	if e.checked == 1 {
+		return fmt.Sprintf("artifact %s failed verification", e.first.Short())
+	}
+	return fmt.Sprintf("%d of %d artifacts failed verification", len(e.errs), e.checked)
+}
+
+// Unwrap is the causes.
+func (e *verifyFailures) Unwrap() []error { return e.errs }
+
 // everyDigest is the check of a scrub: every digest the store records.
 const everyDigest = "every_digest"
 
@@ -91,7 +117,7 @@ error, and signatures (status, policy, the records valid and invalid).`,
 				}
 			}
 			results := []verifyResult{}
-			var errs []error
+			failed := &verifyFailures{}
 			for _, id := range ids {
 				r := verifyResult{Hex: id.Hex(), ID: id, Valid: true}
 				var err error
@@ -104,12 +130,12 @@ error, and signatures (status, policy, the records valid and invalid).`,
 				}
 				if err != nil {
 					r.Valid, r.Error = false, err.Error()
-					errs = append(errs, err)
+					failed.add(id, err)
 				} else if pol != nil {
 					r.Signatures = checkRecords(ctx, pol, d, id)
 					if r.Signatures.Status == signaturesInvalid {
 						r.Valid = false
-						errs = append(errs, r.Signatures.err(id))
+						failed.add(id, r.Signatures.err(id))
 					}
 				}
 				if !a.jsonOut {
@@ -122,7 +148,11 @@ error, and signatures (status, policy, the records valid and invalid).`,
 					return err
 				}
 			}
-			return errors.Join(errs...)
+			if len(failed.errs) == 0 {
+				return nil
+			}
+			failed.checked = len(ids)
+			return failed
 		},
 	}
 	cmd.Flags().BoolVar(&full, "full", false, "check every payload byte (full_checksum)")

@@ -102,4 +102,10 @@ func TestVerifyJSON(t *testing.T) {
 	if !errdefs.IsDataLoss(err) || json.Unmarshal([]byte(out), &got) != nil || len(got) != 1 || got[0].Valid || !strings.Contains(got[0].Error, "mismatch") {
 		t.Fatalf("verify --full --json of a changed artifact: %v:\n%s", err, out)
 	}
+	// In text, the finding is its line of the report, and the failure says
+	// only that the artifact failed: the finding is said once.
+	out, err = runCLI(t, "--config", "", "--root", root, "verify", ids[0])
+	if err == nil || !strings.Contains(out, "already denied") || strings.Contains(err.Error(), "denied") {
+		t.Fatalf("verify of a denied artifact: %v:\n%s", err, out)
+	}
 }
