@@ -77,7 +77,8 @@ func TestExitCodeTable(t *testing.T) {
 	rev := strings.Repeat("ab", 20)
 	down := testenv.ClosedAddr(t)
 	refused, rejectAll := pushedArtifact(t, base, root, rev)
-	pinned := pinnedArtifact(t, base, root, rev)
+	pinned := pinnedStore(t, base)
+	pinnedID := pinnedArtifact(t, base, root, rev)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -104,10 +105,11 @@ func TestExitCodeTable(t *testing.T) {
 		{"unpin on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "unpin", "7a1b70"}, 3, "no store"},
 		{"rm on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "rm", "7a1b70"}, 3, "no store"},
 		{"a bad size", "weightsnap", []string{"--config", "", "--root", root, "verify", "--all", "--rate", "fast"}, 2, "--rate"},
-		{"rm of a pinned artifact", "weightsnap", []string{"--config", "", "--root", root, "rm", pinned}, 5, "is pinned by cli"},
+		{"rm of a pinned artifact", "weightsnap", []string{"--config", "", "--root", root, "rm", pinnedID}, 5, "is pinned by cli"},
 		{"peer down", "weightsnap", []string{"--config", "", "peer", "ls", down}, 5, "connection refused"},
 		{"weightsnapd down", "weightsnap", []string{"--config", "", "--control-address", filepath.Join(base, "absent.sock"), "prefetch", "ls"}, 5, "weightsnapd does not answer"},
-		{"registry down on push", "weightsnap", []string{"--config", "", "--root", root, "push", "--plain-http", pinned, down + "/x:y"}, 5, "connection refused"},
+		{"registry down on push", "weightsnap", []string{"--config", "", "--root", root, "push", "--plain-http", pinnedID, down + "/x:y"}, 5, "connection refused"},
+		{"eviction target held by a pin", "weightsnap", []string{"--config", "", "--root", pinned, "gc", "--evict", "--to", "0"}, 5, "pinned by cli"},
 		{"registry down", "weightsnap", []string{"--config", "", "--root", root, "pull", "--plain-http", down + "/x:y"}, 5, "connection refused"},
 		{"refused by the trust policy", "weightsnap", []string{"--config", "", "--root", filepath.Join(base, "other"), "pull", "--plain-http", "--policy", rejectAll, refused}, 6, "refuses it"},
 	} {
