@@ -41,13 +41,28 @@ type SourceDir struct {
 	Files []SourceFile // sorted by path
 }
 
+// CheckSourceRoot refuses a root that is no checkpoint directory: a file
+// (bad input) or nothing (not found).
+func CheckSourceRoot(root string) error {
+	fi, err := os.Stat(root)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("%s: no such checkpoint directory: %w", root, errdefs.ErrNotFound)
+	case err != nil:
+		return err
+	case !fi.IsDir():
+		return fmt.Errorf("%s is a file: import takes a checkpoint directory (put the file in a directory of its own and import that): %w", root, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // ListSource lists the non-hidden regular files below root (following links,
 // as a Hugging Face snapshot is made of links into blobs/) without reading
 // them. A link into a hub cache's blobs/<sha256> takes its sha256 from the
 // blob's name, which the copy then verifies; other files have none yet.
 func ListSource(root string) (*SourceDir, error) {
-	if fi, err := os.Stat(root); err == nil && !fi.IsDir() {
-		return nil, fmt.Errorf("%s is a file: import takes a checkpoint directory (put the file in a directory of its own and import that): %w", root, errdefs.ErrInvalidArgument)
+	if err := CheckSourceRoot(root); err != nil {
+		return nil, err
 	}
 	src := &SourceDir{Root: root}
 	err := filepath.WalkDir(root, func(p string, e fs.DirEntry, err error) error {

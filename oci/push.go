@@ -17,7 +17,6 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/oci/registry"
 	"github.com/weightsnap/weightsnap/store"
-	"github.com/weightsnap/weightsnap/trust"
 	"golang.org/x/sync/errgroup"
 )
 
@@ -32,7 +31,8 @@ type PushOptions struct {
 	// called from several goroutines at once.
 	Progress func(n int64)
 	// SignKey, if set, signs the manifest digest (trust.SignManifest). The signature is a cosign v3
-	// bundle attached as a referrer of the manifest.
+	// bundle attached as a referrer of the manifest, unless the key's signature of it is attached
+	// already.
 	SignKey crypto.Signer
 }
 
@@ -137,11 +137,7 @@ func Push(ctx context.Context, l *store.Lease, r *registry.Remote, o PushOptions
 		return nil, err
 	}
 	if o.SignKey != nil {
-		b, err := trust.SignManifest(ctx, o.SignKey, a.ManifestDesc.Digest)
-		if err != nil {
-			return nil, err
-		}
-		sd, err := AttachSignature(ctx, r, a.ManifestDesc, b, trust.CosignSignPredicate)
+		sd, err := signOnce(ctx, r, a.ManifestDesc, r.Name(), o.SignKey)
 		if err != nil {
 			return nil, err
 		}

@@ -3,6 +3,7 @@ package oci
 import (
 	"bytes"
 	"context"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,6 +93,28 @@ func pushSmall(ctx context.Context, r *registry.Remote, desc ocispec.Descriptor,
 // its subject and hold one bundle layer. Referrers of other artifact types are skipped. A malformed
 // bundle referrer is an error, so a registry cannot hide a signature behind a broken one.
 func FindSignatures(ctx context.Context, r *registry.Remote, subject ocispec.Descriptor) ([]trust.Signature, error) {
+	refs, err := bundleReferrers(ctx, r, subject)
+	if err != nil {
+		return nil, err
+	}
+	var sigs []trust.Signature
+	for _, d := range refs {
+		s, err := readSignatureReferrer(ctx, r, subject, d)
+		if err != nil {
+			return nil, err
+		}
+		sigs = append(sigs, s)
+	}
+	v2, err := findV2Signatures(ctx, r, subject)
+	if err != nil {
+		return nil, err
+	}
+	return append(sigs, v2...), nil
+}
+
+// bundleReferrers lists the sigstore bundle referrers of subject, at most
+// MaxReferrers.
+func bundleReferrers(ctx context.Context, r *registry.Remote, subject ocispec.Descriptor) ([]ocispec.Descriptor, error) {
 	var refs []ocispec.Descriptor
 	err := r.Repo.Referrers(ctx, subject, "", func(page []ocispec.Descriptor) error {
 		for _, d := range page {
@@ -108,19 +131,28 @@ func FindSignatures(ctx context.Context, r *registry.Remote, subject ocispec.Des
 	if err != nil {
 		return nil, fmt.Errorf("referrers of %s: %w", subject.Digest, registry.Classify(err))
 	}
-	var sigs []trust.Signature
+	return refs, nil
+}
+
+// signOnce attaches key's signature of subject, used by ref (its
+// repository), unless one is attached already: it returns the referrer
+// that holds it, so a push signed again attaches nothing more.
+func signOnce(ctx context.Context, r *registry.Remote, subject ocispec.Descriptor, ref string, key crypto.Signer) (ocispec.Descriptor, error) {
+	refs, err := bundleReferrers(ctx, r, subject)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
 	for _, d := range refs {
 		s, err := readSignatureReferrer(ctx, r, subject, d)
-		if err != nil {
-			return nil, err
+		if err == nil && trust.SignedBy(key.Public(), subject.Digest, ref, s) {
+			return d, nil
 		}
-		sigs = append(sigs, s)
 	}
-	v2, err := findV2Signatures(ctx, r, subject)
+	b, err := trust.SignManifest(ctx, key, subject.Digest)
 	if err != nil {
-		return nil, err
+		return ocispec.Descriptor{}, err
 	}
-	return append(sigs, v2...), nil
+	return AttachSignature(ctx, r, subject, b, trust.CosignSignPredicate)
 }
 
 // readSignatureReferrer reads one bundle referrer and checks that it is

@@ -104,6 +104,45 @@ func TestSignedPush(t *testing.T) {
 	}
 }
 
+// TestSignedPushOnce: pushing the same artifact again with the same key
+// reuses the signature attached; another key attaches its own.
+func TestSignedPushOnce(t *testing.T) {
+	ctx := context.Background()
+	key, _ := signKey(t)
+	other, _ := signKey(t)
+	_, src := storetest.Checkpoint(t, 1<<20, 1)
+	_, l := imported(t, src)
+	r := remoteFor(t, newFakeRegistry(t), "models/x:v1")
+	first := ""
+	for _, tc := range []struct {
+		name string
+		key  crypto.Signer
+		sigs int
+		same bool // the report names the first push's signature
+	}{
+		{"first push", key, 1, true},
+		{"same key again", key, 1, true},
+		{"same key a third time", key, 1, true},
+		{"another key", other, 2, false},
+	} {
+		rep, err := Push(ctx, l, r, PushOptions{SignKey: tc.key})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if first == "" {
+			first = rep.Signature
+		}
+		desc, _, err := r.FetchManifest(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sigs, err := FindSignatures(ctx, r, desc)
+		if err != nil || len(sigs) != tc.sigs || (rep.Signature == first) != tc.same {
+			t.Errorf("%s: %d signatures (%v), signature %s (first %s); want %d", tc.name, len(sigs), err, rep.Signature, first, tc.sigs)
+		}
+	}
+}
+
 // TestPullEnforcesPolicy: with a policy that requires the key for one
 // repository, its artifact signed with a cosign v3 bundle pulls by
 // digest and says how it was verified, and is refused by tag (a bundle

@@ -190,7 +190,8 @@ func (a *attempt) finish() (*Resolution, error) {
 	l := log.G(a.ctx).WithField("id", a.rep.ID).WithField("mode", a.rep.Mode).
 		WithField("outcome", a.rep.Outcome).WithField("source", a.rep.Source).WithField("seconds", a.rep.Duration.Seconds())
 	if a.rep.Failure != nil {
-		l.WithError(a.rep.Failure).Warn("resolve: failed")
+		// The caller says the failure it returns, once.
+		l.WithError(a.rep.Failure).Debug("resolve: failed")
 		return res, a.rep.Failure
 	}
 	l.Debug("resolve: done")

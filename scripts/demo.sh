@@ -27,7 +27,7 @@ $ws verify --full "$id"
 
 echo "== resolve tensor-parallel rank 0 of 2 (tp-split by contrib/layouts/llama-tp.toml), then again: a warm hit"
 for run in cold warm; do
-	$ws resolve --from "$work/model" --revision "$rev" --tp-size 2 --tp-rank 0 \
+	$ws resolve --from "$work/model" --revision "$rev" --repository demo/synthetic-1g --tp-size 2 --tp-rank 0 \
 		--layout-spec contrib/layouts/llama-tp.toml --report "$work/report-$run.json" >/dev/null
 	python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(sys.argv[2]+":", r["outcome"], "from", r["source"], r.get("counters"))' "$work/report-$run.json" "$run"
 done

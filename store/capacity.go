@@ -163,8 +163,28 @@ func (e *CapacityError) detail() string {
 			fmt.Fprintf(&s, " %s (%s, %s)", h.ID.Short(), bytefmt.IEC(h.Bytes), h.Why)
 		}
 	}
-	s.WriteString("; to make room: unpin (weightsnap unpin ID) or stop what leases them, raise max_store_bytes, or give the store's filesystem more space")
+	s.WriteString(e.advice())
 	return s.String()
+}
+
+// advice is what an operator can do to make the room: unpin or stop the
+// holders when something holds the space, and raise the limit that
+// refused, or free the filesystem when space on it lacks.
+func (e *CapacityError) advice() string {
+	var ways []string
+	if len(e.Held) > 0 {
+		ways = append(ways, "unpin (weightsnap unpin ID) or stop what leases them")
+	}
+	switch e.Limit {
+	case "max_store_bytes":
+		ways = append(ways, "raise max_store_bytes")
+	case "min_free_bytes", "ENOSPC":
+		ways = append(ways, "give the store's filesystem more space")
+	}
+	if len(ways) == 0 {
+		return ""
+	}
+	return "; to make room: " + strings.Join(ways, ", or ")
 }
 
 var _ artifact.Writer = (*build)(nil)

@@ -93,3 +93,37 @@ func TestChildProcessDoesNotInheritLocks(t *testing.T) {
 		t.Fatalf("remove while leased after a child ran: %v", err)
 	}
 }
+
+// TestCapacityAdvice: a refusal's advice fits its case: it names the limit
+// that refused, the filesystem when space on it lacks, and the holders only
+// when something holds the space.
+func TestCapacityAdvice(t *testing.T) {
+	held := []store.Held{{Bytes: 1 << 20, Why: "pinned by cli"}}
+	for _, tc := range []struct {
+		name      string
+		ce        store.CapacityError
+		want      string
+		wantNotIn []string
+	}{
+		{"store limit, nothing held", store.CapacityError{Limit: "max_store_bytes", Checked: true},
+			"; to make room: raise max_store_bytes", []string{"unpin", "filesystem"}},
+		{"store limit, held", store.CapacityError{Limit: "max_store_bytes", Checked: true, Held: held},
+			"; to make room: unpin (weightsnap unpin ID) or stop what leases them, or raise max_store_bytes", []string{"filesystem"}},
+		{"filesystem, no store limit", store.CapacityError{Limit: "min_free_bytes", Checked: true, Held: held},
+			"; to make room: unpin (weightsnap unpin ID) or stop what leases them, or give the store's filesystem more space", []string{"max_store_bytes"}},
+		{"out of space", store.CapacityError{Limit: "ENOSPC", Err: errors.New("no space left on device"), Checked: true},
+			"; to make room: give the store's filesystem more space", []string{"max_store_bytes", "unpin"}},
+		{"eviction target", store.CapacityError{Limit: "eviction", Checked: true},
+			"eviction could free 0 B", []string{"max_store_bytes", "to make room"}},
+	} {
+		got := tc.ce.Error()
+		if !strings.Contains(got, tc.want) {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
+		for _, no := range tc.wantNotIn {
+			if strings.Contains(got, no) {
+				t.Errorf("%s: %q says %q", tc.name, got, no)
+			}
+		}
+	}
+}

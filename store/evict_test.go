@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/containerd/errdefs/pkg/errgrpc"
@@ -72,6 +73,41 @@ func TestPinsByHolder(t *testing.T) {
 	}
 	if err := d.Pin(ctx, id, store.Pin{By: store.PinByCLI}); !errors.Is(err, store.ErrMiss) {
 		t.Fatalf("pin of an absent artifact: %v", err)
+	}
+}
+
+// TestPinKeepsLastUse: pinning and unpinning are no uses: the artifact
+// keeps its place in the least-recently-used order; a lookup is one.
+func TestPinKeepsLastUse(t *testing.T) {
+	ctx := context.Background()
+	d, ids := storeOf(t, 1)
+	id := ids[0]
+	then := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		op   func() error
+		used bool
+	}{
+		{"pin", func() error { return d.Pin(ctx, id, store.Pin{By: store.PinByCLI}) }, false},
+		{"pin again", func() error { return d.Pin(ctx, id, store.Pin{By: store.PinByCLI, Reason: "again"}) }, false},
+		{"unpin", func() error { _, err := d.Unpin(ctx, id, ""); return err }, false},
+		{"lookup", func() error {
+			l, err := d.Lookup(ctx, id, store.ManifestAndMetadata)
+			if err == nil {
+				l.Close()
+			}
+			return err
+		}, true},
+	} {
+		if err := d.SetLastUse(id, then); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.op(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := d.LastUse(id); got.Equal(then) == tc.used {
+			t.Errorf("%s: last use %v (it was %v), want a use %v", tc.name, got, then, tc.used)
+		}
 	}
 }
 

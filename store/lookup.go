@@ -89,8 +89,21 @@ func (e *DeniedError) Unwrap() error { return ErrMiss }
 
 // Lookup returns a lease on the valid artifact published under id, or
 // ErrMiss. An artifact that fails validation is denied before the shared
-// lock is released, and the *InvalidError is returned.
+// lock is released, and the *InvalidError is returned. The lookup and the
+// lease's close are uses of the artifact (its last use, for eviction).
 func (d *Domain) Lookup(ctx context.Context, id artifact.ID, mode ValidationMode) (*Lease, error) {
+	l, err := d.lookup(ctx, id, mode)
+	if err != nil {
+		return nil, err
+	}
+	d.touch(id)
+	l.d = d
+	return l, nil
+}
+
+// lookup is Lookup without a use: a lease that holds the artifact while the
+// store records something beside it (a pin) leaves its last use as it was.
+func (d *Domain) lookup(ctx context.Context, id artifact.ID, mode ValidationMode) (*Lease, error) {
 	if id.IsZero() {
 		return nil, fmt.Errorf("no artifact id: %w", errdefs.ErrInvalidArgument)
 	}
@@ -125,6 +138,5 @@ func (d *Domain) Lookup(ctx context.Context, id artifact.ID, mode ValidationMode
 		lk.Close()
 		return nil, err
 	}
-	d.touch(id)
-	return &Lease{ID: id, Dir: o.dir, Ready: o.ready, Manifest: o.manifest, Index: o.index, o: o, lk: lk, d: d}, nil
+	return &Lease{ID: id, Dir: o.dir, Ready: o.ready, Manifest: o.manifest, Index: o.index, o: o, lk: lk}, nil
 }

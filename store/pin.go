@@ -46,11 +46,12 @@ type pinRecord struct {
 // It replaces that holder's earlier pin.
 // The artifact must be in the store: the pin is written while a lease holds it.
 // An eviction either ran before, and the pin fails with ErrMiss, or waits for it.
+// Pinning is no use of the artifact: its last use stays.
 func (d *Domain) Pin(ctx context.Context, id artifact.ID, p Pin) error {
 	if p.By == "" {
 		return fmt.Errorf("pin of %s names no holder: %w", id.Short(), errdefs.ErrInvalidArgument)
 	}
-	l, err := d.Lookup(ctx, id, ManifestAndMetadata)
+	l, err := d.lookup(ctx, id, ManifestAndMetadata)
 	if err != nil {
 		return err
 	}

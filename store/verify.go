@@ -24,7 +24,13 @@ import (
 // hashCheck is what verifyHashes recomputes beyond the BLAKE3 of every byte.
 type hashCheck struct {
 	sha256 bool  // every file's sha256 too (the scrub)
-	rate   int64 // bytes per second over all workers; 0 is unthrottled
+	pace   pacer // paces the bytes read, over all workers; nil is unthrottled
+}
+
+// pacer paces reads: WaitN returns once n more bytes may be read
+// (*rate.Limiter).
+type pacer interface {
+	WaitN(ctx context.Context, n int) error
 }
 
 // verifyChunk is how much of a file one hasher reads and hashes at a time:
@@ -41,9 +47,11 @@ const verifyChunk = 1 << 20
 // and compares them with the index, in parallel: the BLAKE3 of the header
 // region and of each tensor of a safetensors file (in schema 2 the file's
 // BLAKE3 is their tree, checked when the index was decoded), the whole-file
-// BLAKE3 of any other file, and with c.sha256 every file's sha256. Each
-// worker reads its regions through one buffer of verifyChunk bytes, so a
-// full check of any size holds one buffer per worker in memory.
+// BLAKE3 of any other file, and with c.sha256 every file's sha256. Each byte
+// is read once: with c.sha256 one task reads a whole file and feeds its
+// sha256 and its regions' BLAKE3 from the same buffer; without, each region
+// is a task of its own. Each worker reads through one buffer of verifyChunk
+// bytes, so a full check of any size holds one buffer per worker in memory.
 // It returns an *InvalidError for bytes that disagree, a storage failure
 // (errdefs.ErrUnavailable) for a read the store failed.
 func verifyHashes(ctx context.Context, id artifact.ID, files []*LeaseFile, c hashCheck) error {
@@ -51,24 +59,26 @@ func verifyHashes(ctx context.Context, id artifact.ID, files []*LeaseFile, c has
 	var tasks []hashTask
 	for _, lf := range files {
 		e := lf.Entry
-		if c.sha256 {
-			tasks = append(tasks, hashTask{e.Path, "", "sha256", lf.File, 0, e.Size, e.SHA256, sha256.New})
-		}
+		var regions []digestCheck
 		if len(e.Tensors) == 0 && e.DataStart == 0 {
-			tasks = append(tasks, hashTask{e.Path, "", "BLAKE3", lf.File, 0, e.Size, e.BLAKE3, b3})
+			regions = append(regions, digestCheck{"", "BLAKE3", 0, e.Size, e.BLAKE3, b3()})
+		} else {
+			regions = append(regions, digestCheck{"", "BLAKE3", 0, e.DataStart, e.HeaderBLAKE3, b3()})
+			for _, t := range e.Tensors {
+				regions = append(regions, digestCheck{t.Name, "BLAKE3", t.Offset, t.Length, t.BLAKE3, b3()})
+			}
+		}
+		if !c.sha256 {
+			for _, r := range regions {
+				tasks = append(tasks, hashTask{e.Path, lf.File, r.off, r.n, []digestCheck{r}})
+			}
 			continue
 		}
-		tasks = append(tasks, hashTask{e.Path, "", "BLAKE3", lf.File, 0, e.DataStart, e.HeaderBLAKE3, b3})
-		for _, t := range e.Tensors {
-			tasks = append(tasks, hashTask{e.Path, t.Name, "BLAKE3", lf.File, t.Offset, t.Length, t.BLAKE3, b3})
-		}
+		sum := digestCheck{"", "sha256", 0, e.Size, e.SHA256, sha256.New()}
+		tasks = append(tasks, hashTask{e.Path, lf.File, 0, e.Size, append(regions, sum)})
 	}
 	// Largest first, so the longest hashes start early.
 	slices.SortStableFunc(tasks, func(a, b hashTask) int { return cmp.Compare(b.n, a.n) })
-	var pace *rate.Limiter
-	if c.rate > 0 {
-		pace = rate.NewLimiter(rate.Limit(c.rate), verifyChunk)
-	}
 	work := make(chan hashTask)
 	var (
 		mu    sync.Mutex
@@ -86,7 +96,7 @@ func verifyHashes(ctx context.Context, id artifact.ID, files []*LeaseFile, c has
 		wg.Go(func() {
 			buf := make([]byte, verifyChunk)
 			for t := range work {
-				if err := t.check(ctx, id, buf, pace); err != nil {
+				if err := t.check(ctx, id, buf, c.pace); err != nil {
 					fail(err)
 				}
 			}
@@ -108,29 +118,36 @@ feed:
 	return first
 }
 
-// hashTask is one digest verifyHashes recomputes: of n bytes of f from off.
+// hashTask is one read verifyHashes makes: n bytes of f from off, which
+// feed the digests of the regions they cover.
 type hashTask struct {
-	file, tensor, what string
-	f                  *os.File
-	off, n             int64
-	want               string
-	newHash            func() hash.Hash
+	file    string
+	f       *os.File
+	off, n  int64
+	digests []digestCheck // in the order they are compared
 }
 
-// check hashes the task's bytes, reading them through buf at the pace of
-// lim (nil: unthrottled), and compares the digest. A read the store failed
-// is a storage failure (errdefs.ErrUnavailable), bytes that disagree or
-// cannot be read an *InvalidError, a cancelled or throttled-out check the
-// context's error.
-func (t hashTask) check(ctx context.Context, id artifact.ID, buf []byte, lim *rate.Limiter) error {
-	h := t.newHash()
+// digestCheck is one recorded digest of n bytes of a file from off.
+type digestCheck struct {
+	tensor, what string
+	off, n       int64
+	want         string
+	h            hash.Hash
+}
+
+// check reads the task's bytes once through buf at the pace of pace (nil:
+// unthrottled), feeds each digest the part of them it covers, and compares
+// the digests. A read the store failed is a storage failure
+// (errdefs.ErrUnavailable), bytes that disagree or cannot be read an
+// *InvalidError, a cancelled or throttled-out check the context's error.
+func (t hashTask) check(ctx context.Context, id artifact.ID, buf []byte, pace pacer) error {
 	for off, end := t.off, t.off+t.n; off < end; {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 		b := buf[:min(int64(len(buf)), end-off)]
-		if lim != nil {
-			if err := lim.WaitN(ctx, len(b)); err != nil {
+		if pace != nil {
+			if err := pace.WaitN(ctx, len(b)); err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
@@ -140,11 +157,18 @@ func (t hashTask) check(ctx context.Context, id artifact.ID, buf []byte, lim *ra
 		if _, err := t.f.ReadAt(b, off); err != nil {
 			return readFailure(id, t.file, fmt.Errorf("read %d bytes at %d: %w", len(b), off, err))
 		}
-		h.Write(b)
+		for _, d := range t.digests {
+			from, to := max(d.off, off), min(d.off+d.n, off+int64(len(b)))
+			if from < to {
+				d.h.Write(b[from-off : to-off])
+			}
+		}
 		off += int64(len(b))
 	}
-	if hex.EncodeToString(h.Sum(nil)) != t.want {
-		return &InvalidError{ID: id, File: t.file, Tensor: t.tensor, Reason: t.what + " mismatch: the bytes changed"}
+	for _, d := range t.digests {
+		if hex.EncodeToString(d.h.Sum(nil)) != d.want {
+			return &InvalidError{ID: id, File: t.file, Tensor: d.tensor, Reason: d.what + " mismatch: the bytes changed"}
+		}
 	}
 	return nil
 }
@@ -173,7 +197,11 @@ func (d *Domain) Scrub(ctx context.Context, id artifact.ID, o ScrubOptions) erro
 	}
 	op, err := d.validateDir(ctx, id, ManifestAndMetadata)
 	if err == nil {
-		err = verifyHashes(ctx, id, op.files, hashCheck{sha256: true, rate: o.Rate})
+		c := hashCheck{sha256: true}
+		if o.Rate > 0 {
+			c.pace = rate.NewLimiter(rate.Limit(o.Rate), verifyChunk)
+		}
+		err = verifyHashes(ctx, id, op.files, c)
 		op.close()
 	}
 	var ie *InvalidError

@@ -11,6 +11,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
@@ -127,4 +128,21 @@ func (k *keypair) SignData(_ context.Context, data []byte) ([]byte, []byte, erro
 	sum := sha256.Sum256(data)
 	sig, err := k.key.Sign(rand.Reader, sum[:], crypto.SHA256)
 	return sig, sum[:], err
+}
+
+// SignedBy says whether sig is a cosign v3 signature by key of manifest,
+// used by ref (a repository), as SignManifest makes one: a signer that
+// finds its own signature attached need not attach another.
+func SignedBy(key crypto.PublicKey, manifest digest.Digest, ref string, sig Signature) bool {
+	if sig.Raw == nil {
+		return false
+	}
+	pem, err := cryptoutils.MarshalPublicKeyToPEM(key)
+	if err != nil {
+		return false
+	}
+	m := Match{Requirements: []Requirement{{Type: TypeSigstoreSigned, Keys: []Key{{Source: "the signing key", PEM: pem}},
+		Identity: SignedIdentity{Type: IdentityMatchRepoDigestOrExact}}}}
+	_, err = VerifyManifest(m, manifest, ref, []Signature{sig}, time.Now())
+	return err == nil
 }

@@ -63,8 +63,9 @@ func runBinary(t *testing.T, name string, args ...string) (int, string) {
 }
 
 // TestExitCodeTable walks docs/cli.md's exit-code table with the built
-// programs: 2 bad input, 3 not found, 4 invalid data, 5 busy, out of space
-// or timed out, 6 refused by the trust policy.
+// programs: 2 bad input, 3 not found, 4 invalid data, 5 busy, out of space,
+// unreachable or timed out, 6 refused by the trust policy. Each failure is
+// said once.
 func TestExitCodeTable(t *testing.T) {
 	base := t.TempDir()
 	empty := filepath.Join(base, "empty") // a root that holds no store
@@ -82,6 +83,7 @@ func TestExitCodeTable(t *testing.T) {
 	rejecting, identity, id := refusingConfig(t, base, root, rejectAll)
 	missingPolicy := filepath.Join(base, "missing-policy.toml")
 	os.WriteFile(missingPolicy, []byte("root = \""+root+"\"\n[verify]\npolicy = \""+filepath.Join(base, "absent-policy.json")+"\"\n"), 0o644)
+	pinnedID := pinnedArtifact(t, base, root, rev)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -104,7 +106,16 @@ func TestExitCodeTable(t *testing.T) {
 		{"verify on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "verify", "7a1b70"}, 3, "no store"},
 		{"no such artifact", "weightsnap", []string{"--config", "", "--root", root, "verify", strings.Repeat("ab", 32)}, 3, "not"},
 		{"corrupt safetensors", "weightsnap", []string{"--config", "", "--root", root, "import", corrupt, "--revision", rev}, 4, "header past EOF"},
-		{"a single safetensors file", "weightsnap", []string{"--config", "", "--root", root, "import", filepath.Join(corrupt, "model.safetensors"), "--revision", rev}, 2, "import takes a checkpoint directory"},
+		{"resolve of a corrupt checkpoint", "weightsnap", []string{"--config", "", "--root", root, "resolve", "--from", corrupt, "--revision", rev}, 4, "header past EOF"},
+		{"a single safetensors file", "weightsnap", []string{"--config", "", "--root", empty, "import", filepath.Join(corrupt, "model.safetensors"), "--revision", rev}, 2, "import takes a checkpoint directory"},
+		{"a missing checkpoint directory", "weightsnap", []string{"--config", "", "--root", empty, "import", filepath.Join(base, "absent-model"), "--revision", rev}, 3, "no such checkpoint directory"},
+		{"unpin on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "unpin", "7a1b70"}, 3, "no store"},
+		{"rm on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "rm", "7a1b70"}, 3, "no store"},
+		{"a bad size", "weightsnap", []string{"--config", "", "--root", root, "verify", "--all", "--rate", "fast"}, 2, "--rate"},
+		{"rm of a pinned artifact", "weightsnap", []string{"--config", "", "--root", root, "rm", pinnedID}, 5, "is pinned by cli"},
+		{"peer down", "weightsnap", []string{"--config", "", "peer", "ls", down}, 5, "connection refused"},
+		{"weightsnapd down", "weightsnap", []string{"--config", "", "--control-address", filepath.Join(base, "absent.sock"), "prefetch", "ls"}, 5, "weightsnapd does not answer"},
+		{"registry down on push", "weightsnap", []string{"--config", "", "--root", root, "push", "--plain-http", pinnedID, down + "/x:y"}, 5, "connection refused"},
 		{"eviction target held by a pin", "weightsnap", []string{"--config", "", "--root", pinned, "gc", "--evict", "--to", "0"}, 5, "pinned by cli"},
 		{"registry down", "weightsnap", []string{"--config", "", "--root", root, "pull", "--plain-http", down + "/x:y"}, 5, "connection refused"},
 		{"refused by the trust policy", "weightsnap", []string{"--config", "", "--root", filepath.Join(base, "other"), "pull", "--plain-http", "--policy", rejectAll, refused}, 6, "refuses it"},
@@ -118,6 +129,12 @@ func TestExitCodeTable(t *testing.T) {
 			code, out := runBinary(t, tc.prog, tc.args...)
 			if code != tc.code || !strings.Contains(out, tc.says) || strings.Contains(out, "file exists") {
 				t.Errorf("%s %v: exit %d, want %d saying %q:\n%s", tc.prog, tc.args, code, tc.code, tc.says, out)
+			}
+			// The failure is said once: no log line repeats it.
+			for _, line := range strings.Split(out, "\n") {
+				if strings.Contains(line, "level=") && strings.Contains(line, tc.says) {
+					t.Errorf("%s %v: a log line repeats the failure:\n%s", tc.prog, tc.args, out)
+				}
 			}
 		})
 	}
@@ -144,6 +161,25 @@ func TestPlainHTTPFlagHosts(t *testing.T) {
 			t.Errorf("%s: %v, want a request to %s%s", tc.flag, err, tc.scheme, down)
 		}
 	}
+}
+
+// pinnedArtifact imports a small checkpoint of its own into root, pins it
+// and returns its ID.
+func pinnedArtifact(t *testing.T, base, root, rev string) string {
+	t.Helper()
+	src := filepath.Join(base, "pinned-model")
+	if err := synth.Write(context.Background(), src, synth.Options{Size: 64 << 10, Shards: 1, DType: "F16", Seed: 2}); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runBinary(t, "weightsnap", "--config", "", "--root", root, "import", src, "--revision", rev)
+	if code != 0 {
+		t.Fatalf("import: exit %d\n%s", code, out)
+	}
+	id := strings.TrimSpace(out[strings.LastIndex(strings.TrimSpace(out), "\n")+1:])
+	if code, out := runBinary(t, "weightsnap", "--config", "", "--root", root, "pin", id); code != 0 {
+		t.Fatalf("pin: exit %d\n%s", code, out)
+	}
+	return id
 }
 
 // pushedArtifact imports a small checkpoint into root, pushes it to an

@@ -46,6 +46,9 @@ signature is recorded beside the artifact: inspect shows it and verify
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			start := time.Now()
+			if err := artifact.CheckSourceRoot(args[0]); err != nil {
+				return err
+			}
 			d, err := a.domain(ctx)
 			if err != nil {
 				return err
@@ -56,7 +59,7 @@ signature is recorded beside the artifact: inspect shows it and verify
 				OnTotal:  func(total int64) { pr = newProgress("import", total) },
 				Progress: func(n int64) { pr.Add(n) }})
 			if pr != nil {
-				pr.Done()
+				pr.End(err)
 			}
 			if err != nil {
 				return err
@@ -95,7 +98,7 @@ func newDevCmd(a *app) *cobra.Command {
 			}
 			pr := newProgress("synth", n)
 			err = synth.Write(cmd.Context(), out, synth.Options{Size: n, Shards: shards, DType: dtype, Seed: seed, Progress: pr.Add})
-			pr.Done()
+			pr.End(err)
 			if err != nil {
 				return err
 			}

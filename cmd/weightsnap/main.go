@@ -10,6 +10,7 @@ import (
 
 	"github.com/containerd/log"
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/cmd/internal/version"
@@ -95,6 +96,15 @@ func (a *app) printJSON(v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
+
+// artifactRef names an artifact in a command's JSON: its hex as the
+// store's directory is named, and its digest.
+type artifactRef struct {
+	Hex string      `json:"id"`
+	ID  artifact.ID `json:"digest"`
+}
+
+func refOf(id artifact.ID) artifactRef { return artifactRef{Hex: id.Hex(), ID: id} }
 
 // printResult ends a command that made one thing: v as JSON with --json,
 // else line, which names what was made.

@@ -14,6 +14,7 @@ import (
 	"github.com/weightsnap/weightsnap/control"
 	"github.com/weightsnap/weightsnap/oci"
 	"github.com/weightsnap/weightsnap/pointer"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // control is a client of weightsnapd's control API.
@@ -184,7 +185,7 @@ func (a *app) mountRequest(ctx context.Context, rf *remoteFlags, platform, ref, 
 }
 
 func newUmountCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "umount DIR",
 		Short: "Undo a weightsnap mount; weightsnapd lets the artifact's lease go",
 		Args:  cobra.ExactArgs(1),
@@ -200,10 +201,13 @@ func newUmountCmd(a *app) *cobra.Command {
 			if err := c.HostUnmount(cmd.Context(), dir); err != nil {
 				return err
 			}
-			fmt.Fprintln(a.out, dir)
-			return nil
+			return a.printResult(struct {
+				Dir string `json:"dir"`
+			}{dir}, dir)
 		},
 	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON: the directory unmounted")
+	return cmd
 }
 
 // daemonHolders asks weightsnapd, briefly, what holds an artifact; nil when
@@ -249,4 +253,31 @@ func (a *app) explainBusy(ctx context.Context, id artifact.ID, err error) error 
 		return fmt.Errorf("%w (weightsnapd: %s)", err, text)
 	}
 	return err
+}
+
+// snapshotLeaseEvery is how often rm tries again while it waits for
+// weightsnapd's snapshots to let an artifact's lease go.
+const snapshotLeaseEvery = 100 * time.Millisecond
+
+// removeWaiting removes id. While weightsnapd's snapshots alone lease it
+// (no host mount, no pending repair), it tries again until wait has
+// passed: containerd removes a removed container's snapshot, and with it
+// the lease, in its next garbage collection.
+func (a *app) removeWaiting(ctx context.Context, d *store.Domain, id artifact.ID, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := d.Remove(ctx, id)
+		if !errdefs.IsFailedPrecondition(err) || !time.Now().Before(deadline) {
+			return err
+		}
+		h := a.daemonHolders(ctx, id)
+		if h == nil || !h.Leased || len(h.Mounts) > 0 || len(h.Pending) > 0 {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(snapshotLeaseEvery):
+		}
+	}
 }

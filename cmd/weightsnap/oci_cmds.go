@@ -96,11 +96,11 @@ func (s *syncProgress) Reused(n int64) {
 	}
 }
 
-func (s *syncProgress) Done() {
+func (s *syncProgress) End(err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.pr != nil {
-		s.pr.Done()
+		s.pr.End(err)
 	}
 }
 
@@ -144,7 +144,7 @@ func newPushCmd(a *app) *cobra.Command {
 			pr.start("push", l.Index.TotalBytes())
 			o.Progress = pr.Add
 			rep, err := oci.Push(ctx, l, r, o)
-			pr.Done()
+			pr.End(err)
 			if err != nil {
 				return err
 			}
@@ -208,7 +208,7 @@ imported as "import" would import its files: --revision is then required.`,
 			o.OnPlan = func(p *oci.Plan) { pr.start("pull", p.TotalBytes()) }
 			o.Progress, o.Reused = pr.Add, pr.Reused
 			l, rep, err := oci.Pull(ctx, d, r, o)
-			pr.Done()
+			pr.End(err)
 			if err != nil {
 				return err
 			}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -190,13 +191,13 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				return a.printJSON(ls)
 			}
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "IDENTITY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
+			fmt.Fprintf(tw, "IDENTITY\tREPOSITORY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
 			for _, x := range ls.Artifacts {
 				size := bytefmt.IEC(x.Bytes)
 				if x.Building {
 					size = fmt.Sprintf("%s of %s verified (building)", bytefmt.IEC(x.VerifiedBytes), size)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", x.ID.Short(), artifact.ShortHex(x.Revision),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", x.ID.Short(), cmp.Or(x.Repository, "-"), artifact.ShortHex(x.Revision),
 					x.Component, x.Producer, size, x.Tensors)
 			}
 			for _, s := range ls.Exports {
@@ -204,7 +205,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				if s.Mapped {
 					state = "mapped " + bytefmt.IEC(s.Bytes)
 				}
-				fmt.Fprintf(tw, "staged:%s\t%s\t\t\t%s\t\n", s.Name, artifact.ShortHex(s.Revision), state)
+				fmt.Fprintf(tw, "staged:%s\t-\t%s\t\t\t%s\t\n", s.Name, artifact.ShortHex(s.Revision), state)
 			}
 			tw.Flush()
 			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], artifact.ShortHex(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)
@@ -314,7 +315,7 @@ artifact of their own (producer tensor-subset).`,
 			o.OnTotal = func(n int64) { pr.start("fetch", n) }
 			o.Progress = pr.Add
 			l, rep, err := peer.Fetch(ctx, d, []string{args[0]}, req, o)
-			pr.Done()
+			pr.End(err)
 			if err != nil {
 				return err
 			}

@@ -51,17 +51,44 @@ func TestPeerArguments(t *testing.T) {
 // (or manifest digest) the peer lists, as local commands take one of a
 // store id; a prefix no peer lists is not found.
 func TestPeerFetchByPrefix(t *testing.T) {
-	base := t.TempDir()
+	base, addr, imp := servedPeer(t)
+	fetch := func(id string) (string, error) {
+		return runCLI(t, "--root", filepath.Join(base, "fetched"), "--config", "", "peer", "fetch", addr, id)
+	}
+	if got, err := fetch(imp.ID.Hex()[:10]); err != nil || strings.TrimSpace(got) != imp.ID.String() {
+		t.Fatalf("fetch by prefix: %q, %v; want %s", got, err, imp.ID)
+	}
+	if _, err := fetch("ffffffffff"); exitcode.Of(err) != exitcode.NotFound {
+		t.Fatalf("a prefix no peer lists: %v (exit %d), want not found", err, exitcode.Of(err))
+	}
+}
+
+// TestPeerLs: peer ls shows each artifact's repository, as ls does.
+func TestPeerLs(t *testing.T) {
+	_, addr, imp := servedPeer(t)
+	out, err := runCLI(t, "--config", "", "peer", "ls", addr)
+	lines := strings.Split(out, "\n")
+	if err != nil || len(lines) < 2 || strings.Fields(lines[0])[1] != "REPOSITORY" ||
+		!strings.HasPrefix(lines[1], imp.ID.Short()) || strings.Fields(lines[1])[1] != "org/model" {
+		t.Fatalf("peer ls: %v\n%s", err, out)
+	}
+}
+
+// servedPeer imports a model of the repository org/model into a store a
+// weight peer serves, and returns the test's directory, the peer's address
+// and the import.
+func servedPeer(t *testing.T) (base, addr string, imp importResult) {
+	t.Helper()
+	base = t.TempDir()
 	src := filepath.Join(base, "src")
 	if err := synth.Write(context.Background(), src, synth.Options{Size: 1 << 20, Shards: 2, DType: "F16", Seed: 11}); err != nil {
 		t.Fatal(err)
 	}
 	served := filepath.Join(base, "served")
-	out, err := runCLI(t, "--root", served, "--config", "", "import", src, "--revision", strings.Repeat("cd", 20), "--json")
+	out, err := runCLI(t, "--root", served, "--config", "", "import", src, "--revision", strings.Repeat("cd", 20), "--repository", "org/model", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var imp importResult
 	if err := json.Unmarshal([]byte(out), &imp); err != nil {
 		t.Fatal(err)
 	}
@@ -78,17 +105,9 @@ func TestPeerFetchByPrefix(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	t.Cleanup(cancel)
 	go s.Serve(ctx, l)
-	fetch := func(id string) (string, error) {
-		return runCLI(t, "--root", filepath.Join(base, "fetched"), "--config", "", "peer", "fetch", l.Addr().String(), id)
-	}
-	if got, err := fetch(imp.ID.Hex()[:10]); err != nil || strings.TrimSpace(got) != imp.ID.String() {
-		t.Fatalf("fetch by prefix: %q, %v; want %s", got, err, imp.ID)
-	}
-	if _, err := fetch("ffffffffff"); exitcode.Of(err) != exitcode.NotFound {
-		t.Fatalf("a prefix no peer lists: %v (exit %d), want not found", err, exitcode.Of(err))
-	}
+	return base, l.Addr().String(), imp
 }
 
 // TestPeerServeExportAlias: peer serve takes --export, and --staged (its

@@ -40,13 +40,21 @@ func newPinCmd(a *app) *cobra.Command {
 			if err := d.Pin(ctx, id, store.Pin{By: store.PinByCLI, Reason: reason, Ref: args[0]}); err != nil {
 				return err
 			}
-			fmt.Fprintln(a.out, id.Hex())
-			return nil
+			return a.printResult(refOf(id), id.Hex())
 		},
 	}
 	rf.register(cmd.Flags())
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON: the artifact pinned")
 	cmd.Flags().StringVar(&reason, "reason", "", "why it is pinned (shown by ls --use, inspect and capacity errors)")
 	return cmd
+}
+
+// unpinResult is what unpin did to one artifact (an element of unpin
+// --json's list): how many pins it dropped, and the pins that stay.
+type unpinResult struct {
+	artifactRef
+	Dropped     int         `json:"dropped"`
+	StillPinned []store.Pin `json:"still_pinned"`
 }
 
 func newUnpinCmd(a *app) *cobra.Command {
@@ -56,7 +64,7 @@ func newUnpinCmd(a *app) *cobra.Command {
 		Short: "Drop the pins weightsnap pin set (--all: every holder's, the prefetch files' too); the artifact stays",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d, err := a.domain(cmd.Context())
+			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -65,6 +73,7 @@ func newUnpinCmd(a *app) *cobra.Command {
 				by = ""
 			}
 			var errs []error
+			unpinned := []unpinResult{}
 			for _, ref := range args {
 				id, err := d.ExpandID(ref)
 				if err != nil {
@@ -76,16 +85,30 @@ func newUnpinCmd(a *app) *cobra.Command {
 					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
 					continue
 				}
-				if pins, _ := d.Pins(id); len(pins) > 0 {
+				pins, _ := d.Pins(id)
+				r := unpinResult{artifactRef: refOf(id), Dropped: n, StillPinned: pins}
+				if r.StillPinned == nil {
+					r.StillPinned = []store.Pin{}
+				}
+				unpinned = append(unpinned, r)
+				switch {
+				case a.jsonOut:
+				case len(pins) > 0:
 					fmt.Fprintf(a.out, "%s\tstill pinned by %s\n", id.Hex(), pinHolders(pins))
-				} else if n > 0 {
+				case n > 0:
 					fmt.Fprintln(a.out, id.Hex())
+				}
+			}
+			if a.jsonOut {
+				if err := a.printJSON(unpinned); err != nil {
+					return err
 				}
 			}
 			return errors.Join(errs...)
 		},
 	}
 	cmd.Flags().BoolVar(&all, "all", false, "drop every holder's pins, not only the CLI's")
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON: for each artifact, the pins dropped and those that stay")
 	return cmd
 }
 
@@ -243,13 +266,21 @@ func newPrefetchCmd(a *app) *cobra.Command {
 			wctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			werr := m.Wait(wctx)
-			for _, s := range m.List() {
+			list := m.List()
+			if a.jsonOut {
+				if list == nil {
+					list = []prefetch.Status{}
+				}
+				return errors.Join(a.printJSON(list), werr)
+			}
+			for _, s := range list {
 				fmt.Fprintf(a.out, "%s\t%s\t%s\t%s\n", s.File, cmp.Or(s.Ref, s.Identity), s.State, s.ID.Hex())
 			}
 			return werr
 		},
 	}
 	sync.Flags().DurationVar(&timeout, "timeout", 10*time.Minute, "how long to retry the entries that do not resolve")
+	sync.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON: each declared artifact's state, as prefetch ls --json")
 	cmd.AddCommand(ls, sync)
 	return cmd
 }

@@ -12,7 +12,8 @@ import (
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 )
 
-// TestPinLsEvict: a pinned artifact is shown by ls --use, refused by rm,
+// TestPinLsEvict: a pinned artifact is shown by ls --use where its last
+// use puts it (pinning is no use: the first import stays first), refused by rm,
 // kept by gc --evict, which takes the others least recently used first
 // (--dry-run takes nothing, and exits 5 for a target the pin keeps it
 // from), and evicted once unpinned.
@@ -36,7 +37,7 @@ func TestPinLsEvict(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := ws("ls", "--use")
-	if err != nil || !strings.Contains(out, `cli ("golden")`) || !strings.Contains(out, "FREES") || strings.Index(out, ids[1][:12]) > strings.Index(out, ids[0][:12]) {
+	if err != nil || !strings.Contains(out, `cli ("golden")`) || !strings.Contains(out, "FREES") || strings.Index(out, ids[0][:12]) > strings.Index(out, ids[1][:12]) {
 		t.Fatalf("ls --use: %v\n%s", err, out)
 	}
 	if _, err := ws("rm", ids[0][:12]); exitcode.Of(err) != 5 || !strings.Contains(err.Error(), "pinned by cli") {

@@ -47,7 +47,7 @@ func TestLineProgress(t *testing.T) {
 		t.Fatalf("no two progress lines: %v", err)
 	}
 	pr.Add(90 << 20)
-	pr.Done()
+	pr.End(nil)
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
 	for _, l := range lines[:len(lines)-1] {
 		if !strings.Contains(l, "/s, ") || !strings.HasSuffix(l, " left") {
@@ -74,12 +74,31 @@ func TestProgressRateNewBytes(t *testing.T) {
 		t.Errorf("line %q, want %q", got, want)
 	}
 	pr.Add(400)
-	if got, want := pr.doneLine(t0.Add(5*time.Second)), "pull: done, 1000 B in 5s (100 B/s; 500 B reused)"; got != want {
+	if got, want := pr.endLine(t0.Add(5*time.Second), nil), "pull: done, 1000 B in 5s (100 B/s; 500 B reused)"; got != want {
 		t.Errorf("done line %q, want %q", got, want)
 	}
-	stopped := &progress{label: "pull", total: 1000, start: t0}
-	stopped.Add(250)
-	if got, want := stopped.doneLine(t0.Add(time.Second)), "pull: stopped at 250 B of 1000 B after 1s (250 B/s)"; got != want {
-		t.Errorf("stopped line %q, want %q", got, want)
+}
+
+// TestProgressEndLine: the last line says done for work that succeeded,
+// however few of its bytes it moved (a warm import, a tp-split that read
+// part of its source), and where it stopped for work that failed.
+func TestProgressEndLine(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		done int64
+		err  error
+		want string
+	}{
+		{"every byte", 1000, nil, "import: done, 1000 B in 1s (1000 B/s)"},
+		{"warm import", 0, nil, "import: done, 0 B of 1000 B in 1s (0 B/s)"},
+		{"part of the source read", 250, nil, "import: done, 250 B of 1000 B in 1s (250 B/s)"},
+		{"failed", 250, errors.New("registry went away"), "import: stopped at 250 B of 1000 B after 1s (250 B/s)"},
+	} {
+		pr := &progress{label: "import", total: 1000, start: t0}
+		pr.Add(tc.done)
+		if got := pr.endLine(t0.Add(time.Second), tc.err); got != tc.want {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.want)
+		}
 	}
 }

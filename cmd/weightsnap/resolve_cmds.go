@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -161,7 +162,7 @@ func (a *app) runResolve(cmd *cobra.Command, o resolveOpts) error {
 	var shown producerProgress
 	req.OnProduce = shown.start
 	res, rerr := rt.Resolve(ctx, req)
-	shown.stop()
+	shown.stop(rerr)
 	defer res.Close()
 	if rerr == nil {
 		fmt.Fprintln(a.out, res.Path)
@@ -209,10 +210,14 @@ type producerProgress struct {
 	follow func() // stops following; nil when nothing is followed
 }
 
+// errNextSource ends the progress of a producer that resolution left for
+// the next source.
+var errNextSource = errors.New("resolution went on to the next source")
+
 // start follows p, which stands for source; it stops following the one
-// before.
+// before, which resolution left.
 func (s *producerProgress) start(source string, p artifact.Producer) {
-	s.stop()
+	s.stop(errNextSource)
 	r, ok := p.(artifact.ProgressReporter)
 	if !ok {
 		return
@@ -226,12 +231,13 @@ func (s *producerProgress) start(source string, p artifact.Producer) {
 	})
 }
 
-// stop ends the display of the producer followed, if any.
-func (s *producerProgress) stop() {
+// stop ends the display of the producer followed, if any: done when err
+// is nil, else stopped.
+func (s *producerProgress) stop(err error) {
 	if s.follow == nil {
 		return
 	}
 	s.follow()
-	s.pr.Done()
+	s.pr.End(err)
 	s.pr, s.follow = nil, nil
 }

@@ -159,7 +159,7 @@ func TestProducerProgress(t *testing.T) {
 	looked := p.looks.Load()
 	testenv.Eventually(t, 10*time.Second, func() bool { return p.looks.Load() > looked }, "the progress was never looked at while at 300")
 	p.done.Store(700)
-	shown.stop()
+	shown.stop(nil)
 	if pr.done != 700 || shown.pr != nil {
 		t.Fatalf("shown %d bytes, want 700", pr.done)
 	}
@@ -167,5 +167,5 @@ func TestProducerProgress(t *testing.T) {
 	if shown.pr != nil {
 		t.Fatal("a producer that reports no progress got a progress bar")
 	}
-	shown.stop()
+	shown.stop(nil)
 }

@@ -63,8 +63,24 @@ func (a *app) stagingEngine(f stagingFlags, mode staging.Mode, create bool) (*st
 	return staging.New(st, staging.Options{Mode: mode, Workers: a.cfg.Staging.Workers,
 		SourceTimeout: time.Duration(a.cfg.Staging.SourceTimeoutSeconds) * time.Second,
 		Progress: func(lane string, total int64) staging.Progress {
-			return newProgress("stage "+lane, total)
+			return laneProgress{newProgress("stage "+lane, total)}
 		}}), nil
+}
+
+// laneProgress is the progress of one staged lane, as the staging engine
+// feeds it: a lane copies every byte it planned unless it stopped.
+type laneProgress struct{ *progress }
+
+// errLaneStopped ends the progress of a lane that copied less than it planned.
+var errLaneStopped = errors.New("lane stopped")
+
+// Done ends the lane's progress.
+func (l laneProgress) Done() {
+	var err error
+	if l.done < l.total {
+		err = errLaneStopped
+	}
+	l.End(err)
 }
 
 // lessGC lets the heap of a stage run grow to five times what is live
@@ -188,7 +204,7 @@ func (a *app) publishStaged(ctx context.Context, e *staging.Engine, rep *staging
 				OnTotal:  func(total int64) { pr = newProgress("publish "+s.Repo, total) },
 				Progress: func(n int64) { pr.Add(n) }})
 			if pr != nil {
-				pr.Done()
+				pr.End(err)
 			}
 			if err != nil {
 				return out, fmt.Errorf("publish %s@%s from lane %s: %w", s.Repo, s.Revision, s.Lane, err)

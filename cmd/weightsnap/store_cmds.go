@@ -382,30 +382,49 @@ func printDaemonArtifact(a *app, da daemonArtifact) {
 }
 
 func newRmCmd(a *app) *cobra.Command {
-	return &cobra.Command{
+	var wait time.Duration
+	cmd := &cobra.Command{
 		Use:   "rm ID...",
 		Short: "Remove artifacts; a leased or building one is reported and left alone",
-		Args:  cobra.MinimumNArgs(1),
+		Long: `Remove artifacts; a leased or building one is reported and left alone (exit 5).
+
+An artifact that weightsnapd's snapshots alone lease is waited for, up to
+--wait: containerd removes a container's snapshot, and weightsnapd lets
+the lease go, a moment after the container is gone (nerdctl run --rm
+returns before).`,
+		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			d, err := a.existingDomain(cmd.Context())
 			if err != nil {
 				return err
 			}
 			var errs []error
+			removed := []artifactRef{}
 			for _, ref := range args {
 				id, err := d.ExpandID(ref)
 				if err == nil {
-					err = a.explainBusy(cmd.Context(), id, d.Remove(cmd.Context(), id))
+					err = a.explainBusy(cmd.Context(), id, a.removeWaiting(cmd.Context(), d, id, wait))
 				}
 				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
 					continue
 				}
-				fmt.Fprintln(a.out, id.Hex())
+				removed = append(removed, refOf(id))
+				if !a.jsonOut {
+					fmt.Fprintln(a.out, id.Hex())
+				}
+			}
+			if a.jsonOut {
+				if err := a.printJSON(removed); err != nil {
+					return err
+				}
 			}
 			return errors.Join(errs...)
 		},
 	}
+	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON: the list of the artifacts removed")
+	cmd.Flags().DurationVar(&wait, "wait", 5*time.Second, "how long to wait for an artifact only weightsnapd's snapshots lease (0: refuse at once)")
+	return cmd
 }
 
 func newGCCmd(a *app) *cobra.Command {

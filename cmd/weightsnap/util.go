@@ -125,8 +125,9 @@ func (pr *progress) rate(now time.Time) int64 {
 	return int64(float64(max(pr.done-pr.reused, 0)) / max(now.Sub(pr.start).Seconds(), 1e-3))
 }
 
-// Done finishes the bar, or prints the done line.
-func (pr *progress) Done() {
+// End finishes the bar, or prints the last line: done when err is nil,
+// else where the work stopped.
+func (pr *progress) End(err error) {
 	if pr.bar != nil {
 		pr.bar.SetTotal(-1, true)
 		pr.p.Wait()
@@ -136,16 +137,23 @@ func (pr *progress) Done() {
 	<-pr.ended
 	pr.mu.Lock()
 	defer pr.mu.Unlock()
-	fmt.Fprintln(pr.w, pr.doneLine(time.Now()))
+	fmt.Fprintln(pr.w, pr.endLine(time.Now(), err))
 }
 
-// doneLine says what the run did: the bytes, the time and the rate, or
-// where it stopped when it did not finish.
-func (pr *progress) doneLine(now time.Time) string {
+// endLine says what the run did: the bytes, the time and the rate, or
+// where it stopped when it failed with err. A run that succeeded with
+// fewer bytes than its total (a warm import, a producer that read part of
+// its source) says how many of the total it moved.
+func (pr *progress) endLine(now time.Time, err error) string {
 	took := now.Sub(pr.start).Round(100 * time.Millisecond)
-	s := fmt.Sprintf("%s: done, %s in %s", pr.label, bytefmt.IEC(pr.done), took)
-	if pr.done < pr.total {
+	var s string
+	switch {
+	case err != nil:
 		s = fmt.Sprintf("%s: stopped at %s of %s after %s", pr.label, bytefmt.IEC(pr.done), bytefmt.IEC(pr.total), took)
+	case pr.done < pr.total:
+		s = fmt.Sprintf("%s: done, %s of %s in %s", pr.label, bytefmt.IEC(pr.done), bytefmt.IEC(pr.total), took)
+	default:
+		s = fmt.Sprintf("%s: done, %s in %s", pr.label, bytefmt.IEC(pr.done), took)
 	}
 	s += fmt.Sprintf(" (%s/s", bytefmt.IEC(pr.rate(now)))
 	if pr.reused > 0 {

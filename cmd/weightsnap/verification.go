@@ -94,45 +94,86 @@ func printVerification(a *app, v verification) {
 	}
 }
 
-// verifyRecords checks the trust records of each artifact
-// again, against the current policy: each record under the scope of the
-// reference it was read from (a model.sig under its repository's or the
-// default scope, its statement against the store's index of the files);
-// the signatures only, never the bytes.
-// An artifact without a record is reported unverified, not a failure.
-func verifyRecords(ctx context.Context, a *app, d *store.Domain, ids []artifact.ID) error {
-	pol, err := a.cfg.Verify.LoadPolicy()
+// signaturesResult is what verify found of an artifact's recorded
+// signatures under the current trust policy.
+type signaturesResult struct {
+	// Status is valid (the policy accepts every record), unverified (none
+	// recorded) or invalid (it refuses one, or the records cannot be read).
+	Status string `json:"status"`
+	// Policy is the trust policy's file, or "no policy file".
+	Policy  string          `json:"policy"`
+	Valid   []string        `json:"valid"`   // the records the policy accepts
+	Invalid []recordFinding `json:"invalid"` // those it refuses, with why
+
+	errs []error
+}
+
+// recordFinding is a record the policy refuses (its name; empty when the
+// records could not be read) and why.
+type recordFinding struct {
+	Record string `json:"record"`
+	Error  string `json:"error"`
+}
+
+// Statuses of a signaturesResult.
+const (
+	signaturesValid      = "valid"
+	signaturesUnverified = "unverified"
+	signaturesInvalid    = "invalid"
+)
+
+// err is the failure of an invalid result, each error naming id's record.
+func (s *signaturesResult) err(id artifact.ID) error {
+	return fmt.Errorf("%s: signatures: %w", id.Short(), errors.Join(s.errs...))
+}
+
+// checkRecords checks the trust records of id again, against pol: each
+// record under the scope of the reference it was read from (a model.sig
+// under its repository's or the default scope, its statement against the
+// store's index of the files); the signatures only, never the bytes. An
+// artifact without a record is unverified, not a failure.
+func checkRecords(ctx context.Context, pol *trust.Policy, d *store.Domain, id artifact.ID) *signaturesResult {
+	s := &signaturesResult{Status: signaturesValid, Policy: policyName(pol), Valid: []string{}, Invalid: []recordFinding{}}
+	recs, err := oci.Records(d, id)
 	if err != nil {
-		return err
+		s.Status, s.errs = signaturesInvalid, []error{err}
+		s.Invalid = append(s.Invalid, recordFinding{Error: err.Error()})
+		return s
 	}
-	var errs []error
-	for _, id := range ids {
-		recs, err := oci.Records(d, id)
-		if err != nil {
-			errs = append(errs, err)
-			fmt.Fprintf(a.out, "%s: %v\n", id.Short(), err)
+	if len(recs) == 0 {
+		s.Status = signaturesUnverified
+		return s
+	}
+	for _, r := range recs {
+		name := r.Name()
+		if err := checkRecord(ctx, pol, d, id, r); err != nil {
+			s.Status = signaturesInvalid
+			s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+			s.Invalid = append(s.Invalid, recordFinding{Record: name, Error: err.Error()})
 			continue
 		}
-		if len(recs) == 0 {
-			fmt.Fprintf(a.out, "%s: signatures: unverified (none recorded)\n", id.Short())
+		s.Valid = append(s.Valid, name)
+	}
+	return s
+}
+
+// printSignatures is verify's text of s: a line for each record refused,
+// and one for those accepted.
+func printSignatures(a *app, id artifact.ID, s *signaturesResult) {
+	if s.Status == signaturesUnverified {
+		fmt.Fprintf(a.out, "%s: signatures: unverified (none recorded)\n", id.Short())
+		return
+	}
+	for _, f := range s.Invalid {
+		if f.Record == "" {
+			fmt.Fprintf(a.out, "%s: %s\n", id.Short(), f.Error)
 			continue
 		}
-		var ok []string
-		for _, r := range recs {
-			name := r.Name()
-			err := checkRecord(ctx, pol, d, id, r)
-			if err != nil {
-				errs = append(errs, fmt.Errorf("%s: %s: %w", id.Short(), name, err))
-				fmt.Fprintf(a.out, "%s: signatures of %s: %v\n", id.Short(), name, err)
-				continue
-			}
-			ok = append(ok, name)
-		}
-		if len(ok) > 0 {
-			fmt.Fprintf(a.out, "%s: signatures: valid under %s (%s)\n", id.Short(), policyName(pol), strings.Join(ok, ", "))
-		}
+		fmt.Fprintf(a.out, "%s: signatures of %s: %s\n", id.Short(), f.Record, f.Error)
 	}
-	return errors.Join(errs...)
+	if len(s.Valid) > 0 {
+		fmt.Fprintf(a.out, "%s: signatures: valid under %s (%s)\n", id.Short(), s.Policy, strings.Join(s.Valid, ", "))
+	}
 }
 
 // checkRecord checks one record of id again under pol: a manifest's
@@ -169,7 +210,7 @@ func readyIDs(ctx context.Context, d *store.Domain) ([]artifact.ID, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ids []artifact.ID
+	ids := []artifact.ID{}
 	for _, info := range list {
 		if info.State == store.StateReady {
 			ids = append(ids, info.ID)

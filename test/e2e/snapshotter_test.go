@@ -397,3 +397,19 @@ func TestSnapshotterSharedView(t *testing.T) {
 		t.Fatalf("no image needs the artifact, and its view stays: %v", err)
 	}
 }
+
+// TestSnapshotterRmAfterRunRm: weightsnap rm right after nerdctl run --rm
+// returns removes the artifact the container read: rm waits the moment
+// containerd takes to remove the container's snapshot, which holds the
+// lease.
+func TestSnapshotterRmAfterRunRm(t *testing.T) {
+	n := startSnapNode(t)
+	a := n.pushArtifact(t, "rmafter", "4MiB", 1)
+	img := n.buildImage(t, "rmafter", "/models/x", a)
+	if _, err := n.run(img, "ls", "/models/x"); err != nil {
+		t.Fatal(err)
+	}
+	if r := wsWith(t, n.ws.Config, "rm", a.id); r.code != 0 {
+		t.Fatalf("weightsnap rm right after nerdctl run --rm: exit %d\n%s%s", r.code, r.out, r.errOut)
+	}
+}

@@ -6,10 +6,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"syscall"
 
 	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
+	"github.com/weightsnap/weightsnap/internal/netfail"
 )
 
 // Exit statuses.
@@ -18,7 +20,7 @@ const (
 	BadInput    = 2 // errdefs.ErrInvalidArgument
 	NotFound    = 3 // errdefs.ErrNotFound
 	InvalidData = 4 // errdefs.ErrDataLoss
-	Busy        = 5 // busy (failed precondition), out of space, unavailable or timed out
+	Busy        = 5 // busy (failed precondition), out of space, unavailable, unreachable or timed out
 	Refused     = 6 // refused by the trust policy (a trust.Refusal)
 )
 
@@ -28,7 +30,8 @@ type policyRefusal interface{ TrustScope() string }
 
 // Of is the exit status for err, which must not be nil: 6 refused by the
 // trust policy, 2 bad input, 3 not found, 4 invalid data, 5 busy, out of
-// space or timed out, 1 other.
+// space, unavailable, a network endpoint that does not answer or timed
+// out, 1 other.
 func Of(err error) int {
 	var refusal policyRefusal
 	switch {
@@ -41,10 +44,19 @@ func Of(err error) int {
 	case errdefs.IsDataLoss(err):
 		return InvalidData
 	case errdefs.IsFailedPrecondition(err), errdefs.IsResourceExhausted(err), errdefs.IsUnavailable(err),
-		errdefs.IsDeadlineExceeded(err):
+		errdefs.IsDeadlineExceeded(err), unanswered(err):
 		return Busy
 	}
 	return Other
+}
+
+// unanswered says err is a network operation whose endpoint could not be
+// reached or did not answer (a weight peer that is down, a name that does
+// not resolve), however the package that met it wrapped it.
+func unanswered(err error) bool {
+	var op *net.OpError
+	var dns *net.DNSError
+	return (errors.As(err, &op) || errors.As(err, &dns)) && netfail.Unreachable(err)
 }
 
 // Execute runs root. What cobra refuses before a command starts (an

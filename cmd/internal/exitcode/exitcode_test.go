@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +29,9 @@ func TestOf(t *testing.T) {
 		{fmt.Errorf("store is out of space: %w", errdefs.ErrResourceExhausted), Busy},
 		{fmt.Errorf("timed out waiting for a lock: %w", errdefs.ErrUnavailable), Busy},
 		{fmt.Errorf("scrub: %w", context.DeadlineExceeded), Busy},
+		{fmt.Errorf("peer 127.0.0.1:1: %w", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}), Busy},
+		{fmt.Errorf("peer: %w", &net.DNSError{Err: "no such host", Name: "weights.invalid", IsNotFound: true}), Busy},
+		{fmt.Errorf("read index: %w", io.ErrUnexpectedEOF), Other},
 		{fmt.Errorf("pull: %w", refusal{}), Refused},
 		// The first class in the table wins when an error carries two.
 		{errors.Join(errdefs.ErrNotFound, errdefs.ErrInvalidArgument), BadInput},
