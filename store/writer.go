@@ -104,7 +104,8 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 	if size > 0 {
 		if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
 			f.Close()
-			return nil, ioerr.Classify(fmt.Errorf("preallocate %s: %w", path, err), noSpace)
+			os.Remove(full)
+			return nil, b.preallocFailed(fmt.Errorf("preallocate %s: %w", path, err), size)
 		}
 	}
 	var onChecked func(off, n int64) error

@@ -306,12 +306,10 @@ func printDomain(a *app, r *store.DomainReport) error {
 	fmt.Fprintf(a.out, "Root:        %s (%s, %s free)\n", r.Root, r.FSType, free)
 	fmt.Fprintf(a.out, "Policy:      validation %s, max artifact %s, max store %s, min free %s, coordination timeout %ds, quarantine kept %ds\n",
 		p.Validation, limit(p.MaxArtifactBytes), limit(p.MaxStoreBytes), limit(p.MinFreeBytes), p.CoordinationTimeoutSeconds, p.QuarantineMaxAgeSeconds)
-	for _, u := range []struct {
-		name string
-		u    store.Usage
-	}{{"Ready:", r.Ready}, {"Temp:", r.Temp}, {"Quarantined:", r.Quarantined}, {"Denied:", r.Denied}} {
-		fmt.Fprintf(a.out, "%-12s %d (%s)\n", u.name, u.u.Count, bytefmt.IEC(u.u.Bytes))
+	for _, s := range r.States {
+		fmt.Fprintf(a.out, "%-12s %d (%s): freed by %s\n", strings.ToUpper(s.State[:1])+s.State[1:]+":", s.Count, bytefmt.IEC(s.Bytes), s.FreedBy)
 	}
+	fmt.Fprintf(a.out, "%-12s %s\n", "Total:", bytefmt.IEC(r.TotalBytes))
 	return printLocks(a, r.Locks)
 }
 
