@@ -16,6 +16,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/store"
+	"golang.org/x/sys/unix"
 )
 
 // Source is a synthetic checkpoint and its identity.
@@ -135,4 +136,30 @@ func SameBytes(l *store.Lease, srcDir string) error {
 		}
 	}
 	return nil
+}
+
+// TreeBytes is what the regular files under root occupy by apparent size,
+// each inode once: du --apparent-size --bytes of root, less its directories.
+func TreeBytes(t testing.TB, root string) int64 {
+	t.Helper()
+	seen := map[[2]uint64]bool{}
+	var n int64
+	err := filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if k := [2]uint64{uint64(st.Dev), st.Ino}; !seen[k] {
+			seen[k] = true
+			n += st.Size
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
