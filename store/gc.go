@@ -120,12 +120,9 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 	stale := time.Duration(d.policy.StaleBuildSeconds) * time.Second
 	for _, e := range entries {
 		name := e.Name()
-		owner, tomb := tombstoneOwner(name)
-		if !tomb {
-			owner, _, _ = strings.Cut(name, ".")
-		}
-		if !(artifact.IsSHA256Hex(owner) || strings.HasPrefix(owner, anonPrefix)) || (keepOwn && owner == id.Hex() && !tomb) {
-			continue
+		owner, _, _ := strings.Cut(name, ".")
+		if !(artifact.IsSHA256Hex(owner) || strings.HasPrefix(owner, anonPrefix)) || (keepOwn && owner == id.Hex()) {
+			continue // a tombstone (finishRemovals) or not a temp build
 		}
 		var lk *lock
 		if owner != id.Hex() {
@@ -143,7 +140,7 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 		if oid, err := artifact.ParseIDHex(owner); err == nil {
 			t.ID = oid
 		}
-		if !tomb && !t.ID.IsZero() && owner != id.Hex() {
+		if !t.ID.IsZero() && owner != id.Hex() {
 			// An interrupted build of an artifact: the next pull or fetch
 			// of it continues from what it kept.
 			switch age := time.Duration(t.AgeSeconds * float64(time.Second)); {
@@ -161,8 +158,6 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 		}
 		if t.Reason == "" {
 			switch {
-			case tomb:
-				t.Reason = "interrupted removal"
 			case owner == id.Hex():
 				t.Reason = "temp build of this build's artifact, not adopted"
 			default:
@@ -170,25 +165,18 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 			}
 		}
 		faultPoint("cleanup.before-remove")
-		if !tomb {
-			// A temp build becomes a tombstone first, so a crash part-way
-			// through its deletion leaves nothing a build would adopt.
-			entombed := d.path(dirTmp, tombstoneName(owner))
-			if os.Rename(p, entombed) != nil {
-				lk.Close()
-				continue
-			}
-			p = entombed
-			faultPoint("cleanup.after-tombstone")
+		// A temp build becomes a tombstone first, so a crash part-way
+		// through its deletion leaves nothing a build would adopt.
+		tomb := d.path(dirTmp, tombstoneName(owner))
+		if os.Rename(p, tomb) != nil {
+			lk.Close()
+			continue
 		}
-		if err := removeTree(p); err == nil {
+		faultPoint("cleanup.after-tombstone")
+		if err := removeTree(tomb); err == nil {
 			log.G(ctx).WithField("entry", name).WithField("reason", t.Reason).Info("removed stale temp build")
-			acc := &temps
-			if tomb {
-				acc = &tombstones
-			}
-			acc.Count++
-			acc.Bytes += u.Bytes
+			temps.Count++
+			temps.Bytes += u.Bytes
 			tb.removed = append(tb.removed, t)
 		}
 		lk.Close()

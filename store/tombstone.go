@@ -60,31 +60,33 @@ func (d *Domain) entomb(id artifact.ID, step string) (string, error) {
 	return tomb, d.dropSignatures(id)
 }
 
-// finishRemovals deletes the tombstones of artifacts/ whose removal stopped:
-// those of own (the caller holds its build lock) and those whose owner's
-// build lock is free. It says what they held.
+// finishRemovals deletes the tombstones of artifacts/ and tmp/ whose
+// removal stopped: those of own (the caller holds its build lock) and those
+// whose owner's build lock is free. It says what they held.
 func (d *Domain) finishRemovals(ctx context.Context, own artifact.ID) Usage {
 	var done Usage
-	entries, _ := os.ReadDir(d.path(dirArtifacts))
-	for _, e := range entries {
-		owner, ok := tombstoneOwner(e.Name())
-		if !ok {
-			continue
-		}
-		var lk *lock
-		if owner != own.Hex() {
-			if lk, ok, _ = tryLock(d.ownerLockPath(owner, "build"), unix.LOCK_EX); !ok {
+	for _, dir := range []string{dirArtifacts, dirTmp} {
+		entries, _ := os.ReadDir(d.path(dir))
+		for _, e := range entries {
+			owner, ok := tombstoneOwner(e.Name())
+			if !ok {
 				continue
 			}
+			var lk *lock
+			if owner != own.Hex() {
+				if lk, ok, _ = tryLock(d.ownerLockPath(owner, "build"), unix.LOCK_EX); !ok {
+					continue
+				}
+			}
+			p := d.path(dir, e.Name())
+			u := dirUsage(p)
+			if err := removeTree(p); err == nil {
+				done.Count++
+				done.Bytes += u.Bytes
+				log.G(ctx).WithFields(log.Fields{"entry": dir + "/" + e.Name(), "bytes": u.Bytes}).Info("finished an interrupted removal")
+			}
+			lk.Close()
 		}
-		p := d.path(dirArtifacts, e.Name())
-		u := dirUsage(p)
-		if err := removeTree(p); err == nil {
-			done.Count++
-			done.Bytes += u.Bytes
-			log.G(ctx).WithFields(log.Fields{"entry": e.Name(), "bytes": u.Bytes}).Info("finished an interrupted removal")
-		}
-		lk.Close()
 	}
 	return done
 }

@@ -60,7 +60,7 @@ func TestInterruptedRemovalFinishes(t *testing.T) {
 			if r.Removing.Count != 1 || r.Removing.Bytes < 1<<20 || r.Ready.Count != 1 {
 				t.Fatalf("inspect --domain: removing %+v, ready %+v; want the tombstone removing and one ready", r.Removing, r.Ready)
 			}
-			if du := storetest.TreeBytes(t, d.Root()); r.TotalBytes != du {
+			if du, err := storetest.TreeBytes(d.Root()); err != nil || r.TotalBytes != du {
 				t.Fatalf("inspect --domain accounts %d bytes, the root holds %d", r.TotalBytes, du)
 			}
 			if list, _ := d.List(ctx); len(list) != 1 {

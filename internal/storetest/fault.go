@@ -6,6 +6,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -140,8 +141,7 @@ func SameBytes(l *store.Lease, srcDir string) error {
 
 // TreeBytes is what the regular files under root occupy by apparent size,
 // each inode once: du --apparent-size --bytes of root, less its directories.
-func TreeBytes(t testing.TB, root string) int64 {
-	t.Helper()
+func TreeBytes(root string) (int64, error) {
 	seen := map[[2]uint64]bool{}
 	var n int64
 	err := filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
@@ -158,8 +158,26 @@ func TreeBytes(t testing.TB, root string) int64 {
 		}
 		return nil
 	})
+	return n, err
+}
+
+// CheckSettled checks the store d after a crash and the next Open and gc:
+// inspect --domain shows nothing denied, invalid or being removed, and
+// accounts every byte under the root as TreeBytes counts them.
+func CheckSettled(ctx context.Context, d *store.Domain) error {
+	r, err := d.InspectDomain(ctx)
 	if err != nil {
-		t.Fatal(err)
+		return fmt.Errorf("inspect --domain: %w", err)
 	}
-	return n
+	if r.Denied.Count+r.Invalid.Count+r.Removing.Count > 0 {
+		return fmt.Errorf("after gc the store holds denied %+v, invalid %+v, removing %+v", r.Denied, r.Invalid, r.Removing)
+	}
+	du, err := TreeBytes(d.Root())
+	if err != nil {
+		return err
+	}
+	if du != r.TotalBytes {
+		return fmt.Errorf("inspect --domain accounts %d bytes, the root holds %d: %+v", r.TotalBytes, du, r.States)
+	}
+	return nil
 }
