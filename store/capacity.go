@@ -7,7 +7,6 @@ import (
 	"strings"
 
 	"github.com/containerd/log"
-
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/bytefmt"
 	"github.com/weightsnap/weightsnap/internal/ioerr"
@@ -153,7 +152,7 @@ func (d *Domain) holding(ctx context.Context) []Holding {
 	}
 	if total, free, err := d.FilesystemSpace(); err == nil {
 		if outside := total - free - r.TotalBytes; outside > 0 {
-			out = append(out, Holding{What: "outside the store", Bytes: outside, FreedBy: "whatever else writes the store's filesystem"})
+			out = append(out, Holding{What: "outside the store", Bytes: outside, FreedBy: "removing other files on the store's filesystem (its own reserve included)"})
 		}
 	}
 	return out
@@ -176,8 +175,8 @@ func (b *build) preallocFailed(err error, size int64) error {
 }
 
 // roomOf is the room a build that stopped with err lacks: its *roomError,
-// or, with a RoomMaker, a write that met a full filesystem (at least the
-// least recently used artifact's bytes are asked for).
+// or, with a RoomMaker, a write that met a full filesystem. Where the
+// shortfall is unknown it asks for one byte, so at least one artifact goes.
 func (d *Domain) roomOf(err error) *roomError {
 	var re *roomError
 	if errors.As(err, &re) {

@@ -93,8 +93,8 @@ func (d *Domain) Candidates(ctx context.Context) ([]Candidate, error) {
 	}
 	out := make([]Candidate, 0, len(ids))
 	for _, id := range ids {
-		if d.checkDenied(id) != nil {
-			continue // not READY: quarantine's evidence, never evicted
+		if d.unready(id) != "" {
+			continue // not READY: denied or unhardened, gc's to quarantine, never evicted
 		}
 		c := Candidate{ID: id, Use: *d.UseOf(id)}
 		switch {
@@ -164,7 +164,7 @@ func (d *Domain) Evict(ctx context.Context, id artifact.ID, reason string) (*Evi
 	d.forgetUse(id)
 	faultPoint("evict.before-delete")
 	if err := removeTree(tomb); err != nil {
-		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("evicted artifact's tombstone left for gc")
+		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("evicted artifact's tombstone left for the next open or gc")
 	}
 	d.finishRemovals(ctx, artifact.ID{})
 	faultPoint("evict.after-delete")

@@ -53,7 +53,7 @@ func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
 		return err
 	}
 	if err := removeTree(tomb); err != nil {
-		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("removed artifact's tombstone left for gc")
+		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("removed artifact's tombstone left for the next open or gc")
 	}
 	d.cleanTemps(ctx, id, false, nil)
 	log.G(ctx).WithField("id", id.Short()).Info("artifact removed")

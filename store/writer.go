@@ -229,8 +229,8 @@ func (b *build) stop(keep bool) {
 }
 
 // removeTree removes a temp build or tombstone tree, first making hardened
-// directories writable. A crash part-way leaves a partial tree that the next
-// cleanup or build of its id finishes.
+// directories writable. A crash part-way leaves a partial tree: a
+// tombstone's is finished by the next Open, gc, removal, eviction or build.
 func removeTree(dir string) error {
 	removedOne := false
 	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
