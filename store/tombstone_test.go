@@ -70,6 +70,9 @@ func TestInterruptedRemovalFinishes(t *testing.T) {
 			if _, err := os.Lstat(tomb); !os.IsNotExist(err) {
 				t.Fatalf("the tombstone survives the %s: %v", tc.name, err)
 			}
+			if r, err := d.InspectDomain(ctx); err != nil || r.Removing.Count != 0 {
+				t.Fatalf("inspect --domain after the %s: %v, removing %+v", tc.name, err, r.Removing)
+			}
 		})
 	}
 }
