@@ -243,10 +243,10 @@ func (d *Domain) InspectDomain(ctx context.Context) (*DomainReport, error) {
 		{State: "ready", Usage: r.Ready, FreedBy: "eviction (weightsnap gc --evict) or weightsnap rm, once no lease, pin or build holds it"},
 		{State: "temp", Usage: r.Temp, FreedBy: "the build that writes it; an interrupted one is continued by its artifact's next build, or removed by gc after stale_build_seconds (gc --all: at once)"},
 		{State: "removing", Usage: r.Removing, FreedBy: "the next open, gc, eviction, removal or build (an interrupted removal)"},
-		{State: "denied", Usage: r.Denied, FreedBy: "gc or the artifact's next build, which move it to quarantine"},
-		{State: "invalid", Usage: r.Invalid, FreedBy: "gc or the artifact's next build, which move it to quarantine"},
+		{State: "denied", Usage: r.Denied, FreedBy: "gc or the artifact's next build, which move it to quarantine, then as quarantined"},
+		{State: "invalid", Usage: r.Invalid, FreedBy: "gc or the artifact's next build, which move it to quarantine, then as quarantined"},
 		{State: "quarantined", Usage: r.Quarantined, FreedBy: fmt.Sprintf("gc, once older than quarantine_max_age_seconds (%d)", d.policy.QuarantineMaxAgeSeconds)},
-		{State: "metadata", Usage: r.Metadata, FreedBy: "nothing: locks, uses, pins, deny markers, signature records and the domain's files, kept with the store"},
+		{State: "metadata", Usage: r.Metadata, FreedBy: "nothing (kept with the store): locks, uses, pins, deny markers, signature records and the domain's files"},
 	}
 	for _, s := range r.States {
 		r.TotalBytes += s.Bytes
