@@ -2,8 +2,9 @@
 // HTTP/JSON on a unix socket.
 //
 // The daemon serves its Services with Listen: host mounts and what holds
-// an artifact (the snapshotter's), prefetch entries' states and the
-// post-load publication of a compile cache. The CLI calls them through a
+// an artifact (the snapshotter's), prefetch entries' states, the post-load
+// publication of a compile cache, and its store as its eviction policy
+// sees it, with evictions on demand. The CLI calls them through a
 // Client. The socket's mode is 0660.
 //
 //	POST   /v1/mounts              HostMountRequest -> HostMountInfo
@@ -12,6 +13,9 @@
 //	GET    /v1/holders?identity=ID -> Holders
 //	GET    /v1/prefetch            -> []prefetch.Status
 //	POST   /v1/publish             PublishRequest -> PublishResult
+//	GET    /v1/store               -> StoreInfo
+//	GET    /v1/use                 -> []store.ArtifactInfo
+//	POST   /v1/evict               EvictRequest -> evict.Report
 //
 // An error answers its errdefs class as the HTTP status (errhttp) and
 // {"error": message}.
@@ -75,6 +79,20 @@ type HostMounts interface {
 	HoldersOf(identity artifact.ID) (*Holders, error)
 }
 
+// StoreInfo is the store a daemon serves.
+type StoreInfo struct {
+	Root string `json:"root"`
+}
+
+// EvictRequest asks a daemon to evict now, or with DryRun to say what it
+// would evict.
+type EvictRequest struct {
+	// To is the bytes the store may hold afterwards (each inode once); nil
+	// for the store's limits and watermarks.
+	To     *int64 `json:"to_bytes,omitempty"`
+	DryRun bool   `json:"dry_run,omitempty"`
+}
+
 // Services are what a daemon serves on its control API.
 type Services struct {
 	// Mounts serves the host mount and holder routes.
@@ -85,4 +103,14 @@ type Services struct {
 	// Publish answers POST /v1/publish: the post-load publication of what
 	// a started engine made. Nil refuses it (errdefs.ErrNotImplemented).
 	Publish func(ctx context.Context, req PublishRequest) (*PublishResult, error)
+	// Store answers GET /v1/store. Nil refuses it, as it does Use and Evict
+	// (errdefs.ErrNotImplemented).
+	Store func() StoreInfo
+	// Use answers GET /v1/use: the store's artifacts as the daemon's
+	// eviction policy sees them, a []*store.ArtifactInfo whose use counts
+	// in the bytes an eviction frees what the releasers let go of first.
+	Use func(ctx context.Context) (any, error)
+	// Evict answers POST /v1/evict: the daemon's eviction now, or what it
+	// would evict, an *evict.Report.
+	Evict func(ctx context.Context, req EvictRequest) (any, error)
 }

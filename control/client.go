@@ -55,6 +55,24 @@ func (c *Client) Prefetch(ctx context.Context, out any) error {
 	return c.call(ctx, http.MethodGet, "/v1/prefetch", nil, out)
 }
 
+// Store says which store the daemon serves.
+func (c *Client) Store(ctx context.Context) (*StoreInfo, error) {
+	var si StoreInfo
+	return &si, c.call(ctx, http.MethodGet, "/v1/store", nil, &si)
+}
+
+// Use decodes the daemon's store as its eviction policy sees it into out,
+// a *[]*store.ArtifactInfo.
+func (c *Client) Use(ctx context.Context, out any) error {
+	return c.call(ctx, http.MethodGet, "/v1/use", nil, out)
+}
+
+// Evict asks the daemon to evict now, or what it would evict, and decodes
+// its report into out, an *evict.Report.
+func (c *Client) Evict(ctx context.Context, req EvictRequest, out any) error {
+	return c.call(ctx, http.MethodPost, "/v1/evict", req, out)
+}
+
 // Holders says what holds an artifact in the daemon.
 func (c *Client) Holders(ctx context.Context, identity artifact.ID) (*Holders, error) {
 	var h Holders

@@ -198,3 +198,49 @@ func TestNoDaemon(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+// TestEvictionRoutes: the store, use and evict routes answer what the
+// daemon's services answer, the eviction request arriving as sent; a
+// daemon without them refuses each as not implemented.
+func TestEvictionRoutes(t *testing.T) {
+	ctx := context.Background()
+	to := int64(600 << 20)
+	var got []EvictRequest
+	full := serve(t, Services{Mounts: &fakeMounts{},
+		Store: func() StoreInfo { return StoreInfo{Root: "/var/lib/weightsnap"} },
+		Use:   func(context.Context) (any, error) { return []map[string]int64{{"bytes": 1}}, nil },
+		Evict: func(_ context.Context, r EvictRequest) (any, error) {
+			got = append(got, r)
+			return map[string]bool{"dry_run": r.DryRun}, nil
+		}})
+	bare := serve(t, Services{Mounts: &fakeMounts{}})
+	for _, tc := range []struct {
+		name string
+		c    *Client
+		ok   bool
+	}{
+		{"daemon's services", full, true},
+		{"none", bare, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			si, err := tc.c.Store(ctx)
+			if tc.ok != (err == nil) || (!tc.ok && !errdefs.IsNotImplemented(err)) || (tc.ok && si.Root != "/var/lib/weightsnap") {
+				t.Fatalf("store: %+v %v", si, err)
+			}
+			var use []map[string]int64
+			if err := tc.c.Use(ctx, &use); tc.ok != (err == nil) || (!tc.ok && !errdefs.IsNotImplemented(err)) || (tc.ok && len(use) != 1) {
+				t.Fatalf("use: %v %v", use, err)
+			}
+			for _, req := range []EvictRequest{{To: &to, DryRun: true}, {}} {
+				var rep map[string]bool
+				err := tc.c.Evict(ctx, req, &rep)
+				if tc.ok != (err == nil) || (!tc.ok && !errdefs.IsNotImplemented(err)) || (tc.ok && rep["dry_run"] != req.DryRun) {
+					t.Fatalf("evict %+v: %v %v", req, rep, err)
+				}
+			}
+		})
+	}
+	if len(got) != 2 || got[0].To == nil || *got[0].To != to || !got[0].DryRun || got[1].To != nil || got[1].DryRun {
+		t.Fatalf("the daemon got %+v", got)
+	}
+}

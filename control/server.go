@@ -84,6 +84,28 @@ func Listen(ctx context.Context, path string, svc Services) (*Server, error) {
 		}
 		return svc.Publish(ctx, req)
 	})
+	handle("GET /v1/store", func(context.Context, *http.Request) (any, error) {
+		if svc.Store == nil {
+			return nil, fmt.Errorf("store: %w", errdefs.ErrNotImplemented)
+		}
+		return svc.Store(), nil
+	})
+	handle("GET /v1/use", func(ctx context.Context, _ *http.Request) (any, error) {
+		if svc.Use == nil {
+			return nil, fmt.Errorf("use: %w", errdefs.ErrNotImplemented)
+		}
+		return svc.Use(ctx)
+	})
+	handle("POST /v1/evict", func(ctx context.Context, r *http.Request) (any, error) {
+		if svc.Evict == nil {
+			return nil, fmt.Errorf("eviction: %w", errdefs.ErrNotImplemented)
+		}
+		var req EvictRequest
+		if err := decodeRequest(r, &req); err != nil {
+			return nil, fmt.Errorf("evict request: %w", err)
+		}
+		return svc.Evict(ctx, req)
+	})
 	c := &Server{hs: &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, lis: lis}
 	go func() {
 		if err := c.hs.Serve(lis); !errors.Is(err, http.ErrServerClosed) {

@@ -22,13 +22,14 @@ type Request struct {
 	Partial bool
 }
 
-// Report is what an eviction took, or would take.
+// Report is what an eviction took, or would take. Its lists are empty,
+// never nil, when they hold nothing.
 type Report struct {
 	Need    int64           `json:"need_bytes"`
 	Freed   int64           `json:"freed_bytes"`
 	Evicted []store.Evicted `json:"evicted"`
 	DryRun  bool            `json:"dry_run,omitempty"`
-	Held    []store.Held    `json:"held,omitempty"` // what eviction may not take
+	Held    []store.Held    `json:"held"` // what eviction may not take
 }
 
 // Evict evicts unleased, unpinned READY artifacts, least recently used
@@ -37,7 +38,7 @@ type Report struct {
 // what holds the rest, unless req.Partial. Each artifact goes through the
 // releaser, then the store's Evict.
 func (p *Policy) Evict(ctx context.Context, req Request) (*Report, error) {
-	rep := &Report{Need: req.Need, DryRun: req.DryRun}
+	rep := &Report{Need: req.Need, DryRun: req.DryRun, Evicted: []store.Evicted{}, Held: []store.Held{}}
 	if req.Need <= 0 {
 		return rep, nil
 	}
@@ -84,14 +85,11 @@ func (p *Policy) plan(ctx context.Context, except artifact.ID) (cands, held []st
 	if err != nil {
 		return nil, nil, err
 	}
-	releases := p.releaser.Load() != nil
 	for _, c := range all {
 		if c.ID == except {
 			continue
 		}
-		if releases {
-			c.Use.Frees = c.Use.Bytes // the releaser lets go of the outside links
-		}
+		c.Use.Frees = p.Frees(c.Use)
 		if c.Held == "" && c.Use.Frees < c.Use.Bytes {
 			c.Held = "linked by weight snapshots or views, evicting it frees " + bytefmt.IEC(c.Use.Frees)
 		}
@@ -103,6 +101,16 @@ func (p *Policy) plan(ctx context.Context, except artifact.ID) (cands, held []st
 	}
 	slices.SortStableFunc(cands, func(a, b store.Candidate) int { return a.Use.LastUse.Compare(b.Use.LastUse) })
 	return cands, held, nil
+}
+
+// Frees is what evicting an artifact of use u gives back. With a releaser,
+// which lets go of the links outside the store first, it is the artifact's
+// whole size.
+func (p *Policy) Frees(u store.Use) int64 {
+	if p.releaser.Load() != nil {
+		return u.Bytes
+	}
+	return u.Frees
 }
 
 // evictOne has the releaser let go of c's outside links, when it has any,

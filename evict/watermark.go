@@ -2,10 +2,14 @@ package evict
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/bytefmt"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // WatchInterval is how often Watch compares the store's filesystem with
@@ -81,22 +85,68 @@ func (p *Policy) ToLimits(ctx context.Context, dryRun bool) (*Report, error) {
 }
 
 // Watch runs ToWatermark every WatchInterval until ctx ends.
+// A condition that lasts logs once when it begins and once when it ends.
+// The conditions are a filesystem held past the high watermark and an eviction that fails.
 func (p *Policy) Watch(ctx context.Context) {
 	t := time.NewTicker(WatchInterval)
 	defer t.Stop()
+	var w watch
 	for {
-		rep, err := p.ToWatermark(ctx)
-		switch {
-		case err != nil:
-			log.G(ctx).WithError(err).Warn("store watermark: eviction failed")
-		case rep != nil && rep.Freed < rep.Need:
-			log.G(ctx).WithField("need", rep.Need).WithField("freed", rep.Freed).WithField("held", len(rep.Held)).
-				Warn("store watermark: the filesystem stays past the high watermark; what is left is pinned, leased or being built")
-		}
+		w.tick(ctx, p)
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
 	}
+}
+
+// watch is what Watch logged last: the holders that keep the filesystem
+// past the high watermark, and the error the eviction failed with; "" for
+// a condition that is not on.
+type watch struct {
+	held   string
+	failed string
+}
+
+// tick runs ToWatermark once and logs the conditions that began or ended.
+func (w *watch) tick(ctx context.Context, p *Policy) {
+	rep, err := p.ToWatermark(ctx)
+	failed, held := "", ""
+	switch {
+	case err != nil:
+		failed = err.Error()
+	case rep != nil && rep.Freed < rep.Need:
+		held = describeHeld(rep.Held)
+	}
+	logger := log.G(ctx)
+	switch {
+	case failed != "" && failed != w.failed:
+		logger.WithError(err).Warn("store watermark: eviction fails; logged again when it works or fails otherwise")
+	case failed == "" && w.failed != "":
+		logger.Info("store watermark: eviction works again")
+	}
+	switch {
+	case held != "" && held != w.held:
+		logger.WithField("need", rep.Need).WithField("freed", rep.Freed).WithField("held", held).
+			Warn("store watermark: the filesystem stays past the high watermark, held by what eviction may not take; logged again when it ends or its holders change")
+	case held == "" && w.held != "" && failed == "":
+		logger.Info("store watermark: the filesystem is no longer held past the high watermark")
+	}
+	w.failed = failed
+	if failed == "" {
+		w.held = held
+	}
+}
+
+// describeHeld names what eviction may not take, largest first.
+func describeHeld(held []store.Held) string {
+	if len(held) == 0 {
+		return "nothing eviction names (the store's bytes are not READY artifacts, or outside the store)"
+	}
+	parts := make([]string, 0, len(held))
+	for _, h := range held {
+		parts = append(parts, fmt.Sprintf("%s (%s, %s)", h.ID.Short(), bytefmt.IEC(h.Bytes), h.Why))
+	}
+	return strings.Join(parts, "; ")
 }

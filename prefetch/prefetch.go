@@ -21,6 +21,9 @@ const (
 	StatePending = "pending" // not tried yet
 	StateReady   = "ready"   // in the store, pinned if its entry says so
 	StateFailed  = "failed"  // the last try failed; retried after a backoff
+	// StateInvalid is a file that cannot be read or parsed: it declares
+	// nothing, and its pins are kept until it is fixed.
+	StateInvalid = "invalid"
 )
 
 // Resolver brings an entry's artifact into the store (the store, the
@@ -51,8 +54,9 @@ type Status struct {
 
 // Manager reconciles the store with the prefetch directory.
 type Manager struct {
-	cfg   Config
-	gauge *prometheus.GaugeVec
+	cfg     Config
+	gauge   *prometheus.GaugeVec
+	invalid prometheus.Gauge
 
 	mu      sync.Mutex
 	entries map[string]*Status // by Declared.key
@@ -75,11 +79,18 @@ func New(cfg Config) *Manager {
 	}
 	return &Manager{cfg: cfg, entries: map[string]*Status{},
 		gauge: prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "prefetch", Name: "entries",
-			Help: "Entries of the prefetch directory by state: pending, ready, failed."}, []string{"state"})}
+			Help: "Entries of the prefetch directory by state: pending, ready, failed."}, []string{"state"}),
+		invalid: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: "weightsnap", Subsystem: "prefetch", Name: "files_invalid",
+			Help: "Files of the prefetch directory that cannot be read or parsed; each declares nothing and keeps its pins."})}
 }
 
-// Register adds the manager's metric to r.
-func (m *Manager) Register(r prometheus.Registerer) error { return r.Register(m.gauge) }
+// Register adds the manager's metrics to r.
+func (m *Manager) Register(r prometheus.Registerer) error {
+	if err := r.Register(m.gauge); err != nil {
+		return err
+	}
+	return r.Register(m.invalid)
+}
 
 // Run reconciles every Every until ctx ends.
 func (m *Manager) Run(ctx context.Context) {
@@ -131,13 +142,17 @@ func (m *Manager) Wait(ctx context.Context) error {
 	}
 }
 
-// List is every entry's state, by file and reference.
+// List is every entry's state, and every file that cannot be read as one
+// invalid status with its error, by file and reference.
 func (m *Manager) List() []Status {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	out := make([]Status, 0, len(m.entries))
+	out := make([]Status, 0, len(m.entries)+len(m.bad))
 	for _, s := range m.entries {
 		out = append(out, *s)
+	}
+	for name, err := range m.bad {
+		out = append(out, Status{Declared: Declared{File: name}, State: StateInvalid, Error: err.Error()})
 	}
 	slices.SortFunc(out, func(a, b Status) int { return strings.Compare(a.key(), b.key()) })
 	return out
@@ -148,12 +163,17 @@ func (m *Manager) List() []Status {
 // the prefetch pins no entry declares any more are dropped.
 func (m *Manager) Sync(ctx context.Context) {
 	declared, bad := readDir(m.cfg.Dir)
+	m.mu.Lock()
 	for name, err := range bad {
 		if m.bad[name] == nil || m.bad[name].Error() != err.Error() {
-			log.G(ctx).WithError(err).WithField("file", name).Warn("prefetch: a file cannot be read; it declares nothing until fixed")
+			log.G(ctx).WithError(err).WithField("file", name).Warn("prefetch: a file cannot be read; it declares nothing and its pins are kept until it is fixed")
 		}
 	}
-	m.mu.Lock()
+	for name := range m.bad {
+		if bad[name] == nil {
+			log.G(ctx).WithField("file", name).Info("prefetch: a file that could not be read is read again")
+		}
+	}
 	m.bad = bad
 	now := m.cfg.Now()
 	seen := map[string]bool{}
@@ -207,8 +227,11 @@ func (m *Manager) resolve(ctx context.Context, s *Status) {
 		if backoff > m.cfg.RetryMax || backoff <= 0 {
 			backoff = m.cfg.RetryMax
 		}
+		// A failure logs when it begins or changes, not at every retry.
+		if s.Error != err.Error() {
+			logger.WithError(err).WithField("retry_seconds", backoff.Seconds()).Warn("prefetch: entry not resolved; retrying, logged again when it resolves or fails otherwise")
+		}
 		s.State, s.Error, s.NextTry = StateFailed, err.Error(), m.cfg.Now().Add(backoff)
-		logger.WithError(err).WithField("retry_seconds", backoff.Seconds()).Warn("prefetch: entry not resolved; retrying")
 		return
 	}
 	s.State, s.Error, s.ID, s.NextTry, s.Resolved = StateReady, "", id, time.Time{}, m.cfg.Now()
@@ -267,4 +290,5 @@ func (m *Manager) count() {
 	for state, c := range n {
 		m.gauge.WithLabelValues(state).Set(float64(c))
 	}
+	m.invalid.Set(float64(len(m.bad)))
 }

@@ -1,15 +1,20 @@
 package prefetch
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/containerd/log"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sirupsen/logrus"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/store"
@@ -224,5 +229,109 @@ func TestPrefetchFileIsStrict(t *testing.T) {
 	}
 	if len(bad) != 3 {
 		t.Fatalf("bad files %v", bad)
+	}
+}
+
+// TestPrefetchListsInvalidFiles: a file that fails to parse is listed with
+// its error and counted in weightsnap_prefetch_files_invalid; the log says
+// its pins are kept, and they are; once fixed it is neither listed as
+// invalid nor counted.
+func TestPrefetchListsInvalidFiles(t *testing.T) {
+	ctx := context.Background()
+	d, err := store.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "a")
+	if err := synth.Write(ctx, src, synth.Options{Size: 64 << 10, Shards: 1, DType: "BF16", Seed: 7}); err != nil {
+		t.Fatal(err)
+	}
+	scanned, _, err := artifact.ScanSource(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeRegistry{d: d, srcs: map[string]*artifact.SourceDir{"reg/a:v1": scanned}, fails: map[string]int{}, tries: map[string]int{}}
+	aID := reg.id(t, "reg/a:v1")
+	dir := t.TempDir()
+	var logs bytes.Buffer
+	logger := logrus.New()
+	logger.SetOutput(&logs)
+	lctx := log.WithLogger(ctx, logrus.NewEntry(logger))
+	m := New(Config{Dir: dir, Store: d, Resolve: reg.resolve})
+	for _, step := range []struct {
+		name    string
+		body    string
+		invalid bool   // models.toml is listed as invalid and counted
+		logs    string // what the log says at this sync
+	}{
+		{name: "valid", body: "[[artifact]]\nref = \"reg/a:v1\"\npin = true\n", logs: "prefetch: entry ready"},
+		{name: "broken", body: "[[artifact]]\nref = \"reg/a:v1\"\npin = tru\n", invalid: true, logs: "its pins are kept"},
+		{name: "fixed", body: "[[artifact]]\nref = \"reg/a:v1\"\npin = true\n", logs: "read again"},
+	} {
+		t.Run(step.name, func(t *testing.T) {
+			if err := os.WriteFile(filepath.Join(dir, "models.toml"), []byte(step.body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			logs.Reset()
+			m.Sync(lctx)
+			var invalid []Status
+			for _, s := range m.List() {
+				if s.State == StateInvalid {
+					invalid = append(invalid, s)
+				}
+			}
+			if step.invalid != (len(invalid) == 1) || (step.invalid && (invalid[0].File != "models.toml" || !strings.Contains(invalid[0].Error, "models.toml"))) {
+				t.Fatalf("invalid statuses %+v, want models.toml's %v", invalid, step.invalid)
+			}
+			if got := testutil.ToFloat64(m.invalid); got != float64(len(invalid)) {
+				t.Fatalf("weightsnap_prefetch_files_invalid %v, want %d", got, len(invalid))
+			}
+			if !strings.Contains(logs.String(), step.logs) {
+				t.Fatalf("log %q, want it to say %q", logs.String(), step.logs)
+			}
+			if pins, _ := d.Pins(aID); len(pins) != 1 || pins[0].By != Holder("models.toml") {
+				t.Fatalf("pins %+v, want the file's", pins)
+			}
+		})
+	}
+}
+
+// TestPrefetchFailureLogsOnce: an entry that fails the same way at every
+// retry logs when it begins and when it resolves, not at each try.
+func TestPrefetchFailureLogsOnce(t *testing.T) {
+	ctx := context.Background()
+	d, err := store.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(t.TempDir(), "a")
+	if err := synth.Write(ctx, src, synth.Options{Size: 64 << 10, Shards: 1, DType: "BF16", Seed: 8}); err != nil {
+		t.Fatal(err)
+	}
+	scanned, _, err := artifact.ScanSource(ctx, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := &fakeRegistry{d: d, srcs: map[string]*artifact.SourceDir{"reg/a:v1": scanned}, fails: map[string]int{"reg/a:v1": 3}, tries: map[string]int{}}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "models.toml"), []byte("[[artifact]]\nref = \"reg/a:v1\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	logger := logrus.New()
+	logger.SetOutput(&logs)
+	now := time.Unix(1_000_000, 0)
+	m := New(Config{Dir: dir, Store: d, Resolve: reg.resolve, Now: func() time.Time { return now }, RetryMax: time.Second})
+	for range 4 {
+		m.Sync(log.WithLogger(ctx, logrus.NewEntry(logger)))
+		now = now.Add(2 * time.Second)
+	}
+	if reg.tries["reg/a:v1"] != 4 {
+		t.Fatalf("%d tries, want 4", reg.tries["reg/a:v1"])
+	}
+	for what, want := range map[string]int{"entry not resolved": 1, "entry ready": 1} {
+		if n := strings.Count(logs.String(), what); n != want {
+			t.Errorf("logged %q %d times, want %d:\n%s", what, n, want, logs.String())
+		}
 	}
 }

@@ -76,6 +76,7 @@ func TestExitCodeTable(t *testing.T) {
 	rev := strings.Repeat("ab", 20)
 	down := testenv.ClosedAddr(t)
 	refused, rejectAll := pushedArtifact(t, base, root, rev)
+	pinned := pinnedStore(t, base)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -97,6 +98,7 @@ func TestExitCodeTable(t *testing.T) {
 		{"no such artifact", "weightsnap", []string{"--config", "", "--root", root, "verify", strings.Repeat("ab", 32)}, 3, "not"},
 		{"corrupt safetensors", "weightsnap", []string{"--config", "", "--root", root, "import", corrupt, "--revision", rev}, 4, "header past EOF"},
 		{"a single safetensors file", "weightsnap", []string{"--config", "", "--root", root, "import", filepath.Join(corrupt, "model.safetensors"), "--revision", rev}, 2, "import takes a checkpoint directory"},
+		{"eviction target held by a pin", "weightsnap", []string{"--config", "", "--root", pinned, "gc", "--evict", "--to", "0"}, 5, "pinned by cli"},
 		{"registry down", "weightsnap", []string{"--config", "", "--root", root, "pull", "--plain-http", down + "/x:y"}, 5, "connection refused"},
 		{"refused by the trust policy", "weightsnap", []string{"--config", "", "--root", filepath.Join(base, "other"), "pull", "--plain-http", "--policy", rejectAll, refused}, 6, "refuses it"},
 	} {

@@ -125,7 +125,9 @@ func pinHolders(pins []store.Pin) string {
 }
 
 // printUse is ls --use: what eviction sees, least recently used first.
-func printUse(a *app, list []*store.ArtifactInfo) error {
+// Without an answer from weightsnapd an artifact the store sees no lease
+// of is leased "unknown".
+func printUse(a *app, list []*store.ArtifactInfo, answered bool) error {
 	tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tREPOSITORY\tSIZE\tFREES\tLAST USE\tLEASED\tPINNED")
 	for _, info := range list {
@@ -134,6 +136,9 @@ func printUse(a *app, list []*store.ArtifactInfo) error {
 			u = &store.Use{}
 		}
 		repo, pinned, leased := "-", "-", "no"
+		if !answered {
+			leased = "unknown"
+		}
 		if info.Identity != nil && info.Identity.Model.Repository != "" {
 			repo = cut(info.Identity.Model.Repository, 24)
 		}
@@ -177,7 +182,7 @@ func newPrefetchCmd(a *app) *cobra.Command {
 	cmd := &cobra.Command{Use: "prefetch", Short: "The artifacts weightsnapd's prefetch directory declares ([prefetch] dir)"}
 	ls := &cobra.Command{
 		Use:   "ls",
-		Short: "Each declared artifact's state in weightsnapd: pending, ready (pinned if declared so) or failed (with the error and the next try)",
+		Short: "Each declared artifact's state in weightsnapd: pending, ready (pinned if declared so) or failed (with the error and the next try); a file that fails to parse is invalid, with its error",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := a.control()
@@ -203,10 +208,14 @@ func newPrefetchCmd(a *app) *cobra.Command {
 				} else if s.Identity != "" {
 					id = cut(s.Identity, 19)
 				}
-				if s.State == prefetch.StateFailed {
+				pin := fmt.Sprint(s.Pin)
+				switch s.State {
+				case prefetch.StateFailed:
 					detail = fmt.Sprintf("next try %s: %s", s.NextTry.UTC().Format(time.DateTime), s.Error)
+				case prefetch.StateInvalid:
+					pin, detail = "-", s.Error+" (the file declares nothing; its pins are kept)"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%s\t%d\t%s\n", s.File, cmp.Or(s.Ref, "-"), id, s.Pin, s.State, s.Tries, detail)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", s.File, cmp.Or(s.Ref, "-"), id, pin, s.State, s.Tries, detail)
 			}
 			return tw.Flush()
 		},

@@ -14,7 +14,8 @@ import (
 
 // TestPinLsEvict: a pinned artifact is shown by ls --use, refused by rm,
 // kept by gc --evict, which takes the others least recently used first
-// (--dry-run takes nothing), and evicted once unpinned.
+// (--dry-run takes nothing, and exits 5 for a target the pin keeps it
+// from), and evicted once unpinned.
 func TestPinLsEvict(t *testing.T) {
 	base := t.TempDir()
 	root := []string{"--config", "", "--root", filepath.Join(base, "root")}
@@ -41,8 +42,9 @@ func TestPinLsEvict(t *testing.T) {
 	if _, err := ws("rm", ids[0][:12]); exitcode.Of(err) != 5 || !strings.Contains(err.Error(), "pinned by cli") {
 		t.Fatalf("rm of a pinned artifact: %v", err)
 	}
+	// The pinned one holds the rest: the target cannot be met, exit 5.
 	out, err = ws("gc", "--evict", "--dry-run", "--to", "0")
-	if err != nil || strings.Count(out, "would evict") != 2 || !strings.Contains(out, "held: "+ids[0]) {
+	if exitcode.Of(err) != 5 || !strings.Contains(err.Error(), ids[0][:12]) || strings.Count(out, "would evict") != 2 || !strings.Contains(out, "held: "+ids[0]) {
 		t.Fatalf("gc --evict --dry-run: %v\n%s", err, out)
 	}
 	out, err = ws("gc", "--evict", "--to", "1500KiB")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -105,9 +106,15 @@ func newLsCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			list, err := d.List(cmd.Context())
-			if err != nil {
-				return err
+			var list []*store.ArtifactInfo
+			if use {
+				list = a.daemonUse(cmd.Context(), d, "ls --use")
+			}
+			answered := list != nil
+			if !answered {
+				if list, err = d.List(cmd.Context()); err != nil {
+					return err
+				}
 			}
 			if a.jsonOut {
 				if list == nil {
@@ -120,14 +127,31 @@ func newLsCmd(a *app) *cobra.Command {
 			}
 			if use {
 				slices.SortStableFunc(list, func(x, y *store.ArtifactInfo) int { return lastUse(x).Compare(lastUse(y)) })
-				return printUse(a, list)
+				return printUse(a, list, answered)
 			}
 			return printLs(a.out, list)
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
-	cmd.Flags().BoolVar(&use, "use", false, "show what eviction sees, least recently used first: size, what evicting it frees, last use, leased, pinned")
+	cmd.Flags().BoolVar(&use, "use", false, "show what eviction sees, least recently used first: size, what evicting it frees, last use, leased, pinned (weightsnapd's view where it runs)")
 	return cmd
+}
+
+// daemonUse is d's artifacts as weightsnapd's eviction policy sees them,
+// what its releasers let go of counted in what evicting each frees; nil,
+// said once on stderr for what, where weightsnapd does not answer for d.
+func (a *app) daemonUse(ctx context.Context, d *store.Domain, what string) []*store.ArtifactInfo {
+	sd := a.storeDaemon(ctx, d)
+	if sd.c != nil {
+		var list []*store.ArtifactInfo
+		if err := sd.c.Use(ctx, &list); err != nil {
+			sd.alone(err)
+		} else if list != nil {
+			return list
+		}
+	}
+	sd.note(a, what)
+	return nil
 }
 
 func lastUse(info *store.ArtifactInfo) time.Time {
@@ -212,26 +236,26 @@ func newInspectCmd(a *app) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			held := a.daemonHolders(cmd.Context(), id)
+			da := a.daemonArtifact(cmd.Context(), d, info)
 			v, err := verificationOf(d, id)
 			if err != nil {
 				return err
 			}
 			if a.jsonOut {
 				raw, err := jsonobj.Concat(info, struct {
-					Verification verification     `json:"verification"`
-					Weightsnapd  *control.Holders `json:"weightsnapd,omitempty"`
-				}{v, held})
+					Verification verification `json:"verification"`
+					daemonArtifact
+				}{v, da})
 				if err != nil {
 					return err
 				}
 				return a.printJSON(json.RawMessage(raw))
 			}
-			if err := printArtifact(a, info); err != nil {
+			if err := printArtifact(a, info, da.Leases); err != nil {
 				return err
 			}
 			printVerification(a, v)
-			printHolders(a, held)
+			printDaemonArtifact(a, da)
 			return nil
 		},
 	}
@@ -241,7 +265,9 @@ func newInspectCmd(a *app) *cobra.Command {
 	return cmd
 }
 
-func printArtifact(a *app, info *store.ArtifactInfo) error {
+// printArtifact shows one artifact; leases is what is known of its leases:
+// held, none or unknown (weightsnapd did not answer).
+func printArtifact(a *app, info *store.ArtifactInfo, leases string) error {
 	fmt.Fprintf(a.out, "ID:        %s\nState:     %s\nPath:      %s\n", info.ID, info.State, info.Path)
 	if info.Reason != "" {
 		fmt.Fprintf(a.out, "Reason:    %s\n", info.Reason)
@@ -268,7 +294,14 @@ func printArtifact(a *app, info *store.ArtifactInfo) error {
 		if u.Pinned() {
 			pinned = "pinned by " + pinHolders(u.Pins)
 		}
-		fmt.Fprintf(a.out, "Use:       last %s, leased %v, %s, evicting it frees %s\n", u.LastUse.UTC().Format(time.DateTime), u.Leased, pinned, bytefmt.IEC(u.Frees))
+		leased := "leased no"
+		switch leases {
+		case leasesHeld:
+			leased = "leased yes"
+		case leasesUnknown:
+			leased = "leases unknown"
+		}
+		fmt.Fprintf(a.out, "Use:       last %s, %s, %s, evicting it frees %s\n", u.LastUse.UTC().Format(time.DateTime), leased, pinned, bytefmt.IEC(u.Frees))
 	}
 	return printLocks(a, info.Holders)
 }
@@ -313,8 +346,14 @@ func printDomain(a *app, r *store.DomainReport) error {
 	return printLocks(a, r.Locks)
 }
 
-// printHolders lists what of weightsnapd holds an artifact.
-func printHolders(a *app, h *control.Holders) {
+// printDaemonArtifact says what of weightsnapd holds an artifact, or that
+// it did not answer and what that leaves unknown.
+func printDaemonArtifact(a *app, da daemonArtifact) {
+	if da.Status != daemonAnswered {
+		fmt.Fprintf(a.out, "weightsnapd: %s (%s): its leases are unknown, and what evicting it frees is the store's alone\n", da.Status, da.why)
+		return
+	}
+	h := da.Holders
 	if h == nil || (!h.Leased && len(h.Pending) == 0) {
 		return
 	}
@@ -371,44 +410,56 @@ than [store] stale_build_seconds (a day), or with --all.
 With --evict it also evicts unleased, unpinned READY artifacts, least recently
 used first: until the store is within max_store_bytes and min_free_bytes and its
 filesystem under the high watermark (down to the low one), or, with --to, until
-the store holds at most BYTES (each inode once). --dry-run says what would go.`,
+the store holds at most BYTES (each inode once). --dry-run says what would go.
+Where weightsnapd serves the store it evicts (its releasers first empty the
+weight snapshots that link an artifact, so that evicting it frees its whole
+size); elsewhere the store alone does, as stderr says. A target that cannot be
+met exits 5, naming what holds the rest.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := a.domain(cmd.Context())
 			if err != nil {
 				return err
 			}
+			var rep *evict.Report
+			var sd storeDaemon
 			if evicting {
-				ev, err := evict.New(d)
-				if err != nil {
-					return err
-				}
-				var rep *evict.Report
+				req := control.EvictRequest{DryRun: dryRun}
 				if cmd.Flags().Changed("to") {
-					n, perr := parseSize(to)
-					if perr != nil {
-						return perr
+					n, err := parseSize(to)
+					if err != nil {
+						return err
 					}
-					rep, err = ev.To(cmd.Context(), n, dryRun)
-				} else {
-					rep, err = ev.ToLimits(cmd.Context(), dryRun)
+					req.To = &n
 				}
-				if err != nil {
+				if rep, sd, err = a.evict(cmd.Context(), d, req); err != nil {
 					return err
 				}
+				if !a.jsonOut {
+					printEvictions(a, rep)
+				}
+			}
+			short := shortOf(rep)
+			if evicting && dryRun {
 				if a.jsonOut {
-					return a.printJSON(rep)
+					return errors.Join(a.printEvictJSON(rep, sd, nil), short)
 				}
-				printEvictions(a, rep)
-				if dryRun {
-					return nil
-				}
+				return short
 			}
 			r, err := d.GC(cmd.Context(), o)
 			if err != nil {
 				return err
 			}
+			if r.Removed == nil {
+				r.Removed = []store.TempBuild{}
+			}
+			if r.Kept == nil {
+				r.Kept = []store.TempBuild{}
+			}
 			if a.jsonOut {
+				if evicting {
+					return errors.Join(a.printEvictJSON(rep, sd, r), short)
+				}
 				return a.printJSON(r)
 			}
 			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\nsignature records: %d\n",
@@ -420,7 +471,7 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 			for _, t := range r.Kept {
 				fmt.Fprintf(a.out, "kept tmp/%s (%s of %s): %s\n", t.Name, bytefmt.IEC(t.Bytes), t.ID.Short(), t.Reason)
 			}
-			return nil
+			return short
 		},
 	}
 	cmd.Flags().BoolVar(&a.jsonOut, "json", false, "print JSON")
@@ -429,4 +480,51 @@ the store holds at most BYTES (each inode once). --dry-run says what would go.`,
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "with --evict: say what would be evicted, evict nothing")
 	cmd.Flags().StringVar(&to, "to", "", "with --evict: evict until the store holds at most this (e.g. 600MiB)")
 	return cmd
+}
+
+// evict has weightsnapd evict as req says where it serves d, else d's own
+// eviction policy (said once on stderr).
+func (a *app) evict(ctx context.Context, d *store.Domain, req control.EvictRequest) (*evict.Report, storeDaemon, error) {
+	sd := a.storeDaemon(ctx, d)
+	if sd.c != nil {
+		rep := &evict.Report{}
+		return rep, sd, sd.c.Evict(ctx, req, rep)
+	}
+	sd.note(a, "gc --evict")
+	ev, err := evict.New(d)
+	if err != nil {
+		return nil, sd, err
+	}
+	if req.To != nil {
+		rep, err := ev.To(ctx, *req.To, req.DryRun)
+		return rep, sd, err
+	}
+	rep, err := ev.ToLimits(ctx, req.DryRun)
+	return rep, sd, err
+}
+
+// shortOf is the failure of an eviction that fell short of its target,
+// naming what holds the rest; nil when it met it, or for no eviction.
+func shortOf(rep *evict.Report) error {
+	if rep == nil || rep.Freed >= rep.Need {
+		return nil
+	}
+	err := &store.CapacityError{Limit: "eviction", Need: rep.Need, Have: rep.Freed, Reclaimable: rep.Freed, Held: rep.Held, Checked: true}
+	if len(rep.Held) == 0 {
+		return fmt.Errorf("%w; the rest is not in READY artifacts (weightsnap inspect --domain shows where)", err)
+	}
+	return err
+}
+
+// printEvictJSON prints gc --evict's report as one object: the eviction,
+// who answered for it ("daemon"), and gc's own report when it ran.
+func (a *app) printEvictJSON(rep *evict.Report, sd storeDaemon, gc *store.GCReport) error {
+	raw, err := jsonobj.Concat(rep, struct {
+		Daemon string          `json:"daemon"`
+		GC     *store.GCReport `json:"gc,omitempty"`
+	}{sd.status, gc})
+	if err != nil {
+		return err
+	}
+	return a.printJSON(json.RawMessage(raw))
 }

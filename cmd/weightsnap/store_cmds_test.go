@@ -108,7 +108,7 @@ func TestInspectLockSection(t *testing.T) {
 	info := &store.ArtifactInfo{ID: artifact.MustParseID("sha256:" + strings.Repeat("7a", 32)), State: store.StateReady,
 		Files:   []store.FileInfo{{Path: "model.safetensors", Size: 10, SHA256: strings.Repeat("c", 64)}},
 		Holders: []store.LockHolder{{PID: 4242, Mode: "READ", Lock: strings.Repeat("7a", 32) + ".artifact.lock"}}}
-	if err := printArtifact(&app{out: &out}, info); err != nil {
+	if err := printArtifact(&app{out: &out}, info, leasesNone); err != nil {
 		t.Fatal(err)
 	}
 	files, locks, ok := strings.Cut(out.String(), "Lock holders:\n")

@@ -5,13 +5,16 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/control"
+	"github.com/weightsnap/weightsnap/evict"
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // noMounts are control host mounts that refuse every call.
@@ -44,7 +47,11 @@ func TestControlPublish(t *testing.T) {
 			t.Fatal(err)
 		}
 		sock := filepath.Join(t.TempDir(), "c.sock")
-		s, err := control.Listen(context.Background(), sock, controlServices(noMounts{}, nil, rt))
+		ev, err := evict.New(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := control.Listen(context.Background(), sock, controlServices(noMounts{}, nil, rt, d, ev))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -92,5 +99,97 @@ func TestControlPublish(t *testing.T) {
 		if _, err := on.Publish(ctx, tc.req); !errors.Is(err, tc.class) {
 			t.Errorf("%s: %v, want %v", name, err, tc.class)
 		}
+	}
+}
+
+// linkReleaser lets go of the links outside the store that a weight
+// snapshot would hold, as the snapshotter empties its weight snapshots.
+type linkReleaser struct{ links map[artifact.ID]string }
+
+func (r linkReleaser) Release(_ context.Context, id artifact.ID) error {
+	if l, ok := r.links[id]; ok {
+		return os.Remove(l)
+	}
+	return nil
+}
+
+// TestControlEviction: the daemon's use counts what its releaser lets go
+// of, so an artifact a weight snapshot links frees its whole size; a dry
+// run lists what the daemon would evict and evicts nothing; an eviction to
+// a target evicts it, and names the pinned one it may not take.
+func TestControlEviction(t *testing.T) {
+	ctx := context.Background()
+	d, err := store.Open(ctx, t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev, err := evict.New(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var linked, pinned artifact.ID
+	rel := linkReleaser{links: map[artifact.ID]string{}}
+	for i, id := range []*artifact.ID{&linked, &pinned} {
+		src, identity := storetest.Model(t, 1<<20, uint64(40+i))
+		if *id, err = storetest.Build(ctx, d, src, identity); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := d.Lookup(ctx, linked, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel.links[linked] = filepath.Join(t.TempDir(), "weight-snapshot-file")
+	if err := os.Link(l.Files()[0].Abs, rel.links[linked]); err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	if err := d.Pin(ctx, pinned, store.Pin{By: store.PinByCLI, Reason: "golden"}); err != nil {
+		t.Fatal(err)
+	}
+	ev.SetReleaser(rel)
+	sock := filepath.Join(t.TempDir(), "c.sock")
+	s, err := control.Listen(ctx, sock, controlServices(noMounts{}, nil, nil, d, ev))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	c := control.NewClient(sock)
+
+	if si, err := c.Store(ctx); err != nil || si.Root != d.Root() {
+		t.Fatalf("store: %+v %v", si, err)
+	}
+	var use []*store.ArtifactInfo
+	if err := c.Use(ctx, &use); err != nil || len(use) != 2 {
+		t.Fatalf("use: %+v %v", use, err)
+	}
+	for _, info := range use {
+		if info.ID == linked && (info.Use == nil || info.Use.Frees != info.Use.Bytes || info.Use.Bytes < 1<<20) {
+			t.Fatalf("use of the linked artifact %+v: want it to free its whole size", info.Use)
+		}
+	}
+	zero := int64(0)
+	for _, tc := range []struct {
+		name   string
+		dryRun bool
+	}{
+		{name: "dry run", dryRun: true},
+		{name: "eviction", dryRun: false},
+	} {
+		var rep evict.Report
+		if err := c.Evict(ctx, control.EvictRequest{To: &zero, DryRun: tc.dryRun}, &rep); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if len(rep.Evicted) != 1 || rep.Evicted[0].ID != linked || rep.Freed < 1<<20 || rep.DryRun != tc.dryRun ||
+			len(rep.Held) != 1 || rep.Held[0].ID != pinned || !strings.Contains(rep.Held[0].Why, "golden") {
+			t.Fatalf("%s: %+v", tc.name, rep)
+		}
+		_, err := d.InspectArtifact(ctx, linked)
+		if tc.dryRun != (err == nil) {
+			t.Fatalf("%s: the linked artifact stored %v", tc.name, err == nil)
+		}
+	}
+	if _, err := os.Stat(rel.links[linked]); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the releaser did not let go of the link: %v", err)
 	}
 }

@@ -106,11 +106,13 @@ func Start(ctx context.Context, cfg config.Config, reg prometheus.Registerer) (*
 		}
 	}
 	if a := cfg.Snapshotter.ControlAddress; a != "" {
-		if n.control, err = control.Listen(ctx, a, controlServices(n.Snapshotter.HostMounts(), n.Prefetch, rt)); err != nil {
+		if n.control, err = control.Listen(ctx, a, controlServices(n.Snapshotter.HostMounts(), n.Prefetch, rt, d, ev)); err != nil {
 			n.Snapshotter.Close()
 			return nil, fmt.Errorf("control API: %w", err)
 		}
 	}
+	// Read before the policy watch runs, which may change what it has seen.
+	log.G(ctx).WithFields(startFields(cfg, d, pw.seen)).Info("configuration in force: the file, the policy files and their digests, the store policy")
 	go ev.Watch(ctx)
 	if cfg.Verify.Policy != "" {
 		go pw.run(ctx)
