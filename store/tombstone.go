@@ -78,6 +78,9 @@ func (d *Domain) finishRemovals(ctx context.Context, own artifact.ID) Usage {
 					continue
 				}
 			}
+			if strings.HasPrefix(owner, anonPrefix) {
+				os.Remove(d.ownerLockPath(owner, "build"))
+			}
 			p := d.path(dir, e.Name())
 			u := dirUsage(p)
 			if err := removeTree(p); err == nil {
