@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/internal/bytefmt"
+	"github.com/weightsnap/weightsnap/internal/ioerr"
 )
 
 // Capacity before download and room made by eviction. A producer that
@@ -107,18 +109,84 @@ func (b *build) lacks(ce *CapacityError, need int64) error {
 }
 
 // makeRoom asks the domain's RoomMaker for the room a stopped build lacks.
-// The caller holds no lock of the build. A refusal is the build's
-// *CapacityError with what the RoomMaker found.
+// The caller holds no lock of the build. When eviction cannot make it, the
+// interrupted builds of other artifacts whose builders are gone give their
+// bytes back, and the build runs again. A refusal is the build's
+// *CapacityError with what the RoomMaker found and what holds the rest.
 func (d *Domain) makeRoom(ctx context.Context, re *roomError, except artifact.ID) error {
 	ce := re.ce
 	ce.Checked = true
 	err := (*d.room.Load()).MakeRoom(ctx, re.need, except)
 	var ee *CapacityError
-	if errors.As(err, &ee) {
-		ce.Reclaimable, ce.Held, ce.Eviction = ee.Reclaimable, ee.Held, ee.Eviction
-		return ce
+	if !errors.As(err, &ee) {
+		return err
 	}
-	return err
+	if temps, tombstones := d.cleanTemps(ctx, except, true, &tempBuilds{all: true}); temps.Bytes+tombstones.Bytes > 0 {
+		log.G(ctx).WithFields(log.Fields{"count": temps.Count + tombstones.Count, "bytes": temps.Bytes + tombstones.Bytes}).Info("interrupted builds and removals removed to make room")
+		return nil
+	}
+	ce.Reclaimable, ce.Held, ce.Eviction = ee.Reclaimable, ee.Held, ee.Eviction
+	ce.Rest = d.holding(ctx)
+	return ce
+}
+
+// Holding is a part of the store's filesystem that eviction cannot free, with what frees it.
+type Holding struct {
+	What    string `json:"what"`
+	Bytes   int64  `json:"bytes"`
+	FreedBy string `json:"freed_by"`
+}
+
+// holding is what holds the store's filesystem apart from READY artifacts:
+// the store's other states, and files outside the store.
+func (d *Domain) holding(ctx context.Context) []Holding {
+	r, err := d.InspectDomain(ctx)
+	if err != nil {
+		return nil
+	}
+	var out []Holding
+	for _, s := range r.States {
+		if s.State != "ready" && s.State != "metadata" && s.Bytes > 0 {
+			out = append(out, Holding{What: s.State, Bytes: s.Bytes, FreedBy: s.FreedBy})
+		}
+	}
+	if total, free, err := d.FilesystemSpace(); err == nil {
+		if outside := total - free - r.TotalBytes; outside > 0 {
+			out = append(out, Holding{What: "outside the store", Bytes: outside, FreedBy: "removing other files on the store's filesystem (its own reserve included)"})
+		}
+	}
+	return out
+}
+
+// preallocFailed is a file's failed preallocation of size bytes. Out of
+// space, it stops the build for the room the file lacks, as preflight does:
+// concurrent builds may each pass preflight and together not fit.
+func (b *build) preallocFailed(err error, size int64) error {
+	var ce *CapacityError
+	if !errors.As(ioerr.Classify(err, noSpace), &ce) {
+		return err
+	}
+	_, free, serr := b.d.FilesystemSpace()
+	if serr != nil {
+		return errors.Join(ce, serr)
+	}
+	ce.Need, ce.Have, ce.Artifact = size+int64(b.d.policy.MinFreeBytes), free, b.id
+	return b.lacks(ce, ce.Need-ce.Have)
+}
+
+// roomOf is the room a build that stopped with err lacks: its *roomError,
+// or, with a RoomMaker, a write that met a full filesystem. Where the
+// shortfall is unknown it asks for one byte, so at least one artifact goes.
+func (d *Domain) roomOf(err error) *roomError {
+	var re *roomError
+	if errors.As(err, &re) {
+		return re
+	}
+	var ce *CapacityError
+	if d.room.Load() == nil || !errors.As(err, &ce) || ce.Limit != "ENOSPC" {
+		return nil
+	}
+	return &roomError{ce: ce, need: max(ce.Need-ce.Have, 1)}
 }
 
 // buildWithRoom runs build, and again after the room it lacked is made,
@@ -126,8 +194,8 @@ func (d *Domain) makeRoom(ctx context.Context, re *roomError, except artifact.ID
 func (d *Domain) buildWithRoom(ctx context.Context, except artifact.ID, build func() (*Lease, error)) (*Lease, error) {
 	for try := 1; ; try++ {
 		l, err := build()
-		var re *roomError
-		if !errors.As(err, &re) {
+		re := d.roomOf(err)
+		if re == nil {
 			return l, err
 		}
 		if try == maxRoomTries {
@@ -161,6 +229,15 @@ func (e *CapacityError) detail() string {
 				s.WriteString(",")
 			}
 			fmt.Fprintf(&s, " %s (%s, %s)", h.ID.Short(), bytefmt.IEC(h.Bytes), h.Why)
+		}
+	}
+	if len(e.Rest) > 0 {
+		s.WriteString("; the rest of the filesystem:")
+		for i, h := range e.Rest {
+			if i > 0 {
+				s.WriteString(",")
+			}
+			fmt.Fprintf(&s, " %s %s (freed by %s)", h.What, bytefmt.IEC(h.Bytes), h.FreedBy)
 		}
 	}
 	s.WriteString(e.advice())

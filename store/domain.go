@@ -99,6 +99,7 @@ type Domain struct {
 // A nil policy means DefaultPolicy.
 // An existing domain keeps its recorded policy, which SetPolicy changes.
 // The root's filesystem must be ext4, xfs, btrfs or tmpfs.
+// Open finishes the removals a crash interrupted (tombstone.go).
 func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 	root, err := filepath.Abs(root)
 	if err != nil {
@@ -146,6 +147,7 @@ func Open(ctx context.Context, root string, policy *Policy) (*Domain, error) {
 		return nil, fmt.Errorf("domain-policy.json: %w", err)
 	}
 	d.info, d.policy, d.created = info, p, created
+	d.finishRemovals(ctx, artifact.ID{})
 	return d, nil
 }
 

@@ -66,13 +66,15 @@ type CapacityError struct {
 
 	// Checked says the store looked at eviction before refusing (capacity.go):
 	// Reclaimable is what evicting every candidate could free, Held what it
-	// may not take, and Eviction "off" when the policy forbids it.
+	// may not take, Rest what holds the filesystem besides, and Eviction
+	// "off" when the policy forbids it.
 	Checked     bool
 	Artifact    artifact.ID // the artifact refused, when known
 	Size        int64       // its payload bytes, when known
 	Reclaimable int64
 	Held        []Held
 	Eviction    string
+	Rest        []Holding // what holds the filesystem apart from READY artifacts
 }
 
 func (e *CapacityError) Error() string {

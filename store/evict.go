@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"time"
@@ -95,8 +93,8 @@ func (d *Domain) Candidates(ctx context.Context) ([]Candidate, error) {
 	}
 	out := make([]Candidate, 0, len(ids))
 	for _, id := range ids {
-		if d.checkDenied(id) != nil {
-			continue // not READY: quarantine's evidence, never evicted
+		if d.unready(id) != "" {
+			continue // not READY: denied or unhardened, gc's to quarantine, never evicted
 		}
 		c := Candidate{ID: id, Use: *d.UseOf(id)}
 		switch {
@@ -115,9 +113,10 @@ func (d *Domain) Candidates(ctx context.Context) ([]Candidate, error) {
 // Evict removes the READY artifact id for reason and says what it gave back.
 // It never waits: it takes the build lock and the exclusive artifact lock
 // without blocking. A build, a lease, a pin or a file linked outside the
-// store refuses it with a *HeldError. The directory is moved whole to a
-// tombstone, then deleted. A crash leaves the artifact READY or a
-// tombstone that the next cleanup finishes.
+// store refuses it with a *HeldError. The directory is renamed whole to a
+// tombstone, then deleted (tombstone.go): a crash leaves the artifact READY
+// and valid, or a tombstone that the next Open, gc, removal, eviction or
+// build deletes. It also deletes the tombstones other removals left.
 func (d *Domain) Evict(ctx context.Context, id artifact.ID, reason string) (*Evicted, error) {
 	start := time.Now()
 	bl, ok, err := tryLock(d.lockPath(id, "build"), unix.LOCK_EX)
@@ -158,17 +157,16 @@ func (d *Domain) Evict(ctx context.Context, id artifact.ID, reason string) (*Evi
 		repo = info.Identity.Model.Repository
 	}
 	faultPoint("evict.locked")
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tomb := d.path(dirTmp, ".cleanup."+id.Hex()+"."+hex.EncodeToString(rnd[:]))
-	if err := d.moveOut(id, tomb, "evict", false); err != nil {
+	tomb, err := d.entomb(id, "evict")
+	if err != nil {
 		return nil, fmt.Errorf("evict %s: %w", id.Short(), err)
 	}
 	d.forgetUse(id)
 	faultPoint("evict.before-delete")
 	if err := removeTree(tomb); err != nil {
-		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("evicted artifact's tombstone left for gc")
+		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("evicted artifact's tombstone left for the next open or gc")
 	}
+	d.finishRemovals(ctx, artifact.ID{})
 	faultPoint("evict.after-delete")
 	ev.Seconds = time.Since(start).Seconds()
 	log.G(ctx).WithFields(log.Fields{"id": id.String(), "repository": repo, "bytes_freed": ev.Bytes,

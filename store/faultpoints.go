@@ -1,7 +1,7 @@
 package store
 
 // FaultPoints names the steps at which the crash harness kills or pauses a process.
-// They are steps of publication, deny, quarantine, move, eviction and cleanup.
+// They are steps of publication, deny, quarantine, move, removal, eviction, cleanup and gc.
 // The points act only in binaries built with the "faults" build tag.
 // In every other build faultPoint is an empty function.
 var FaultPoints = []string{
@@ -22,14 +22,16 @@ var FaultPoints = []string{
 	"quarantine.after-rename",
 	"quarantine.after-sync",
 	"quarantine.after-unmark",
-	"remove.after-mode",
 	"remove.after-rename",
 	"remove.after-sync",
 	"remove.mid-delete",
 	"cleanup.before-remove",
+	"cleanup.after-tombstone",
+	"gc.after-temps",
+	"gc.after-clear",
+	"gc.after-quarantine",
 	"lookup.validated",
 	"evict.locked",
-	"evict.after-mode",
 	"evict.after-rename",
 	"evict.after-sync",
 	"evict.before-delete",

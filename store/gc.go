@@ -20,6 +20,7 @@ import (
 type GCReport struct {
 	Temps       Usage       `json:"temps"`        // stale temp builds of dead builders
 	Tombstones  Usage       `json:"tombstones"`   // interrupted removals, finished
+	Cleared     Usage       `json:"cleared"`      // denied or invalid artifacts, moved to quarantine
 	Quarantined Usage       `json:"quarantined"`  // quarantined entries past the policy age
 	DenyMarkers int         `json:"deny_markers"` // markers of entries that no longer exist
 	Signatures  int         `json:"signatures"`   // signature records of entries that no longer exist
@@ -45,9 +46,11 @@ type GCOptions struct {
 
 // GC removes what the store no longer needs.
 //
-// It removes stale temp builds and finishes interrupted removals. It drops
-// quarantined entries older than quarantine_max_age_seconds, and the deny
-// markers and signature records of absent entries. An interrupted build is
+// It removes stale temp builds and finishes interrupted removals. It moves
+// denied artifacts, and those an interrupted publication or quarantine left
+// without the hardened mode, to quarantine. It drops quarantined entries
+// older than quarantine_max_age_seconds, and the deny markers and signature
+// records of absent entries. An interrupted build is
 // kept for the next build of its artifact to continue, until it is older
 // than stale_build_seconds or o.All is set. GC never waits for a lock: an
 // entry whose owner is alive is left alone.
@@ -56,6 +59,9 @@ func (d *Domain) GC(ctx context.Context, o GCOptions) (*GCReport, error) {
 	tb := tempBuilds{all: o.All}
 	r.Temps, r.Tombstones = d.cleanTemps(ctx, artifact.ID{}, false, &tb)
 	r.Removed, r.Kept = append(r.Removed, tb.removed...), append(r.Kept, tb.kept...)
+	faultPoint("gc.after-temps")
+	r.Cleared = d.clearUnready(ctx)
+	faultPoint("gc.after-clear")
 	maxAge := time.Duration(d.policy.QuarantineMaxAgeSeconds) * time.Second
 	entries, err := os.ReadDir(d.path(dirQuarantine))
 	if err != nil {
@@ -75,6 +81,7 @@ func (d *Domain) GC(ctx context.Context, o GCOptions) (*GCReport, error) {
 			r.Quarantined.Bytes += u.Bytes
 		}
 	}
+	faultPoint("gc.after-quarantine")
 	markers, _ := os.ReadDir(d.path(dirDeny))
 	for _, m := range markers {
 		id, err := artifact.ParseIDHex(m.Name())
@@ -102,6 +109,7 @@ type tempBuilds struct {
 // An interrupted build of another artifact is kept until it is older than
 // the policy's stale_build_seconds, unless tb says all.
 func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, tb *tempBuilds) (temps, tombstones Usage) {
+	tombstones = d.finishRemovals(ctx, id)
 	entries, err := os.ReadDir(d.path(dirTmp))
 	if err != nil {
 		return
@@ -112,10 +120,9 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 	stale := time.Duration(d.policy.StaleBuildSeconds) * time.Second
 	for _, e := range entries {
 		name := e.Name()
-		tomb := strings.HasPrefix(name, ".cleanup.")
-		owner, _, _ := strings.Cut(strings.TrimPrefix(name, ".cleanup."), ".")
-		if !(artifact.IsSHA256Hex(owner) || strings.HasPrefix(owner, anonPrefix)) || (keepOwn && owner == id.Hex() && !tomb) {
-			continue
+		owner, _, _ := strings.Cut(name, ".")
+		if !(artifact.IsSHA256Hex(owner) || strings.HasPrefix(owner, anonPrefix)) || (keepOwn && owner == id.Hex()) {
+			continue // a tombstone (finishRemovals) or not a temp build
 		}
 		var lk *lock
 		if owner != id.Hex() {
@@ -133,7 +140,7 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 		if oid, err := artifact.ParseIDHex(owner); err == nil {
 			t.ID = oid
 		}
-		if !tomb && !t.ID.IsZero() && owner != id.Hex() {
+		if !t.ID.IsZero() && owner != id.Hex() {
 			// An interrupted build of an artifact: the next pull or fetch
 			// of it continues from what it kept.
 			switch age := time.Duration(t.AgeSeconds * float64(time.Second)); {
@@ -151,8 +158,6 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 		}
 		if t.Reason == "" {
 			switch {
-			case tomb:
-				t.Reason = "interrupted removal"
 			case owner == id.Hex():
 				t.Reason = "temp build of this build's artifact, not adopted"
 			default:
@@ -160,14 +165,18 @@ func (d *Domain) cleanTemps(ctx context.Context, id artifact.ID, keepOwn bool, t
 			}
 		}
 		faultPoint("cleanup.before-remove")
-		if err := removeTree(p); err == nil {
+		// A temp build becomes a tombstone first, so a crash part-way
+		// through its deletion leaves nothing a build would adopt.
+		tomb := d.path(dirTmp, tombstoneName(owner))
+		if os.Rename(p, tomb) != nil {
+			lk.Close()
+			continue
+		}
+		faultPoint("cleanup.after-tombstone")
+		if err := removeTree(tomb); err == nil {
 			log.G(ctx).WithField("entry", name).WithField("reason", t.Reason).Info("removed stale temp build")
-			acc := &temps
-			if tomb {
-				acc = &tombstones
-			}
-			acc.Count++
-			acc.Bytes += u.Bytes
+			temps.Count++
+			temps.Bytes += u.Bytes
 			tb.removed = append(tb.removed, t)
 		}
 		lk.Close()
@@ -189,4 +198,54 @@ func lastWrite(dir string) time.Time {
 		return nil
 	})
 	return last
+}
+
+// clearUnready moves to quarantine each artifact that is denied, or that
+// lacks the hardened mode while no build holds it (a publication or a
+// quarantine that stopped part-way), and says what it moved. It takes
+// each artifact's locks without waiting and leaves one whose locks are held.
+func (d *Domain) clearUnready(ctx context.Context) Usage {
+	var moved Usage
+	ids, _ := d.ids()
+	for _, id := range ids {
+		why := d.unready(id)
+		if why == "" {
+			continue
+		}
+		bl, ok, _ := tryLock(d.lockPath(id, "build"), unix.LOCK_EX)
+		if !ok {
+			continue
+		}
+		if al, ok, _ := tryLock(d.lockPath(id, "artifact"), unix.LOCK_EX); ok {
+			p := d.path(dirArtifacts, id.Hex())
+			u := dirUsage(p)
+			if why = d.unready(id); why != "" {
+				if err := d.quarantine(ctx, id, why+"; gc"); err != nil {
+					log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("gc could not quarantine an artifact that is not READY")
+				} else {
+					moved.Count++
+					moved.Bytes += u.Bytes
+				}
+			}
+			al.Close()
+		}
+		bl.Close()
+	}
+	return moved
+}
+
+// unready says why artifacts/<id> is not READY by its marks (a deny marker,
+// a mode other than the hardened one); empty when it carries neither.
+func (d *Domain) unready(id artifact.ID) string {
+	if err := d.checkDenied(id); err != nil {
+		return err.Error()
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(d.path(dirArtifacts, id.Hex()), &st); err != nil {
+		return ""
+	}
+	if mode := os.FileMode(st.Mode).Perm(); mode != dirHardened {
+		return fmt.Sprintf("directory mode %o is not the hardened %o", mode, dirHardened)
+	}
+	return ""
 }

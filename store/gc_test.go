@@ -22,8 +22,8 @@ func TestGC(t *testing.T) {
 		wantKept    []string
 		wantTmp     []string // left in tmp/, sorted
 	}{
-		{"default", false, []string{idA + ".old", ".cleanup." + idA + ".x"}, []string{idC + ".young"}, []string{idB + ".alive", idC + ".young"}},
-		{"all", true, []string{idA + ".old", ".cleanup." + idA + ".x", idC + ".young"}, nil, []string{idB + ".alive"}},
+		{"default", false, []string{idA + ".old"}, []string{idC + ".young"}, []string{idB + ".alive", idC + ".young"}},
+		{"all", true, []string{idA + ".old", idC + ".young"}, nil, []string{idB + ".alive"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d, err := Open(context.Background(), t.TempDir(), nil)
@@ -38,7 +38,8 @@ func TestGC(t *testing.T) {
 			}
 			mk(d.path(dirTmp, idA+".old"))                                              // a dead builder's, two days old
 			mk(d.path(dirTmp, idC+".young"))                                            // a dead builder's, just now
-			mk(d.path(dirTmp, ".cleanup."+idA+".x"))                                    // an interrupted removal
+			mk(d.path(dirTmp, ".cleanup."+idA+".x"))                                    // an interrupted gc of a temp build
+			mk(d.path(dirArtifacts, ".cleanup."+idC+".y"))                              // an interrupted removal
 			mk(d.path(dirTmp, idB+".alive"))                                            // a live builder's temp build
 			mk(d.path(dirQuarantine, idA+".1000"))                                      // quarantined long ago
 			mk(d.path(dirQuarantine, fmt.Sprintf("%s.%d", idB, time.Now().UnixNano()))) // just now
@@ -59,8 +60,8 @@ func TestGC(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			temps := len(tc.wantRemoved) - 1
-			if want := (Usage{temps, 100 * int64(temps)}); r.Temps != want || r.Tombstones != (Usage{1, 100}) || r.Quarantined != (Usage{1, 100}) || r.DenyMarkers != 1 {
+			temps := len(tc.wantRemoved)
+			if want := (Usage{temps, 100 * int64(temps)}); r.Temps != want || r.Tombstones != (Usage{2, 200}) || r.Quarantined != (Usage{1, 100}) || r.DenyMarkers != 1 {
 				t.Fatalf("gc report %+v, want temps %+v", *r, want)
 			}
 			names := func(ts []TempBuild) (out []string) {

@@ -160,35 +160,97 @@ type Usage struct {
 }
 
 // DomainReport is a read-only snapshot of a domain.
+// Its states hold every byte under the root, each inode once.
 type DomainReport struct {
-	Root        string       `json:"root"`
-	FSType      string       `json:"fs_type"`
-	HostMemory  bool         `json:"host_memory"` // tmpfs: bytes are host memory, not disk
-	Policy      Policy       `json:"policy"`
-	Ready       Usage        `json:"ready"`
-	Temp        Usage        `json:"temp"`
-	Quarantined Usage        `json:"quarantined"`
-	Denied      Usage        `json:"denied"`
-	FreeBytes   int64        `json:"free_bytes"`
-	Locks       []LockHolder `json:"locks,omitempty"`
+	Root        string `json:"root"`
+	FSType      string `json:"fs_type"`
+	HostMemory  bool   `json:"host_memory"` // tmpfs: bytes are host memory, not disk
+	Policy      Policy `json:"policy"`
+	Ready       Usage  `json:"ready"`
+	Temp        Usage  `json:"temp"`
+	Quarantined Usage  `json:"quarantined"`
+	Denied      Usage  `json:"denied"`
+	Invalid     Usage  `json:"invalid"`
+	Removing    Usage  `json:"removing"` // tombstones of removals
+	Metadata    Usage  `json:"metadata"` // everything outside artifacts/, tmp/ and quarantine/
+	// States lists the states above with what frees each one's bytes.
+	States []StateUsage `json:"states"`
+	// TotalBytes is the sum of the states' bytes: every regular file
+	// under the root, each inode once.
+	TotalBytes int64        `json:"total_bytes"`
+	FreeBytes  int64        `json:"free_bytes"`
+	Locks      []LockHolder `json:"locks,omitempty"`
+}
+
+// StateUsage is the entries and bytes of one state, and what frees them.
+type StateUsage struct {
+	State string `json:"state"`
+	Usage
+	FreedBy string `json:"freed_by"`
 }
 
 // InspectDomain returns a snapshot of the domain's usage and lock activity.
+// An artifact's state is the one InspectArtifact (and so ls) gives it.
 func (d *Domain) InspectDomain(ctx context.Context) (*DomainReport, error) {
 	r := &DomainReport{Root: d.root, FSType: d.info.FSType, HostMemory: d.info.FSType == "tmpfs", Policy: d.policy}
-	r.Ready = dirUsage(d.path(dirArtifacts))
-	r.Temp = dirUsage(d.path(dirTmp))
-	r.Quarantined = dirUsage(d.path(dirQuarantine))
-	if entries, err := os.ReadDir(d.path(dirDeny)); err == nil {
-		for _, e := range entries {
-			if artifact.IsSHA256Hex(e.Name()) {
-				r.Denied.Count++
-				r.Denied.Bytes += dirUsage(d.path(dirArtifacts, e.Name())).Bytes
-			}
+	seen := map[inodeKey]bool{}
+	add := func(u *Usage, p string) {
+		u.Count++
+		u.Bytes += treeUsage(p, seen).Bytes
+	}
+	arts, err := os.ReadDir(d.path(dirArtifacts))
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range arts {
+		p := d.path(dirArtifacts, e.Name())
+		id, err := artifact.ParseIDHex(e.Name())
+		if err != nil {
+			add(&r.Removing, p) // a tombstone, or a name no artifact has
+			continue
+		}
+		info, err := d.InspectArtifact(ctx, id)
+		switch {
+		case err != nil:
+			continue // gone meanwhile
+		case info.State == StateDenied:
+			add(&r.Denied, p)
+		case info.State == StateInvalid:
+			add(&r.Invalid, p)
+		default:
+			add(&r.Ready, p)
 		}
 	}
-	r.Ready.Bytes -= r.Denied.Bytes
-	r.Ready.Count -= r.Denied.Count
+	tmp, _ := os.ReadDir(d.path(dirTmp))
+	for _, e := range tmp {
+		if _, tomb := tombstoneOwner(e.Name()); tomb {
+			add(&r.Removing, d.path(dirTmp, e.Name()))
+		} else {
+			add(&r.Temp, d.path(dirTmp, e.Name()))
+		}
+	}
+	quarantined, _ := os.ReadDir(d.path(dirQuarantine))
+	for _, e := range quarantined {
+		add(&r.Quarantined, d.path(dirQuarantine, e.Name()))
+	}
+	top, _ := os.ReadDir(d.root)
+	for _, e := range top {
+		if n := e.Name(); n != dirArtifacts && n != dirTmp && n != dirQuarantine {
+			add(&r.Metadata, d.path(n))
+		}
+	}
+	r.States = []StateUsage{
+		{State: "ready", Usage: r.Ready, FreedBy: "eviction (weightsnap gc --evict) or weightsnap rm, once no lease, pin or build holds it"},
+		{State: "temp", Usage: r.Temp, FreedBy: "the build that writes it; an interrupted one is continued by its artifact's next build, or removed by gc after stale_build_seconds (gc --all: at once)"},
+		{State: "removing", Usage: r.Removing, FreedBy: "the next open, gc, eviction, removal or build (an interrupted removal)"},
+		{State: "denied", Usage: r.Denied, FreedBy: "gc or the artifact's next build, which move it to quarantine, then as quarantined"},
+		{State: "invalid", Usage: r.Invalid, FreedBy: "gc or the artifact's next build, which move it to quarantine, then as quarantined"},
+		{State: "quarantined", Usage: r.Quarantined, FreedBy: fmt.Sprintf("gc, once older than quarantine_max_age_seconds (%d)", d.policy.QuarantineMaxAgeSeconds)},
+		{State: "metadata", Usage: r.Metadata, FreedBy: "nothing (kept with the store): locks, uses, pins, deny markers, signature records and the domain's files"},
+	}
+	for _, s := range r.States {
+		r.TotalBytes += s.Bytes
+	}
 	var st unix.Statfs_t
 	if unix.Statfs(d.root, &st) == nil {
 		r.FreeBytes = int64(st.Bavail) * st.Bsize

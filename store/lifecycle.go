@@ -146,35 +146,32 @@ func (d *Domain) failedErr() error {
 	return nil
 }
 
-// moveOut moves artifacts/<id> to dst: the invalidation mode is set durably
-// first, the rename is made durable by syncing both parents, and only then
-// is the moved directory re-hardened (reharden) or left for deletion. The
-// caller holds the exclusive artifact lock.
-func (d *Domain) moveOut(id artifact.ID, dst, step string, reharden bool) error {
+// moveOut moves the invalid artifacts/<id> to dst in quarantine/: the
+// invalidation mode is set durably first, the rename is made durable by
+// syncing both parents, and only then is the moved directory re-hardened.
+// The caller holds the exclusive artifact lock.
+func (d *Domain) moveOut(id artifact.ID, dst string) error {
 	if _, err := d.setInvalidationMode(id); err != nil {
 		return err
 	}
-	faultPoint(step + ".after-mode")
+	faultPoint("quarantine.after-mode")
 	if err := os.Rename(d.path(dirArtifacts, id.Hex()), dst); err != nil {
 		return fmt.Errorf("move %s: %w", id.Short(), err)
 	}
-	faultPoint(step + ".after-rename")
+	faultPoint("quarantine.after-rename")
 	if err := syncDir(d.path(dirArtifacts)); err != nil {
 		return err
 	}
 	if err := syncDir(filepath.Dir(dst)); err != nil {
 		return err
 	}
-	faultPoint(step + ".after-sync")
+	faultPoint("quarantine.after-sync")
 	// The record of how it was verified goes with it (a crash before this
 	// leaves it to gc).
 	if err := d.dropSignatures(id); err != nil {
 		return err
 	}
-	if reharden {
-		return os.Chmod(dst, dirHardened)
-	}
-	return nil
+	return os.Chmod(dst, dirHardened)
 }
 
 // quarantine moves artifacts/<id> to quarantine/ and clears its deny marker.
@@ -182,7 +179,7 @@ func (d *Domain) moveOut(id artifact.ID, dst, step string, reharden bool) error 
 func (d *Domain) quarantine(ctx context.Context, id artifact.ID, why string) error {
 	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); err == nil {
 		dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id.Hex(), time.Now().UnixNano()))
-		if err := d.moveOut(id, dst, "quarantine", true); err != nil {
+		if err := d.moveOut(id, dst); err != nil {
 			return fmt.Errorf("quarantine %s: %w", id.Short(), err)
 		}
 	}

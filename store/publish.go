@@ -157,7 +157,7 @@ func (d *Domain) install(ctx context.Context, tmpDir string, id artifact.ID, ind
 // and gets a deny marker; if it refuses both, the outcome is uncertain.
 func (d *Domain) contain(ctx context.Context, id artifact.ID, cause error) error {
 	dst := d.path(dirQuarantine, fmt.Sprintf("%s.%d", id.Hex(), time.Now().UnixNano()))
-	qerr := d.moveOut(id, dst, "quarantine", true)
+	qerr := d.moveOut(id, dst)
 	if qerr == nil {
 		return publicationFailed(id, cause)
 	}

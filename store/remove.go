@@ -2,8 +2,6 @@ package store
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -17,8 +15,8 @@ import (
 // Remove deletes an artifact explicitly. It never waits: an active build or
 // lease is refused with errdefs.ErrFailedPrecondition naming its holders,
 // and nothing is unlinked. The directory is first renamed to a tombstone
-// (tmp/.cleanup.<id>.*), so an interrupted removal is finished by the next
-// cleanup or build of that id.
+// (tombstone.go), so an interrupted removal is finished by the next Open,
+// gc, removal, eviction or build.
 func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
 	if id.IsZero() {
 		return fmt.Errorf("no artifact id: %w", errdefs.ErrInvalidArgument)
@@ -46,15 +44,16 @@ func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
 	if pins, err := d.Pins(id); err != nil || len(pins) > 0 {
 		return errors.Join(err, fmt.Errorf("artifact %s is pinned by %s: unpin it first (weightsnap unpin): %w", id.Short(), describePins(pins), errdefs.ErrFailedPrecondition))
 	}
-	var rnd [6]byte
-	rand.Read(rnd[:])
-	tomb := d.path(dirTmp, ".cleanup."+id.Hex()+"."+hex.EncodeToString(rnd[:]))
-	if err := d.moveOut(id, tomb, "remove", false); err != nil {
+	tomb, err := d.entomb(id, "remove")
+	if err != nil {
 		return fmt.Errorf("remove %s: %w", id.Short(), err)
 	}
 	d.forgetUse(id)
 	if err := d.unmark(id); err != nil {
 		return err
+	}
+	if err := removeTree(tomb); err != nil {
+		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("removed artifact's tombstone left for the next open or gc")
 	}
 	d.cleanTemps(ctx, id, false, nil)
 	log.G(ctx).WithField("id", id.Short()).Info("artifact removed")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
@@ -81,8 +82,8 @@ type StoreBytes struct {
 	Leased      int64 `json:"leased"` // of Ready: leased
 	Temp        int64 `json:"temp"`   // builds in progress, tombstones
 	Quarantined int64 `json:"quarantined"`
-	Denied      int64 `json:"denied"`
-	Free        int64 `json:"free"` // free on the filesystem
+	Denied      int64 `json:"denied"` // denied, or without the hardened mode
+	Free        int64 `json:"free"`   // free on the filesystem
 }
 
 // Bytes measures the store by state.
@@ -97,7 +98,7 @@ func (d *Domain) Bytes(ctx context.Context) (*StoreBytes, error) {
 		u := d.UseOf(id)
 		n := treeUsage(d.path(dirArtifacts, id.Hex()), seen).Bytes
 		switch {
-		case d.checkDenied(id) != nil:
+		case d.unready(id) != "":
 			s.Denied += n
 		default:
 			s.Ready += n
@@ -110,6 +111,12 @@ func (d *Domain) Bytes(ctx context.Context) (*StoreBytes, error) {
 		}
 	}
 	s.Temp = treeUsage(d.path(dirTmp), seen).Bytes
+	entries, _ := os.ReadDir(d.path(dirArtifacts))
+	for _, e := range entries {
+		if _, tomb := tombstoneOwner(e.Name()); tomb {
+			s.Temp += treeUsage(d.path(dirArtifacts, e.Name()), seen).Bytes
+		}
+	}
 	s.Quarantined = treeUsage(d.path(dirQuarantine), seen).Bytes
 	_, s.Free, err = d.FilesystemSpace()
 	return s, err

@@ -104,7 +104,8 @@ func (b *build) create(bind artifact.Binding) (*fileWriter, error) {
 	if size > 0 {
 		if err := unix.Fallocate(int(f.Fd()), 0, 0, size); err != nil && !errors.Is(err, unix.EOPNOTSUPP) {
 			f.Close()
-			return nil, ioerr.Classify(fmt.Errorf("preallocate %s: %w", path, err), noSpace)
+			os.Remove(full)
+			return nil, b.preallocFailed(fmt.Errorf("preallocate %s: %w", path, err), size)
 		}
 	}
 	var onChecked func(off, n int64) error
@@ -228,8 +229,8 @@ func (b *build) stop(keep bool) {
 }
 
 // removeTree removes a temp build or tombstone tree, first making hardened
-// directories writable. A crash part-way leaves a partial tree that the next
-// cleanup or build of its id finishes.
+// directories writable. A crash part-way leaves a partial tree: a
+// tombstone's is finished by the next Open, gc, removal, eviction or build.
 func removeTree(dir string) error {
 	removedOne := false
 	filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {

@@ -349,12 +349,10 @@ func printDomain(a *app, r *store.DomainReport) error {
 		p.Validation, limit(p.MaxArtifactBytes), limit(p.MaxStoreBytes), limit(p.MinFreeBytes), p.CoordinationTimeoutSeconds, p.QuarantineMaxAgeSeconds)
 	fmt.Fprintf(a.out, "Eviction:    %s, high watermark %d%%, low watermark %d%%, interrupted builds kept %ds\n",
 		p.Eviction, p.HighWatermarkPercent, p.LowWatermarkPercent, p.StaleBuildSeconds)
-	for _, u := range []struct {
-		name string
-		u    store.Usage
-	}{{"Ready:", r.Ready}, {"Temp:", r.Temp}, {"Quarantined:", r.Quarantined}, {"Denied:", r.Denied}} {
-		fmt.Fprintf(a.out, "%-12s %d (%s)\n", u.name, u.u.Count, bytefmt.IEC(u.u.Bytes))
+	for _, s := range r.States {
+		fmt.Fprintf(a.out, "%-12s %d (%s): freed by %s\n", strings.ToUpper(s.State[:1])+s.State[1:]+":", s.Count, bytefmt.IEC(s.Bytes), s.FreedBy)
 	}
+	fmt.Fprintf(a.out, "%-12s %s\n", "Total:", bytefmt.IEC(r.TotalBytes))
 	return printLocks(a, r.Locks)
 }
 

@@ -6,6 +6,7 @@ package storetest
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +17,7 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/store"
+	"golang.org/x/sys/unix"
 )
 
 // Source is a synthetic checkpoint and its identity.
@@ -133,6 +135,49 @@ func SameBytes(l *store.Lease, srcDir string) error {
 		if !bytes.Equal(data, want) {
 			return fmt.Errorf("the lease of %s serves bytes that differ from the source", f.Path)
 		}
+	}
+	return nil
+}
+
+// TreeBytes is what the regular files under root occupy by apparent size,
+// each inode once: du --apparent-size --bytes of root, less its directories.
+func TreeBytes(root string) (int64, error) {
+	seen := map[[2]uint64]bool{}
+	var n int64
+	err := filepath.WalkDir(root, func(p string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return err
+		}
+		if k := [2]uint64{uint64(st.Dev), st.Ino}; !seen[k] {
+			seen[k] = true
+			n += st.Size
+		}
+		return nil
+	})
+	return n, err
+}
+
+// CheckSettled checks the store d after a crash and the next Open and gc:
+// inspect --domain shows nothing denied, invalid or being removed, and
+// accounts every byte under the root as TreeBytes counts them.
+func CheckSettled(ctx context.Context, d *store.Domain) error {
+	r, err := d.InspectDomain(ctx)
+	if err != nil {
+		return fmt.Errorf("inspect --domain: %w", err)
+	}
+	if r.Denied.Count+r.Invalid.Count+r.Removing.Count > 0 {
+		return fmt.Errorf("after gc the store holds denied %+v, invalid %+v, removing %+v", r.Denied, r.Invalid, r.Removing)
+	}
+	du, err := TreeBytes(d.Root())
+	if err != nil {
+		return err
+	}
+	if du != r.TotalBytes {
+		return fmt.Errorf("inspect --domain accounts %d bytes, the root holds %d: %+v", r.TotalBytes, du, r.States)
 	}
 	return nil
 }

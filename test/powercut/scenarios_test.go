@@ -49,6 +49,8 @@ var scenarios = []scenario{
 		})},
 	{name: "removal", op: "remove", during: "any", after: "gone", wantOut: "ok",
 		prepare: prepared(func(t *testing.T, root string, s *storetest.Source) { s.Publish(t, root) })},
+	{name: "eviction", op: "evict", during: "any", after: "gone", wantOut: "ok evicted 1",
+		prepare: prepared(func(t *testing.T, root string, s *storetest.Source) { s.Publish(t, root) })},
 	{name: "gc", op: "gc", during: "ready", after: "ready", wantOut: "ok gc",
 		prepare: prepared(func(t *testing.T, root string, s *storetest.Source) {
 			s.Publish(t, root)
@@ -73,21 +75,25 @@ func prepared(fill func(t *testing.T, root string, s *storetest.Source)) func(*t
 	}
 }
 
-// leaveGarbage leaves what gc removes: a dead builder's temp build, an
-// interrupted removal, an entry quarantined long ago, and the deny marker
-// of an entry that no longer exists.
+// leaveGarbage leaves what gc removes or clears: a dead builder's temp
+// build, interrupted removals (a tombstone in tmp/ and one beside the
+// artifacts), an entry quarantined long ago, an artifact a stopped
+// quarantine left without the hardened mode, and the deny marker of an
+// entry that no longer exists.
 func leaveGarbage(t *testing.T, root string) {
 	t.Helper()
 	fakeID := func(n int) string { return fmt.Sprintf("%064x", n) }
 	stale := filepath.Join(root, "tmp", fakeID(1)+".0123456789ab")
 	must(t, os.Mkdir(stale, 0o700))
 	must(t, os.WriteFile(filepath.Join(stale, "model.safetensors"), make([]byte, 8<<10), 0o600))
-	for i, dst := range []string{"tmp/.cleanup.%s.0123456789ab", "quarantine/%s.1"} {
+	for i, dst := range []string{"tmp/.cleanup.%s.0123456789ab", "quarantine/%s.1", "artifacts/.cleanup.%s.0123456789ab", "artifacts/%s"} {
 		o := storetest.NewSource(t, 32<<10, 1, uint64(100+i))
 		o.Publish(t, root)
 		src := filepath.Join(root, "artifacts", o.ID.Hex())
 		must(t, os.Chmod(src, 0o700))
-		must(t, os.Rename(src, filepath.Join(root, fmt.Sprintf(dst, o.ID.Hex()))))
+		if dst := filepath.Join(root, fmt.Sprintf(dst, o.ID.Hex())); dst != src {
+			must(t, os.Rename(src, dst))
+		}
 	}
 	must(t, os.WriteFile(filepath.Join(root, "deny", fakeID(2)), []byte(`{"reason":"test"}`), 0o644))
 }

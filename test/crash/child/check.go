@@ -16,7 +16,9 @@ import (
 // check opens the store at root after a power cut and checks the invariant:
 // every artifact is READY and valid by full checksum, or denied (or found
 // invalid now), or gone; nothing READY is partial; a second build of the
-// source's identity succeeds and leaves no temp entry. expect is what the
+// source's identity succeeds and leaves no temp entry; after it and gc,
+// only READY valid artifacts remain and inspect --domain accounts every
+// byte under the root. expect is what the
 // source's artifact must be: ready, denied or gone once the operation
 // returned, any before; any-corrupted also lets it pass the metadata checks
 // with the corruption the test put there, which only a full checksum finds.
@@ -130,5 +132,21 @@ func rebuild(ctx context.Context, d *store.Domain, identity artifact.Identity, s
 	if len(names) > 0 {
 		return fmt.Errorf("temp entries survive the second build: %s", strings.Join(names, ", "))
 	}
-	return nil
+	return settled(ctx, d, root, srcDir)
+}
+
+// settled checks the store after the second build and gc: every artifact
+// is READY and valid by full checksum, and inspect --domain accounts every
+// byte under the root.
+func settled(ctx context.Context, d *store.Domain, root, srcDir string) error {
+	entries, err := os.ReadDir(filepath.Join(root, "artifacts"))
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if s, err := entryState(ctx, d, e.Name(), srcDir, false); s != "ready" {
+			return fmt.Errorf("after gc artifacts/%s is %s, want ready: %v", e.Name(), s, err)
+		}
+	}
+	return storetest.CheckSettled(ctx, d)
 }

@@ -48,6 +48,12 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	// Builds make the room they lack as the CLI's do.
+	ev, err := evict.New(d)
+	if err != nil {
+		return "", err
+	}
+	d.SetRoomMaker(ev)
 	src, _, err := artifact.ScanSource(ctx, srcDir)
 	if err != nil {
 		return "", err
@@ -78,10 +84,6 @@ func run(ctx context.Context, op, root, srcDir string) (string, error) {
 	case "remove":
 		return id.Hex(), d.Remove(ctx, id)
 	case "evict":
-		ev, err := evict.New(d)
-		if err != nil {
-			return "", err
-		}
 		r, err := ev.To(ctx, 0, false)
 		if err != nil {
 			return "", err
