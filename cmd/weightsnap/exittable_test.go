@@ -84,6 +84,9 @@ func TestExitCodeTable(t *testing.T) {
 	missingPolicy := filepath.Join(base, "missing-policy.toml")
 	os.WriteFile(missingPolicy, []byte("root = \""+root+"\"\n[verify]\npolicy = \""+filepath.Join(base, "absent-policy.json")+"\"\n"), 0o644)
 	pinnedID := pinnedArtifact(t, base, root, rev)
+	brokenPrefetch := filepath.Join(base, "prefetch")
+	os.MkdirAll(brokenPrefetch, 0o755)
+	os.WriteFile(filepath.Join(brokenPrefetch, "broken.toml"), []byte("[[artifact]\n"), 0o644)
 	for _, tc := range []struct {
 		name string
 		prog string
@@ -110,7 +113,9 @@ func TestExitCodeTable(t *testing.T) {
 		{"a single safetensors file", "weightsnap", []string{"--config", "", "--root", empty, "import", filepath.Join(corrupt, "model.safetensors"), "--revision", rev}, 2, "import takes a checkpoint directory"},
 		{"a missing checkpoint directory", "weightsnap", []string{"--config", "", "--root", empty, "import", filepath.Join(base, "absent-model"), "--revision", rev}, 3, "no such checkpoint directory"},
 		{"unpin on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "unpin", "7a1b70"}, 3, "no store"},
+		{"pin of an ID on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "pin", "7a1b70"}, 3, "no store"},
 		{"rm on a root without a store", "weightsnap", []string{"--config", "", "--root", empty, "rm", "7a1b70"}, 3, "no store"},
+		{"a prefetch file that cannot be parsed", "weightsnap", []string{"--config", "", "--root", root, "prefetch", "sync", "--timeout", "5s", brokenPrefetch}, 2, "broken.toml cannot be parsed"},
 		{"a bad size", "weightsnap", []string{"--config", "", "--root", root, "verify", "--all", "--rate", "fast"}, 2, "--rate"},
 		{"rm of a pinned artifact", "weightsnap", []string{"--config", "", "--root", root, "rm", pinnedID}, 5, "is pinned by cli"},
 		{"peer down", "weightsnap", []string{"--config", "", "peer", "ls", down}, 5, "connection refused"},

@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/spf13/cobra"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/cmd/internal/noderuntime"
@@ -29,7 +30,11 @@ func newPinCmd(a *app) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			d, err := a.domain(ctx)
+			open := a.existingDomain
+			if isReference(args[0]) {
+				open = a.domain
+			}
+			d, err := open(ctx)
 			if err != nil {
 				return err
 			}
@@ -116,7 +121,7 @@ func newUnpinCmd(a *app) *cobra.Command {
 // else pulls a registry reference into it.
 func (a *app) storeOrPull(ctx context.Context, d *store.Domain, rf *remoteFlags, ref string) (artifact.ID, error) {
 	id, err := d.ExpandID(ref)
-	if err == nil || !strings.ContainsAny(ref, "/:@") {
+	if err == nil || !isReference(ref) {
 		return id, err
 	}
 	r, err := a.openRemote(ctx, rf, ref, oci.DefaultConcurrency)
@@ -134,6 +139,25 @@ func (a *app) storeOrPull(ctx context.Context, d *store.Domain, rf *remoteFlags,
 	defer l.Close()
 	return l.ID, nil
 }
+
+// invalidFiles is a bad-input error naming the prefetch files of list that
+// cannot be read or parsed (the log says why), or nil when there is none.
+func invalidFiles(list []prefetch.Status) error {
+	var names []string
+	for _, s := range list {
+		if s.State == prefetch.StateInvalid {
+			names = append(names, s.File)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	return fmt.Errorf("prefetch sync: %s cannot be parsed, its pins are kept (the log says why): %w", strings.Join(names, ", "), errdefs.ErrInvalidArgument)
+}
+
+// isReference reports whether arg names a registry reference rather than
+// an artifact ID or a prefix of one.
+func isReference(arg string) bool { return strings.ContainsAny(arg, "/:@") }
 
 func pinHolders(pins []store.Pin) string {
 	var s []string
@@ -247,7 +271,7 @@ func newPrefetchCmd(a *app) *cobra.Command {
 	var timeout time.Duration
 	sync := &cobra.Command{
 		Use:   "sync DIR",
-		Short: "Resolve the artifacts DIR's prefetch files declare into the store once, as weightsnapd does (store, peers, registry), pinning them as declared; exit 5 if some are not ready within --timeout",
+		Short: "Resolve the artifacts DIR's prefetch files declare into the store once, as weightsnapd does (store, peers, registry), pinning them as declared; exit 2 if a file cannot be parsed, 5 if some are not ready within --timeout",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
@@ -267,6 +291,7 @@ func newPrefetchCmd(a *app) *cobra.Command {
 			defer cancel()
 			werr := m.Wait(wctx)
 			list := m.List()
+			werr = errors.Join(werr, invalidFiles(list))
 			if a.jsonOut {
 				if list == nil {
 					list = []prefetch.Status{}

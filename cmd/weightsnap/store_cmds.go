@@ -491,9 +491,9 @@ met exits 5, naming what holds the rest.`,
 				}
 				return a.printJSON(r)
 			}
-			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\nsignature records: %d\n",
+			fmt.Fprintf(a.out, "temp builds: %d (%s)\ntombstones: %d (%s)\ncleared to quarantine: %d (%s)\nquarantined: %d (%s)\ndeny markers: %d\nsignature records: %d\n",
 				r.Temps.Count, bytefmt.IEC(r.Temps.Bytes), r.Tombstones.Count, bytefmt.IEC(r.Tombstones.Bytes),
-				r.Quarantined.Count, bytefmt.IEC(r.Quarantined.Bytes), r.DenyMarkers, r.Signatures)
+				r.Cleared.Count, bytefmt.IEC(r.Cleared.Bytes), r.Quarantined.Count, bytefmt.IEC(r.Quarantined.Bytes), r.DenyMarkers, r.Signatures)
 			for _, t := range r.Removed {
 				fmt.Fprintf(a.out, "removed tmp/%s (%s): %s\n", t.Name, bytefmt.IEC(t.Bytes), t.Reason)
 			}
