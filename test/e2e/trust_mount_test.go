@@ -42,14 +42,7 @@ func createVolumePod(t *testing.T, ctd *harness.Containerd, name, image, volume 
 // relaxed, without a restart: each mount applies the policy as it stands to
 // the store's recorded verification.
 func TestTrustPolicyAtEveryMount(t *testing.T) {
-	var policy, scope string
-	accept := `{"default": [{"type": "insecureAcceptAnything"}]}`
-	n := startTrustNode(t, func(reg *harness.Registry) string {
-		scope = reg.Ref("models")
-		policy = filepath.Join(t.TempDir(), "policy.json")
-		writeJSON(t, policy, accept)
-		return policy
-	})
+	n, policy, scope := startReloadNode(t, harness.WeightsnapdOptions{})
 	reject := fmt.Sprintf(`{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {%q: [{"type": "reject"}]}}}`, scope)
 	a := n.pushArtifact(t, "unpacked", "2MiB", 1)
 	a.ref = pinned(t, a.ref)
@@ -83,7 +76,7 @@ func TestTrustPolicyAtEveryMount(t *testing.T) {
 		}
 	}
 
-	writeJSON(t, policy, accept)
-	waitPolicyLog(t, n.ws, "trust policy reloaded", accept, 1)
+	writeJSON(t, policy, acceptAll)
+	waitPolicyLog(t, n.ws, "trust policy reloaded", acceptAll, 1)
 	starts(t, "relaxed")
 }

@@ -42,14 +42,7 @@ func waitPolicyLog(t *testing.T, ws *harness.Weightsnapd, msg, content string, n
 // and SIGHUP reads it again. A broken edit keeps the tightened policy, and
 // the daemon's log, its metrics and weightsnapd config check say so.
 func TestTrustPolicyReload(t *testing.T) {
-	var policy, scope string
-	accept := `{"default": [{"type": "insecureAcceptAnything"}]}`
-	n := startTrustNode(t, func(reg *harness.Registry) string {
-		scope = reg.Ref("models")
-		policy = filepath.Join(t.TempDir(), "policy.json")
-		writeJSON(t, policy, accept)
-		return policy
-	})
+	n, policy, scope := startReloadNode(t, harness.WeightsnapdOptions{})
 	reject := fmt.Sprintf(`{"default": [{"type": "insecureAcceptAnything"}], "transports": {"docker": {%q: [{"type": "reject"}]}}}`, scope)
 	broken := `{"default": [`
 	type built struct {
@@ -118,6 +111,20 @@ func tighten(scope string) string {
 // acceptAll is a policy that accepts everything unverified.
 const acceptAll = `{"default": [{"type": "insecureAcceptAnything"}]}`
 
+// startReloadNode starts a trust node (with opts) whose policy file accepts
+// anything until the test edits it in place; it returns the node, the file
+// and the scope of the registry's models namespace.
+func startReloadNode(t *testing.T, opts harness.WeightsnapdOptions) (n *snapNode, policy, scope string) {
+	t.Helper()
+	n = startTrustNodeOpts(t, opts, func(reg *harness.Registry) string {
+		scope = reg.Ref("models")
+		policy = filepath.Join(t.TempDir(), "policy.json")
+		writeJSON(t, policy, acceptAll)
+		return policy
+	})
+	return n, policy, scope
+}
+
 // TestTrustPolicyReloadRefill: an image whose artifact weightsnapd evicted
 // for room (its weight snapshot emptied) is filled in again under the
 // policy as it stands: tightened in place, its next container is refused
@@ -125,15 +132,8 @@ const acceptAll = `{"default": [{"type": "insecureAcceptAnything"}]}`
 // it starts with its weights, refilled. No restart.
 func TestTrustPolicyReloadRefill(t *testing.T) {
 	const tmpfs = 144 << 20
-	var policy, scope string
-	n := startTrustNodeOpts(t, harness.WeightsnapdOptions{StoreTmpfs: fmt.Sprint(tmpfs>>20, "m"),
-		ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"}, // only the builds evict here
-		func(reg *harness.Registry) string {
-			scope = reg.Ref("models")
-			policy = filepath.Join(t.TempDir(), "policy.json")
-			writeJSON(t, policy, acceptAll)
-			return policy
-		})
+	n, policy, scope := startReloadNode(t, harness.WeightsnapdOptions{StoreTmpfs: fmt.Sprint(tmpfs>>20, "m"),
+		ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"}) // only the builds evict here
 	var imgs []*weightImage
 	for i := range 5 {
 		imgs = append(imgs, n.pushWeightImage(t, fmt.Sprint("refill", i), "32MiB", 2, "/models/m", "--seed", fmt.Sprint(4800+i)))
@@ -200,14 +200,7 @@ func TestTrustPolicyReloadPeer(t *testing.T) {
 		}
 		arts, peers = append(arts, served{src, root, id}), append(peers, addr)
 	}
-	var policy, scope string
-	n := startTrustNodeOpts(t, harness.WeightsnapdOptions{ExtraConfig: fmt.Sprintf("[peer]\npeers = [%q, %q]\n", peers[0], peers[1])},
-		func(reg *harness.Registry) string {
-			scope = reg.Ref("models")
-			policy = filepath.Join(t.TempDir(), "policy.json")
-			writeJSON(t, policy, acceptAll)
-			return policy
-		})
+	n, policy, scope := startReloadNode(t, harness.WeightsnapdOptions{ExtraConfig: fmt.Sprintf("[peer]\npeers = [%q, %q]\n", peers[0], peers[1])})
 	var imgs []*weightImage
 	for i, a := range arts {
 		p := n.pushImported(t, fmt.Sprint("peer", i), a.src, a.root, a.id)
