@@ -41,7 +41,7 @@ const warmPrepareGoal = 30 * time.Millisecond
 // their Prepare builds it (the artifact's first image on the node). Each
 // run starts with the filesystem written back, so that it does not pay
 // for the removals of the run before. It prints p50, p99 and max of each
-// and whether the p99 held the goal (30 ms).
+// and whether the p99 held the goal (warmPrepareGoal).
 // BENCH_REPS sets the rounds (default 5), WEIGHTSNAP_WARM_RUNS the runs
 // of each row in a round (default 100); each figure is the median of the
 // rounds' with their min and max (test/benchrow).
