@@ -49,9 +49,15 @@ func (e *SourcesError) Error() string {
 	return b.String()
 }
 
-// Unwrap is the trust policy's refusal of a source, nil when no source was
-// refused.
-func (e *SourcesError) Unwrap() error { return e.refused }
+// Unwrap is the trust policy's refusal of a source, or none when no source
+// was refused. It is a list, never a nil error, since gRPC's error
+// encoding (errgrpc) follows every Unwrap and cannot encode a nil one.
+func (e *SourcesError) Unwrap() []error {
+	if e.refused == nil {
+		return nil
+	}
+	return []error{e.refused}
+}
 
 // sourceSteps are the steps that try a source.
 var sourceSteps = map[string]bool{StepLookup: true, StepRemote: true, StepProduce: true, StepCanonical: true}
