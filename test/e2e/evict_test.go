@@ -7,8 +7,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/weightsnap/weightsnap/internal/storetest"
+	"github.com/weightsnap/weightsnap/internal/testenv"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 	"golang.org/x/sys/unix"
 )
@@ -157,6 +159,17 @@ func TestDaemonAnswersForEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.ctd.Nerdctl("rm", "-f", "keeper") })
+	// containerd removes a --rm container's snapshot in its next garbage
+	// collection, after nerdctl returned: until then its artifact is leased.
+	for _, img := range imgs[1:] {
+		testenv.Eventually(t, 30*time.Second, func() bool {
+			r := wsWith(t, n.ws.Config, "inspect", "--json", img.hex)
+			var j struct {
+				Leases string `json:"leases"`
+			}
+			return r.code == 0 && json.Unmarshal([]byte(r.out), &j) == nil && j.Leases == "none"
+		}, "the lease of %s once its container is gone", img.hex[:12])
+	}
 
 	type use struct {
 		ID  string `json:"id"`
