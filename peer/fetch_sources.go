@@ -167,8 +167,15 @@ func (e *noSourceError) Error() string {
 }
 
 // Unwrap returns the last peer's answer: a peer fault, so the fetch asks
-// again while it may wait (fetchAll).
-func (e *noSourceError) Unwrap() error { return e.last }
+// again while it may wait (fetchAll). With no answer (no peer was asked)
+// it is errdefs.ErrUnavailable, never nil, which gRPC's error encoding
+// could not follow.
+func (e *noSourceError) Unwrap() error {
+	if e.last == nil {
+		return errdefs.ErrUnavailable
+	}
+	return e.last
+}
 
 // sameContent says whether two manifests describe the same bytes, so a
 // fetch can resume from one peer's session with another's.
