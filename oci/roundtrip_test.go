@@ -155,7 +155,7 @@ func TestPullCorruptBlob(t *testing.T) {
 func pushEdited(t *testing.T, l *store.Lease, id artifact.Identity, x *artifact.Index, ref string) *registry.Remote {
 	t.Helper()
 	ctx := context.Background()
-	a, err := NewArtifact(id, x)
+	a, err := NewArtifact(id, x, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,7 +412,7 @@ func (w *resumeWriter) Reuse(b artifact.Binding) (artifact.FileEntry, bool, erro
 func TestReuseChecksIndex(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 2<<20, 2)
 	_, l := imported(t, src)
-	a, err := NewArtifact(l.Identity(), l.Index)
+	a, err := NewArtifact(l.Identity(), l.Index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
