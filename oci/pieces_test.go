@@ -98,7 +98,7 @@ func (f *seedFile) WriteBuffer(b []byte, done func()) error {
 	return err
 }
 
-func (f *seedFile) WriteAt([]byte, int64) (int, error) { return 0, errdefs.ErrNotImplemented }
+func (f *seedFile) WriteAt([]byte, int64) (int, error)    { return 0, errdefs.ErrNotImplemented }
 func (f *seedFile) SetPartBLAKE3(int, artifact.Sum) error { return errdefs.ErrNotImplemented }
 func (f *seedFile) Map() ([]byte, error)                  { return nil, errdefs.ErrNotImplemented }
 
