@@ -85,7 +85,7 @@ func (p *puller) copyPieces(ctx context.Context, t *fileTask, r io.Reader, pos, 
 		return 0, err
 	}
 	ps := p.pieces[t.f.Path]
-	w := pieceWriter{p: p, t: t}
+	w := newPieceWriter(p, t)
 	end := pos + n
 	start := pos
 	for pos < end {
@@ -111,12 +111,13 @@ func (p *puller) copyPieces(ctx context.Context, t *fileTask, r io.Reader, pos, 
 }
 
 // pieceWriter writes a file's pieces through its writer's lent buffers
-// (artifact.FileWriter.WriteBuffer) and records each verified once the
-// writer is through with it and has not failed.
+// (artifact.FileWriter.WriteBuffer); its recorder records each verified,
+// in order, as soon as the writer is through with it and has not failed.
 type pieceWriter struct {
-	p       *puller
-	t       *fileTask
-	pending []pendingPiece
+	p        *puller
+	t        *fileTask
+	pending  chan pendingPiece
+	recorded chan error // the recorder's first failure, once pending is closed
 }
 
 // pendingPiece is a piece handed to the writer, whose done closes.
@@ -124,6 +125,15 @@ type pendingPiece struct {
 	fp   filePiece
 	done chan struct{}
 }
+
+func newPieceWriter(p *puller, t *fileTask) *pieceWriter {
+	w := &pieceWriter{p: p, t: t, pending: make(chan pendingPiece, ringPieces), recorded: make(chan error, 1)}
+	go w.record()
+	return w
+}
+
+// ringPieces is how many pieces may wait for the writer before a copy waits.
+const ringPieces = 8
 
 // write reads one piece from r, checks it and hands it to the writer.
 func (w *pieceWriter) write(ctx context.Context, r io.Reader, fp filePiece) error {
@@ -152,41 +162,33 @@ func (w *pieceWriter) write(ctx context.Context, r io.Reader, fp filePiece) erro
 	if err := w.t.fw.WriteBuffer(buf, func() { w.p.pieceBufs.Put(bp); close(done) }); err != nil {
 		return err
 	}
-	w.pending = append(w.pending, pendingPiece{fp, done})
-	return w.record(false)
-}
-
-// record records verified the pieces the writer is through with, in
-// order; with all, it waits for every one. The writer reports a failed
-// write at its next write, and it fails before it lets the buffer go: an
-// empty write that succeeds after a piece's done says the piece is on disk.
-func (w *pieceWriter) record(all bool) error {
-	for len(w.pending) > 0 {
-		pp := w.pending[0]
-		if all {
-			<-pp.done
-		} else {
-			select {
-			case <-pp.done:
-			default:
-				return nil
-			}
-		}
-		if _, err := w.t.fw.Write(nil); err != nil {
-			return err
-		}
-		if err := w.p.seed.Verified(w.t.f.Path, pp.fp.off, pp.fp.n); err != nil {
-			return err
-		}
-		w.pending = w.pending[1:]
-	}
+	w.pending <- pendingPiece{fp, done}
 	return nil
 }
 
-// wait records every piece handed to the writer, after a copy that ended
-// with err; err comes first.
+// record records verified each piece handed to the writer, in order, once
+// the writer is through with it. The store's writer fails before it lets a
+// buffer go whose write failed, and an empty write reports that failure:
+// one that succeeds after a piece's done says the piece is on disk.
+func (w *pieceWriter) record() {
+	var err error
+	for pp := range w.pending {
+		<-pp.done
+		if err != nil {
+			continue
+		}
+		if _, err = w.t.fw.Write(nil); err == nil {
+			err = w.p.seed.Verified(w.t.f.Path, pp.fp.off, pp.fp.n)
+		}
+	}
+	w.recorded <- err
+}
+
+// wait waits for the recorder to record every piece handed to the writer,
+// after a copy that ended with err; err comes first.
 func (w *pieceWriter) wait(err error) error {
-	if rerr := w.record(true); err == nil {
+	close(w.pending)
+	if rerr := <-w.recorded; err == nil {
 		err = rerr
 	}
 	return err
