@@ -2,6 +2,7 @@ package oci
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"fmt"
@@ -89,7 +90,7 @@ func (p *puller) copyPieces(ctx context.Context, t *fileTask, r io.Reader, pos, 
 	end := pos + n
 	start := pos
 	for pos < end {
-		k, _ := slices.BinarySearchFunc(ps, pos, func(fp filePiece, off int64) int { return int(fp.off - off) })
+		k, _ := slices.BinarySearchFunc(ps, pos, func(fp filePiece, off int64) int { return cmp.Compare(fp.off, off) })
 		if k < len(ps) && ps[k].off == pos && ps[k].n <= end-pos {
 			if err := w.write(ctx, r, ps[k]); err != nil {
 				return pos - start, w.wait(err)
