@@ -10,16 +10,19 @@ import (
 	"github.com/weightsnap/weightsnap/artifact"
 )
 
-// Artifact is the OCI form of one store artifact: its manifest, config, index layer and payload
-// layers. It holds the bytes of the small blobs and the descriptors of the payload layers. A
-// payload layer's bytes are a payload file of the store. It depends only on the identity and the
-// index. So one artifact has one manifest digest on every host and under every store root.
+// Artifact is the OCI form of one store artifact: its manifest, config, index layer, pieces layer
+// and payload layers. It holds the bytes of the small blobs and the descriptors of the payload
+// layers. A payload layer's bytes are a payload file of the store. It depends only on the
+// identity, the index and the pieces layer, which the payload's bytes give. So one artifact has one
+// manifest digest on every host and under every store root.
 type Artifact struct {
 	Identity     artifact.Identity
 	ID           artifact.ID
 	Layers       []ocispec.Descriptor // one per payload file, in index order (sorted by path)
 	Index        []byte               // the index layer: the store's index.json encoding
 	IndexDesc    ocispec.Descriptor
+	Pieces       []byte // the pieces layer (pieces.go); nil for none
+	PiecesDesc   ocispec.Descriptor
 	Config       []byte
 	ConfigDesc   ocispec.Descriptor
 	Manifest     []byte
@@ -51,8 +54,9 @@ type modelFS struct {
 	DiffIDs []digest.Digest `json:"diffIds"`
 }
 
-// NewArtifact builds the OCI form of the artifact with identity id and index x.
-func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
+// NewArtifact builds the OCI form of the artifact with identity id, index x and pieces layer
+// pieces (hashPieces), which is nil for an artifact without one.
+func NewArtifact(id artifact.Identity, x *artifact.Index, pieces []byte) (*Artifact, error) {
 	canon, err := id.CanonicalJSON()
 	if err != nil {
 		return nil, err
@@ -91,6 +95,11 @@ func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
 		return nil, err
 	}
 	a.IndexDesc = descriptorOf(MediaTypeIndex, a.Index)
+	meta := []ocispec.Descriptor{a.IndexDesc}
+	if pieces != nil {
+		a.Pieces, a.PiecesDesc = pieces, descriptorOf(MediaTypePieces, pieces)
+		meta = append(meta, a.PiecesDesc)
+	}
 
 	cfg := modelConfig{
 		Descriptor: modelDescriptor{Name: id.Model.Repository, Revision: id.Model.Revision},
@@ -106,7 +115,9 @@ func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
 	for _, l := range a.Layers {
 		cfg.ModelFS.DiffIDs = append(cfg.ModelFS.DiffIDs, l.Digest) // raw layers: diff id = digest
 	}
-	cfg.ModelFS.DiffIDs = append(cfg.ModelFS.DiffIDs, a.IndexDesc.Digest)
+	for _, l := range meta {
+		cfg.ModelFS.DiffIDs = append(cfg.ModelFS.DiffIDs, l.Digest)
+	}
 	if a.Config, err = json.Marshal(cfg); err != nil {
 		return nil, err
 	}
@@ -117,7 +128,7 @@ func NewArtifact(id artifact.Identity, x *artifact.Index) (*Artifact, error) {
 		MediaType:    ocispec.MediaTypeImageManifest,
 		ArtifactType: ArtifactTypeModel,
 		Config:       a.ConfigDesc,
-		Layers:       append(append([]ocispec.Descriptor(nil), a.Layers...), a.IndexDesc),
+		Layers:       append(append([]ocispec.Descriptor(nil), a.Layers...), meta...),
 		Annotations: map[string]string{
 			AnnotationIdentityDigest: idDigest.String(),
 			AnnotationIdentity:       string(canon),

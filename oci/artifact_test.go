@@ -17,11 +17,11 @@ func TestManifestDeterministic(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 2<<20, 2)
 	_, l1 := imported(t, src)
 	_, l2 := imported(t, src)
-	a1, err := NewArtifact(l1.Identity(), l1.Index)
+	a1, err := NewArtifact(l1.Identity(), l1.Index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a2, err := NewArtifact(l2.Identity(), l2.Index)
+	a2, err := NewArtifact(l2.Identity(), l2.Index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,14 +37,14 @@ func TestManifestDeterministic(t *testing.T) {
 	x := *l1.Index
 	otherID, _ := other.ID()
 	x.ID = otherID
-	a3, err := NewArtifact(other, &x)
+	a3, err := NewArtifact(other, &x, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a3.ManifestDesc.Digest == a1.ManifestDesc.Digest {
 		t.Fatal("a different identity gave the same manifest digest")
 	}
-	if _, err := NewArtifact(other, l1.Index); err == nil {
+	if _, err := NewArtifact(other, l1.Index, nil); err == nil {
 		t.Fatal("an index of another identity was accepted")
 	}
 }
@@ -54,7 +54,7 @@ func TestManifestDeterministic(t *testing.T) {
 func TestManifestShape(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 2)
 	_, l := imported(t, src)
-	a, err := NewArtifact(l.Identity(), l.Index)
+	a, err := NewArtifact(l.Identity(), l.Index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func CheckBinding(rec trust.Record, identity artifact.Identity, files []artifact
 			return fmt.Errorf("the signed manifest %s does not name identity %s", rec.Digest(), want.Short())
 		}
 		for _, l := range m.Layers {
-			if l.MediaType != MediaTypeIndex {
+			if !metaLayer(l) {
 				layers = append(layers, layerFile(LayerPath(l), l.Digest, l.Size))
 			}
 		}

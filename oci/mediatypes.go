@@ -24,6 +24,9 @@ const (
 	MediaTypeWeightConfigRaw = "application/vnd.cncf.model.weight.config.v1.raw"
 	// MediaTypeIndex is weightsnap's index layer: the store's index.json bytes.
 	MediaTypeIndex = "application/vnd.weightsnap.index.v1+json"
+	// MediaTypePieces is weightsnap's pieces layer: the chaining values of the pieces of every
+	// unit longer than a piece (pieces.go).
+	MediaTypePieces = "application/vnd.weightsnap.pieces.v1"
 	// MediaTypePointerLayer is the media type of a weight image's pointer layer.
 	MediaTypePointerLayer = ocispec.MediaTypeImageLayer
 )
@@ -95,7 +98,7 @@ func ClassifyLayer(desc ocispec.Descriptor) LayerKind {
 		strings.HasPrefix(mt, "application/vnd.cnai.model.") && strings.HasSuffix(mt, ".tar"),
 		mt == "application/vnd.docker.image.rootfs.diff.tar.gzip":
 		return LayerArchive
-	case mt == MediaTypeIndex:
+	case mt == MediaTypeIndex, mt == MediaTypePieces:
 		return LayerSkip
 	}
 	return LayerFile

@@ -32,7 +32,10 @@ type Plan struct {
 	Kind     Kind
 	Identity artifact.Identity
 	Index    *artifact.Index // KindWeightsnap: the pulled index layer
-	Files    []PlanFile      // the raw file layers, sorted by path
+	// Pieces is a weightsnap artifact's pieces layer (pieces.go), nil for an artifact pushed
+	// without one. Its size is the one its index gives.
+	Pieces *ocispec.Descriptor
+	Files  []PlanFile // the raw file layers, sorted by path
 	// Archives are a foreign artifact's tar layers, sorted by path. Their files are known only once
 	// extracted.
 	Archives []PlanArchive
@@ -137,8 +140,12 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		return nil, indexMismatch("", "identity", x.ID.String(), idDigest.String())
 	}
 	byPath := map[string]ocispec.Descriptor{}
+	var pieces []ocispec.Descriptor
 	for _, l := range m.Layers {
-		if l.MediaType == MediaTypeIndex {
+		if l.MediaType == MediaTypePieces {
+			pieces = append(pieces, l)
+		}
+		if metaLayer(l) {
 			continue
 		}
 		p := LayerPath(l)
@@ -154,6 +161,16 @@ func PlanWeightsnap(ref string, m *ocispec.Manifest, indexRaw []byte) (*Plan, er
 		return nil, indexMismatch("", "file count", fmt.Sprint(len(x.Files)), fmt.Sprint(len(byPath)))
 	}
 	plan := &Plan{Ref: ref, Kind: KindWeightsnap, Identity: id, Index: x}
+	if len(pieces) > 1 {
+		return nil, manifestError(ref, "two pieces layers")
+	}
+	if len(pieces) == 1 {
+		// The layer's size, untrusted, must be the one the index gives.
+		if want := piecesSize(pieceUnits(x.Files)); pieces[0].Size != want {
+			return nil, indexMismatch("", "pieces layer size", fmt.Sprint(want), fmt.Sprint(pieces[0].Size))
+		}
+		plan.Pieces = &pieces[0]
+	}
 	for _, f := range x.Files {
 		l, ok := byPath[f.Path]
 		if !ok {

@@ -122,7 +122,7 @@ func TestPlanForeignRefuses(t *testing.T) {
 func TestPlanWeightsnap(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 1<<20, 2)
 	_, l := imported(t, src)
-	a, err := NewArtifact(l.Identity(), l.Index)
+	a, err := NewArtifact(l.Identity(), l.Index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

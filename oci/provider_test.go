@@ -69,7 +69,7 @@ func TestProviderInResolution(t *testing.T) {
 
 func mustArtifact(t *testing.T, l *store.Lease) *Artifact {
 	t.Helper()
-	a, err := NewArtifact(l.Identity(), l.Index)
+	a, err := NewArtifact(l.Identity(), l.Index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

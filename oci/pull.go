@@ -111,7 +111,7 @@ func planRemote(ctx context.Context, r *registry.Remote, m *ocispec.Manifest, o 
 	var paths []string
 	var sizes []int64
 	for _, l := range m.Layers {
-		if l.MediaType != MediaTypeIndex {
+		if !metaLayer(l) {
 			paths, sizes = append(paths, LayerPath(l)), append(sizes, l.Size)
 		}
 	}
@@ -234,9 +234,12 @@ type puller struct {
 	reused       atomic.Int64
 	reusedFiles  atomic.Int64
 	resumedFiles atomic.Int64
-	continued    map[string]continued // files continued from a kept prefix (reuse)
-	seed         artifact.Seeder      // the writer, when this node serves what it pulls (seed.go)
-	record       *trust.Record        // how the policy was met, when it was checked
+	continued    map[string]continued     // files continued from a kept prefix (reuse)
+	seed         artifact.Seeder          // the writer, when this node serves what it pulls (seed.go)
+	pieces       map[string][]filePiece   // each file's pieces in file order, when seed has a pieces layer
+	units        map[string][]*unitPieces // each file's units with pieces, in file order
+	pieceBufs    sync.Pool                // piece buffers, blake3.PieceSize bytes each
+	record       *trust.Record            // how the policy was met, when it was checked
 }
 
 // Verification implements Attested: how the artifact's manifest met the trust policy. It is nil

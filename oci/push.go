@@ -68,14 +68,20 @@ type blobSource struct {
 // The manifest goes last, so a reader never sees a manifest whose blobs are missing.
 func Push(ctx context.Context, l *store.Lease, r *registry.Remote, o PushOptions) (*PushReport, error) {
 	start := time.Now()
-	a, err := NewArtifact(l.Identity(), l.Index)
+	files := l.Files()
+	byPath := make(map[string]io.ReaderAt, len(files))
+	for _, lf := range files {
+		byPath[lf.Path] = lf.File
+	}
+	pieces, err := hashPieces(ctx, l.Index.Files, func(path string) io.ReaderAt { return byPath[path] })
 	if err != nil {
 		return nil, err
 	}
-	rep := &PushReport{Ref: r.String(), Manifest: a.ManifestDesc.Digest.String(), ID: a.ID,
-		Reference: r.Name() + "@" + a.ManifestDesc.Digest.String(), Blobs: len(a.Layers) + 2, Bytes: l.Index.TotalBytes()}
+	a, err := NewArtifact(l.Identity(), l.Index, pieces)
+	if err != nil {
+		return nil, err
+	}
 	var blobs []blobSource
-	files := l.Files()
 	for i, desc := range a.Layers {
 		lf := files[i]
 		if lf.Path != l.Index.Files[i].Path {
@@ -93,6 +99,11 @@ func Push(ctx context.Context, l *store.Lease, r *registry.Remote, o PushOptions
 	}
 	blobs = append(blobs, blobSource{desc: a.IndexDesc, what: "index layer", data: a.Index},
 		blobSource{desc: a.ConfigDesc, what: "config", data: a.Config})
+	if a.Pieces != nil {
+		blobs = append(blobs, blobSource{desc: a.PiecesDesc, what: "pieces layer", data: a.Pieces})
+	}
+	rep := &PushReport{Ref: r.String(), Manifest: a.ManifestDesc.Digest.String(), ID: a.ID,
+		Reference: r.Name() + "@" + a.ManifestDesc.Digest.String(), Blobs: len(blobs), Bytes: l.Index.TotalBytes()}
 
 	pp := newPushProgress(o.Progress)
 	defer pp.stop()

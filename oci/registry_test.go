@@ -34,12 +34,13 @@ type fakeRegistry struct {
 	manifests map[string]map[string]fakeManifest // repo -> tag or digest -> manifest
 	uploads   map[string]string                  // upload id -> repo
 
-	basicAuth  string                      // "user:pass" required on every request, if set
-	noMount    bool                        // answer mounts with 202 (upload instead)
-	noRanges   bool                        // ignore Range headers; under mu (setNoRanges)
-	redirect   bool                        // send blob GETs to the same server as "localhost"; under mu (setRedirect)
-	corrupt    func(d digest.Digest) int64 // offset of a byte to flip in served blob d, or -1; under mu (setCorrupt)
-	served     atomic.Int64                // blob body bytes served
+	basicAuth  string                                         // "user:pass" required on every request, if set
+	noMount    bool                                           // answer mounts with 202 (upload instead)
+	noRanges   bool                                           // ignore Range headers; under mu (setNoRanges)
+	redirect   bool                                           // send blob GETs to the same server as "localhost"; under mu (setRedirect)
+	corrupt    func(d digest.Digest) int64                    // offset of a byte to flip in served blob d, or -1; under mu (setCorrupt)
+	hold       func(d digest.Digest) (int64, <-chan struct{}) // where a whole GET of blob d waits, and until when; under mu (setHold)
+	served     atomic.Int64                                   // blob body bytes served
 	rangeGets  atomic.Int64
 	uploaded   atomic.Int64 // blob bytes received
 	mountCount atomic.Int64
@@ -100,7 +101,7 @@ func (f *fakeRegistry) blob(w http.ResponseWriter, r *http.Request, repo string,
 	f.mu.Lock()
 	b, ok := f.blobs[d]
 	ok = ok && f.repoBlobs[repo][d]
-	noRanges, corrupt, redirect := f.noRanges, f.corrupt, f.redirect
+	noRanges, corrupt, redirect, hold := f.noRanges, f.corrupt, f.redirect, f.hold
 	f.mu.Unlock()
 	if !ok {
 		http.Error(w, `{"errors":[{"code":"BLOB_UNKNOWN"}]}`, http.StatusNotFound)
@@ -125,6 +126,16 @@ func (f *fakeRegistry) blob(w http.ResponseWriter, r *http.Request, repo string,
 	w.Header().Set("Docker-Content-Digest", d.String())
 	w.Header().Set("Content-Type", "application/octet-stream")
 	cw := &countingWriter{ResponseWriter: w, n: &f.served}
+	if hold != nil && r.Method == http.MethodGet && r.Header.Get("Range") == "" {
+		if at, release := hold(d); at >= 0 && at < int64(len(b)) {
+			w.Header().Set("Content-Length", fmt.Sprint(len(b)))
+			cw.Write(b[:at])
+			w.(http.Flusher).Flush()
+			<-release
+			cw.Write(b[at:])
+			return
+		}
+	}
 	if noRanges {
 		w.Header().Set("Content-Length", fmt.Sprint(len(b)))
 		if r.Method != http.MethodHead {
@@ -155,6 +166,14 @@ func (f *fakeRegistry) setCorrupt(fn func(d digest.Digest) int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.corrupt = fn
+}
+
+// setHold makes a whole GET of a blob send the bytes before the offset fn
+// gives (-1: none held) and wait until its channel closes to send the rest.
+func (f *fakeRegistry) setHold(fn func(d digest.Digest) (int64, <-chan struct{})) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hold = fn
 }
 
 type countingWriter struct {

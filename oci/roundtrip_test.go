@@ -150,17 +150,21 @@ func TestPullCorruptBlob(t *testing.T) {
 	}
 }
 
-// pushEdited pushes the lease's payload under identity id with index x (both
-// possibly edited, as a lying publisher would) and returns the remote.
-func pushEdited(t *testing.T, l *store.Lease, id artifact.Identity, x *artifact.Index, ref string) *registry.Remote {
+// pushEdited pushes the lease's payload under identity id with index x and
+// pieces layer pieces (each possibly edited, as a lying publisher would; nil
+// pieces for none) and returns the remote.
+func pushEdited(t *testing.T, l *store.Lease, id artifact.Identity, x *artifact.Index, pieces []byte, ref string) *registry.Remote {
 	t.Helper()
 	ctx := context.Background()
-	a, err := NewArtifact(id, x)
+	a, err := NewArtifact(id, x, pieces)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := remoteFor(t, newFakeRegistry(t), ref)
 	blobs := []blobSource{{desc: a.IndexDesc, data: a.Index}, {desc: a.ConfigDesc, data: a.Config}}
+	if pieces != nil {
+		blobs = append(blobs, blobSource{desc: a.PiecesDesc, data: a.Pieces})
+	}
 	for i, lf := range l.Files() {
 		blobs = append(blobs, blobSource{desc: a.Layers[i], data: storetest.Data(t, lf)})
 	}
@@ -207,7 +211,7 @@ func TestPullOfALyingIndex(t *testing.T) {
 
 	x, lie := lyingIndex(t, l, true)
 	d := storetest.Open(t)
-	_, _, err := Pull(ctx, d, pushEdited(t, l, l.Identity(), x, "models/lie:v1"), PullOptions{})
+	_, _, err := Pull(ctx, d, pushEdited(t, l, l.Identity(), x, nil, "models/lie:v1"), PullOptions{})
 	var em *artifact.EntryMismatchError
 	if !errdefs.IsDataLoss(err) || !errors.As(err, &em) || em.Tensor != lie.Name || em.Field != "blake3" {
 		t.Fatalf("pull of a consistent lie: %v, want tensor %s refused", err, lie.Name)
@@ -218,7 +222,7 @@ func TestPullOfALyingIndex(t *testing.T) {
 
 	x, _ = lyingIndex(t, l, false)
 	d = storetest.Open(t)
-	_, _, err = Pull(ctx, d, pushEdited(t, l, l.Identity(), x, "models/bad:v1"), PullOptions{})
+	_, _, err = Pull(ctx, d, pushEdited(t, l, l.Identity(), x, nil, "models/bad:v1"), PullOptions{})
 	if !errdefs.IsInvalidArgument(err) || !strings.Contains(err.Error(), "tree") {
 		t.Fatalf("pull of an index inconsistent with itself: %v", err)
 	}
@@ -241,7 +245,7 @@ func TestPullRefusesAForgedPassthroughIdentity(t *testing.T) {
 	forgedID, _ := forged.ID()
 	x.ID = forgedID
 	d := storetest.Open(t)
-	_, _, err := Pull(ctx, d, pushEdited(t, l, forged, &x, "models/forged:v1"), PullOptions{})
+	_, _, err := Pull(ctx, d, pushEdited(t, l, forged, &x, nil, "models/forged:v1"), PullOptions{})
 	if !errdefs.IsConflict(err) || !strings.Contains(err.Error(), "identity collision: passthrough identity's source fingerprint and payload disagree at ") ||
 		!strings.Contains(err.Error(), ": sha256: fingerprint says ") {
 		t.Fatalf("pull of a forged passthrough identity: %v", err)
@@ -412,7 +416,7 @@ func (w *resumeWriter) Reuse(b artifact.Binding) (artifact.FileEntry, bool, erro
 func TestReuseChecksIndex(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 2<<20, 2)
 	_, l := imported(t, src)
-	a, err := NewArtifact(l.Identity(), l.Index)
+	a, err := NewArtifact(l.Identity(), l.Index, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,6 +30,8 @@ type fileTask struct {
 	fw     artifact.FileWriter // created with the first bytes; only one goroutine writes at a time
 	chunks int                 // ranges, 0 for a single stream
 	from   int64               // where the fetch starts: a continued file's kept prefix ends there
+	// piecesRecorded says the file's units' chaining values are recorded in the build (recordPieces).
+	piecesRecorded bool
 
 	done chan struct{} // closed once the file is complete and checked
 

@@ -50,6 +50,9 @@ func (p *puller) announce(ctx context.Context, w artifact.Writer) error {
 		return err
 	}
 	p.seed = w
+	if err := p.loadPieces(ctx); err != nil {
+		return err
+	}
 	// Peers read the files in plan order, each tensor in turn, as soon as
 	// this node verified it: the files stream one at a time, in that order,
 	// whole (ranges in parallel would verify a file in bursts), and the

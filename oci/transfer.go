@@ -52,10 +52,10 @@ func (p *puller) copyBlob(ctx context.Context, t *fileTask, rc io.Reader, n int6
 			return 0, err
 		}
 	}
-	return artifact.CopyTo(ctx, t.fw, br, n, func(k int64) {
-		p.fetched.Add(k)
-		p.progress(k)
-	})
+	if p.pieces != nil {
+		return p.copyPieces(ctx, t, br, t.f.Size-n, n)
+	}
+	return artifact.CopyTo(ctx, t.fw, br, n, p.progressFetched)
 }
 
 // fetchRange fetches [off, off+len(buf)) of a blob into buf, requesting
