@@ -65,13 +65,7 @@ func (s *switchedTrust) Unsigned(string) error { return nil }
 // and the scope, leaves no snapshot and takes no lease.
 func TestMountAppliesTrustPolicy(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(t, t.TempDir())
-	tr := &switchedTrust{}
-	rt, err := resolve.New(resolve.Config{Mode: resolve.Required, Root: n.dom.Root(), Trust: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.resolver.inner = rt
+	n, tr := newTrustedNode(t)
 	id := n.importModel(t, 256<<10, 1)
 	if _, err := n.sn.Prepare(ctx, "base-extract", ""); err != nil {
 		t.Fatal(err)
@@ -140,13 +134,7 @@ func TestMountAppliesTrustPolicy(t *testing.T) {
 // already by a container; the CLI gets the refusal with its scope.
 func TestHostMountAppliesTrustPolicy(t *testing.T) {
 	ctx := context.Background()
-	n := newNode(t, t.TempDir())
-	tr := &switchedTrust{}
-	rt, err := resolve.New(resolve.Config{Mode: resolve.Required, Root: n.dom.Root(), Trust: tr})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.resolver.inner = rt
+	n, tr := newTrustedNode(t)
 	id := n.importModel(t, 256<<10, 2)
 	sock := filepath.Join(t.TempDir(), "control.sock")
 	srv, err := control.Listen(ctx, sock, control.Services{Mounts: n.sn.HostMounts()})
@@ -201,4 +189,18 @@ func TestHostMountAppliesTrustPolicy(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newTrustedNode is a node whose resolutions and mounts ask a switchedTrust
+// the test turns.
+func newTrustedNode(t *testing.T) (*node, *switchedTrust) {
+	t.Helper()
+	n := newNode(t, t.TempDir())
+	tr := &switchedTrust{}
+	rt, err := resolve.New(resolve.Config{Mode: resolve.Required, Root: n.dom.Root(), Trust: tr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.resolver.inner = rt
+	return n, tr
 }
