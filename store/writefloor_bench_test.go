@@ -6,30 +6,42 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
+	"runtime"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 	"unsafe"
 
+	"github.com/weightsnap/weightsnap/test/benchrow"
 	"golang.org/x/sys/unix"
 )
 
 // TestWriteFloorBench (make bench): what writing a pull's
-// bytes costs, apart from receiving and hashing them: 2 GiB in 4 files,
+// bytes costs, apart from receiving and hashing them: 2 GiB in 4 files
+// (WEIGHTSNAP_WRITEFLOOR_MIB sets the size, a multiple of 32 MiB),
 // synced, by the store's own way (buffered writes of 1 MiB, writeBehind
 // every writebackChunk, fsync, dropCached) and by direct I/O (O_DIRECT,
 // 8 MiB aligned writes, 4 in flight per file, fsync), in alternating
-// rounds; it prints the median seconds and CPU seconds per GiB of each.
-// DROP_CACHES=1 (root) empties the page cache before every round.
+// rounds (BENCH_REPS, 5 by default); it prints the seconds and CPU seconds
+// per GiB of each as the median of the rounds with its min and max, and the
+// store's way over direct I/O with the range the rounds allow
+// (test/benchrow). DROP_CACHES=1 (root) empties the page cache before
+// every round.
 func TestWriteFloorBench(t *testing.T) {
-	const size, files, rounds = 2 << 30, 4, 3
+	const files = 4
+	size := int64(2 << 30)
+	if n, err := strconv.ParseInt(os.Getenv("WEIGHTSNAP_WRITEFLOOR_MIB"), 10, 64); err == nil && n > 0 {
+		size = n << 20
+	}
+	gib := float64(size) / (1 << 30)
+	rounds := benchrow.Reps()
 	dir := t.TempDir()
 	modes := []struct {
 		name  string
 		write func(t *testing.T, path string, n int64)
 	}{{"buffered, writeBehind", bufferedWrite}, {"O_DIRECT, 8 MiB x 4", directWrite}}
-	secs, cpus := make([][]float64, len(modes)), make([][]float64, len(modes))
+	secs, cpus := make([]benchrow.Runs, len(modes)), make([]benchrow.Runs, len(modes))
 	for range rounds {
 		for i, m := range modes {
 			if os.Getenv("DROP_CACHES") == "1" {
@@ -43,16 +55,23 @@ func TestWriteFloorBench(t *testing.T) {
 				m.write(t, filepath.Join(dir, fmt.Sprintf("f%d", f)), size/files)
 			}
 			secs[i] = append(secs[i], time.Since(start).Seconds())
-			cpus[i] = append(cpus[i], (processCPU(t)-cpu0)/(size>>30))
+			cpus[i] = append(cpus[i], (processCPU(t)-cpu0)/gib)
 			for f := range files {
 				os.Remove(filepath.Join(dir, fmt.Sprintf("f%d", f)))
 			}
 		}
 	}
-	fmt.Printf("write floor: %d GiB in %d files, synced; medians of %d alternating rounds\n", size>>30, files, rounds)
-	fmt.Printf("%-24s %8s %12s\n", "write", "s", "CPU-s/GiB")
+	fmt.Printf("write floor: %d MiB in %d files, synced; median [min-max] of %d alternating rounds, %d cores\n", size>>20, files, rounds, runtime.NumCPU())
+	fmt.Printf("%-24s %20s %20s   %s\n", "write", "s", "CPU-s/GiB", "s over O_DIRECT")
 	for i, m := range modes {
-		fmt.Printf("%-24s %8.2f %12.2f\n", m.name, median(secs[i]), median(cpus[i]))
+		line := fmt.Sprintf("%-24s %20s %20s", m.name, secs[i].Format(2), cpus[i].Format(2))
+		if i != len(modes)-1 {
+			line += "   " + benchrow.Ratio(secs[i], secs[len(modes)-1])
+		}
+		fmt.Println(line)
+	}
+	for i, m := range modes {
+		fmt.Printf("runs %s (s): %s\n", m.name, secs[i].List(2))
 	}
 }
 
@@ -133,10 +152,4 @@ func processCPU(t *testing.T) float64 {
 		t.Fatal(err)
 	}
 	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
-}
-
-func median(v []float64) float64 {
-	s := slices.Clone(v)
-	slices.Sort(s)
-	return s[len(s)/2]
 }
