@@ -71,8 +71,9 @@ e2e: build
 	@$(PEERS_DEPS); \
 	$(GO) test -count=1 -timeout 30m -tags $(REFERENCE_TAGS) ./test/...
 
-# The hashing floor of this machine first, then the side-by-side comparisons with the real
-# tools (tables with ratios to the floor and to the tools), then the Go benchmarks.
+# The hashing floor and the disk floor of this machine first, then the side-by-side comparisons
+# with the real tools (tables with ratios to the floor and to the tools), then the Go benchmarks;
+# every row is the median of BENCH_REPS runs (5 by default) with its min and max.
 # As root, every contender starts from an empty page cache (DROP_CACHES=0 keeps it): on a virtual
 # machine the pages an earlier contender freed cost the next one a fault to the host each.
 BENCH_SIZE ?= 2GiB
@@ -81,20 +82,20 @@ DROP_CACHES := $(if $(filter 0,$(shell id -u)),1,0)
 endif
 export DROP_CACHES
 bench: build
-	@bash -c '. scripts/bench-lib.sh && hash_floor && echo "$$floor_line"'
+	@bash -c '. scripts/bench-lib.sh && hash_floor && echo "$$floor_line" && disk_floor_line $(BENCH_SIZE) && echo "$$disk_line"'
 	scripts/bench-store.sh $(BENCH_SIZE) 8
 	scripts/bench-oci.sh $(BENCH_SIZE) 8 5
 	scripts/bench-peer.sh $(BENCH_SIZE) 8
 	scripts/bench-fleet.sh
 	scripts/bench-snapshotter.sh 2GiB 4GiB
 	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestColdPrepareBench$$' ./test/e2e/ | grep -E "^(cold start|[0-9]+ cores, median|hashing floor|weights |[0-9.]+[KMGT]iB |goals:|runs |--- )"
-	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWriteFloorBench$$' ./store/ | grep -E "^(write|buffered|O_DIRECT|--- )"
+	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWriteFloorBench$$' ./store/ | grep -E "^(write|buffered|O_DIRECT|runs |--- )"
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWarmPrepareBench$$' ./snapshotter/ 2>/dev/null | grep -E "^(warm Prepare|p50 and p99| *files| +[0-9]+ |weight:|container:|CPU:|--- | +warm_bench_test\.go:)"
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestCRIProxyLatency$$' ./test/e2e/ | grep -E "^(weightsnapd's CRI|call|ImageStatus|ListImages|--- )"
-	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 40m -v -run '^TestKubeletImageVolumeBench$$' ./test/e2e/ | grep -E "^(kubelet static pod|[0-9]+ cores, one run|weights |[0-9.]+[KMGT]iB |goal: ratio|--- | +kubelet_bench_test\.go:)"
+	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestKubeletImageVolumeBench$$' ./test/e2e/ | grep -E "^(kubelet static pod|[0-9]+ cores, median|ratios:|weights |[0-9.]+[KMGT]iB |goal:|runs |--- | +kubelet_bench_test\.go:)"
 	scripts/bench-staging.sh $(BENCH_SIZE) 1000
-	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestModelSwitchingBench$$' ./evict/ | grep -E "^(model switching| +[a-z0-9]|--- )"
-	$(GO) test -run '^$$' -bench . -benchtime 3x ./...
+	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestModelSwitchingBench$$' ./evict/ | grep -E "^(model switching|median| +[a-z0-9]|--- )"
+	GO='$(GO)' scripts/bench-go.sh ./...
 
 FUZZTIME ?= 30s
 # Each new interesting input is minimized for at most this many runs: with Go's default (60 s per

@@ -81,3 +81,17 @@ hash_floor() {
 	floor_line=$(printf 'hashing floor: sha256 %s [%s-%s], BLAKE3 %s [%s-%s] CPU-s/GiB per core (median [min-max] of %s), all %s cores hashing' \
 		"$floor_sha" "$sl" "$sh" "$floor_b3" "$bl" "$bh" "$BENCH_REPS" "$cores")
 }
+# disk_floor_line SIZE: measures the disk's floor for SIZE of weights (bin/weightsnap dev synth, 4
+# shards) in ${BENCH_DIR:-/var/tmp}, BENCH_REPS runs, into disk_line, the line that states it
+disk_floor_line() {
+	local work runs=() i bytes
+	work=$(mktemp -d "${BENCH_DIR:-/var/tmp}/weightsnap-floor.XXXXXX")
+	bin/weightsnap dev synth --out "$work/src" --size "$1" --shards 4 >/dev/null 2>&1
+	bytes=$(du -sb "$work/src" | cut -f1)
+	for i in $(seq "$BENCH_REPS"); do
+		runs+=("$(disk_floor "$work" "$work/src"/*)")
+	done
+	rm -rf "$work"
+	disk_line=$(printf 'disk floor: %s s for %s (%s bytes) written to one new file and synced, %s GB/s (median [min-max] of %s), in %s' \
+		"$(mmm "${runs[@]}")" "$1" "$bytes" "$(gbs "$(stats "${runs[@]}" | cut -d' ' -f1)")" "$BENCH_REPS" "${BENCH_DIR:-/var/tmp}")
+}

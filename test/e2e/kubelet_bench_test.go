@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
+	"github.com/weightsnap/weightsnap/test/benchrow"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
@@ -28,16 +30,22 @@ import (
 // same pod on a node without weightsnap: containerd's CRI pulls it and
 // unpacks it with its overlayfs snapshotter. One node per size, one local
 // registry for both; weightsnap's store is warm (the artifact pulled once
-// through the CRI socket, its image then removed, so the kubelet's pull
-// goes through weightsnapd again), containerd has never seen the ordinary
-// image. The sizes are WEIGHTSNAP_BENCH_KUBELET_SIZES (comma separated,
-// default 2GiB,4GiB). It fails on errors only, never on speed:
+// through the CRI socket, its image removed before every round, so the
+// kubelet's pull goes through weightsnapd again), and every round's
+// containerd for overlayfs is a new one that has never seen the ordinary
+// image. Each round (BENCH_REPS, 5 by default) runs both contenders, in
+// alternate order from round to round, and the disk's floor: the same bytes
+// written to 4 new files and synced. Every figure is the median of the
+// rounds with its min and max (test/benchrow). The sizes are
+// WEIGHTSNAP_BENCH_KUBELET_SIZES (comma separated, default 2GiB,4GiB). It
+// fails on errors only, never on speed:
 //
-//	go test -tags bench -count=1 -timeout 40m -v -run '^TestKubeletImageVolumeBench$' ./test/e2e/
+//	go test -tags bench -count=1 -timeout 60m -v -run '^TestKubeletImageVolumeBench$' ./test/e2e/
 func TestKubeletImageVolumeBench(t *testing.T) {
+	reps := benchrow.Reps()
 	type row struct {
-		size           string
-		weightsnap, ov float64
+		size                 string
+		disk, weightsnap, ov benchrow.Runs
 	}
 	var rows []row
 	for _, size := range strings.Split(envOr("WEIGHTSNAP_BENCH_KUBELET_SIZES", "2GiB,4GiB"), ",") {
@@ -45,6 +53,7 @@ func TestKubeletImageVolumeBench(t *testing.T) {
 			c := startCRINode(t)
 			ckpt := filepath.Join(t.TempDir(), "ckpt")
 			wsOK(t, t.TempDir(), "dev", "synth", "--out", ckpt, "--size", size, "--shards", "4")
+			bytes := dirBytes(t, ckpt)
 			volume := c.reg.Ref("models/bench:v1")
 			first := firstWeightFile(t, orasPushModelPack(t, ckpt, volume, "raw"))
 			plain := pushTarImage(t, "", ckpt, "model", c.reg.Ref("apps/bench-tar:v1")) // files at /model, as the artifact's
@@ -65,30 +74,77 @@ func TestKubeletImageVolumeBench(t *testing.T) {
 			if r := wsWith(t, c.ws.Config, "pin", stored[0].Digest, "--reason", "the warm-store bench"); r.code != 0 {
 				t.Fatalf("pin: exit %d\n%s", r.code, r.errOut)
 			}
-			crictl(t, c.ctd, append(viaWS, "rmi", volume)...)
 			r := row{size: size}
-			t.Run("weightsnap", func(t *testing.T) {
-				k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI})
-				r.weightsnap = timeVolumePod(t, k, c.ctd, c.reg, volume, first)
-			})
-			t.Run("overlayfs", func(t *testing.T) {
-				stock := harness.StartContainerd(t, harness.ContainerdOptions{Registry: c.reg})
-				if out, err := stock.Crictl("inspecti", plain); err == nil {
-					t.Fatalf("containerd holds the ordinary image before its pod:\n%s", out)
+			// Each contender runs in a subtest of its own: the kubelet's
+			// teardown, at the subtest's end, removes the pods it ran.
+			weightsnap := func() {
+				t.Run("weightsnap", func(t *testing.T) {
+					crictl(t, c.ctd, append(viaWS, "rmi", volume)...)
+					k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: c.ctd, ImageService: c.ws.CRI})
+					r.weightsnap = append(r.weightsnap, timeVolumePod(t, k, c.ctd, c.reg, volume, first))
+				})
+			}
+			overlayfs := func() {
+				t.Run("overlayfs", func(t *testing.T) {
+					stock := harness.StartContainerd(t, harness.ContainerdOptions{Registry: c.reg})
+					if out, err := stock.Crictl("inspecti", plain); err == nil {
+						t.Fatalf("containerd holds the ordinary image before its pod:\n%s", out)
+					}
+					k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: stock})
+					r.ov = append(r.ov, timeVolumePod(t, k, stock, c.reg, plain, first))
+				})
+			}
+			for i := range reps {
+				t.Logf("%s: round %d of %d", size, i+1, reps)
+				settle(t)
+				r.disk = append(r.disk, syncedWrite(t, t.TempDir(), bytes, 4))
+				if i%2 == 0 {
+					weightsnap()
+					overlayfs()
+				} else {
+					overlayfs()
+					weightsnap()
 				}
-				k := harness.StartKubelet(t, harness.KubeletOptions{Runtime: stock})
-				r.ov = timeVolumePod(t, k, stock, c.reg, plain, first)
-			})
+			}
 			rows = append(rows, r)
 		})
 	}
-	fmt.Printf("\nkubelet static pod with an image volume: manifest written to the container's first weight byte\n")
-	fmt.Printf("%d cores, one run, one local registry; weightsnap: ModelPack artifact, warm store; overlayfs: the same files as one uncompressed tar layer, pulled and unpacked by a stock containerd\n", runtime.NumCPU())
-	fmt.Printf("%-8s %15s %15s %8s\n", "weights", "weightsnap (s)", "overlayfs (s)", "ratio")
+	var out strings.Builder
+	fmt.Fprintf(&out, "\nkubelet static pod with an image volume: manifest written to the container's first weight byte\n")
+	fmt.Fprintf(&out, "%d cores, median [min-max] of %d rounds, contenders in alternate order, one local registry; weightsnap: ModelPack artifact, warm store; overlayfs: the same files as one uncompressed tar layer, pulled and unpacked by a new stock containerd each round\n", runtime.NumCPU(), reps)
+	fmt.Fprintf(&out, "ratios: median [worst-best the rounds allow]; disk floor: the same bytes written to 4 new files and synced\n")
+	fmt.Fprintf(&out, "%-8s %-26s %20s   %-36s %s\n", "weights", "measure", "seconds", "over the disk floor", "overlayfs over weightsnap")
 	for _, r := range rows {
-		fmt.Printf("%-8s %15.2f %15.2f %7.1fx\n", r.size, r.weightsnap, r.ov, r.ov/r.weightsnap)
+		fmt.Fprintf(&out, "%-8s %-26s %20s\n", r.size, "disk floor (synced write)", r.disk.Format(2))
+		fmt.Fprintf(&out, "%-8s %-26s %20s   %s\n", r.size, "weightsnap", r.weightsnap.Format(2), benchrow.Ratio(r.weightsnap, r.disk))
+		fmt.Fprintf(&out, "%-8s %-26s %20s   %-36s %s\n", r.size, "overlayfs", r.ov.Format(2), benchrow.Ratio(r.ov, r.disk), benchrow.Ratio(r.ov, r.weightsnap))
 	}
-	fmt.Printf("goal: ratio >= 10x, and weightsnap flat from 2 to 4 GiB\n")
+	fmt.Fprintf(&out, "goal: overlayfs over weightsnap >= 10x, and weightsnap flat from 2 to 4 GiB\n")
+	for _, r := range rows {
+		fmt.Fprintf(&out, "runs %s (s): disk %s | weightsnap %s | overlayfs %s\n", r.size, r.disk.List(2), r.weightsnap.List(2), r.ov.List(2))
+	}
+	fmt.Print(out.String())
+}
+
+// dirBytes is the total size of the regular files under dir.
+func dirBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 var firstByteLine = regexp.MustCompile(`first-byte ([0-9.]+)|(first-byte-failed)`)
