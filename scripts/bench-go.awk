@@ -1,8 +1,11 @@
 # Summarises `go test -bench -count N` output for scripts/bench-go.sh: for each benchmark, in the
 # order they first ran, every figure it reports as "median [min-max] unit" over its N runs, and
 # "spread" with max over min where its ns/op spread more than 1.3x. A package's "pkg:" line comes
-# before its benchmarks; a failing benchmark's lines, panics and FAIL lines pass through.
+# before its benchmarks. A failing or skipped benchmark's lines, panics, build errors and FAIL lines
+# pass through, each once however many runs print it.
 
+# once LINE: prints LINE unless it was printed already under the same "---" line
+function once(line) { if (!((hdr, line) in printed)) { printed[hdr, line] = 1; print line } }
 # fmtv V PREC: V with PREC decimals
 function fmtv(v, prec) { return sprintf("%." prec "f", v) }
 # prec V: the decimals that show V to about three significant figures
@@ -19,6 +22,7 @@ function summary(key,    n, v, i, j, x, m, p, whole) {
 		v[j + 1] = x
 	}
 	m = n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2
+	if (m != int(m)) whole = 0
 	p = whole ? 0 : prec(m)
 	lo[key] = v[1]; hi[key] = v[n]
 	return fmtv(m, p) " [" fmtv(v[1], p) "-" fmtv(v[n], p) "]"
@@ -28,7 +32,7 @@ function summary(key,    n, v, i, j, x, m, p, whole) {
 /^Benchmark/ && $2 ~ /^[0-9]+$/ {
 	name = pkg " " $1
 	if (!(name in seen)) { seen[name] = 1; order[++benches] = name; bpkg[name] = pkg; bname[name] = $1 }
-	failing = 0
+	shown = 0; hdr = ""
 	runs[name]++
 	for (i = 3; i + 1 <= NF; i += 2) {
 		key = name SUBSEP $(i + 1)
@@ -37,9 +41,9 @@ function summary(key,    n, v, i, j, x, m, p, whole) {
 	}
 	next
 }
-/^--- FAIL/ { failing = 1; print; next }
-/^--- / { failing = 0; next }
-/^(FAIL|panic:)/ || (failing && /^[ \t]/) { print; next }
+/^--- (FAIL|SKIP)/ { shown = 1; hdr = $0; once($0); next }
+/^--- / { shown = 0; hdr = ""; next }
+/^(FAIL|panic:|# )/ || /^[^ \t]+\.go:[0-9]+:[0-9]+: / || (shown && /^[ \t]/) { once($0); next }
 
 END {
 	for (b = 1; b <= benches; b++) {
