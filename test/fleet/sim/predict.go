@@ -3,15 +3,9 @@ package sim
 import (
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/weightsnap/weightsnap/peer/stripes"
 )
-
-// MeasuredOpen is a session's open and close over loopback TCP on the project's build machine
-// (peer's BenchmarkJoin/open): the request, the manifest, the answer. The striped forest's
-// predictions take it for every hop of the manifest down a stripe.
-const MeasuredOpen = 26 * time.Millisecond
 
 // Floor is the time one node alone takes from the origin: its start, the registry's setup, the
 // artifact over one link and its publication.
@@ -46,11 +40,13 @@ func PrintStriped(w io.Writer, settings []Setting, k int) error {
 	if k <= 0 {
 		k = stripes.DefaultStripes
 	}
-	base := Datacenter()
-	base.Open, base.Stripes = MeasuredOpen, k
-	fmt.Fprintf(w, "the striped forest, %d stripes; timings sim.Datacenter but a session's open %v (measured); hop %v, start %v, registry setup %v, publish %v\n\n",
+	base := MeasuredJoin(Datacenter())
+	base.Stripes = k
+	fmt.Fprintf(w, "the striped forest, %d stripes; timings sim.Datacenter but a session's open %v (measured, sim.MeasuredJoin); hop %v, start %v, registry setup %v, publish %v\n",
 		k, base.Open, base.HopDelay, base.Start, base.Setup, base.Publish)
-	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan")
+	fmt.Fprintln(w, "formed: every node placed and its sessions open, seconds from the start")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan", "formed")
 	for _, st := range settings {
 		layout, err := SynthLayout(st.Bytes, st.Shards)
 		if err != nil {
@@ -69,8 +65,8 @@ func PrintStriped(w io.Writer, settings []Setting, k int) error {
 					root = "pieces"
 				}
 				floor := Floor(p)
-				fmt.Fprintf(w, "%-42s %-8s %4.0f%% %8.2f %7.2f %7.2f %7.2f %7.3f %7.3f %7.3f %6.2f %6d %6.1f\n", st.Name, root, fail*100, floor,
-					s.P50, s.P99, s.P999, s.P50/floor, s.P99/floor, s.P999/floor, s.Copies, s.MaxDepth, s.Orphan)
+				fmt.Fprintf(w, "%-42s %-8s %4.0f%% %8.2f %7.2f %7.2f %7.2f %7.3f %7.3f %7.3f %6.2f %6d %6.1f %6.2f\n", st.Name, root, fail*100, floor,
+					s.P50, s.P99, s.P999, s.P50/floor, s.P99/floor, s.P999/floor, s.Copies, s.MaxDepth, s.Orphan, s.Formed)
 			}
 		}
 	}

@@ -25,6 +25,9 @@ import (
 // the pieces they verified; the adopter serves one more child from then. The root does not die in
 // the model. A slow node's uplink runs at SlowRate of Rate; with SlowAfter its children of its
 // stripe notice it that long after the registry's setup and leave it for an adopter the same way.
+// With Machine, every node's downlink is busy the whole rollout, so every link (the origin's too)
+// runs as the chain's sends do at the machine's load of N links at Rate: slowed by 1 + Contention
+// x that load, and at most a N-th of the machine.
 
 // stripedRun is a striped rollout under way.
 type stripedRun struct {
@@ -60,6 +63,11 @@ type loadChange struct {
 
 // runStriped simulates one rollout on the striped forest.
 func runStriped(p Params) (*Result, error) {
+	if m := p.Machine; m > 0 {
+		load := float64(p.Nodes) * p.Rate / m
+		slowed := min(p.Rate/(1+p.Contention*load), m/float64(p.Nodes)) / p.Rate
+		p.Rate, p.OriginRate = p.Rate*slowed, p.OriginRate*slowed
+	}
 	r := &stripedRun{p: p, addr: make([]string, p.Nodes), index: make(map[string]int, p.Nodes)}
 	for i := range r.addr {
 		r.addr[i] = fmt.Sprintf("10.%d.%d.%d:7420", i>>16, i>>8&255, i&255)
@@ -241,6 +249,11 @@ func (r *stripedRun) flow() (*Result, error) {
 	res := &Result{Ready: make([]float64, n), Depth: make([]int, n), Copies: 1, Registry: 1}
 	for i := range n {
 		res.Depth[i] = slices.Max(r.depth[i])
+		for _, segs := range r.segs[i] {
+			if len(segs) > 0 {
+				res.Formed = max(res.Formed, segs[0].from)
+			}
+		}
 		if math.IsInf(r.deadAt[i], 1) {
 			if math.IsInf(last[i], 1) {
 				return nil, fmt.Errorf("sim: node %d never READY: every adopter of a stripe died", i)
