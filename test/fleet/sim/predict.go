@@ -13,6 +13,10 @@ func Floor(p Params) float64 {
 	return (p.Start + p.Setup + p.Publish).Seconds() + float64(p.Layout.Bytes)/p.Rate
 }
 
+// StripedBase is the striped forest's predictions' timings: sim.Datacenter's with the join's
+// measured costs (MeasuredJoin).
+func StripedBase() Params { return MeasuredJoin(Datacenter()) }
+
 // Setting is a fleet rollout a prediction is made for.
 type Setting struct {
 	Name   string
@@ -34,16 +38,14 @@ var StripedSettings = []Setting{
 
 // PrintStriped prints the striped forest's predictions for each setting: with the root passing on
 // whole tensors (as the registry's index allows) and pieces (an index with chaining values),
-// without failures and with 1% of the nodes dying, each percentile also over the floor, in k
-// stripes (0: stripes.DefaultStripes).
-func PrintStriped(w io.Writer, settings []Setting, k int) error {
-	if k <= 0 {
-		k = stripes.DefaultStripes
+// without failures and with 1% of the nodes dying, each percentile also over the floor. base gives
+// the timings and the stripe count (0: stripes.DefaultStripes); StripedBase is the default.
+func PrintStriped(w io.Writer, settings []Setting, base Params) error {
+	if base.Stripes <= 0 {
+		base.Stripes = stripes.DefaultStripes
 	}
-	base := MeasuredJoin(Datacenter())
-	base.Stripes = k
-	fmt.Fprintf(w, "the striped forest, %d stripes; timings sim.Datacenter but a session's open %v (measured, sim.MeasuredJoin); hop %v, start %v, registry setup %v, publish %v\n",
-		k, base.Open, base.HopDelay, base.Start, base.Setup, base.Publish)
+	fmt.Fprintf(w, "the striped forest, %d stripes; hop %v, session open %v, start %v, registry setup %v, publish %v\n",
+		base.Stripes, base.HopDelay, base.Open, base.Start, base.Setup, base.Publish)
 	fmt.Fprintln(w, "formed: every node placed and its sessions open, seconds from the start")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan", "formed")

@@ -28,8 +28,8 @@ func main() {
 		start, setup, publish, hop, open, lbase, lpeer time.Duration
 		slowAfter                                      time.Duration
 	)
-	d := sim.Datacenter()
-	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default)")
+	d := sim.StripedBase()
+	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default; -hop-delay, -open, -start, -setup, -publish)")
 	flag.BoolVar(&kraken, "kraken", false, "print the predictions for Kraken's setting (3 GB, 2,600 nodes, 300 MB/s), the protocol's and the alternatives")
 	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON)")
 	flag.IntVar(&nodes, "nodes", 16, "nodes")
@@ -50,9 +50,9 @@ func main() {
 	flag.DurationVar(&setup, "setup", d.Setup, "a registry pull's manifest, index and headers")
 	flag.DurationVar(&publish, "publish", d.Publish, "the last byte to READY")
 	flag.DurationVar(&hop, "hop-delay", d.HopDelay, "a piece verified at one node to its first byte on the wire to the next")
-	flag.DurationVar(&open, "open", d.Open, "one session open")
-	flag.DurationVar(&lbase, "list-base", d.ListBase, "a listing round's fixed time")
-	flag.DurationVar(&lpeer, "list-per-peer", d.ListPerPeer, "a listing round's time per peer")
+	flag.DurationVar(&open, "open", d.Open, "one session open (its default measured: sim.MeasuredJoin)")
+	flag.DurationVar(&lbase, "list-base", d.ListBase, "a listing round's fixed time (measured)")
+	flag.DurationVar(&lpeer, "list-per-peer", d.ListPerPeer, "a listing round's time per peer (measured)")
 	flag.Parse()
 	if calibrate != "" {
 		m, err := sim.ReadMeasured(calibrate)
@@ -69,7 +69,8 @@ func main() {
 		return
 	}
 	if striped {
-		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, k); err != nil {
+		base := sim.Params{Stripes: k, Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open}
+		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, base); err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
 			os.Exit(1)
 		}
