@@ -22,18 +22,19 @@ import (
 //     the registry's manifest and index);
 //   - Open, listing: the join's measured costs (MeasuredJoin);
 //   - Contention (fitted): from every round, the root's READY against the machine's load at N
-//     streams (N x Rate / Machine), by least squares through 0: the chain's over one node alone's,
+//     streams (N x Rate / Machine), by least squares of the slowing the model gives at that load
+//     (Contention x load, or the machine's bound, load - 1): the chain's over one node alone's,
 //     less one; the striped forest's past one node alone's, over one link's time for the bytes;
 //   - HopDelay (fitted): the chain's from the largest round, the least-squares slope of time to
 //     READY over depth (depth from each node's source) less one piece's time at Rate slowed by
-//     the load; the striped forest's (where a node's source differs by stripe) the one whose
-//     modelled mean lag of the nodes behind the root is the measured one in the largest round,
+//     the load; the striped forest's (where a node's source differs by stripe) by least squares
+//     of the modelled mean lag of the nodes behind the root on the measured one over the rounds,
 //     the root passing on pieces.
 type Calibration struct {
 	Measured *Measured
-	Params   Params  // the fleet's, Nodes unset
-	Slope    float64 // the chain's: seconds to READY per depth in the largest round
-	Lag      float64 // the striped forest's: the nodes' mean lag behind the root in the largest round
+	Params   Params    // the fleet's, Nodes unset
+	Slope    float64   // the chain's: seconds to READY per depth in the largest round
+	Lags     []float64 // the striped forest's: each round's nodes' mean lag behind the root
 	Rows     []CalibrationRow
 }
 
@@ -125,19 +126,40 @@ func rootReady(r MeasuredRound) (float64, error) {
 	return r.Each[root].ReadyS, nil
 }
 
-// contention fits Params.Contention: the least-squares slope through 0 of y(round's root READY)
-// over the machine's load at the round's nodes.
+// contention fits Params.Contention: the least-squares fit of y(round's root READY) to the
+// slowing the model gives a link at the machine's load x of the round's nodes, max(C x, x - 1)
+// (Contention, or the machine's bound).
 func (c *Calibration) contention(y func(root float64) float64) (float64, error) {
-	var sxy, sxx float64
+	var xs, ys []float64
 	for _, r := range c.Measured.Rounds {
 		root, err := rootReady(r)
 		if err != nil {
 			return 0, err
 		}
-		x := c.load(r.Nodes)
-		sxy, sxx = sxy+x*y(root), sxx+x*x
+		xs, ys = append(xs, c.load(r.Nodes)), append(ys, y(root))
 	}
-	return max(sxy/sxx, 0), nil
+	return leastOver(100, func(k float64) float64 {
+		var e float64
+		for i, x := range xs {
+			d := ys[i] - max(k*x, x-1)
+			e += d * d
+		}
+		return e
+	}), nil
+}
+
+// leastOver is where f, with one least over [0, hi], has it: the span narrowed by thirds.
+func leastOver(hi float64, f func(float64) float64) float64 {
+	lo := 0.0
+	for range 100 {
+		a, b := lo+(hi-lo)/3, hi-(hi-lo)/3
+		if f(a) <= f(b) {
+			hi = b
+		} else {
+			lo = a
+		}
+	}
+	return lo
 }
 
 // fitChain fits the chain's Contention and HopDelay.
@@ -165,51 +187,37 @@ func (c *Calibration) fitStriped() error {
 	if p.Contention, err = c.contention(func(root float64) float64 { return (root - m.AloneS) / oneLink }); err != nil {
 		return err
 	}
-	largest := c.largest()
-	root, err := rootReady(largest)
-	if err != nil {
-		return err
-	}
-	var lag float64
-	for _, n := range largest.Each {
-		lag += n.ReadyS - root
-	}
-	if len(largest.Each) < 2 {
-		return fmt.Errorf("sim: the round of %d nodes has no node behind the root: no lag", largest.Nodes)
-	}
-	c.Lag = lag / float64(len(largest.Each)-1)
-	q := *p
-	q.Nodes = largest.Nodes
-	modelLag := func(hop float64) (float64, error) {
-		q.HopDelay = seconds(hop)
-		return stripedLag(q)
-	}
-	// The lag grows with the hop delay: double a bound past the measured one, then halve.
-	lo, hi := 0.0, 0.1
-	for {
-		l, err := modelLag(hi)
+	lags := make([]float64, len(m.Rounds))
+	for i, r := range m.Rounds {
+		root, err := rootReady(r)
 		if err != nil {
 			return err
 		}
-		if l >= c.Lag || hi > 60 {
-			break
+		if len(r.Each) < 2 {
+			return fmt.Errorf("sim: the round of %d nodes has no node behind the root: no lag", r.Nodes)
 		}
-		lo, hi = hi, 2*hi
+		for _, n := range r.Each {
+			lags[i] += n.ReadyS - root
+		}
+		lags[i] /= float64(len(r.Each) - 1)
 	}
-	for range 30 {
-		mid := (lo + hi) / 2
-		l, err := modelLag(mid)
-		if err != nil {
-			return err
+	c.Lags = lags
+	var failed error
+	hop := leastOver(2, func(hop float64) float64 {
+		var e float64
+		for i, r := range m.Rounds {
+			q := *p
+			q.Nodes, q.HopDelay = r.Nodes, seconds(hop)
+			l, err := stripedLag(q)
+			if err != nil {
+				failed = err
+			}
+			e += (l - lags[i]) * (l - lags[i])
 		}
-		if l < c.Lag {
-			lo = mid
-		} else {
-			hi = mid
-		}
-	}
-	p.HopDelay = seconds(lo)
-	return nil
+		return e
+	})
+	p.HopDelay = seconds(hop)
+	return failed
 }
 
 // stripedLag is the model's mean lag of the nodes behind the root (the first READY), over
@@ -300,8 +308,8 @@ func (c *Calibration) Print(w io.Writer) {
 	fmt.Fprintf(w, "model: rate %.2f MB/s (the tbf rate x 1448/1514), machine %.0f MB/s (one node alone unshaped), contention %.2f (fitted on the roots' READY),\n",
 		p.Rate/1e6, p.Machine/1e6, p.Contention)
 	if p.Stripes > 0 {
-		fmt.Fprintf(w, "  %d stripes at most, the root passing on pieces; hop delay %v (fitted: the nodes' mean lag behind the root at %d nodes, %.0f ms),\n",
-			p.Stripes, p.HopDelay.Round(time.Millisecond), n, c.Lag*1e3)
+		fmt.Fprintf(w, "  %d stripes at most, the root passing on pieces; hop delay %v (fitted on the nodes' mean lag behind the root, %.2f s at %d nodes),\n",
+			p.Stripes, p.HopDelay.Round(time.Millisecond), c.Lags[len(c.Lags)-1], n)
 	} else {
 		fmt.Fprintf(w, "  hop delay %v (fitted: %.0f ms per depth at %d nodes less a piece's %.0f ms),\n",
 			p.HopDelay.Round(time.Millisecond), c.Slope*1e3, n, float64(p.Layout.Pieces[0])/p.Rate*(1+p.Contention*c.load(n))*1e3)

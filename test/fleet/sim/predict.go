@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/weightsnap/weightsnap/peer/stripes"
 )
@@ -45,7 +46,7 @@ func PrintStriped(w io.Writer, settings []Setting, base Params) error {
 		base.Stripes = stripes.DefaultStripes
 	}
 	fmt.Fprintf(w, "the striped forest, %d stripes; hop %v, session open %v, start %v, registry setup %v, publish %v\n",
-		base.Stripes, base.HopDelay, base.Open, base.Start, base.Setup, base.Publish)
+		base.Stripes, base.HopDelay.Round(time.Millisecond/10), base.Open, base.Start, base.Setup, base.Publish.Round(time.Millisecond/10))
 	fmt.Fprintln(w, "formed: every node placed and its sessions open, seconds from the start")
 	fmt.Fprintln(w)
 	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan", "formed")

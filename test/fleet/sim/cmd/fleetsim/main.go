@@ -4,6 +4,7 @@
 //	go run ./test/fleet/sim/cmd/fleetsim -kraken
 //	go run ./test/fleet/sim/cmd/fleetsim -striped
 //	go run ./test/fleet/sim/cmd/fleetsim -calibrate test/fleet/sim/testdata/measured.json
+//	go run ./test/fleet/sim/cmd/fleetsim -calibrate test/fleet/sim/testdata/measured-forest.json -striped
 //	go run ./test/fleet/sim/cmd/fleetsim -nodes 16 -size 256MiB -rate 11.95 -hop-delay 130ms
 package main
 
@@ -31,7 +32,7 @@ func main() {
 	d := sim.StripedBase()
 	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default; -hop-delay, -open, -start, -setup, -publish)")
 	flag.BoolVar(&kraken, "kraken", false, "print the predictions for Kraken's setting (3 GB, 2,600 nodes, 300 MB/s), the protocol's and the alternatives")
-	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON)")
+	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON); with -striped, the predictions take its hop delay and publication")
 	flag.IntVar(&nodes, "nodes", 16, "nodes")
 	flag.StringVar(&size, "size", "256MiB", "the synthetic model's size (weightsnap dev synth --size)")
 	flag.IntVar(&shards, "shards", 4, "its shards")
@@ -54,22 +55,27 @@ func main() {
 	flag.DurationVar(&lbase, "list-base", d.ListBase, "a listing round's fixed time (measured)")
 	flag.DurationVar(&lpeer, "list-per-peer", d.ListPerPeer, "a listing round's time per peer (measured)")
 	flag.Parse()
+	base := sim.Params{Stripes: k, Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open}
 	if calibrate != "" {
 		m, err := sim.ReadMeasured(calibrate)
 		if err == nil {
 			var c *sim.Calibration
 			if c, err = sim.Calibrate(m); err == nil {
 				c.Print(os.Stdout)
+				// The striped predictions with the calibrated hop delay and publication.
+				base.HopDelay, base.Publish = c.Params.HopDelay, c.Params.Publish
 			}
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
 			os.Exit(1)
 		}
-		return
+		if !striped {
+			return
+		}
+		fmt.Println()
 	}
 	if striped {
-		base := sim.Params{Stripes: k, Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open}
 		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, base); err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
 			os.Exit(1)
