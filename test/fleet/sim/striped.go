@@ -29,7 +29,7 @@ import (
 // stripe notice it that long after the registry's setup and leave it for an adopter the same way.
 // With Machine, every node's downlink is busy the whole rollout, so every link (the origin's too)
 // runs as the chain's sends do at the machine's load of N links at Rate: slowed by 1 + Contention
-// x that load, and at most a N-th of the machine.
+// x that load, and at most an N-th of the machine.
 
 // stripedRun is a striped rollout under way.
 type stripedRun struct {
