@@ -148,7 +148,8 @@ func (c *Calibration) contention(y func(root float64) float64) (float64, error) 
 	}), nil
 }
 
-// leastOver is where f, with one least over [0, hi], has it: the span narrowed by thirds.
+// leastOver is the x in [0, hi] where f, falling then rising there, is least: the span narrowed
+// by thirds.
 func leastOver(hi float64, f func(float64) float64) float64 {
 	lo := 0.0
 	for range 100 {
@@ -203,7 +204,7 @@ func (c *Calibration) fitStriped() error {
 	}
 	c.Lags = lags
 	var failed error
-	hop := leastOver(2, func(hop float64) float64 {
+	hop := leastOver(2, func(hop float64) float64 { // seconds a hop, at most 2
 		var e float64
 		for i, r := range m.Rounds {
 			q := *p
