@@ -118,8 +118,8 @@ func TestFleetBench(t *testing.T) {
 		fmt.Printf("sources at %d nodes: fleet %v, registry only %v\n", r.fleet.Nodes, r.fleet.Sources, r.registry.Sources)
 	}
 	if path := os.Getenv("BENCH_FLEET_JSON"); path != "" {
-		m := sim.Measured{Command: benchCommand(counts, size, rate), Size: size, Bytes: f.Bytes, Shards: 4, RateMbit: rate, Cores: runtime.NumCPU(),
-			Load: strings.Join(strings.Fields(string(load))[:3], " "), UnshapedS: unshaped.Last.Seconds(), AloneS: alone.Last.Seconds()}
+		m := sim.Measured{Command: benchCommand(counts, size, rate, structure), Size: size, Bytes: f.Bytes, Shards: 4, RateMbit: rate, Cores: runtime.NumCPU(),
+			Load: strings.Join(strings.Fields(string(load))[:3], " "), UnshapedS: unshaped.Last.Seconds(), AloneS: alone.Last.Seconds(), Structure: structure}
 		for _, r := range rows {
 			m.Rounds = append(m.Rounds, f.measured(r.fleet))
 		}
@@ -176,12 +176,12 @@ func (f *Fleet) measured(r Result) sim.MeasuredRound {
 }
 
 // benchCommand is the command line that runs this benchmark with these settings.
-func benchCommand(counts []int, size string, rate int) string {
+func benchCommand(counts []int, size string, rate int, structure string) string {
 	ns := make([]string, len(counts))
 	for i, n := range counts {
 		ns[i] = strconv.Itoa(n)
 	}
-	return fmt.Sprintf("BENCH_FLEET_SIZE=%s BENCH_FLEET_RATE_MBIT=%d BENCH_FLEET_JSON=FILE scripts/bench-fleet.sh %s", size, rate, strings.Join(ns, " "))
+	return fmt.Sprintf("BENCH_FLEET_STRUCTURE=%s BENCH_FLEET_SIZE=%s BENCH_FLEET_RATE_MBIT=%d BENCH_FLEET_JSON=FILE scripts/bench-fleet.sh %s", structure, size, rate, strings.Join(ns, " "))
 }
 
 // mbits is the rate of moving bytes in a round's last READY.

@@ -14,15 +14,18 @@ import (
 // setting and, for every round with the nodes as each other's peers, each node's time to READY and
 // where its copy came from. The calibration reads it from testdata.
 type Measured struct {
-	Command   string          `json:"command"` // the command that measured it
-	Size      string          `json:"size"`    // weightsnap dev synth --size: <n>KiB, MiB or GiB
-	Bytes     int64           `json:"bytes"`   // the artifact's payload bytes (its files')
-	Shards    int             `json:"shards"`
-	RateMbit  int             `json:"rate_mbit"`  // every link's rate, both ways (tbf)
-	Cores     int             `json:"cores"`      // the machine's
-	Load      string          `json:"load"`       // its load average at the end
-	UnshapedS float64         `json:"unshaped_s"` // one node alone, links unshaped
-	AloneS    float64         `json:"alone_s"`    // one node alone on the shaped links
+	Command   string  `json:"command"` // the command that measured it
+	Size      string  `json:"size"`    // weightsnap dev synth --size: <n>KiB, MiB or GiB
+	Bytes     int64   `json:"bytes"`   // the artifact's payload bytes (its files')
+	Shards    int     `json:"shards"`
+	RateMbit  int     `json:"rate_mbit"`  // every link's rate, both ways (tbf)
+	Cores     int     `json:"cores"`      // the machine's
+	Load      string  `json:"load"`       // its load average at the end
+	UnshapedS float64 `json:"unshaped_s"` // one node alone, links unshaped
+	AloneS    float64 `json:"alone_s"`    // one node alone on the shaped links
+	// Structure is the fleet rounds' [peer] structure: "chain" (or empty, a file that predates
+	// it) or "forest", the striped forest of stripes.DefaultStripes.
+	Structure string          `json:"structure,omitempty"`
 	Rounds    []MeasuredRound `json:"rounds"`
 }
 
@@ -66,6 +69,9 @@ func ReadMeasured(path string) (*Measured, error) {
 	}
 	if _, err := sizeBytes(m.Size); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if m.Structure != "" && m.Structure != "chain" && m.Structure != "forest" {
+		return nil, fmt.Errorf("%s: structure %q: want chain or forest", path, m.Structure)
 	}
 	return &m, nil
 }

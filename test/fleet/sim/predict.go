@@ -8,16 +8,15 @@ import (
 	"github.com/weightsnap/weightsnap/peer/stripes"
 )
 
-// MeasuredOpen is a session's open and close over loopback TCP on the project's build machine
-// (peer's BenchmarkJoin/open): the request, the manifest, the answer. The striped forest's
-// predictions take it for every hop of the manifest down a stripe.
-const MeasuredOpen = 26 * time.Millisecond
-
 // Floor is the time one node alone takes from the origin: its start, the registry's setup, the
 // artifact over one link and its publication.
 func Floor(p Params) float64 {
 	return (p.Start + p.Setup + p.Publish).Seconds() + float64(p.Layout.Bytes)/p.Rate
 }
+
+// StripedBase is the striped forest's predictions' timings: sim.Datacenter's with the join's
+// measured costs (MeasuredJoin).
+func StripedBase() Params { return MeasuredJoin(Datacenter()) }
 
 // Setting is a fleet rollout a prediction is made for.
 type Setting struct {
@@ -40,17 +39,17 @@ var StripedSettings = []Setting{
 
 // PrintStriped prints the striped forest's predictions for each setting: with the root passing on
 // whole tensors (as the registry's index allows) and pieces (an index with chaining values),
-// without failures and with 1% of the nodes dying, each percentile also over the floor, in k
-// stripes (0: stripes.DefaultStripes).
-func PrintStriped(w io.Writer, settings []Setting, k int) error {
-	if k <= 0 {
-		k = stripes.DefaultStripes
+// without failures and with 1% of the nodes dying, each percentile also over the floor. base gives
+// the timings and the stripe count (0: stripes.DefaultStripes); StripedBase is the default.
+func PrintStriped(w io.Writer, settings []Setting, base Params) error {
+	if base.Stripes <= 0 {
+		base.Stripes = stripes.DefaultStripes
 	}
-	base := Datacenter()
-	base.Open, base.Stripes = MeasuredOpen, k
-	fmt.Fprintf(w, "the striped forest, %d stripes; timings sim.Datacenter but a session's open %v (measured); hop %v, start %v, registry setup %v, publish %v\n\n",
-		k, base.Open, base.HopDelay, base.Start, base.Setup, base.Publish)
-	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan")
+	fmt.Fprintf(w, "the striped forest, %d stripes; hop %v, session open %v, start %v, registry setup %v, publish %v\n",
+		base.Stripes, base.HopDelay.Round(time.Millisecond/10), base.Open, base.Start, base.Setup, base.Publish.Round(time.Millisecond/10))
+	fmt.Fprintln(w, "formed: every node placed and its sessions open, seconds from the start")
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "%-42s %-8s %5s %8s %7s %7s %7s %7s %7s %7s %6s %6s %6s %6s\n", "setting", "root", "fail", "floor s", "p50 s", "p99 s", "p99.9 s", "p50 x", "p99 x", "p99.9 x", "copies", "depth", "orphan", "formed")
 	for _, st := range settings {
 		layout, err := SynthLayout(st.Bytes, st.Shards)
 		if err != nil {
@@ -69,8 +68,8 @@ func PrintStriped(w io.Writer, settings []Setting, k int) error {
 					root = "pieces"
 				}
 				floor := Floor(p)
-				fmt.Fprintf(w, "%-42s %-8s %4.0f%% %8.2f %7.2f %7.2f %7.2f %7.3f %7.3f %7.3f %6.2f %6d %6.1f\n", st.Name, root, fail*100, floor,
-					s.P50, s.P99, s.P999, s.P50/floor, s.P99/floor, s.P999/floor, s.Copies, s.MaxDepth, s.Orphan)
+				fmt.Fprintf(w, "%-42s %-8s %4.0f%% %8.2f %7.2f %7.2f %7.2f %7.3f %7.3f %7.3f %6.2f %6d %6.1f %6.2f\n", st.Name, root, fail*100, floor,
+					s.P50, s.P99, s.P999, s.P50/floor, s.P99/floor, s.P999/floor, s.Copies, s.MaxDepth, s.Orphan, s.Formed)
 			}
 		}
 	}

@@ -21,6 +21,7 @@ type Params struct {
 	// most Machine, and with Contention each send is slowed by 1 + Contention x the machine's
 	// load (the pieces on the wire at the link's rate over Machine): a node not scheduled when
 	// its bytes land leaves its link idle. Real hosts: 0.
+	// The striped forest takes the load of every node's link busy (striped.go).
 	Machine, Contention float64
 	// MaxChildren is [peer] max_children (0: DefaultMaxChildren). FanOut, when set, overrides it
 	// by depth (FanOut[d] for a builder at depth d, past its end MaxChildren): a tree of chains.
@@ -35,7 +36,7 @@ type Params struct {
 	Roots int
 	// Stripes, when set, is the striped forest's stripe count (stripes.Place): the rollout runs
 	// on that forest (striped.go) instead of the chain, and MaxChildren, FanOut,
-	// Shallowest, Roots, the listing and Machine are not used.
+	// Shallowest, Roots and the listing are not used.
 	Stripes int
 	// RootPieces says the origin's index carries each piece's chaining values, so the striped
 	// forest's root verifies and passes on a piece as it lands, not a tensor once it landed whole.
@@ -69,6 +70,9 @@ type Result struct {
 	Registry int       // nodes that took the registry (the root included)
 	Dead     int
 	Orphans  int // sessions lost to a dead source and resumed elsewhere
+	// Formed is when the striped forest's last first session opened (every node placed and its
+	// k sessions open), seconds from the common start; 0 for the chain.
+	Formed float64
 }
 
 // Alive is the READY times of the nodes that did not die.

@@ -19,12 +19,17 @@ import (
 // node (and the root too, with RootPieces) passes a piece on a hop's delay after it landed. A
 // source's uplink is shared by the children it serves (the root's by its stripe heads), a node's
 // downlink by its k stripes: a stripe's link runs at Rate over the larger of k and the source's
-// children. A node that dies (or relays a bad piece, which its children catch and treat the same)
+// children. A source sends a piece to its children of the stripe in turn, each copy at its
+// uplink's whole rate, so its i-th child has a piece no sooner than i+1 pieces' times after the
+// source did. A node that dies (or relays a bad piece, which its children catch and treat the same)
 // leaves each of its children (of its stripe, and a relay's of another) to one re-attachment:
 // RetryFirst and an Open later, to the first live node of stripes.Forest.Adopters, resuming from
 // the pieces they verified; the adopter serves one more child from then. The root does not die in
 // the model. A slow node's uplink runs at SlowRate of Rate; with SlowAfter its children of its
 // stripe notice it that long after the registry's setup and leave it for an adopter the same way.
+// With Machine, every node's downlink is busy the whole rollout, so every link (the origin's too)
+// runs as the chain's sends do at the machine's load of N links at Rate: slowed by 1 + Contention
+// x that load, and at most an N-th of the machine.
 
 // stripedRun is a striped rollout under way.
 type stripedRun struct {
@@ -41,7 +46,8 @@ type stripedRun struct {
 	segs [][][]segment // [node][stripe]
 	// per node: changes of the children it serves (an adopted orphan +1, a dead child -1)
 	load    [][]loadChange
-	kids    []int // children served at the start, every stripe together
+	kids    []int          // children served at the start, every stripe together
+	turns   map[[2]int]int // children a source has had in a stripe: [source, stripe]
 	depth   [][]int
 	orphans int
 }
@@ -50,6 +56,7 @@ type stripedRun struct {
 type segment struct {
 	from   float64 // the first byte may be asked for from then (the session open)
 	source int
+	turn   int // the node's place among the source's children of the stripe, from 0
 }
 
 // loadChange is a source's children changing by delta at t.
@@ -60,6 +67,11 @@ type loadChange struct {
 
 // runStriped simulates one rollout on the striped forest.
 func runStriped(p Params) (*Result, error) {
+	if m := p.Machine; m > 0 {
+		load := float64(p.Nodes) * p.Rate / m
+		slowed := min(p.Rate/(1+p.Contention*load), m/float64(p.Nodes)) / p.Rate
+		p.Rate, p.OriginRate = p.Rate*slowed, p.OriginRate*slowed
+	}
 	r := &stripedRun{p: p, addr: make([]string, p.Nodes), index: make(map[string]int, p.Nodes)}
 	for i := range r.addr {
 		r.addr[i] = fmt.Sprintf("10.%d.%d.%d:7420", i>>16, i>>8&255, i&255)
@@ -83,6 +95,7 @@ func runStriped(p Params) (*Result, error) {
 func (r *stripedRun) place() {
 	n := r.p.Nodes
 	r.segs, r.depth = make([][][]segment, n), make([][]int, n)
+	r.turns = make(map[[2]int]int)
 	r.load, r.kids, r.deadAt, r.failAt, r.slow = make([][]loadChange, n), make([]int, n), make([]float64, n), make([]float64, n), make([]bool, n)
 	for i := range n {
 		r.deadAt[i], r.failAt[i] = math.Inf(1), math.Inf(1)
@@ -94,7 +107,7 @@ func (r *stripedRun) place() {
 			d := r.f.Depth(r.addr[i], s)
 			src := r.index[r.f.Parent(r.addr[i], s)]
 			r.depth[i][s] = d
-			r.segs[i][s] = []segment{{from: (r.p.Start + r.p.Setup).Seconds() + float64(d)*r.p.Open.Seconds(), source: src}}
+			r.segs[i][s] = []segment{{from: (r.p.Start + r.p.Setup).Seconds() + float64(d)*r.p.Open.Seconds(), source: src, turn: r.turn(src, s)}}
 			r.kids[src]++
 		}
 	}
@@ -142,7 +155,7 @@ func (r *stripedRun) kill(rng *rand.Rand) {
 				}
 				for _, a := range r.f.Adopters(r.addr[c], r.addr[x], s) {
 					if ai := r.index[a]; r.failAt[ai] > t {
-						r.segs[c][s] = append(r.segs[c][s], segment{from: t + (RetryFirst + r.p.Open).Seconds(), source: ai})
+						r.segs[c][s] = append(r.segs[c][s], segment{from: t + (RetryFirst + r.p.Open).Seconds(), source: ai, turn: r.turn(ai, s)})
 						r.load[ai] = append(r.load[ai], loadChange{t, +1})
 						r.orphans++
 						break
@@ -151,6 +164,13 @@ func (r *stripedRun) kill(rng *rand.Rand) {
 			}
 		}
 	}
+}
+
+// turn is the place of src's next child of stripe s among its children there.
+func (r *stripedRun) turn(src, s int) int {
+	t := r.turns[[2]int{src, s}]
+	r.turns[[2]int{src, s}]++
+	return t
 }
 
 // sourceAt is c's source of stripe s at t, -1 for the root.
@@ -168,6 +188,14 @@ func (r *stripedRun) sourceAt(c, s int, t float64) int {
 	return src
 }
 
+// upRate is src's uplink.
+func (r *stripedRun) upRate(src int) float64 {
+	if r.slow[src] {
+		return r.p.Rate * r.p.SlowRate
+	}
+	return r.p.Rate
+}
+
 // linkRate is the rate of one child's stripe from src at t.
 func (r *stripedRun) linkRate(src int, t float64) float64 {
 	children := r.kids[src]
@@ -176,11 +204,7 @@ func (r *stripedRun) linkRate(src int, t float64) float64 {
 			children += c.delta
 		}
 	}
-	rate := r.p.Rate
-	if r.slow[src] {
-		rate *= r.p.SlowRate
-	}
-	return rate / float64(max(children, r.k))
+	return r.upRate(src) / float64(max(children, r.k))
 }
 
 // flow moves the pieces: the root's from the registry, then each stripe down its tree, every
@@ -220,7 +244,9 @@ func (r *stripedRun) flow() (*Result, error) {
 				for {
 					src := segs[g].source
 					start := max(at, avail[src][j])
-					land = start + float64(pieces[j])/r.linkRate(src, start)
+					// its share of the source's uplink since its last piece, and its turn
+					land = max(at+float64(pieces[j])/r.linkRate(src, start),
+						avail[src][j]+float64(segs[g].turn+1)*float64(pieces[j])/r.upRate(src))
 					if land <= r.failAt[src] || g+1 == len(segs) {
 						break
 					}
@@ -241,6 +267,11 @@ func (r *stripedRun) flow() (*Result, error) {
 	res := &Result{Ready: make([]float64, n), Depth: make([]int, n), Copies: 1, Registry: 1}
 	for i := range n {
 		res.Depth[i] = slices.Max(r.depth[i])
+		for _, segs := range r.segs[i] {
+			if len(segs) > 0 {
+				res.Formed = max(res.Formed, segs[0].from)
+			}
+		}
 		if math.IsInf(r.deadAt[i], 1) {
 			if math.IsInf(last[i], 1) {
 				return nil, fmt.Errorf("sim: node %d never READY: every adopter of a stripe died", i)

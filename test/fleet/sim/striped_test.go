@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -87,5 +88,28 @@ func TestStripedSlowRoutedAround(t *testing.T) {
 	}
 	if a, b := Quantile(leave.Alive(), 1), Quantile(stay.Alive(), 1); a >= b {
 		t.Fatalf("the last node READY at %.3fs routed around slow sources, %.3fs staying with them", a, b)
+	}
+}
+
+// TestStripedFormed: with the join's measured costs, a striped forest of Kraken's 2,600 nodes,
+// and of 10,000, is formed (every node placed, each of its sessions open) within about a second
+// of the start, and later than its deepest hop's opens after the root's registry setup.
+func TestStripedFormed(t *testing.T) {
+	for _, nodes := range []int{64, KrakenNodes, 10000} {
+		t.Run(fmt.Sprint("nodes=", nodes), func(t *testing.T) {
+			p := MeasuredJoin(Datacenter())
+			p.Nodes, p.Layout, p.Rate, p.Stripes, p.Seed = nodes, testParams(t, nodes).Layout, KrakenRate, 16, 1
+			r, err := Run(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deepest := slices.Max(r.Depth)
+			if least := (p.Start + p.Setup + time.Duration(deepest)*p.Open).Seconds(); r.Formed < least-1e-9 {
+				t.Fatalf("formed at %.3fs, before the deepest hop's opens (depth %d) at %.3fs", r.Formed, deepest, least)
+			}
+			if r.Formed > 1 {
+				t.Fatalf("formed at %.3fs, past a second", r.Formed)
+			}
+		})
 	}
 }

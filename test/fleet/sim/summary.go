@@ -13,6 +13,7 @@ type Summary struct {
 	P50, P99, P999, Max            float64
 	Copies, Registry, Dead, Orphan float64
 	MaxDepth                       int
+	Formed                         float64 // the striped forest's: the latest Result.Formed of the runs
 }
 
 // Runs runs p with seeds p.Seed+1 .. p.Seed+seeds and summarises them.
@@ -31,6 +32,7 @@ func Runs(p Params, seeds int) (Summary, error) {
 		s.Registry += float64(r.Registry)
 		s.Dead += float64(r.Dead)
 		s.Orphan += float64(r.Orphans)
+		s.Formed = max(s.Formed, r.Formed)
 		for _, d := range r.Depth {
 			s.MaxDepth = max(s.MaxDepth, d)
 		}

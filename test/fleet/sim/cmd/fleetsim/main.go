@@ -4,6 +4,7 @@
 //	go run ./test/fleet/sim/cmd/fleetsim -kraken
 //	go run ./test/fleet/sim/cmd/fleetsim -striped
 //	go run ./test/fleet/sim/cmd/fleetsim -calibrate test/fleet/sim/testdata/measured.json
+//	go run ./test/fleet/sim/cmd/fleetsim -calibrate test/fleet/sim/testdata/measured-forest.json -striped
 //	go run ./test/fleet/sim/cmd/fleetsim -nodes 16 -size 256MiB -rate 11.95 -hop-delay 130ms
 package main
 
@@ -28,10 +29,10 @@ func main() {
 		start, setup, publish, hop, open, lbase, lpeer time.Duration
 		slowAfter                                      time.Duration
 	)
-	d := sim.Datacenter()
-	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default)")
+	d := sim.StripedBase()
+	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default; -hop-delay, -open, -start, -setup, -publish)")
 	flag.BoolVar(&kraken, "kraken", false, "print the predictions for Kraken's setting (3 GB, 2,600 nodes, 300 MB/s), the protocol's and the alternatives")
-	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON)")
+	flag.StringVar(&calibrate, "calibrate", "", "print the calibration on this measurement (scripts/bench-fleet.sh's BENCH_FLEET_JSON); with -striped, the predictions take its hop delay and publication")
 	flag.IntVar(&nodes, "nodes", 16, "nodes")
 	flag.StringVar(&size, "size", "256MiB", "the synthetic model's size (weightsnap dev synth --size)")
 	flag.IntVar(&shards, "shards", 4, "its shards")
@@ -50,26 +51,32 @@ func main() {
 	flag.DurationVar(&setup, "setup", d.Setup, "a registry pull's manifest, index and headers")
 	flag.DurationVar(&publish, "publish", d.Publish, "the last byte to READY")
 	flag.DurationVar(&hop, "hop-delay", d.HopDelay, "a piece verified at one node to its first byte on the wire to the next")
-	flag.DurationVar(&open, "open", d.Open, "one session open")
-	flag.DurationVar(&lbase, "list-base", d.ListBase, "a listing round's fixed time")
-	flag.DurationVar(&lpeer, "list-per-peer", d.ListPerPeer, "a listing round's time per peer")
+	flag.DurationVar(&open, "open", d.Open, "one session open (its default measured: sim.MeasuredJoin)")
+	flag.DurationVar(&lbase, "list-base", d.ListBase, "a listing round's fixed time (measured)")
+	flag.DurationVar(&lpeer, "list-per-peer", d.ListPerPeer, "a listing round's time per peer (measured)")
 	flag.Parse()
+	base := sim.Params{Stripes: k, Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open}
 	if calibrate != "" {
 		m, err := sim.ReadMeasured(calibrate)
 		if err == nil {
 			var c *sim.Calibration
 			if c, err = sim.Calibrate(m); err == nil {
 				c.Print(os.Stdout)
+				// The striped predictions with the calibrated hop delay and publication.
+				base.HopDelay, base.Publish = c.Params.HopDelay, c.Params.Publish
 			}
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
 			os.Exit(1)
 		}
-		return
+		if !striped {
+			return
+		}
+		fmt.Println()
 	}
 	if striped {
-		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, k); err != nil {
+		if err := sim.PrintStriped(os.Stdout, sim.StripedSettings, base); err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
 			os.Exit(1)
 		}
