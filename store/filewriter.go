@@ -24,8 +24,9 @@ const ringBuffers = 4
 // file, so a write throttled by the page cache never stalls the hashing, and
 // the other way round. The write stage writes whole pages by direct I/O
 // where the filesystem takes it (direct.go), the rest through the page
-// cache, of which the file holds a few chunks at most (writeback.go). A file bound by its tensor tree (artifact.BindTree)
-// is written by positioned writes in any order instead, and is not read
+// cache, of which the file holds a few chunks at most (writeback.go). A
+// file bound by its tensor tree (artifact.BindTree) is written by
+// positioned writes in any order instead, and is not read
 // back but to check its sha256 where asked (treeFile). The fsync runs in the background, overlapped with later
 // files; publication waits for it.
 type fileWriter struct {
