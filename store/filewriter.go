@@ -22,9 +22,11 @@ const ringBuffers = 4
 // caller's, and handed to two stages that run concurrently and
 // independently, one hashing the bytes in order, one writing them to the
 // file, so a write throttled by the page cache never stalls the hashing, and
-// the other way round. The file holds a few chunks of the page cache at
-// most (writeback.go). A file bound by its tensor tree (artifact.BindTree)
-// is written by positioned writes in any order instead, and is not read
+// the other way round. The write stage writes whole pages by direct I/O
+// where the filesystem takes it (direct.go), the rest through the page
+// cache, of which the file holds a few chunks at most (writeback.go). A
+// file bound by its tensor tree (artifact.BindTree) is written by
+// positioned writes in any order instead, and is not read
 // back but to check its sha256 where asked (treeFile). The fsync runs in the background, overlapped with later
 // files; publication waits for it.
 type fileWriter struct {
@@ -168,10 +170,12 @@ func startStages(w *fileWriter, pool *sync.Pool) *stages {
 		}
 	})
 	started := w.pos // the file's writeback is under way up to here; read before any submit
+	direct := openDirect(w.f)
 	s.wg.Go(func() {
+		defer direct.close()
 		for c := range s.writeQ {
 			if s.failed() == nil {
-				if _, err := pwrite(w.f, c.buf, c.off); err != nil {
+				if err := w.writeChunk(direct, c); err != nil {
 					// Nothing of a failed write is recorded as written:
 					// a seeding build would offer those bytes to peers.
 					s.fail(err)
@@ -211,6 +215,17 @@ func (w *fileWriter) advance(wrote int64) error {
 	off := w.recorded
 	w.recorded = end
 	return w.onChecked(off, end-off)
+}
+
+// writeChunk writes a chunk in the write stage: its whole pages by direct
+// I/O where direct takes them (direct.go), else through the page cache.
+func (w *fileWriter) writeChunk(direct *directFile, c *chunk) error {
+	done, err := direct.writeAt(c.buf, c.off)
+	if err != nil || done {
+		return ioerr.Classify(err, noSpace)
+	}
+	_, err = pwrite(w.f, c.buf, c.off)
+	return err
 }
 
 // pwrite writes p at off in pieces the page cache takes fast

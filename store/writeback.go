@@ -16,8 +16,9 @@ import (
 // takes back the memory its guest frees (virtio-balloon free page
 // reporting), the pages a write drops are the next write's, still backed,
 // where an import that filled the cache would spend most of its system time
-// faulting fresh pages in from the host. Direct I/O (O_DIRECT) spares the
-// cache as well, but on virtual disks it writes slower than the writeback.
+// faulting fresh pages in from the host. A file written in order writes
+// its whole pages by direct I/O where it can (direct.go): what passes
+// through the cache is what direct I/O does not take.
 //
 // A finished file is dropped whole after its fsync (dropCached): the first
 // read of a new artifact comes from the disk.
