@@ -190,9 +190,13 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 		}
 		next := f.adopter(src, s, tried)
 		if next == "" {
-			err = fmt.Errorf("stripe %s: no source left in the striped forest after %s: %w: %w", stripe, src, err, errdefs.ErrUnavailable)
+			reason := "no source left in a stripe"
+			if f.rootsPlace(tried) {
+				reason = "the root of the striped forest is gone; this node takes its place"
+			}
+			err = fmt.Errorf("stripe %s: %s after %s: %w: %w", stripe, reason, src, err, errdefs.ErrUnavailable)
 			if fp.leave != nil {
-				fp.leave(ctx, "no source left in a stripe", err)
+				fp.leave(ctx, reason, err)
 			}
 			return err
 		}
@@ -207,17 +211,37 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 	}
 }
 
-// adopter is the source stripe s takes after failed: the first of the
-// forest's adopters of this node not tried yet and not remembered as down,
-// else the root; "" once every one was tried.
+// adopter is the source stripe s takes after failed, the first not tried
+// yet and not remembered as down: one of the forest's adopters of this
+// node, else the root, else, the root gone, the first member of the
+// rendezvous ranking after it, which takes the root's place; "" when that
+// is this node itself or none is left.
 func (f *fetcher) adopter(failed string, s int, tried map[string]bool) string {
 	fp := f.forest
-	for _, a := range append(fp.forest.Adopters(fp.self, failed, s), fp.forest.Root()) {
-		if a != fp.self && !tried[a] && !f.o.Client.Down.down(a) {
+	for _, a := range append(fp.forest.Adopters(fp.self, failed, s), fp.forest.Ranking()...) {
+		if a == fp.self {
+			return ""
+		}
+		if !tried[a] && !f.o.Client.Down.down(a) {
 			return a
 		}
 	}
 	return ""
+}
+
+// rootsPlace says whether this node takes the place of a gone root: every
+// member ranked before it was tried or is remembered as down.
+func (f *fetcher) rootsPlace(tried map[string]bool) bool {
+	fp := f.forest
+	for _, m := range fp.forest.Ranking() {
+		if m == fp.self {
+			return true
+		}
+		if !tried[m] && !f.o.Client.Down.down(m) {
+			return false
+		}
+	}
+	return false
 }
 
 // stripeSession fetches todo, pieces of stripe, over one session with addr.
