@@ -11,8 +11,8 @@ import (
 // The slow source routed around: a striped fetch watches each stripe's
 // share of its pieces verified. A stripe lags when its share trails the
 // median of the member's stripes by more than slowMargin, or trails it and
-// verified nothing since the last look while another stripe did (a source
-// that stalled near the end). A stripe that lags for SlowAfter on end leaves its source for an
+// verified nothing since the last look while another stripe did or is done
+// (a source that stalled near the end). A stripe that lags for SlowAfter on end leaves its source for an
 // adopter, as a failed source's children do, with the pieces it verified
 // kept. The model (test/fleet/sim, Params.SlowAfter) has the same rule.
 
@@ -56,17 +56,17 @@ func (w *stripeWatch) session(s int, cancel context.CancelCauseFunc) {
 func (w *stripeWatch) observe(now time.Time, left []int) {
 	shares := make([]float64, len(left))
 	stalled := make([]bool, len(left))
-	moved := 0 // stripes that verified a piece since the last look
+	moved := 0 // stripes done, or that verified a piece since the last look
 	for s, n := range left {
 		shares[s] = 1 - float64(n)/float64(max(w.total[s], 1))
 		stalled[s] = n > 0 && n >= w.left[s]
-		if n < w.left[s] {
+		if n == 0 || n < w.left[s] {
 			moved++
 		}
 	}
 	if moved == 0 {
-		// No stripe moved: what holds them back is shared (this node, or
-		// the root), not one stripe's source.
+		// No stripe moved or is done: what holds them back is shared
+		// (this node, or the root), not one stripe's source.
 		clear(stalled)
 	}
 	w.mu.Lock()

@@ -44,6 +44,7 @@ func TestStripeWatch(t *testing.T) {
 		w.session(s, cancel)
 	}
 	t0 := time.Unix(0, 0)
+	// Stripe 1 stalls while stripe 0 moves, then finishes.
 	for _, step := range []struct {
 		at   time.Duration
 		left []int
@@ -61,5 +62,22 @@ func TestStripeWatch(t *testing.T) {
 		if causes[0].Err() != nil {
 			t.Fatalf("at %v: stripe 0, ahead, ended: %v", step.at, context.Cause(causes[0]))
 		}
+	}
+}
+
+// TestStripeWatchSharedStall: stripes that all stall together are held
+// back by something they share, so no session ends.
+func TestStripeWatchSharedStall(t *testing.T) {
+	after := time.Second
+	w := newStripeWatch(after, []int{10, 10})
+	ctx, cancel := context.WithCancelCause(context.Background())
+	w.session(1, cancel)
+	t0 := time.Unix(0, 0)
+	w.observe(t0, []int{7, 9})
+	for i := range 4 {
+		w.observe(t0.Add(time.Duration(i+1)*after), []int{7, 9})
+	}
+	if err := context.Cause(ctx); err != nil {
+		t.Fatalf("stripe 1 ended while every stripe stalled: %v", err)
 	}
 }
