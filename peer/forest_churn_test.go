@@ -1,12 +1,20 @@
 package peer
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/containerd/errdefs"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/peer/stripes"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // TestForestAdopter: a stripe whose source failed re-attaches to one of
@@ -62,4 +70,106 @@ func TestForestAdopter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestForestRootDies: the root dies mid-transfer, with part of the
+// artifact verified. The next member of the rendezvous ranking leaves its
+// fetch for the registry (counted under its reason), the other stripe
+// heads re-attach to it, and every member publishes exact bytes with one
+// member only going to the origin.
+func TestForestRootDies(t *testing.T) {
+	a, identity := seededInPieces(t, 2)
+	id, err := identity.ID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	forest, ms := forestOf(t, id, 10)
+	root := ms[0]
+	p := &delayedProducer{hold: true}
+	root.d = storetest.Open(t)
+	_, stop := serveStoppable(t, root.d, ServerConfig{}, root.l)
+	startBuild(t, a, identity, p, root.d)
+	t.Cleanup(func() { close(p.release) })
+	// It dies once every stripe head verified bytes from it and waits on
+	// it for what it has not verified.
+	heads := ms[1 : 1+forest.Stripes()]
+	served := make([]atomic.Int64, len(heads))
+	for i, head := range heads {
+		head.p.Options.Progress = func(n int64) { served[i].Add(n) }
+	}
+	fetching := ms[1:]
+	for _, m := range fetching {
+		m.d = storetest.Open(t)
+		serveOn(t, m.d, ServerConfig{}, m.l)
+	}
+	go func() {
+		waitFor(t, func() bool {
+			for i := range served {
+				if served[i].Load() == 0 {
+					return false
+				}
+			}
+			return buildWaiters() > 0
+		})
+		stop()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var origin atomic.Int64
+	var wg sync.WaitGroup
+	for _, m := range fetching {
+		wg.Go(func() {
+			plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
+				identity, prod, err := m.p.ProducerForID(ctx, id)
+				if f, ok := prod.(*fetcher); ok {
+					m.f = f
+				}
+				return identity, prod, err
+			}
+			l, _, err := m.d.Materialise(ctx, plan, store.MaterialiseOptions{ID: id})
+			if err != nil && (errdefs.IsNotFound(err) || errdefs.IsUnavailable(err)) {
+				// Resolution's next source: the registry.
+				origin.Add(1)
+				l, _, err = m.d.GetOrBuild(ctx, identity, fromOrigin(t, a, identity))
+			}
+			if err == nil {
+				l.Close()
+			}
+			m.err = err
+		})
+	}
+	wg.Wait()
+	for _, m := range fetching {
+		if m.err != nil {
+			t.Fatalf("member %s: %v", m.addr, m.err)
+		}
+		verifyFull(t, m.d, id)
+	}
+	for _, head := range heads[1:] {
+		if head.f == nil || head.f.stats.sessions.Failovers == 0 {
+			t.Errorf("stripe head %s: its source, the root, died and it did not re-attach", head.addr)
+		}
+	}
+	if n := origin.Load(); n != 1 {
+		t.Errorf("%d members went to the origin, want 1", n)
+	}
+	const reason = "the root of the striped forest is gone; this node takes its place"
+	if got := testutil.ToFloat64(ms[1].p.originCounter().WithLabelValues(reason)); got != 1 {
+		t.Errorf("the next of the ranking %s: origin_total{reason=%q} = %v, want 1", ms[1].addr, reason, got)
+	}
+}
+
+// fromOrigin is a producer that copies the artifact identity that a holds
+// whole, as the registry would.
+func fromOrigin(t *testing.T, a *store.Domain, identity artifact.Identity) artifact.Producer {
+	t.Helper()
+	id, _ := identity.ID()
+	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { src.Close() })
+	p := &delayedProducer{src: src, written: make(chan struct{}), release: make(chan struct{})}
+	close(p.release)
+	return p
 }
