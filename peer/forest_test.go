@@ -220,7 +220,8 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestStripedSession: a session of one stripe serves the chaining values
 // of any unit and the bytes of its own stripe's pieces only, one piece a
-// range, and a stripe of k is served to at most 2k sessions at once.
+// range, the listing names the stripe served, and a stripe of k is served
+// to at most 2k sessions at once.
 func TestStripedSession(t *testing.T) {
 	s, id := seededInPieces(t, 1)
 	srv, addr := serve(t, s, ServerConfig{})
@@ -287,6 +288,16 @@ func TestStripedSession(t *testing.T) {
 			}
 		})
 	}
+	t.Run("listed", func(t *testing.T) {
+		ls, err := ClientConfig{}.List(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []wire.ListedStripe{{Index: stripe.Index, Count: stripe.Count, Sessions: 1}}
+		if len(ls.Artifacts) != 1 || !slices.Equal(ls.Artifacts[0].Stripes, want) {
+			t.Fatalf("listing %+v, want one artifact with stripes %+v", ls.Artifacts, want)
+		}
+	})
 	t.Run("busy past twice the stripe count", func(t *testing.T) {
 		for i := 2; i <= 2*stripe.Count; i++ {
 			more, err := openSession(ctx, ClientConfig{}.withDefaults(), addr, wire.Request{ID: digest, Stripe: stripe})
