@@ -2,6 +2,7 @@ package peer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -36,6 +37,12 @@ type forestPlan struct {
 	// leave, if set, is told of a fetch that found no source left in a
 	// stripe: resolution goes on to its next source (Provider.originNext).
 	leave func(ctx context.Context, reason string, err error)
+	// slowAfter is how long a stripe may lag the others before it leaves
+	// its source for an adopter (stripe_lag.go).
+	slowAfter time.Duration
+	// reattach, if set, is told of each stripe that left its source for
+	// another, with the reason.
+	reattach func(reason string)
 }
 
 // stripe is stripe s of the forest, as a request names it.
@@ -133,19 +140,33 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 		}
 	}
 	f.stats.sessions.Mode, f.stats.sessions.Rails = ModeTCP, 1
-	g, gctx := errgroup.WithContext(ctx)
-	for s := range fp.forest.Stripes() {
-		g.Go(func() error { return f.fetchStripe(gctx, s) })
+	total := make([]int, fp.forest.Stripes())
+	for s := range total {
+		total[s] = len(f.stripeTodo(fp.stripe(s)))
 	}
-	return g.Wait()
+	w := newStripeWatch(fp.slowAfter, total)
+	g, gctx := errgroup.WithContext(ctx)
+	wctx, stop := context.WithCancel(gctx)
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		f.watchStripes(wctx, w)
+	}()
+	for s := range fp.forest.Stripes() {
+		g.Go(func() error { return f.fetchStripe(gctx, s, w) })
+	}
+	err := g.Wait()
+	stop()
+	<-watched
+	return err
 }
 
 // fetchStripe fetches stripe s's pieces from this node's source in it. A
 // source that answers but has served nothing yet is asked again, within
 // the plan's wait; a source that cannot be reached, is busy, fails once it
-// served, or served a bad piece is left for the next of its adopters in
-// the forest, with the pieces verified so far kept.
-func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
+// served, served a bad piece, or lags (w) is left for the next of its
+// adopters in the forest, with the pieces verified so far kept.
+func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error {
 	fp := f.forest
 	stripe := fp.stripe(s)
 	src := fp.forest.Parent(fp.self, s)
@@ -159,7 +180,11 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 		if len(todo) == 0 {
 			return nil
 		}
-		err := f.stripeSession(ctx, src, stripe, todo)
+		sctx, cancel := context.WithCancelCause(ctx)
+		w.session(s, cancel)
+		err := f.stripeSession(sctx, src, stripe, todo)
+		slow := errors.Is(context.Cause(sctx), errSlowSource)
+		cancel(nil)
 		served = served || len(f.stripeTodo(stripe)) < len(todo)
 		if err == nil {
 			continue
@@ -167,11 +192,14 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
 		}
+		if slow {
+			err = &Error{Addr: src, Err: errSlowSource}
+		}
 		if !peerFault(err) {
 			return err
 		}
 		liar := errdefs.IsDataLoss(err)
-		if !liar && !served && !netfail.Unreachable(err) && !isBusy(err) && time.Since(start) < fp.wait {
+		if !liar && !slow && !served && !netfail.Unreachable(err) && !isBusy(err) && time.Since(start) < fp.wait {
 			// The source may not have announced its build yet.
 			select {
 			case <-time.After(b.NextBackOff()):
@@ -189,15 +217,35 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 				Warn("peer: the source served a piece that failed its check; it is passed over")
 		}
 		next := f.adopter(src, s, tried)
+		if next == "" && slow {
+			// A slow source is still a source: the stripe stays with it.
+			log.G(ctx).WithField("peer", src).WithField("stripe", stripe.String()).
+				Debug("peer: the stripe's source lags, and no adopter is left; staying with it")
+			continue
+		}
 		if next == "" {
-			err = fmt.Errorf("stripe %s: no source left in the striped forest after %s: %w: %w", stripe, src, err, errdefs.ErrUnavailable)
+			reason := "no source left in a stripe"
+			if f.rootsPlace(tried) {
+				reason = "the root of the striped forest is gone; this node takes its place"
+			}
+			err = fmt.Errorf("stripe %s: %s after %s: %w: %w", stripe, reason, src, err, errdefs.ErrUnavailable)
 			if fp.leave != nil {
-				fp.leave(ctx, "no source left in a stripe", err)
+				fp.leave(ctx, reason, err)
 			}
 			return err
 		}
+		reason := reattachFailed
+		switch {
+		case liar:
+			reason = reattachBadPiece
+		case slow:
+			reason = reattachSlow
+		}
+		if fp.reattach != nil {
+			fp.reattach(reason)
+		}
 		log.G(ctx).WithError(err).WithField("peer", src).WithField("adopter", next).WithField("stripe", stripe.String()).
-			WithField("left", len(f.stripeTodo(stripe))).Warn("peer: the stripe's source failed; re-attaching to an adopter")
+			WithField("reason", reason).WithField("left", len(f.stripeTodo(stripe))).Warn("peer: leaving the stripe's source; re-attaching to an adopter")
 		f.stats.mu.Lock()
 		f.stats.sessions.Failovers++
 		f.stats.mu.Unlock()
@@ -207,17 +255,45 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int) error {
 	}
 }
 
-// adopter is the source stripe s takes after failed: the first of the
-// forest's adopters of this node not tried yet and not remembered as down,
-// else the root; "" once every one was tried.
+// Reasons a stripe leaves its source for an adopter, as logged and counted
+// (weightsnap_peer_reattach_total).
+const (
+	reattachFailed   = "source failed"
+	reattachBadPiece = "bad piece"
+	reattachSlow     = "slow source"
+)
+
+// adopter is the source stripe s takes after failed, the first not tried
+// yet and not remembered as down: one of the forest's adopters of this
+// node, else the root, else, the root gone, the first member of the
+// rendezvous ranking after it, which takes the root's place; "" when that
+// is this node itself or none is left.
 func (f *fetcher) adopter(failed string, s int, tried map[string]bool) string {
 	fp := f.forest
-	for _, a := range append(fp.forest.Adopters(fp.self, failed, s), fp.forest.Root()) {
-		if a != fp.self && !tried[a] && !f.o.Client.Down.down(a) {
+	for _, a := range append(fp.forest.Adopters(fp.self, failed, s), fp.forest.Ranking()...) {
+		if a == fp.self {
+			return ""
+		}
+		if !tried[a] && !f.o.Client.Down.down(a) {
 			return a
 		}
 	}
 	return ""
+}
+
+// rootsPlace says whether this node takes the place of a gone root: every
+// member ranked before it was tried or is remembered as down.
+func (f *fetcher) rootsPlace(tried map[string]bool) bool {
+	fp := f.forest
+	for _, m := range fp.forest.Ranking() {
+		if m == fp.self {
+			return true
+		}
+		if !tried[m] && !f.o.Client.Down.down(m) {
+			return false
+		}
+	}
+	return false
 }
 
 // stripeSession fetches todo, pieces of stripe, over one session with addr.

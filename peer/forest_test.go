@@ -89,16 +89,20 @@ func fetchAllMembers(ctx context.Context, id artifact.ID, ms []*forestMember) {
 // that serves bad pieces (a lying builder) or dies mid-transfer (a builder
 // that stops serving with part of the artifact verified) costs its
 // children one re-attachment each, the liar is named, and every other
-// member finishes.
+// member finishes. A source that stalls mid-transfer (a builder that
+// verifies no more) is routed around: its children's stripe lags, and they
+// leave it for an adopter.
 func TestForestFetch(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		fault func(p *delayedProducer) // the head of stripe 0's build; nil: it fetches like the others
 		lie   bool
+		stall bool // the faulty member serves on, verifying nothing more
 	}{
 		{name: "no fault"},
 		{name: "a source serves bad pieces", fault: func(p *delayedProducer) { p.lie, p.everyPiece = true, true }, lie: true},
 		{name: "a source dies mid-transfer", fault: func(p *delayedProducer) { p.hold = true }},
+		{name: "a source stalls mid-transfer", fault: func(p *delayedProducer) { p.hold = true }, stall: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			a, identity := seededInPieces(t, 2)
@@ -122,7 +126,7 @@ func TestForestFetch(t *testing.T) {
 				_, stop := serveStoppable(t, faulty.d, ServerConfig{}, faulty.l)
 				startBuild(t, a, identity, p, faulty.d)
 				t.Cleanup(func() { close(p.release) })
-				if p.hold {
+				if p.hold && !tc.stall {
 					// It dies once its children verified bytes and wait on it
 					// for what it has not verified.
 					var served atomic.Int64
@@ -139,6 +143,9 @@ func TestForestFetch(t *testing.T) {
 			}
 			for _, m := range fetching {
 				m.d = storetest.Open(t)
+				if tc.stall {
+					m.p.SlowAfter = 500 * time.Millisecond
+				}
 				serveOn(t, m.d, ServerConfig{}, m.l)
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -156,13 +163,22 @@ func TestForestFetch(t *testing.T) {
 					if m.f.stats.sessions.Failovers == 0 {
 						t.Errorf("member %s: its source %s failed and it did not re-attach", m.addr, faulty.addr)
 					}
+					if reason := map[bool]string{false: reattachFailed, true: reattachSlow}[tc.stall]; !tc.lie &&
+						testutil.ToFloat64(m.p.reattachCounter().WithLabelValues(reason)) == 0 {
+						t.Errorf("member %s: no re-attachment counted under %q", m.addr, reason)
+					}
 					if tc.lie && !slices.Contains(m.f.stats.sessions.Refused, faulty.addr) {
 						t.Errorf("member %s: the liar %s is not named (refused %v)", m.addr, faulty.addr, m.f.stats.sessions.Refused)
 					}
 					sources = append(sources, forest.Adopters(m.addr, faulty.addr, 0)...)
 					sources = append(sources, forest.Root())
 				}
+				// A stall's orphans hold their own children back until they
+				// re-attach: those may leave for an adopter too.
 				for _, used := range m.f.stats.sessions.Peers {
+					if tc.stall {
+						break
+					}
 					if !slices.Contains(sources, used) {
 						t.Errorf("member %s fetched from %s, none of its sources in the forest %v", m.addr, used, sources)
 					}
@@ -204,7 +220,8 @@ func waitFor(t *testing.T, cond func() bool) {
 
 // TestStripedSession: a session of one stripe serves the chaining values
 // of any unit and the bytes of its own stripe's pieces only, one piece a
-// range, and a stripe of k is served to at most 2k sessions at once.
+// range, the listing names the stripe served, and a stripe of k is served
+// to at most 2k sessions at once.
 func TestStripedSession(t *testing.T) {
 	s, id := seededInPieces(t, 1)
 	srv, addr := serve(t, s, ServerConfig{})
@@ -271,6 +288,16 @@ func TestStripedSession(t *testing.T) {
 			}
 		})
 	}
+	t.Run("listed", func(t *testing.T) {
+		ls, err := ClientConfig{}.List(ctx, addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := []wire.ListedStripe{{Index: stripe.Index, Count: stripe.Count, Sessions: 1}}
+		if len(ls.Artifacts) != 1 || !slices.Equal(ls.Artifacts[0].Stripes, want) {
+			t.Fatalf("listing %+v, want one artifact with stripes %+v", ls.Artifacts, want)
+		}
+	})
 	t.Run("busy past twice the stripe count", func(t *testing.T) {
 		for i := 2; i <= 2*stripe.Count; i++ {
 			more, err := openSession(ctx, ClientConfig{}.withDefaults(), addr, wire.Request{ID: digest, Stripe: stripe})

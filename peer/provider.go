@@ -38,10 +38,16 @@ type Provider struct {
 	// RootWait bounds how long a node that is not the root asks again; 0
 	// means DefaultRootWait.
 	RootWait time.Duration
+	// SlowAfter is how long a stripe of a striped fetch may lag the
+	// member's other stripes before it leaves its source for an adopter; 0
+	// means DefaultSlowAfter.
+	SlowAfter time.Duration
 
-	downOnce   sync.Once
-	originOnce sync.Once
-	origins    *prometheus.CounterVec
+	downOnce     sync.Once
+	originOnce   sync.Once
+	origins      *prometheus.CounterVec
+	reattachOnce sync.Once
+	reattaches   *prometheus.CounterVec
 }
 
 // Down is the provider's memory of the peers that failed to answer, kept
@@ -55,13 +61,27 @@ func (p *Provider) Down() *DownPeers {
 	return p.Options.Client.Down
 }
 
-// Register adds the provider's metrics to r: the dead-peer memory's and
-// the decisions to go to the origin, by reason.
+// Register adds the provider's metrics to r: the dead-peer memory's, the
+// decisions to go to the origin and the stripes that left their source,
+// by reason.
 func (p *Provider) Register(r prometheus.Registerer) error {
 	if err := p.Down().Register(r); err != nil {
 		return err
 	}
-	return r.Register(p.originCounter())
+	if err := r.Register(p.originCounter()); err != nil {
+		return err
+	}
+	return r.Register(p.reattachCounter())
+}
+
+// reattachCounter counts the stripes of striped fetches that left their
+// source for another, by reason.
+func (p *Provider) reattachCounter() *prometheus.CounterVec {
+	p.reattachOnce.Do(func() {
+		p.reattaches = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weightsnap", Subsystem: "peer",
+			Name: "reattach_total", Help: "Times a stripe of a striped fetch left its source for another, by reason."}, []string{"reason"})
+	})
+	return p.reattaches
 }
 
 // originCounter counts the selections that found no source among the
@@ -208,8 +228,14 @@ func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []st
 	if wait <= 0 {
 		wait = DefaultRootWait
 	}
+	slowAfter := p.SlowAfter
+	if slowAfter <= 0 {
+		slowAfter = DefaultSlowAfter
+	}
 	leave := func(ctx context.Context, reason string, err error) { p.originNext(ctx, id, reason, err) }
-	f, err = newForestFetcher(ctx, addrs, wire.Request{ID: id}, o, &forestPlan{forest: forest, self: p.Self, wait: wait, leave: leave})
+	reattach := func(reason string) { p.reattachCounter().WithLabelValues(reason).Inc() }
+	f, err = newForestFetcher(ctx, addrs, wire.Request{ID: id}, o,
+		&forestPlan{forest: forest, self: p.Self, wait: wait, leave: leave, slowAfter: slowAfter, reattach: reattach})
 	if err != nil {
 		return nil, true, fmt.Errorf("no source of %s in the striped forest after %s: %w", id.Short(), wait, err)
 	}

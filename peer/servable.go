@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -119,6 +120,21 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 	return sv, nil
 }
 
+// listedStripes are the stripes of id that children counts sessions of,
+// in stripe order.
+func listedStripes(children map[childKey]int, id artifact.ID) []wire.ListedStripe {
+	var out []wire.ListedStripe
+	for k, n := range children {
+		if k.id == id && k.stripe.Count > 0 && n > 0 {
+			out = append(out, wire.ListedStripe{Index: k.stripe.Index, Count: k.stripe.Count, Sessions: n})
+		}
+	}
+	slices.SortFunc(out, func(a, b wire.ListedStripe) int {
+		return cmp.Or(cmp.Compare(a.Count, b.Count), cmp.Compare(a.Index, b.Index))
+	})
+	return out
+}
+
 func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 	infos, err := s.d.List(ctx)
 	if err != nil {
@@ -137,14 +153,15 @@ func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 		ready[a.ID] = true
 		ls.Artifacts = append(ls.Artifacts, wire.ListedArtifact{ID: a.ID, ManifestDigest: a.ManifestDigest,
 			Repository: a.Identity.Model.Repository, Revision: a.Identity.Model.Revision, Component: a.Identity.Component,
-			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[childKey{id: a.ID}]})
+			Producer: a.Identity.Producer.Name, Bytes: a.TotalBytes, Files: len(a.Files), Tensors: a.TensorCount, Children: children[childKey{id: a.ID}],
+			Stripes: listedStripes(children, a.ID)})
 	}
 	for _, id := range s.d.Builds(ctx) {
 		if ready[id] {
 			continue
 		}
 		if la, ok := listBuilding(ctx, s.d, id); ok {
-			la.Children = children[childKey{id: id}]
+			la.Children, la.Stripes = children[childKey{id: id}], listedStripes(children, id)
 			ls.Artifacts = append(ls.Artifacts, la)
 		}
 	}

@@ -191,21 +191,25 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				return a.printJSON(ls)
 			}
 			tw := tabwriter.NewWriter(a.out, 0, 4, 2, ' ', 0)
-			fmt.Fprintf(tw, "IDENTITY\tREPOSITORY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\n")
+			fmt.Fprintf(tw, "IDENTITY\tREPOSITORY\tREVISION\tCOMPONENT\tPRODUCER\tSIZE\tTENSORS\tSTRIPES\n")
 			for _, x := range ls.Artifacts {
 				size := bytefmt.IEC(x.Bytes)
 				if x.Building {
 					size = fmt.Sprintf("%s of %s verified (building)", bytefmt.IEC(x.VerifiedBytes), size)
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\n", x.ID.Short(), cmp.Or(x.Repository, "-"), artifact.ShortHex(x.Revision),
-					x.Component, x.Producer, size, x.Tensors)
+				stripes := make([]string, len(x.Stripes))
+				for i, st := range x.Stripes {
+					stripes[i] = fmt.Sprintf("%d/%d:%d", st.Index, st.Count, st.Sessions)
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", x.ID.Short(), cmp.Or(x.Repository, "-"), artifact.ShortHex(x.Revision),
+					x.Component, x.Producer, size, x.Tensors, cmp.Or(strings.Join(stripes, " "), "-"))
 			}
 			for _, s := range ls.Exports {
 				state := "not mapped"
 				if s.Mapped {
 					state = "mapped " + bytefmt.IEC(s.Bytes)
 				}
-				fmt.Fprintf(tw, "staged:%s\t-\t%s\t\t\t%s\t\n", s.Name, artifact.ShortHex(s.Revision), state)
+				fmt.Fprintf(tw, "staged:%s\t-\t%s\t\t\t%s\t\t\n", s.Name, artifact.ShortHex(s.Revision), state)
 			}
 			tw.Flush()
 			fmt.Fprintf(a.errOut, "peer %s: generation %s, %d of %d sessions, modes %v\n", addrs[0], artifact.ShortHex(ls.Generation), ls.Sessions, ls.MaxSessions, ls.Modes)

@@ -128,6 +128,10 @@ func (f *Forest) Stripes() int { return f.stripes }
 // Root is the member that takes the registry.
 func (f *Forest) Root() string { return f.order[0] }
 
+// Ranking is the rendezvous ranking of the members, the root first: when
+// the root is gone, the first live member after it takes its place.
+func (f *Forest) Ranking() []string { return slices.Clone(f.order) }
+
 // Interior is the stripe member is interior in, -1 for the root.
 func (f *Forest) Interior(member string) int {
 	r, ok := f.rank[member]

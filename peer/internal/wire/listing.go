@@ -39,6 +39,17 @@ type ListedArtifact struct {
 	Depth int `json:"depth,omitempty"`
 	// Children are the sessions serving it now.
 	Children int `json:"children,omitempty"`
+	// Stripes are the stripes of it served now, one striped session or
+	// more each (the striped forest's).
+	Stripes []ListedStripe `json:"stripes,omitempty"`
+}
+
+// ListedStripe is one stripe of an artifact a peer serves now, and how
+// many sessions serve it.
+type ListedStripe struct {
+	Index    int `json:"index"`
+	Count    int `json:"count"`
+	Sessions int `json:"sessions"`
 }
 
 // ListedExport is one exported directory.
