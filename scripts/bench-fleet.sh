@@ -7,7 +7,8 @@
 # nodes' times to READY as p50 and p99, the first and the last (the max) READY, and the last over
 # one node alone, and the CPU seconds the nodes spent per node per MiB; every node passes verify
 # --full. Each row is the median [min-max] of BENCH_REPS rounds up to BENCH_FLEET_REPS_NODES nodes
-# (default 4), of one round past them (its rounds column says which).
+# (default 4; the forest's 0, its rounds take minutes), of one round past them (its rounds column
+# says which).
 # Real registry (test/e2e/deps), bin/weightsnap; needs root, tc and flock.
 # The driver is TestFleetBench in test/fleet/bench_test.go (build tag bench).
 #
@@ -16,13 +17,14 @@
 #            with one killed mid-transfer at 64: docs/fleet.md)
 # Env:   BENCH_FLEET_STRUCTURE  the fleet rounds' [peer] structure: chain (default) or forest
 #        BENCH_FLEET_SIZE       the artifact's size (default 256MiB; the forest's 160MiB)
-#        BENCH_FLEET_RATE_MBIT  every link's rate (default 100; the forest's 20: bench_test.go says why)
+#        BENCH_FLEET_RATE_MBIT  every link's rate (default 100; the forest's 10: bench_test.go says why)
 #        BENCH_FLEET_REGISTRY   0 leaves out the registry-only rounds (N copies over the origin's
 #                               link each), 1 keeps them (default 1; the forest's 0)
 #        BENCH_FLEET_KILL       1 adds, at the largest N, a fleet round with one node killed
 #                               mid-transfer (default 0; the forest's 1)
 #        BENCH_REPS             the rounds of one node alone and of each row up to
-#                               BENCH_FLEET_REPS_NODES nodes (default 5, and 4 nodes)
+#                               BENCH_FLEET_REPS_NODES nodes (default 5, and 4 nodes; the forest's 0)
+#        BENCH_FLEET_GOMAXPROCS the nodes' GOMAXPROCS (default unset; the forest's 1)
 #        BENCH_OUT              also write the table to this file
 #        BENCH_FLEET_JSON       also write each fleet row's median round's nodes (times to READY,
 #                               sources) and the structure as JSON to this file

@@ -14,7 +14,9 @@ package fleet
 // BENCH_FLEET_REGISTRY (0 leaves out the registry-only rounds, 1 keeps them), BENCH_FLEET_KILL (1
 // adds, at the largest count, a fleet round with one node killed mid-transfer), BENCH_REPS (the
 // rounds of one node alone and of every row up to BENCH_FLEET_REPS_NODES nodes, default
-// benchrow.MinReps), BENCH_FLEET_REPS_NODES (default repsNodes; larger rows take one round).
+// benchrow.MinReps), BENCH_FLEET_REPS_NODES (default repsNodes, the forest's forestRepsNodes;
+// larger rows take one round), BENCH_FLEET_GOMAXPROCS (the nodes' GOMAXPROCS: default unset, the
+// forest's forestGOMAXPROCS).
 
 import (
 	"encoding/json"
@@ -48,15 +50,20 @@ const benchRateMbit = 100
 // pieces, whatever the rate. forestSize makes it small against the 1.3x goal at 64 nodes, and 64
 // stores of it fit in the machine's memory with room. forestRateMbit keeps all 64 links' worth of
 // receiving, hashing and relaying well below what the 2 cores move (the table's CPU column says
-// how far), and one round short enough for the run of 2 to 64 nodes, the kill round and the
-// repeated small rows to take about 25 minutes.
+// how far): a faster rate let the CPUs, not the links, set the 64-node row. A round then takes
+// minutes, so the forest's rows take one round each (forestRepsNodes) and the run of 2 to 64
+// nodes and the kill round about 25 minutes; BENCH_FLEET_REPS_NODES asks for more. Each node's Go
+// runtime gets one processor (GOMAXPROCS): the nodes stand for machines of their own, and 64
+// runtimes of two processors each on the 2 cores spend the CPUs on their schedulers' spinning.
 const (
-	forestSize     = "160MiB"
-	forestRateMbit = 20
+	forestSize       = "160MiB"
+	forestRateMbit   = 10
+	forestRepsNodes  = 0
+	forestGOMAXPROCS = "1"
 )
 
-// repsNodes is the largest row that takes BENCH_REPS rounds; larger rows take one round each, which
-// their rounds column says: the run stays within its time.
+// repsNodes is the largest row of the chain that takes BENCH_REPS rounds, one node alone included;
+// larger rows take one round each, which their rounds column says: the run stays within its time.
 const repsNodes = 4
 
 func TestFleetBench(t *testing.T) {
@@ -80,13 +87,20 @@ func TestFleetBench(t *testing.T) {
 	}
 	registryOnly := envOr("BENCH_FLEET_REGISTRY", "1", "0", forest) != "0"
 	kill := envOr("BENCH_FLEET_KILL", "0", "1", forest) == "1"
-	repsUpTo := repsNodes
-	if s := os.Getenv("BENCH_FLEET_REPS_NODES"); s != "" {
-		if repsUpTo, err = strconv.Atoi(s); err != nil {
-			t.Fatalf("BENCH_FLEET_REPS_NODES=%q", s)
-		}
+	repsUpTo, err := strconv.Atoi(envOr("BENCH_FLEET_REPS_NODES", strconv.Itoa(repsNodes), strconv.Itoa(forestRepsNodes), forest))
+	if err != nil {
+		t.Fatalf("BENCH_FLEET_REPS_NODES: %v", err)
 	}
-	reps := benchrow.Reps()
+	// reps is the rounds of a row of n nodes.
+	reps := func(n int) int {
+		if n > repsUpTo {
+			return 1
+		}
+		return benchrow.Reps()
+	}
+	if procs := envOr("BENCH_FLEET_GOMAXPROCS", "", forestGOMAXPROCS, forest); procs != "" {
+		t.Setenv("GOMAXPROCS", procs) // the nodes' processes inherit it
+	}
 	most := 1
 	for _, n := range counts {
 		most = max(most, n)
@@ -97,17 +111,13 @@ func TestFleetBench(t *testing.T) {
 	f := Start(t, Options{Nodes: most, Size: size, Shards: 4})
 	unshaped := f.benchRound(Round{Nodes: 1})
 	f.Shape(rate)
-	alone := f.benchRows(Round{Nodes: 1}, reps)
+	alone := f.benchRows(Round{Nodes: 1}, reps(1))
 	type row struct{ fleet, registry benchResults }
 	var rows []row
 	for _, n := range counts {
-		k := reps
-		if n > repsUpTo {
-			k = 1
-		}
-		r := row{fleet: f.benchRows(Round{Nodes: n, Peers: true, Structure: structure}, k)}
+		r := row{fleet: f.benchRows(Round{Nodes: n, Peers: true, Structure: structure}, reps(n))}
 		if registryOnly {
-			r.registry = f.benchRows(Round{Nodes: n}, k)
+			r.registry = f.benchRows(Round{Nodes: n}, reps(n))
 		}
 		rows = append(rows, r)
 		t.Logf("%d nodes done", n)
@@ -120,8 +130,12 @@ func TestFleetBench(t *testing.T) {
 	load, _ := os.ReadFile("/proc/loadavg") // the machine may be shared: say how busy it was
 	loadAvg := strings.Join(strings.Fields(string(load))[:3], " ")
 	aloneLast := alone.last()
-	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, every link %d Mbit/s both ways (tbf), %d cores, load average at the end %s\n",
-		size, f.Bytes, structure, rate, runtime.NumCPU(), loadAvg)
+	procs := os.Getenv("GOMAXPROCS")
+	if procs == "" {
+		procs = "the cores'"
+	}
+	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, every link %d Mbit/s both ways (tbf), %d cores, GOMAXPROCS %s, load average at the end %s\n",
+		size, f.Bytes, structure, rate, runtime.NumCPU(), procs, loadAvg)
 	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s, %.3f CPU-s/MiB); on the %d Mbit/s links: %s s, %s CPU-s/MiB (%d rounds)\n",
 		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped.Last.Seconds()), unshaped.cpuPerMiB(f.Bytes), rate,
 		aloneLast.Format(2), alone.cpuPerMiB(f.Bytes).Format(3), len(alone))
@@ -145,7 +159,7 @@ func TestFleetBench(t *testing.T) {
 	if registryOnly {
 		printTable("registry only", func(r row) benchResults { return r.registry })
 	}
-	fmt.Printf("\nEach figure is the median [min-max] of the row's rounds (one round: the same figure thrice); copies and origin MB are the rows' most.\n")
+	fmt.Printf("\nEach figure is the median [min-max] of the row's rounds (BENCH_REPS up to %d nodes, one past them: then the same figure thrice); copies and origin MB are the rows' most.\n", repsUpTo)
 	fmt.Println("copies: the origin interface's tx bytes over the artifact's; p50/p99: of the nodes' times from the common start to READY (nearest rank: of 16, the 8th and the 16th);")
 	fmt.Println("last: the last READY (the max); last / alone: the medians' ratio [the range the rounds allow];")
 	fmt.Println("CPU: the user and system seconds of every node's resolve and peer serve in the round (not the registry's) over the nodes and the artifact's MiB")
