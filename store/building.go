@@ -307,7 +307,9 @@ func (b *Building) wait(ctx context.Context, path string, ready func() bool) err
 	var w *progressWatch // nil: polls
 	watched := false     // a watch was tried
 	defer func() { w.close() }()
-	var lived time.Time // the last check of the build's publication and builder
+	// The last check of the build's publication and its builder: a wait
+	// makes its first one waitLive after it starts.
+	lived := time.Now()
 	for delay := waitFirst; ; {
 		live := time.Since(lived) >= waitLive
 		if live {
