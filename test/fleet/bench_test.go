@@ -136,7 +136,7 @@ func TestFleetBench(t *testing.T) {
 	}
 	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, every link %d Mbit/s both ways (tbf), %d cores, GOMAXPROCS %s, load average at the end %s\n",
 		size, f.Bytes, structure, rate, runtime.NumCPU(), procs, loadAvg)
-	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s, %.3f CPU-s/MiB); on the %d Mbit/s links: %s s, %s CPU-s/MiB (%d rounds)\n",
+	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s, %.3f CPU-s/MiB); on the %d Mbit/s links: %s s, %s CPU-s/MiB (rounds: %d)\n",
 		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped.Last.Seconds()), unshaped.cpuPerMiB(f.Bytes), rate,
 		aloneLast.Format(2), alone.cpuPerMiB(f.Bytes).Format(3), len(alone))
 	// The nodes' receiving at once, against what the CPUs moved for one node alone unshaped.
@@ -159,7 +159,7 @@ func TestFleetBench(t *testing.T) {
 	if registryOnly {
 		printTable("registry only", func(r row) benchResults { return r.registry })
 	}
-	fmt.Printf("\nEach figure is the median [min-max] of the row's rounds (BENCH_REPS up to %d nodes, one past them: then the same figure thrice); copies and origin MB are the rows' most.\n", repsUpTo)
+	fmt.Printf("\nEach figure is the median [min-max] of the row's rounds (the rounds column; one round gives the same figure thrice); copies and origin MB are the rows' most.\n")
 	fmt.Println("copies: the origin interface's tx bytes over the artifact's; p50/p99: of the nodes' times from the common start to READY (nearest rank: of 16, the 8th and the 16th);")
 	fmt.Println("last: the last READY (the max); last / alone: the medians' ratio [the range the rounds allow];")
 	fmt.Println("CPU: the user and system seconds of every node's resolve and peer serve in the round (not the registry's) over the nodes and the artifact's MiB")
