@@ -16,7 +16,7 @@
 #        BENCH_FLEET_STRUCTURE=forest scripts/bench-fleet.sh      (the striped forest up to 64 nodes,
 #            with one killed mid-transfer at 64: docs/fleet.md)
 # Env:   BENCH_FLEET_STRUCTURE  the fleet rounds' [peer] structure: chain (default) or forest
-#        BENCH_FLEET_SIZE       the artifact's size (default 256MiB; the forest's 160MiB)
+#        BENCH_FLEET_SIZE       the artifact's size (default 256MiB; the forest's 192MiB)
 #        BENCH_FLEET_RATE_MBIT  every link's rate (default 100; the forest's 10: bench_test.go says why)
 #        BENCH_FLEET_REGISTRY   0 leaves out the registry-only rounds (N copies over the origin's
 #                               link each), 1 keeps them (default 1; the forest's 0)
@@ -43,7 +43,7 @@ default_nodes="2 4 8 16"
 default_size=256MiB
 if [ "${BENCH_FLEET_STRUCTURE:-}" = forest ]; then
 	default_nodes="2 4 8 16 32 64"
-	default_size=160MiB
+	default_size=192MiB
 fi
 export BENCH_FLEET_NODES="${*:-$default_nodes}"
 export WEIGHTSNAP_PEERS_BIN=${WEIGHTSNAP_PEERS_BIN:-$(test/e2e/deps -q | tail -n 1)}

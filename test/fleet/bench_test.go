@@ -50,13 +50,13 @@ const benchRateMbit = 100
 // pieces, whatever the rate. forestSize makes it small against the 1.3x goal at 64 nodes, and 64
 // stores of it fit in the machine's memory with room. forestRateMbit keeps all 64 links' worth of
 // receiving, hashing and relaying well below what the 2 cores move (the table's CPU column says
-// how far): a faster rate let the CPUs, not the links, set the 64-node row. A round then takes
+// how far): at a faster rate the CPUs, not the links, set the 64-node row. A round then takes
 // minutes, so the forest's rows take one round each (forestRepsNodes) and the run of 2 to 64
-// nodes and the kill round about 25 minutes; BENCH_FLEET_REPS_NODES asks for more. Each node's Go
+// nodes and the kill round about half an hour; BENCH_FLEET_REPS_NODES asks for more. Each node's Go
 // runtime gets one processor (GOMAXPROCS): the nodes stand for machines of their own, and 64
 // runtimes of two processors each on the 2 cores spend the CPUs on their schedulers' spinning.
 const (
-	forestSize       = "160MiB"
+	forestSize       = "192MiB"
 	forestRateMbit   = 10
 	forestRepsNodes  = 0
 	forestGOMAXPROCS = "1"
