@@ -132,7 +132,7 @@ func TestFleetBench(t *testing.T) {
 	aloneLast := alone.last()
 	procs := os.Getenv("GOMAXPROCS")
 	if procs == "" {
-		procs = "the cores'"
+		procs = "unset"
 	}
 	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, every link %d Mbit/s both ways (tbf), %d cores, GOMAXPROCS %s, load average at the end %s\n",
 		size, f.Bytes, structure, rate, runtime.NumCPU(), procs, loadAvg)
