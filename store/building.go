@@ -14,7 +14,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cenkalti/backoff/v5"
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
 	"golang.org/x/sys/unix"
@@ -267,14 +266,15 @@ func (b *Building) covered(path string, off, n int64) bool {
 	return false
 }
 
-// Polls of Wait: from waitFirst, doubling up to waitMax while nothing new
-// is verified.
+// Checks of Wait: a check reads what the builder recorded on each write
+// to the progress file, where it can be watched, else polling from
+// waitFirst, doubling up to waitMax while nothing new is verified; whether
+// the build was published or its builder died, at most every waitLive.
 const (
 	waitFirst = time.Millisecond
 	waitMax   = 20 * time.Millisecond
+	waitLive  = 250 * time.Millisecond
 )
-
-var errNotYet = errors.New("range not verified yet")
 
 // Wait waits for [off, off+n) of the payload file at path to be verified.
 // It returns nil once the range is verified or the build is published.
@@ -301,40 +301,75 @@ func (b *Building) WaitPieces(ctx context.Context, path string, off, n int64) ([
 }
 
 // wait returns once ready, called with mu held after each refresh, says
-// so, or once the build is published.
+// so, or once the build is published. Between checks it sleeps on a watch
+// of the progress file, or polls where no watch can be made.
 func (b *Building) wait(ctx context.Context, path string, ready func() bool) error {
-	poll := &backoff.ExponentialBackOff{InitialInterval: waitFirst, Multiplier: 2, MaxInterval: waitMax}
-	_, err := backoff.Retry(ctx, func() (struct{}, error) {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if err := b.refresh(); err != nil {
-			return struct{}{}, backoff.Permanent(err)
+	var w *progressWatch // nil: polls
+	watched := false     // a watch was tried
+	defer func() { w.close() }()
+	// The last check of the build's publication and its builder: a wait
+	// makes its first one waitLive after it starts.
+	lived := time.Now()
+	for delay := waitFirst; ; {
+		live := time.Since(lived) >= waitLive
+		if live {
+			lived = time.Now()
 		}
-		if ready() {
-			return struct{}{}, nil
+		if done, err := b.check(ready, live); done || err != nil {
+			return err
 		}
+		if !watched {
+			// A record appended before the watch began is read by the
+			// check that follows it, not waited for.
+			watched = true
+			if w = watchProgress(b.prog); w != nil {
+				continue
+			}
+		}
+		if w != nil {
+			delay = time.Until(lived.Add(waitLive))
+		}
+		if err := w.wait(ctx, delay); err != nil {
+			return fmt.Errorf("waiting for %s of %s: %w", path, b.id.Short(), err)
+		}
+		if w == nil {
+			delay = min(2*delay, waitMax)
+		}
+	}
+}
+
+// check refreshes the build's progress and says whether the wait is over:
+// ready says so, or, with live, the build is published (done, no error) or
+// ended without publishing (a *BuildEndedError).
+func (b *Building) check(ready func() bool, live bool) (bool, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.refresh(); err != nil {
+		return true, err
+	}
+	if ready() {
+		return true, nil
+	}
+	if !live && !b.ended {
+		return false, nil
+	}
+	if b.published() {
+		b.done = true
+		return true, nil
+	}
+	if b.ended {
+		return true, &BuildEndedError{ID: b.id}
+	}
+	if !b.d.buildRunning(b.id) {
+		// Publication comes before the build lock's release: a build
+		// that holds the lock no longer and is not published never will be.
 		if b.published() {
 			b.done = true
-			return struct{}{}, nil
+			return true, nil
 		}
-		if b.ended {
-			return struct{}{}, backoff.Permanent(&BuildEndedError{ID: b.id})
-		}
-		if !b.d.buildRunning(b.id) {
-			// Publication comes before the build lock's release: a build
-			// that holds the lock no longer and is not published never will be.
-			if b.published() {
-				b.done = true
-				return struct{}{}, nil
-			}
-			return struct{}{}, backoff.Permanent(&BuildEndedError{ID: b.id})
-		}
-		return struct{}{}, errNotYet
-	}, backoff.WithBackOff(poll), backoff.WithMaxElapsedTime(0))
-	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("waiting for %s of %s: %w", path, b.id.Short(), context.Cause(ctx))
+		return true, &BuildEndedError{ID: b.id}
 	}
-	return err
+	return false, nil
 }
 
 // published says whether the followed directory is artifacts/<id> now.
