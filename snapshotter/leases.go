@@ -123,7 +123,7 @@ func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 	defer l.life.wg.Done()
 	start := time.Now()
 	stop := func() {}
-	req := resolve.Request{ID: ptr.ID, Artifact: ptr.Artifact, OnProduce: func(source string, p artifact.Producer) {
+	req := resolve.Request{ID: ptr.ID, Artifact: ptr.Artifact, Hold: true, OnProduce: func(source string, p artifact.Producer) {
 		stop()
 		stop = l.follow(id, source, p)
 	}}
