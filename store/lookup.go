@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -29,6 +30,7 @@ type Lease struct {
 	tensors map[string]tensorRef
 	d       *Domain // records the last use when the lease goes
 	dom     *Domain // denies the artifact when a file opened late is invalid
+	invalid atomic.Bool
 }
 
 type tensorRef struct {
@@ -68,6 +70,11 @@ func (l *Lease) OpenFiles(ctx context.Context) ([]*LeaseFile, error) {
 	return l.o.all(), nil
 }
 
+// Invalid says whether a payload file this lease opened late was found
+// invalid, which denies the artifact: its holder lets the lease go and
+// resolves the artifact again.
+func (l *Lease) Invalid() bool { return l.invalid.Load() }
+
 // found denies the artifact when err, from opening its files, is an
 // *InvalidError, as a lookup that found it would, and returns err.
 func (l *Lease) found(ctx context.Context, err error) error {
@@ -75,6 +82,7 @@ func (l *Lease) found(ctx context.Context, err error) error {
 	if !errors.As(err, &ie) {
 		return err
 	}
+	l.invalid.Store(true)
 	if derr := l.dom.deny(ctx, l.ID, ie.Error()); derr != nil {
 		return errors.Join(err, derr)
 	}
