@@ -278,7 +278,11 @@ func (a *attempt) identify() bool {
 func (a *attempt) lookup() bool {
 	t := time.Now()
 	bctx, cancel := context.WithTimeoutCause(a.ctx, a.r.cfg.Wait.Budget(), errWaitBudget)
-	l, err := a.dom.Lookup(bctx, a.rep.ID, a.r.cfg.Validation)
+	lookup := a.dom.Lookup
+	if a.req.Hold {
+		lookup = a.dom.Hold
+	}
+	l, err := lookup(bctx, a.rep.ID, a.r.cfg.Validation)
 	spent := errors.Is(context.Cause(bctx), errWaitBudget)
 	cancel()
 	if err != nil {

@@ -234,6 +234,10 @@ type Request struct {
 	// "registry", "peer"), so a caller can show its progress (an
 	// artifact.ProgressReporter says how far it is).
 	OnProduce func(source string, p artifact.Producer)
+	// Hold asks for a lease that keeps the artifact more than it reads it
+	// (store.Domain.Hold): a store hit's payload files are opened when first
+	// asked for (store.Lease.File, store.Lease.OpenFiles).
+	Hold bool
 }
 
 // Resolution is a completed resolution: a leased artifact, or the

@@ -225,7 +225,7 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 	view := filepath.Join(home, "view")
 	mi := control.HostMountInfo{Dir: dir, ID: req.ID, Artifact: req.Artifact, Created: time.Now().UTC(), Leased: true,
 		Layout: ptr.Layout, Repo: ptr.Repo, Writable: req.Writable}
-	if err := m.make(home, view, ptr, mi, h); err != nil {
+	if err := m.make(ctx, home, view, ptr, mi, h); err != nil {
 		if rerr := os.RemoveAll(home); rerr != nil {
 			log.G(ctx).WithError(rerr).WithField("record", home).Warn("remove a failed host mount's record")
 		}
@@ -246,14 +246,14 @@ func (m *HostMounts) Mount(ctx context.Context, req control.HostMountRequest) (*
 
 // make builds the view and the record, then mounts the view read-only on
 // the mount point, or, writable, an overlay over it.
-func (m *HostMounts) make(home, view string, ptr pointer.Pointer, mi control.HostMountInfo, h *held) error {
+func (m *HostMounts) make(ctx context.Context, home, view string, ptr pointer.Pointer, mi control.HostMountInfo, h *held) error {
 	if err := os.RemoveAll(home); err != nil { // a record a crash left half made
 		return err
 	}
 	if err := os.MkdirAll(view, 0o755); err != nil {
 		return err
 	}
-	if err := buildView(view, ptr, h.lease, m.s.links); err != nil {
+	if err := buildView(ctx, view, ptr, h.lease, m.s.links); err != nil {
 		return err
 	}
 	raw, err := json.Marshal(mi)

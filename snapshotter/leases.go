@@ -36,7 +36,8 @@ type leases struct {
 type held struct {
 	id       artifact.ID
 	lease    *store.Lease
-	inflight int // the uses in flight: Prepares, host mounts being made, repairs
+	inflight int  // the uses in flight: Prepares, host mounts being made, repairs
+	retired  bool // its lease found the artifact invalid: out of the table, closed when no use is in flight
 }
 
 // flight is one resolution of an ID, shared by every Prepare that
@@ -62,10 +63,13 @@ func newLeases(lf *life, r Resolver, t *holderTable, m *Metrics) *leases {
 func (l *leases) acquire(ctx context.Context, ptr pointer.Pointer) (*held, *resolve.Report, error) {
 	id := ptr.ID
 	l.mu.Lock()
-	if h := l.held[id]; h != nil {
+	if h := l.held[id]; h != nil && !h.lease.Invalid() {
 		h.inflight++
 		l.mu.Unlock()
 		return h, nil, nil
+	} else if h != nil {
+		l.retire(h)
+		l.dropIfUnused(h)
 	}
 	f := l.flights[id]
 	if f == nil {
@@ -123,7 +127,7 @@ func (l *leases) fly(id artifact.ID, f *flight, ptr pointer.Pointer) {
 	defer l.life.wg.Done()
 	start := time.Now()
 	stop := func() {}
-	req := resolve.Request{ID: ptr.ID, Artifact: ptr.Artifact, OnProduce: func(source string, p artifact.Producer) {
+	req := resolve.Request{ID: ptr.ID, Artifact: ptr.Artifact, Hold: true, OnProduce: func(source string, p artifact.Producer) {
 		stop()
 		stop = l.follow(id, source, p)
 	}}
@@ -231,12 +235,26 @@ func (l *leases) attach(h *held, holder string) {
 }
 
 // finish ends one use in flight of h; an artifact nothing needs any more
-// is let go.
+// is let go, and so is one its lease found invalid.
 func (l *leases) finish(h *held) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	h.inflight--
+	if h.lease.Invalid() {
+		l.retire(h)
+	}
 	l.dropIfUnused(h)
+}
+
+// retire takes h, whose lease found the artifact invalid, out of the
+// table, so that the next use resolves the artifact again; its lease
+// closes once no use is in flight. l.mu is held.
+func (l *leases) retire(h *held) {
+	h.retired = true
+	if l.held[h.id] == h {
+		delete(l.held, h.id)
+		l.metrics.leasesHeld.Set(float64(len(l.held)))
+	}
 }
 
 // forget forgets holder (a snapshot removed or committed, a mount undone)
@@ -254,8 +272,15 @@ func (l *leases) forget(ctx context.Context, holder string) {
 }
 
 // dropIfUnused closes the lease of an artifact no holder has leased and no
-// Prepare has in flight; l.mu is held.
+// Prepare has in flight, and that of a retired one no Prepare has in
+// flight; l.mu is held.
 func (l *leases) dropIfUnused(h *held) bool {
+	if h.retired {
+		if h.inflight == 0 {
+			h.lease.Close()
+		}
+		return false
+	}
 	if h.inflight > 0 || l.held[h.id] != h || l.holders.anyOf(h.id, useLeased) {
 		return false
 	}

@@ -1,6 +1,7 @@
 package snapshotter
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -103,13 +104,13 @@ func viewName(id artifact.ID, ptr pointer.Pointer) (string, error) {
 // get is the directory of the shared view of the lease l's artifact laid
 // out by ptr (its LabelView name), built first when there is none or it
 // is of other inodes. Its callers serialize it (fillMu).
-func (v *sharedViews) get(ptr pointer.Pointer, l *store.Lease, pool *linkPool) (fs, name string, err error) {
+func (v *sharedViews) get(ctx context.Context, ptr pointer.Pointer, l *store.Lease, pool *linkPool) (fs, name string, err error) {
 	name, err = viewName(l.ID, ptr)
 	if err != nil {
 		return "", "", err
 	}
 	dir := filepath.Join(v.dir, filepath.FromSlash(name))
-	origin, err := leaseOrigin(l)
+	origin, err := leaseOrigin(ctx, l)
 	if err != nil {
 		return "", "", err
 	}
@@ -126,7 +127,7 @@ func (v *sharedViews) get(ptr pointer.Pointer, l *store.Lease, pool *linkPool) (
 	if err := os.MkdirAll(filepath.Join(tmp, "fs"), 0o755); err != nil {
 		return "", "", fmt.Errorf("shared view: %w", err)
 	}
-	if err := buildView(filepath.Join(tmp, "fs", pointer.ViewDir(ptr)), ptr, l, pool); err != nil { // the target is absolute and clean, an hf repo folder one validated name: it stays under fs
+	if err := buildView(ctx, filepath.Join(tmp, "fs", pointer.ViewDir(ptr)), ptr, l, pool); err != nil { // the target is absolute and clean, an hf repo folder one validated name: it stays under fs
 		return "", "", err
 	}
 	if err := os.WriteFile(filepath.Join(tmp, "origin"), []byte(origin), 0o444); err != nil {
@@ -141,12 +142,15 @@ func (v *sharedViews) get(ptr pointer.Pointer, l *store.Lease, pool *linkPool) (
 
 // leaseOrigin is the device and inode of the lease's first file ("" for
 // an artifact of no files): what its shared views link to.
-func leaseOrigin(l *store.Lease) (string, error) {
-	files := l.Files()
-	if len(files) == 0 {
+func leaseOrigin(ctx context.Context, l *store.Lease) (string, error) {
+	if len(l.Index.Files) == 0 {
 		return "", nil
 	}
-	fd, err := files[0].FD()
+	f, err := l.File(ctx, 0)
+	if err != nil {
+		return "", fmt.Errorf("shared view: %w", err)
+	}
+	fd, err := f.FD()
 	if err != nil {
 		return "", err
 	}

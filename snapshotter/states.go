@@ -149,7 +149,7 @@ func (s *Snapshotter) fill(ctx context.Context, name, dir string, ptr pointer.Po
 	if err != nil || stateOf(info) != stateEmptied {
 		return err
 	}
-	view, viewName, err := s.views.get(ptr, h.lease, s.links)
+	view, viewName, err := s.views.get(ctx, ptr, h.lease, s.links)
 	if err != nil {
 		return err
 	}
@@ -222,7 +222,7 @@ func (s *Snapshotter) fillFallback(ctx context.Context, info snapshots.Info, h *
 	if err != nil {
 		return err
 	}
-	if err := buildView(filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, s.links); err != nil {
+	if err := buildView(ctx, filepath.Join(dir, pointer.ViewDir(ptr)), ptr, h.lease, s.links); err != nil {
 		return err
 	}
 	info.Labels = maps.Clone(info.Labels)

@@ -155,7 +155,7 @@ func (s *Snapshotter) lease(ctx context.Context, ptr pointer.Pointer, holders ..
 	}
 	start := time.Now()
 	lctx, cancel := context.WithTimeout(ctx, lookupTimeout)
-	lease, err := s.store.Lookup(lctx, ptr.ID, store.ManifestAndMetadata)
+	lease, err := s.store.Hold(lctx, ptr.ID, store.ManifestAndMetadata)
 	cancel()
 	logger := log.G(ctx).WithField("id", ptr.ID).WithField("holders", holders)
 	if err != nil {

@@ -87,13 +87,16 @@ func committedDir(ctx context.Context, sn snapshots.Snapshotter, name string) (s
 // It is idempotent: a file that is already the store's inode stays, anything
 // else at a file's path is replaced, so it also fills a directory where the
 // pointer layer was unpacked.
-func buildView(root string, ptr pointer.Pointer, l *store.Lease, pool *linkPool) error {
+func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.Lease, pool *linkPool) error {
 	// The pointer layer's notice says the weights are not mounted: once they
 	// are, it goes (an artifact file of that name is linked below).
 	if err := os.Remove(filepath.Join(root, pointer.NoticeName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("view: remove %s: %w", pointer.NoticeName, err)
 	}
-	files := l.Files()
+	files, err := l.OpenFiles(ctx)
+	if err != nil {
+		return fmt.Errorf("view of %s: %w", l.ID, err)
+	}
 	links := newViewLinks()
 	var mk hfcache.MakeSymlink
 	if pool != nil {

@@ -30,9 +30,10 @@ func BenchmarkSharedView(b *testing.B) {
 			name = layout
 		}
 		b.Run(name, func(b *testing.B) {
+			ctx := context.Background()
 			n := newNode(b, b.TempDir())
 			id := artifact.MustParseID(importInto(b, n.dom, manyFilesModel(b, 1000-8)))
-			l, err := n.dom.Lookup(context.Background(), id, store.ManifestAndMetadata)
+			l, err := n.dom.Lookup(ctx, id, store.ManifestAndMetadata)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -49,7 +50,7 @@ func BenchmarkSharedView(b *testing.B) {
 				}
 				cpu0 := processCPU(b)
 				b.StartTimer()
-				if _, _, err := n.sn.views.get(ptr, l, n.sn.links); err != nil {
+				if _, _, err := n.sn.views.get(ctx, ptr, l, n.sn.links); err != nil {
 					b.Fatal(err)
 				}
 				b.StopTimer()

@@ -12,6 +12,7 @@ import (
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/pointer"
 	"github.com/weightsnap/weightsnap/resolve"
+	"github.com/weightsnap/weightsnap/store"
 )
 
 // Outcomes of a weight layer's Prepare, in logs and metrics.
@@ -90,49 +91,61 @@ func (s *Snapshotter) prepareWeights(ctx context.Context, key, parent string, la
 	}
 
 	s.leases.prefetch(ctx, ptr.Next)
-	h, rep, err := s.leases.acquire(ctx, ptr)
-	switch {
-	case err != nil && s.modeOf(ptr) == resolve.Preferred && ctx.Err() == nil:
-		outcome, fallbackCause = OutcomeFallback, err
-		s.metrics.fallbacks.Inc()
-		mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(labels), markFallback())
-		if perr != nil {
-			outcome = OutcomeError
-			return nil, weightErr(ptr, fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err))
+	for first := true; ; first = false {
+		h, rep, err := s.leases.acquire(ctx, ptr)
+		switch {
+		case err != nil && s.modeOf(ptr) == resolve.Preferred && ctx.Err() == nil:
+			outcome, fallbackCause = OutcomeFallback, err
+			s.metrics.fallbacks.Inc()
+			mounts, perr := s.overlay.Prepare(ctx, key, parent, snapshots.WithLabels(labels), markFallback())
+			if perr != nil {
+				outcome = OutcomeError
+				return nil, weightErr(ptr, fmt.Errorf("prepare the fallback: %w (after: %w)", perr, err))
+			}
+			return mounts, nil
+		case err != nil:
+			outcome = OutcomeFailed
+			return nil, weightErr(ptr, err)
 		}
-		return mounts, nil
-	case err != nil:
-		outcome = OutcomeFailed
-		return nil, weightErr(ptr, err)
+		outcome, source = resolvedOutcome(rep)
+		err = s.commitWeights(ctx, h, ptr, source, key, parent, name, labels)
+		s.leases.finish(h) // a lease that found the artifact invalid leaves the table
+		if store.IsInvalid(err) && first {
+			// The store denied the artifact while its view was built:
+			// the next resolution fetches it again.
+			log.G(ctx).WithError(err).WithField("id", ptr.ID).WithField("key", key).
+				Warn("prepare weight layer: the artifact was found invalid, resolving it again")
+			continue
+		}
+		if errdefs.IsAlreadyExists(err) { // a concurrent Prepare of the same layer committed first
+			outcome = OutcomeExists
+			return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
+		}
+		if err != nil {
+			outcome = OutcomeError
+			return nil, weightErr(ptr, err)
+		}
+		return nil, fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
 	}
-	outcome, source = resolvedOutcome(rep)
-	defer s.leases.finish(h)
+}
 
+// commitWeights commits the weight snapshot name over parent, filled with
+// the artifact in flight h laid out by ptr; a failure leaves nothing
+// behind.
+func (s *Snapshotter) commitWeights(ctx context.Context, h *held, ptr pointer.Pointer, source, key, parent, name string, labels map[string]string) (err error) {
 	tmp := fmt.Sprintf("%s %d %s", tmpView, time.Now().UnixNano(), key)
 	mounts, err := s.overlay.Prepare(ctx, tmp, parent)
 	if err != nil {
-		outcome = OutcomeError
-		return nil, weightErr(ptr, fmt.Errorf("prepare the view's snapshot: %w", err))
+		return fmt.Errorf("prepare the view's snapshot: %w", err)
 	}
-	committed := false
 	defer func() {
-		if !committed {
+		if err != nil {
 			if rerr := s.overlay.Remove(context.WithoutCancel(ctx), tmp); rerr != nil && !errdefs.IsNotFound(rerr) { // committed, then removed by a failed fill
 				log.G(ctx).WithError(rerr).WithField("key", tmp).Warn("remove an unfinished weight snapshot")
 			}
 		}
 	}()
-	err = s.commitAndFill(ctx, h, ptr, source, mounts, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
-	if errdefs.IsAlreadyExists(err) { // a concurrent Prepare of the same layer committed first
-		outcome = OutcomeExists
-		return nil, fmt.Errorf("weight snapshot %s: %w", name, errdefs.ErrAlreadyExists)
-	}
-	if err != nil {
-		outcome = OutcomeError
-		return nil, weightErr(ptr, err)
-	}
-	committed = true
-	return nil, fmt.Errorf("weight snapshot %s committed: %w", name, errdefs.ErrAlreadyExists)
+	return s.commitAndFill(ctx, h, ptr, source, mounts, name, tmp, snapshots.WithLabels(maps.Clone(labels)))
 }
 
 // resolvedOutcome is the outcome and source of a weight layer whose

@@ -85,7 +85,8 @@ func (f *LeaseFile) FD() (int, error) {
 }
 
 // opened is an artifact directory whose metadata was read and whose payload
-// files are open (and mapped once used).
+// files are open (and mapped once used), or, for a deferred opening, open
+// once asked for (file, openAll) beneath the directory it keeps open.
 type opened struct {
 	id       artifact.ID
 	ino      uint64 // the directory's inode when it was validated
@@ -93,18 +94,36 @@ type opened struct {
 	ready    *Ready
 	manifest *Manifest
 	index    *artifact.Index
-	files    []*LeaseFile
+
+	mu    sync.Mutex
+	dfd   int          // the artifact directory while a payload file is still to be opened, or -1
+	files []*LeaseFile // in the index's order; nil for a file not opened yet
+	open  int          // how many of files are opened
 }
 
 func (o *opened) close() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	for _, f := range o.files {
+		if f == nil {
+			continue
+		}
 		if f.data != nil {
 			unix.Munmap(f.data)
 			f.data = nil
 		}
 		f.File.Close()
 	}
-	o.files = nil
+	o.files, o.open = nil, 0
+	o.closeDir()
+}
+
+// closeDir closes the artifact directory; o.mu is held.
+func (o *opened) closeDir() {
+	if o.dfd >= 0 {
+		unix.Close(o.dfd)
+		o.dfd = -1
+	}
 }
 
 // validateDir opens artifacts/<id> and validates it in the given mode. A
@@ -112,37 +131,12 @@ func (o *opened) close() {
 // A full checksum stops when ctx is done and returns its error, wrapped:
 // a cancelled validation never finds the artifact invalid.
 func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode ValidationMode) (*opened, error) {
-	dir := d.path(dirArtifacts, id.Hex())
-	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return nil, ErrMiss
-	}
+	o, err := d.validateMeta(id)
 	if err != nil {
-		return nil, readFailure(id, "", fmt.Errorf("open artifact directory: %w", err))
-	}
-	defer unix.Close(dfd)
-	bad := func(file, tensor, format string, args ...any) error {
-		return &InvalidError{ID: id, File: file, Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
-	}
-	var st unix.Stat_t
-	if err := unix.Fstat(dfd, &st); err != nil {
-		return nil, readFailure(id, "", err)
-	}
-	if os.FileMode(st.Mode).Perm() != dirHardened {
-		return nil, bad("", "", "directory mode %o is not the hardened %o (publication unfinished or invalidated)", st.Mode&0o7777, dirHardened)
-	}
-	o := &opened{id: id, dir: dir, ino: st.Ino}
-	readyRaw, err := readSmall(dfd, fileReady, maxReadyBytes)
-	if err != nil {
-		return nil, readFailure(id, fileReady, err)
-	}
-	if o.ready, err = DecodeReady(readyRaw); err != nil {
-		return nil, bad(fileReady, "", "%v", err)
-	}
-	if o.manifest, o.index, err = d.readMeta(dfd, id, o.ready); err != nil {
 		return nil, err
 	}
-	if err := o.openPayloads(dfd); err != nil {
+	if err := o.openAll(); err != nil {
+		o.close()
 		return nil, err
 	}
 	if mode == FullChecksum {
@@ -157,38 +151,139 @@ func (d *Domain) validateDir(ctx context.Context, id artifact.ID, mode Validatio
 	return o, nil
 }
 
-// openPayloads opens and checks each file of o's index in the artifact
-// directory dfd (openPayload, checkTensorTable), a model of many files on
-// a few goroutines (internal/fanout), into o.files in the index's order.
-// The error is the first failing file's, in that order; o holds no file
-// open after one.
-func (o *opened) openPayloads(dfd int) error {
-	files := make([]*LeaseFile, len(o.index.Files))
-	err := fanout.Each(len(files), func(i int) error {
-		e := o.index.Files[i]
-		lf, err := openPayload(dfd, o.dir, e)
-		if err != nil {
-			return readFailure(o.id, e.Path, err)
-		}
-		files[i] = lf
-		if err := checkTensorTable(lf); err != nil {
-			var ie *InvalidError
-			if errors.As(err, &ie) {
-				return ie.with(o.id)
-			}
-			return readFailure(o.id, e.Path, err)
-		}
-		return nil
-	})
-	for _, f := range files {
-		if f != nil {
-			o.files = append(o.files, f)
-		}
+// validateMeta opens artifacts/<id> and validates its mode and metadata
+// (READY.json, the manifest, the index), and keeps the directory open for
+// its payload files, none of which it opens. Its errors are validateDir's.
+func (d *Domain) validateMeta(id artifact.ID) (*opened, error) {
+	dir := d.path(dirArtifacts, id.Hex())
+	dfd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, ErrMiss
 	}
 	if err != nil {
-		o.close()
+		return nil, readFailure(id, "", fmt.Errorf("open artifact directory: %w", err))
 	}
+	o := &opened{id: id, dir: dir, dfd: dfd}
+	if err := d.readDir(o); err != nil {
+		unix.Close(dfd)
+		return nil, err
+	}
+	o.files = make([]*LeaseFile, len(o.index.Files))
+	o.count(0)
+	return o, nil
+}
+
+// readDir checks the mode of o's directory and reads its metadata into o.
+func (d *Domain) readDir(o *opened) error {
+	bad := func(file, tensor, format string, args ...any) error {
+		return &InvalidError{ID: o.id, File: file, Tensor: tensor, Reason: fmt.Sprintf(format, args...)}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(o.dfd, &st); err != nil {
+		return readFailure(o.id, "", err)
+	}
+	if os.FileMode(st.Mode).Perm() != dirHardened {
+		return bad("", "", "directory mode %o is not the hardened %o (publication unfinished or invalidated)", st.Mode&0o7777, dirHardened)
+	}
+	o.ino = st.Ino
+	readyRaw, err := readSmall(o.dfd, fileReady, maxReadyBytes)
+	if err != nil {
+		return readFailure(o.id, fileReady, err)
+	}
+	if o.ready, err = DecodeReady(readyRaw); err != nil {
+		return bad(fileReady, "", "%v", err)
+	}
+	o.manifest, o.index, err = d.readMeta(o.dfd, o.id, o.ready)
 	return err
+}
+
+// file is the payload file i of o's index, opened and checked
+// (openPayload, checkTensorTable) on the first call.
+func (o *opened) file(i int) (*LeaseFile, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.files == nil {
+		return nil, fmt.Errorf("artifact %s: lease closed", o.id.Short())
+	}
+	if f := o.files[i]; f != nil {
+		return f, nil
+	}
+	f, err := o.openFile(i)
+	if err != nil {
+		return nil, err
+	}
+	o.files[i] = f
+	o.count(1)
+	return f, nil
+}
+
+// openAll opens and checks each file of o's index not opened yet
+// (openPayload, checkTensorTable), a model of many files on a few
+// goroutines (internal/fanout). The error is the first failing file's, in
+// the index's order.
+func (o *opened) openAll() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.files == nil {
+		return fmt.Errorf("artifact %s: lease closed", o.id.Short())
+	}
+	if o.open == len(o.files) {
+		return nil
+	}
+	got := make([]*LeaseFile, len(o.files))
+	err := fanout.Each(len(o.files), func(i int) error {
+		if o.files[i] != nil {
+			return nil
+		}
+		f, err := o.openFile(i)
+		got[i] = f
+		return err
+	})
+	n := 0
+	for i, f := range got {
+		if f != nil {
+			o.files[i] = f
+			n++
+		}
+	}
+	o.count(n)
+	return err
+}
+
+// count counts n more files opened; the directory is closed once every
+// one is. o.mu is held.
+func (o *opened) count(n int) {
+	if o.open += n; o.open == len(o.files) {
+		o.closeDir()
+	}
+}
+
+// all is every payload file when each is open, else nil.
+func (o *opened) all() []*LeaseFile {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.open != len(o.files) {
+		return nil
+	}
+	return o.files
+}
+
+// openFile opens and checks the payload file i of o's index; o.mu is held.
+func (o *opened) openFile(i int) (*LeaseFile, error) {
+	e := o.index.Files[i]
+	lf, err := openPayload(o.dfd, o.dir, e)
+	if err != nil {
+		return nil, readFailure(o.id, e.Path, err)
+	}
+	if err := checkTensorTable(lf); err != nil {
+		lf.File.Close()
+		var ie *InvalidError
+		if errors.As(err, &ie) {
+			return nil, ie.with(o.id)
+		}
+		return nil, readFailure(o.id, e.Path, err)
+	}
+	return lf, nil
 }
 
 // readMeta reads the manifest and the index beside READY.json in the

@@ -51,7 +51,7 @@ func (d *Domain) Pin(ctx context.Context, id artifact.ID, p Pin) error {
 	if p.By == "" {
 		return fmt.Errorf("pin of %s names no holder: %w", id.Short(), errdefs.ErrInvalidArgument)
 	}
-	l, err := d.lookup(ctx, id, ManifestAndMetadata)
+	l, err := d.lookup(ctx, id, ManifestAndMetadata, false)
 	if err != nil {
 		return err
 	}

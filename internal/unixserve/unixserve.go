@@ -29,15 +29,24 @@ type Server struct {
 
 // ListenGRPC creates the socket at path (see Listen) and registers the
 // services register registers on a gRPC server for it; Serve serves.
-// Calls log through ctx's logger.
+// Calls log through ctx's logger; at debug level each call logs its
+// method and time, so a client's round trips can be counted.
 func ListenGRPC(ctx context.Context, path string, register func(*grpc.Server)) (*Server, error) {
 	lis, err := Listen(path)
 	if err != nil {
 		return nil, err
 	}
 	logger := log.G(ctx)
-	srv := grpc.NewServer(grpc.UnaryInterceptor(func(c context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	srv := grpc.NewServer(grpc.UnaryInterceptor(func(c context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		start := time.Now()
 		resp, err := h(log.WithLogger(c, logger), req)
+		if logger.Logger.IsLevelEnabled(log.DebugLevel) {
+			l := logger.WithField("method", info.FullMethod).WithField("seconds", time.Since(start).Seconds())
+			if err != nil {
+				l = l.WithError(err)
+			}
+			l.Debug("call served")
+		}
 		return resp, oneStatus(err)
 	}))
 	register(srv)

@@ -1,8 +1,6 @@
 package e2e
 
 import (
-	"io"
-	"net/http"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -23,21 +21,11 @@ import (
 func TestBuiltinContainerd(t *testing.T) {
 	testenv.RequireRoot(t, "the builtin containerd")
 	harness.Peers(t)
-	bin := buildBuiltinContainerd(t)
 	reg := harness.StartRegistry(t)
-	ws := harness.NewWeightsnapConfig(t, harness.WeightsnapdOptions{Registries: []string{reg.Host}})
-	metrics := harness.FreePort(t)
-	ctd := harness.StartContainerd(t, harness.ContainerdOptions{Registry: reg, Binary: bin, ExtraConfig: `
-[plugins."io.containerd.snapshotter.v1.weightsnap"]
-  config_path = "` + ws.Config + `"
-
-[plugins."io.containerd.server.v1.metrics"]
-  address = "127.0.0.1:` + strconv.Itoa(metrics) + `"
-`})
-	n := &snapNode{reg: reg, ws: ws, ctd: ctd, base: harness.PushBusybox(t, reg)}
+	n := startBuiltinNode(t, reg, buildBuiltinContainerd(t), harness.PushBusybox(t, reg))
 	w := n.pushWeightImage(t, "builtin", "16MiB", 2, "/models/x")
 
-	plugins, err := ctd.Ctr("plugins", "ls", "id==weightsnap")
+	plugins, err := n.ctd.Ctr("plugins", "ls", "id==weightsnap")
 	if err != nil || !strings.Contains(plugins, "io.containerd.snapshotter.v1") || !strings.Contains(plugins, "ok") {
 		t.Fatalf("ctr plugins ls: %v\n%s", err, plugins)
 	}
@@ -47,16 +35,30 @@ func TestBuiltinContainerd(t *testing.T) {
 	}
 	checkSums(t, out, w.pushedArtifact)
 	n.noWeightBlobs(t, w.pushedArtifact)
-	resp, err := http.Get("http://127.0.0.1:" + strconv.Itoa(metrics) + "/v1/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	text, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || !strings.Contains(string(text), `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"} 1`) ||
-		!strings.Contains(string(text), `weightsnap_build_info{goversion="go`) {
+	text, err := n.ws.Metrics()
+	if err != nil || !strings.Contains(text, `weightsnap_snapshotter_prepares_total{layer="weight",outcome="fetched"} 1`) ||
+		!strings.Contains(text, `weightsnap_build_info{goversion="go`) {
 		t.Fatalf("containerd's metrics lack weightsnap's: %v\n%s", err, text)
 	}
+}
+
+// startBuiltinNode starts the containerd bin, built with weightsnap's
+// snapshotter compiled in, with a weightsnap configuration of its own
+// pulling from reg; the node's ws runs no daemon (Proc is nil) and its
+// MetricsURL is containerd's, which serves the snapshotter's metrics.
+func startBuiltinNode(t *testing.T, reg *harness.Registry, bin, base string) *snapNode {
+	t.Helper()
+	ws := harness.NewWeightsnapConfig(t, harness.WeightsnapdOptions{Registries: []string{reg.Host}})
+	metrics := harness.FreePort(t)
+	ws.MetricsURL = "http://127.0.0.1:" + strconv.Itoa(metrics) + "/v1/metrics"
+	ctd := harness.StartContainerd(t, harness.ContainerdOptions{Registry: reg, Binary: bin, ExtraConfig: `
+[plugins."io.containerd.snapshotter.v1.weightsnap"]
+  config_path = "` + ws.Config + `"
+
+[plugins."io.containerd.server.v1.metrics"]
+  address = "127.0.0.1:` + strconv.Itoa(metrics) + `"
+`})
+	return &snapNode{reg: reg, ws: ws, ctd: ctd, base: base}
 }
 
 // buildBuiltinContainerd builds test/e2e/containerd-weightsnap into a

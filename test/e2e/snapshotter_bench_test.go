@@ -12,6 +12,9 @@ package e2e
 // artifact over busybox), and containerd's overlayfs and erofs (its erofs
 // differ converting the layer into an EROFS image) on ordinary images of the
 // same files in one uncompressed tar layer, from the same local registry.
+// Beside them, weightsnap built into containerd (test/e2e/containerd-weightsnap,
+// a second containerd with a store of its own on the node), with no goal of
+// its own.
 // Each is timed from the container's start to the first weight byte read in
 // it, for (a) cold: nothing of the image on the node (for weightsnap, nor the
 // artifact in its store), (b) second: after (a), a second image with the same
@@ -58,7 +61,8 @@ var benchCases = []string{"(a) cold", "(b) second", "(c) warm"}
 // contender is one snapshotter of the table and its two images.
 type contender struct {
 	name, snapshotter string
-	ctd               *harness.Containerd
+	n                 *snapNode // the node whose containerd and store it runs on
+	builtin           bool      // weightsnap built into containerd: shown beside the others, no goal of its own
 	ctr               bool      // run by ctr, not nerdctl (see the top)
 	images            [2]string // (a) and (c) run the first, (b) the second
 	layer             string    // the hex of the weights' layer, gone before (a); "" for weightsnap
@@ -74,9 +78,11 @@ func TestSnapshotterBench(t *testing.T) {
 		cs   []*contender
 	}
 	var rows []row
+	bin := buildBuiltinContainerd(t)
 	for _, size := range sizes {
 		t.Run(size, func(t *testing.T) {
 			n := startSnapNodeFull(t, "weightsnap.toml", harness.WeightsnapdOptions{}, harness.ContainerdOptions{Erofs: true})
+			b := startBuiltinNode(t, n.reg, bin, n.base)
 			w := n.pushWeightImage(t, "bench", size, 4, "/models/x")
 			// The second base: busybox and one small layer of its own.
 			base2 := pushTarImage(t, n.base, t.TempDir(), "etc/base2", n.reg.Ref("base2:latest"))
@@ -97,11 +103,13 @@ func TestSnapshotterBench(t *testing.T) {
 			wsImgs := [2]string{w.ref, w2}
 			// The weightsnap row of each tool last among that tool's rows.
 			cs := []*contender{
-				{name: "overlayfs", snapshotter: "overlayfs", ctd: n.ctd, images: tarImgs, layer: flat},
-				{name: "weightsnap", snapshotter: "weightsnap", ctd: n.ctd, images: wsImgs},
-				{name: "overlayfs (ctr)", snapshotter: "overlayfs", ctd: n.ctd, ctr: true, images: overImgs, layer: over},
-				{name: "erofs (ctr)", snapshotter: "erofs", ctd: n.ctd, ctr: true, images: overImgs, layer: over},
-				{name: "weightsnap (ctr)", snapshotter: "weightsnap", ctd: n.ctd, ctr: true, images: wsImgs},
+				{name: "overlayfs", snapshotter: "overlayfs", n: n, images: tarImgs, layer: flat},
+				{name: "built-in", snapshotter: "weightsnap", n: b, builtin: true, images: wsImgs},
+				{name: "weightsnap", snapshotter: "weightsnap", n: n, images: wsImgs},
+				{name: "overlayfs (ctr)", snapshotter: "overlayfs", n: n, ctr: true, images: overImgs, layer: over},
+				{name: "erofs (ctr)", snapshotter: "erofs", n: n, ctr: true, images: overImgs, layer: over},
+				{name: "built-in (ctr)", snapshotter: "weightsnap", n: b, builtin: true, ctr: true, images: wsImgs},
+				{name: "weightsnap (ctr)", snapshotter: "weightsnap", n: n, ctr: true, images: wsImgs},
 			}
 			var disk benchrow.Runs
 			for i := 0; i < reps; i++ {
@@ -109,17 +117,17 @@ func TestSnapshotterBench(t *testing.T) {
 				settle(t)
 				disk = append(disk, syncedWrite(t, t.TempDir(), w.bytes, 4))
 				for _, c := range cs {
-					if res := ws(t, n.ws.Root, "rm", w.id); res.code != 0 && res.code != 3 { // 3: not in the store
+					if res := ws(t, c.n.ws.Root, "rm", w.id); res.code != 0 && res.code != 3 { // 3: not in the store
 						t.Fatalf("weightsnap rm: exit %d: %s", res.code, res.errOut)
 					}
 					if c.layer != "" {
-						noLayerBlob(t, c.ctd, c.layer)
+						noLayerBlob(t, c.n.ctd, c.layer)
 					}
 					for k, img := range []string{c.images[0], c.images[1], c.images[0]} {
-						s, b := benchRun(t, n, c.ctd, img, c.snapshotter, first, c.ctr)
+						s, b := benchRun(t, c.n, c.n.ctd, img, c.snapshotter, first, c.ctr)
 						c.secs[k], c.bytes[k] = append(c.secs[k], s), append(c.bytes[k], b)
 					}
-					rmImage(t, n, c.ctd, c.images[:]...)
+					rmImage(t, c.n, c.n.ctd, c.images[:]...)
 				}
 			}
 			rows = append(rows, row{size: size, disk: disk, cs: cs})
@@ -147,7 +155,7 @@ func TestSnapshotterBench(t *testing.T) {
 			fmt.Fprintf(&out, "%-8s %-16s", r.size, c.name)
 			for k := range benchCases {
 				fmt.Fprintf(&out, " %20s %7s", c.secs[k].Format(2), gib(c.bytes[k].Median()))
-				if c == wsc {
+				if c == wsc || c.builtin {
 					continue
 				}
 				if wsc.secs[k].Median() >= c.secs[k].Median() {
@@ -204,7 +212,7 @@ const metadataSlack = 8 << 20
 // weightsnapRow is the weightsnap row of cs started by ctr (useCtr) or nerdctl.
 func weightsnapRow(cs []*contender, useCtr bool) *contender {
 	for _, c := range cs {
-		if c.snapshotter == "weightsnap" && c.ctr == useCtr {
+		if c.snapshotter == "weightsnap" && !c.builtin && c.ctr == useCtr {
 			return c
 		}
 	}
@@ -250,7 +258,10 @@ func firstWeightFile(t *testing.T, files map[string]string) string {
 func benchRun(t *testing.T, n *snapNode, ctd *harness.Containerd, img, snapshotter, file string, useCtr bool) (float64, float64) {
 	t.Helper()
 	settle(t)
-	pids := []int{ctd.Proc.Cmd.Process.Pid, n.ws.Proc.Cmd.Process.Pid}
+	pids := []int{ctd.Proc.Cmd.Process.Pid}
+	if n.ws.Proc != nil { // a weightsnapd of its own, not weightsnap built into containerd
+		pids = append(pids, n.ws.Proc.Cmd.Process.Pid)
+	}
 	before := benchWritten(t, pids)
 	start := uptime(t)
 	script := "head -c 1 /models/x/" + file + " >/dev/null && cat /proc/uptime"
@@ -339,7 +350,7 @@ func uptime(t *testing.T) float64 {
 }
 
 // rmImage removes images from ctd and waits until containerd has let go of
-// their snapshots (and weightsnapd of its leases).
+// their snapshots (and weightsnap of its leases).
 func rmImage(t *testing.T, n *snapNode, ctd *harness.Containerd, refs ...string) {
 	t.Helper()
 	if _, err := ctd.Nerdctl(append([]string{"rmi", "-f"}, refs...)...); err != nil {
