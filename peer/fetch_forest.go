@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"time"
 
@@ -38,7 +39,7 @@ type forestPlan struct {
 	// stripe: resolution goes on to its next source (Provider.originNext).
 	leave func(ctx context.Context, reason string, err error)
 	// slowAfter is how long a stripe may lag the others before it leaves
-	// its source for an adopter (stripe_lag.go).
+	// its source for an adopter (stripe_lag.go); 0: it never does.
 	slowAfter time.Duration
 	// reattach, if set, is told of each stripe that left its source for
 	// another, with the reason.
@@ -150,7 +151,9 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 	watched := make(chan struct{})
 	go func() {
 		defer close(watched)
-		f.watchStripes(wctx, w)
+		if fp.slowAfter > 0 {
+			f.watchStripes(wctx, w)
+		}
 	}()
 	for s := range fp.forest.Stripes() {
 		g.Go(func() error { return f.fetchStripe(gctx, s, w) })
@@ -171,7 +174,9 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 	stripe := fp.stripe(s)
 	src := fp.forest.Parent(fp.self, s)
 	tried := map[string]bool{src: true}
-	served := false // src served this stripe a piece
+	gone := map[string]bool{} // sources that could not be reached or served a bad piece
+	rounds := 1               // passes over the stripe's candidates
+	served := false           // src served this stripe a piece
 	start := time.Now()
 	b := &backoff.ExponentialBackOff{InitialInterval: retryFirst, Multiplier: 2, MaxInterval: retryMax}
 	b.Reset()
@@ -208,6 +213,9 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 			}
 			continue
 		}
+		if liar || netfail.Unreachable(err) {
+			gone[src] = true
+		}
 		if liar {
 			f.o.Client.Down.drop(src, err)
 			f.stats.mu.Lock()
@@ -223,9 +231,23 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 				Debug("peer: the stripe's source lags, and no adopter is left; staying with it")
 			continue
 		}
+		if next == "" && !f.rootsPlace(gone) && rounds < stripeRounds {
+			// Every candidate was tried, but some only answered busy or
+			// ended a build: once more from the source the forest names.
+			rounds++
+			select {
+			case <-time.After(b.NextBackOff()):
+			case <-ctx.Done():
+				return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
+			}
+			tried = maps.Clone(gone)
+			if next = fp.forest.Parent(fp.self, s); tried[next] {
+				next = f.adopter(next, s, tried)
+			}
+		}
 		if next == "" {
 			reason := "no source left in a stripe"
-			if f.rootsPlace(tried) {
+			if f.rootsPlace(gone) {
 				reason = "the root of the striped forest is gone; this node takes its place"
 			}
 			err = fmt.Errorf("stripe %s: %s after %s: %w: %w", stripe, reason, src, err, errdefs.ErrUnavailable)
@@ -281,15 +303,20 @@ func (f *fetcher) adopter(failed string, s int, tried map[string]bool) string {
 	return ""
 }
 
+// stripeRounds is how many passes over its candidates a stripe makes
+// before it gives up on the peers.
+const stripeRounds = 3
+
 // rootsPlace says whether this node takes the place of a gone root: every
-// member ranked before it was tried or is remembered as down.
-func (f *fetcher) rootsPlace(tried map[string]bool) bool {
+// member ranked before it is gone (could not be reached or served a bad
+// piece) or is remembered as down. A member that answered busy is not gone.
+func (f *fetcher) rootsPlace(gone map[string]bool) bool {
 	fp := f.forest
 	for _, m := range fp.forest.Ranking() {
 		if m == fp.self {
 			return true
 		}
-		if !tried[m] && !f.o.Client.Down.down(m) {
+		if !gone[m] && !f.o.Client.Down.down(m) {
 			return false
 		}
 	}

@@ -40,7 +40,7 @@ type Provider struct {
 	RootWait time.Duration
 	// SlowAfter is how long a stripe of a striped fetch may lag the
 	// member's other stripes before it leaves its source for an adopter; 0
-	// means DefaultSlowAfter.
+	// leaves a slow source in place.
 	SlowAfter time.Duration
 
 	downOnce     sync.Once
@@ -228,14 +228,10 @@ func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []st
 	if wait <= 0 {
 		wait = DefaultRootWait
 	}
-	slowAfter := p.SlowAfter
-	if slowAfter <= 0 {
-		slowAfter = DefaultSlowAfter
-	}
 	leave := func(ctx context.Context, reason string, err error) { p.originNext(ctx, id, reason, err) }
 	reattach := func(reason string) { p.reattachCounter().WithLabelValues(reason).Inc() }
 	f, err = newForestFetcher(ctx, addrs, wire.Request{ID: id}, o,
-		&forestPlan{forest: forest, self: p.Self, wait: wait, leave: leave, slowAfter: slowAfter, reattach: reattach})
+		&forestPlan{forest: forest, self: p.Self, wait: wait, leave: leave, slowAfter: p.SlowAfter, reattach: reattach})
 	if err != nil {
 		return nil, true, fmt.Errorf("no source of %s in the striped forest after %s: %w", id.Short(), wait, err)
 	}

@@ -20,10 +20,6 @@ import (
 // it verified kept. The model (test/fleet/sim, Params.SlowAfter) has the
 // same rule.
 
-// DefaultSlowAfter is how long a stripe may trail the member's other
-// stripes before it leaves its source for an adopter.
-const DefaultSlowAfter = 5 * time.Second
-
 // slowMargin is the share of a stripe's pieces by which it trails the
 // median of the member's stripes to count as lagging.
 const slowMargin = 0.25
