@@ -15,7 +15,8 @@ import (
 // fleet's lag behind it), neither on the p50, p99 or max it predicts; the rest is physics or
 // measured:
 //   - Rate: the tbf rate times the payload share of a full frame (1448 bytes of TCP payload with
-//     timestamps in a 1514-byte Ethernet frame, which tbf counts);
+//     timestamps in a 1514-byte Ethernet frame, which tbf counts), or, where one node alone beat
+//     that, its bytes over its time less the unshaped run's;
 //   - Machine: one node alone unshaped, the bytes per second this machine's CPUs move at most;
 //   - Publish: the median of the nodes' publication times (their reports);
 //   - Start: one node alone's time less its bytes at Rate and Publish (process start, planning,
@@ -29,7 +30,7 @@ import (
 //     READY over depth (depth from each node's source) less one piece's time at Rate slowed by
 //     the load; the striped forest's (where a node's source differs by stripe) by least squares
 //     of the modelled mean lag of the nodes behind the root on the measured one over the rounds,
-//     the root passing on pieces.
+//     the root passing on tensors (a forest run's lag behind its root is a tensor's, not a piece's).
 type Calibration struct {
 	Measured *Measured
 	Params   Params    // the fleet's, Nodes unset
@@ -75,7 +76,11 @@ func Calibrate(m *Measured) (*Calibration, error) {
 	pub := Quantile(publish, 0.5)
 	start := m.AloneS - float64(m.Bytes)/rate - pub
 	if start < 0 {
-		return nil, fmt.Errorf("sim: one node alone (%.2fs) is faster than its bytes at %.0f B/s: the rate is wrong", m.AloneS, rate)
+		// The link carried more than the frame share (tbf's bucket, larger
+		// segments): the rate is one node alone's, less its start, which the
+		// unshaped run bounds.
+		start = min(m.UnshapedS, m.AloneS/2)
+		rate = float64(m.Bytes) / (m.AloneS - start - pub)
 	}
 	c := &Calibration{Measured: m, Params: MeasuredJoin(Params{Layout: layout, Rate: rate,
 		Machine: float64(m.Bytes) / m.UnshapedS, Start: seconds(start), Publish: seconds(pub)})}
@@ -179,10 +184,10 @@ func (c *Calibration) fitChain() error {
 	return nil
 }
 
-// fitStriped fits the striped forest's Contention and HopDelay, the root passing on pieces.
+// fitStriped fits the striped forest's Contention and HopDelay, the root passing on tensors.
 func (c *Calibration) fitStriped() error {
 	m, p := c.Measured, &c.Params
-	p.Stripes, p.RootPieces = stripes.DefaultStripes, true
+	p.Stripes, p.RootPieces = stripes.DefaultStripes, false
 	oneLink := float64(p.Layout.Bytes) / p.Rate
 	var err error
 	if p.Contention, err = c.contention(func(root float64) float64 { return (root - m.AloneS) / oneLink }); err != nil {
@@ -306,10 +311,10 @@ func (c *Calibration) Print(w io.Writer) {
 	fmt.Fprintf(w, "measured: %s (%d bytes), structure %s, %d Mbit/s links, %d cores, load %s; one node alone %.2fs\n", m.Size, m.Bytes, structure, m.RateMbit, m.Cores, m.Load, m.AloneS)
 	fmt.Fprintf(w, "  by: %s\n", m.Command)
 	n := c.largest().Nodes
-	fmt.Fprintf(w, "model: rate %.2f MB/s (the tbf rate x 1448/1514), machine %.0f MB/s (one node alone unshaped), contention %.2f (fitted on the roots' READY),\n",
+	fmt.Fprintf(w, "model: rate %.2f MB/s (the link's goodput), machine %.0f MB/s (one node alone unshaped), contention %.2f (fitted on the roots' READY),\n",
 		p.Rate/1e6, p.Machine/1e6, p.Contention)
 	if p.Stripes > 0 {
-		fmt.Fprintf(w, "  %d stripes at most, the root passing on pieces; hop delay %v (fitted on the nodes' mean lag behind the root, %.2f s at %d nodes),\n",
+		fmt.Fprintf(w, "  %d stripes at most, the root passing on tensors; hop delay %v (fitted on the nodes' mean lag behind the root, %.2f s at %d nodes),\n",
 			p.Stripes, p.HopDelay.Round(time.Millisecond), c.Lags[len(c.Lags)-1], n)
 	} else {
 		fmt.Fprintf(w, "  hop delay %v (fitted: %.0f ms per depth at %d nodes less a piece's %.0f ms),\n",
