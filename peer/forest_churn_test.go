@@ -119,14 +119,7 @@ func TestForestRootDies(t *testing.T) {
 	var wg sync.WaitGroup
 	for _, m := range fetching {
 		wg.Go(func() {
-			plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
-				identity, prod, err := m.p.ProducerForID(ctx, id)
-				if f, ok := prod.(*fetcher); ok {
-					m.f = f
-				}
-				return identity, prod, err
-			}
-			l, _, err := m.d.Materialise(ctx, plan, store.MaterialiseOptions{ID: id})
+			l, _, err := m.d.Materialise(ctx, m.plan(id), store.MaterialiseOptions{ID: id})
 			if err != nil && (errdefs.IsNotFound(err) || errdefs.IsUnavailable(err)) {
 				// Resolution's next source: the registry.
 				origin.Add(1)

@@ -30,6 +30,18 @@ type forestMember struct {
 	err  error
 }
 
+// plan is the member's plan for id through its provider; it keeps the
+// fetch it planned in m.f.
+func (m *forestMember) plan(id artifact.ID) store.Plan {
+	return func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
+		identity, prod, err := m.p.ProducerForID(ctx, id)
+		if f, ok := prod.(*fetcher); ok {
+			m.f = f
+		}
+		return identity, prod, err
+	}
+}
+
 // forestOf listens for n members and places them in the striped forest of
 // id: the members in the forest's rank order, the root first.
 func forestOf(t *testing.T, id artifact.ID, n int) (*stripes.Forest, []*forestMember) {
@@ -66,14 +78,7 @@ func fetchAllMembers(ctx context.Context, id artifact.ID, ms []*forestMember) {
 	var wg sync.WaitGroup
 	for _, m := range ms {
 		wg.Go(func() {
-			plan := func(ctx context.Context) (artifact.Identity, artifact.Producer, error) {
-				identity, prod, err := m.p.ProducerForID(ctx, id)
-				if f, ok := prod.(*fetcher); ok {
-					m.f = f
-				}
-				return identity, prod, err
-			}
-			l, _, err := m.d.Materialise(ctx, plan, store.MaterialiseOptions{ID: id})
+			l, _, err := m.d.Materialise(ctx, m.plan(id), store.MaterialiseOptions{ID: id})
 			if err == nil {
 				l.Close()
 			}
