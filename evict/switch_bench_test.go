@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"runtime"
 	"strconv"
 	"testing"
@@ -121,32 +120,12 @@ func ms(d time.Duration, n int) float64 {
 	return float64(d) / float64(n) / float64(time.Millisecond)
 }
 
-// syncedWrite writes n bytes (not zeros: no filesystem may skip them) to a
-// new file under dir, syncs it and returns the seconds it took; the file is
-// removed.
+// syncedWrite is the disk's floor for n bytes in one file under dir.
 func syncedWrite(t *testing.T, dir string, n int64) float64 {
 	t.Helper()
-	buf := make([]byte, 1<<20)
-	for i := range buf {
-		buf[i] = byte(i*7 + 1)
-	}
-	p := filepath.Join(dir, "disk-floor")
-	start := time.Now()
-	f, err := os.Create(p)
+	secs, err := benchrow.DiskFloor(dir, n, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.Remove(p)
-	for left := n; left > 0; left -= int64(len(buf)) {
-		if _, err := f.Write(buf[:min(left, int64(len(buf)))]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := f.Sync(); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return time.Since(start).Seconds()
+	return secs
 }

@@ -1,6 +1,9 @@
 package benchrow
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 func TestRuns(t *testing.T) {
 	for _, tc := range []struct {
@@ -62,5 +65,32 @@ func TestReps(t *testing.T) {
 		if got := Reps(); got != tc.want {
 			t.Errorf("BENCH_REPS=%q: Reps = %d, want %d", tc.env, got, tc.want)
 		}
+	}
+}
+
+// TestDiskFloor: the floor writes every byte asked for, in the files asked
+// for, and leaves none of them behind.
+func TestDiskFloor(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		size  int64
+		files int
+	}{
+		{"one file", 3<<20 + 5, 1},
+		{"four files", 4 << 20, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			secs, err := DiskFloor(dir, tc.size, tc.files)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if secs <= 0 {
+				t.Errorf("DiskFloor took %v s", secs)
+			}
+			if left, _ := os.ReadDir(dir); len(left) != 0 {
+				t.Errorf("DiskFloor left %d files behind", len(left))
+			}
+		})
 	}
 }

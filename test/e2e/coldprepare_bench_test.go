@@ -163,38 +163,6 @@ func hashFloor(t *testing.T) floors {
 	return floors{sha: benchrow.Runs{shaMin, sha, shaMax}, b3: benchrow.Runs{b3Min, b3, b3Max}}
 }
 
-// syncedWrite writes size bytes (not zeros: no filesystem may skip them)
-// spread over the given number of new files under dir, each synced, and returns the seconds it
-// took; the files are removed.
-func syncedWrite(t *testing.T, dir string, size int64, files int) float64 {
-	t.Helper()
-	buf := make([]byte, 1<<20)
-	for i := range buf {
-		buf[i] = byte(i*7 + 1)
-	}
-	start := time.Now()
-	for i := range files {
-		p := filepath.Join(dir, fmt.Sprintf("disk-floor-%d", i))
-		f, err := os.Create(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer os.Remove(p)
-		for left := size / int64(files); left > 0; left -= int64(len(buf)) {
-			if _, err := f.Write(buf[:min(left, int64(len(buf)))]); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := f.Sync(); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return time.Since(start).Seconds()
-}
-
 // timedPull runs `weightsnap pull --plain-http ref` into the store root and
 // returns its seconds and CPU seconds (user and system).
 func timedPull(t *testing.T, root, ref string) (secs, cpu float64) {
@@ -225,4 +193,14 @@ func procCPU(t *testing.T, pid int) float64 {
 	ut, _ := strconv.ParseFloat(f[11], 64)
 	st, _ := strconv.ParseFloat(f[12], 64)
 	return (ut + st) / 100 // USER_HZ
+}
+
+// syncedWrite is the disk's floor for size bytes over files files under dir.
+func syncedWrite(t *testing.T, dir string, size int64, files int) float64 {
+	t.Helper()
+	secs, err := benchrow.DiskFloor(dir, size, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return secs
 }
