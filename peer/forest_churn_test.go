@@ -154,12 +154,7 @@ func TestForestRootDies(t *testing.T) {
 // whole, as the registry would.
 func fromOrigin(t *testing.T, a *store.Domain, identity artifact.Identity) artifact.Producer {
 	t.Helper()
-	id, _ := identity.ID()
-	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
+	src := heldLease(t, a, identity)
 	p := &delayedProducer{src: src, written: make(chan struct{}), release: make(chan struct{})}
 	close(p.release)
 	return p

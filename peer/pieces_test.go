@@ -132,12 +132,7 @@ func seededPieces(t *testing.T) (*store.Domain, artifact.Identity) {
 // first piece.
 func buildPieces(t *testing.T, a *store.Domain, identity artifact.Identity, p *pieceProducer, stop int64, cfg ServerConfig) (string, chan error) {
 	t.Helper()
-	id, _ := identity.ID()
-	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { src.Close() })
+	src := heldLease(t, a, identity)
 	for _, f := range src.Files() {
 		for _, x := range f.Entry.Tensors {
 			if x.Length > blake3.PieceSize && p.long.Name == "" {

@@ -120,9 +120,9 @@ func buildingFrom(t *testing.T, a *store.Domain, identity artifact.Identity, p *
 	return p, addr, startBuild(t, a, identity, p, b)
 }
 
-// startBuild starts p's build in b of the artifact identity that a holds,
-// and returns once p wrote every byte.
-func startBuild(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer, b *store.Domain) chan error {
+// heldLease is a lease on the artifact identity that a holds, closed when
+// the test ends.
+func heldLease(t *testing.T, a *store.Domain, identity artifact.Identity) *store.Lease {
 	t.Helper()
 	id, _ := identity.ID()
 	src, err := a.Lookup(context.Background(), id, store.ManifestAndMetadata)
@@ -130,6 +130,14 @@ func startBuild(t *testing.T, a *store.Domain, identity artifact.Identity, p *de
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { src.Close() })
+	return src
+}
+
+// startBuild starts p's build in b of the artifact identity that a holds,
+// and returns once p wrote every byte.
+func startBuild(t *testing.T, a *store.Domain, identity artifact.Identity, p *delayedProducer, b *store.Domain) chan error {
+	t.Helper()
+	src := heldLease(t, a, identity)
 	p.src, p.written, p.release = src, make(chan struct{}), make(chan struct{})
 	built := make(chan error, 1)
 	go func() {
