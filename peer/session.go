@@ -128,7 +128,7 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	m.Generation = s.gen
 	m.PieceSize = blake3.PieceSize
 	if req.Export == "" {
-		m.Signatures = s.signatures(ctx, m.ID)
+		m.Records = s.records(ctx, m.ID)
 	}
 	if err := s.sendDoc(conn, &m); err != nil {
 		return err
