@@ -304,7 +304,7 @@ func (r *stripedRun) pass(held []float64) (last, landed []float64) {
 	hop := r.p.HopDelay.Seconds()
 	taken := held != nil
 	// avail[i][j] is when node i serves piece j (+Inf: never, it died first); nil for a node that
-	// is interior in no stripe.
+	// serves no stripe.
 	avail := make([][]float64, n)
 	last = make([]float64, n) // each node's last piece landed
 	// The root: the registry's payload in order, none of it after its death.
@@ -323,9 +323,10 @@ func (r *stripedRun) pass(held []float64) (last, landed []float64) {
 		landed = make([]float64, len(pieces))
 	}
 	for s := range r.k {
-		for _, c := range r.order(s, taken) {
-			interior := r.f.Interior(r.addr[c]) == s
-			if interior {
+		order, serves := r.order(s, taken)
+		for _, c := range order {
+			// c serves stripe s to its children there: it is interior in it, a relay or an adopter
+			if serves[c] && avail[c] == nil {
 				avail[c] = make([]float64, len(pieces))
 			}
 			segs := r.sources(c, s, taken)
@@ -355,7 +356,7 @@ func (r *stripedRun) pass(held []float64) (last, landed []float64) {
 					land = math.Inf(1)
 				}
 				at = land
-				if interior {
+				if serves[c] {
 					avail[c][j] = land + hop
 				}
 				if landed != nil && c == r.succ {
@@ -423,8 +424,9 @@ func (r *stripedRun) takeOver(landed []float64) (held []float64, end float64, pu
 }
 
 // order is the nodes that fetch stripe s, each after every source it has there: every node but
-// the root and, with taken, the root's successor, which serve what they have from the start.
-func (r *stripedRun) order(s int, taken bool) []int {
+// the root and, with taken, the root's successor, which serve what they have from the start. serves
+// says which nodes are a source there.
+func (r *stripedRun) order(s int, taken bool) (order []int, serves []bool) {
 	n := r.p.Nodes
 	waits := make([]int, n)
 	served := make([][]int, n)
@@ -441,7 +443,10 @@ func (r *stripedRun) order(s int, taken bool) []int {
 			served[g.source] = append(served[g.source], c)
 		}
 	}
-	out := make([]int, 0, n)
+	out, serves := make([]int, 0, n), make([]bool, n)
+	for m, cs := range served {
+		serves[m] = len(cs) > 0
+	}
 	for len(next) > 0 {
 		m := next[0]
 		next = next[1:]
@@ -454,7 +459,7 @@ func (r *stripedRun) order(s int, taken bool) []int {
 			}
 		}
 	}
-	return out
+	return out, serves
 }
 
 // sources are c's sources of stripe s in turn; without taken, not the root's successor, whose
