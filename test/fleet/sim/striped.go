@@ -303,9 +303,6 @@ func (r *stripedRun) pass(held []float64) (last, landed []float64) {
 	n, pieces := r.p.Nodes, r.p.Layout.Pieces
 	hop := r.p.HopDelay.Seconds()
 	taken := held != nil
-	// avail[i][j] is when node i serves piece j (+Inf: never, it died first); nil for a node that
-	// serves no stripe.
-	avail := make([][]float64, n)
 	last = make([]float64, n) // each node's last piece landed
 	// The root: the registry's payload in order, none of it after its death.
 	verified, end, _ := r.pull((r.p.Start + r.p.Setup).Seconds(), nil)
@@ -316,30 +313,58 @@ func (r *stripedRun) pass(held []float64) (last, landed []float64) {
 			rootAvail[j] = math.Inf(1)
 		}
 	}
-	avail[r.root], last[r.root] = rootAvail, end
-	if taken {
-		avail[r.succ] = held
-	} else if r.succ >= 0 {
+	last[r.root] = end
+	if !taken && r.succ >= 0 {
 		landed = make([]float64, len(pieces))
 	}
+	// A piece of stripe s moves within stripe s alone: avail[i][q] is when node i serves the
+	// stripe's q-th piece, piece s + q k (+Inf: never, it died first), for the stripe's sources
+	// only, in buffers each stripe takes over from the one before.
+	avail := make([][]float64, n)
+	var free [][]float64
+	buffer := func(m int) []float64 {
+		if len(free) == 0 {
+			return make([]float64, m, (len(pieces)+r.k-1)/r.k)
+		}
+		b := free[len(free)-1][:m]
+		free = free[:len(free)-1]
+		return b
+	}
 	for s := range r.k {
+		for i, b := range avail {
+			if b != nil {
+				free, avail[i] = append(free, b), nil
+			}
+		}
+		m := (len(pieces) - s + r.k - 1) / r.k // the stripe's pieces
+		stripeOf := func(all []float64) []float64 {
+			b := buffer(m)
+			for q := range b {
+				b[q] = all[s+q*r.k]
+			}
+			return b
+		}
+		avail[r.root] = stripeOf(rootAvail)
+		if taken {
+			avail[r.succ] = stripeOf(held)
+		}
 		order, serves := r.order(s, taken)
 		for _, c := range order {
 			// c serves stripe s to its children there: it is interior in it, a relay or an adopter
-			if serves[c] && avail[c] == nil {
-				avail[c] = make([]float64, len(pieces))
+			if serves[c] {
+				avail[c] = buffer(m)
 			}
 			segs := r.sources(c, s, taken)
 			g := 0
 			at := segs[0].from
-			for j := s; j < len(pieces); j += r.k { // piece j is stripe j mod k's
+			for q, j := 0, s; j < len(pieces); q, j = q+1, j+r.k { // piece j is stripe j mod k's
 				var land float64
 				for {
 					src := segs[g].source
-					start := max(at, avail[src][j])
+					start := max(at, avail[src][q])
 					// its share of the source's uplink since its last piece, and its turn
 					land = max(at+float64(pieces[j])/r.linkRate(src, start),
-						avail[src][j]+float64(segs[g].turn+1)*float64(pieces[j])/r.upRate(src))
+						avail[src][q]+float64(segs[g].turn+1)*float64(pieces[j])/r.upRate(src))
 					if land <= r.failAt[src] {
 						break
 					}
@@ -357,7 +382,7 @@ func (r *stripedRun) pass(held []float64) (last, landed []float64) {
 				}
 				at = land
 				if serves[c] {
-					avail[c][j] = land + hop
+					avail[c][q] = land + hop
 				}
 				if landed != nil && c == r.succ {
 					landed[j] = land
