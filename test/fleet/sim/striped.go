@@ -394,7 +394,7 @@ func (r *stripedRun) pass(held []float64) (last, landed []float64) {
 	return last, landed
 }
 
-// pull is a registry pull from t (its payload's first byte after Setup) of every piece not kept
+// pull is a registry pull, its payload asked for at t, of every piece not kept
 // (nil: none kept), in order at OriginRate: when each is verified and may be passed on (a tensor
 // once it landed whole, or each piece as it lands with RootPieces; +Inf for a kept one), when the
 // last landed, and the bytes pulled.
@@ -448,10 +448,10 @@ func (r *stripedRun) takeOver(landed []float64) (held []float64, end float64, pu
 	return held, end, pulled
 }
 
-// order is the nodes that fetch stripe s, each after every source it has there: every node but
-// the root and, with taken, the root's successor, which serve what they have from the start. serves
-// says which nodes are a source there.
-func (r *stripedRun) order(s int, taken bool) (order []int, serves []bool) {
+// order is the nodes that fetch stripe s, each after every source it has there (every node but
+// the root and, with taken, the root's successor, which serve what they have from the start),
+// and which nodes are a source there.
+func (r *stripedRun) order(s int, taken bool) ([]int, []bool) {
 	n := r.p.Nodes
 	waits := make([]int, n)
 	served := make([][]int, n)
