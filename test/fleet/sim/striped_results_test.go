@@ -2,7 +2,6 @@ package sim
 
 import (
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"testing"
 	"time"
 )
-
-var updateResults = flag.Bool("update-results", false, "write the striped forest's results over testdata/striped-results.json")
 
 // stripedResult is what TestStripedResults compares of one rollout: every node's time to READY
 // (a dead node's as -1, JSON has no NaN), the origin's copies, the re-attachments, when the forest
@@ -26,9 +23,9 @@ type stripedResult struct {
 
 // TestStripedResults: the striped forest's model gives the results recorded in
 // testdata/striped-results.json, node by node, on small fleets with deaths, slow members, the
-// machine's bound and the root passing on pieces. A change to how the model computes (not what
-// it models) keeps them; one that changes what it models writes them again with
-// -update-results and says why.
+// machine's bound, the root passing on pieces and the root dying. A change to how the model computes (not what
+// it models) keeps them; one that changes what it models writes them again
+// (WEIGHTSNAP_SIM_UPDATE_RESULTS=1) and says why.
 func TestStripedResults(t *testing.T) {
 	l, err := SynthLayout(256<<20, 4)
 	if err != nil {
@@ -51,6 +48,10 @@ func TestStripedResults(t *testing.T) {
 			p.Nodes, p.Stripes, p.Machine, p.Contention, p.Fail = 300, 16, 4e9, 0.5, 0.01
 		}},
 		{"1000 nodes, 1% die, root passes pieces", func(p *Params) { p.Nodes, p.Stripes, p.Fail, p.RootPieces = 1000, 16, 0.01, true }},
+		{"200 nodes, the root killed at 40%, 2% die", func(p *Params) { p.Nodes, p.Stripes, p.KillRoot, p.Fail = 200, 8, 0.4, 0.02 }},
+		{"400 nodes, the root's host silent at 70%, root passes pieces", func(p *Params) {
+			p.Nodes, p.Stripes, p.KillRoot, p.RootDetect, p.RootPieces = 400, 16, 0.7, SessionTimeout, true
+		}},
 	}
 	got := map[string]stripedResult{}
 	for _, tc := range cases {
@@ -70,7 +71,7 @@ func TestStripedResults(t *testing.T) {
 		got[tc.name] = s
 	}
 	path := filepath.Join("testdata", "striped-results.json")
-	if *updateResults {
+	if os.Getenv("WEIGHTSNAP_SIM_UPDATE_RESULTS") == "1" {
 		b, err := json.MarshalIndent(got, "", " ")
 		if err != nil {
 			t.Fatal(err)
