@@ -10,7 +10,6 @@ import (
 	"slices"
 
 	"github.com/containerd/log"
-
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 )

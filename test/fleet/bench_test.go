@@ -10,14 +10,14 @@ package fleet
 // the forest's rounds take forestSize, forestRateMbit, no registry-only rounds and the kill round
 // unless set otherwise), BENCH_FLEET_NODES (default "2 4 8 16"), BENCH_FLEET_SIZE (default 256MiB),
 // BENCH_FLEET_RATE_MBIT (default benchRateMbit), BENCH_FLEET_ORIGIN_RATE_MBIT (the origin's link
-// alone, one node alone's rounds included; default the other links' rate), BENCH_FLEET_JSON (also write each fleet row's
-// median round, sim.Measured, to this file: test/fleet/sim's calibration reads it),
-// BENCH_FLEET_REGISTRY (0 leaves out the registry-only rounds, 1 keeps them), BENCH_FLEET_KILL (1
-// adds, at the largest count, a fleet round with one node killed mid-transfer), BENCH_REPS (the
-// rounds of one node alone and of every row up to BENCH_FLEET_REPS_NODES nodes, default
-// benchrow.MinReps), BENCH_FLEET_REPS_NODES (default repsNodes, the forest's forestRepsNodes;
-// larger rows take one round), BENCH_FLEET_GOMAXPROCS (the nodes' GOMAXPROCS: default unset, the
-// forest's forestGOMAXPROCS).
+// alone, one node alone's rounds included; default the other links' rate), BENCH_FLEET_JSON (also
+// write each fleet row's median round, sim.Measured, to this file: test/fleet/sim's calibration
+// reads it), BENCH_FLEET_REGISTRY (0 leaves out the registry-only rounds, 1 keeps them),
+// BENCH_FLEET_KILL (1 adds, at the largest count, a fleet round with one node killed
+// mid-transfer), BENCH_REPS (the rounds of one node alone and of every row up to
+// BENCH_FLEET_REPS_NODES nodes, default benchrow.MinReps), BENCH_FLEET_REPS_NODES (default
+// repsNodes, the forest's forestRepsNodes; larger rows take one round), BENCH_FLEET_GOMAXPROCS (the
+// nodes' GOMAXPROCS: default unset, the forest's forestGOMAXPROCS).
 
 import (
 	"encoding/json"
