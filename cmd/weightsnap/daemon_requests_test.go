@@ -34,6 +34,23 @@ func (r *recordingDaemon) HoldersOf(artifact.ID) (*control.Holders, error) {
 	return nil, errdefs.ErrNotImplemented
 }
 
+// daemonConfig serves svc on a control socket in dir, until the test ends,
+// and writes there a configuration that names the socket and the store root.
+func daemonConfig(t *testing.T, dir, root string, svc control.Services) string {
+	t.Helper()
+	sock := filepath.Join(dir, "control.sock")
+	srv, err := control.Listen(context.Background(), sock, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	cfg := filepath.Join(dir, "config.toml")
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("root = %q\n[snapshotter]\ncontrol_address = %q\n", root, sock)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // TestDaemonRequests: mount --writable asks the daemon for a writable
 // mount, and publish --daemon sends the daemon the request its flags make,
 // --for expanded from the store and the keys parsed; the daemon's answer is
@@ -42,24 +59,15 @@ func TestDaemonRequests(t *testing.T) {
 	dir := t.TempDir()
 	d, weights := storetest.Seeded(t, 64<<10, 1)
 	forID, _ := weights.ID()
-	sock := filepath.Join(dir, "control.sock")
 	rec := &recordingDaemon{}
 	answer, _ := artifact.ParseIDHex(strings.Repeat("c", 64))
-	srv, err := control.Listen(context.Background(), sock, control.Services{Mounts: rec,
+	cfg := daemonConfig(t, dir, d.Root(), control.Services{Mounts: rec,
 		Publish: func(_ context.Context, req control.PublishRequest) (*control.PublishResult, error) {
 			rec.mu.Lock()
 			rec.publish = append(rec.publish, req)
 			rec.mu.Unlock()
 			return &control.PublishResult{ID: answer, Present: true}, nil
 		}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	cfg := filepath.Join(dir, "config.toml")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("root = %q\n[snapshotter]\ncontrol_address = %q\n", d.Root(), sock)), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	mnt := filepath.Join(dir, "cache")
 	if out, err := runCLI(t, "--config", cfg, "mount", "--writable", forID.Hex()[:12], mnt); err != nil || !strings.Contains(out, "writable") {
 		t.Fatalf("mount --writable: %q %v", out, err)

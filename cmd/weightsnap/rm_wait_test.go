@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -50,16 +47,7 @@ func TestRmWaitsForTheDaemonsLease(t *testing.T) {
 			dir := t.TempDir()
 			d, weights := storetest.Seeded(t, 64<<10, 1)
 			id, _ := weights.ID()
-			sock := filepath.Join(dir, "control.sock")
-			srv, err := control.Listen(context.Background(), sock, control.Services{Mounts: &holdersDaemon{report: tt.report}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer srv.Close()
-			cfg := filepath.Join(dir, "config.toml")
-			if err := os.WriteFile(cfg, []byte(fmt.Sprintf("root = %q\n[snapshotter]\ncontrol_address = %q\n", d.Root(), sock)), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			cfg := daemonConfig(t, dir, d.Root(), control.Services{Mounts: &holdersDaemon{report: tt.report}})
 			// This process is the daemon: its lease is let go a moment after rm starts.
 			l, err := d.Lookup(context.Background(), id, store.ManifestAndMetadata)
 			if err != nil {
