@@ -38,9 +38,9 @@ type forestPlan struct {
 	// leave, if set, is told of a fetch that found no source left in a
 	// stripe: resolution goes on to its next source (Provider.originNext).
 	leave func(ctx context.Context, reason string, err error)
-	// slowAfter is the window of a stripe's rate, and how long, times
-	// this node's depth in the stripe, the rate stays slow before an
-	// adopter takes the stripe over (stripe_lag.go); 0: never.
+	// slowAfter is the window of a stripe's rate, and how long, twice for
+	// each hop of this node's depth in the stripe, the rate stays slow
+	// before an adopter takes the stripe over (stripe_lag.go); 0: never.
 	slowAfter time.Duration
 	// reattach, if set, is told of each stripe that left its source for
 	// another, with the reason.

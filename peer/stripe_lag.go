@@ -14,11 +14,12 @@ import (
 // The slow source routed around: a striped fetch measures each stripe's
 // rate of verified bytes over the last SlowAfter. A stripe is slow when
 // its rate stays below slowFraction of the median of the member's other
-// stripes' rates for SlowAfter times the member's depth in the stripe on
-// end: the member nearest a slow source moves first, and those below it
-// recover with it. When every stripe slows together the median falls with
+// stripes' rates for SlowAfter twice for each hop of the member's depth in
+// the stripe, on end: the member nearest a slow source moves first, and
+// those below it recover with it before their own time is up. When every stripe slows together the median falls with
 // it and nobody moves (the member's link, not a source). A slow stripe
-// asks its adopters in the forest, in order, for a session marked slow; a
+// asks the slow source's adopters in the forest, then its source's, and so
+// on up to the root, in order, for a session marked slow; a
 // server serves maxSlowChildren of those a stripe and answers busy past
 // them. The first that answers takes the stripe, with the pieces verified
 // kept, and the slow source's session ends; with none, the stripe stays
@@ -124,7 +125,7 @@ func (w *stripeWatch) observe(now time.Time, left []int64) []int {
 		if st.since.IsZero() {
 			st.since = now
 		}
-		if now.Sub(st.since) >= time.Duration(max(w.depth[s], 1))*w.after {
+		if now.Sub(st.since) >= time.Duration(2*max(w.depth[s], 1))*w.after {
 			st.relieving = true
 			slow = append(slow, s)
 		}
@@ -228,14 +229,14 @@ func (f *fetcher) watchStripes(ctx context.Context, w *stripeWatch) {
 }
 
 // askAdopter opens a session marked slow for stripe s with the first of
-// its adopters in the forest that answers, passing over this node, the
-// sources the stripe left as slow and the peers remembered as down; nil
-// when none answers (each busy, say).
+// slowAdopters that answers, passing over this node, the sources the
+// stripe left as slow and the peers remembered as down; nil when none
+// answers (each busy, say).
 func (f *fetcher) askAdopter(ctx context.Context, w *stripeWatch, s int) *clientSession {
 	fp := f.forest
 	src, slow := w.source(s)
-	for _, a := range fp.forest.Adopters(fp.self, src, s) {
-		if a == fp.self || a == src || slices.Contains(slow, a) || f.o.Client.Down.down(a) {
+	for _, a := range f.slowAdopters(src, s) {
+		if slices.Contains(slow, a) || f.o.Client.Down.down(a) {
 			continue
 		}
 		cs, err := f.openStripe(ctx, a, fp.stripe(s), true)
@@ -248,6 +249,23 @@ func (f *fetcher) askAdopter(ctx context.Context, w *stripeWatch, s int) *client
 	log.G(ctx).WithField("peer", src).WithField("stripe", fp.stripe(s).String()).
 		Debug("peer: the stripe's source is slow, and no adopter took it over; staying with it")
 	return nil
+}
+
+// slowAdopters are the members, each once, that may take stripe s over
+// from its slow source src for this node: the forest's adopters of src's
+// children, then of its source's, and so on up to the root.
+func (f *fetcher) slowAdopters(src string, s int) []string {
+	fp := f.forest
+	var out []string
+	members := len(fp.forest.Ranking())
+	for m, hops := src, 0; m != "" && hops < members; m, hops = fp.forest.Parent(m, s), hops+1 {
+		for _, a := range fp.forest.Adopters(fp.self, m, s) {
+			if a != src && a != fp.self && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
 }
 
 // stripeBytesLeft are each stripe's bytes not verified yet: a unit not

@@ -2,17 +2,21 @@ package peer
 
 import (
 	"context"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
+	"github.com/weightsnap/weightsnap/peer/stripes"
 )
 
 // TestStripeWatch: a stripe turns slow once its rate of verified bytes
 // stayed below slowFraction of the median of the other stripes' rates for
-// the watch's time times its depth; never when every stripe slows or
+// the watch's time twice for each hop of its depth; never when every stripe slows or
 // stalls together, nor within that fraction, nor before its session has
 // had a whole window; a stripe that finished keeps its last rate, or its
 // rate since the first look when it finished within the first window; with no
@@ -46,26 +50,26 @@ func TestStripeWatch(t *testing.T) {
 		slowAt  []time.Duration // the looks at which stripe 1 turns slow
 	}{
 		{name: "a tenth of the other's rate", rates: []float64{10 * mb, mb}, depth: []int{1, 1}, until: 7 * after / 2,
-			slowAt: []time.Duration{2 * after}},
-		{name: "deeper, it waits its depth's time", rates: []float64{10 * mb, mb}, depth: []int{1, 3}, until: 5 * after,
-			slowAt: []time.Duration{4 * after}},
+			slowAt: []time.Duration{3 * after}},
+		{name: "deeper, it waits twice its depth in windows", rates: []float64{10 * mb, mb}, depth: []int{1, 3}, until: 8 * after,
+			slowAt: []time.Duration{7 * after}},
 		{name: "below a third of the median of three", rates: []float64{10 * mb, 2 * mb, 8 * mb}, depth: []int{1, 1, 1}, until: 7 * after / 2,
-			slowAt: []time.Duration{2 * after}},
+			slowAt: []time.Duration{3 * after}},
 		{name: "within a third of the other", rates: []float64{10 * mb, 4 * mb}, depth: []int{1, 1}, until: 6 * after},
 		{name: "every stripe slow together", rates: []float64{mb / 10, mb / 10}, depth: []int{1, 1}, until: 6 * after},
 		{name: "every stripe stalled", rates: []float64{0, 0}, depth: []int{1, 1}, until: 6 * after},
 		{name: "waiting for its first bytes", rates: []float64{10 * mb, 10 * mb}, starts: []time.Duration{0, 3 * after / 2},
 			depth: []int{1, 1}, until: 6 * after},
 		{name: "the other finished: its last rate stays", rates: []float64{80 * mb, mb}, depth: []int{1, 1}, until: 7 * after / 2,
-			slowAt: []time.Duration{2 * after}},
+			slowAt: []time.Duration{3 * after}},
 		{name: "stalled, the other finished within the first window", rates: []float64{400 * mb, 0}, depth: []int{1, 1},
-			until: 7 * after / 2, slowAt: []time.Duration{2 * after}},
+			until: 7 * after / 2, slowAt: []time.Duration{3 * after}},
 		{name: "a session younger than the window", rates: []float64{10 * mb, mb}, depth: []int{1, 1}, session: 3 * after / 2,
-			until: 5 * after, slowAt: []time.Duration{7 * after / 2}},
-		{name: "no adopter: judged again later", rates: []float64{10 * mb, mb}, depth: []int{1, 1}, busy: 1, until: 19 * after / 4,
-			slowAt: []time.Duration{2 * after, 3 * after}},
+			until: 5 * after, slowAt: []time.Duration{9 * after / 2}},
+		{name: "no adopter: judged again later", rates: []float64{10 * mb, mb}, depth: []int{1, 1}, busy: 1, until: 6 * after,
+			slowAt: []time.Duration{3 * after, 5 * after}},
 		{name: "taken over twice at most", rates: []float64{20 * mb, mb / 2}, depth: []int{1, 1}, until: 9 * after,
-			slowAt: []time.Duration{2 * after, 4 * after}},
+			slowAt: []time.Duration{3 * after, 6 * after}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			starts := tc.starts
@@ -164,6 +168,57 @@ func TestStripeWatchEnded(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSlowAdopters: the members that may take a stripe over from a slow
+// source begin with the forest's adopters of its children, end with the
+// root, hold each member once, and hold neither the slow source nor the
+// member itself; past the forest's adopters, none is below the slow source
+// in the stripe.
+func TestSlowAdopters(t *testing.T) {
+	id := artifact.MustParseID("sha256:" + strings.Repeat("5a", 32))
+	var addrs []string
+	for i := range 40 {
+		addrs = append(addrs, fmt.Sprintf("10.0.0.%d:7420", i+1))
+	}
+	forest, err := stripes.Place(id, addrs, stripes.DefaultStripes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checked := 0
+	for _, self := range forest.Ranking()[1:] {
+		for s := range forest.Stripes() {
+			src := forest.Parent(self, s)
+			if src == forest.Root() {
+				continue
+			}
+			f := &fetcher{forest: &forestPlan{forest: forest, self: self}}
+			got := f.slowAdopters(src, s)
+			direct := slices.DeleteFunc(forest.Adopters(self, src, s), func(a string) bool { return a == self })
+			if len(got) < len(direct) || !slices.Equal(got[:len(direct)], direct) || got[len(got)-1] != forest.Root() {
+				t.Fatalf("%s, stripe %d, source %s: %v, want %v first and the root last", self, s, src, got, direct)
+			}
+			for i, a := range got {
+				if a == src || a == self || slices.Index(got, a) != i || (i >= len(direct) && below(forest, a, src, s)) {
+					t.Fatalf("%s, stripe %d, source %s: %v holds %s", self, s, src, got, a)
+				}
+			}
+			checked++
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no member has a source below the root")
+	}
+}
+
+// below says whether m takes stripe s through src.
+func below(forest *stripes.Forest, m, src string, s int) bool {
+	for p := forest.Parent(m, s); p != ""; p = forest.Parent(p, s) {
+		if p == src {
+			return true
+		}
+	}
+	return false
 }
 
 // TestSlowChildren: a server serves maxSlowChildren sessions of a stripe
