@@ -14,18 +14,19 @@ import (
 // The slow source routed around: a striped fetch measures each stripe's
 // rate of verified bytes over the last SlowAfter. A stripe is slow when
 // its rate stays below slowFraction of the median of the member's other
-// stripes' rates for SlowAfter twice for each hop of the member's depth in
-// the stripe, on end: the member nearest a slow source moves first, and
-// those below it recover with it before their own time is up. When every stripe slows together the median falls with
-// it and nobody moves (the member's link, not a source). A slow stripe
-// asks the slow source's adopters in the forest, then its source's, and so
-// on up to the root, in order, for a session marked slow; a
-// server serves maxSlowChildren of those a stripe and answers busy past
-// them. The first that answers takes the stripe, with the pieces verified
-// kept, and the slow source's session ends; with none, the stripe stays
-// with its source. A stripe leaves a slow source at most maxSlowLeaves
-// times in one fetch. The model (test/fleet/sim, Params.SlowAfter) has
-// the same rule.
+// stripes' rates, on end, for SlowAfter twice for each hop of the member's
+// depth in the stripe: the member nearest a slow source moves first, and
+// those below it recover with it before their own time is up. When every
+// stripe slows together the median falls with it and nobody moves (the
+// member's link, not a source). A slow stripe asks the slow source's
+// adopters in the forest, then its source's, and so on up to the root,
+// for a session marked slow; a server serves maxSlowChildren of those a
+// stripe and answers busy past them. The first that answers takes the
+// stripe over, with the pieces verified kept, and only then does the slow
+// source's session end; with none, the stripe stays with its source. A
+// stripe leaves a slow source at most maxSlowLeaves times in one fetch.
+// The model (test/fleet/sim) stands for this rule with Params.SlowAfter:
+// a slow source's children there leave it at one instant.
 
 // slowFraction is the share of the median of the member's other stripes'
 // rates below which a stripe's rate is slow.
@@ -51,9 +52,12 @@ type stripeWatch struct {
 	depth []int // this member's hops from the root in each stripe
 
 	mu      sync.Mutex
-	first   rateSample      // the first look
-	samples []rateSample    // the last after's, and the newest before them
-	rate    []float64       // each stripe's bytes a second over the last window it was busy throughout, or since the first look for one that finished before a window; -1 before either
+	first   rateSample   // the first look
+	samples []rateSample // the last after's, and the newest before them
+	// rate is each stripe's bytes a second over the last window it was
+	// busy throughout, or since the first look for one that finished
+	// before a whole window; -1 before either.
+	rate    []float64
 	stripes []watchedStripe // each stripe's session and its record of slow sources
 }
 
