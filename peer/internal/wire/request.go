@@ -60,9 +60,9 @@ func parseStripe(v string) (Stripe, error) {
 }
 
 // ParseRequest parses a model request as it is written on the wire and on
-// the command line: sha256:<hex>, optionally followed by " stripe=INDEX/COUNT"
-// and then " slow", or ExportPrefix NAME. The export's name is checked by the server that
-// serves it.
+// the command line: sha256:<hex>, optionally followed by
+// " stripe=INDEX/COUNT" and then " slow", or ExportPrefix NAME. The
+// export's name is checked by the server that serves it.
 func ParseRequest(s string) (Request, error) {
 	if name, ok := strings.CutPrefix(s, ExportPrefix); ok {
 		if name == "" {
