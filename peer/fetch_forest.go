@@ -2,7 +2,6 @@ package peer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -26,7 +25,8 @@ import (
 // served on. A stripe whose source fails (it died, or served a piece that
 // failed its check) re-attaches to the first live member of the forest's
 // adopters, with the pieces it verified; a source that served a bad piece
-// is named in the log and passed over (DownPeers).
+// is named in the log and passed over (DownPeers). A stripe whose source
+// is slow is taken over by an adopter that has room (stripe_lag.go).
 
 // forestPlan is a striped fetch's place in the striped forest.
 type forestPlan struct {
@@ -38,8 +38,9 @@ type forestPlan struct {
 	// leave, if set, is told of a fetch that found no source left in a
 	// stripe: resolution goes on to its next source (Provider.originNext).
 	leave func(ctx context.Context, reason string, err error)
-	// slowAfter is how long a stripe may lag the others before it leaves
-	// its source for an adopter (stripe_lag.go); 0: it never does.
+	// slowAfter is the window of a stripe's rate, and how long, twice for
+	// each hop of this node's depth in the stripe, the rate stays slow
+	// before an adopter takes the stripe over (stripe_lag.go); 0: never.
 	slowAfter time.Duration
 	// reattach, if set, is told of each stripe that left its source for
 	// another, with the reason.
@@ -141,11 +142,11 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 		}
 	}
 	f.stats.sessions.Mode, f.stats.sessions.Rails = ModeTCP, 1
-	total := make([]int, fp.forest.Stripes())
-	for s := range total {
-		total[s] = len(f.stripeTodo(fp.stripe(s)))
+	depth := make([]int, fp.forest.Stripes())
+	for s := range depth {
+		depth[s] = fp.forest.Depth(fp.self, s)
 	}
-	w := newStripeWatch(fp.slowAfter, total)
+	w := newStripeWatch(fp.slowAfter, depth)
 	g, gctx := errgroup.WithContext(ctx)
 	wctx, stop := context.WithCancel(gctx)
 	watched := make(chan struct{})
@@ -167,9 +168,11 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 // fetchStripe fetches stripe s's pieces from this node's source in it. A
 // source that answers but has served nothing yet is asked again, within
 // the plan's wait; a source that cannot be reached, is busy, fails once it
-// served, served a bad piece, or lags (w) is left for the next of its
-// adopters in the forest, with the pieces verified so far kept.
+// served, or served a bad piece is left for the next of its adopters in
+// the forest, with the pieces verified so far kept; a slow one is left for
+// the adopter that took the stripe over (w).
 func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error {
+	defer w.end(s)
 	fp := f.forest
 	stripe := fp.stripe(s)
 	src := fp.forest.Parent(fp.self, s)
@@ -178,6 +181,12 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 	rounds := 1               // passes over the stripe's candidates
 	served := false           // src served this stripe a piece
 	start := time.Now()
+	var adopted *clientSession // an adopter's session that took the stripe over from a slow source
+	defer func() {
+		if adopted != nil {
+			adopted.close()
+		}
+	}()
 	b := &backoff.ExponentialBackOff{InitialInterval: retryFirst, Multiplier: 2, MaxInterval: retryMax}
 	b.Reset()
 	for {
@@ -186,25 +195,34 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 			return nil
 		}
 		sctx, cancel := context.WithCancelCause(ctx)
-		w.session(s, cancel)
-		err := f.stripeSession(sctx, src, stripe, todo)
-		slow := errors.Is(context.Cause(sctx), errSlowSource)
+		w.session(s, src, cancel, time.Now())
+		var err error
+		if cs := adopted; cs != nil {
+			adopted = nil
+			err = f.runStripe(sctx, cs, todo)
+		} else {
+			err = f.stripeSession(sctx, src, stripe, todo)
+		}
 		cancel(nil)
 		served = served || len(f.stripeTodo(stripe)) < len(todo)
+		if adopted = w.takeHandoff(s); adopted != nil {
+			f.reattached(ctx, stripe, src, adopted.addr, reattachSlow, &Error{Addr: src, Err: errSlowSource})
+			src, served, start = adopted.addr, false, time.Now()
+			tried[src] = true
+			b.Reset()
+			continue
+		}
 		if err == nil {
 			continue
 		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("fetch interrupted: %w", context.Cause(ctx))
 		}
-		if slow {
-			err = &Error{Addr: src, Err: errSlowSource}
-		}
 		if !peerFault(err) {
 			return err
 		}
 		liar := errdefs.IsDataLoss(err)
-		if !liar && !slow && !served && !netfail.Unreachable(err) && !isBusy(err) && time.Since(start) < fp.wait {
+		if !liar && !served && !netfail.Unreachable(err) && !isBusy(err) && time.Since(start) < fp.wait {
 			// The source may not have announced its build yet.
 			select {
 			case <-time.After(b.NextBackOff()):
@@ -225,12 +243,6 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 				Warn("peer: the source served a piece that failed its check; it is passed over")
 		}
 		next := f.adopter(src, s, tried)
-		if next == "" && slow {
-			// A slow source is still a source: the stripe stays with it.
-			log.G(ctx).WithField("peer", src).WithField("stripe", stripe.String()).
-				Debug("peer: the stripe's source lags, and no adopter is left; staying with it")
-			continue
-		}
 		if next == "" && !f.rootsPlace(gone) && rounds < stripeRounds {
 			// Every candidate was tried, but some only answered busy or
 			// ended a build: once more from the source the forest names.
@@ -257,20 +269,10 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 			return err
 		}
 		reason := reattachFailed
-		switch {
-		case liar:
+		if liar {
 			reason = reattachBadPiece
-		case slow:
-			reason = reattachSlow
 		}
-		if fp.reattach != nil {
-			fp.reattach(reason)
-		}
-		log.G(ctx).WithError(err).WithField("peer", src).WithField("adopter", next).WithField("stripe", stripe.String()).
-			WithField("reason", reason).WithField("left", len(f.stripeTodo(stripe))).Warn("peer: leaving the stripe's source; re-attaching to an adopter")
-		f.stats.mu.Lock()
-		f.stats.sessions.Failovers++
-		f.stats.mu.Unlock()
+		f.reattached(ctx, stripe, src, next, reason, err)
 		src, served, start = next, false, time.Now()
 		tried[src] = true
 		b.Reset()
@@ -282,8 +284,21 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 const (
 	reattachFailed   = "source failed"
 	reattachBadPiece = "bad piece"
-	reattachSlow     = "slow source"
+	reattachSlow     = "slow"
 )
+
+// reattached logs, counts and records that stripe left its source src
+// for next, for reason.
+func (f *fetcher) reattached(ctx context.Context, stripe wire.Stripe, src, next, reason string, err error) {
+	if f.forest.reattach != nil {
+		f.forest.reattach(reason)
+	}
+	log.G(ctx).WithError(err).WithField("peer", src).WithField("adopter", next).WithField("stripe", stripe.String()).
+		WithField("reason", reason).WithField("left", len(f.stripeTodo(stripe))).Warn("peer: leaving the stripe's source; re-attaching to an adopter")
+	f.stats.mu.Lock()
+	f.stats.sessions.Failovers++
+	f.stats.mu.Unlock()
+}
 
 // adopter is the source stripe s takes after failed, the first not tried
 // yet and not remembered as down: one of the forest's adopters of this
@@ -325,17 +340,32 @@ func (f *fetcher) rootsPlace(gone map[string]bool) bool {
 
 // stripeSession fetches todo, pieces of stripe, over one session with addr.
 func (f *fetcher) stripeSession(ctx context.Context, addr string, stripe wire.Stripe, todo []*unit) error {
-	q := f.src.request
-	q.Stripe = stripe
-	cs, err := openSession(ctx, f.o.Client, addr, q)
+	cs, err := f.openStripe(ctx, addr, stripe, false)
 	if err != nil {
 		return err
 	}
+	return f.runStripe(ctx, cs, todo)
+}
+
+// openStripe opens a session of stripe with addr, marked as taking the
+// stripe over from a slow source with slow.
+func (f *fetcher) openStripe(ctx context.Context, addr string, stripe wire.Stripe, slow bool) (*clientSession, error) {
+	q := f.src.request
+	q.Stripe, q.Slow = stripe, slow
+	cs, err := openSession(ctx, f.o.Client, addr, q)
+	if err != nil {
+		return nil, err
+	}
 	if err := sameContent(f.base, cs.manifest); err != nil {
 		cs.close()
-		return &Error{Addr: addr, Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
+		return nil, &Error{Addr: addr, Err: fmt.Errorf("%w: %w", err, errdefs.ErrConflict)}
 	}
-	f.stats.session(addr, false)
+	return cs, nil
+}
+
+// runStripe fetches todo over the open session cs, and closes it.
+func (f *fetcher) runStripe(ctx context.Context, cs *clientSession, todo []*unit) error {
+	f.stats.session(cs.addr, false)
 	if err := cs.startPlane(ctx, ModeTCP, 1); err != nil {
 		cs.close()
 		return err

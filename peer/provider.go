@@ -38,8 +38,8 @@ type Provider struct {
 	// RootWait bounds how long a node that is not the root asks again; 0
 	// means DefaultRootWait.
 	RootWait time.Duration
-	// SlowAfter is how long a stripe of a striped fetch may lag the
-	// member's other stripes before it leaves its source for an adopter; 0
+	// SlowAfter is the window of the striped fetch's slow-source rule
+	// (stripe_lag.go), DefaultSlowAfter in the node's configuration; 0
 	// leaves a slow source in place.
 	SlowAfter time.Duration
 
@@ -101,6 +101,11 @@ func (p *Provider) originCounter() *prometheus.CounterVec {
 // the transfer of a model. It is the worst-case delay a dead or slow root
 // adds to every other node.
 const DefaultRootWait = 5 * time.Second
+
+// DefaultSlowAfter is the slow-source rule's window in the node's
+// configuration ([peer] slow_source_seconds): long against a piece's time
+// on a slow link, so a stripe's rate is not a piece's jitter.
+const DefaultSlowAfter = 5 * time.Second
 
 // Waits between the asks of a node that is not the root: jittered, so the
 // nodes' listings spread out.

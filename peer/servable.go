@@ -125,7 +125,7 @@ func servableFromLease(l *store.Lease) (*servable, error) {
 func listedStripes(children map[childKey]int, id artifact.ID) []wire.ListedStripe {
 	var out []wire.ListedStripe
 	for k, n := range children {
-		if k.id == id && k.stripe.Count > 0 && n > 0 {
+		if k.id == id && k.stripe.Count > 0 && !k.slow && n > 0 {
 			out = append(out, wire.ListedStripe{Index: k.stripe.Index, Count: k.stripe.Count, Sessions: n})
 		}
 	}

@@ -120,10 +120,16 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 		return fail(err)
 	}
 	defer sv.release()
-	if !s.addChild(sv.manifest.ID, req.Stripe) {
-		return fail(s.busyChildren(sv.manifest.ID, req.Stripe))
+	children := []childKey{{id: sv.manifest.ID, stripe: req.Stripe}}
+	if req.Slow && req.Stripe.Count > 0 {
+		children = append(children, childKey{id: sv.manifest.ID, stripe: req.Stripe, slow: true})
 	}
-	defer s.dropChild(sv.manifest.ID, req.Stripe)
+	for _, k := range children {
+		if !s.addChild(k) {
+			return fail(s.busyChildren(k))
+		}
+		defer s.dropChild(k)
+	}
 	m := sv.manifest
 	m.Generation = s.gen
 	m.PieceSize = blake3.PieceSize
@@ -209,51 +215,63 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 }
 
 // childKey is what a server counts sessions by: an artifact, or one
-// stripe of it.
+// stripe of it, or the sessions of one stripe that took it over from a
+// slow source (counted in the stripe's too).
 type childKey struct {
 	id     artifact.ID
 	stripe wire.Stripe
+	slow   bool
 }
 
-// childLimit is how many sessions of an artifact, or of one stripe of it,
-// the server serves at once: MaxChildren of the whole artifact; of a
-// stripe, twice its stripe count: the most the striped forest places on
-// one member of one stripe, and as many orphans it may adopt.
-func (s *Server) childLimit(stripe wire.Stripe) int {
-	if stripe.Count > 0 {
-		return 2 * stripe.Count
+// maxSlowChildren is how many sessions of one stripe that took it over
+// from a slow source a server serves at once: an adopter's own children
+// keep their share of its uplink.
+const maxSlowChildren = 1
+
+// childLimit is how many sessions of k the server serves at once:
+// MaxChildren of the whole artifact; of a stripe, twice its stripe count:
+// the most the striped forest places on one member of one stripe, and as
+// many orphans it may adopt; of those that left a slow source,
+// maxSlowChildren.
+func (s *Server) childLimit(k childKey) int {
+	switch {
+	case k.slow:
+		return maxSlowChildren
+	case k.stripe.Count > 0:
+		return 2 * k.stripe.Count
 	}
 	return s.cfg.MaxChildren
 }
 
-// addChild counts a session of id (or of one stripe of it); false when it
-// has childLimit sessions already.
-func (s *Server) addChild(id artifact.ID, stripe wire.Stripe) bool {
+// addChild counts a session of k; false when it has childLimit sessions
+// already.
+func (s *Server) addChild(k childKey) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := childKey{id, stripe}
-	if s.children[k] >= s.childLimit(stripe) {
+	if s.children[k] >= s.childLimit(k) {
 		return false
 	}
 	s.children[k]++
 	return true
 }
 
-func (s *Server) dropChild(id artifact.ID, stripe wire.Stripe) {
+func (s *Server) dropChild(k childKey) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k := childKey{id, stripe}
 	if s.children[k]--; s.children[k] <= 0 {
 		delete(s.children, k)
 	}
 }
 
 // busyChildren is the answer to a session past childLimit.
-func (s *Server) busyChildren(id artifact.ID, stripe wire.Stripe) error {
-	if stripe.Count > 0 {
-		return &wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of stripe %s of %s, the most this peer serves of one stripe", s.childLimit(stripe), stripe, id.Short())}
+func (s *Server) busyChildren(k childKey) error {
+	switch {
+	case k.slow:
+		return &wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of stripe %s of %s taken over from a slow source, the most this peer serves", s.childLimit(k), k.stripe, k.id.Short())}
+	case k.stripe.Count > 0:
+		return &wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of stripe %s of %s, the most this peer serves of one stripe", s.childLimit(k), k.stripe, k.id.Short())}
 	}
-	return &wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of %s, the most this peer serves of one artifact", s.cfg.MaxChildren, id.Short())}
+	return &wire.RemoteError{Code: wire.StatusBusy, Message: fmt.Sprintf("busy: %d sessions of %s, the most this peer serves of one artifact", s.cfg.MaxChildren, k.id.Short())}
 }
 
 // tcpServePlane serves rails on the server's own listener.

@@ -25,6 +25,8 @@ type Round struct {
 	MaxChildren int
 	// Structure is each resolving node's [peer] structure; "" leaves its default (the chain).
 	Structure string
+	// SlowSource is each resolving node's [peer] slow_source_seconds; 0 leaves its default.
+	SlowSource int
 	// Holders are the first nodes of the round that keep their stores (what an earlier round left
 	// there) and only serve (with Peers): they do not resolve.
 	Holders int
@@ -144,6 +146,9 @@ func (f *Fleet) Launch(r Round) *Rollout {
 			conf := fmt.Sprintf("[peer]\nadvertise = %q\n", n.addr)
 			if r.Structure != "" {
 				conf += fmt.Sprintf("structure = %q\n", r.Structure)
+			}
+			if r.SlowSource > 0 {
+				conf += fmt.Sprintf("slow_source_seconds = %d\n", r.SlowSource)
 			}
 			if err := os.WriteFile(cfg, []byte(conf), 0o644); err != nil {
 				t.Fatal(err)

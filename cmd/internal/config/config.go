@@ -102,6 +102,9 @@ type Peer struct {
 	// ConnectTimeoutSeconds bounds reaching a peer (dial, TLS handshake,
 	// its first answer): what a peer that is down or black-holed costs.
 	ConnectTimeoutSeconds int `toml:"connect_timeout_seconds" comment:"seconds reaching a peer may take (dial, TLS handshake, its first answer), at most timeout_seconds:\na peer that is down or accepts and never answers costs this much before the next peer, then the registry, is asked"`
+	// SlowSourceSeconds is the striped fetch's slow-source rule
+	// (peer.Provider's SlowAfter): its window, 0 for off.
+	SlowSourceSeconds int `toml:"slow_source_seconds" comment:"forest only: seconds over which each stripe's rate of verified bytes is measured; a stripe whose rate\nstays below a third of the median of this node's other stripes for that long, twice for each hop of the\nnode's depth in the stripe, is taken over by an adopter with room. 0 keeps every stripe with its source"`
 	// Exports are the peer's exported directories, served as staged:NAME
 	// (the wire's token).
 	Exports            []peer.Export `toml:"exports" comment:"allowlisted directories served as staged:NAME[/SUBDIR]: [[peer.exports]] name, path, revision, repository, component\n([[peer.staged]], their first name, is read too)"`
@@ -183,7 +186,7 @@ func Default() Config {
 		Verify:   Verify{Policy: trust.DefaultPolicyPath},
 		Peer: Peer{Listen: fmt.Sprintf("127.0.0.1:%d", peer.DefaultPort), Peers: []string{}, MaxSessions: peer.DefaultMaxSessions, MaxChildren: peer.DefaultMaxChildren,
 			Structure: string(peer.StructureChain), MaxRails: peer.DefaultMaxRails, RailAddrs: []string{}, Mode: string(peer.ModeTCP),
-			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), ConnectTimeoutSeconds: int(peer.DefaultConnectTimeout.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
+			TimeoutSeconds: int(peer.DefaultTimeout.Seconds()), ConnectTimeoutSeconds: int(peer.DefaultConnectTimeout.Seconds()), SlowSourceSeconds: int(peer.DefaultSlowAfter.Seconds()), Exports: []peer.Export{}, ExportCeilingBytes: peer.DefaultExportCeiling},
 	}
 }
 
@@ -349,8 +352,8 @@ func (c *Config) Validate() error {
 	if _, err := peer.ParseStructure(c.Peer.Structure); err != nil {
 		return fmt.Errorf("[peer] %w", err)
 	}
-	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ConnectTimeoutSeconds < 0 || p.ExportCeilingBytes < 0 {
-		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds, connect_timeout_seconds and export_ceiling_bytes must not be negative")
+	if p := c.Peer; p.MaxSessions < 0 || p.MaxChildren < 0 || p.MaxRails < 0 || p.Rails < 0 || p.TimeoutSeconds < 0 || p.ConnectTimeoutSeconds < 0 || p.ExportCeilingBytes < 0 || p.SlowSourceSeconds < 0 {
+		return bad("[peer] max_sessions, max_children, max_rails, rails, timeout_seconds, connect_timeout_seconds, export_ceiling_bytes and slow_source_seconds must not be negative")
 	}
 	if (c.Peer.TLSCert == "") != (c.Peer.TLSKey == "") || (c.Peer.TLSClientCA != "" && c.Peer.TLSCert == "") {
 		return bad("[peer] tls_cert and tls_key go together, and tls_client_ca needs them")

@@ -74,6 +74,11 @@ func TestParse(t *testing.T) {
 			return err == nil && o.Client.ConnectTimeout == 2*time.Second && Default().Peer.ConnectTimeoutSeconds == 5
 		}},
 		{"negative peer connect timeout", "[peer]\nconnect_timeout_seconds = -1\n", false, nil},
+		{"peer slow source", "[peer]\nslow_source_seconds = 3\n", true, func(c Config) bool {
+			return c.Peer.SlowAfter() == 3*time.Second && Default().Peer.SlowAfter() == 5*time.Second
+		}},
+		{"peer slow source off", "[peer]\nslow_source_seconds = 0\n", true, func(c Config) bool { return c.Peer.SlowAfter() == 0 }},
+		{"negative peer slow source", "[peer]\nslow_source_seconds = -1\n", false, nil},
 		{"exports under their first name", "[peer]\nstaged_ceiling_bytes = 4096\n[[peer.staged]]\nname = \"llama\"\npath = \"/nas/llama\"\n", true, func(c Config) bool {
 			return len(c.Peer.Exports) == 1 && c.Peer.Exports[0].Name == "llama" && c.Peer.ExportCeilingBytes == 4096 &&
 				c.Peer.StagedAlias == nil && c.Peer.StagedCeilingAlias == nil

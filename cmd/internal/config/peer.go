@@ -105,6 +105,12 @@ func (p Peer) FetchOptions() (peer.FetchOptions, error) {
 	return peer.FetchOptions{Client: c, Mode: mode, Rails: p.Rails, Structure: structure}, err
 }
 
+// SlowAfter is the striped fetch's slow-source window (peer.Provider's
+// SlowAfter), slow_source_seconds; 0 leaves every stripe with its source.
+func (p Peer) SlowAfter() time.Duration {
+	return time.Duration(p.SlowSourceSeconds) * time.Second
+}
+
 func (p Peer) token() (string, error) {
 	if p.TokenFile == "" {
 		return "", nil

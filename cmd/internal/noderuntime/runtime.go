@@ -92,7 +92,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 		if err != nil {
 			return nil, err
 		}
-		p := &peer.Provider{Peers: cfg.Peer.Peers, Options: fo, Self: cfg.Peer.Self()}
+		p := &peer.Provider{Peers: cfg.Peer.Peers, Options: fo, Self: cfg.Peer.Self(), SlowAfter: cfg.Peer.SlowAfter()}
 		if o.Metrics != nil {
 			if err := p.Register(o.Metrics); err != nil {
 				return nil, fmt.Errorf("metrics: %w", err)

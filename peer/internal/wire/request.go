@@ -18,6 +18,9 @@ type Request struct {
 	ID     artifact.ID
 	Export string // the name after ExportPrefix: NAME or NAME/SUBDIR
 	Stripe Stripe
+	// Slow says the session takes Stripe over from a slow source: a
+	// server serves few such sessions of one stripe at once.
+	Slow bool
 }
 
 // Stripe is one stripe of an artifact's pieces in a striped forest: piece
@@ -32,6 +35,10 @@ const MaxStripes = 1024
 
 // stripeSep separates a request for an artifact from the stripe it names.
 const stripeSep = " stripe="
+
+// slowMark follows the stripe of a request that takes the stripe over
+// from a slow source.
+const slowMark = " slow"
 
 // Has says whether piece i of the artifact's piece order is in the stripe.
 func (s Stripe) Has(piece int64) bool {
@@ -53,9 +60,9 @@ func parseStripe(v string) (Stripe, error) {
 }
 
 // ParseRequest parses a model request as it is written on the wire and on
-// the command line: sha256:<hex>, optionally followed by " stripe=INDEX/COUNT",
-// or ExportPrefix NAME. The export's name is checked by the server that
-// serves it.
+// the command line: sha256:<hex>, optionally followed by
+// " stripe=INDEX/COUNT" and then " slow", or ExportPrefix NAME. The
+// export's name is checked by the server that serves it.
 func ParseRequest(s string) (Request, error) {
 	if name, ok := strings.CutPrefix(s, ExportPrefix); ok {
 		if name == "" {
@@ -70,6 +77,7 @@ func ParseRequest(s string) (Request, error) {
 	}
 	q := Request{ID: id}
 	if striped {
+		stripe, q.Slow = strings.CutSuffix(stripe, slowMark)
 		if q.Stripe, err = parseStripe(stripe); err != nil {
 			return Request{}, fmt.Errorf("model request %q: %w", s, err)
 		}
@@ -81,6 +89,9 @@ func ParseRequest(s string) (Request, error) {
 func (q Request) String() string {
 	if q.Export != "" {
 		return ExportPrefix + q.Export
+	}
+	if q.Stripe.Count > 0 && q.Slow {
+		return q.ID.String() + stripeSep + q.Stripe.String() + slowMark
 	}
 	if q.Stripe.Count > 0 {
 		return q.ID.String() + stripeSep + q.Stripe.String()

@@ -26,6 +26,7 @@ func TestRequest(t *testing.T) {
 		{in: md.String(), want: Request{ID: artifact.MustParseID(md.String())}, answers: m, not: exp},
 		{in: "staged:models/snapshots/0123", want: Request{Export: "models/snapshots/0123"}, answers: exp, not: m},
 		{in: id.String() + " stripe=3/16", want: Request{ID: id, Stripe: Stripe{Index: 3, Count: 16}}, answers: m, not: exp},
+		{in: id.String() + " stripe=3/16 slow", want: Request{ID: id, Stripe: Stripe{Index: 3, Count: 16}, Slow: true}, answers: m, not: exp},
 	} {
 		q, err := ParseRequest(tc.in)
 		if err != nil || q != tc.want || q.String() != tc.in {
@@ -36,7 +37,8 @@ func TestRequest(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "staged:", "sha256:12", "model", "sha512:" + strings.Repeat("ab", 64),
-		id.String() + " stripe=16/16", id.String() + " stripe=-1/4", id.String() + " stripe=0/0", id.String() + " stripe=3", id.String() + " stripe=0/2000"} {
+		id.String() + " stripe=16/16", id.String() + " stripe=-1/4", id.String() + " stripe=0/0", id.String() + " stripe=3", id.String() + " stripe=0/2000",
+		id.String() + " slow", id.String() + " stripe=3/16 fast"} {
 		if _, err := ParseRequest(bad); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("ParseRequest(%q): %v, want invalid argument", bad, err)
 		}
