@@ -60,6 +60,7 @@ type HostMountInfo struct {
 // Holders is what holds an artifact in the snapshotter.
 type Holders struct {
 	ID        artifact.ID `json:"identity"`
+	PID       int         `json:"pid"`                 // the daemon's process, as the store's lock holders name it
 	Leased    bool        `json:"leased"`              // the daemon holds the artifact's lease
 	Snapshots []string    `json:"snapshots,omitempty"` // active snapshots using it (containers, image volumes, views)
 	Mounts    []string    `json:"mounts,omitempty"`    // host mount points with the lease

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/containerd/errdefs"
@@ -66,7 +67,12 @@ func Listen(ctx context.Context, path string, svc Services) (*Server, error) {
 		if err != nil {
 			return nil, err
 		}
-		return svc.Mounts.HoldersOf(id)
+		h, err := svc.Mounts.HoldersOf(id)
+		if err != nil {
+			return nil, err
+		}
+		h.PID = os.Getpid()
+		return h, nil
 	})
 	handle("GET /v1/prefetch", func(context.Context, *http.Request) (any, error) {
 		if svc.Prefetch == nil {

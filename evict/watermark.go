@@ -128,7 +128,7 @@ func (w *watch) tick(ctx context.Context, p *Policy) {
 	}
 	switch {
 	case held != "" && held != w.held:
-		logger.WithField("need", rep.Need).WithField("freed", rep.Freed).WithField("held", held).
+		logger.WithField("need_bytes", rep.Need).WithField("freed_bytes", rep.Freed).WithField("held", held).
 			Warn("store watermark: the filesystem stays past the high watermark, held by what eviction may not take; logged again when it ends or its holders change")
 	case held == "" && w.held != "" && failed == "":
 		logger.Info("store watermark: the filesystem is no longer held past the high watermark")

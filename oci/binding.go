@@ -11,12 +11,12 @@ import (
 )
 
 // Carrier is a producer that brings signature records with the artifact it fetches. A weight peer
-// is one: it brings the records the sending node's store kept. CarriedSignatures returns them with
+// is one: it brings the records the sending node's store kept. CarriedRecords returns them with
 // the identity and the files whose bytes the fetch verifies. A record binds the files by their
 // sha256, which the carrier takes from the sender. Once a record is kept, CheckSHA256 has the fetch
 // compute each file's sha256 from its bytes. The fetch then refuses a file whose sha256 differs.
 type Carrier interface {
-	CarriedSignatures() (records []byte, identity artifact.Identity, files []artifact.File)
+	CarriedRecords() (records []byte, identity artifact.Identity, files []artifact.File)
 	CheckSHA256()
 }
 

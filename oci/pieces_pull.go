@@ -9,6 +9,7 @@ import (
 	"io"
 	"slices"
 
+	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 )
@@ -86,7 +87,7 @@ func (p *puller) copyPieces(ctx context.Context, t *fileTask, r io.Reader, pos, 
 		return 0, err
 	}
 	ps := p.pieces[t.f.Path]
-	w := newPieceWriter(p, t)
+	w := newPieceWriter(ctx, p, t)
 	end := pos + n
 	start := pos
 	for pos < end {
@@ -127,9 +128,9 @@ type pendingPiece struct {
 	done chan struct{}
 }
 
-func newPieceWriter(p *puller, t *fileTask) *pieceWriter {
+func newPieceWriter(ctx context.Context, p *puller, t *fileTask) *pieceWriter {
 	w := &pieceWriter{p: p, t: t, pending: make(chan pendingPiece, ringPieces), recorded: make(chan error, 1)}
-	go w.record()
+	go w.record(ctx)
 	return w
 }
 
@@ -171,7 +172,8 @@ func (w *pieceWriter) write(ctx context.Context, r io.Reader, fp filePiece) erro
 // the writer is through with it. The store's writer fails before it lets a
 // buffer go whose write failed, and an empty write reports that failure:
 // one that succeeds after a piece's done says the piece is on disk.
-func (w *pieceWriter) record() {
+// Peers may read a piece from the moment it is recorded.
+func (w *pieceWriter) record(ctx context.Context) {
 	var err error
 	for pp := range w.pending {
 		<-pp.done
@@ -180,6 +182,9 @@ func (w *pieceWriter) record() {
 		}
 		if _, err = w.t.fw.Write(nil); err == nil {
 			err = w.p.seed.Verified(w.t.f.Path, pp.fp.off, pp.fp.n)
+		}
+		if err == nil {
+			log.G(ctx).WithField("file", w.t.f.Path).WithField("offset", pp.fp.off).Debug("pull: piece verified; peers may read it")
 		}
 	}
 	w.recorded <- err

@@ -112,7 +112,7 @@ func (g *Gate) Hit(ctx context.Context, d *store.Domain, id artifact.ID, ref str
 	if err != nil || !m.Requires() {
 		return err
 	}
-	raw, err := d.Signatures(id)
+	raw, err := d.Records(id)
 	if err != nil {
 		return &trust.Refusal{Scope: m.Scope, Reason: "the store's verification record: " + err.Error()}
 	}
@@ -170,7 +170,7 @@ func (g *Gate) Admit(ctx context.Context, d *store.Domain, id artifact.ID, ref s
 			recs = append(recs, *r)
 		}
 	case Carrier:
-		raw, identity, files := p.CarriedSignatures()
+		raw, identity, files := p.CarriedRecords()
 		if raw == nil {
 			break
 		}
@@ -246,7 +246,7 @@ func KeepRecord(ctx context.Context, d *store.Domain, id artifact.ID, rec trust.
 
 // Records are the store's verification records of id, nil when there are none.
 func Records(d *store.Domain, id artifact.ID) ([]trust.Record, error) {
-	raw, err := d.Signatures(id)
+	raw, err := d.Records(id)
 	if err != nil || raw == nil {
 		return nil, err
 	}

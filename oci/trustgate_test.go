@@ -167,7 +167,7 @@ func TestResolutionEnforcesPolicy(t *testing.T) {
 	// What a weight peer sends with the artifact: the records its store
 	// kept. The receiver checks them offline against its own policy and
 	// against the identity and files it receives.
-	sent, err := d.Signatures(signed.ID)
+	sent, err := d.Records(signed.ID)
 	if err != nil || sent == nil {
 		t.Fatalf("record of the signed artifact: %v", err)
 	}
@@ -273,7 +273,7 @@ type carrier struct {
 
 func (c carrier) Name() string                                   { return "peer-fetch" }
 func (c carrier) Produce(context.Context, artifact.Writer) error { return errors.New("not run") }
-func (c carrier) CarriedSignatures() ([]byte, artifact.Identity, []artifact.File) {
+func (c carrier) CarriedRecords() ([]byte, artifact.Identity, []artifact.File) {
 	return c.records, c.identity, c.files
 }
 func (c *carrier) CheckSHA256() { c.checked = true }

@@ -42,7 +42,7 @@ type FetchOptions struct {
 	Progress func(n int64)
 	// Admit, if set, is asked by Fetch, once the peer's manifest is read
 	// and before any payload byte, whether the artifact id it offers
-	// (prod, whose CarriedSignatures are what the peer sent) may be
+	// (prod, whose CarriedRecords are what the peer sent) may be
 	// published: the caller's trust policy. An error ends the fetch.
 	Admit func(ctx context.Context, id artifact.ID, prod artifact.Producer) error
 	// Hit, if set, is asked by Fetch, when the store holds the identity

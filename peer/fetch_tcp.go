@@ -6,6 +6,7 @@ import (
 	"hash"
 	"io"
 
+	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/blake3"
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
@@ -161,7 +162,9 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, as []as
 				if c.pieces != nil {
 					err = f.split(addr, c.u, c.pieces, c.cvs)
 				} else if _, err = c.u.dst.out.WriteAt(c.b, c.u.dstOff+c.off); err == nil && c.last {
-					err = f.landed(addr, c.u, c.sum)
+					if err = f.landed(addr, c.u, c.sum); err == nil {
+						log.G(ctx).WithField("peer", addr).WithField("file", c.u.dst.path).WithField("offset", c.u.dstOff).Debug("peer: unit verified")
+					}
 				}
 				if err != nil {
 					cancel()

@@ -291,15 +291,15 @@ func (p *Provider) ProducerForID(ctx context.Context, id artifact.ID) (artifact.
 	return f.base.Identity, f, nil
 }
 
-// CarriedSignatures are what the peer sent with the artifact to check it
+// CarriedRecords are what the peer sent with the artifact to check it
 // by (oci.Carrier): its signature records (nil for none), the identity
 // and the files whose bytes the fetch verifies.
-func (f *fetcher) CarriedSignatures() ([]byte, artifact.Identity, []artifact.File) {
+func (f *fetcher) CarriedRecords() ([]byte, artifact.Identity, []artifact.File) {
 	files := make([]artifact.File, len(f.base.Shards))
 	for i, s := range f.base.Shards {
 		files[i] = s.File
 	}
-	return f.base.Signatures, f.base.Identity, files
+	return f.base.Records, f.base.Identity, files
 }
 
 // CheckSHA256 implements oci.Carrier: each file is read back once whole

@@ -66,11 +66,11 @@ func (s *Server) open(ctx context.Context, request wire.Request) (*servable, err
 	return servableFromLease(l)
 }
 
-// signatures are the store's signature records of id, for its manifest
+// records are the store's trust records of id, for its manifest
 // (nil when there are none, or they cannot be read or sent: the receiver
 // then verifies with the registry, or refuses).
-func (s *Server) signatures(ctx context.Context, id artifact.ID) []byte {
-	raw, err := s.d.Signatures(id)
+func (s *Server) records(ctx context.Context, id artifact.ID) []byte {
+	raw, err := s.d.Records(id)
 	if err != nil || uint64(len(raw)) > artifact.MaxRecordsBytes {
 		log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("peer: the artifact's signature records are not sent")
 		return nil

@@ -153,7 +153,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener) error {
 		return err
 	}
 	defer release()
-	log.G(ctx).WithField("addr", l.Addr().String()).WithField("generation", s.gen).WithField("modes", s.modes()).Info("peer: serving")
+	log.G(ctx).WithField("address", l.Addr().String()).WithField("generation", s.gen).WithField("modes", s.modes()).Info("peer: serving")
 	if s.rma != nil && fabric.Built {
 		log.G(ctx).WithError(s.rma).Warn("peer: the rma plane is unavailable")
 	}

@@ -134,7 +134,7 @@ func (s *Server) serveSession(ctx context.Context, conn net.Conn, r *bufio.Reade
 	m.Generation = s.gen
 	m.PieceSize = blake3.PieceSize
 	if req.Export == "" {
-		m.Signatures = s.signatures(ctx, m.ID)
+		m.Records = s.records(ctx, m.ID)
 	}
 	if err := s.sendDoc(conn, &m); err != nil {
 		return err
@@ -369,11 +369,14 @@ func (s *Server) serveRail(ctx context.Context, raw net.Conn, r *bufio.Reader) e
 			}
 			continue
 		}
+		asked := time.Now()
 		f, err := ss.sv.rangeFile(ctx, int(q.Shard), int64(q.Off), int64(q.N), s.cfg.Timeout)
 		if err != nil {
 			conn.Write(wire.StatusFrame(statusOf(err), err.Error()))
 			return fmt.Errorf("range of %s: %w", sh.entry.Path, err)
 		}
+		log.G(ctx).WithField("remote", raw.RemoteAddr().String()).WithField("file", sh.entry.Path).WithField("offset", q.Off).
+			WithField("waited", time.Since(asked).Round(time.Millisecond)).Debug("peer: range ready to send")
 		if _, err := conn.Write(wire.StatusFrame(wire.StatusOK, "")); err != nil {
 			return err
 		}

@@ -31,7 +31,7 @@ func TestProviderCarriesSignatures(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		raw, got, files := prod.(*fetcher).CarriedSignatures()
+		raw, got, files := prod.(*fetcher).CarriedRecords()
 		if g, _ := got.ID(); g != digest {
 			t.Fatalf("carried identity %s, want %s", g, digest)
 		}
@@ -57,7 +57,7 @@ func TestProviderCarriesSignatures(t *testing.T) {
 		}
 	}
 	rec := []byte(`{"schema":1,"records":[]}`)
-	if err := d.EditSignatures(ctx, digest, func([]byte) ([]byte, error) { return rec, nil }); err != nil {
+	if err := d.EditRecords(ctx, digest, func([]byte) ([]byte, error) { return rec, nil }); err != nil {
 		t.Fatal(err)
 	}
 	if raw, _ := carried(); !bytes.Equal(raw, rec) {

@@ -18,6 +18,8 @@
 # Env:   BENCH_FLEET_STRUCTURE  the fleet rounds' [peer] structure: chain (default) or forest
 #        BENCH_FLEET_SIZE       the artifact's size (default 256MiB; the forest's 192MiB)
 #        BENCH_FLEET_RATE_MBIT  every link's rate (default 100; the forest's 10: bench_test.go says why)
+#        BENCH_FLEET_ORIGIN_RATE_MBIT  the origin's link alone (default BENCH_FLEET_RATE_MBIT): a
+#                               registry slower than the nodes' links leaves the relays spare rate
 #        BENCH_FLEET_REGISTRY   0 leaves out the registry-only rounds (N copies over the origin's
 #                               link each), 1 keeps them (default 1; the forest's 0)
 #        BENCH_FLEET_KILL       1 adds, at the largest N, a fleet round with one node killed

@@ -42,52 +42,63 @@ func newLinkPool(dir string) (*linkPool, error) {
 	return &linkPool{dir: dir}, nil
 }
 
-// symlink puts at dst a symbolic link to target, as os.Symlink does (an
-// error satisfying os.ErrExist when something is there already): a hard
-// link to the pool's entry for target, that entry made, or made again
-// when it is missing or has as many links as the filesystem allows. The
-// entry's target is not read: sweep keeps only entries true to their
-// names. Where the pool cannot be linked from dst (another filesystem) it
-// makes a symlink of dst's own.
-func (p *linkPool) symlink(target, dst string) error {
+// open opens the pool's folder, as the dirfd of symlink.
+func (p *linkPool) open() (int, error) {
+	fd, err := unix.Open(p.dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("link pool: %w", &os.PathError{Op: "open", Path: p.dir, Err: err})
+	}
+	return fd, nil
+}
+
+// symlink puts at name in the directory open at dirfd a symbolic link to
+// target, as unix.Symlinkat does (an error satisfying os.ErrExist when
+// something is there already): a hard link to the pool's entry for
+// target, that entry made, or made again when it is missing or has as
+// many links as the filesystem allows. pool is the pool's folder (open).
+// The entry's target is not read: sweep keeps only entries true to their
+// names. Where the pool cannot be linked from dirfd (another filesystem)
+// it makes a symlink of its own.
+func (p *linkPool) symlink(pool int, target string, dirfd int, name string) error {
 	entry := p.entry(target)
 	for range 3 {
 		// flags 0: the link is to the symlink itself, not what it names.
-		err := unix.Linkat(unix.AT_FDCWD, entry, unix.AT_FDCWD, dst, 0)
+		err := unix.Linkat(pool, entry, dirfd, name, 0)
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, unix.EEXIST):
-			return &os.LinkError{Op: "symlink", Old: target, New: dst, Err: err}
+			return &os.LinkError{Op: "symlink", Old: target, New: name, Err: err}
 		case errors.Is(err, unix.EXDEV):
-			return os.Symlink(target, dst)
+			return unix.Symlinkat(target, dirfd, name)
 		case errors.Is(err, unix.EMLINK), errors.Is(err, unix.ENOENT):
 			// ENOENT: the entry is missing (new, or a sweep took it), or
-			// dst's folder is: the next pass tells, the entry made.
+			// the directory at dirfd was removed: the next pass tells, the
+			// entry made.
 			if err := p.put(entry, target); err != nil {
 				return err
 			}
 		default:
-			return &os.LinkError{Op: "link", Old: entry, New: dst, Err: err}
+			return &os.LinkError{Op: "link", Old: filepath.Join(p.dir, entry), New: name, Err: err}
 		}
 	}
-	return os.Symlink(target, dst)
+	return unix.Symlinkat(target, dirfd, name)
 }
 
 // entry is the pool's name for a symlink to target.
 func (p *linkPool) entry(target string) string {
 	sum := sha256.Sum256([]byte(target))
-	return filepath.Join(p.dir, hex.EncodeToString(sum[:]))
+	return hex.EncodeToString(sum[:])
 }
 
-// put makes entry a new symbolic link to target: made at a temporary name,
-// renamed over whatever entry is.
+// put makes the pool's entry a new symbolic link to target: made at a
+// temporary name, renamed over whatever entry is.
 func (p *linkPool) put(entry, target string) error {
 	tmp := filepath.Join(p.dir, linkPoolTemp+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(p.seq.Add(1), 10))
 	if err := os.Symlink(target, tmp); err != nil {
 		return fmt.Errorf("link pool: %w", err)
 	}
-	if err := os.Rename(tmp, entry); err != nil {
+	if err := os.Rename(tmp, filepath.Join(p.dir, entry)); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("link pool: %w", err)
 	}
@@ -112,7 +123,7 @@ func (p *linkPool) sweep() error {
 		}
 		// A temporary link a live put is about to rename is one of this
 		// process's: only those of other processes (crashed) go.
-		if strings.HasPrefix(e.Name(), linkPoolTemp+strconv.Itoa(os.Getpid())+"-") || st.Nlink > 1 && p.trueToName(name) {
+		if strings.HasPrefix(e.Name(), linkPoolTemp+strconv.Itoa(os.Getpid())+"-") || st.Nlink > 1 && p.trueToName(e.Name()) {
 			continue
 		}
 		if err := os.Remove(name); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -125,9 +136,9 @@ func (p *linkPool) sweep() error {
 	return nil
 }
 
-// trueToName reports whether the entry name is a symlink to the target
-// whose pool name it has.
+// trueToName reports whether the pool's entry name is a symlink to the
+// target whose pool name it has.
 func (p *linkPool) trueToName(name string) bool {
-	target, err := os.Readlink(name)
+	target, err := os.Readlink(filepath.Join(p.dir, name))
 	return err == nil && p.entry(target) == name
 }

@@ -33,7 +33,7 @@ func TestLinkPool(t *testing.T) {
 				if err := p.put(p.entry(target), "../../blobs/elsewhere"); err != nil {
 					t.Fatal(err)
 				}
-				if err := os.Link(p.entry(target), filepath.Join(root, "old-view")); err != nil {
+				if err := os.Link(filepath.Join(p.dir, p.entry(target)), filepath.Join(root, "old-view")); err != nil {
 					t.Fatal(err)
 				}
 				if err := p.sweep(); err != nil {
@@ -45,9 +45,19 @@ func TestLinkPool(t *testing.T) {
 			if err := os.Symlink(target, crashed); err != nil {
 				t.Fatal(err)
 			}
+			pool, err := p.open()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(pool)
+			dir, err := unix.Open(root, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(dir)
 			views := []string{filepath.Join(root, "a"), filepath.Join(root, "b")}
 			for _, v := range views {
-				if err := p.symlink(target, v); err != nil {
+				if err := p.symlink(pool, target, dir, filepath.Base(v)); err != nil {
 					t.Fatal(err)
 				}
 				if got, err := os.Readlink(v); err != nil || got != target {
@@ -55,11 +65,11 @@ func TestLinkPool(t *testing.T) {
 				}
 			}
 			var a, b, e unix.Stat_t
-			if unix.Lstat(views[0], &a) != nil || unix.Lstat(views[1], &b) != nil || unix.Lstat(p.entry(target), &e) != nil ||
+			if unix.Lstat(views[0], &a) != nil || unix.Lstat(views[1], &b) != nil || unix.Lstat(filepath.Join(p.dir, p.entry(target)), &e) != nil ||
 				a.Ino != e.Ino || b.Ino != e.Ino || e.Nlink != 3 {
 				t.Fatalf("views' inodes %d and %d, the pool's %d with %d links: want one inode, three links", a.Ino, b.Ino, e.Ino, e.Nlink)
 			}
-			if err := p.symlink(target, views[0]); !errors.Is(err, os.ErrExist) {
+			if err := p.symlink(pool, target, dir, filepath.Base(views[0])); !errors.Is(err, os.ErrExist) {
 				t.Fatalf("a symlink over an entry: %v, want os.ErrExist", err)
 			}
 
@@ -69,7 +79,7 @@ func TestLinkPool(t *testing.T) {
 			if _, err := os.Lstat(crashed); !errors.Is(err, os.ErrNotExist) {
 				t.Fatalf("a crashed process's temporary link after a sweep: %v", err)
 			}
-			if _, err := os.Lstat(p.entry(target)); err != nil {
+			if _, err := os.Lstat(filepath.Join(p.dir, p.entry(target))); err != nil {
 				t.Fatalf("an entry views link, after a sweep: %v", err)
 			}
 			for _, v := range views {

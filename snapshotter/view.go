@@ -98,10 +98,7 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 		return fmt.Errorf("view of %s: %w", l.ID, err)
 	}
 	links := newViewLinks()
-	var mk hfcache.MakeSymlink
-	if pool != nil {
-		mk = pool.symlink
-	}
+	defer links.close()
 	switch ptr.Layout {
 	case "":
 		if err := links.linkAll(root, files); err != nil {
@@ -116,7 +113,16 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 		if err != nil {
 			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
-		if err := tree.Write(root, func(dst string, i int) error { return links.link(dst, files[i]) }, mk); err != nil {
+		var mk hfcache.MakeSymlink
+		if pool != nil {
+			pfd, err := pool.open()
+			if err != nil {
+				return fmt.Errorf("view of %s: %w", l.ID, err)
+			}
+			defer unix.Close(pfd)
+			mk = func(target string, dirfd int, name string) error { return pool.symlink(pfd, target, dirfd, name) }
+		}
+		if err := tree.Write(root, func(dirfd int, name string, i int) error { return links.link(dirfd, name, files[i]) }, mk); err != nil {
 			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
 	default: // pointers are parsed with pointer.CheckLayout
@@ -137,60 +143,75 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 	return nil
 }
 
-// viewLinks links a lease's files into a view, making each directory
-// once.
+// viewLinks links a lease's files into a view, each by its name in its
+// directory, which it makes and opens once.
 type viewLinks struct {
-	dirs map[string]bool
+	dirs map[string]int // O_PATH descriptors, by path
 	// byProc: link through /proc/self/fd, AT_EMPTY_PATH having failed
 	// (it needs CAP_DAC_READ_SEARCH).
 	byProc atomic.Bool
 }
 
-func newViewLinks() *viewLinks { return &viewLinks{dirs: map[string]bool{}} }
+func newViewLinks() *viewLinks { return &viewLinks{dirs: map[string]int{}} }
+
+// close closes the directories the links were made in.
+func (v *viewLinks) close() {
+	for _, fd := range v.dirs {
+		unix.Close(fd)
+	}
+}
 
 // linkAll links files under root (each at its store path, a validated
-// relative path), its directories made first, then the links by a few
-// goroutines (internal/fanout) over consecutive runs of files, so that each
-// mostly links into folders of its own. Each file is its own link, so a
-// model of many small files costs as many links.
+// relative path), its directories made and opened first, then the links
+// by a few goroutines (internal/fanout) over consecutive runs of files,
+// so that each mostly links into folders of its own. Each file is its own
+// link, so a model of many small files costs as many links.
 func (v *viewLinks) linkAll(root string, files []*store.LeaseFile) error {
-	for _, f := range files {
-		if err := v.mkdir(filepath.Dir(filepath.Join(root, f.Path))); err != nil {
+	dirs := make([]int, len(files))
+	for i, f := range files {
+		fd, err := v.open(filepath.Dir(filepath.Join(root, f.Path)))
+		if err != nil {
 			return fmt.Errorf("view of %s: %w", f.Path, err)
 		}
+		dirs[i] = fd
 	}
 	return fanout.Each(len(files), func(i int) error {
-		if err := v.link(filepath.Join(root, files[i].Path), files[i]); err != nil {
+		if err := v.link(dirs[i], filepath.Base(files[i].Path), files[i]); err != nil {
 			return fmt.Errorf("view of %s: %w", files[i].Path, err)
 		}
 		return nil
 	})
 }
 
-// mkdir makes dir and its parents, once for each view.
-func (v *viewLinks) mkdir(dir string) error {
-	if v.dirs[dir] {
-		return nil
+// open makes dir and its parents, once for each view, and returns its
+// descriptor, which close closes.
+func (v *viewLinks) open(dir string) (int, error) {
+	if fd, ok := v.dirs[dir]; ok {
+		return fd, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
+		return -1, err
 	}
-	v.dirs[dir] = true
-	return nil
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	v.dirs[dir] = fd
+	return fd, nil
 }
 
-// link makes dst a hardlink to the lease's open file f, keeping one that
-// is that inode already. dst's directory is made first (mkdir) by the
-// caller; link itself is safe for concurrent use.
-func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
+// link makes name in the directory open at dirfd a hardlink to the
+// lease's open file f, keeping one that is that inode already. It is safe
+// for concurrent use.
+func (v *viewLinks) link(dirfd int, name string, f *store.LeaseFile) error {
 	// Link the open file itself, not its path: the view gets exactly the
-	// inode the lease validated. A new view has nothing at dst, and the
+	// inode the lease validated. A new view has nothing at name, and the
 	// link is all it takes.
 	fd, err := f.FD()
 	if err != nil {
 		return err
 	}
-	err = v.linkFD(fd, dst)
+	err = v.linkFD(fd, dirfd, name)
 	if err == nil {
 		return nil
 	}
@@ -200,33 +221,34 @@ func (v *viewLinks) link(dst string, f *store.LeaseFile) error {
 	// Something is there: that inode stays; anything else is replaced, by
 	// a link at a temporary name, then a rename.
 	var have, want unix.Stat_t
-	if unix.Lstat(dst, &have) == nil && unix.Fstat(fd, &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
+	if unix.Fstatat(dirfd, name, &have, unix.AT_SYMLINK_NOFOLLOW) == nil && unix.Fstat(fd, &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
 		return nil
 	}
-	tmp := dst + ".weightsnap-link"
-	os.Remove(tmp)
-	if err := v.linkFD(fd, tmp); err != nil {
+	tmp := name + ".weightsnap-link"
+	unix.Unlinkat(dirfd, tmp, 0)
+	if err := v.linkFD(fd, dirfd, tmp); err != nil {
 		return fmt.Errorf("link the store's file: %w", err)
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
-		return err
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
+		return fmt.Errorf("replace %s: %w", name, err)
 	}
 	return nil
 }
 
-// linkFD makes a hardlink at dst to the file open at fd: by the
-// descriptor itself (AT_EMPTY_PATH), else through its /proc path, which
-// needs no capability but costs a few microseconds more for each file.
-func (v *viewLinks) linkFD(fd int, dst string) error {
+// linkFD makes name in the directory open at dirfd a hardlink to the file
+// open at fd: by the descriptor itself (AT_EMPTY_PATH), else through its
+// /proc path, which needs no capability but costs a few microseconds more
+// for each file.
+func (v *viewLinks) linkFD(fd, dirfd int, name string) error {
 	if !v.byProc.Load() {
-		err := unix.Linkat(fd, "", unix.AT_FDCWD, dst, unix.AT_EMPTY_PATH)
+		err := unix.Linkat(fd, "", dirfd, name, unix.AT_EMPTY_PATH)
 		if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
 			return err
 		}
 		v.byProc.Store(true)
 	}
-	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 }
 
 // sameFilesystem checks that views under root can be hardlinks to the

@@ -61,11 +61,13 @@ func TestViewLinks(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "models", "m", "sub", f.Path)
 			tc.before(t, dst)
 			links := newViewLinks()
+			defer links.close()
 			links.byProc.Store(tc.byProc)
-			if err := links.mkdir(filepath.Dir(dst)); err != nil {
+			dir, err := links.open(filepath.Dir(dst))
+			if err != nil {
 				t.Fatal(err)
 			}
-			if err := links.link(dst, f); err != nil {
+			if err := links.link(dir, filepath.Base(dst), f); err != nil {
 				t.Fatal(err)
 			}
 			var have unix.Stat_t
@@ -113,7 +115,9 @@ func TestViewLinkAll(t *testing.T) {
 		for range 2 {
 			links := newViewLinks()
 			links.byProc.Store(byProc)
-			if err := links.linkAll(root, l.Files()); err != nil {
+			err := links.linkAll(root, l.Files())
+			links.close()
+			if err != nil {
 				t.Fatal(err)
 			}
 			n.viewLinksStore(t, id, root)

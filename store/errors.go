@@ -108,12 +108,17 @@ func (e *CapacityError) Unwrap() []error {
 // it is the store's form for ioerr.Classify.
 func noSpace(err error) error { return &CapacityError{Limit: "ENOSPC", Err: err} }
 
-// busy says an artifact is in use (leased or being built), naming the
-// processes that hold its lock (PID, command, container, lock mode), and
-// was left alone.
-func busy(id artifact.ID, what string, holders []LockHolder) error {
-	s := fmt.Sprintf("artifact %s has an active %s", id.Short(), what)
-	for i, h := range holders {
+// BusyError is a removal refused because the artifact is in use: leased or
+// being built. It names the processes that held its lock when it was refused.
+type BusyError struct {
+	ID      artifact.ID
+	What    string       // "lease" or "build"
+	Holders []LockHolder // a point-in-time view; empty when the lock went meanwhile
+}
+
+func (e *BusyError) Error() string {
+	s := fmt.Sprintf("artifact %s has an active %s", e.ID.Short(), e.What)
+	for i, h := range e.Holders {
 		if i == 0 {
 			s += " held by"
 		} else {
@@ -121,7 +126,20 @@ func busy(id artifact.ID, what string, holders []LockHolder) error {
 		}
 		s += fmt.Sprintf(" %s with a %s lock", procs.Describe(h.PID), h.Mode)
 	}
-	return fmt.Errorf("%s: %w", s, errdefs.ErrFailedPrecondition)
+	return s + ": " + errdefs.ErrFailedPrecondition.Error()
+}
+
+// Unwrap classifies the error.
+func (e *BusyError) Unwrap() error { return errdefs.ErrFailedPrecondition }
+
+// HeldOnlyBy says whether no process but pid held the lock.
+func (e *BusyError) HeldOnlyBy(pid int) bool {
+	for _, h := range e.Holders {
+		if h.PID != pid {
+			return false
+		}
+	}
+	return true
 }
 
 // TimeoutError is a coordination wait that ran out; it is retryable.

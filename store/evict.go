@@ -169,7 +169,7 @@ func (d *Domain) Evict(ctx context.Context, id artifact.ID, reason string) (*Evi
 	d.finishRemovals(ctx, artifact.ID{})
 	faultPoint("evict.after-delete")
 	ev.Seconds = time.Since(start).Seconds()
-	log.G(ctx).WithFields(log.Fields{"id": id.String(), "repository": repo, "bytes_freed": ev.Bytes,
+	log.G(ctx).WithFields(log.Fields{"id": id.String(), "repository": repo, "freed_bytes": ev.Bytes,
 		"last_use": ev.LastUse.UTC().Format(time.RFC3339), "reason": reason, "seconds": ev.Seconds}).Info("artifact evicted")
 	return ev, nil
 }

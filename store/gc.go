@@ -92,7 +92,7 @@ func (d *Domain) GC(ctx context.Context, o GCOptions) (*GCReport, error) {
 			r.DenyMarkers++
 		}
 	}
-	r.Signatures = d.orphanSignatures()
+	r.Signatures = d.orphanRecords()
 	return r, nil
 }
 

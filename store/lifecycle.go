@@ -168,7 +168,7 @@ func (d *Domain) moveOut(id artifact.ID, dst string) error {
 	faultPoint("quarantine.after-sync")
 	// The record of how it was verified goes with it (a crash before this
 	// leaves it to gc).
-	if err := d.dropSignatures(id); err != nil {
+	if err := d.dropRecords(id); err != nil {
 		return err
 	}
 	return os.Chmod(dst, dirHardened)

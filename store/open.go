@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -365,21 +364,44 @@ func checkIndexAgainstManifest(x *artifact.Index, m *Manifest) error {
 }
 
 // readSmall reads a metadata file relative to the directory fd, refusing links and oversize files.
+// The buffer is sized by the file's fstat, so that a metadata file of many
+// entries is read without growing it.
 func readSmall(dfd int, name string, limit int64) ([]byte, error) {
 	fd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	raw, err := io.ReadAll(io.LimitReader(f, limit+1))
-	if err != nil {
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return nil, err
 	}
-	if int64(len(raw)) > limit {
+	if st.Size > limit {
 		return nil, fmt.Errorf("larger than %d bytes", limit)
 	}
-	return raw, nil
+	// One byte past the size, to see the end in the same read.
+	raw := make([]byte, 0, st.Size+1)
+	for {
+		if len(raw) == cap(raw) {
+			if int64(len(raw)) > limit {
+				return nil, fmt.Errorf("larger than %d bytes", limit)
+			}
+			raw = slices.Grow(raw, 4096)
+		}
+		n, err := unix.Read(fd, raw[len(raw):cap(raw)])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return nil, err
+		case n == 0:
+			if int64(len(raw)) > limit {
+				return nil, fmt.Errorf("larger than %d bytes", limit)
+			}
+			return raw, nil
+		}
+		raw = raw[:len(raw)+n]
+	}
 }
 
 // openPayload opens a payload file beneath the artifact directory without

@@ -13,8 +13,8 @@ import (
 )
 
 // Remove deletes an artifact explicitly. It never waits: an active build or
-// lease is refused with errdefs.ErrFailedPrecondition naming its holders,
-// and nothing is unlinked. The directory is first renamed to a tombstone
+// lease is refused with a *BusyError naming its holders, and nothing is
+// unlinked. The directory is first renamed to a tombstone
 // (tombstone.go), so an interrupted removal is finished by the next Open,
 // gc, removal, eviction or build.
 func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
@@ -26,7 +26,7 @@ func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
 		return err
 	}
 	if !ok {
-		return busy(id, "build", lockHolders(d.lockPath(id, "build")))
+		return &BusyError{ID: id, What: "build", Holders: lockHolders(d.lockPath(id, "build"))}
 	}
 	defer bl.Close()
 	al, ok, err := tryLock(d.lockPath(id, "artifact"), unix.LOCK_EX)
@@ -34,7 +34,7 @@ func (d *Domain) Remove(ctx context.Context, id artifact.ID) error {
 		return err
 	}
 	if !ok {
-		return busy(id, "lease", lockHolders(d.lockPath(id, "artifact")))
+		return &BusyError{ID: id, What: "lease", Holders: lockHolders(d.lockPath(id, "artifact"))}
 	}
 	defer al.Close()
 	if _, err := os.Lstat(d.path(dirArtifacts, id.Hex())); errors.Is(err, os.ErrNotExist) {

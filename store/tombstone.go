@@ -57,7 +57,7 @@ func (d *Domain) entomb(id artifact.ID, step string) (string, error) {
 	faultPoint(step + ".after-sync")
 	// The record of how it was verified goes with it (a crash before this
 	// leaves it to gc).
-	return tomb, d.dropSignatures(id)
+	return tomb, d.dropRecords(id)
 }
 
 // finishRemovals deletes the tombstones of artifacts/ and tmp/ whose

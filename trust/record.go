@@ -295,7 +295,7 @@ func (m Match) Requires() bool {
 // RecordStore keeps an artifact's encoded records (package store's
 // Domain): edit gets them (nil for none) and returns the new ones.
 type RecordStore interface {
-	EditSignatures(ctx context.Context, id artifact.ID, edit func([]byte) ([]byte, error)) error
+	EditRecords(ctx context.Context, id artifact.ID, edit func([]byte) ([]byte, error)) error
 }
 
 // Keep adds rec to the records s keeps of id (MergeRecord), before the
@@ -306,7 +306,7 @@ func Keep(ctx context.Context, s RecordStore, id artifact.ID, rec Record) error 
 	if !rec.Signed() {
 		return nil
 	}
-	err := s.EditSignatures(ctx, id, func(old []byte) ([]byte, error) {
+	err := s.EditRecords(ctx, id, func(old []byte) ([]byte, error) {
 		var rs []Record
 		if old != nil {
 			var err error

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -259,19 +260,21 @@ func (a *app) explainBusy(ctx context.Context, id artifact.ID, err error) error 
 // weightsnapd's snapshots to let an artifact's lease go.
 const snapshotLeaseEvery = 100 * time.Millisecond
 
-// removeWaiting removes id. While weightsnapd's snapshots alone lease it
-// (no host mount, no pending repair), it tries again until wait has
-// passed: containerd removes a removed container's snapshot, and with it
-// the lease, in its next garbage collection.
+// removeWaiting removes id. While weightsnapd alone holds its lease and
+// the daemon has no host mount of it and no repair pending (its snapshots
+// hold it, or a lease is being taken or let go), it tries again until wait
+// has passed: containerd removes a removed container's snapshot, and with
+// it the lease, in its next garbage collection.
 func (a *app) removeWaiting(ctx context.Context, d *store.Domain, id artifact.ID, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	for {
 		err := d.Remove(ctx, id)
-		if !errdefs.IsFailedPrecondition(err) || !time.Now().Before(deadline) {
+		var busy *store.BusyError
+		if !errors.As(err, &busy) || busy.What != "lease" || !time.Now().Before(deadline) {
 			return err
 		}
 		h := a.daemonHolders(ctx, id)
-		if h == nil || !h.Leased || len(h.Mounts) > 0 || len(h.Pending) > 0 {
+		if h == nil || !busy.HeldOnlyBy(h.PID) || len(h.Mounts) > 0 || len(h.Pending) > 0 {
 			return err
 		}
 		select {

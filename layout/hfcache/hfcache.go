@@ -23,10 +23,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
-	"github.com/weightsnap/weightsnap/internal/fanout"
+	"golang.org/x/sys/unix"
 )
 
 // Ref is the one ref a tree writes: refs/main holds the revision.
@@ -156,62 +157,69 @@ func New(repo, revision string, files []File) (*Tree, error) {
 	return t, nil
 }
 
-// LinkBlob puts file (an index in the files New was given) at dst, a blob's
-// absolute path: a hard link to the caller's inode, replacing whatever else
-// is there, keeping what is that inode already. Write calls it from
-// several goroutines at once.
-type LinkBlob func(dst string, file int) error
+// LinkBlob puts file (an index in the files New was given) at name in the
+// directory open at dirfd, a blob: a hard link to the caller's inode,
+// replacing whatever else is there, keeping what is that inode already.
+// Write calls it from one goroutine while mk runs on another.
+type LinkBlob func(dirfd int, name string, file int) error
 
-// MakeSymlink makes dst a symbolic link to target as os.Symlink does (an
-// error satisfying os.ErrExist when something is at dst): a caller may
-// give one that links a shared symlink inode of that target instead.
-// Write calls it from several goroutines at once.
-type MakeSymlink func(target, dst string) error
+// MakeSymlink makes name in the directory open at dirfd a symbolic link
+// to target as unix.Symlinkat does (an error satisfying os.ErrExist when
+// something is there): a caller may give one that links a shared symlink
+// inode of that target instead. Write calls it from one goroutine while
+// link runs on another.
+type MakeSymlink func(target string, dirfd int, name string) error
 
 // Write writes the tree into dir, the repo folder (created as needed, with
 // its parents): blobs through link, the snapshot's links through mk
-// (nil: os.Symlink), refs/main; the directories first, then the blobs and
-// the links on a few goroutines (internal/fanout), a repository of many
-// small files being as many system calls.
-// Directories are 0755. It is idempotent: an entry that is right already
-// stays, anything else at its path is replaced, so it also completes a
-// folder written in part.
+// (nil: unix.Symlinkat), refs/main. The directories are made and opened
+// first; each entry is then made by its name in its open directory, so
+// that no call walks the folder's path again. The blobs and the links go
+// into different directories, on two goroutines, so that neither waits on
+// a directory the other writes. Directories are 0755. It is idempotent:
+// an entry that is right already stays, anything else at its path is
+// replaced, so it also completes a folder written in part.
 func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 	if mk == nil {
-		mk = os.Symlink
+		mk = unix.Symlinkat
 	}
 	fail := func(entry string, err error) error {
 		return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, entry, err)
 	}
-	made := map[string]bool{}
-	for _, sub := range []string{"blobs", "refs", path.Join("snapshots", t.Revision)} {
-		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
-			return fmt.Errorf("hugging face cache of %s: %w", t.Repo, err)
-		}
-		made[filepath.Join(dir, sub)] = true
+	dirs := folders{root: dir, fds: map[string]int{}}
+	defer dirs.close()
+	blobs, err := dirs.open("blobs")
+	if err != nil {
+		return fail("blobs", err)
 	}
-	for _, l := range t.Links {
-		if sub := filepath.Dir(filepath.Join(dir, l.Path)); !made[sub] {
-			if err := os.MkdirAll(sub, 0o755); err != nil {
-				return fail(l.Path, err)
+	if _, err := dirs.open("refs"); err != nil {
+		return fail("refs", err)
+	}
+	linkDirs := make([]int, len(t.Links))
+	for i, l := range t.Links {
+		if linkDirs[i], err = dirs.open(path.Dir(l.Path)); err != nil {
+			return fail(l.Path, err)
+		}
+	}
+	var wg sync.WaitGroup
+	var blobErr error
+	wg.Go(func() {
+		for _, b := range t.Blobs {
+			if err := link(blobs, path.Base(b.Path), b.File); err != nil {
+				blobErr = fail(b.Path, err)
+				return
 			}
-			made[sub] = true
+		}
+	})
+	var linkErr error
+	for i, l := range t.Links {
+		if err := symlink(mk, l.Target, linkDirs[i], path.Base(l.Path)); err != nil {
+			linkErr = fail(l.Path, err)
+			break
 		}
 	}
-	if err := fanout.Each(len(t.Blobs), func(i int) error {
-		if err := link(filepath.Join(dir, t.Blobs[i].Path), t.Blobs[i].File); err != nil {
-			return fail(t.Blobs[i].Path, err)
-		}
-		return nil
-	}); err != nil {
-		return err
-	}
-	if err := fanout.Each(len(t.Links), func(i int) error {
-		if err := symlink(mk, t.Links[i].Target, filepath.Join(dir, t.Links[i].Path)); err != nil {
-			return fail(t.Links[i].Path, err)
-		}
-		return nil
-	}); err != nil {
+	wg.Wait()
+	if err := errors.Join(blobErr, linkErr); err != nil {
 		return err
 	}
 	ref := filepath.Join(dir, "refs", Ref)
@@ -224,27 +232,75 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 	return nil
 }
 
-// symlink makes dst (its directory made already) a symbolic link to
+// folders makes and opens the directories of a tree being written, each
+// once, by their paths relative to root.
+type folders struct {
+	root string
+	fds  map[string]int // O_PATH descriptors
+}
+
+// open makes the directory rel (with its parents) and returns its
+// descriptor, which close closes.
+func (f *folders) open(rel string) (int, error) {
+	if fd, ok := f.fds[rel]; ok {
+		return fd, nil
+	}
+	p := filepath.Join(f.root, filepath.FromSlash(rel))
+	// A new tree's directory is one mkdir away; its parents are made by
+	// MkdirAll only when one is missing.
+	err := unix.Mkdir(p, 0o755)
+	if errors.Is(err, unix.ENOENT) {
+		err = os.MkdirAll(p, 0o755)
+	}
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		return -1, err
+	}
+	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: p, Err: err}
+	}
+	f.fds[rel] = fd
+	return fd, nil
+}
+
+func (f *folders) close() {
+	for _, fd := range f.fds {
+		unix.Close(fd)
+	}
+}
+
+// symlink makes name in the directory open at dirfd a symbolic link to
 // target with mk, keeping one that is already.
-func symlink(mk MakeSymlink, target, dst string) error {
-	// A new folder has nothing at dst: the link is all it takes.
-	err := mk(target, dst)
+func symlink(mk MakeSymlink, target string, dirfd int, name string) error {
+	// A new folder has nothing at name: the link is all it takes.
+	err := mk(target, dirfd, name)
 	if !errors.Is(err, os.ErrExist) {
 		return err
 	}
-	if have, err := os.Readlink(dst); err == nil && have == target {
+	if have, err := readlinkat(dirfd, name); err == nil && have == target {
 		return nil
 	}
-	tmp := dst + ".weightsnap-link"
-	if err := os.Remove(tmp); err != nil && !errors.Is(err, os.ErrNotExist) {
+	tmp := name + ".weightsnap-link"
+	if err := unix.Unlinkat(dirfd, tmp, 0); err != nil && !errors.Is(err, unix.ENOENT) {
 		return err
 	}
-	if err := mk(target, tmp); err != nil {
+	if err := mk(target, dirfd, tmp); err != nil {
 		return err
 	}
-	if err := os.Rename(tmp, dst); err != nil {
-		os.Remove(tmp)
+	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
+		unix.Unlinkat(dirfd, tmp, 0)
 		return err
 	}
 	return nil
+}
+
+// readlinkat is the target of the symbolic link name in the directory
+// open at dirfd.
+func readlinkat(dirfd int, name string) (string, error) {
+	buf := make([]byte, unix.PathMax)
+	n, err := unix.Readlinkat(dirfd, name, buf)
+	if err != nil {
+		return "", err
+	}
+	return string(buf[:n]), nil
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/containerd/errdefs"
+	"golang.org/x/sys/unix"
 )
 
 func TestValidateRepo(t *testing.T) {
@@ -179,17 +180,17 @@ func testWrite(t *testing.T, own bool) {
 		t.Fatal(err)
 	}
 	linked := 0
-	link := func(dst string, file int) error {
+	link := func(dirfd int, name string, file int) error {
 		linked++
-		os.Remove(dst)
-		return os.Link(filepath.Join(src, files[file].Path), dst)
+		unix.Unlinkat(dirfd, name, 0)
+		return unix.Linkat(unix.AT_FDCWD, filepath.Join(src, files[file].Path), dirfd, name, 0)
 	}
 	var mk MakeSymlink
 	made := map[string]bool{}
 	if own {
-		mk = func(target, dst string) error {
-			made[strings.TrimSuffix(dst, ".weightsnap-link")] = true
-			return os.Symlink(target, dst)
+		mk = func(target string, dirfd int, name string) error {
+			made[strings.TrimSuffix(name, ".weightsnap-link")] = true
+			return unix.Symlinkat(target, dirfd, name)
 		}
 	}
 	for range 2 {
@@ -253,12 +254,18 @@ func TestWriteManyFiles(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), tr.Folder)
 	var mu sync.Mutex
 	written := map[string]int{}
-	link := func(dst string, file int) error {
+	link := func(dirfd int, name string, file int) error {
 		mu.Lock()
-		written[dst]++
+		written[name]++
 		mu.Unlock()
-		os.Remove(dst)
-		return os.WriteFile(dst, []byte(files[file].SHA256), 0o444)
+		unix.Unlinkat(dirfd, name, 0)
+		fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o444)
+		if err != nil {
+			return err
+		}
+		defer unix.Close(fd)
+		_, err = unix.Write(fd, []byte(files[file].SHA256))
+		return err
 	}
 	for round := 1; round <= 2; round++ {
 		if err := tr.Write(dir, link, nil); err != nil {

@@ -9,14 +9,15 @@ package fleet
 // Env: BENCH_FLEET_STRUCTURE (the fleet rounds' [peer] structure: chain, the default, or forest;
 // the forest's rounds take forestSize, forestRateMbit, no registry-only rounds and the kill round
 // unless set otherwise), BENCH_FLEET_NODES (default "2 4 8 16"), BENCH_FLEET_SIZE (default 256MiB),
-// BENCH_FLEET_RATE_MBIT (default benchRateMbit), BENCH_FLEET_JSON (also write each fleet row's
-// median round, sim.Measured, to this file: test/fleet/sim's calibration reads it),
-// BENCH_FLEET_REGISTRY (0 leaves out the registry-only rounds, 1 keeps them), BENCH_FLEET_KILL (1
-// adds, at the largest count, a fleet round with one node killed mid-transfer), BENCH_REPS (the
-// rounds of one node alone and of every row up to BENCH_FLEET_REPS_NODES nodes, default
-// benchrow.MinReps), BENCH_FLEET_REPS_NODES (default repsNodes, the forest's forestRepsNodes;
-// larger rows take one round), BENCH_FLEET_GOMAXPROCS (the nodes' GOMAXPROCS: default unset, the
-// forest's forestGOMAXPROCS).
+// BENCH_FLEET_RATE_MBIT (default benchRateMbit), BENCH_FLEET_ORIGIN_RATE_MBIT (the origin's link
+// alone, one node alone's rounds included; default the other links' rate), BENCH_FLEET_JSON (also
+// write each fleet row's median round, sim.Measured, to this file: test/fleet/sim's calibration
+// reads it), BENCH_FLEET_REGISTRY (0 leaves out the registry-only rounds, 1 keeps them),
+// BENCH_FLEET_KILL (1 adds, at the largest count, a fleet round with one node killed
+// mid-transfer), BENCH_REPS (the rounds of one node alone and of every row up to
+// BENCH_FLEET_REPS_NODES nodes, default benchrow.MinReps), BENCH_FLEET_REPS_NODES (default
+// repsNodes, the forest's forestRepsNodes; larger rows take one round), BENCH_FLEET_GOMAXPROCS (the
+// nodes' GOMAXPROCS: default unset, the forest's forestGOMAXPROCS).
 
 import (
 	"encoding/json"
@@ -85,6 +86,10 @@ func TestFleetBench(t *testing.T) {
 	if err != nil {
 		t.Fatalf("BENCH_FLEET_RATE_MBIT: %v", err)
 	}
+	origin, err := strconv.Atoi(envOr("BENCH_FLEET_ORIGIN_RATE_MBIT", strconv.Itoa(rate), strconv.Itoa(rate), forest))
+	if err != nil || origin <= 0 {
+		t.Fatalf("BENCH_FLEET_ORIGIN_RATE_MBIT: %v", err)
+	}
 	registryOnly := envOr("BENCH_FLEET_REGISTRY", "1", "0", forest) != "0"
 	kill := envOr("BENCH_FLEET_KILL", "0", "1", forest) == "1"
 	repsUpTo, err := strconv.Atoi(envOr("BENCH_FLEET_REPS_NODES", strconv.Itoa(repsNodes), strconv.Itoa(forestRepsNodes), forest))
@@ -111,6 +116,9 @@ func TestFleetBench(t *testing.T) {
 	f := Start(t, Options{Nodes: most, Size: size, Shards: 4})
 	unshaped := f.benchRound(Round{Nodes: 1})
 	f.Shape(rate)
+	if origin != rate {
+		f.ShapeOrigin(origin)
+	}
 	alone := f.benchRows(Round{Nodes: 1}, reps(1))
 	type row struct{ fleet, registry benchResults }
 	var rows []row
@@ -134,10 +142,14 @@ func TestFleetBench(t *testing.T) {
 	if procs == "" {
 		procs = "unset"
 	}
-	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, every link %d Mbit/s both ways (tbf), %d cores, GOMAXPROCS %s, load average at the end %s\n",
-		size, f.Bytes, structure, rate, runtime.NumCPU(), procs, loadAvg)
-	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s, %.3f CPU-s/MiB); on the %d Mbit/s links: %s s, %s CPU-s/MiB (rounds: %d)\n",
-		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped.Last.Seconds()), unshaped.cpuPerMiB(f.Bytes), rate,
+	links := fmt.Sprintf("every link %d Mbit/s both ways (tbf)", rate)
+	if origin != rate {
+		links = fmt.Sprintf("every node's link %d Mbit/s, the origin's %d Mbit/s, both ways (tbf)", rate, origin)
+	}
+	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, %s, %d cores, GOMAXPROCS %s, load average at the end %s\n",
+		size, f.Bytes, structure, links, runtime.NumCPU(), procs, loadAvg)
+	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s, %.3f CPU-s/MiB); on the shaped links: %s s, %s CPU-s/MiB (rounds: %d)\n",
+		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped.Last.Seconds()), unshaped.cpuPerMiB(f.Bytes),
 		aloneLast.Format(2), alone.cpuPerMiB(f.Bytes).Format(3), len(alone))
 	// The nodes' receiving at once, against what the CPUs moved for one node alone unshaped.
 	if need, can := float64(most*rate), mbits(f.Bytes, unshaped.Last.Seconds()); need > can/1.5 {
@@ -171,7 +183,7 @@ func TestFleetBench(t *testing.T) {
 		fmt.Println()
 	}
 	if path := os.Getenv("BENCH_FLEET_JSON"); path != "" {
-		m := sim.Measured{Command: benchCommand(counts, size, rate, structure), Size: size, Bytes: f.Bytes, Shards: 4, RateMbit: rate, Cores: runtime.NumCPU(),
+		m := sim.Measured{Command: benchCommand(counts, size, rate, origin, structure), Size: size, Bytes: f.Bytes, Shards: 4, RateMbit: rate, Cores: runtime.NumCPU(),
 			Load: loadAvg, UnshapedS: unshaped.Last.Seconds(), AloneS: aloneLast.Median(), Structure: structure}
 		for _, r := range rows {
 			m.Rounds = append(m.Rounds, f.measured(r.fleet.median().Result))
@@ -326,12 +338,16 @@ func (f *Fleet) measured(r Result) sim.MeasuredRound {
 }
 
 // benchCommand is the command line that runs this benchmark with these settings.
-func benchCommand(counts []int, size string, rate int, structure string) string {
+func benchCommand(counts []int, size string, rate, origin int, structure string) string {
 	ns := make([]string, len(counts))
 	for i, n := range counts {
 		ns[i] = strconv.Itoa(n)
 	}
-	return fmt.Sprintf("BENCH_FLEET_STRUCTURE=%s BENCH_FLEET_SIZE=%s BENCH_FLEET_RATE_MBIT=%d BENCH_FLEET_JSON=FILE scripts/bench-fleet.sh %s", structure, size, rate, strings.Join(ns, " "))
+	env := fmt.Sprintf("BENCH_FLEET_STRUCTURE=%s BENCH_FLEET_SIZE=%s BENCH_FLEET_RATE_MBIT=%d", structure, size, rate)
+	if origin != rate {
+		env += fmt.Sprintf(" BENCH_FLEET_ORIGIN_RATE_MBIT=%d", origin)
+	}
+	return env + " BENCH_FLEET_JSON=FILE scripts/bench-fleet.sh " + strings.Join(ns, " ")
 }
 
 // mbits is the rate of moving bytes in seconds.

@@ -139,16 +139,33 @@ func (f *Fleet) attach(br, ns *harness.NS, name, cidr string) string {
 func (f *Fleet) Shape(rateMbit int) {
 	f.t.Helper()
 	for _, e := range f.ends {
-		if rateMbit == 0 {
-			_, _ = harness.Run("", f.tc, "-n", e.ns, "qdisc", "del", "dev", e.dev, "root")
-			continue
-		}
-		if _, err := harness.Run("", f.tc, "-n", e.ns, "qdisc", "replace", "dev", e.dev, "root", "tbf",
-			"rate", fmt.Sprintf("%dmbit", rateMbit), "burst", "256kb", "latency", "50ms"); err != nil {
-			f.t.Fatal(err)
-		}
+		f.shapeEnd(e, rateMbit)
 	}
 	f.opts.RateMbit = rateMbit
+}
+
+// ShapeOrigin sets the origin's link alone, both directions, to rateMbit Mbit/s, after Shape: a
+// registry slower or faster than the nodes' links.
+func (f *Fleet) ShapeOrigin(rateMbit int) {
+	f.t.Helper()
+	for _, e := range f.ends {
+		if strings.HasSuffix(e.dev, f.tag+"o") { // attach's names of the origin's two ends
+			f.shapeEnd(e, rateMbit)
+		}
+	}
+}
+
+// shapeEnd sets the egress of one end of a link to rateMbit Mbit/s; 0 removes the shaping.
+func (f *Fleet) shapeEnd(e vethEnd, rateMbit int) {
+	f.t.Helper()
+	if rateMbit == 0 {
+		_, _ = harness.Run("", f.tc, "-n", e.ns, "qdisc", "del", "dev", e.dev, "root")
+		return
+	}
+	if _, err := harness.Run("", f.tc, "-n", e.ns, "qdisc", "replace", "dev", e.dev, "root", "tbf",
+		"rate", fmt.Sprintf("%dmbit", rateMbit), "burst", "256kb", "latency", "50ms"); err != nil {
+		f.t.Fatal(err)
+	}
 }
 
 // tmpfs mounts a tmpfs of size bytes on a new harness directory (its cleanup unmounts it).

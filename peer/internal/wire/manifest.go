@@ -39,12 +39,12 @@ type WeightManifest struct {
 	// (RangeRequest.Pieces) with pieces of that many bytes; 0 where it
 	// does not.
 	PieceSize int64 `json:"piece_size,omitempty"`
-	// Signatures are the store's records of how the artifact was verified
+	// Records are the store's records of how the artifact was verified
 	// against the sender's trust policy (package trust's encoding: the
 	// signed OCI manifest, its reference, the bundles), absent when it
 	// keeps none. The receiver checks them, offline, against its own
 	// policy and against the shards before it publishes anything.
-	Signatures []byte `json:"signatures,omitempty"`
+	Records []byte `json:"signatures,omitempty"`
 }
 
 // WeightShard is one payload file: its index entry and, for a safetensors
@@ -151,8 +151,8 @@ func (m *WeightManifest) validate() error {
 	if len(m.Shards) == 0 {
 		return fmt.Errorf("no shards")
 	}
-	if uint64(len(m.Signatures)) > artifact.MaxRecordsBytes || (m.Signatures != nil && len(m.Signatures) == 0) {
-		return fmt.Errorf("signature records of %d bytes (1 to %d)", len(m.Signatures), artifact.MaxRecordsBytes)
+	if uint64(len(m.Records)) > artifact.MaxRecordsBytes || (m.Records != nil && len(m.Records) == 0) {
+		return fmt.Errorf("signature records of %d bytes (1 to %d)", len(m.Records), artifact.MaxRecordsBytes)
 	}
 	if m.Depth < -1 || m.Depth > artifact.MaxDepth || (!m.Building && m.Depth != 0) {
 		return fmt.Errorf("depth %d (building %t) out of bounds", m.Depth, m.Building)

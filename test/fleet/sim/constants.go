@@ -24,6 +24,9 @@ const (
 	// sessions (peer's retryFirst, retryMax).
 	RetryFirst = 100 * time.Millisecond
 	RetryMax   = 1600 * time.Millisecond
+	// SessionTimeout is peer.DefaultTimeout: a session's read waits this long for a byte, so a
+	// source whose host went silent (no reset) fails its sessions this long after its last byte.
+	SessionTimeout = 30 * time.Second
 )
 
 // reaskFactor and reaskJitter are the ask backoff's multiplier and randomisation factor

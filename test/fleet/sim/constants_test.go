@@ -28,6 +28,7 @@ func TestConstantsMatchPeer(t *testing.T) {
 		{"orphanStep", int64(OrphanStep)},
 		{"retryFirst", int64(RetryFirst)},
 		{"retryMax", int64(RetryMax)},
+		{"DefaultTimeout", int64(SessionTimeout)},
 	} {
 		got, ok := consts[c.name]
 		if !ok {

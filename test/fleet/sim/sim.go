@@ -59,7 +59,14 @@ type Params struct {
 	// after the registry's setup (a slow source routed around), without it they stay.
 	Slow, SlowRate float64
 	SlowAfter      time.Duration
-	Seed           uint64
+	// KillRoot, when set, is the share of the artifact the striped forest's root has pulled from
+	// the registry when it dies (0: it lives). RootDetect is how long after its death its
+	// sessions fail: 0 when its process is killed (its kernel resets them), SessionTimeout when
+	// its host goes silent. Then the next member of the rendezvous ranking takes its place
+	// (striped.go).
+	KillRoot   float64
+	RootDetect time.Duration
+	Seed       uint64
 }
 
 // Result is a rollout's outcome.
@@ -96,6 +103,9 @@ func Run(p Params) (*Result, error) {
 	}
 	if p.Stripes > 0 {
 		return runStriped(p)
+	}
+	if p.KillRoot > 0 {
+		return nil, errors.New("sim: KillRoot is the striped forest's (Stripes)")
 	}
 	if p.MaxChildren <= 0 {
 		p.MaxChildren = DefaultMaxChildren

@@ -43,8 +43,26 @@ func TestLayout(t *testing.T) {
 	l := TensorLayout([]int64{3 << 20, 100, blake3.PieceSize + 1})
 	want := []int64{1 << 20, 1 << 20, 1 << 20, 100, blake3.PieceSize, 1}
 	if !reflect.DeepEqual(l.Pieces, want) || !reflect.DeepEqual(l.TensorEnd, []bool{false, false, true, true, false, true}) ||
+		!reflect.DeepEqual(l.FileEnd, []bool{false, false, false, false, false, true}) ||
 		l.Bytes != 3<<20+100+blake3.PieceSize+1 || l.Largest != 3<<20 {
 		t.Fatalf("layout %+v", l)
+	}
+	// The synthetic model's shards are its files: each ends on a tensor's last piece.
+	s, err := SynthLayout(64<<20, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := 0
+	for i, end := range s.FileEnd {
+		if end {
+			files++
+			if !s.TensorEnd[i] {
+				t.Fatalf("file %d ends at piece %d, inside a tensor", files, i)
+			}
+		}
+	}
+	if files != 4 || !s.FileEnd[len(s.FileEnd)-1] {
+		t.Fatalf("%d files of 4 shards, the last piece ends one: %v", files, s.FileEnd[len(s.FileEnd)-1])
 	}
 }
 

@@ -5,6 +5,7 @@
 //	go run ./test/fleet/sim/cmd/fleetsim -striped
 //	go run ./test/fleet/sim/cmd/fleetsim -calibrate test/fleet/sim/testdata/measured.json
 //	go run ./test/fleet/sim/cmd/fleetsim -calibrate test/fleet/sim/testdata/measured-forest.json -striped
+//	go run ./test/fleet/sim/cmd/fleetsim -kill-root 0.5 -calibrate test/fleet/sim/testdata/measured-forest.json
 //	go run ./test/fleet/sim/cmd/fleetsim -nodes 16 -size 256MiB -rate 11.95 -hop-delay 130ms
 package main
 
@@ -25,9 +26,9 @@ func main() {
 		kraken, striped, rootPieces                    bool
 		nodes, shards, maxChildren, roots, seeds, k    int
 		size, fanout, calibrate                        string
-		rate, fail, slow, slowRate                     float64
+		rate, fail, slow, slowRate, killRoot           float64
 		start, setup, publish, hop, open, lbase, lpeer time.Duration
-		slowAfter                                      time.Duration
+		slowAfter, rootDetect                          time.Duration
 	)
 	d := sim.StripedBase()
 	flag.BoolVar(&striped, "striped", false, "print the striped forest's predictions for Kraken's, Dragonfly's and a 10,000-node setting (-stripes, or the forest's default; -hop-delay, -open, -start, -setup, -publish)")
@@ -46,6 +47,8 @@ func main() {
 	flag.Float64Var(&slow, "slow", 0, "fraction of nodes whose uplink is slow (-stripes only)")
 	flag.Float64Var(&slowRate, "slow-rate", 0.1, "a slow node's uplink over -rate")
 	flag.DurationVar(&slowAfter, "slow-after", 0, "how long a slow source's children take to leave it for an adopter (0: they stay)")
+	flag.Float64Var(&killRoot, "kill-root", 0, "the striped forest's root dies with this share of the artifact pulled from the registry; without -stripes, print the predictions for Kraken's setting (and, with -calibrate, the bench's at its largest round) with the root living, killed and gone silent")
+	flag.DurationVar(&rootDetect, "root-detect", 0, "with -kill-root and -stripes: how long after its death the root's sessions fail (0: its process killed; 30s, sim.SessionTimeout: its host gone silent)")
 	flag.IntVar(&seeds, "seeds", 1, "runs, seeds 1..N (the percentiles are over every run's nodes)")
 	flag.DurationVar(&start, "start", d.Start, "process start to the first listing")
 	flag.DurationVar(&setup, "setup", d.Setup, "a registry pull's manifest, index and headers")
@@ -56,23 +59,35 @@ func main() {
 	flag.DurationVar(&lpeer, "list-per-peer", d.ListPerPeer, "a listing round's time per peer (measured)")
 	flag.Parse()
 	base := sim.Params{Stripes: k, Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open}
+	var cal *sim.Calibration
 	if calibrate != "" {
 		m, err := sim.ReadMeasured(calibrate)
 		if err == nil {
-			var c *sim.Calibration
-			if c, err = sim.Calibrate(m); err == nil {
-				c.Print(os.Stdout)
-				// The striped predictions with the calibrated hop delay and publication.
-				base.HopDelay, base.Publish = c.Params.HopDelay, c.Params.Publish
-			}
+			cal, err = sim.Calibrate(m)
 		}
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "fleetsim:", err)
 			os.Exit(1)
 		}
+	}
+	if killRoot > 0 && k == 0 {
+		cases, err := sim.RootCases(base, cal)
+		if err == nil {
+			err = sim.PrintRootDies(os.Stdout, cases, killRoot)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "fleetsim:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if cal != nil {
+		cal.Print(os.Stdout)
 		if !striped {
 			return
 		}
+		// The striped predictions with the calibrated hop delay and publication.
+		base.HopDelay, base.Publish = cal.Params.HopDelay, cal.Params.Publish
 		fmt.Println()
 	}
 	if striped {
@@ -100,6 +115,7 @@ func main() {
 		os.Exit(2)
 	}
 	p := sim.Params{Nodes: nodes, Layout: layout, Rate: rate * 1e6, MaxChildren: maxChildren, Roots: roots, Stripes: k, RootPieces: rootPieces, Fail: fail, Slow: slow, SlowRate: slowRate, SlowAfter: slowAfter,
+		KillRoot: killRoot, RootDetect: rootDetect,
 		Start: start, Setup: setup, Publish: publish, HopDelay: hop, Open: open, ListBase: lbase, ListPerPeer: lpeer}
 	for _, f := range strings.Split(fanout, ",") {
 		if f = strings.TrimSpace(f); f == "" {

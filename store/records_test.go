@@ -24,26 +24,26 @@ func TestSignatureRecords(t *testing.T) {
 	_, src := storetest.Checkpoint(t, 64<<10, 1)
 	l, _ := importDir(t, d, src)
 	l.Close()
-	if raw, err := d.Signatures(l.ID); err != nil || raw != nil {
+	if raw, err := d.Records(l.ID); err != nil || raw != nil {
 		t.Fatalf("no record yet: %q %v", raw, err)
 	}
 	put := func(id artifact.ID, raw []byte) {
 		t.Helper()
-		if err := d.EditSignatures(ctx, id, func([]byte) ([]byte, error) { return raw, nil }); err != nil {
+		if err := d.EditRecords(ctx, id, func([]byte) ([]byte, error) { return raw, nil }); err != nil {
 			t.Fatal(err)
 		}
 	}
 	put(l.ID, []byte(`{"schema":1}`))
-	if raw, err := d.Signatures(l.ID); err != nil || string(raw) != `{"schema":1}` {
+	if raw, err := d.Records(l.ID); err != nil || string(raw) != `{"schema":1}` {
 		t.Fatalf("record: %q %v", raw, err)
 	}
-	if err := d.EditSignatures(ctx, l.ID, func([]byte) ([]byte, error) { return make([]byte, artifact.MaxRecordsBytes+1), nil }); !errdefs.IsInvalidArgument(err) {
+	if err := d.EditRecords(ctx, l.ID, func([]byte) ([]byte, error) { return make([]byte, artifact.MaxRecordsBytes+1), nil }); !errdefs.IsInvalidArgument(err) {
 		t.Fatalf("an oversized record: %v", err)
 	}
 	if err := d.Remove(ctx, l.ID); err != nil {
 		t.Fatal(err)
 	}
-	if raw, err := d.Signatures(l.ID); err != nil || raw != nil {
+	if raw, err := d.Records(l.ID); err != nil || raw != nil {
 		t.Fatalf("record after rm: %q %v", raw, err)
 	}
 	// So does eviction.
@@ -53,7 +53,7 @@ func TestSignatureRecords(t *testing.T) {
 	if ev, err := d.Evict(ctx, l.ID, "manual"); err != nil || ev.ID != l.ID {
 		t.Fatalf("evict: %+v %v", ev, err)
 	}
-	if raw, err := d.Signatures(l.ID); err != nil || raw != nil {
+	if raw, err := d.Records(l.ID); err != nil || raw != nil {
 		t.Fatalf("record after eviction: %q %v", raw, err)
 	}
 
@@ -69,10 +69,10 @@ func TestSignatureRecords(t *testing.T) {
 	if err != nil || r.Signatures != 1 {
 		t.Fatalf("gc removed %d records (%v), want the old orphan", r.Signatures, err)
 	}
-	if raw, _ := d.Signatures(old); raw != nil {
+	if raw, _ := d.Records(old); raw != nil {
 		t.Fatal("the old orphan record is still there")
 	}
-	if raw, _ := d.Signatures(young); raw == nil {
+	if raw, _ := d.Records(young); raw == nil {
 		t.Fatal("gc removed a young record")
 	}
 }
