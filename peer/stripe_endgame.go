@@ -254,7 +254,8 @@ func (f *fetcher) secondSession(ctx context.Context, s int, src string) {
 // endgameSources are the members, each once, that may serve stripe s's
 // last pieces beside its source src: the forest's adopters of this node
 // in src's place, then the members ranked before this one, the root
-// first; never src, this node or a peer remembered as down.
+// first; never src, one that takes the stripe through src, this node or a
+// peer remembered as down.
 func (f *fetcher) endgameSources(src string, s int) []string {
 	fp := f.forest
 	var out []string
@@ -262,9 +263,20 @@ func (f *fetcher) endgameSources(src string, s int) []string {
 		if a == fp.self {
 			break
 		}
-		if a != src && !slices.Contains(out, a) && !f.o.Client.Down.down(a) {
+		if a != src && !slices.Contains(out, a) && !f.o.Client.Down.down(a) && !fp.through(a, src, s) {
 			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// through says whether member m takes stripe s through src.
+func (fp *forestPlan) through(m, src string, s int) bool {
+	members := len(fp.forest.Ranking())
+	for p, hops := fp.forest.Parent(m, s), 0; p != "" && hops < members; p, hops = fp.forest.Parent(p, s), hops+1 {
+		if p == src {
+			return true
+		}
+	}
+	return false
 }
