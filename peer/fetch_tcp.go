@@ -62,9 +62,10 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 		}
 		return peerErr(err)
 	}
-	// At most railWindow requests are outstanding, so a request never
-	// waits on a peer busy sending a large range. A unit another session
-	// of a striped fetch claimed, or verified, is not asked for.
+	// At most railWindow requests (stripeWindow on a stripe's rail) are
+	// outstanding, so a request never waits on a peer busy sending a large
+	// range. A unit another session of a striped fetch claimed, or
+	// verified, is not asked for.
 	size := railWindow
 	if cs.stripe.Count > 0 {
 		size = stripeWindow
