@@ -252,14 +252,16 @@ func (f *fetcher) secondSession(ctx context.Context, s int, src string) {
 }
 
 // endgameSources are the members, each once, that may serve stripe s's
-// last pieces beside its source src: the forest's adopters of this node
-// in src's place, then the members ranked before this one, the root
-// first; never src, one that takes the stripe through src, this node or a
-// peer remembered as down.
+// last pieces beside its source src: the root, whose uplink is spare once
+// its stripe heads are done, then the forest's adopters of this node in
+// src's place, then the members ranked before this one; never src, one
+// that takes the stripe through src, this node or a peer remembered as
+// down.
 func (f *fetcher) endgameSources(src string, s int) []string {
 	fp := f.forest
 	var out []string
-	for _, a := range append(fp.forest.Adopters(fp.self, src, s), fp.forest.Ranking()...) {
+	candidates := append([]string{fp.forest.Root()}, fp.forest.Adopters(fp.self, src, s)...)
+	for _, a := range append(candidates, fp.forest.Ranking()...) {
 		if a == fp.self {
 			break
 		}
