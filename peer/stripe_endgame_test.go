@@ -40,8 +40,9 @@ func TestLagging(t *testing.T) {
 // last pieces while the root serves the other stripe at once. Once the
 // other stripe is done, the member asks the root, a second source, for
 // the held stripe from its end backwards: the root serves the stripe's
-// last unit, the held source its first and the ones its session claimed
-// before, no unit comes from both, and the member publishes exact bytes.
+// last unit, the held source its first, every unit of the stripe was
+// claimed by the rail of one of the two, and the member publishes exact
+// bytes.
 func TestStripeEndgame(t *testing.T) {
 	a, identity := seededInPieces(t, 2)
 	id, err := identity.ID()
