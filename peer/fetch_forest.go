@@ -147,6 +147,7 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 		depth[s] = fp.forest.Depth(fp.self, s)
 	}
 	w := newStripeWatch(fp.slowAfter, depth)
+	eg := f.newEndgame()
 	g, gctx := errgroup.WithContext(ctx)
 	wctx, stop := context.WithCancel(gctx)
 	watched := make(chan struct{})
@@ -156,12 +157,14 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 			f.watchStripes(wctx, w)
 		}
 	}()
+	go f.watchEndgame(wctx, eg, w)
 	for s := range fp.forest.Stripes() {
-		g.Go(func() error { return f.fetchStripe(gctx, s, w) })
+		g.Go(func() error { return f.fetchStripe(gctx, s, w, eg) })
 	}
 	err := g.Wait()
 	stop()
 	<-watched
+	eg.wait()
 	return err
 }
 
@@ -170,8 +173,9 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 // the plan's wait; a source that cannot be reached, is busy, fails once it
 // served, or served a bad piece is left for the next of its adopters in
 // the forest, with the pieces verified so far kept; a slow one is left for
-// the adopter that took the stripe over (w).
-func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error {
+// the adopter that took the stripe over (w). A lagging stripe's last
+// pieces come from a second source too (eg).
+func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *endgame) error {
 	defer w.end(s)
 	fp := f.forest
 	stripe := fp.stripe(s)
@@ -213,6 +217,7 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch) error 
 			continue
 		}
 		if err == nil {
+			eg.meet(ctx, s)
 			continue
 		}
 		if ctx.Err() != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"hash"
 	"io"
+	"sync"
 
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
@@ -15,11 +16,13 @@ import (
 
 // Buffers of a tcp rail: how much it reads from the socket at a time, how
 // many such reads may wait to be hashed and written, and how many range
-// requests may be outstanding.
+// requests may be outstanding, on a rail of one stripe fewer, so a
+// stripe's pieces stay unclaimed for its endgame (stripe_endgame.go).
 const (
-	railChunk   = 1 << 20
-	railBuffers = 4
-	railWindow  = 16
+	railChunk    = 1 << 20
+	railBuffers  = 4
+	railWindow   = 16
+	stripeWindow = 3
 )
 
 // runTCP runs one rail connection per rail, concurrently; the first
@@ -59,25 +62,49 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 		}
 		return peerErr(err)
 	}
-	// At most railWindow requests are outstanding, so a request never
-	// waits on a peer busy sending a large range.
-	window := make(chan struct{}, railWindow)
-	as := asks(units, f.piecesFrom(cs), cs.stripe)
-	go func() {
-		for _, a := range as {
+	// At most railWindow requests (stripeWindow on a stripe's rail) are
+	// outstanding, so a request never waits on a peer busy sending a large
+	// range. A unit another session of a striped fetch claimed, or
+	// verified, is not asked for.
+	size := railWindow
+	if cs.stripe.Count > 0 {
+		size = stripeWindow
+	}
+	window := make(chan struct{}, size)
+	sent := make(chan ask, size)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	by := &railClaim{addr: cs.addr}
+	var sending sync.WaitGroup
+	var werr error
+	sending.Go(func() {
+		defer close(sent)
+		for _, a := range asks(units, f.piecesFrom(cs), cs.stripe) {
 			select {
 			case window <- struct{}{}:
 			case <-ctx.Done():
 				return
 			}
+			if a.pieces == nil && !f.units.claim(a.u, by) {
+				<-window
+				continue
+			}
 			q := wire.RangeRequest{Shard: uint32(a.u.shard), Off: uint64(a.u.off), N: uint64(a.u.n), Pieces: a.pieces != nil}
-			if _, err := conn.Write(q.Encode()); err != nil {
+			if _, werr = conn.Write(q.Encode()); werr != nil {
 				conn.Close()
 				return
 			}
+			sent <- a
 		}
-	}()
-	return f.receive(ctx, addr, br, as, window)
+	})
+	err = f.receive(ctx, addr, br, sent, window)
+	cancel()
+	sending.Wait()
+	f.units.release(by)
+	if err == nil && werr != nil {
+		err = peerErr(werr)
+	}
+	return err
 }
 
 // chunk is a part of a unit read from a rail, waiting to be hashed and
@@ -99,7 +126,7 @@ type chunk struct {
 // its BLAKE3 matches. A unit's pieces are its once their chaining values,
 // taken in order by the writer, matched. Each answer read frees a place
 // in the request window.
-func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, as []ask, window <-chan struct{}) error {
+func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, as <-chan ask, window <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	free := make(chan []byte, railBuffers)
@@ -117,7 +144,7 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, as []as
 				return false
 			}
 		}
-		for _, a := range as {
+		for a := range as {
 			u := a.u
 			if a.pieces != nil {
 				cvs, err := wire.ReadPieceCVs(r, uint64(u.n), blake3.PieceSize)

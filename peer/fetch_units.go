@@ -63,6 +63,9 @@ type unitTable struct {
 	mu      sync.Mutex
 	units   []*unit
 	targets []*target
+	// claims, set for a striped fetch, are the rails that asked for each
+	// unit (stripe_endgame.go).
+	claims map[unitKey]*railClaim
 }
 
 // addTarget records a file the fetch writes.

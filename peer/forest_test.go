@@ -178,6 +178,12 @@ func TestForestFetch(t *testing.T) {
 					sources = append(sources, forest.Adopters(m.addr, faulty.addr, 0)...)
 					sources = append(sources, forest.Root())
 				}
+				// A lagging stripe's last pieces may come from a second source.
+				for _, src := range slices.Clone(sources) {
+					for s := range forest.Stripes() {
+						sources = append(sources, endgameCandidates(forest, m.addr, src, s)...)
+					}
+				}
 				// A stall's orphans hold their own children back until they
 				// re-attach: those may leave for an adopter too.
 				for _, used := range m.f.stats.sessions.Peers {
@@ -203,6 +209,13 @@ func sourcesOf(forest *stripes.Forest, member string) []string {
 		out = append(out, forest.Parent(member, s))
 	}
 	return out
+}
+
+// endgameCandidates are the members that may serve member's stripe s
+// beside its source src there, as a second source (stripe_endgame.go).
+func endgameCandidates(forest *stripes.Forest, member, src string, s int) []string {
+	f := &fetcher{forest: &forestPlan{forest: forest, self: member}, o: FetchOptions{Client: ClientConfig{Down: NewDownPeers()}}}
+	return f.endgameSources(src, s)
 }
 
 // seededInPieces is a new store holding a synthetic checkpoint in shards

@@ -79,7 +79,7 @@ func (p *Provider) Register(r prometheus.Registerer) error {
 func (p *Provider) reattachCounter() *prometheus.CounterVec {
 	p.reattachOnce.Do(func() {
 		p.reattaches = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "weightsnap", Subsystem: "peer",
-			Name: "reattach_total", Help: "Times a stripe of a striped fetch left its source for another, by reason."}, []string{"reason"})
+			Name: "reattach_total", Help: "Times a stripe of a striped fetch left its source for another, or took a second source for its last pieces (endgame), by reason."}, []string{"reason"})
 	})
 	return p.reattaches
 }

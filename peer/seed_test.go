@@ -2,9 +2,11 @@ package peer
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -24,7 +26,8 @@ import (
 // files verified only once release is closed; it fails instead if fail. A
 // lying one flips bytes of the last tensor of a file and records every
 // file verified at once, then waits for release. A holding one records
-// every file but the last verified at once, and the last at release.
+// every file but the last (with holdLargest, the largest) verified at
+// once, and that one at release.
 type delayedProducer struct {
 	src     *store.Lease
 	written chan struct{}
@@ -33,7 +36,8 @@ type delayedProducer struct {
 	lie     bool
 	hold    bool
 
-	everyPiece bool
+	holdLargest bool
+	everyPiece  bool
 }
 
 func (p *delayedProducer) Name() string { return artifact.PassthroughName }
@@ -88,6 +92,9 @@ func (p *delayedProducer) Produce(ctx context.Context, w artifact.Writer) error 
 	switch {
 	case p.lie:
 		early = all
+	case p.hold && p.holdLargest:
+		largest := slices.MaxFunc(all, func(a, b *store.LeaseFile) int { return cmp.Compare(a.Entry.Size, b.Entry.Size) })
+		early = slices.DeleteFunc(slices.Clone(all), func(f *store.LeaseFile) bool { return f == largest })
 	case p.hold:
 		early = all[:len(all)-1]
 	}
