@@ -240,12 +240,7 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *en
 			gone[src] = true
 		}
 		if liar {
-			f.o.Client.Down.drop(src, err)
-			f.stats.mu.Lock()
-			f.stats.sessions.Refused = append(f.stats.sessions.Refused, src)
-			f.stats.mu.Unlock()
-			log.G(ctx).WithError(err).WithField("peer", src).WithField("stripe", stripe.String()).
-				Warn("peer: the source served a piece that failed its check; it is passed over")
+			f.refuse(ctx, src, stripe, err, "the source")
 		}
 		next := f.adopter(src, s, tried)
 		if next == "" && !f.rootsPlace(gone) && rounds < stripeRounds {
@@ -303,6 +298,18 @@ func (f *fetcher) reattached(ctx context.Context, stripe wire.Stripe, src, next,
 	f.stats.mu.Lock()
 	f.stats.sessions.Failovers++
 	f.stats.mu.Unlock()
+}
+
+// refuse names src, a source (what: its part in the stripe) that served
+// a piece of stripe that failed its check, in the log and the fetch's
+// stats, and passes it over from now on.
+func (f *fetcher) refuse(ctx context.Context, src string, stripe wire.Stripe, err error, what string) {
+	f.o.Client.Down.drop(src, err)
+	f.stats.mu.Lock()
+	f.stats.sessions.Refused = append(f.stats.sessions.Refused, src)
+	f.stats.mu.Unlock()
+	log.G(ctx).WithError(err).WithField("peer", src).WithField("stripe", stripe.String()).
+		Warn("peer: " + what + " served a piece that failed its check; it is passed over")
 }
 
 // adopter is the source stripe s takes after failed, the first not tried

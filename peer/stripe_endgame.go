@@ -237,12 +237,7 @@ func (f *fetcher) secondSession(ctx context.Context, s int, src string) {
 		switch {
 		case err == nil || ctx.Err() != nil:
 		case errdefs.IsDataLoss(err):
-			f.o.Client.Down.drop(a, err)
-			f.stats.mu.Lock()
-			f.stats.sessions.Refused = append(f.stats.sessions.Refused, a)
-			f.stats.mu.Unlock()
-			log.G(ctx).WithError(err).WithField("peer", a).WithField("stripe", stripe.String()).
-				Warn("peer: the second source served a piece that failed its check; it is passed over")
+			f.refuse(ctx, a, stripe, err, "the second source")
 		default:
 			log.G(ctx).WithError(err).WithField("peer", a).WithField("stripe", stripe.String()).
 				Info("peer: the stripe's second source failed; its units go back to the first")

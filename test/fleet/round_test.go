@@ -321,9 +321,12 @@ func (f *Fleet) roundTimeout(nodes int) time.Duration {
 }
 
 // originTx is the bytes the origin's interface has sent.
-func (f *Fleet) originTx() int64 {
+func (f *Fleet) originTx() int64 { return f.tx(f.origin, f.originIf) }
+
+// tx is the bytes the interface dev in ns has sent.
+func (f *Fleet) tx(ns *harness.NS, dev string) int64 {
 	f.t.Helper()
-	out, err := f.origin.Exec("cat", "/sys/class/net/"+f.originIf+"/statistics/tx_bytes")
+	out, err := ns.Exec("cat", "/sys/class/net/"+dev+"/statistics/tx_bytes")
 	if err != nil {
 		f.t.Fatal(err)
 	}

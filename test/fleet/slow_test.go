@@ -3,7 +3,6 @@ package fleet
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -168,15 +167,7 @@ func (f *Fleet) txBytes(n *node) int64 {
 		if e.ns != n.ns.Name {
 			continue
 		}
-		out, err := n.ns.Exec("cat", "/sys/class/net/"+e.dev+"/statistics/tx_bytes")
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		v, err := strconv.ParseInt(strings.TrimSpace(out), 10, 64)
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		return v
+		return f.tx(n.ns, e.dev)
 	}
 	f.t.Fatalf("no link of %s", n.addr)
 	return 0
