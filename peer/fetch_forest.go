@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cenkalti/backoff/v5"
@@ -150,20 +151,17 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 	eg := f.newEndgame()
 	g, gctx := errgroup.WithContext(ctx)
 	wctx, stop := context.WithCancel(gctx)
-	watched := make(chan struct{})
-	go func() {
-		defer close(watched)
-		if fp.slowAfter > 0 {
-			f.watchStripes(wctx, w)
-		}
-	}()
+	var slowWatch sync.WaitGroup
+	if fp.slowAfter > 0 {
+		slowWatch.Go(func() { f.watchStripes(wctx, w) })
+	}
 	go f.watchEndgame(wctx, eg, w)
 	for s := range fp.forest.Stripes() {
 		g.Go(func() error { return f.fetchStripe(gctx, s, w, eg) })
 	}
 	err := g.Wait()
 	stop()
-	<-watched
+	slowWatch.Wait()
 	eg.wait()
 	return err
 }

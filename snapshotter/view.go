@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/dirfd"
 	"github.com/weightsnap/weightsnap/internal/fanout"
 	"github.com/weightsnap/weightsnap/layout/hfcache"
 	"github.com/weightsnap/weightsnap/pointer"
@@ -98,7 +99,7 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 		return fmt.Errorf("view of %s: %w", l.ID, err)
 	}
 	links := newViewLinks()
-	defer links.close()
+	defer links.dirs.Close()
 	switch ptr.Layout {
 	case "":
 		if err := links.linkAll(root, files); err != nil {
@@ -146,20 +147,13 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 // viewLinks links a lease's files into a view, each by its name in its
 // directory, which it makes and opens once.
 type viewLinks struct {
-	dirs map[string]int // O_PATH descriptors, by path
+	dirs *dirfd.Set // the view's directories, made and opened once
 	// byProc: link through /proc/self/fd, AT_EMPTY_PATH having failed
 	// (it needs CAP_DAC_READ_SEARCH).
 	byProc atomic.Bool
 }
 
-func newViewLinks() *viewLinks { return &viewLinks{dirs: map[string]int{}} }
-
-// close closes the directories the links were made in.
-func (v *viewLinks) close() {
-	for _, fd := range v.dirs {
-		unix.Close(fd)
-	}
-}
+func newViewLinks() *viewLinks { return &viewLinks{dirs: dirfd.New()} }
 
 // linkAll links files under root (each at its store path, a validated
 // relative path), its directories made and opened first, then the links
@@ -169,7 +163,7 @@ func (v *viewLinks) close() {
 func (v *viewLinks) linkAll(root string, files []*store.LeaseFile) error {
 	dirs := make([]int, len(files))
 	for i, f := range files {
-		fd, err := v.open(filepath.Dir(filepath.Join(root, f.Path)))
+		fd, err := v.dirs.Open(filepath.Dir(filepath.Join(root, f.Path)))
 		if err != nil {
 			return fmt.Errorf("view of %s: %w", f.Path, err)
 		}
@@ -181,23 +175,6 @@ func (v *viewLinks) linkAll(root string, files []*store.LeaseFile) error {
 		}
 		return nil
 	})
-}
-
-// open makes dir and its parents, once for each view, and returns its
-// descriptor, which close closes.
-func (v *viewLinks) open(dir string) (int, error) {
-	if fd, ok := v.dirs[dir]; ok {
-		return fd, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return -1, err
-	}
-	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	v.dirs[dir] = fd
-	return fd, nil
 }
 
 // link makes name in the directory open at dirfd a hardlink to the

@@ -61,9 +61,9 @@ func TestViewLinks(t *testing.T) {
 			dst := filepath.Join(t.TempDir(), "models", "m", "sub", f.Path)
 			tc.before(t, dst)
 			links := newViewLinks()
-			defer links.close()
+			defer links.dirs.Close()
 			links.byProc.Store(tc.byProc)
-			dir, err := links.open(filepath.Dir(dst))
+			dir, err := links.dirs.Open(filepath.Dir(dst))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -116,7 +116,7 @@ func TestViewLinkAll(t *testing.T) {
 			links := newViewLinks()
 			links.byProc.Store(byProc)
 			err := links.linkAll(root, l.Files())
-			links.close()
+			links.dirs.Close()
 			if err != nil {
 				t.Fatal(err)
 			}

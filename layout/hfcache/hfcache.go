@@ -27,6 +27,7 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/weightsnap/weightsnap/artifact"
+	"github.com/weightsnap/weightsnap/internal/dirfd"
 	"golang.org/x/sys/unix"
 )
 
@@ -186,18 +187,18 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 	fail := func(entry string, err error) error {
 		return fmt.Errorf("hugging face cache of %s: %s: %w", t.Repo, entry, err)
 	}
-	dirs := folders{root: dir, fds: map[string]int{}}
-	defer dirs.close()
-	blobs, err := dirs.open("blobs")
+	dirs := dirfd.New()
+	defer dirs.Close()
+	blobs, err := dirs.Open(filepath.Join(dir, "blobs"))
 	if err != nil {
 		return fail("blobs", err)
 	}
-	if _, err := dirs.open("refs"); err != nil {
+	if _, err := dirs.Open(filepath.Join(dir, "refs")); err != nil {
 		return fail("refs", err)
 	}
 	linkDirs := make([]int, len(t.Links))
 	for i, l := range t.Links {
-		if linkDirs[i], err = dirs.open(path.Dir(l.Path)); err != nil {
+		if linkDirs[i], err = dirs.Open(filepath.Join(dir, filepath.FromSlash(path.Dir(l.Path)))); err != nil {
 			return fail(l.Path, err)
 		}
 	}
@@ -230,43 +231,6 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 		return fmt.Errorf("hugging face cache of %s: %w", t.Repo, err)
 	}
 	return nil
-}
-
-// folders makes and opens the directories of a tree being written, each
-// once, by their paths relative to root.
-type folders struct {
-	root string
-	fds  map[string]int // O_PATH descriptors
-}
-
-// open makes the directory rel (with its parents) and returns its
-// descriptor, which close closes.
-func (f *folders) open(rel string) (int, error) {
-	if fd, ok := f.fds[rel]; ok {
-		return fd, nil
-	}
-	p := filepath.Join(f.root, filepath.FromSlash(rel))
-	// A new tree's directory is one mkdir away; its parents are made by
-	// MkdirAll only when one is missing.
-	err := unix.Mkdir(p, 0o755)
-	if errors.Is(err, unix.ENOENT) {
-		err = os.MkdirAll(p, 0o755)
-	}
-	if err != nil && !errors.Is(err, unix.EEXIST) {
-		return -1, err
-	}
-	fd, err := unix.Open(p, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, &os.PathError{Op: "open", Path: p, Err: err}
-	}
-	f.fds[rel] = fd
-	return fd, nil
-}
-
-func (f *folders) close() {
-	for _, fd := range f.fds {
-		unix.Close(fd)
-	}
 }
 
 // symlink makes name in the directory open at dirfd a symbolic link to

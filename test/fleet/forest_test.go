@@ -18,10 +18,8 @@ import (
 // the root alone takes the registry, whatever a member's source does.
 const forestMaxCopies = 1.05
 
-// forestHead is the index, in nodes, of the head of the forest's first
-// stripe: the second of the rendezvous ranking, a source of the nodes
-// below it in that stripe.
-func (f *Fleet) forestHead(t *testing.T, nodes []*node) int {
+// forest is the striped forest of the fleet's artifact over nodes.
+func (f *Fleet) forest(t *testing.T, nodes []*node) *stripes.Forest {
 	id, err := artifact.ParseID(f.ID)
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +28,18 @@ func (f *Fleet) forestHead(t *testing.T, nodes []*node) int {
 	for _, n := range nodes {
 		addrs = append(addrs, n.addr)
 	}
-	second := stripes.Rank(id, addrs)[1]
+	forest, err := stripes.Place(id, addrs, stripes.DefaultStripes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return forest
+}
+
+// forestHead is the index, in nodes, of the head of the forest's first
+// stripe: the second of the rendezvous ranking, a source of the nodes
+// below it in that stripe.
+func (f *Fleet) forestHead(t *testing.T, nodes []*node) int {
+	second := f.forest(t, nodes).Ranking()[1]
 	for i, n := range nodes {
 		if n.addr == second {
 			return i

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/peer/stripes"
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
@@ -127,23 +126,6 @@ func below(forest *stripes.Forest, m, src string, s int) bool {
 		}
 	}
 	return false
-}
-
-// forest is the striped forest of the fleet's artifact over nodes.
-func (f *Fleet) forest(t *testing.T, nodes []*node) *stripes.Forest {
-	id, err := artifact.ParseID(f.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var addrs []string
-	for _, n := range nodes {
-		addrs = append(addrs, n.addr)
-	}
-	forest, err := stripes.Place(id, addrs, stripes.DefaultStripes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return forest
 }
 
 // shapeUplink sets n's uplink (its own end's egress) to rateMbit Mbit/s.
