@@ -63,9 +63,9 @@ func TestConfigPlainHTTP(t *testing.T) {
 // new policy, the new watermarks make the daemon evict at its start, and
 // the new max_store_bytes (a size with a unit) makes an import evict.
 func TestConfigStoreApplied(t *testing.T) {
-	before := "[store]\nmax_store_bytes = \"1GiB\"\nhigh_watermark_percent = 0\n"
-	after := "[store]\nmax_store_bytes = \"60MiB\"\nhigh_watermark_percent = 30\nlow_watermark_percent = 20\n"
-	d := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{StoreTmpfs: "256m", ExtraConfig: before})
+	before := "max_store_bytes = \"1GiB\"\nhigh_watermark_percent = 0\n"
+	after := "max_store_bytes = \"60MiB\"\nhigh_watermark_percent = 30\nlow_watermark_percent = 20\n"
+	d := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{StoreTmpfs: "256m", Store: before})
 	base := t.TempDir()
 	importModel := func(i int) (string, wsResult) {
 		dir := filepath.Join(base, fmt.Sprint("m", i))

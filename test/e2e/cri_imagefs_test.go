@@ -111,7 +111,7 @@ func mountpointOf(t *testing.T, path string) string {
 // the room: weightsnapd first removes the unused image that needs it, so
 // the weight snapshot's links go and df shows the bytes back.
 func TestCRIEvictionGivesTheBytesBack(t *testing.T) {
-	c := startCRINodeWith(t, harness.WeightsnapdOptions{StoreTmpfs: "64m", ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"})
+	c := startCRINodeWith(t, harness.WeightsnapdOptions{StoreTmpfs: "64m"})
 	first := c.pushArtifact(t, "first", "36MiB", 2)
 	second := c.pushArtifact(t, "second", "34MiB", 2) // another size: another model
 	viaWS := []string{"--image-endpoint", "unix://" + c.ws.CRI}

@@ -23,9 +23,8 @@ import (
 // cannot fit beside the pinned and leased ones fails at once, naming them,
 // and evicts nothing.
 func TestStoreEvictsForNewModels(t *testing.T) {
-	// The daemon's watermark (85% by default) would evict the free models on
-	// its own: here only the imports evict.
-	ws := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{StoreTmpfs: "1g", ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"})
+	// The harness leaves the daemon's watermark off: only the imports evict.
+	ws := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{StoreTmpfs: "1g"})
 	base := t.TempDir()
 	model := func(i int, size string) string {
 		dir := filepath.Join(base, fmt.Sprint("m", i))
@@ -143,8 +142,7 @@ func storedIDs(t *testing.T, ws *harness.Weightsnapd) map[string]int64 {
 // back, and a target that a running container's lease keeps out of reach
 // exits 5 naming it.
 func TestDaemonAnswersForEviction(t *testing.T) {
-	n := startSnapNodeOpts(t, "weightsnap.toml", harness.WeightsnapdOptions{StoreTmpfs: "256m",
-		ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"}) // only gc evicts here
+	n := startSnapNodeOpts(t, "weightsnap.toml", harness.WeightsnapdOptions{StoreTmpfs: "256m"}) // the watermark off: only gc evicts here
 	startLogged(t, n.ws, map[string]any{"config": n.ws.Config, "high_watermark_percent": 0.0, "eviction": "lru"})
 	var imgs []*weightImage
 	for i := range 3 {

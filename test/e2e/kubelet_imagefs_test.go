@@ -40,7 +40,7 @@ func TestKubeletImageFsReclaim(t *testing.T) {
 	c := startCRINodeWith(t, harness.WeightsnapdOptions{StoreTmpfs: "256m",
 		// The store's own watermark stays off: the kubelet reclaims; what it
 		// removes is evicted down to 50%.
-		ExtraConfig: "[store]\nhigh_watermark_percent = 0\nlow_watermark_percent = 50\n"})
+		Store: "low_watermark_percent = 50\n"})
 	type model struct {
 		ref   string
 		files map[string]string

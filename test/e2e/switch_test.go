@@ -18,8 +18,7 @@ import (
 // the end, gets its weights again.
 func TestNerdctlModelSwitching(t *testing.T) {
 	const tmpfs = 144 << 20
-	n := startSnapNodeOpts(t, "weightsnap.toml", harness.WeightsnapdOptions{StoreTmpfs: fmt.Sprint(tmpfs>>20, "m"),
-		ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"}) // only the builds evict here
+	n := startSnapNodeOpts(t, "weightsnap.toml", harness.WeightsnapdOptions{StoreTmpfs: fmt.Sprint(tmpfs>>20, "m")}) // the watermark off: only the builds evict here
 	var imgs []*weightImage
 	for i := range 5 {
 		imgs = append(imgs, n.pushWeightImage(t, fmt.Sprint("switch", i), "32MiB", 2, "/models/m", "--seed", fmt.Sprint(3200+i)))

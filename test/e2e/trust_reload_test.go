@@ -132,8 +132,7 @@ func startReloadNode(t *testing.T, opts harness.WeightsnapdOptions) (n *snapNode
 // it starts with its weights, refilled. No restart.
 func TestTrustPolicyReloadRefill(t *testing.T) {
 	const tmpfs = 144 << 20
-	n, policy, scope := startReloadNode(t, harness.WeightsnapdOptions{StoreTmpfs: fmt.Sprint(tmpfs>>20, "m"),
-		ExtraConfig: "[store]\nhigh_watermark_percent = 0\n"}) // only the builds evict here
+	n, policy, scope := startReloadNode(t, harness.WeightsnapdOptions{StoreTmpfs: fmt.Sprint(tmpfs>>20, "m")}) // the watermark off: only the builds evict here
 	var imgs []*weightImage
 	for i := range 5 {
 		imgs = append(imgs, n.pushWeightImage(t, fmt.Sprint("refill", i), "32MiB", 2, "/models/m", "--seed", fmt.Sprint(4800+i)))

@@ -65,8 +65,12 @@ type WeightsnapdOptions struct {
 	// host directory; "" leaves the default.
 	RegistryConfigPath string
 	// ExtraConfig is appended to the generated config.toml; it must not repeat the tables the
-	// harness writes (root, [resolve], [snapshotter], [cri], [metrics]).
+	// harness writes (root, [resolve], [snapshotter], [cri], [metrics], [store]).
 	ExtraConfig string
+	// Store is the lines of the [store] table. The harness turns the high watermark off
+	// (high_watermark_percent = 0) unless they set it: how full the machine's disk is must not
+	// evict a test's artifacts.
+	Store string
 	// CRIUpstream is the containerd socket the daemon's CRI image service (on CRI, in the
 	// daemon's directory) forwards to; containerd starts after the daemon, so a test names a path
 	// and links it to containerd's socket once that runs (the daemon connects at its first call).
@@ -145,6 +149,10 @@ func NewWeightsnapConfig(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 	if mode == "" {
 		mode = "required"
 	}
+	storeTable := opts.Store
+	if !strings.Contains(storeTable, "high_watermark_percent") {
+		storeTable += "high_watermark_percent = 0\n"
+	}
 	hostsDir := ""
 	if opts.RegistryConfigPath != "" {
 		hostsDir = fmt.Sprintf("registry_config_path = %q\n", opts.RegistryConfigPath)
@@ -167,8 +175,11 @@ unpack_check_seconds = 1
 %s
 [metrics]
 address = %q
+
+[store]
 %s
-`, w.Root, strings.Join(regs, ", "), hostsDir, w.Socket, w.Control, mode, repairRetryMax, w.CRI, upstream, metrics, opts.ExtraConfig))
+%s
+`, w.Root, strings.Join(regs, ", "), hostsDir, w.Socket, w.Control, mode, repairRetryMax, w.CRI, upstream, metrics, storeTable, opts.ExtraConfig))
 	return w
 }
 
