@@ -236,7 +236,7 @@ type Request struct {
 	OnProduce func(source string, p artifact.Producer)
 	// Hold asks for a lease that keeps the artifact more than it reads it
 	// (store.Domain.Hold): a store hit's payload files are opened when first
-	// asked for (store.Lease.File, store.Lease.OpenFiles).
+	// asked for (store.Lease.File).
 	Hold bool
 }
 

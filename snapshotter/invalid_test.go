@@ -113,8 +113,10 @@ func TestPrepareRecoversFromAnInvalidFile(t *testing.T) {
 			if h == nil || h.lease.Invalid() {
 				t.Fatalf("held lease after the recovery: %+v, want the lease fetched again", h)
 			}
-			if _, err := h.lease.OpenFiles(ctx); err != nil {
-				t.Fatalf("the held lease's files: %v", err)
+			for i := range h.lease.Index.Files {
+				if _, err := h.lease.File(ctx, i); err != nil {
+					t.Fatalf("the held lease's file %d: %v", i, err)
+				}
 			}
 			if err := n.sn.Remove(ctx, "container"); err != nil && !errdefs.IsNotFound(err) {
 				t.Fatal(err)

@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/containerd/containerd/v2/core/mount"
@@ -79,7 +78,7 @@ func committedDir(ctx context.Context, sn snapshots.Snapshotter, name string) (s
 // folder (layout/hfcache: blobs/ of the store's inodes, snapshots/ of
 // relative links into them, refs/main) of the pointer's repo id and the
 // artifact's revision. Every payload file is a hardlink to the store's
-// inode (the very file the lease validated and holds open), and the pointer
+// inode, checked once linked (store.Linker), and the pointer
 // file the pointer layer holds is at .weightsnap/pointers/, with the
 // artifact's file count and size; the layer's notice file
 // (pointer.NoticeName) is not there. The hub cache's symlinks are hard
@@ -94,21 +93,24 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 	if err := os.Remove(filepath.Join(root, pointer.NoticeName)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("view: remove %s: %w", pointer.NoticeName, err)
 	}
-	files, err := l.OpenFiles(ctx)
+	linker, err := l.Linker(ctx)
 	if err != nil {
 		return fmt.Errorf("view of %s: %w", l.ID, err)
 	}
-	links := newViewLinks()
-	defer links.dirs.Close()
+	defer linker.Close()
+	files := l.Index.Files
+	link := func(dirfd int, name string, i int) error { return linker.Link(ctx, i, dirfd, name) }
+	dirs := dirfd.New()
+	defer dirs.Close()
 	switch ptr.Layout {
 	case "":
-		if err := links.linkAll(root, files); err != nil {
+		if err := linkAll(dirs, root, files, link); err != nil {
 			return err
 		}
 	case pointer.LayoutHF:
 		hf := make([]hfcache.File, len(files))
 		for i, f := range files {
-			hf[i] = hfcache.File{Path: f.Path, SHA256: f.Entry.SHA256}
+			hf[i] = hfcache.File{Path: f.Path, SHA256: f.SHA256}
 		}
 		tree, err := hfcache.New(ptr.Repo, l.Identity().Model.Revision, hf)
 		if err != nil {
@@ -123,7 +125,7 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 			defer unix.Close(pfd)
 			mk = func(target string, dirfd int, name string) error { return pool.symlink(pfd, target, dirfd, name) }
 		}
-		if err := tree.Write(root, func(dirfd int, name string, i int) error { return links.link(dirfd, name, files[i]) }, mk); err != nil {
+		if err := tree.Write(root, link, mk); err != nil {
 			return fmt.Errorf("view of %s: %w", l.ID, err)
 		}
 	default: // pointers are parsed with pointer.CheckLayout
@@ -144,88 +146,27 @@ func buildView(ctx context.Context, root string, ptr pointer.Pointer, l *store.L
 	return nil
 }
 
-// viewLinks links a lease's files into a view, each by its name in its
-// directory, which it makes and opens once.
-type viewLinks struct {
-	dirs *dirfd.Set // the view's directories, made and opened once
-	// byProc: link through /proc/self/fd, AT_EMPTY_PATH having failed
-	// (it needs CAP_DAC_READ_SEARCH).
-	byProc atomic.Bool
-}
-
-func newViewLinks() *viewLinks { return &viewLinks{dirs: dirfd.New()} }
-
-// linkAll links files under root (each at its store path, a validated
-// relative path), its directories made and opened first, then the links
-// by a few goroutines (internal/fanout) over consecutive runs of files,
-// so that each mostly links into folders of its own. Each file is its own
-// link, so a model of many small files costs as many links.
-func (v *viewLinks) linkAll(root string, files []*store.LeaseFile) error {
-	dirs := make([]int, len(files))
+// linkAll links files under root (each at its index path, a validated
+// relative path) with link, its directories made and opened first (in
+// dirs), then the links by a few goroutines (internal/fanout) over
+// consecutive runs of files, so that each mostly links into folders of its
+// own. Each file is its own link, so a model of many small files costs as
+// many links.
+func linkAll(dirs *dirfd.Set, root string, files []artifact.FileEntry, link func(dirfd int, name string, i int) error) error {
+	at := make([]int, len(files))
 	for i, f := range files {
-		fd, err := v.dirs.Open(filepath.Dir(filepath.Join(root, f.Path)))
+		fd, err := dirs.Open(filepath.Dir(filepath.Join(root, f.Path)))
 		if err != nil {
 			return fmt.Errorf("view of %s: %w", f.Path, err)
 		}
-		dirs[i] = fd
+		at[i] = fd
 	}
 	return fanout.Each(len(files), func(i int) error {
-		if err := v.link(dirs[i], filepath.Base(files[i].Path), files[i]); err != nil {
+		if err := link(at[i], filepath.Base(files[i].Path), i); err != nil {
 			return fmt.Errorf("view of %s: %w", files[i].Path, err)
 		}
 		return nil
 	})
-}
-
-// link makes name in the directory open at dirfd a hardlink to the
-// lease's open file f, keeping one that is that inode already. It is safe
-// for concurrent use.
-func (v *viewLinks) link(dirfd int, name string, f *store.LeaseFile) error {
-	// Link the open file itself, not its path: the view gets exactly the
-	// inode the lease validated. A new view has nothing at name, and the
-	// link is all it takes.
-	fd, err := f.FD()
-	if err != nil {
-		return err
-	}
-	err = v.linkFD(fd, dirfd, name)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, unix.EEXIST) {
-		return fmt.Errorf("link the store's file: %w", err)
-	}
-	// Something is there: that inode stays; anything else is replaced, by
-	// a link at a temporary name, then a rename.
-	var have, want unix.Stat_t
-	if unix.Fstatat(dirfd, name, &have, unix.AT_SYMLINK_NOFOLLOW) == nil && unix.Fstat(fd, &want) == nil && have.Dev == want.Dev && have.Ino == want.Ino {
-		return nil
-	}
-	tmp := name + ".weightsnap-link"
-	unix.Unlinkat(dirfd, tmp, 0)
-	if err := v.linkFD(fd, dirfd, tmp); err != nil {
-		return fmt.Errorf("link the store's file: %w", err)
-	}
-	if err := unix.Renameat(dirfd, tmp, dirfd, name); err != nil {
-		unix.Unlinkat(dirfd, tmp, 0)
-		return fmt.Errorf("replace %s: %w", name, err)
-	}
-	return nil
-}
-
-// linkFD makes name in the directory open at dirfd a hardlink to the file
-// open at fd: by the descriptor itself (AT_EMPTY_PATH), else through its
-// /proc path, which needs no capability but costs a few microseconds more
-// for each file.
-func (v *viewLinks) linkFD(fd, dirfd int, name string) error {
-	if !v.byProc.Load() {
-		err := unix.Linkat(fd, "", dirfd, name, unix.AT_EMPTY_PATH)
-		if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
-			return err
-		}
-		v.byProc.Store(true)
-	}
-	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), dirfd, name, unix.AT_SYMLINK_FOLLOW)
 }
 
 // sameFilesystem checks that views under root can be hardlinks to the

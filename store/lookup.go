@@ -14,7 +14,7 @@ import (
 
 // Lease is a validated artifact held open for reading: its payload files are
 // open (each mapped read-only once its bytes are asked for: LeaseFile.Data),
-// or, for a lease from Hold, opened when first asked for (File, OpenFiles),
+// or, for a lease from Hold, opened when first asked for (File),
 // and the shared artifact lock is held until Close, so the artifact cannot
 // be removed or replaced while the lease lives. Manifest and Index may be
 // shared with other leases of the artifact: read-only.
@@ -42,7 +42,7 @@ type tensorRef struct {
 func (l *Lease) Identity() artifact.Identity { return l.Manifest.Identity }
 
 // Files are the payload files, sorted by path; for a lease from Hold,
-// none (nil) until OpenFiles opened them.
+// none (nil) until File opened each.
 func (l *Lease) Files() []*LeaseFile { return l.o.all() }
 
 // File is the payload file i in the index's order, opened and checked as
@@ -57,17 +57,6 @@ func (l *Lease) File(ctx context.Context, i int) (*LeaseFile, error) {
 		return nil, l.found(ctx, err)
 	}
 	return f, nil
-}
-
-// OpenFiles is the payload files (Files), sorted by path, opened and
-// checked as a lookup checks them on the first call for a lease from
-// Hold. A file found invalid denies the artifact; the lease stays the
-// caller's to close.
-func (l *Lease) OpenFiles(ctx context.Context) ([]*LeaseFile, error) {
-	if err := l.o.openAll(); err != nil {
-		return nil, l.found(ctx, err)
-	}
-	return l.o.all(), nil
 }
 
 // Invalid says whether a payload file this lease opened late was found
@@ -151,7 +140,7 @@ func (d *Domain) Lookup(ctx context.Context, id artifact.ID, mode ValidationMode
 // Hold is Lookup for a user that keeps the artifact more than it reads it
 // (a container's snapshot, a view's link to its files): with
 // manifest_and_metadata validation the lease's payload files are opened
-// and checked when first asked for (Lease.File, Lease.OpenFiles), not by
+// and checked when first asked for (Lease.File), not by
 // the lookup. The artifact is held against removal all the same.
 func (d *Domain) Hold(ctx context.Context, id artifact.ID, mode ValidationMode) (*Lease, error) {
 	return d.use(d.lookup(ctx, id, mode, true))

@@ -407,13 +407,7 @@ func readSmall(dfd int, name string, limit int64) ([]byte, error) {
 // openPayload opens a payload file beneath the artifact directory without
 // following any link, checks its type, mode and size (it is mapped on first use: Data).
 func openPayload(dfd int, dir string, e artifact.FileEntry) (*LeaseFile, error) {
-	fd, err := unix.Openat2(dfd, e.Path, &unix.OpenHow{
-		Flags:   unix.O_RDONLY | unix.O_CLOEXEC | unix.O_NOFOLLOW,
-		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
-	if errors.Is(err, unix.ENOSYS) {
-		fd, err = unix.Openat(dfd, e.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
-	}
+	fd, err := openBeneath(dfd, e.Path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW)
 	if err != nil {
 		return nil, fmt.Errorf("open: %w", err)
 	}
@@ -423,18 +417,38 @@ func openPayload(dfd int, dir string, e artifact.FileEntry) (*LeaseFile, error) 
 		f.Close()
 		return nil, err
 	}
-	switch {
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+	if err := checkPayloadStat(&st, e); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("not a regular file")
-	case st.Size != e.Size:
-		f.Close()
-		return nil, fmt.Errorf("size %d, index says %d", st.Size, e.Size)
-	case os.FileMode(st.Mode).Perm() != fileHardened:
-		f.Close()
-		return nil, fmt.Errorf("mode %o is not the hardened %o", st.Mode&0o7777, fileHardened)
+		return nil, err
 	}
 	return &LeaseFile{Path: e.Path, Abs: filepath.Join(dir, e.Path), File: f, Entry: e}, nil
+}
+
+// openBeneath opens name, a relative path, beneath the directory open at
+// dfd without following any link (where openat2 is missing, only the
+// last component's).
+func openBeneath(dfd int, name string, flags int) (int, error) {
+	fd, err := unix.Openat2(dfd, name, &unix.OpenHow{
+		Flags:   uint64(flags),
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if errors.Is(err, unix.ENOSYS) {
+		return unix.Openat(dfd, name, flags, 0)
+	}
+	return fd, err
+}
+
+// checkPayloadStat checks a payload file's type, mode and size against its index entry.
+func checkPayloadStat(st *unix.Stat_t, e artifact.FileEntry) error {
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return fmt.Errorf("not a regular file")
+	case st.Size != e.Size:
+		return fmt.Errorf("size %d, index says %d", st.Size, e.Size)
+	case os.FileMode(st.Mode).Perm() != fileHardened:
+		return fmt.Errorf("mode %o is not the hardened %o", st.Mode&0o7777, fileHardened)
+	}
+	return nil
 }
 
 // checkTensorTable re-reads a safetensors header from the file (a read of
