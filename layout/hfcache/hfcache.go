@@ -133,9 +133,9 @@ func New(repo, revision string, files []File) (*Tree, error) {
 	if !artifact.IsImmutableRevision(revision) {
 		return nil, fmt.Errorf("hugging face cache of %s: revision %q is not a 40-hex commit or a digest: %w", repo, revision, errdefs.ErrInvalidArgument)
 	}
-	t := &Tree{Repo: repo, Folder: Folder(repo), Revision: revision}
-	seen := map[string]bool{}
-	paths := map[string]bool{}
+	t := &Tree{Repo: repo, Folder: Folder(repo), Revision: revision, Links: make([]Link, 0, len(files))}
+	seen := make(map[string]bool, len(files))
+	paths := make(map[string]bool, len(files))
 	for i, f := range files {
 		if err := artifact.ValidateRelPath(f.Path); err != nil {
 			return nil, fmt.Errorf("hugging face cache of %s: %w: %w", repo, err, errdefs.ErrInvalidArgument)
@@ -173,11 +173,13 @@ type MakeSymlink func(target string, dirfd int, name string) error
 
 // Write writes the tree into dir, the repo folder (created as needed, with
 // its parents): blobs through link, the snapshot's links through mk
-// (nil: unix.Symlinkat), refs/main. The directories are made and opened
-// first; each entry is then made by its name in its open directory, so
-// that no call walks the folder's path again. The blobs and the links go
-// into different directories, on two goroutines, so that neither waits on
-// a directory the other writes. Directories are 0755. It is idempotent:
+// (nil: unix.Symlinkat), refs/main. Each directory is made and opened
+// once, before its first entry; each entry is made by its name in its
+// open directory, so that no call walks the folder's path again. The
+// blobs and the links go into different directories, on two goroutines,
+// so that neither waits on a directory the other writes; the links'
+// goroutine makes the snapshot's folders while the blobs are linked.
+// Directories are 0755. It is idempotent:
 // an entry that is right already stays, anything else at its path is
 // replaced, so it also completes a folder written in part.
 func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
@@ -193,15 +195,6 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 	if err != nil {
 		return fail("blobs", err)
 	}
-	if _, err := dirs.Open(filepath.Join(dir, "refs")); err != nil {
-		return fail("refs", err)
-	}
-	linkDirs := make([]int, len(t.Links))
-	for i, l := range t.Links {
-		if linkDirs[i], err = dirs.Open(filepath.Join(dir, filepath.FromSlash(path.Dir(l.Path)))); err != nil {
-			return fail(l.Path, err)
-		}
-	}
 	var wg sync.WaitGroup
 	var blobErr error
 	wg.Go(func() {
@@ -212,13 +205,21 @@ func (t *Tree) Write(dir string, link LinkBlob, mk MakeSymlink) error {
 			}
 		}
 	})
-	var linkErr error
-	for i, l := range t.Links {
-		if err := symlink(mk, l.Target, linkDirs[i], path.Base(l.Path)); err != nil {
-			linkErr = fail(l.Path, err)
-			break
+	linkErr := func() error {
+		if _, err := dirs.Open(filepath.Join(dir, "refs")); err != nil {
+			return fail("refs", err)
 		}
-	}
+		for _, l := range t.Links {
+			at, err := dirs.Open(filepath.Join(dir, filepath.FromSlash(path.Dir(l.Path))))
+			if err != nil {
+				return fail(l.Path, err)
+			}
+			if err := symlink(mk, l.Target, at, path.Base(l.Path)); err != nil {
+				return fail(l.Path, err)
+			}
+		}
+		return nil
+	}()
 	wg.Wait()
 	if err := errors.Join(blobErr, linkErr); err != nil {
 		return err
