@@ -63,7 +63,7 @@ func TestConfigPlainHTTP(t *testing.T) {
 // new policy, the new watermarks make the daemon evict at its start, and
 // the new max_store_bytes (a size with a unit) makes an import evict.
 func TestConfigStoreApplied(t *testing.T) {
-	before := "max_store_bytes = \"1GiB\"\nhigh_watermark_percent = 0\n"
+	before := "max_store_bytes = \"1GiB\"\nhigh_watermark_percent = 0\nlow_watermark_percent = 75\n"
 	after := "max_store_bytes = \"60MiB\"\nhigh_watermark_percent = 30\nlow_watermark_percent = 20\n"
 	d := harness.StartWeightsnapd(t, harness.WeightsnapdOptions{StoreTmpfs: "256m", Store: before})
 	base := t.TempDir()

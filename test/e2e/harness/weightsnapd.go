@@ -67,9 +67,9 @@ type WeightsnapdOptions struct {
 	// ExtraConfig is appended to the generated config.toml; it must not repeat the tables the
 	// harness writes (root, [resolve], [snapshotter], [cri], [metrics], [store]).
 	ExtraConfig string
-	// Store is the lines of the [store] table. The harness turns the high watermark off
-	// (high_watermark_percent = 0) unless they set it: how full the machine's disk is must not
-	// evict a test's artifacts.
+	// Store is the lines of the [store] table. The harness turns each watermark off
+	// (high_watermark_percent, low_watermark_percent = 0) unless they set it: how full the
+	// machine's disk is must not evict a test's artifacts.
 	Store string
 	// CRIUpstream is the containerd socket the daemon's CRI image service (on CRI, in the
 	// daemon's directory) forwards to; containerd starts after the daemon, so a test names a path
@@ -150,8 +150,10 @@ func NewWeightsnapConfig(t testing.TB, opts WeightsnapdOptions) *Weightsnapd {
 		mode = "required"
 	}
 	storeTable := opts.Store
-	if !strings.Contains(storeTable, "high_watermark_percent") {
-		storeTable += "high_watermark_percent = 0\n"
+	for _, key := range []string{"high_watermark_percent", "low_watermark_percent"} {
+		if !strings.Contains(storeTable, key) {
+			storeTable += key + " = 0\n"
+		}
 	}
 	hostsDir := ""
 	if opts.RegistryConfigPath != "" {
