@@ -138,7 +138,7 @@ func checkLink(dirfd int, name string, e artifact.FileEntry) error {
 		if err := checkPayloadStat(&st, e); err != nil {
 			return err
 		}
-		return checkTensorTable(&LeaseFile{Entry: e}) // no tensors indexed
+		return checkTensorTable(nil, e) // not safetensors: no tensors indexed
 	}
 	at := e
 	at.Path = name
@@ -147,6 +147,5 @@ func checkLink(dirfd int, name string, e artifact.FileEntry) error {
 		return err
 	}
 	defer lf.File.Close()
-	lf.Entry = e
-	return checkTensorTable(lf)
+	return checkTensorTable(lf.File, e)
 }

@@ -216,24 +216,15 @@ func (o *opened) file(i int) (*LeaseFile, error) {
 	return f, nil
 }
 
-// openAll opens and checks each file of o's index not opened yet
-// (openPayload, checkTensorTable), a model of many files on a few
-// goroutines (internal/fanout). The error is the first failing file's, in
-// the index's order.
+// openAll opens and checks each file of o's index, a fresh opening's
+// (validateMeta opens none), with openPayload and checkTensorTable: a
+// model of many files on a few goroutines (internal/fanout). The error is
+// the first failing file's, in the index's order.
 func (o *opened) openAll() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.files == nil {
-		return fmt.Errorf("artifact %s: lease closed", o.id.Short())
-	}
-	if o.open == len(o.files) {
-		return nil
-	}
 	got := make([]*LeaseFile, len(o.files))
 	err := fanout.Each(len(o.files), func(i int) error {
-		if o.files[i] != nil {
-			return nil
-		}
 		f, err := o.openFile(i)
 		got[i] = f
 		return err
@@ -274,7 +265,7 @@ func (o *opened) openFile(i int) (*LeaseFile, error) {
 	if err != nil {
 		return nil, readFailure(o.id, e.Path, err)
 	}
-	if err := checkTensorTable(lf); err != nil {
+	if err := checkTensorTable(lf.File, e); err != nil {
 		lf.File.Close()
 		var ie *InvalidError
 		if errors.As(err, &ie) {
@@ -451,19 +442,19 @@ func checkPayloadStat(st *unix.Stat_t, e artifact.FileEntry) error {
 	return nil
 }
 
-// checkTensorTable re-reads a safetensors header from the file (a read of
-// the header alone, not a mapping) and compares it with the index: names,
-// dtypes, shapes and offsets. A header that is wrong is an *InvalidError;
+// checkTensorTable re-reads a safetensors header from f, the payload file
+// e (a read of the header alone, not a mapping), and compares it with the
+// index: names, dtypes, shapes and offsets; f is not read for a file that
+// is not safetensors. A header that is wrong is an *InvalidError;
 // a read that fails is returned as it is.
-func checkTensorTable(lf *LeaseFile) error {
-	e := lf.Entry
+func checkTensorTable(f *os.File, e artifact.FileEntry) error {
 	if !artifact.IsSafetensors(e.Path) {
 		if len(e.Tensors) != 0 || e.DataStart != 0 {
 			return &InvalidError{File: e.Path, Reason: "tensors indexed in a file that is not safetensors"}
 		}
 		return nil
 	}
-	h, err := artifact.ReadHeader(lf.File, e.Size)
+	h, err := artifact.ReadHeader(f, e.Size)
 	var fe *artifact.FormatError
 	if errors.As(err, &fe) {
 		return &InvalidError{File: e.Path, Reason: err.Error()}
