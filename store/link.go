@@ -25,26 +25,29 @@ type Linker struct {
 }
 
 // Linker opens the lease's artifact directory, the one it validated, and
-// the folders of its payload files, for Link. A folder that is not one
-// (a link, missing) denies the artifact. The caller closes it.
+// the folders of its payload files, for Link. A directory that is not
+// the one validated, or a folder that is not one (a link, missing),
+// denies the artifact. The caller closes it.
 func (l *Lease) Linker(ctx context.Context) (*Linker, error) {
 	if l.o == nil {
 		return nil, fmt.Errorf("artifact %s: lease closed", l.ID.Short())
 	}
 	k := &Linker{l: l, dirs: map[string]int{}}
+	fail := func(err error) (*Linker, error) {
+		k.Close()
+		return nil, l.found(ctx, err)
+	}
 	root, err := unix.Open(l.Dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return nil, readFailure(l.ID, "", fmt.Errorf("open artifact directory: %w", err))
+		return fail(readFailure(l.ID, "", fmt.Errorf("open artifact directory: %w", err)))
 	}
 	k.dirs["."] = root
 	var st unix.Stat_t
 	if err := unix.Fstat(root, &st); err != nil {
-		k.Close()
-		return nil, readFailure(l.ID, "", err)
+		return fail(readFailure(l.ID, "", err))
 	}
 	if st.Ino != l.o.ino {
-		k.Close()
-		return nil, l.found(ctx, &InvalidError{ID: l.ID, Reason: "the artifact directory is not the one its lease validated"})
+		return fail(&InvalidError{ID: l.ID, Reason: "the artifact directory is not the one its lease validated"})
 	}
 	for _, e := range l.Index.Files {
 		dir := path.Dir(e.Path)
@@ -53,8 +56,7 @@ func (l *Lease) Linker(ctx context.Context) (*Linker, error) {
 		}
 		fd, err := openBeneath(root, dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC)
 		if err != nil {
-			k.Close()
-			return nil, l.found(ctx, readFailure(l.ID, dir, fmt.Errorf("open folder: %w", err)))
+			return fail(readFailure(l.ID, dir, fmt.Errorf("open folder: %w", err)))
 		}
 		k.dirs[dir] = fd
 	}

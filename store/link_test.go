@@ -15,9 +15,10 @@ import (
 )
 
 // heldCheckpoint imports a checkpoint of two shards beside its config and
-// holds it again: the lease from Hold, with no payload file opened, and
-// the index of a safetensors shard and of another file.
-func heldCheckpoint(t *testing.T) (d *store.Domain, h *store.Lease, shard, other int) {
+// holds it again: the lease from Hold, with no payload file opened, its
+// Linker (closed at the test's end), and the index of a safetensors shard
+// and of another file.
+func heldCheckpoint(t *testing.T) (d *store.Domain, h *store.Lease, k *store.Linker, shard, other int) {
 	t.Helper()
 	_, src := storetest.Checkpoint(t, 1<<20, 2)
 	d = storetest.Open(t)
@@ -29,6 +30,10 @@ func heldCheckpoint(t *testing.T) (d *store.Domain, h *store.Lease, shard, other
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { h.Close() })
+	if k, err = h.Linker(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(k.Close)
 	shard, other = -1, -1
 	for i, f := range h.Index.Files {
 		if artifact.IsSafetensors(f.Path) {
@@ -40,7 +45,7 @@ func heldCheckpoint(t *testing.T) (d *store.Domain, h *store.Lease, shard, other
 	if shard < 0 || other < 0 {
 		t.Fatalf("the checkpoint %v has no safetensors file or no other file", h.Index.Files)
 	}
-	return d, h, shard, other
+	return d, h, k, shard, other
 }
 
 // openDir opens dir (made) as an O_PATH directory, closed at the test's end.
@@ -62,12 +67,7 @@ func openDir(t *testing.T, dir string) int {
 // the folder and opens no payload file of the lease.
 func TestLinkerLink(t *testing.T) {
 	ctx := context.Background()
-	_, h, shard, other := heldCheckpoint(t)
-	k, err := h.Linker(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	_, h, k, shard, other := heldCheckpoint(t)
 	for _, i := range []int{shard, other} {
 		src := filepath.Join(h.Dir, h.Index.Files[i].Path)
 		var want unix.Stat_t
@@ -157,20 +157,15 @@ func TestLinkerFindsInvalid(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, h, shard, other := heldCheckpoint(t)
+			d, h, k, shard, other := heldCheckpoint(t)
 			i := other
 			if tc.shard {
 				i = shard
 			}
-			k, err := h.Linker(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer k.Close()
 			e := h.Index.Files[i]
 			tc.change(t, filepath.Join(h.Dir, e.Path), e.Size)
 			dir := filepath.Join(t.TempDir(), "view")
-			err = k.Link(ctx, i, openDir(t, dir), "w")
+			err := k.Link(ctx, i, openDir(t, dir), "w")
 			if !store.IsInvalid(err) {
 				t.Fatalf("Link of %s changed: %v, want an invalid finding", e.Path, err)
 			}
@@ -190,12 +185,7 @@ func TestLinkerFindsInvalid(t *testing.T) {
 // folder gone) is an error that denies nothing.
 func TestLinkerDestinationFails(t *testing.T) {
 	ctx := context.Background()
-	d, h, _, other := heldCheckpoint(t)
-	k, err := h.Linker(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer k.Close()
+	d, h, k, _, other := heldCheckpoint(t)
 	dir := filepath.Join(t.TempDir(), "view")
 	fd := openDir(t, dir)
 	if err := os.Remove(dir); err != nil {

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/weightsnap/weightsnap/peer/stripes"
-	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
 // slowSourceRateMbit is the slow-source test's link rate: low, so a
@@ -135,10 +134,7 @@ func (f *Fleet) shapeUplink(n *node, rateMbit int) {
 		if e.ns != n.ns.Name {
 			continue
 		}
-		if _, err := harness.Run("", f.tc, "-n", e.ns, "qdisc", "replace", "dev", e.dev, "root", "tbf",
-			"rate", fmt.Sprintf("%dmbit", rateMbit), "burst", "256kb", "latency", "50ms"); err != nil {
-			f.t.Fatal(err)
-		}
+		f.shapeEnd(e, rateMbit)
 	}
 }
 
