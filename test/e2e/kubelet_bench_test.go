@@ -96,7 +96,7 @@ func TestKubeletImageVolumeBench(t *testing.T) {
 			}
 			for i := range reps {
 				t.Logf("%s: round %d of %d", size, i+1, reps)
-				settle(t)
+				settle(t, c.reg)
 				r.disk = append(r.disk, syncedWrite(t, t.TempDir(), bytes, 4))
 				if i%2 == 0 {
 					weightsnap()
@@ -175,7 +175,7 @@ func timeVolumePod(t *testing.T, k *harness.Kubelet, ctd *harness.Containerd, re
     "volumes": [{"name": "w", "image": {"reference": %q, "pullPolicy": "IfNotPresent"}}]
   }
 }`, name, image, file, volume)
-	settle(t)
+	settle(t, reg)
 	start := uptime(t)
 	k.PodManifest(t, name, manifest)
 

@@ -17,11 +17,13 @@ package e2e
 // its own.
 // Each is timed from the container's start to the first weight byte read in
 // it, for (a) cold: nothing of the image on the node (for weightsnap, nor the
-// artifact in its store), (b) second: after (a), a second image with the same
-// weights (for weightsnap the same artifact over another base; for the others
-// by ctr the same layer over another base, by nerdctl the same layer under
-// another tag), (c) warm: (a)'s image again. Beside each time, the bytes the
-// node wrote during it (benchWritten).
+// artifact in its store; with DROP_CACHES=1 none of it in the page cache,
+// the registry's blobs read back into it, see settle), (b) second: after
+// (a), a second image with the same weights (for weightsnap the same
+// artifact over another base; for the others by ctr the same layer over
+// another base, by nerdctl the same layer under another tag), (c) warm:
+// (a)'s image again. Beside each time, the bytes the node wrote during it
+// (benchWritten).
 //
 // Each starts with `nerdctl run`, and again with `ctr images pull --local`
 // and `ctr run` (ctr of the containerd pin), so that erofs, which only ctr
@@ -114,7 +116,7 @@ func TestSnapshotterBench(t *testing.T) {
 			var disk benchrow.Runs
 			for i := 0; i < reps; i++ {
 				t.Logf("%s: round %d of %d", size, i+1, reps)
-				settle(t)
+				settle(t, n.reg)
 				disk = append(disk, syncedWrite(t, t.TempDir(), w.bytes, 4))
 				for _, c := range cs {
 					if res := ws(t, c.n.ws.Root, "rm", w.id); res.code != 0 && res.code != 3 { // 3: not in the store
@@ -136,7 +138,7 @@ func TestSnapshotterBench(t *testing.T) {
 	var out bytes.Buffer
 	fmt.Fprintf(&out, "\nweightsnap snapshotter benchmark: a container's start (nerdctl run, or ctr: ctr images pull --local and ctr run) to the first weight byte read in it\n")
 	fmt.Fprintf(&out, "%d cores, median [min-max] of %d rounds, same local registry; overlayfs and erofs: the same files as one uncompressed tar layer\n", runtime.NumCPU(), reps)
-	fmt.Fprintf(&out, "(a) cold: nothing on the node; (b) second: after (a), another image of the same weights: weightsnap over another base,\n")
+	fmt.Fprintf(&out, "(a) cold: nothing on the node, the page cache emptied (the registry's blobs read back: it stands for a remote one); (b) second: after (a), another image of the same weights: weightsnap over another base,\n")
 	fmt.Fprintf(&out, "    the others by ctr the same layer over another base, by nerdctl (busybox and the weights in one layer) another tag;\n")
 	fmt.Fprintf(&out, "(c) warm: (a)'s image again\n")
 	fmt.Fprintf(&out, "written: what containerd (mkfs.erofs with it) and weightsnapd wrote to disk during the run (write_bytes of /proc/PID/io), median\n")
@@ -257,7 +259,7 @@ func firstWeightFile(t *testing.T, files map[string]string) string {
 // useCtr, `ctr images pull --local` (when img is not there yet) and `ctr run`.
 func benchRun(t *testing.T, n *snapNode, ctd *harness.Containerd, img, snapshotter, file string, useCtr bool) (float64, float64) {
 	t.Helper()
-	settle(t)
+	settle(t, n.reg)
 	pids := []int{ctd.Proc.Cmd.Process.Pid}
 	if n.ws.Proc != nil { // a weightsnapd of its own, not weightsnap built into containerd
 		pids = append(pids, n.ws.Proc.Cmd.Process.Pid)
@@ -327,8 +329,9 @@ func benchWritten(t *testing.T, pids []int) float64 {
 // settle writes back what earlier runs left dirty and, with DROP_CACHES=1,
 // empties the page cache, so each run starts from the same memory: on a
 // virtual machine the pages an earlier run freed cost the next one a fault
-// to the host each.
-func settle(t *testing.T) {
+// to the host each. Then it reads reg's blobs back into memory: the local
+// registry stands for a remote one, whose reads are not the node's disk's.
+func settle(t *testing.T, reg *harness.Registry) {
 	t.Helper()
 	if err := exec.Command("sync").Run(); err != nil {
 		t.Fatal(err)
@@ -337,6 +340,9 @@ func settle(t *testing.T) {
 		if err := os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if err := reg.Warm(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -2,6 +2,8 @@ package harness
 
 import (
 	"fmt"
+	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -21,6 +23,7 @@ type Registry struct {
 	Host string // the registry part of image references ("127.0.0.1:PORT"); same as Addr
 	URL  string // http://127.0.0.1:PORT, or https://
 	Dir  string
+	Data string // where it stores its repositories and blobs
 	Proc *Proc
 	tls  bool
 }
@@ -77,10 +80,11 @@ func StartRegistryWith(t testing.TB, o RegistryOptions) *Registry {
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ { // the free port may be taken before the registry binds it
 		addr := fmt.Sprintf("127.0.0.1:%d", FreePort(t))
-		cfg := writeRegistryConfig(t, dir, fmt.Sprintf("config-%d.yml", attempt), filepath.Join(dir, "data"), addr, !o.AccessLog, extra)
+		data := filepath.Join(dir, "data")
+		cfg := writeRegistryConfig(t, dir, fmt.Sprintf("config-%d.yml", attempt), data, addr, !o.AccessLog, extra)
 		p := StartProcess(t, dir, fmt.Sprintf("registry-%d", attempt),
 			tools.pathEnv("OTEL_TRACES_EXPORTER=none"), tools.Registry, "serve", cfg)
-		r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Proc: p, tls: o.CertFile != ""}
+		r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Data: data, Proc: p, tls: o.CertFile != ""}
 		if r.tls {
 			r.URL = "https://" + addr
 		}
@@ -118,7 +122,7 @@ func StartRegistryIn(t testing.TB, ns *NS, addr, data string) *Registry {
 	dir := TempDir(t)
 	cfg := writeRegistryConfig(t, dir, "config.yml", data, addr, true, "")
 	p := ns.Start(t, dir, "registry", "env", "OTEL_TRACES_EXPORTER=none", tools.Registry, "serve", cfg)
-	r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Proc: p}
+	r := &Registry{Addr: addr, Host: addr, URL: "http://" + addr, Dir: dir, Data: data, Proc: p}
 	answers := func() bool {
 		_, err := ns.Exec(tools.Busybox, "wget", "-q", "-O", "/dev/null", r.URL+"/v2/")
 		return err == nil
@@ -185,5 +189,28 @@ func (r *Registry) waitReady(timeout time.Duration, answers func() bool) error {
 			return fmt.Errorf("registry at %s: /v2/ did not answer", r.Addr)
 		}
 		return nil
+	})
+}
+
+// Warm reads every file the registry stores into the page cache, so that it
+// serves from memory, as a remote registry would, and not from the node's disk.
+func (r *Registry) Warm() error {
+	buf := make([]byte, 1<<20)
+	return filepath.WalkDir(r.Data, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		for {
+			if _, err := f.Read(buf); err == io.EOF {
+				return nil
+			} else if err != nil {
+				return err
+			}
+		}
 	})
 }
