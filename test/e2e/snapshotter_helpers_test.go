@@ -277,15 +277,7 @@ func cgroupFileBytes(t *testing.T, pid int) int64 {
 // DONTNEED: only these files, not the machine's whole cache).
 func evict(t *testing.T, dir string) {
 	t.Helper()
-	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
+	err := harness.EachFile(dir, func(f *os.File) error {
 		return unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED)
 	})
 	if err != nil {

@@ -3,7 +3,6 @@ package harness
 import (
 	"fmt"
 	"io"
-	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -196,15 +195,7 @@ func (r *Registry) waitReady(timeout time.Duration, answers func() bool) error {
 // serves from memory, as a remote registry would, and not from the node's disk.
 func (r *Registry) Warm() error {
 	buf := make([]byte, 1<<20)
-	return filepath.WalkDir(r.Data, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
+	return EachFile(r.Data, func(f *os.File) error {
 		for {
 			if _, err := f.Read(buf); err == io.EOF {
 				return nil
