@@ -31,6 +31,9 @@ type ClientConfig struct {
 	ConnectTimeout time.Duration
 	// ManifestMax bounds the manifest (and list) documents accepted.
 	ManifestMax uint32
+	// Congestion is the TCP congestion control algorithm of the
+	// connections the node opens (TCP_CONGESTION); "" keeps the host's.
+	Congestion string
 	// Down remembers the peers that failed to answer, so a source choice
 	// passes over them for a while; nil remembers nothing beyond one fetch.
 	Down *DownPeers
@@ -74,7 +77,7 @@ const pingEvery = 5 * time.Second
 // connect timeout.
 func (c ClientConfig) dial(ctx context.Context, addr string, op byte, secure bool) (net.Conn, *bufio.Reader, error) {
 	c = c.withDefaults()
-	d := net.Dialer{Timeout: min(c.ConnectTimeout, dialTimeout), KeepAlive: 15 * time.Second}
+	d := net.Dialer{Timeout: min(c.ConnectTimeout, dialTimeout), KeepAlive: 15 * time.Second, Control: congestionControl(c.Congestion)}
 	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, nil, &Error{Addr: addr, Err: err}

@@ -20,6 +20,8 @@
 #        BENCH_FLEET_RATE_MBIT  every link's rate (default 100; the forest's 10: bench_test.go says why)
 #        BENCH_FLEET_ORIGIN_RATE_MBIT  the origin's link alone (default BENCH_FLEET_RATE_MBIT): a
 #                               registry slower than the nodes' links leaves the relays spare rate
+#        BENCH_FLEET_CC         the origin's and the nodes' TCP congestion control (default cubic,
+#                               Linux's; a namespace would otherwise take the host's)
 #        BENCH_FLEET_REGISTRY   0 leaves out the registry-only rounds (N copies over the origin's
 #                               link each), 1 keeps them (default 1; the forest's 0)
 #        BENCH_FLEET_KILL       1 adds, at the largest N, a fleet round with one node killed

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"text/tabwriter"
 
@@ -22,8 +21,8 @@ import (
 // peerFlags are the flags every peer command shares; each overrides its
 // key of the [peer] table.
 type peerFlags struct {
-	tokenFile, tlsCert, tlsKey, tlsCA string
-	timeout, connectTimeout           int
+	tokenFile, tlsCert, tlsKey, tlsCA, congestion string
+	timeout, connectTimeout                       int
 }
 
 func (pf *peerFlags) register(f *pflag.FlagSet) {
@@ -33,6 +32,7 @@ func (pf *peerFlags) register(f *pflag.FlagSet) {
 	f.StringVar(&pf.tlsCA, "tls-ca", "", "CA of the peers' certificates: talk TLS to them")
 	f.IntVar(&pf.timeout, "timeout", 0, "seconds any read, write or dial may take (default: [peer] timeout_seconds)")
 	f.IntVar(&pf.connectTimeout, "connect-timeout", 0, "seconds reaching a peer may take: dial, TLS handshake, first answer (default: [peer] connect_timeout_seconds)")
+	f.StringVar(&pf.congestion, "tcp-congestion", "", "TCP congestion control of the peer's connections, e.g. cubic (default: [peer] tcp_congestion, else the host's)")
 }
 
 // apply returns the [peer] table with the flags given on the command line.
@@ -42,7 +42,7 @@ func (pf peerFlags) apply(cmd *cobra.Command, c config.Peer) config.Peer {
 		flag string
 		dst  *string
 		v    string
-	}{{"token-file", &c.TokenFile, pf.tokenFile}, {"tls-cert", &c.TLSCert, pf.tlsCert}, {"tls-key", &c.TLSKey, pf.tlsKey}, {"tls-ca", &c.TLSCA, pf.tlsCA}} {
+	}{{"token-file", &c.TokenFile, pf.tokenFile}, {"tls-cert", &c.TLSCert, pf.tlsCert}, {"tls-key", &c.TLSKey, pf.tlsKey}, {"tls-ca", &c.TLSCA, pf.tlsCA}, {"tcp-congestion", &c.TCPCongestion, pf.congestion}} {
 		if set(o.flag) {
 			*o.dst = o.v
 		}
@@ -142,7 +142,7 @@ names, to other nodes until interrupted. weightsnapd serves the same when
 			if err != nil {
 				return err
 			}
-			l, err := net.Listen("tcp", c.Listen)
+			l, err := peer.Listen(ctx, c.Listen, c.TCPCongestion)
 			if err != nil {
 				return fmt.Errorf("listen: %w", err)
 			}

@@ -192,7 +192,7 @@ func servePeer(ctx context.Context, c config.Peer, d *store.Domain, errc chan<- 
 	if err != nil {
 		return nil, err
 	}
-	lis, err := net.Listen("tcp", c.Listen)
+	lis, err := peer.Listen(ctx, c.Listen, c.TCPCongestion)
 	if err != nil {
 		return nil, fmt.Errorf("peer: %w", err)
 	}

@@ -113,7 +113,7 @@ func TestFleetBench(t *testing.T) {
 	if structure == "" {
 		structure = "chain"
 	}
-	f := Start(t, Options{Nodes: most, Size: size, Shards: 4})
+	f := Start(t, Options{Nodes: most, Size: size, Shards: 4, Congestion: os.Getenv("BENCH_FLEET_CC")})
 	unshaped := f.benchRound(Round{Nodes: 1})
 	f.Shape(rate)
 	if origin != rate {
@@ -146,8 +146,8 @@ func TestFleetBench(t *testing.T) {
 	if origin != rate {
 		links = fmt.Sprintf("every node's link %d Mbit/s, the origin's %d Mbit/s, both ways (tbf)", rate, origin)
 	}
-	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp, structure %s, %s, %d cores, GOMAXPROCS %s, load average at the end %s\n",
-		size, f.Bytes, structure, links, runtime.NumCPU(), procs, loadAvg)
+	fmt.Printf("\nweightsnap fleet benchmark: %s (%d bytes), tcp (%s), structure %s, %s, %d cores, GOMAXPROCS %s, load average at the end %s\n",
+		size, f.Bytes, f.opts.Congestion, structure, links, runtime.NumCPU(), procs, loadAvg)
 	fmt.Printf("one node alone, unshaped: %.2fs (%.0f Mbit/s, %.3f CPU-s/MiB); on the shaped links: %s s, %s CPU-s/MiB (rounds: %d)\n",
 		unshaped.Last.Seconds(), mbits(f.Bytes, unshaped.Last.Seconds()), unshaped.cpuPerMiB(f.Bytes),
 		aloneLast.Format(2), alone.cpuPerMiB(f.Bytes).Format(3), len(alone))
@@ -183,8 +183,8 @@ func TestFleetBench(t *testing.T) {
 		fmt.Println()
 	}
 	if path := os.Getenv("BENCH_FLEET_JSON"); path != "" {
-		m := sim.Measured{Command: benchCommand(counts, size, rate, origin, structure), Size: size, Bytes: f.Bytes, Shards: 4, RateMbit: rate, Cores: runtime.NumCPU(),
-			Load: loadAvg, UnshapedS: unshaped.Last.Seconds(), AloneS: aloneLast.Median(), Structure: structure}
+		m := sim.Measured{Command: benchCommand(counts, size, rate, origin, structure, f.opts.Congestion), Size: size, Bytes: f.Bytes, Shards: 4, RateMbit: rate, Cores: runtime.NumCPU(),
+			Load: loadAvg, UnshapedS: unshaped.Last.Seconds(), AloneS: aloneLast.Median(), Structure: structure, Congestion: f.opts.Congestion}
 		for _, r := range rows {
 			m.Rounds = append(m.Rounds, f.measured(r.fleet.median().Result))
 		}
@@ -338,7 +338,7 @@ func (f *Fleet) measured(r Result) sim.MeasuredRound {
 }
 
 // benchCommand is the command line that runs this benchmark with these settings.
-func benchCommand(counts []int, size string, rate, origin int, structure string) string {
+func benchCommand(counts []int, size string, rate, origin int, structure, congestion string) string {
 	ns := make([]string, len(counts))
 	for i, n := range counts {
 		ns[i] = strconv.Itoa(n)
@@ -346,6 +346,9 @@ func benchCommand(counts []int, size string, rate, origin int, structure string)
 	env := fmt.Sprintf("BENCH_FLEET_STRUCTURE=%s BENCH_FLEET_SIZE=%s BENCH_FLEET_RATE_MBIT=%d", structure, size, rate)
 	if origin != rate {
 		env += fmt.Sprintf(" BENCH_FLEET_ORIGIN_RATE_MBIT=%d", origin)
+	}
+	if congestion != defaultCongestion {
+		env += " BENCH_FLEET_CC=" + congestion
 	}
 	return env + " BENCH_FLEET_JSON=FILE scripts/bench-fleet.sh " + strings.Join(ns, " ")
 }

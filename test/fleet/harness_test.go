@@ -27,7 +27,14 @@ type Options struct {
 	Size     string // artifact size (weightsnap dev synth --size), e.g. "256MiB"
 	Shards   int
 	RateMbit int // every link's rate in both directions, Mbit/s (0: unshaped)
+	// Congestion is the TCP congestion control of the origin and every node (their namespaces'
+	// net.ipv4.tcp_congestion_control); empty is cubic, Linux's default, whatever the host runs.
+	Congestion string
 }
+
+// defaultCongestion is Linux's default TCP congestion control, which a new namespace would otherwise
+// take from the host's.
+const defaultCongestion = "cubic"
 
 // Fleet is a bridge, an origin registry holding one artifact, and nodes, each in its own network
 // namespace; every link is a veth pair from the namespace to the bridge.
@@ -99,11 +106,16 @@ func Start(t *testing.T, opts Options) *Fleet {
 	br := harness.NetNS(t, "fbr")
 	f.ip("-n", br.Name, "link", "add", bridgeDev, "type", "bridge")
 	f.ip("-n", br.Name, "link", "set", bridgeDev, "up")
+	if f.opts.Congestion == "" {
+		f.opts.Congestion = defaultCongestion
+	}
 	f.origin = harness.NetNS(t, "forg")
+	f.congestion(f.origin)
 	f.originIf = f.attach(br, f.origin, "o", subnet+"1/24")
 	f.seed()
 	for i := range opts.Nodes {
 		ns := harness.NetNS(t, fmt.Sprintf("fn%d", i))
+		f.congestion(ns)
 		ip := fmt.Sprintf("%s%d", subnet, 10+i)
 		f.attach(br, ns, strconv.Itoa(i), ip+"/24")
 		mnt := f.tmpfs(2*f.Bytes + 64<<20)
@@ -118,6 +130,14 @@ func (f *Fleet) ip(args ...string) {
 	f.t.Helper()
 	if _, err := harness.Run("", append([]string{f.tools.IP}, args...)...); err != nil {
 		f.t.Fatal(err)
+	}
+}
+
+// congestion sets the TCP congestion control of ns to the fleet's.
+func (f *Fleet) congestion(ns *harness.NS) {
+	f.t.Helper()
+	if _, err := ns.Exec("sh", "-c", "echo "+f.opts.Congestion+" >/proc/sys/net/ipv4/tcp_congestion_control"); err != nil {
+		f.t.Fatalf("TCP congestion control %q: %v", f.opts.Congestion, err)
 	}
 }
 

@@ -102,6 +102,9 @@ type Peer struct {
 	// ConnectTimeoutSeconds bounds reaching a peer (dial, TLS handshake,
 	// its first answer): what a peer that is down or black-holed costs.
 	ConnectTimeoutSeconds int `toml:"connect_timeout_seconds" comment:"seconds reaching a peer may take (dial, TLS handshake, its first answer), at most timeout_seconds:\na peer that is down or accepts and never answers costs this much before the next peer, then the registry, is asked"`
+	// TCPCongestion is the TCP congestion control algorithm of the peer's
+	// connections, served and opened; "" keeps the host's.
+	TCPCongestion string `toml:"tcp_congestion" comment:"TCP congestion control of the connections this node's peer serves and opens (TCP_CONGESTION),\ne.g. cubic where the host runs bbr (docs/fleet.md); \"\" keeps the host's"`
 	// SlowSourceSeconds is the striped fetch's slow-source rule
 	// (peer.Provider's SlowAfter): its window, 0 for off.
 	SlowSourceSeconds int `toml:"slow_source_seconds" comment:"forest only: seconds over which each stripe's rate of verified bytes is measured; a stripe whose rate\nstays below a third of the median of this node's other stripes for that long, twice for each hop of the\nnode's depth in the stripe, is taken over by an adopter with room. 0 keeps every stripe with its source"`

@@ -73,6 +73,10 @@ func TestParse(t *testing.T) {
 			o, err := c.Peer.FetchOptions()
 			return err == nil && o.Client.ConnectTimeout == 2*time.Second && Default().Peer.ConnectTimeoutSeconds == 5
 		}},
+		{"peer tcp congestion", "[peer]\ntcp_congestion = \"cubic\"\n", true, func(c Config) bool {
+			o, err := c.Peer.FetchOptions()
+			return err == nil && o.Client.Congestion == "cubic" && Default().Peer.TCPCongestion == ""
+		}},
 		{"negative peer connect timeout", "[peer]\nconnect_timeout_seconds = -1\n", false, nil},
 		{"peer slow source", "[peer]\nslow_source_seconds = 3\n", true, func(c Config) bool {
 			return c.Peer.SlowAfter() == 3*time.Second && Default().Peer.SlowAfter() == 5*time.Second

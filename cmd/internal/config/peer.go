@@ -78,7 +78,8 @@ func (p Peer) ServerConfig() (peer.ServerConfig, error) {
 
 // ClientConfig is how this node talks to other peers, as the [peer] table says.
 func (p Peer) ClientConfig() (peer.ClientConfig, error) {
-	c := peer.ClientConfig{Timeout: time.Duration(p.TimeoutSeconds) * time.Second, ConnectTimeout: time.Duration(p.ConnectTimeoutSeconds) * time.Second}
+	c := peer.ClientConfig{Timeout: time.Duration(p.TimeoutSeconds) * time.Second, ConnectTimeout: time.Duration(p.ConnectTimeoutSeconds) * time.Second,
+		Congestion: p.TCPCongestion}
 	var err error
 	if c.Token, err = p.token(); err != nil || p.TLSCA == "" {
 		return c, err

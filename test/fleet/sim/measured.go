@@ -25,8 +25,11 @@ type Measured struct {
 	AloneS    float64 `json:"alone_s"`    // one node alone on the shaped links
 	// Structure is the fleet rounds' [peer] structure: "chain" (or empty, a file that predates
 	// it) or "forest", the striped forest of stripes.DefaultStripes.
-	Structure string          `json:"structure,omitempty"`
-	Rounds    []MeasuredRound `json:"rounds"`
+	Structure string `json:"structure,omitempty"`
+	// Congestion is the nodes' TCP congestion control (BENCH_FLEET_CC, cubic by default); empty in a
+	// file that predates it, whose nodes took the host's.
+	Congestion string          `json:"congestion,omitempty"`
+	Rounds     []MeasuredRound `json:"rounds"`
 }
 
 // MeasuredRound is one rollout to Nodes nodes with the others as peers.
