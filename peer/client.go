@@ -5,11 +5,13 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/weightsnap/weightsnap/peer/internal/wire"
@@ -116,6 +118,14 @@ type answerConn struct {
 	net.Conn
 	timeout, first time.Duration
 	answered       atomic.Bool
+}
+
+// SyscallConn is the connection's own where it is plain TCP.
+func (c *answerConn) SyscallConn() (syscall.RawConn, error) {
+	if sc, ok := c.Conn.(syscall.Conn); ok {
+		return sc.SyscallConn()
+	}
+	return nil, errors.ErrUnsupported
 }
 
 func (c *answerConn) Read(p []byte) (int, error) {

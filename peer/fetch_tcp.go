@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"hash"
-	"io"
 	"sync"
 
 	"github.com/containerd/log"
@@ -97,7 +96,7 @@ func (f *fetcher) tcpRail(ctx context.Context, cs *clientSession, r int, units [
 			sent <- a
 		}
 	})
-	err = f.receive(ctx, addr, br, sent, window)
+	err = f.receive(ctx, addr, newWakeReader(conn, br), sent, window)
 	cancel()
 	sending.Wait()
 	f.units.release(by)
@@ -126,7 +125,7 @@ type chunk struct {
 // its BLAKE3 matches. A unit's pieces are its once their chaining values,
 // taken in order by the writer, matched. Each answer read frees a place
 // in the request window.
-func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, as <-chan ask, window <-chan struct{}) error {
+func (f *fetcher) receive(ctx context.Context, addr string, r *wakeReader, as <-chan ask, window <-chan struct{}) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	free := make(chan []byte, railBuffers)
@@ -147,14 +146,14 @@ func (f *fetcher) receive(ctx context.Context, addr string, r io.Reader, as <-ch
 		for a := range as {
 			u := a.u
 			if a.pieces != nil {
-				cvs, err := wire.ReadPieceCVs(r, uint64(u.n), blake3.PieceSize)
+				cvs, err := wire.ReadPieceCVs(r.lowest(), uint64(u.n), blake3.PieceSize)
 				if !send(chunk{u: u, pieces: a.pieces, cvs: cvs, err: err}) {
 					return
 				}
 				<-window
 				continue
 			}
-			if err := wire.ReadStatus(r, "range"); err != nil {
+			if err := wire.ReadStatus(r.lowest(), "range"); err != nil {
 				send(chunk{err: err})
 				return
 			}
