@@ -136,7 +136,7 @@ func (f *Fleet) ip(args ...string) {
 // congestion sets the TCP congestion control of ns to the fleet's.
 func (f *Fleet) congestion(ns *harness.NS) {
 	f.t.Helper()
-	if _, err := ns.Exec("sh", "-c", "echo "+f.opts.Congestion+" >/proc/sys/net/ipv4/tcp_congestion_control"); err != nil {
+	if _, err := ns.Exec("sh", "-c", `echo "$1" >/proc/sys/net/ipv4/tcp_congestion_control`, "sh", f.opts.Congestion); err != nil {
 		f.t.Fatalf("TCP congestion control %q: %v", f.opts.Congestion, err)
 	}
 }
