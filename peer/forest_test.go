@@ -383,3 +383,64 @@ func TestForestOriginCounted(t *testing.T) {
 		}
 	}
 }
+
+// TestForestRootAsksHeads: the root of the striped forest takes the
+// artifact from a stripe head that holds it whole (the member that was the
+// root before it joined), never from one that builds it, and only a root
+// whose heads hold nothing goes to the origin, counted under its reason.
+func TestForestRootAsksHeads(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		head   string // what the head of stripe 1 has: "holds", "builds", or nothing
+		origin float64
+	}{
+		{name: "a head holds it", head: "holds"},
+		{name: "a head builds it", head: "builds", origin: 1},
+		{name: "no head has it", origin: 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, identity := seededInPieces(t, 1)
+			id, err := identity.ID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, ms := forestOf(t, id, 5)
+			root, head := ms[0], ms[2]
+			for _, m := range ms {
+				if m == head && tc.head == "holds" {
+					serveOn(t, a, ServerConfig{}, m.l)
+					continue
+				}
+				m.d = storetest.Open(t)
+				serveOn(t, m.d, ServerConfig{}, m.l)
+			}
+			if tc.head == "builds" {
+				p := &delayedProducer{}
+				startBuild(t, a, identity, p, head.d)
+				t.Cleanup(func() { close(p.release) })
+			}
+			_, prod, err := root.p.ProducerForID(context.Background(), id)
+			got := testutil.ToFloat64(root.p.originCounter().WithLabelValues("this node is the root of the striped forest"))
+			if got != tc.origin {
+				t.Errorf("origin_total = %v, want %v", got, tc.origin)
+			}
+			if tc.origin > 0 {
+				if !errdefs.IsNotFound(err) {
+					t.Fatalf("root: %v, want a clean miss", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("root: %v", err)
+			}
+			l, _, err := root.d.GetOrBuild(context.Background(), identity, prod)
+			if err != nil {
+				t.Fatalf("root's fetch from the head: %v", err)
+			}
+			defer l.Close()
+			if tr := prod.(*fetcher).Transfer(); tr.Endpoint != head.addr {
+				t.Errorf("root fetched from %q, want the head %s", tr.Endpoint, head.addr)
+			}
+		})
+	}
+}

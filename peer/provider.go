@@ -1,6 +1,7 @@
 package peer
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -42,6 +43,14 @@ type Provider struct {
 	// (stripe_lag.go), DefaultSlowAfter in the node's configuration; 0
 	// leaves a slow source in place.
 	SlowAfter time.Duration
+	// Wants, if set, marks an artifact wanted on this node (store.Domain's
+	// Want) from the start of its choice of a source until RootWait after
+	// it: the node's peer lists it, and a node ranked below this one waits
+	// for it. A node that is not the root takes the origin when no member
+	// ranked above it wants, builds or holds the artifact (a lone resolve
+	// among members that want nothing), where it would otherwise wait for
+	// a root that never comes.
+	Wants func(ctx context.Context, id artifact.ID) (release func(), err error)
 
 	downOnce     sync.Once
 	originOnce   sync.Once
@@ -107,6 +116,11 @@ const DefaultRootWait = 5 * time.Second
 // on a slow link, so a stripe's rate is not a piece's jitter.
 const DefaultSlowAfter = 5 * time.Second
 
+// wantSettle is how long a node that finds no member ranked above it
+// wanting the artifact waits before it looks again and takes the origin:
+// longer than nodes that start together take to mark their wants.
+const wantSettle = time.Second
+
 // Waits between the asks of a node that is not the root: jittered, so the
 // nodes' listings spread out.
 const (
@@ -129,6 +143,19 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 		err := fmt.Errorf("no peer but this node: %w", errdefs.ErrNotFound)
 		p.originNext(ctx, id, "no peer but this node", err)
 		return nil, err
+	}
+	wait := p.RootWait
+	if wait <= 0 {
+		wait = DefaultRootWait
+	}
+	if p.Wants != nil {
+		release, err := p.Wants(ctx, id)
+		if err != nil {
+			log.G(ctx).WithError(err).WithField("id", id.Short()).Warn("peer: cannot mark the artifact wanted; nodes ranked below this one wait for it only as long as for a root")
+		} else {
+			// Held past the choice, until the build it chose announces.
+			defer time.AfterFunc(wait, release)
+		}
 	}
 	o := p.Options
 	o.Tensors, o.self = nil, p.Self
@@ -160,9 +187,14 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 		}
 		return f, err
 	}
-	wait := p.RootWait
-	if wait <= 0 {
-		wait = DefaultRootWait
+	if p.Wants != nil && errdefs.IsNotFound(err) && !isBusy(err) && !errors.Is(err, errNotNearer) {
+		if wanted, werr := p.wantedAbove(ctx, id, live); !wanted {
+			if werr == nil {
+				err = fmt.Errorf("no member ranked above this node wants %s: %w", id.Short(), errdefs.ErrNotFound)
+				p.originNext(ctx, id, "no member ranked above this node wants the artifact", err)
+			}
+			return nil, cmp.Or(werr, err)
+		}
 	}
 	log.G(ctx).WithField("id", id.Short()).WithField("wait", wait).Debug("peer: not the root; asking the peers again for a source")
 	// The asks again go to the peers that answered: one down now costs the
@@ -215,8 +247,9 @@ func (p *Provider) fetcherFor(ctx context.Context, id artifact.ID) (*fetcher, er
 }
 
 // forestFetcher places this node in the striped forest of id over the
-// peers and itself: the forest's root goes to the registry at once (placed
-// false); any other node reads the manifest from its sources in the
+// peers and itself: the forest's root takes id from a stripe head that
+// holds it (heldByHeads), or else goes to the registry (placed false); any
+// other node reads the manifest from its sources in the
 // forest, which it asks for up to RootWait while none has announced its
 // build.
 func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []string, o FetchOptions) (f *fetcher, placed bool, err error) {
@@ -225,7 +258,11 @@ func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []st
 		return nil, false, err
 	}
 	if forest.Root() == p.Self {
-		err := fmt.Errorf("this node is the root of the striped forest of %s: %w", id.Short(), errdefs.ErrNotFound)
+		f, err := heldByHeads(ctx, id, forest, o)
+		if err == nil || ctx.Err() != nil {
+			return f, true, err
+		}
+		err = fmt.Errorf("this node is the root of the striped forest of %s, and none of its stripe heads holds it: %w: %w", id.Short(), err, errdefs.ErrNotFound)
 		p.originNext(ctx, id, "this node is the root of the striped forest", err)
 		return nil, false, err
 	}
@@ -241,6 +278,62 @@ func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []st
 		return nil, true, fmt.Errorf("no source of %s in the striped forest after %s: %w", id.Short(), wait, err)
 	}
 	return f, true, nil
+}
+
+// wantedAbove says whether a live member ranked above this node for id
+// wants, builds or holds it: one that does comes for it, or serves it, so
+// this node waits for it. When none does, it looks once more after
+// wantSettle, for members that started with this one and have not marked
+// their wants yet. err is the context's.
+func (p *Provider) wantedAbove(ctx context.Context, id artifact.ID, live []string) (wanted bool, err error) {
+	ranking := stripes.Rank(id, append(slices.Clone(live), p.Self))
+	above := ranking[:slices.Index(ranking, p.Self)]
+	look := func() bool {
+		for _, l := range listPeers(ctx, p.Options.Client, above, nil) {
+			if l.ls == nil {
+				continue // down: it neither comes nor serves
+			}
+			if slices.Contains(l.ls.Wants, id) || slices.ContainsFunc(l.ls.Artifacts, func(a wire.ListedArtifact) bool { return a.ID == id }) {
+				return true
+			}
+		}
+		return false
+	}
+	if look() {
+		return true, nil
+	}
+	select {
+	case <-time.After(wantSettle):
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	return look(), nil
+}
+
+// heldByHeads is the forest root's source of id when one of its stripe
+// heads holds it whole: the heads are the members ranked right after the
+// root, so the member that was the root before this node joined is the
+// first of them. They are listed, not every member, so the root asks a
+// stripe count of peers at most. A builder is not taken: while the forest
+// forms, every builder's bytes come from the root.
+func heldByHeads(ctx context.Context, id artifact.ID, forest *stripes.Forest, o FetchOptions) (*fetcher, error) {
+	ranking := forest.Ranking()
+	heads := ranking[1:min(len(ranking), 1+forest.Stripes())]
+	var holders []string
+	for _, s := range listSources(ctx, o.Client, heads, id, true) {
+		if s != nil && !s.building {
+			holders = append(holders, s.addr)
+		}
+	}
+	if len(holders) == 0 {
+		return nil, fmt.Errorf("none of %d stripe heads holds %s: %w", len(heads), id.Short(), errdefs.ErrNotFound)
+	}
+	f, err := newFetcher(ctx, holders, wire.Request{ID: id}, o, false)
+	if err != nil {
+		return nil, err
+	}
+	log.G(ctx).WithField("id", id.Short()).WithField("peer", holders[0]).Info("peer: the root of the striped forest takes the artifact from a stripe head that holds it")
+	return f, nil
 }
 
 // originNext logs and counts a selection that found no source among the

@@ -3,8 +3,12 @@ package peer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/weightsnap/weightsnap/artifact"
 
 	"github.com/weightsnap/weightsnap/internal/storetest"
 	"github.com/weightsnap/weightsnap/internal/testenv"
@@ -77,6 +81,57 @@ func TestProviderPassesOverDownPeers(t *testing.T) {
 			}
 			if !tc.unreach && !errdefs.IsNotFound(err) {
 				t.Fatalf("not a miss: %v", err)
+			}
+		})
+	}
+}
+
+// TestProviderLoneResolve: a node that is not the root, among members that
+// all answer, takes the origin after a look and a settle when no member
+// ranked above it wants the artifact (no root is coming), counted under
+// its reason, well before RootWait; while one ranked above it wants it,
+// the node waits for it as for a root.
+func TestProviderLoneResolve(t *testing.T) {
+	_, identity := seededInPieces(t, 1)
+	id, err := identity.ID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name       string
+		aboveWants bool
+		rootWait   time.Duration
+		reason     string
+	}{
+		{"no member above wants it", false, time.Hour, "no member ranked above this node wants the artifact"},
+		{"a member above wants it", true, 300 * time.Millisecond, "no source after the wait"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, ms := forestOf(t, id, 5)
+			for _, m := range ms {
+				m.d = storetest.Open(t)
+				serveOn(t, m.d, ServerConfig{}, m.l)
+			}
+			if tc.aboveWants {
+				release, err := ms[1].d.Want(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer release()
+			}
+			lone := ms[2]
+			lone.p.Options.Structure, lone.p.RootWait = StructureChain, tc.rootWait
+			lone.p.Wants = func(_ context.Context, id artifact.ID) (func(), error) { return lone.d.Want(id) }
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if _, _, err := lone.p.ProducerForID(ctx, id); !errdefs.IsNotFound(err) {
+				t.Fatalf("%v, want a clean miss", err)
+			}
+			if got := testutil.ToFloat64(lone.p.originCounter().WithLabelValues(tc.reason)); got != 1 {
+				t.Errorf("origin_total{reason=%q} = %v, want 1", tc.reason, got)
+			}
+			if w := lone.d.Wants(); !slices.Contains(w, id) {
+				t.Errorf("the node's store wants %v right after its choice, want %s until RootWait passes", w, id.Short())
 			}
 		})
 	}

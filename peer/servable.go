@@ -141,7 +141,7 @@ func (s *Server) listing(ctx context.Context) (*wire.Listing, error) {
 		return nil, err
 	}
 	ls := &wire.Listing{Generation: s.gen, Sessions: int(s.active.Load()), MaxSessions: s.cfg.MaxSessions, MaxChildren: s.cfg.MaxChildren,
-		Modes: s.modes(), Artifacts: []wire.ListedArtifact{}, Exports: s.exports.list()}
+		Modes: s.modes(), Artifacts: []wire.ListedArtifact{}, Exports: s.exports.list(), Wants: s.d.Wants()}
 	s.mu.Lock()
 	children := maps.Clone(s.children)
 	s.mu.Unlock()

@@ -33,6 +33,9 @@ type Round struct {
 	// Prefetch has each node run `weightsnap prefetch sync` of one prefetch file naming the
 	// artifact's tag (pin = true), as weightsnapd does with its [prefetch] dir, instead of resolve.
 	Prefetch bool
+	// Idle are the last nodes of the round: with Peers they serve empty stores and every node lists
+	// them, but they do not resolve (members that want nothing, as most of a cluster's nodes are).
+	Idle int
 	// Absent are peer addresses (host:port) every node lists after the round's others and that
 	// nothing ever serves: nodes that never started.
 	Absent []string
@@ -71,7 +74,7 @@ func (f *Fleet) Run(r Round) Result {
 type Rollout struct {
 	f       *Fleet
 	r       Round
-	Nodes   []*node         // the resolving nodes (the round's nodes after its holders)
+	Nodes   []*node         // the resolving nodes (the round's nodes after its holders, before its idle ones)
 	Procs   []*harness.Proc // each resolving node's resolve
 	Start   time.Time       // the common start
 	reports []string
@@ -121,7 +124,7 @@ func (f *Fleet) Launch(r Round) *Rollout {
 	if err := syscall.Fstat(int(lock.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
-	ro := &Rollout{f: f, r: r, Nodes: nodes[r.Holders:], lost: map[int]bool{}}
+	ro := &Rollout{f: f, r: r, Nodes: nodes[r.Holders : r.Nodes-r.Idle], lost: map[int]bool{}}
 	prefetchDir := filepath.Join(f.dir, fmt.Sprintf("prefetch-%d", f.rounds))
 	if r.Prefetch {
 		if err := os.MkdirAll(prefetchDir, 0o755); err != nil {
@@ -132,7 +135,7 @@ func (f *Fleet) Launch(r Round) *Rollout {
 		}
 	}
 	for i, n := range nodes {
-		if i < r.Holders {
+		if i < r.Holders || i >= r.Nodes-r.Idle {
 			continue
 		}
 		report := filepath.Join(f.dir, fmt.Sprintf("report-%d-%d.json", f.rounds, i))

@@ -12,6 +12,7 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/producers"
 	"github.com/weightsnap/weightsnap/cmd/internal/config"
 	"github.com/weightsnap/weightsnap/oci"
@@ -87,6 +88,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 	rc.Locate = func(ctx context.Context, ref string) (resolve.Provider, error) {
 		return loc.Locate(ctx, ref)
 	}
+	var wp *peer.Provider
 	if len(cfg.Peer.Peers) > 0 {
 		fo, err := cfg.Peer.FetchOptions()
 		if err != nil {
@@ -98,7 +100,7 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 				return nil, fmt.Errorf("metrics: %w", err)
 			}
 		}
-		rc.Peers = []resolve.Provider{p}
+		rc.Peers, wp = []resolve.Provider{p}, p
 	}
 	if cfg.Resolve.Registry != "" {
 		repo, err := registry.New(ctx, cfg.Resolve.Registry, o.Remote)
@@ -107,5 +109,20 @@ func NewRuntime(ctx context.Context, cfg config.Config, o RuntimeOptions) (*reso
 		}
 		rc.Providers = append(rc.Providers, &oci.Provider{Repo: repo, Options: oci.PullOptions{Policy: pol}})
 	}
-	return resolve.New(rc)
+	rt, err := resolve.New(rc)
+	if err != nil {
+		return nil, err
+	}
+	// The weight peer marks what it looks for in the runtime's store, which
+	// the node's peer lists.
+	if wp != nil {
+		wp.Wants = func(ctx context.Context, id artifact.ID) (func(), error) {
+			d, err := rt.Domain(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return d.Want(id)
+		}
+	}
+	return rt, nil
 }

@@ -19,6 +19,9 @@ type Listing struct {
 	// Exports are the exported directories (the JSON key "staged" names
 	// exported directories).
 	Exports []ListedExport `json:"staged"`
+	// Wants are the artifacts a resolve of this peer's node looks for a
+	// source of now, none of them held or built yet here (store.Domain.Want).
+	Wants []artifact.ID `json:"wants,omitempty"`
 }
 
 // ListedArtifact is one artifact of the peer's store: READY, or being
