@@ -172,7 +172,7 @@ func newPeerLsCmd(a *app) *cobra.Command {
 	var pf peerFlags
 	cmd := &cobra.Command{
 		Use:   "ls ADDR",
-		Short: "List what a peer holds: READY artifacts, those it builds, and exported directories",
+		Short: "List what a peer holds: READY artifacts, those it builds or its node's resolves look for, and exported directories",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := pf.apply(cmd, a.cfg.Peer).ClientConfig()
@@ -203,6 +203,9 @@ func newPeerLsCmd(a *app) *cobra.Command {
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\n", x.ID.Short(), cmp.Or(x.Repository, "-"), artifact.ShortHex(x.Revision),
 					x.Component, x.Producer, size, x.Tensors, cmp.Or(strings.Join(stripes, " "), "-"))
+			}
+			for _, id := range ls.Wants {
+				fmt.Fprintf(tw, "%s\t-\t-\t\t\twanted: a resolve looks for a source\t\t-\n", id.Short())
 			}
 			for _, s := range ls.Exports {
 				state := "not mapped"

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/artifact/synth"
 	"github.com/weightsnap/weightsnap/cmd/internal/exitcode"
 	"github.com/weightsnap/weightsnap/peer"
@@ -63,13 +64,25 @@ func TestPeerFetchByPrefix(t *testing.T) {
 	}
 }
 
-// TestPeerLs: peer ls shows each artifact's repository, as ls does.
+// TestPeerLs: peer ls shows each artifact's repository, as ls does, and
+// an artifact a resolve of the peer's node looks for as wanted.
 func TestPeerLs(t *testing.T) {
-	_, addr, imp := servedPeer(t)
+	base, addr, imp := servedPeer(t)
+	d, err := store.Open(context.Background(), filepath.Join(base, "served"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wanted := artifact.MustParseID("sha256:" + strings.Repeat("ab", 32))
+	release, err := d.Want(wanted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
 	out, err := runCLI(t, "--config", "", "peer", "ls", addr)
 	lines := strings.Split(out, "\n")
-	if err != nil || len(lines) < 2 || strings.Fields(lines[0])[1] != "REPOSITORY" ||
-		!strings.HasPrefix(lines[1], imp.ID.Short()) || strings.Fields(lines[1])[1] != "org/model" {
+	if err != nil || len(lines) < 3 || strings.Fields(lines[0])[1] != "REPOSITORY" ||
+		!strings.HasPrefix(lines[1], imp.ID.Short()) || strings.Fields(lines[1])[1] != "org/model" ||
+		!strings.HasPrefix(lines[2], wanted.Short()) || !strings.Contains(lines[2], "wanted") {
 		t.Fatalf("peer ls: %v\n%s", err, out)
 	}
 }
