@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
@@ -63,22 +64,24 @@ func (f *Fleet) list(n *node) (listing, error) {
 }
 
 // rootOf is the index, in nodes, of the node that goes to the registry for the fleet's artifact
-// when a round of those nodes starts from empty stores: the top of the rendezvous ranking peer
-// computes (peer/choose.go), SHA-256 of the identity, a zero byte and the address, the highest
-// first. The test computes it independently: a change of peer's ranking shows here as a root not
-// found.
-func (f *Fleet) rootOf(nodes []*node) int {
+// when a round of those nodes starts from empty stores: the top of the rendezvous ranking
+// (ranking).
+func (f *Fleet) rootOf(nodes []*node) int { return f.ranking(nodes)[0] }
+
+// ranking is the indexes, in nodes, in the rendezvous ranking peer computes for the fleet's
+// artifact (peer/stripes): SHA-256 of the identity, a zero byte and the address, the highest first.
+// The test computes it independently: a change of peer's ranking shows here as a root not found.
+func (f *Fleet) ranking(nodes []*node) []int {
 	score := func(addr string) uint64 {
 		h := sha256.Sum256([]byte(f.ID + "\x00" + addr))
 		return binary.BigEndian.Uint64(h[:])
 	}
-	best := -1
-	for i, n := range nodes {
-		if best < 0 || score(n.addr) > score(nodes[best].addr) {
-			best = i
-		}
+	order := make([]int, len(nodes))
+	for i := range order {
+		order[i] = i
 	}
-	return best
+	slices.SortFunc(order, func(a, b int) int { return cmp.Compare(score(nodes[b].addr), score(nodes[a].addr)) })
+	return order
 }
 
 // TestFleetMiddleKilled: five nodes start together with max_children 1, so the copy

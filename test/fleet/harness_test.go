@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -109,6 +110,7 @@ func Start(t *testing.T, opts Options) *Fleet {
 	if f.opts.Congestion == "" {
 		f.opts.Congestion = defaultCongestion
 	}
+	f.allowCongestion()
 	f.origin = harness.NetNS(t, "forg")
 	f.congestion(f.origin)
 	f.originIf = f.attach(br, f.origin, "o", subnet+"1/24")
@@ -131,6 +133,33 @@ func (f *Fleet) ip(args ...string) {
 	if _, err := harness.Run("", append([]string{f.tools.IP}, args...)...); err != nil {
 		f.t.Fatal(err)
 	}
+}
+
+// allowedCongestion is the host's list of the TCP congestion controls that a network namespace
+// other than its own may take as its default.
+const allowedCongestion = "/proc/sys/net/ipv4/tcp_allowed_congestion_control"
+
+// allowCongestion adds the fleet's TCP congestion control to the host's allowed list for the test's
+// life: the list holds only the host's default and reno unless someone added more, so on a host
+// running BBR a namespace could not take cubic.
+func (f *Fleet) allowCongestion() {
+	f.t.Helper()
+	was, err := os.ReadFile(allowedCongestion)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	allowed := strings.Fields(string(was))
+	if slices.Contains(allowed, f.opts.Congestion) {
+		return
+	}
+	if err := os.WriteFile(allowedCongestion, []byte(strings.Join(append(allowed, f.opts.Congestion), " ")), 0o644); err != nil {
+		f.t.Fatalf("allow TCP congestion control %q in namespaces (%s): %v", f.opts.Congestion, allowedCongestion, err)
+	}
+	f.t.Cleanup(func() {
+		if err := os.WriteFile(allowedCongestion, was, 0o644); err != nil {
+			f.t.Errorf("restore %s: %v", allowedCongestion, err)
+		}
+	})
 }
 
 // congestion sets the TCP congestion control of ns to the fleet's.

@@ -1,34 +1,39 @@
 package fleet
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/weightsnap/weightsnap/test/e2e/harness"
 )
 
-// TestFleetLoneResolve: one node of six resolves while the five others serve empty stores and want
-// nothing, as most nodes of a cluster-wide member list (a headless Service) never ask for a given
-// artifact. The node is not the artifact's rendezvous root, so a root that never comes is what it
-// would wait for; it finds no member ranked above it wanting the artifact (their peers list what
-// their resolves look for) and takes the registry, saying why in its log. It is READY and verifies
-// in full, and the origin sends one copy. In the striped forest its sources there never build: it
+// TestFleetIdleMembers: some members resolve while the others serve empty stores and want nothing,
+// as most nodes of a cluster-wide member list (a headless Service) never ask for a given artifact.
+// The artifact's rendezvous root among the members is idle, a root that never comes; the resolving
+// node ranked first finds no member ranked above it wanting the artifact (their peers list what
+// their resolves look for), takes the registry and says why in its log, and the other resolving
+// nodes, seeing it want the artifact, take it from it. Every resolving node is READY and verifies in
+// full, and the origin sends one copy. In the striped forest a node's sources there never build: it
 // asks them for RootWait, then chooses as the chain does.
-func TestFleetLoneResolve(t *testing.T) {
-	const nodes = 6
+func TestFleetIdleMembers(t *testing.T) {
 	for _, structure := range []string{"chain", "forest"} {
 		t.Run(structure, func(t *testing.T) {
-			f := Start(t, Options{Nodes: nodes, Size: "16MiB", Shards: 2, RateMbit: testRateMbit})
-			if f.rootOf(f.nodes[:nodes]) == 0 {
-				t.Fatalf("node 0 is the rendezvous root of %s among the %d nodes: the test needs one that is not", f.ID, nodes)
-			}
-			ro := f.Launch(Round{Nodes: nodes, Peers: true, Idle: nodes - 1, Structure: structure})
-			r := ro.Wait()
-			t.Logf("one node of %d resolves: origin sent %d bytes (%.2f copies); READY after %.2fs; sources %v", nodes, r.OriginBytes, r.Copies, r.Last.Seconds(), r.Sources)
-			if logLine(t, ro.Procs[0].Log, "no member ranked above this node wants the artifact") == "" {
-				t.Fatalf("the node's log does not say that no member ranked above it wants the artifact:\n%s", harness.Tail(ro.Procs[0].Log, 20))
-			}
-			if r.Copies > maxCopies {
-				t.Fatalf("the origin sent %.2f copies, more than %.2f", r.Copies, maxCopies)
+			f := Start(t, Options{Nodes: 8, Size: "16MiB", Shards: 2, RateMbit: testRateMbit})
+			for _, tc := range []struct{ members, resolving int }{{6, 1}, {8, 4}} {
+				// The members ranked second to resolving+1 resolve; the root and the rest idle.
+				rank := f.ranking(f.nodes[:tc.members])
+				first, idle := rank[1], slices.Concat(rank[:1], rank[tc.resolving+1:])
+				ro := f.Launch(Round{Nodes: tc.members, Peers: true, Idle: idle, Structure: structure})
+				r := ro.Wait()
+				t.Logf("%d of %d members resolve: origin sent %d bytes (%.2f copies); first READY %.2fs, last %.2fs; sources %v",
+					tc.resolving, tc.members, r.OriginBytes, r.Copies, r.First.Seconds(), r.Last.Seconds(), r.Sources)
+				if r.Copies > maxCopies {
+					t.Fatalf("the origin sent %.2f copies, more than %.2f", r.Copies, maxCopies)
+				}
+				p := ro.Procs[slices.Index(ro.index, first)]
+				if logLine(t, p.Log, "no member ranked above this node wants the artifact") == "" {
+					t.Fatalf("the log of node %d, the first resolving, does not say that no member ranked above it wants the artifact:\n%s", first, harness.Tail(p.Log, 20))
+				}
 			}
 		})
 	}

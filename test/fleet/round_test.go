@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -33,9 +34,10 @@ type Round struct {
 	// Prefetch has each node run `weightsnap prefetch sync` of one prefetch file naming the
 	// artifact's tag (pin = true), as weightsnapd does with its [prefetch] dir, instead of resolve.
 	Prefetch bool
-	// Idle are the last nodes of the round: with Peers they serve empty stores and every node lists
-	// them, but they do not resolve (members that want nothing, as most of a cluster's nodes are).
-	Idle int
+	// Idle are nodes of the round (by index, past its holders) that serve empty stores with Peers and
+	// that every node lists, but that do not resolve: members that want nothing, as most of a
+	// cluster's nodes are.
+	Idle []int
 	// Absent are peer addresses (host:port) every node lists after the round's others and that
 	// nothing ever serves: nodes that never started.
 	Absent []string
@@ -74,7 +76,8 @@ func (f *Fleet) Run(r Round) Result {
 type Rollout struct {
 	f       *Fleet
 	r       Round
-	Nodes   []*node         // the resolving nodes (the round's nodes after its holders, before its idle ones)
+	Nodes   []*node         // the resolving nodes (the round's nodes but its holders and idle ones)
+	index   []int           // each resolving node's index in the round
 	Procs   []*harness.Proc // each resolving node's resolve
 	Start   time.Time       // the common start
 	reports []string
@@ -124,7 +127,7 @@ func (f *Fleet) Launch(r Round) *Rollout {
 	if err := syscall.Fstat(int(lock.Fd()), &st); err != nil {
 		t.Fatal(err)
 	}
-	ro := &Rollout{f: f, r: r, Nodes: nodes[r.Holders : r.Nodes-r.Idle], lost: map[int]bool{}}
+	ro := &Rollout{f: f, r: r, lost: map[int]bool{}}
 	prefetchDir := filepath.Join(f.dir, fmt.Sprintf("prefetch-%d", f.rounds))
 	if r.Prefetch {
 		if err := os.MkdirAll(prefetchDir, 0o755); err != nil {
@@ -135,9 +138,10 @@ func (f *Fleet) Launch(r Round) *Rollout {
 		}
 	}
 	for i, n := range nodes {
-		if i < r.Holders || i >= r.Nodes-r.Idle {
+		if i < r.Holders || slices.Contains(r.Idle, i) {
 			continue
 		}
+		ro.Nodes, ro.index = append(ro.Nodes, n), append(ro.index, i)
 		report := filepath.Join(f.dir, fmt.Sprintf("report-%d-%d.json", f.rounds, i))
 		cfg := ""
 		argv := []string{"resolve", "--identity", f.identity, "--mode", "required", "--registry", f.repo, "--plain-http", "--report", report}
@@ -248,7 +252,7 @@ func (ro *Rollout) Wait() Result {
 			continue
 		}
 		if err := p.Err(); err != nil {
-			t.Fatalf("node %d: resolve: %v\n%s", r.Holders+i, err, harness.Tail(p.Log, 30))
+			t.Fatalf("node %d: resolve: %v\n%s", ro.index[i], err, harness.Tail(p.Log, 30))
 		}
 		d := ro.ends[i].Sub(ro.Start)
 		res.Ends[i] = d
@@ -269,10 +273,10 @@ func (ro *Rollout) Wait() Result {
 			continue
 		}
 		if !ro.lost[i] {
-			t.Fatalf("node %d: verify --full: %v\n%s", r.Holders+i, err, out)
+			t.Fatalf("node %d: verify --full: %v\n%s", ro.index[i], err, out)
 		}
 		if _, ierr := harness.Run("", f.ws, "--root", n.root, "--config", "", "inspect", f.ID); ierr == nil {
-			t.Fatalf("lost node %d: its artifact is published and fails verify --full: %v\n%s", r.Holders+i, err, out)
+			t.Fatalf("lost node %d: its artifact is published and fails verify --full: %v\n%s", ro.index[i], err, out)
 		}
 	}
 	return res
