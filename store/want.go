@@ -15,24 +15,33 @@ import (
 // process exits: a resolve holds it while it looks for a source among the
 // weight peers, and the node's peer lists it (Wants), so that a node ranked
 // below this one for id waits for it rather than take the origin. Many
-// processes hold it at once: it is a shared flock on id's want lock file.
+// processes hold it at once: it is a shared flock on id's want lock file,
+// which the last holder to release it removes.
 func (d *Domain) Want(id artifact.ID) (release func(), err error) {
 	path := d.lockPath(id, "want")
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, fmt.Errorf("want %s: %w", id.Short(), err)
-	}
-	// Blocking: the only exclusive holders are Wants' probes, each held
-	// for an instant.
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("want %s: %w", id.Short(), err)
+		}
+		// Blocking: the only exclusive holders are a release's or Wants'
+		// removal, each held for an instant.
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_SH); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("want %s: flock %s: %w", id.Short(), path, err)
+		}
+		// A removal between the open and the flock leaves this file
+		// nameless: the lock must be on the one at the path.
+		if atPath(path, f) {
+			var once sync.Once
+			return func() { once.Do(func() { removeUnwanted(path, f) }) }, nil
+		}
 		f.Close()
-		return nil, fmt.Errorf("want %s: flock %s: %w", id.Short(), path, err)
 	}
-	var once sync.Once
-	return func() { once.Do(func() { f.Close() }) }, nil
 }
 
-// Wants are the ids that a process of this node wants now (Want).
+// Wants are the ids that a process of this node wants now (Want). A want
+// lock file nobody holds (its holder died) is removed.
 func (d *Domain) Wants() []artifact.ID {
 	const suffix = ".want.lock"
 	matches, _ := filepath.Glob(d.path(dirLocks, "*"+suffix))
@@ -42,15 +51,34 @@ func (d *Domain) Wants() []artifact.ID {
 		if err != nil {
 			continue
 		}
-		lk, free, err := tryLock(m, unix.LOCK_EX)
+		f, err := os.OpenFile(m, os.O_RDWR, 0)
 		if err != nil {
 			continue
 		}
-		if free {
-			lk.Close()
-			continue
+		if ok, err := flockNB(f, unix.LOCK_SH); err != nil || !ok {
+			f.Close()
+			continue // an instant's removal
 		}
-		out = append(out, id)
+		removeUnwanted(m, f)
+		if _, err := os.Stat(m); err == nil {
+			out = append(out, id)
+		}
 	}
 	return out
+}
+
+// removeUnwanted removes the want lock file at path, which f holds shared,
+// when no other process holds it, and closes f. The exclusive lock that
+// tells replaces f's shared one.
+func removeUnwanted(path string, f *os.File) {
+	if ok, _ := flockNB(f, unix.LOCK_EX); ok && atPath(path, f) {
+		os.Remove(path)
+	}
+	f.Close()
+}
+
+// atPath says whether f is the file at path.
+func atPath(path string, f *os.File) bool {
+	var a, b unix.Stat_t
+	return unix.Fstat(int(f.Fd()), &a) == nil && unix.Stat(path, &b) == nil && a.Dev == b.Dev && a.Ino == b.Ino
 }
