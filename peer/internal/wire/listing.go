@@ -20,7 +20,7 @@ type Listing struct {
 	// exported directories).
 	Exports []ListedExport `json:"staged"`
 	// Wants are the artifacts a resolve of this peer's node looks for a
-	// source of now, none of them held or built yet here (store.Domain.Want).
+	// source of now, or chose one for a moment ago (store.Domain.Want).
 	Wants []artifact.ID `json:"wants,omitempty"`
 }
 
