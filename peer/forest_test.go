@@ -416,8 +416,9 @@ func TestForestRootAsksHeads(t *testing.T) {
 			}
 			if tc.head == "builds" {
 				p := &delayedProducer{}
-				startBuild(t, a, identity, p, head.d)
-				t.Cleanup(func() { close(p.release) })
+				built := startBuild(t, a, identity, p, head.d)
+				// The build ends before its store's directory goes.
+				t.Cleanup(func() { close(p.release); <-built })
 			}
 			_, prod, err := root.p.ProducerForID(context.Background(), id)
 			got := testutil.ToFloat64(root.p.originCounter().WithLabelValues("this node is the root of the striped forest"))
