@@ -59,8 +59,7 @@ func (d *Domain) Wants() []artifact.ID {
 			f.Close()
 			continue // an instant's removal
 		}
-		removeUnwanted(m, f)
-		if _, err := os.Stat(m); err == nil {
+		if !removeUnwanted(m, f) {
 			out = append(out, id)
 		}
 	}
@@ -68,13 +67,14 @@ func (d *Domain) Wants() []artifact.ID {
 }
 
 // removeUnwanted removes the want lock file at path, which f holds shared,
-// when no other process holds it, and closes f. The exclusive lock that
-// tells replaces f's shared one.
-func removeUnwanted(path string, f *os.File) {
+// when no other process holds it, closes f, and says whether it removed
+// it. The exclusive lock that tells replaces f's shared one.
+func removeUnwanted(path string, f *os.File) (removed bool) {
 	if ok, _ := flockNB(f, unix.LOCK_EX); ok && atPath(path, f) {
-		os.Remove(path)
+		removed = os.Remove(path) == nil
 	}
 	f.Close()
+	return removed
 }
 
 // atPath says whether f is the file at path.
