@@ -179,9 +179,10 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *en
 	stripe := fp.stripe(s)
 	src := fp.forest.Parent(fp.self, s)
 	tried := map[string]bool{src: true}
-	gone := map[string]bool{} // sources that could not be reached or served a bad piece
-	rounds := 1               // passes over the stripe's candidates
-	served := false           // src served this stripe a piece
+	gone := map[string]bool{}    // sources that could not be reached or served a bad piece
+	rebuilt := map[string]bool{} // sources whose build ended, asked again for their next one
+	rounds := 1                  // passes over the stripe's candidates
+	served := false              // src served this stripe a piece
 	start := time.Now()
 	var adopted *clientSession // an adopter's session that took the stripe over from a slow source
 	defer func() {
@@ -198,12 +199,16 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *en
 		}
 		sctx, cancel := context.WithCancelCause(ctx)
 		w.session(s, src, cancel, time.Now())
-		var err error
-		if cs := adopted; cs != nil {
-			adopted = nil
+		cs, err := adopted, error(nil)
+		if adopted = nil; cs == nil {
+			cs, err = f.openStripe(sctx, src, stripe, false)
+		}
+		// A source answers a range busy once its session is open only
+		// when its build ended without publishing.
+		ended := false
+		if err == nil {
 			err = f.runStripe(sctx, cs, todo)
-		} else {
-			err = f.stripeSession(sctx, src, stripe, todo)
+			ended = isBusy(err)
 		}
 		cancel(nil)
 		served = served || len(f.stripeTodo(stripe)) < len(todo)
@@ -225,7 +230,15 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *en
 			return err
 		}
 		liar := errdefs.IsDataLoss(err)
-		if !liar && !served && !netfail.Unreachable(err) && !isBusy(err) && time.Since(start) < fp.wait {
+		if ended && !rebuilt[src] {
+			// It goes on to its next source (the registry, for the member
+			// that takes a gone root's place) and builds again: it is
+			// asked again, as a source that has not announced its build.
+			rebuilt[src] = true
+			served, start = false, time.Now()
+			log.G(ctx).WithError(err).WithField("peer", src).WithField("stripe", stripe.String()).Debug("peer: the stripe's source ended its build; asking it again for its next one")
+		}
+		if !liar && !served && !netfail.Unreachable(err) && (ended || !isBusy(err)) && time.Since(start) < fp.wait {
 			// The source may not have announced its build yet.
 			select {
 			case <-time.After(b.NextBackOff()):
@@ -346,15 +359,6 @@ func (f *fetcher) rootsPlace(gone map[string]bool) bool {
 		}
 	}
 	return false
-}
-
-// stripeSession fetches todo, pieces of stripe, over one session with addr.
-func (f *fetcher) stripeSession(ctx context.Context, addr string, stripe wire.Stripe, todo []*unit) error {
-	cs, err := f.openStripe(ctx, addr, stripe, false)
-	if err != nil {
-		return err
-	}
-	return f.runStripe(ctx, cs, todo)
 }
 
 // openStripe opens a session of stripe with addr, marked as taking the
