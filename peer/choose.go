@@ -124,11 +124,11 @@ func listPeers(ctx context.Context, cfg ClientConfig, addrs []string, enough fun
 }
 
 // listSources lists the peers and returns each one's offer of id, nil for
-// a peer that did not list it. With firstHolder it returns once a peer
-// that holds id and serves fewer than max_children sessions of it
-// answered, and the peers listed before it did or had listGrace to: the
-// source to take.
-func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID, firstHolder bool) []*source {
+// a peer that did not list it, and whether each answered its listing. With
+// firstHolder it returns once a peer that holds id and serves fewer than
+// max_children sessions of it answered, and the peers listed before it
+// did or had listGrace to: the source to take.
+func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID, firstHolder bool) (offers []*source, answered []bool) {
 	offer := func(addr string, ls *wire.Listing) *source {
 		if ls == nil {
 			return nil
@@ -157,27 +157,32 @@ func listSources(ctx context.Context, cfg ClientConfig, addrs []string, id artif
 		}
 	}
 	listings := listPeers(ctx, cfg, addrs, enough)
-	offers := make([]*source, len(addrs))
+	offers, answered = make([]*source, len(addrs)), make([]bool, len(addrs))
 	for i, addr := range addrs {
-		offers[i] = offer(addr, listings[i].ls)
+		offers[i], answered[i] = offer(addr, listings[i].ls), listings[i].ls != nil
 	}
-	return offers
+	return offers, answered
 }
 
 // orderSources returns the peers in the order to ask for id: holders,
 // then builders, each not full and with the fewest children first, then
 // full ones, then the peers that did not list it in their configured
-// order, those remembered as down last. found says whether any peer holds
-// or builds it. The listing ends at the first holder that is not full
-// (listSources).
-func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, found bool) {
-	offers := listSources(ctx, cfg, addrs, id, true)
+// order, those remembered as down last. absent are the peers whose
+// listing answered without id: asking them would be a session refused.
+// The listing ends at the first holder that is not full (listSources).
+func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id artifact.ID) (ordered []string, absent map[string]bool) {
+	offers, answered := listSources(ctx, cfg, addrs, id, true)
 	var got []source
 	var rest []string
+	absent = map[string]bool{}
 	for i, addr := range addrs {
-		if o := offers[i]; o != nil {
+		switch o := offers[i]; {
+		case o != nil:
 			got = append(got, *o)
-		} else {
+		case answered[i]:
+			absent[addr] = true
+			fallthrough
+		default:
 			rest = append(rest, addr)
 		}
 	}
@@ -200,7 +205,7 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 	for _, s := range got {
 		ordered = append(ordered, s.addr)
 	}
-	return append(ordered, rest...), len(got) > 0
+	return append(ordered, rest...), absent
 }
 
 func boolCmp(a, b bool) int {

@@ -77,7 +77,8 @@ func (s *sources) orphanWait(ctx context.Context) time.Duration {
 	rank := rand.N(orphanStep)
 	if s.self != "" {
 		near := []string{s.self}
-		for _, o := range listSources(ctx, s.client, s.peers, s.base.ID, false) {
+		offers, _ := listSources(ctx, s.client, s.peers, s.base.ID, false)
+		for _, o := range offers {
 			if o != nil && o.building && o.depth >= 0 && o.depth <= 1 && o.addr != s.self {
 				near = append(near, o.addr)
 			}

@@ -44,7 +44,7 @@ func BenchmarkJoin(b *testing.B) {
 		b.Run(fmt.Sprint("list/peers=", n), func(b *testing.B) {
 			addrs := slices.Repeat([]string{addr}, n)
 			for b.Loop() {
-				if offers := listSources(ctx, cfg, addrs, id, false); !listedAll(offers) {
+				if offers, _ := listSources(ctx, cfg, addrs, id, false); !listedAll(offers) {
 					b.Fatalf("a listing round of %d peers missed one", n)
 				}
 			}

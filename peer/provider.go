@@ -320,7 +320,8 @@ func heldByHeads(ctx context.Context, id artifact.ID, forest *stripes.Forest, o 
 	ranking := forest.Ranking()
 	heads := ranking[1:min(len(ranking), 1+forest.Stripes())]
 	var holders []string
-	for _, s := range listSources(ctx, o.Client, heads, id, true) {
+	offers, _ := listSources(ctx, o.Client, heads, id, true)
+	for _, s := range offers {
 		if s != nil && !s.building {
 			holders = append(holders, s.addr)
 		}

@@ -111,8 +111,9 @@ func newFetcher(ctx context.Context, peers []string, request wire.Request, o Fet
 	if o.Client.Down == nil {
 		o.Client.Down = NewDownPeers()
 	}
+	var absent map[string]bool
 	if request.Export == "" && len(peers) > 1 {
-		peers, _ = orderSources(ctx, o.Client, peers, request.ID)
+		peers, absent = orderSources(ctx, o.Client, peers, request.ID)
 	}
 	f := &fetcher{o: o, src: newSources(peers, request, o), stats: fetchStats{onProgress: o.Progress}}
 	var errs []error
@@ -120,6 +121,10 @@ func newFetcher(ctx context.Context, peers []string, request wire.Request, o Fet
 	for i, addr := range peers {
 		if err := o.Client.Down.passedOver(addr); err != nil {
 			errs, away = append(errs, err), append(away, addr)
+			continue
+		}
+		if absent[addr] {
+			errs = append(errs, &Error{Addr: addr, Err: fmt.Errorf("listed without %s: %w", request, errdefs.ErrNotFound)})
 			continue
 		}
 		cs, err := openSession(ctx, o.Client, addr, request)
