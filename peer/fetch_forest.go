@@ -168,11 +168,12 @@ func (f *fetcher) fetchForest(ctx context.Context) error {
 
 // fetchStripe fetches stripe s's pieces from this node's source in it. A
 // source that answers but has served nothing yet is asked again, within
-// the plan's wait; a source that cannot be reached, is busy, fails once it
-// served, or served a bad piece is left for the next of its adopters in
-// the forest, with the pieces verified so far kept; a slow one is left for
-// the adopter that took the stripe over (w). A lagging stripe's last
-// pieces come from a second source too (eg).
+// the plan's wait, and so, once, is one whose build ended (it builds again
+// from its next source); a source that cannot be reached, is busy, fails
+// once it served, or served a bad piece is left for the next of its
+// adopters in the forest, with the pieces verified so far kept; a slow one
+// is left for the adopter that took the stripe over (w). A lagging
+// stripe's last pieces come from a second source too (eg).
 func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *endgame) error {
 	defer w.end(s)
 	fp := f.forest
@@ -199,8 +200,10 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *en
 		}
 		sctx, cancel := context.WithCancelCause(ctx)
 		w.session(s, src, cancel, time.Now())
-		cs, err := adopted, error(nil)
-		if adopted = nil; cs == nil {
+		cs := adopted
+		adopted = nil
+		var err error
+		if cs == nil {
 			cs, err = f.openStripe(sctx, src, stripe, false)
 		}
 		// A source answers a range busy once its session is open only
