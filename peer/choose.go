@@ -176,14 +176,10 @@ func orderSources(ctx context.Context, cfg ClientConfig, addrs []string, id arti
 	var rest []string
 	absent = map[string]bool{}
 	for i, addr := range addrs {
-		switch o := offers[i]; {
-		case o != nil:
+		if o := offers[i]; o != nil {
 			got = append(got, *o)
-		case answered[i]:
-			absent[addr] = true
-			fallthrough
-		default:
-			rest = append(rest, addr)
+		} else {
+			rest, absent[addr] = append(rest, addr), answered[i]
 		}
 	}
 	rest = cfg.Down.last(rest)

@@ -206,8 +206,9 @@ func (f *fetcher) fetchStripe(ctx context.Context, s int, w *stripeWatch, eg *en
 		if cs == nil {
 			cs, err = f.openStripe(sctx, src, stripe, false)
 		}
-		// A source answers a range busy once its session is open only
-		// when its build ended without publishing.
+		// Busy, once the session is open, is a range or its pieces
+		// refused because the source's build ended without publishing
+		// (store.BuildEndedError).
 		ended := false
 		if err == nil {
 			err = f.runStripe(sctx, cs, todo)

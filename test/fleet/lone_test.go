@@ -10,11 +10,12 @@ import (
 // TestFleetIdleMembers: some members resolve while the others serve empty stores and want nothing,
 // as most nodes of a cluster-wide member list (a headless Service) never ask for a given artifact.
 // The artifact's rendezvous root among the members is idle, a root that never comes; the resolving
-// node that takes the registry (the one ranked first, unless it started late) found no member ranked
-// above it wanting the artifact (their peers list what their resolves look for) and says so in its
-// log, and the other resolving nodes, seeing it want the artifact, take it from it. Every resolving node is READY and verifies in
-// full, and the origin sends one copy. In the striped forest a node's sources there never build: it
-// asks them for RootWait, then chooses as the chain does.
+// node that takes the registry (the one ranked first, unless it started late) found no member
+// ranked above it wanting the artifact (their peers list what their resolves look for) and says so
+// in its log, and the other resolving nodes, seeing it want the artifact, take it from it. Every
+// resolving node is READY and verifies in full, and the origin sends one copy. In the striped
+// forest a node's sources there never build: it asks them for RootWait, then chooses as the chain
+// does.
 func TestFleetIdleMembers(t *testing.T) {
 	for _, structure := range []string{"chain", "forest"} {
 		t.Run(structure, func(t *testing.T) {
