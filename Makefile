@@ -88,7 +88,7 @@ bench: build
 	scripts/bench-peer.sh $(BENCH_SIZE) 8
 	scripts/bench-fleet.sh
 	scripts/bench-snapshotter.sh 2GiB 4GiB
-	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestColdPrepareBench$$' ./test/e2e/ | grep -E "^(cold start|[0-9]+ cores, median|hashing floor|weights |[0-9.]+[KMGT]iB |goals:|runs |--- )"
+	set -o pipefail; $(GO) test -tags bench -count=1 -timeout 60m -v -run '^TestColdPrepareBench$$' ./test/e2e/ | grep -E "^(cold start|[0-9]+ cores, median|hashing floor|receive floor|weights |[0-9.]+[KMGT]iB |goals:|runs |--- )"
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWriteFloorBench$$' ./store/ | grep -E "^(write|buffered|O_DIRECT|runs |--- )"
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestWarmPrepareBench$$' ./snapshotter/ 2>/dev/null | grep -E "^(warm Prepare|p50 and p99| *files| +[0-9]+ |weight:|container:|CPU:|--- | +warm_bench_test\.go:)"
 	set -o pipefail; $(GO) test -tags bench -count=1 -v -run '^TestCRIProxyLatency$$' ./test/e2e/ | grep -E "^(weightsnapd's CRI|call|ImageStatus|ListImages|--- )"
