@@ -284,16 +284,16 @@ func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []st
 // wants, builds or holds it: one that does comes for it, or serves it, so
 // this node waits for it. When none does, it looks once more after
 // wantSettle, for members that started with this one and have not marked
-// their wants yet. err is the context's.
+// their wants yet. A member above that answered the choice's listing and
+// is down now counts as wanting: it may have died building id, and its
+// child, which takes the origin then, is the source to wait for, not a
+// second copy from the origin. err is the context's.
 func (p *Provider) wantedAbove(ctx context.Context, id artifact.ID, live []string) (wanted bool, err error) {
 	ranking := stripes.Rank(id, append(slices.Clone(live), p.Self))
 	above := ranking[:slices.Index(ranking, p.Self)]
 	look := func() bool {
 		for _, l := range listPeers(ctx, p.Options.Client, above, nil) {
-			if l.ls == nil {
-				continue // down: it neither comes nor serves
-			}
-			if slices.Contains(l.ls.Wants, id) || slices.ContainsFunc(l.ls.Artifacts, func(a wire.ListedArtifact) bool { return a.ID == id }) {
+			if l.ls == nil || slices.Contains(l.ls.Wants, id) || slices.ContainsFunc(l.ls.Artifacts, func(a wire.ListedArtifact) bool { return a.ID == id }) {
 				return true
 			}
 		}

@@ -3,6 +3,7 @@ package peer
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"testing"
 	"time"
@@ -90,7 +91,9 @@ func TestProviderPassesOverDownPeers(t *testing.T) {
 // all answer, takes the origin after a look and a settle when no member
 // ranked above it wants the artifact (no root is coming), counted under
 // its reason, well before RootWait; while one ranked above it wants it,
-// the node waits for it as for a root.
+// or one that answered the choice is down by the look (it may have died
+// building, and its child takes its place), the node waits for it as for a
+// root.
 func TestProviderLoneResolve(t *testing.T) {
 	_, identity := seededInPieces(t, 1)
 	id, err := identity.ID()
@@ -100,17 +103,24 @@ func TestProviderLoneResolve(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		aboveWants bool
+		aboveDies  bool
 		rootWait   time.Duration
 		reason     string
 	}{
-		{"no member above wants it", false, time.Hour, "no member ranked above this node wants the artifact"},
-		{"a member above wants it", true, 300 * time.Millisecond, "no source after the wait"},
+		{"no member above wants it", false, false, time.Hour, "no member ranked above this node wants the artifact"},
+		{"a member above wants it", true, false, 300 * time.Millisecond, "no source after the wait"},
+		{"a member above dies after the choice", false, true, 300 * time.Millisecond, "no source after the wait"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, ms := forestOf(t, id, 5)
-			for _, m := range ms {
+			for i, m := range ms {
 				m.d = storetest.Open(t)
-				serveOn(t, m.d, ServerConfig{}, m.l)
+				l := m.l
+				if i == 1 && tc.aboveDies {
+					// Its serve's own first listing, then the choice's: the look finds it down.
+					l = &closeAfter{Listener: l, left: 2}
+				}
+				serveOn(t, m.d, ServerConfig{}, l)
 			}
 			if tc.aboveWants {
 				release, err := ms[1].d.Want(id)
@@ -135,4 +145,23 @@ func TestProviderLoneResolve(t *testing.T) {
 			}
 		})
 	}
+}
+
+// closeAfter is a listener that serves left connections and then goes
+// down: the next one it is offered is closed unanswered, and so is the
+// listener.
+type closeAfter struct {
+	net.Listener
+	left int
+}
+
+func (l *closeAfter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil || l.left > 0 {
+		l.left--
+		return c, err
+	}
+	c.Close()
+	l.Listener.Close()
+	return nil, net.ErrClosed
 }
