@@ -26,8 +26,8 @@ package e2e
 // fetched from the same registry and dropped) is measured in every round
 // too, and with the hashing floor (scripts/hash-floor.sh, measured before
 // the rounds) it is the least CPU a pull can take; the CPU-s per GiB are
-// stated as multiples of the BLAKE3 figure. Every figure is the median of the rounds with its min and max
-// (test/benchrow).
+// stated as multiples of the BLAKE3 figure. Every figure is the median of
+// the rounds with its min and max (test/benchrow).
 
 import (
 	"bytes"
@@ -42,6 +42,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weightsnap/weightsnap/artifact"
 	"github.com/weightsnap/weightsnap/test/benchrow"
 )
 
@@ -90,7 +91,7 @@ func TestColdPrepareBench(t *testing.T) {
 				t.Logf("%s: round %d of %d", size, i+1, reps)
 				settle(t, n.reg)
 				r.disk = append(r.disk, syncedWrite(t, t.TempDir(), w.bytes, 4))
-				got, err := benchrow.ReceiveFloor(t.Context(), w.pushedArtifact.ref, max(2, runtime.NumCPU()/2))
+				got, err := benchrow.ReceiveFloor(t.Context(), w.pushedArtifact.ref, artifact.FilesInFlight())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -146,7 +147,7 @@ func TestColdPrepareBench(t *testing.T) {
 		fmt.Fprintf(&out, "%-8s %-28s %20s\n", r.size, "Prepare beyond its pull", r.beyond.Format(3))
 		line("nerdctl run, cold", r.cold, nil)
 	}
-	fmt.Fprintf(&out, "receive floor: every layer of the artifact fetched from the registry (%d at a time, as the pull) and dropped, this process's CPU; receive + BLAKE3: the least CPU a pull can take\n", max(2, runtime.NumCPU()/2))
+	fmt.Fprintf(&out, "receive floor: every layer of the artifact fetched from the registry (%d at a time, as the pull) and dropped, this process's CPU; receive + BLAKE3: the least CPU a pull can take\n", artifact.FilesInFlight())
 	fmt.Fprintf(&out, "goals: the cold nerdctl run within 1.5x the disk floor; the pull at most 1.5x the BLAKE3 floor in CPU-s/GiB; the Prepare adds under 0.2 s\n")
 	for _, r := range rows {
 		fmt.Fprintf(&out, "runs %s (s): disk %s | receive %s | pull %s | Prepare %s | run %s\n", r.size, r.disk.List(2), r.recv.List(2), r.pull.List(2), r.prep.List(2), r.cold.List(2))
