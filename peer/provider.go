@@ -284,8 +284,8 @@ func (p *Provider) forestFetcher(ctx context.Context, id artifact.ID, addrs []st
 // wants, builds or holds it: one that does comes for it, or serves it, so
 // this node waits for it. When none does, it looks once more after
 // wantSettle, for members that started with this one and have not marked
-// their wants yet. A member above that answered the choice's listing and
-// is down now counts as wanting: it may have died building id, and its
+// their wants yet. A member above (one the choice reached: live) that is
+// down by a look counts as wanting: it may have died building id, and its
 // child, which takes the origin then, is the source to wait for, not a
 // second copy from the origin. err is the context's.
 func (p *Provider) wantedAbove(ctx context.Context, id artifact.ID, live []string) (wanted bool, err error) {

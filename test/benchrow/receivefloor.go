@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 	"oras.land/oras-go/v2"
 	"oras.land/oras-go/v2/registry/remote"
@@ -47,49 +48,37 @@ func ReceiveFloor(ctx context.Context, ref string, parallel int) (Received, erro
 		return Received{}, err
 	}
 	start := time.Now()
-	layers := make(chan ocispec.Descriptor, len(m.Layers))
+	var n atomic.Int64
+	var g errgroup.Group
+	g.SetLimit(max(1, parallel))
 	for _, l := range m.Layers {
-		layers <- l
-	}
-	close(layers)
-	var (
-		wg   sync.WaitGroup
-		mu   sync.Mutex
-		n    int64
-		errs []error
-	)
-	for range max(1, parallel) {
-		wg.Go(func() {
-			buf := make([]byte, 1<<20)
-			for l := range layers {
-				got, err := drain(ctx, repo, l, buf)
-				mu.Lock()
-				n += got
-				errs = append(errs, err)
-				mu.Unlock()
-			}
+		g.Go(func() error {
+			got, err := drain(ctx, repo, l)
+			n.Add(got)
+			return err
 		})
 	}
-	wg.Wait()
-	secs := time.Since(start).Seconds()
-	if err := errors.Join(errs...); err != nil {
+	if err := g.Wait(); err != nil {
 		return Received{}, fmt.Errorf("receive floor: %w", err)
 	}
+	secs := time.Since(start).Seconds()
 	if err := unix.Getrusage(unix.RUSAGE_SELF, &after); err != nil {
 		return Received{}, err
 	}
 	cpu := func(r unix.Rusage) float64 { return float64(r.Utime.Nano()+r.Stime.Nano()) / 1e9 }
-	return Received{Bytes: n, Seconds: secs, CPU: cpu(after) - cpu(before)}, nil
+	return Received{Bytes: n.Load(), Seconds: secs, CPU: cpu(after) - cpu(before)}, nil
 }
 
-// drain reads the blob desc of repo into buf until its end and returns the
-// bytes read; a blob shorter or longer than desc says is an error.
-func drain(ctx context.Context, repo *remote.Repository, desc ocispec.Descriptor, buf []byte) (int64, error) {
+// drain reads the blob desc of repo, 1 MiB at a time as a pull does (not
+// io.Discard's small buffers), until its end and returns the bytes read; a
+// blob shorter or longer than desc says is an error.
+func drain(ctx context.Context, repo *remote.Repository, desc ocispec.Descriptor) (int64, error) {
 	rc, err := repo.Blobs().Fetch(ctx, desc)
 	if err != nil {
 		return 0, err
 	}
 	defer rc.Close()
+	buf := make([]byte, 1<<20)
 	var n int64
 	for {
 		k, err := io.ReadFull(rc, buf)
